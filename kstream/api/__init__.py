@@ -1,0 +1,1 @@
+"""The topology API users import."""

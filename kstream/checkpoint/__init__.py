@@ -1,0 +1,1 @@
+"""Checkpoints: coordinator state machine, control protocol, checkpoint store, metadata."""

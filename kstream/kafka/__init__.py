@@ -1,0 +1,1 @@
+"""Kafka at the edges: the only package that imports ``confluent_kafka``."""

@@ -1,0 +1,141 @@
+"""Creation and configuration of every Kafka client kstream uses.
+
+No other module builds a ``confluent_kafka`` client. Settings given by the user
+(``JobConfig.kafka``) are applied last and win, except the few this module must
+control for a guarantee (transactional ids, isolation level), which it says so.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
+from confluent_kafka.admin import AdminClient, NewTopic
+
+__all__ = [
+    "KafkaError",
+    "KafkaException",
+    "TopicSpec",
+    "ensure_topics",
+    "make_admin",
+    "make_consumer",
+    "make_producer",
+    "partition_counts",
+]
+
+
+@dataclass(frozen=True)
+class TopicSpec:
+    """A topic kstream may create: name, partitions and topic-level configs."""
+
+    name: str
+    partitions: int = 1
+    config: Mapping[str, str] | None = None
+
+
+def _base(bootstrap: str, extra: Mapping[str, Any] | None) -> dict[str, Any]:
+    conf: dict[str, Any] = {"bootstrap.servers": bootstrap}
+    if extra:
+        conf.update(extra)
+    return conf
+
+
+def make_producer(
+    bootstrap: str,
+    *,
+    transactional_id: str | None = None,
+    extra: Mapping[str, Any] | None = None,
+) -> Producer:
+    """A producer; idempotent always, transactional when ``transactional_id`` is given.
+
+    The caller of a transactional producer must call ``init_transactions`` — that
+    call is what fences a previous owner of the same id.
+    """
+    conf = _base(bootstrap, {"linger.ms": 5, "enable.idempotence": True, **(extra or {})})
+    if transactional_id is not None:
+        conf["transactional.id"] = transactional_id  # fixed: fencing depends on it
+    return Producer(conf)
+
+
+def make_consumer(
+    bootstrap: str,
+    group_id: str,
+    *,
+    read_committed: bool = True,
+    auto_commit: bool = False,
+    extra: Mapping[str, Any] | None = None,
+) -> Consumer:
+    """A consumer in ``group_id``; ``read_committed`` by default (transactional output)."""
+    conf = _base(
+        bootstrap,
+        {
+            "group.id": group_id,
+            "enable.auto.commit": auto_commit,
+            "auto.offset.reset": "earliest",
+            "enable.partition.eof": False,
+            **(extra or {}),
+        },
+    )
+    conf["isolation.level"] = "read_committed" if read_committed else "read_uncommitted"
+    return Consumer(conf)
+
+
+def make_admin(bootstrap: str, extra: Mapping[str, Any] | None = None) -> AdminClient:
+    """An admin client."""
+    return AdminClient(_base(bootstrap, extra))
+
+
+def partition_counts(
+    admin: AdminClient, topics: Iterable[str], timeout: float = 10.0
+) -> dict[str, int]:
+    """Partition count of each existing topic among ``topics`` (absent topics are omitted)."""
+    md = admin.list_topics(timeout=timeout)
+    out: dict[str, int] = {}
+    for name in topics:
+        t = md.topics.get(name)
+        if t is not None and t.error is None:
+            out[name] = len(t.partitions)
+    return out
+
+
+def ensure_topics(admin: AdminClient, specs: Iterable[TopicSpec], timeout: float = 30.0) -> None:
+    """Create the topics that do not exist yet and wait until their metadata is visible.
+
+    An existing topic is left as it is (its partition count is checked by the planner).
+    """
+    specs = list(specs)
+    existing = partition_counts(admin, [s.name for s in specs])
+    missing = [s for s in specs if s.name not in existing]
+    if missing:
+        futures = admin.create_topics(
+            [
+                NewTopic(
+                    s.name,
+                    num_partitions=s.partitions,
+                    replication_factor=1,
+                    config=dict(s.config or {}),
+                )
+                for s in missing
+            ],
+            operation_timeout=timeout,
+        )
+        for fut in futures.values():
+            try:
+                fut.result()
+            except KafkaException as e:
+                if e.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
+                    raise
+    deadline = time.monotonic() + timeout
+    names = [s.name for s in specs]
+    while True:
+        seen = partition_counts(admin, names)
+        if len(seen) == len(names):
+            return
+        if time.monotonic() > deadline:
+            raise TimeoutError(
+                f"topics not visible after {timeout}s: {sorted(set(names) - set(seen))}"
+            )
+        time.sleep(0.1)

@@ -1,0 +1,1 @@
+"""Planner: topology -> stages -> tasks, internal topics, checkpoint participants."""

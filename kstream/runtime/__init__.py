@@ -1,0 +1,1 @@
+"""Task runtime: operators, stream events, barrier alignment, watermarks, windows."""

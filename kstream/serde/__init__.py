@@ -1,0 +1,24 @@
+"""Serializers/deserializers for record keys and values and for state values.
+
+One registry for the whole project: sources, sinks and state tables all use these.
+"""
+
+from kstream.serde.base import (
+    AvroSerde,
+    BytesSerde,
+    JsonSerde,
+    Serde,
+    SerdeError,
+    StrSerde,
+    serde_by_name,
+)
+
+__all__ = [
+    "AvroSerde",
+    "BytesSerde",
+    "JsonSerde",
+    "Serde",
+    "SerdeError",
+    "StrSerde",
+    "serde_by_name",
+]

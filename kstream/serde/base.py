@@ -1,0 +1,171 @@
+"""Serde implementations: bytes, str, JSON, Avro (fastavro).
+
+A ``Serde`` turns a Python value into bytes and back. A failure to decode raises
+``SerdeError`` with the reason, which sources turn into a dead-letter record.
+``None`` passes through unchanged in both directions (Kafka null key/value).
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import struct
+from typing import Any
+
+import fastavro
+
+
+class SerdeError(ValueError):
+    """Bytes could not be decoded (or a value encoded); the message says why."""
+
+
+class Serde:
+    """Base serde; subclasses implement ``serialize`` and ``deserialize``."""
+
+    name = "serde"
+
+    def serialize(self, value: Any) -> bytes | None:
+        raise NotImplementedError
+
+    def deserialize(self, data: bytes | None) -> Any:
+        raise NotImplementedError
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}()"
+
+
+class BytesSerde(Serde):
+    """Raw bytes, unchanged."""
+
+    name = "bytes"
+
+    def serialize(self, value: Any) -> bytes | None:
+        if value is None or isinstance(value, bytes):
+            return value
+        if isinstance(value, (bytearray, memoryview)):
+            return bytes(value)
+        raise SerdeError(f"bytes serde needs bytes, got {type(value).__name__}")
+
+    def deserialize(self, data: bytes | None) -> Any:
+        return data
+
+
+class StrSerde(Serde):
+    """UTF-8 text."""
+
+    name = "str"
+
+    def serialize(self, value: Any) -> bytes | None:
+        if value is None:
+            return None
+        if not isinstance(value, str):
+            value = str(value)
+        return value.encode("utf-8")
+
+    def deserialize(self, data: bytes | None) -> Any:
+        if data is None:
+            return None
+        try:
+            return data.decode("utf-8")
+        except UnicodeDecodeError as e:
+            raise SerdeError(f"not valid UTF-8: {e}") from e
+
+
+class JsonSerde(Serde):
+    """Compact JSON (UTF-8)."""
+
+    name = "json"
+
+    def __init__(self) -> None:
+        self._encoder = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False)
+        self._decode = json.JSONDecoder().decode
+
+    def serialize(self, value: Any) -> bytes | None:
+        if value is None:
+            return None
+        try:
+            return self._encoder.encode(value).encode("utf-8")
+        except (TypeError, ValueError) as e:
+            raise SerdeError(f"value is not JSON-serializable: {e}") from e
+
+    def deserialize(self, data: bytes | None) -> Any:
+        if data is None:
+            return None
+        try:
+            return self._decode(data.decode("utf-8"))
+        except (UnicodeDecodeError, ValueError) as e:
+            raise SerdeError(f"invalid JSON: {e}") from e
+
+
+_CONFLUENT_MAGIC = 0
+
+
+class AvroSerde(Serde):
+    """Avro binary via fastavro, schemaless by default.
+
+    With ``schema_id`` set, uses the Confluent Schema Registry wire format
+    (magic byte 0, 4-byte big-endian schema id, then the Avro body) and checks the
+    id on read.
+    """
+
+    name = "avro"
+
+    def __init__(self, schema: dict[str, Any], schema_id: int | None = None) -> None:
+        self.schema = fastavro.parse_schema(schema)
+        self.schema_id = schema_id
+        self._header = (
+            struct.pack(">bI", _CONFLUENT_MAGIC, schema_id) if schema_id is not None else b""
+        )
+
+    def serialize(self, value: Any) -> bytes | None:
+        if value is None:
+            return None
+        buf = io.BytesIO()
+        buf.write(self._header)
+        try:
+            fastavro.schemaless_writer(buf, self.schema, value)
+        except (TypeError, ValueError, KeyError, AttributeError) as e:
+            raise SerdeError(f"value does not match the Avro schema: {e}") from e
+        return buf.getvalue()
+
+    def deserialize(self, data: bytes | None) -> Any:
+        if data is None:
+            return None
+        buf = io.BytesIO(data)
+        if self.schema_id is not None:
+            head = buf.read(5)
+            if len(head) < 5:
+                raise SerdeError("Avro record shorter than the 5-byte wire-format header")
+            magic, sid = struct.unpack(">bI", head)
+            if magic != _CONFLUENT_MAGIC or sid != self.schema_id:
+                raise SerdeError(
+                    f"unexpected wire-format header magic={magic} schema_id={sid}, expected schema_id={self.schema_id}"
+                )
+        try:
+            value = fastavro.schemaless_reader(buf, self.schema, None)
+        except (
+            EOFError,
+            ValueError,
+            TypeError,
+            IndexError,
+            StopIteration,
+            UnicodeDecodeError,
+        ) as e:
+            raise SerdeError(f"invalid Avro data: {type(e).__name__}: {e}") from e
+        if buf.tell() != len(data):
+            raise SerdeError(f"invalid Avro data: {len(data) - buf.tell()} trailing bytes")
+        return value
+
+    def __repr__(self) -> str:
+        return f"AvroSerde(schema={self.schema.get('name', '?') if isinstance(self.schema, dict) else '?'})"
+
+
+def serde_by_name(name: str) -> Serde:
+    """The built-in serde called ``name`` ("bytes", "str", "json")."""
+    table: dict[str, type[Serde]] = {"bytes": BytesSerde, "str": StrSerde, "json": JsonSerde}
+    try:
+        return table[name]()
+    except KeyError:
+        raise ValueError(
+            f"unknown serde {name!r}; built-in: {sorted(table)} (Avro needs a schema: AvroSerde(schema))"
+        ) from None
