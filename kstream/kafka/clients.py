@@ -12,12 +12,16 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 __all__ = [
+    "AdminClient",
+    "Consumer",
     "KafkaError",
     "KafkaException",
+    "Producer",
+    "TopicPartition",
     "TopicSpec",
     "ensure_topics",
     "make_admin",
@@ -29,11 +33,12 @@ __all__ = [
 
 @dataclass(frozen=True)
 class TopicSpec:
-    """A topic kstream may create: name, partitions and topic-level configs."""
+    """A topic kstream may create: name, partitions, topic-level configs, replication factor."""
 
     name: str
     partitions: int = 1
     config: Mapping[str, str] | None = None
+    replication_factor: int = 1
 
 
 def _base(bootstrap: str, extra: Mapping[str, Any] | None) -> dict[str, Any]:
@@ -115,7 +120,7 @@ def ensure_topics(admin: AdminClient, specs: Iterable[TopicSpec], timeout: float
                 NewTopic(
                     s.name,
                     num_partitions=s.partitions,
-                    replication_factor=1,
+                    replication_factor=s.replication_factor,
                     config=dict(s.config or {}),
                 )
                 for s in missing

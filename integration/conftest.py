@@ -1,0 +1,159 @@
+"""The Kafka broker integration tests run against, chosen once per session.
+
+Order: an existing cluster named by ``KSTREAM_TEST_BOOTSTRAP``; else the
+``apache/kafka`` image through testcontainers when a Docker engine answers;
+else kstream's local broker (Java 17+, see ``kstream.kafka.localbroker``).
+With ``CI=true`` a broker that cannot be had fails the run; elsewhere the
+integration tests are skipped with the reason.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from kstream.kafka.clients import AdminClient, KafkaException, make_admin
+from kstream.kafka.localbroker import KAFKA_VERSION, LocalBroker, LocalBrokerError, free_port
+
+DOCKER_IMAGE = f"apache/kafka:{KAFKA_VERSION}"
+_broker_source: list[str] = []  # what ran, for the terminal summary
+
+
+def _docker_answers(timeout: float = 1.0) -> bool:
+    """Whether a Docker engine answers ``GET /_ping`` on its unix socket (cheap, bounded)."""
+    host = os.environ.get("DOCKER_HOST", "unix:///var/run/docker.sock")
+    if not host.startswith("unix://"):
+        return False  # remote engines: opt in via KSTREAM_TEST_BOOTSTRAP instead
+    try:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+            s.settimeout(timeout)
+            s.connect(host.removeprefix("unix://"))
+            s.sendall(b"GET /_ping HTTP/1.0\r\nHost: docker\r\n\r\n")
+            status_line = s.recv(64).split(b"\r\n", 1)[0]
+            return status_line.startswith(b"HTTP/1.") and b" 200" in status_line
+    except OSError:
+        return False
+
+
+def _check_reachable(bootstrap: str, timeout: float = 10.0) -> None:
+    md = make_admin(bootstrap).list_topics(timeout=timeout)
+    if not md.brokers:
+        raise KafkaException(f"no brokers in metadata from {bootstrap}")
+
+
+def _announce(config: pytest.Config, line: str) -> None:
+    _broker_source.append(line)
+    reporter = config.pluginmanager.get_plugin("terminalreporter")
+    if reporter is not None:
+        reporter.write_line(f"\nkstream integration: {line}")
+
+
+def _unavailable(reason: str) -> None:
+    if os.environ.get("CI", "").lower() == "true":
+        pytest.fail(f"no Kafka broker for integration tests under CI: {reason}", pytrace=False)
+    pytest.skip(f"no Kafka broker for integration tests: {reason}")
+
+
+@pytest.fixture(scope="session")
+def kafka_bootstrap(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[str]:
+    """Bootstrap address of a real Kafka broker, started for the session if needed."""
+    external = os.environ.get("KSTREAM_TEST_BOOTSTRAP")
+    if external:
+        try:
+            _check_reachable(external)
+        except KafkaException as e:
+            _unavailable(f"KSTREAM_TEST_BOOTSTRAP={external} does not answer: {e}")
+        _announce(request.config, f"existing Kafka cluster at {external} (KSTREAM_TEST_BOOTSTRAP)")
+        yield external
+        return
+
+    if _docker_answers():
+        from testcontainers.core.container import DockerContainer
+
+        port = free_port()
+        container = (
+            DockerContainer(DOCKER_IMAGE)
+            .with_bind_ports(9092, port)
+            .with_env("KAFKA_NODE_ID", "1")
+            .with_env("KAFKA_PROCESS_ROLES", "broker,controller")
+            .with_env("KAFKA_LISTENERS", "PLAINTEXT://:9092,CONTROLLER://:9093")
+            .with_env("KAFKA_ADVERTISED_LISTENERS", f"PLAINTEXT://127.0.0.1:{port}")
+            .with_env("KAFKA_CONTROLLER_LISTENER_NAMES", "CONTROLLER")
+            .with_env(
+                "KAFKA_LISTENER_SECURITY_PROTOCOL_MAP", "CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT"
+            )
+            .with_env("KAFKA_CONTROLLER_QUORUM_VOTERS", "1@localhost:9093")
+            .with_env("KAFKA_OFFSETS_TOPIC_REPLICATION_FACTOR", "1")
+            .with_env("KAFKA_TRANSACTION_STATE_LOG_REPLICATION_FACTOR", "1")
+            .with_env("KAFKA_TRANSACTION_STATE_LOG_MIN_ISR", "1")
+            .with_env("KAFKA_GROUP_INITIAL_REBALANCE_DELAY_MS", "0")
+        )
+        container.start()
+        try:
+            bootstrap = f"127.0.0.1:{port}"
+            _wait_reachable(bootstrap, 120.0)
+            _announce(
+                request.config, f"Kafka {KAFKA_VERSION} in Docker ({DOCKER_IMAGE}) at {bootstrap}"
+            )
+            yield bootstrap
+        finally:
+            container.stop()
+        return
+
+    data_dir: Path = tmp_path_factory.mktemp("kafka")
+    broker = LocalBroker(data_dir)
+    try:
+        broker.start()
+    except LocalBrokerError as e:
+        _unavailable(f"local broker could not start: {e}")
+    _announce(
+        request.config,
+        f"Kafka {broker.kafka_version} local broker (kstream.kafka.localbroker, jars {broker.libs}) "
+        f"at {broker.bootstrap}, pid {broker.pid}, log {broker.log_file}",
+    )
+    try:
+        yield broker.bootstrap
+    finally:
+        broker.stop()
+
+
+def _wait_reachable(bootstrap: str, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            _check_reachable(bootstrap, timeout=2.0)
+            return
+        except KafkaException:
+            if time.monotonic() > deadline:
+                raise
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    """Repeat which Kafka ran, so the end of a CI log says it too."""
+    for line in _broker_source:
+        terminalreporter.write_line(f"kstream integration broker: {line}")
+
+
+@pytest.fixture
+def unique_name(request: pytest.FixtureRequest) -> Callable[[str], str]:
+    """``unique_name("orders")`` -> ``"orders-<test>-<8 hex>"``: fresh topic / app id names."""
+    test = request.node.name.replace("[", "-").replace("]", "").replace("_", "-")[:40]
+
+    def make(prefix: str) -> str:
+        return f"{prefix}-{test}-{uuid.uuid4().hex[:8]}"
+
+    return make
+
+
+@pytest.fixture
+def kafka_admin(kafka_bootstrap: str) -> AdminClient:
+    """An admin client on the session's broker."""
+    return make_admin(kafka_bootstrap)
