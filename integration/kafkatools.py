@@ -10,7 +10,7 @@ from collections.abc import Iterable, Sequence
 
 from kstream.kafka.clients import Consumer, KafkaException, Producer, TopicPartition
 
-Record = tuple[bytes | None, bytes]
+Record = tuple[bytes | None, bytes | None]
 
 
 def produce(

@@ -102,7 +102,7 @@ def test_read_committed_sees_exactly_committed_transactions(
     produce(producer, topic, batch("d", 3))
     producer.commit_transaction(30.0)
 
-    def read(read_committed: bool, group: str) -> list[tuple[bytes | None, bytes]]:
+    def read(read_committed: bool, group: str) -> list[tuple[bytes | None, bytes | None]]:
         consumer = make_consumer(kafka_bootstrap, group, read_committed=read_committed)
         consumer.assign([TopicPartition(topic, 0, 0)])
         try:
