@@ -1,0 +1,261 @@
+"""Record format of internal repartition topics (DESIGN §2, §3).
+
+Every record on ``<app>.<stage>.repartition`` carries two headers naming who wrote
+it: ``ks.task`` (the producing task id) and ``ks.attempt`` (its attempt, decimal).
+A consumer restored to attempt *k* drops records of attempts older than *k*
+(:func:`is_stale`): they are the failed attempt's output and are produced again.
+
+Stream events (barrier, watermark, end of input) are ordinary records with an
+extra ``ks.event`` header naming the kind, a null key and a small JSON value::
+
+    {"v": 1, "checkpoint_id": 7, "attempt": 2, "timestamp": 1700000000000}
+
+An event is written to EVERY partition of the internal topic
+(:func:`produce_event`), so each downstream task sees it on each of its inputs.
+
+Decoding is validated: a malformed header or value raises
+:class:`InternalRecordError` with the reason, which the worker can log or send to
+the dead-letter topic. Nothing read here is ever executed or unpickled.
+
+The dataclasses are neutral on purpose; ``kstream.runtime`` maps them onto its
+own event classes.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any, Protocol
+
+__all__ = [
+    "HEADER_ATTEMPT",
+    "HEADER_EVENT",
+    "HEADER_TASK",
+    "EventKind",
+    "Headers",
+    "InternalEvent",
+    "InternalRecordError",
+    "RecordOrigin",
+    "data_headers",
+    "decode_event",
+    "encode_event",
+    "is_stale",
+    "produce_event",
+    "read_origin",
+]
+
+HEADER_TASK = "ks.task"
+HEADER_ATTEMPT = "ks.attempt"
+HEADER_EVENT = "ks.event"
+
+FORMAT_VERSION = 1
+MAX_EVENT_VALUE_BYTES = 4096  # an event value is tiny; a larger one is malformed
+MAX_ID_LEN = 256
+
+Headers = Sequence[tuple[str, bytes | None]]
+
+
+class InternalRecordError(ValueError):
+    """An internal-topic record has malformed ``ks.*`` headers or event value."""
+
+
+class EventKind(StrEnum):
+    """Kinds of stream event carried on internal topics (DESIGN §3)."""
+
+    BARRIER = "barrier"
+    WATERMARK = "watermark"
+    END_OF_INPUT = "end_of_input"
+
+    @property
+    def requires_pipelined(self) -> bool:
+        """Whether meeting this event in a bounded (batch) run is a misconfiguration."""
+        return self is EventKind.BARRIER
+
+
+@dataclass(frozen=True, slots=True)
+class InternalEvent:
+    """A stream event as written by task ``task`` in its attempt ``attempt``.
+
+    ``checkpoint_id`` is set for barriers only; ``timestamp`` (epoch ms) for
+    barriers (the watermark it carries) and watermarks.
+    """
+
+    kind: EventKind
+    task: str
+    attempt: int
+    checkpoint_id: int | None = None
+    timestamp: int | None = None
+
+    def __post_init__(self) -> None:
+        _check_id(self.task)
+        if self.attempt < 0:
+            raise InternalRecordError(f"attempt must be >= 0, got {self.attempt}")
+        needs_cp = self.kind is EventKind.BARRIER
+        if needs_cp != (self.checkpoint_id is not None):
+            raise InternalRecordError(
+                f"{self.kind} event {'needs' if needs_cp else 'must not have'} a checkpoint_id"
+            )
+        needs_ts = self.kind in (EventKind.BARRIER, EventKind.WATERMARK)
+        if needs_ts != (self.timestamp is not None):
+            raise InternalRecordError(
+                f"{self.kind} event {'needs' if needs_ts else 'must not have'} a timestamp"
+            )
+
+
+@dataclass(frozen=True, slots=True)
+class RecordOrigin:
+    """Who wrote an internal-topic record, and the event kind if it is an event."""
+
+    task: str
+    attempt: int
+    event: EventKind | None
+
+
+def _check_id(task: str) -> None:
+    if not task or len(task) > MAX_ID_LEN:
+        raise InternalRecordError(f"task id must be 1..{MAX_ID_LEN} characters, got {task!r}")
+
+
+def data_headers(task: str, attempt: int) -> list[tuple[str, bytes]]:
+    """Headers for a data record written by ``task`` in ``attempt``.
+
+    Build them once per task and attempt and reuse the list for every record.
+    """
+    _check_id(task)
+    if attempt < 0:
+        raise InternalRecordError(f"attempt must be >= 0, got {attempt}")
+    return [(HEADER_TASK, task.encode()), (HEADER_ATTEMPT, str(attempt).encode())]
+
+
+def encode_event(event: InternalEvent) -> tuple[list[tuple[str, bytes]], bytes]:
+    """Headers and value of the record that carries ``event`` (key is null)."""
+    headers = [*data_headers(event.task, event.attempt), (HEADER_EVENT, event.kind.value.encode())]
+    body: dict[str, Any] = {"v": FORMAT_VERSION, "attempt": event.attempt}
+    if event.checkpoint_id is not None:
+        body["checkpoint_id"] = event.checkpoint_id
+    if event.timestamp is not None:
+        body["timestamp"] = event.timestamp
+    return headers, json.dumps(body, separators=(",", ":")).encode()
+
+
+def _text(name: str, raw: bytes | None) -> str:
+    if raw is None:
+        raise InternalRecordError(f"header {name} has no value")
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise InternalRecordError(f"header {name} is not UTF-8: {e}") from e
+
+
+def _non_negative_int(name: str, text: str) -> int:
+    if not text.isascii() or not text.isdigit() or len(text) > 19:
+        raise InternalRecordError(f"{name} must be a non-negative decimal integer, got {text!r}")
+    return int(text)
+
+
+def read_origin(headers: Headers | None) -> RecordOrigin:
+    """The validated ``ks.*`` headers of an internal-topic record.
+
+    Raises InternalRecordError when ``ks.task`` or ``ks.attempt`` is missing or
+    malformed, when a ``ks.*`` header repeats, or when ``ks.event`` names an
+    unknown kind. Other headers are ignored (user headers pass through).
+    """
+    task: str | None = None
+    attempt: int | None = None
+    event: EventKind | None = None
+    seen: set[str] = set()
+    for name, raw in headers or ():
+        if not name.startswith("ks."):
+            continue
+        if name in seen:
+            raise InternalRecordError(f"header {name} appears more than once")
+        seen.add(name)
+        if name == HEADER_TASK:
+            task = _text(name, raw)
+            _check_id(task)
+        elif name == HEADER_ATTEMPT:
+            attempt = _non_negative_int(name, _text(name, raw))
+        elif name == HEADER_EVENT:
+            kind = _text(name, raw)
+            try:
+                event = EventKind(kind)
+            except ValueError:
+                raise InternalRecordError(f"unknown event kind {kind!r} in {name}") from None
+    if task is None or attempt is None:
+        raise InternalRecordError(
+            f"internal record lacks {HEADER_TASK}/{HEADER_ATTEMPT} headers "
+            f"(has {sorted(seen) or 'none'}): not written by a kstream task"
+        )
+    return RecordOrigin(task, attempt, event)
+
+
+def decode_event(origin: RecordOrigin, value: bytes | None) -> InternalEvent:
+    """The event carried by a record whose headers gave ``origin`` (with ``event`` set).
+
+    Raises InternalRecordError on a malformed value or one that disagrees with the
+    headers.
+    """
+    if origin.event is None:
+        raise InternalRecordError("record is a data record, not an event")
+    if value is None or len(value) > MAX_EVENT_VALUE_BYTES:
+        raise InternalRecordError(
+            f"{origin.event} event value must be 1..{MAX_EVENT_VALUE_BYTES} bytes of JSON"
+        )
+    try:
+        body = json.loads(value)
+    except (UnicodeDecodeError, ValueError) as e:
+        raise InternalRecordError(f"{origin.event} event value is not JSON: {e}") from e
+    if not isinstance(body, dict) or body.get("v") != FORMAT_VERSION:
+        raise InternalRecordError(
+            f"{origin.event} event value must be an object with v={FORMAT_VERSION}: {body!r:.200}"
+        )
+    if body.get("attempt") != origin.attempt:
+        raise InternalRecordError(
+            f"event attempt {body.get('attempt')!r} disagrees with header {origin.attempt}"
+        )
+    fields: dict[str, int | None] = {}
+    for name in ("checkpoint_id", "timestamp"):
+        v = body.get(name)
+        if v is not None and (type(v) is not int or v < 0):
+            raise InternalRecordError(f"event {name} must be a non-negative integer, got {v!r}")
+        fields[name] = v
+    return InternalEvent(
+        origin.event,
+        origin.task,
+        origin.attempt,
+        checkpoint_id=fields["checkpoint_id"],
+        timestamp=fields["timestamp"],
+    )
+
+
+def is_stale(record_attempt: int, current_attempt: int) -> bool:
+    """Whether a record read after the restored offsets belongs to a failed attempt.
+
+    Records of older attempts are dropped: the restored job produces them again.
+    """
+    return record_attempt < current_attempt
+
+
+class _Producing(Protocol):
+    def produce(
+        self, topic: str, value: bytes | None = ..., key: bytes | None = ..., **kw: Any
+    ) -> None: ...
+
+    def poll(self, timeout: float = ...) -> int: ...
+
+
+def produce_event(producer: _Producing, topic: str, partitions: int, event: InternalEvent) -> None:
+    """Queue ``event`` on every one of the ``partitions`` partitions of ``topic``.
+
+    Delivery is the producer's: flush it (at the barrier) to know the event is
+    written. Events go through the same producer as the task's data records, so
+    each partition receives them in order after the data written before them.
+    """
+    if partitions < 1:
+        raise ValueError(f"topic {topic} needs at least one partition, got {partitions}")
+    headers, value = encode_event(event)
+    for p in range(partitions):
+        producer.produce(topic, value=value, key=None, partition=p, headers=headers)
+    producer.poll(0)

@@ -1,0 +1,814 @@
+"""Kafka sinks: exactly-once through a write-ahead buffer, and at-least-once (DESIGN §7).
+
+Both implement :class:`Sink`, so the worker drives them alike:
+
+* ``write``/``write_batch`` serialized output records,
+* ``on_barrier(n)`` when the task aligned barrier *n* (before its snapshot),
+* ``buffer_blob()`` into the task's snapshot (``None``: nothing to keep),
+* ``on_checkpoint_completed(n)`` on ``CheckpointCompleted(n)``,
+* ``recover(blob, attempt)`` once before the first record, and after each restore.
+
+**ExactlyOnceSink.** Output of epoch *n* (records written after barrier *n-1* and
+before barrier *n*) is held in memory, sealed at barrier *n* and kept in the
+snapshot of checkpoint *n*. Only when checkpoint *n* is complete is it produced,
+together with a commit marker ``(task, n)`` on the compacted ``<app>.commits``
+topic, in ONE Kafka transaction. A crash before the commit leaves nothing
+visible to ``read_committed`` readers and the buffer is in the snapshot; a crash
+after it leaves a marker that says the buffer is already out. So output is
+neither lost nor doubled. Each sink task has a fixed
+``transactional.id = f"{app}.sink.{task}"``; ``init_transactions`` fences an older
+producer with that id, so a zombie task can never commit.
+
+**AtLeastOnceSink.** Records are produced at once by an idempotent producer and
+flushed at the barrier; a replay after a restore may duplicate them.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import struct
+import time
+import zlib
+from abc import ABC, abstractmethod
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any, NoReturn
+
+from kstream.config import Guarantee
+from kstream.kafka.clients import (
+    KafkaError,
+    KafkaException,
+    TopicSpec,
+    make_consumer,
+    make_producer,
+)
+
+__all__ = [
+    "AtLeastOnceSink",
+    "BlobFormatError",
+    "CommitMarker",
+    "Epoch",
+    "EpochBuffer",
+    "EpochState",
+    "ExactlyOnceSink",
+    "OutputRecord",
+    "Sink",
+    "SinkDeliveryError",
+    "SinkError",
+    "SinkFencedError",
+    "SinkStateError",
+    "commits_topic",
+    "commits_topic_spec",
+    "decode_blob",
+    "encode_blob",
+    "sink_transactional_id",
+]
+
+log = logging.getLogger(__name__)
+
+Header = tuple[str, bytes | None]
+OutputRecord = tuple[str, int | None, bytes | None, bytes | None, int | None, list[Header] | None]
+"""A serialized output record: (topic, partition or None, key, value, timestamp ms or None, headers or None)."""
+
+
+class SinkError(RuntimeError):
+    """A sink could not deliver or commit; the message says which task and checkpoint."""
+
+
+class SinkFencedError(SinkError):
+    """A newer producer with this sink's transactional id exists: this task must stop."""
+
+
+class SinkDeliveryError(SinkError):
+    """Records could not be delivered (at-least-once flush or DLQ flush failed)."""
+
+
+class SinkStateError(SinkError):
+    """An illegal transition of a sink epoch or sink (a bug in the caller, never retried)."""
+
+
+class BlobFormatError(SinkError):
+    """A write-ahead buffer blob is corrupt, truncated or of an unknown version."""
+
+
+def sink_transactional_id(app: str, task: str) -> str:
+    """The fixed transactional id of sink task ``task`` (fencing depends on it being fixed)."""
+    return f"{app}.sink.{task}"
+
+
+def commits_topic(app: str) -> str:
+    """Name of the compacted commit-marker topic of ``app``."""
+    return f"{app}.commits"
+
+
+def commits_topic_spec(app: str, partitions: int = 1) -> TopicSpec:
+    """The ``<app>.commits`` topic: compacted, keyed by task, one marker per task kept."""
+    return TopicSpec(commits_topic(app), partitions, {"cleanup.policy": "compact"})
+
+
+# --------------------------------------------------------------------------- epochs
+
+
+class EpochState(StrEnum):
+    """Life of a sink epoch: open → sealed → committed."""
+
+    OPEN = "open"  # receiving records; not yet part of any snapshot
+    SEALED = "sealed"  # barrier seen; in the snapshot, waiting for its checkpoint to complete
+    COMMITTED = "committed"  # published in a Kafka transaction with its marker
+
+
+_TRANSITIONS = {
+    EpochState.OPEN: EpochState.SEALED,
+    EpochState.SEALED: EpochState.COMMITTED,
+}
+
+
+@dataclass(slots=True)
+class Epoch:
+    """Output of one epoch. ``checkpoint_id`` is set when it is sealed."""
+
+    checkpoint_id: int | None = None
+    state: EpochState = EpochState.OPEN
+    records: list[OutputRecord] = field(default_factory=list)
+
+    def _move(self, to: EpochState) -> None:
+        if _TRANSITIONS.get(self.state) is not to:
+            raise SinkStateError(
+                f"sink epoch {self.checkpoint_id}: illegal transition {self.state} -> {to}"
+            )
+        self.state = to
+
+    def seal(self, checkpoint_id: int) -> None:
+        """open → sealed at barrier ``checkpoint_id``."""
+        self._move(EpochState.SEALED)
+        self.checkpoint_id = checkpoint_id
+
+    def mark_committed(self) -> None:
+        """sealed → committed, after its transaction committed."""
+        self._move(EpochState.COMMITTED)
+
+    def append(self, record: OutputRecord) -> None:
+        """Add a record; only an open epoch accepts records."""
+        if self.state is not EpochState.OPEN:
+            raise SinkStateError(f"sink epoch {self.checkpoint_id} is {self.state}: cannot add")
+        self.records.append(record)
+
+
+class EpochBuffer:
+    """The write-ahead buffer of one exactly-once sink task: pure, no I/O.
+
+    Holds one open epoch and the sealed epochs not yet committed, in checkpoint
+    order. Barrier ids must increase; checkpoints that were aborted leave their
+    sealed epochs here until a later completion subsumes them.
+    """
+
+    def __init__(self) -> None:
+        self.open = Epoch()
+        self.sealed: list[Epoch] = []
+        self.last_sealed: int | None = None
+        self.last_committed: int | None = None
+
+    def append(self, record: OutputRecord) -> None:
+        self.open.append(record)
+
+    def extend(self, records: Iterable[OutputRecord]) -> None:
+        if self.open.state is not EpochState.OPEN:  # pragma: no cover - open epoch is always open
+            raise SinkStateError("open epoch is not open")
+        self.open.records.extend(records)
+
+    def seal(self, checkpoint_id: int) -> None:
+        """Seal the open epoch as epoch ``checkpoint_id`` and open the next one."""
+        floor = max(x for x in (self.last_sealed, self.last_committed, -1) if x is not None)
+        if checkpoint_id <= floor:
+            raise SinkStateError(
+                f"barrier {checkpoint_id} is not above the last sealed/committed epoch {floor}"
+            )
+        self.open.seal(checkpoint_id)
+        self.sealed.append(self.open)
+        self.last_sealed = checkpoint_id
+        self.open = Epoch()
+
+    def due(self, checkpoint_id: int) -> list[Epoch]:
+        """Sealed epochs at or below ``checkpoint_id`` (what its completion commits)."""
+        return [
+            e
+            for e in self.sealed
+            if e.checkpoint_id is not None and e.checkpoint_id <= checkpoint_id
+        ]
+
+    def committed(self, epochs: list[Epoch], checkpoint_id: int) -> None:
+        """Mark ``epochs`` committed (checkpoint ``checkpoint_id`` published) and drop them."""
+        for e in epochs:
+            e.mark_committed()
+        done = {id(e) for e in epochs}
+        self.sealed = [e for e in self.sealed if id(e) not in done]
+        if self.last_committed is None or checkpoint_id > self.last_committed:
+            self.last_committed = checkpoint_id
+
+    def drop_through(self, checkpoint_id: int) -> int:
+        """Forget sealed epochs ≤ ``checkpoint_id`` (already published, says a marker)."""
+        before = sum(len(e.records) for e in self.sealed)
+        self.sealed = [
+            e
+            for e in self.sealed
+            if e.checkpoint_id is not None and e.checkpoint_id > checkpoint_id
+        ]
+        if self.last_committed is None or checkpoint_id > self.last_committed:
+            self.last_committed = checkpoint_id
+        return before - sum(len(e.records) for e in self.sealed)
+
+    def blob(self) -> bytes:
+        """Every sealed, uncommitted epoch in the blob format (:func:`encode_blob`)."""
+        return encode_blob(self.sealed)
+
+    @classmethod
+    def from_blob(cls, blob: bytes | None) -> EpochBuffer:
+        """A buffer holding the sealed epochs of ``blob`` and an empty open epoch."""
+        buf = cls()
+        if blob:
+            buf.sealed = decode_blob(blob)
+            if buf.sealed:
+                buf.last_sealed = buf.sealed[-1].checkpoint_id
+        return buf
+
+
+# --------------------------------------------------------------------------- blob format
+#
+# Version 1, little-endian, length-prefixed, CRC-protected:
+#
+#   magic  b"KSWB" | version u8 | ntopics u16 | (len u16, utf-8)*ntopics
+#   nepochs u32 | per epoch: checkpoint_id i64, nrecords u32,
+#     per record: flags u8, topic_index u16, partition i32, key_len u32,
+#                 value_len u32, timestamp i64, nheaders u16, key, value,
+#                 per header: name_len u16, value_len i32 (-1: null), name, value
+#   crc32 u32 of everything before it
+#
+# flags: 1 partition set, 2 key set, 4 value set, 8 timestamp set, 16 headers set.
+
+_MAGIC = b"KSWB"
+_VERSION = 1
+_REC = struct.Struct("<BHiIIqH")
+_HDR = struct.Struct("<Hi")
+_EPOCH = struct.Struct("<qI")
+_U16 = struct.Struct("<H")
+_U32 = struct.Struct("<I")
+_F_PART, _F_KEY, _F_VALUE, _F_TS, _F_HEADERS = 1, 2, 4, 8, 16
+
+
+def encode_blob(epochs: Iterable[Epoch]) -> bytes:
+    """Encode sealed epochs (checkpoint id + records) in the versioned blob format."""
+    epochs = list(epochs)
+    topics: dict[str, int] = {}
+    out: list[bytes] = []
+    pack_rec, pack_hdr = _REC.pack, _HDR.pack
+    for e in epochs:
+        if e.state is not EpochState.SEALED or e.checkpoint_id is None:
+            raise SinkStateError(f"only sealed epochs go into a blob, got {e.state}")
+        out.append(_EPOCH.pack(e.checkpoint_id, len(e.records)))
+        for topic, partition, key, value, ts, headers in e.records:
+            ti = topics.get(topic)
+            if ti is None:
+                ti = topics[topic] = len(topics)
+            flags = 0
+            if partition is not None:
+                flags |= _F_PART
+            if key is not None:
+                flags |= _F_KEY
+            if value is not None:
+                flags |= _F_VALUE
+            if ts is not None:
+                flags |= _F_TS
+            if headers:
+                flags |= _F_HEADERS
+            out.append(
+                pack_rec(
+                    flags,
+                    ti,
+                    partition if partition is not None else 0,
+                    len(key) if key is not None else 0,
+                    len(value) if value is not None else 0,
+                    ts if ts is not None else 0,
+                    len(headers) if headers else 0,
+                )
+            )
+            if key:
+                out.append(key)
+            if value:
+                out.append(value)
+            if headers:
+                for name, hv in headers:
+                    nb = name.encode()
+                    out.append(pack_hdr(len(nb), -1 if hv is None else len(hv)))
+                    out.append(nb)
+                    if hv:
+                        out.append(hv)
+    head = [_MAGIC, bytes([_VERSION]), _U16.pack(len(topics))]
+    for name in topics:
+        nb = name.encode()
+        head.append(_U16.pack(len(nb)))
+        head.append(nb)
+    head.append(_U32.pack(len(epochs)))
+    body = b"".join(head + out)
+    return body + _U32.pack(zlib.crc32(body))
+
+
+def decode_blob(blob: bytes) -> list[Epoch]:
+    """The sealed epochs encoded in ``blob``; BlobFormatError if it is not a valid blob."""
+    if len(blob) < len(_MAGIC) + 1 + 2 + 4 + 4 or blob[:4] != _MAGIC:
+        raise BlobFormatError("not a kstream sink buffer blob (bad magic or too short)")
+    if blob[4] != _VERSION:
+        raise BlobFormatError(
+            f"sink buffer blob version {blob[4]} is not supported (want {_VERSION})"
+        )
+    body = memoryview(blob)[:-4]
+    (crc,) = _U32.unpack_from(blob, len(blob) - 4)
+    if zlib.crc32(body) != crc:
+        raise BlobFormatError("sink buffer blob checksum mismatch (corrupt or truncated)")
+    try:
+        return _decode_body(body)
+    except (struct.error, UnicodeDecodeError, IndexError) as e:
+        raise BlobFormatError(f"sink buffer blob is malformed: {e}") from e
+
+
+def _decode_body(mv: memoryview) -> list[Epoch]:
+    end = len(mv)
+    pos = 5
+    (ntopics,) = _U16.unpack_from(mv, pos)
+    pos += 2
+    topics: list[str] = []
+    for _ in range(ntopics):
+        (n,) = _U16.unpack_from(mv, pos)
+        pos += 2
+        topics.append(bytes(mv[pos : pos + n]).decode())
+        pos += n
+    (nepochs,) = _U32.unpack_from(mv, pos)
+    pos += 4
+    unpack_rec, rec_size = _REC.unpack_from, _REC.size
+    unpack_hdr, hdr_size = _HDR.unpack_from, _HDR.size
+    epochs: list[Epoch] = []
+    for _ in range(nepochs):
+        cp, nrec = _EPOCH.unpack_from(mv, pos)
+        pos += _EPOCH.size
+        records: list[OutputRecord] = []
+        append = records.append
+        for _ in range(nrec):
+            flags, ti, part, klen, vlen, ts, nh = unpack_rec(mv, pos)
+            pos += rec_size
+            key = bytes(mv[pos : pos + klen]) if flags & _F_KEY else None
+            pos += klen
+            value = bytes(mv[pos : pos + vlen]) if flags & _F_VALUE else None
+            pos += vlen
+            headers: list[Header] | None = None
+            if flags & _F_HEADERS:
+                headers = []
+                for _ in range(nh):
+                    nlen, hvlen = unpack_hdr(mv, pos)
+                    pos += hdr_size
+                    name = bytes(mv[pos : pos + nlen]).decode()
+                    pos += nlen
+                    if hvlen < 0:
+                        headers.append((name, None))
+                    else:
+                        headers.append((name, bytes(mv[pos : pos + hvlen])))
+                        pos += hvlen
+            if pos > end:
+                raise BlobFormatError("sink buffer blob record runs past the end")
+            append(
+                (
+                    topics[ti],
+                    part if flags & _F_PART else None,
+                    key,
+                    value,
+                    ts if flags & _F_TS else None,
+                    headers,
+                )
+            )
+        epochs.append(Epoch(cp, EpochState.SEALED, records))
+    if pos != end:
+        raise BlobFormatError(f"sink buffer blob has {end - pos} trailing bytes")
+    ids = [e.checkpoint_id for e in epochs]
+    if ids != sorted(set(i for i in ids if i is not None)):
+        raise BlobFormatError(f"sink buffer blob epochs are not strictly increasing: {ids}")
+    return epochs
+
+
+# --------------------------------------------------------------------------- markers
+
+
+@dataclass(frozen=True)
+class CommitMarker:
+    """``(task, checkpoint, attempt)``: output of epochs ≤ checkpoint of task is published."""
+
+    task: str
+    checkpoint: int
+    attempt: int
+
+    def encode(self) -> bytes:
+        return json.dumps(
+            {"task": self.task, "checkpoint": self.checkpoint, "attempt": self.attempt},
+            separators=(",", ":"),
+        ).encode()
+
+    @classmethod
+    def decode(cls, value: bytes) -> CommitMarker:
+        """Parse a marker value; SinkError if it is not one."""
+        try:
+            d = json.loads(value)
+            task, cp, attempt = d["task"], d["checkpoint"], d["attempt"]
+        except (ValueError, TypeError, KeyError) as e:
+            raise SinkError(f"malformed commit marker {value[:200]!r}: {e}") from e
+        if not isinstance(task, str) or type(cp) is not int or type(attempt) is not int:
+            raise SinkError(f"malformed commit marker {value[:200]!r}: wrong field types")
+        return cls(task, cp, attempt)
+
+
+def marker_partition(task: str, partitions: int) -> int:
+    """The partition of ``<app>.commits`` holding ``task``'s markers (stable hash)."""
+    return zlib.crc32(task.encode()) % partitions
+
+
+# --------------------------------------------------------------------------- sinks
+
+
+class Sink(ABC):
+    """What the worker needs from a sink task, whatever its guarantee."""
+
+    guarantee: Guarantee
+
+    @abstractmethod
+    def write(self, record: OutputRecord) -> None:
+        """Accept one serialized output record."""
+
+    @abstractmethod
+    def write_batch(self, records: Iterable[OutputRecord]) -> None:
+        """Accept many serialized output records (cheaper than ``write`` per record)."""
+
+    @abstractmethod
+    def on_barrier(self, checkpoint_id: int) -> None:
+        """Barrier ``checkpoint_id`` aligned: after this, ``buffer_blob`` belongs to its snapshot."""
+
+    @abstractmethod
+    def buffer_blob(self) -> bytes | None:
+        """What the task's snapshot must keep for this sink (``None``: nothing)."""
+
+    @abstractmethod
+    def on_checkpoint_completed(self, checkpoint_id: int) -> int:
+        """Checkpoint ``checkpoint_id`` is committed; returns the records published now."""
+
+    @abstractmethod
+    def recover(self, blob: bytes | None, attempt: int) -> int:
+        """Start or restart in ``attempt`` from the snapshot's ``blob``; returns records published."""
+
+    @abstractmethod
+    def close(self) -> None:
+        """Release the producer (nothing is committed by closing)."""
+
+
+_FENCED_CODES = {
+    KafkaError._FENCED,
+    KafkaError.PRODUCER_FENCED,
+    KafkaError.INVALID_PRODUCER_EPOCH,
+    KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+}
+
+
+def _kafka_error(e: KafkaException) -> KafkaError | None:
+    err = e.args[0] if e.args else None
+    return err if isinstance(err, KafkaError) else None
+
+
+def _is_fenced(e: KafkaException) -> bool:
+    err = _kafka_error(e)
+    return err is not None and err.code() in _FENCED_CODES
+
+
+_POLL_EVERY = 1000  # serve the producer's callbacks this often while producing a batch
+
+
+def _produce_all(producer: Any, records: Iterable[OutputRecord], on_delivery: Any = None) -> None:
+    """Queue ``records``; when the local queue is full, serve it and retry (never drop)."""
+    produce, poll = producer.produce, producer.poll
+    for n, (topic, partition, key, value, ts, headers) in enumerate(records, 1):
+        kw: dict[str, Any] = {}
+        if partition is not None:
+            kw["partition"] = partition
+        if ts is not None:
+            kw["timestamp"] = ts
+        if headers:
+            kw["headers"] = headers
+        if on_delivery is not None:
+            kw["on_delivery"] = on_delivery
+        while True:
+            try:
+                produce(topic, value, key, **kw)
+                break
+            except BufferError:
+                poll(0.05)  # local queue full: let deliveries drain it
+        if n % _POLL_EVERY == 0:
+            poll(0)
+
+
+class ExactlyOnceSink(Sink):
+    """Exactly-once sink task: write-ahead buffer in the snapshot, one transaction per commit.
+
+    Call ``recover(blob, attempt)`` before anything is committed (``blob=None`` on
+    a first start); it fences older producers of this task.
+    """
+
+    guarantee = Guarantee.EXACTLY_ONCE
+
+    def __init__(
+        self,
+        app: str,
+        task: str,
+        bootstrap: str,
+        *,
+        producer_config: Mapping[str, Any] | None = None,
+        timeout: float = 30.0,
+    ) -> None:
+        self.app = app
+        self.task = task
+        self.bootstrap = bootstrap
+        self.transactional_id = sink_transactional_id(app, task)
+        self.commits_topic = commits_topic(app)
+        self.timeout = timeout
+        self._producer_config = {"linger.ms": 20, **(producer_config or {})}
+        self._producer: Any = None
+        self.attempt: int | None = None
+        self.buffer = EpochBuffer()
+        self.published = 0  # records published by this instance (monitoring)
+
+    # ---- writing
+
+    def write(self, record: OutputRecord) -> None:
+        self.buffer.append(record)
+
+    def write_batch(self, records: Iterable[OutputRecord]) -> None:
+        self.buffer.extend(records)
+
+    def on_barrier(self, checkpoint_id: int) -> None:
+        """Seal the open epoch as epoch ``checkpoint_id`` (it goes into the snapshot)."""
+        self.buffer.seal(checkpoint_id)
+
+    def buffer_blob(self) -> bytes:
+        """Sealed, uncommitted epochs; call after ``on_barrier(n)`` for checkpoint *n*'s snapshot."""
+        return self.buffer.blob()
+
+    # ---- committing
+
+    def on_checkpoint_completed(self, checkpoint_id: int) -> int:
+        """Publish epochs ≤ ``checkpoint_id`` with a marker in one transaction.
+
+        Idempotent: a completion at or below the last committed one is a no-op, a
+        later one subsumes earlier ones. Epochs that are all empty are marked
+        committed without a transaction. Raises SinkFencedError when a newer
+        producer owns this task, SinkError when the transaction failed (the
+        epochs stay sealed; a later completion or a restore commits them).
+        """
+        if self._producer is None or self.attempt is None:
+            raise SinkStateError(f"sink {self.task}: recover() must run before committing")
+        if self.buffer.last_committed is not None and checkpoint_id <= self.buffer.last_committed:
+            return 0
+        due = self.buffer.due(checkpoint_id)
+        if not due:
+            return 0
+        if not any(e.records for e in due):
+            self.buffer.committed(due, max(e.checkpoint_id or 0 for e in due))
+            return 0
+        n = self._commit(due, checkpoint_id)
+        self.buffer.committed(due, checkpoint_id)
+        return n
+
+    def _commit(self, epochs: list[Epoch], checkpoint_id: int) -> int:
+        marker = CommitMarker(self.task, checkpoint_id, self.attempt or 0)
+        p = self._producer
+        parts = self._marker_partitions()
+        try:
+            # 1. Open the transaction: everything until commit is invisible to
+            #    read_committed readers, and aborted if this process dies.
+            p.begin_transaction()
+            # 2. The buffered output, in epoch and write order.
+            count = 0
+            for e in epochs:
+                _produce_all(p, e.records)
+                count += len(e.records)
+            # 3. The marker in the SAME transaction: output and marker become
+            #    visible together or not at all — that is what recovery reads.
+            p.produce(
+                self.commits_topic,
+                marker.encode(),
+                self.task.encode(),
+                partition=marker_partition(self.task, parts),
+            )
+            # 4. Commit (flushes first). Only now may the epochs be dropped.
+            p.commit_transaction(self.timeout)
+        except KafkaException as e:
+            self._fail(e, f"committing checkpoint {checkpoint_id}")
+        self.published += count
+        log.debug("sink %s committed checkpoint %d: %d records", self.task, checkpoint_id, count)
+        return count
+
+    def _fail(self, e: KafkaException, what: str) -> NoReturn:
+        """Turn a transaction error into SinkFencedError / SinkError, aborting when allowed."""
+        err = _kafka_error(e)
+        if _is_fenced(e):
+            raise SinkFencedError(
+                f"sink {self.task} ({self.transactional_id}) fenced while {what}: a newer "
+                f"instance of this task owns the transactional id; stop this task"
+            ) from e
+        if err is not None and err.txn_requires_abort():
+            try:
+                self._producer.abort_transaction(self.timeout)
+            except KafkaException as abort_err:
+                if _is_fenced(abort_err):
+                    raise SinkFencedError(
+                        f"sink {self.task} ({self.transactional_id}) fenced while aborting"
+                    ) from abort_err
+                raise SinkError(
+                    f"sink {self.task}: abort after failed {what} also failed: {abort_err}"
+                ) from abort_err
+        raise SinkError(
+            f"sink {self.task}: {what} failed ({err}); buffered epochs are kept and "
+            f"published by a later completion or after a restore"
+        ) from e
+
+    def _marker_partitions(self) -> int:
+        md = self._producer.list_topics(self.commits_topic, timeout=self.timeout)
+        t = md.topics.get(self.commits_topic)
+        if t is None or t.error is not None or not t.partitions:
+            raise SinkError(
+                f"commit-marker topic {self.commits_topic} does not exist; create it "
+                f"(compacted) before running exactly-once sinks"
+            )
+        return len(t.partitions)
+
+    # ---- recovery
+
+    def recover(self, blob: bytes | None, attempt: int) -> int:
+        """(Re)start in ``attempt`` from a snapshot's ``blob`` (``None``: nothing buffered).
+
+        Returns the number of records published now (epochs of the blob whose
+        marker was missing). Raises SinkFencedError if a newer instance exists.
+        """
+        buffer = EpochBuffer.from_blob(blob)  # validate before touching Kafka
+        self.close()
+        self.attempt = attempt
+        self._producer = make_producer(
+            self.bootstrap,
+            transactional_id=self.transactional_id,
+            extra=self._producer_config,
+        )
+        # 1. Fence: init_transactions bumps the producer epoch of this fixed
+        #    transactional id and aborts whatever transaction an older instance
+        #    (a zombie, or our own killed predecessor) left open. From here on no
+        #    older instance can commit, so the marker read next cannot change
+        #    behind our back.
+        try:
+            self._producer.init_transactions(self.timeout)
+        except KafkaException as e:
+            self._fail(e, "fencing (init_transactions)")
+        # 2. Read our latest marker with read_committed to the end offsets: it
+        #    says which checkpoint's output is already published.
+        marker = self.read_marker()
+        # 3. Epochs at or below the marker were published in the transaction that
+        #    wrote it: drop them (publishing again would duplicate).
+        self.buffer = buffer
+        dropped = 0
+        if marker is not None:
+            dropped = buffer.drop_through(marker.checkpoint)
+        # 4. The remaining sealed epochs belong to a completed checkpoint (we were
+        #    restored from it) whose transaction never committed: publish now.
+        published = 0
+        if buffer.sealed:
+            last = buffer.sealed[-1].checkpoint_id
+            assert last is not None
+            published = self.on_checkpoint_completed(last)
+        log.info(
+            "sink %s recovered in attempt %d: marker=%s, dropped %d published records, "
+            "published %d buffered records",
+            self.task,
+            attempt,
+            marker.checkpoint if marker else None,
+            dropped,
+            published,
+        )
+        return published
+
+    def read_marker(self) -> CommitMarker | None:
+        """This task's latest committed marker, read to the end of its partition."""
+        from confluent_kafka import TopicPartition  # kafka layer; no other module imports it
+
+        consumer = make_consumer(
+            self.bootstrap,
+            f"{self.transactional_id}.marker-reader",  # never joins or commits: assign() only
+            read_committed=True,
+        )
+        try:
+            parts = self._marker_partitions()
+            tp = TopicPartition(self.commits_topic, marker_partition(self.task, parts))
+            low, high = consumer.get_watermark_offsets(tp, timeout=self.timeout, cached=False)
+            if high <= low:
+                return None
+            consumer.assign([TopicPartition(tp.topic, tp.partition, low)])
+            key = self.task.encode()
+            latest: CommitMarker | None = None
+            deadline = time.monotonic() + self.timeout
+            while True:
+                (pos,) = consumer.position([tp])
+                if pos.offset >= high:
+                    return latest
+                if time.monotonic() > deadline:
+                    raise SinkError(
+                        f"sink {self.task}: reading {tp.topic}[{tp.partition}] stalled at "
+                        f"offset {pos.offset} < {high} for {self.timeout}s (an open transaction "
+                        f"of another task holds the read_committed end?)"
+                    )
+                msg: Any
+                for msg in consumer.consume(500, 0.2):
+                    err = msg.error()
+                    if err is not None:
+                        if err.fatal():
+                            raise SinkError(f"sink {self.task}: reading markers: {err}")
+                        continue
+                    if msg.key() == key and msg.value() is not None:
+                        m = CommitMarker.decode(msg.value())
+                        if latest is None or m.checkpoint >= latest.checkpoint:
+                            latest = m
+        finally:
+            consumer.close()
+
+    def close(self) -> None:
+        """Drop the producer; an open transaction is aborted by the broker (or by the next fence)."""
+        if self._producer is not None:
+            self._producer.flush(0)
+            self._producer = None
+
+
+class AtLeastOnceSink(Sink):
+    """At-least-once sink: produce eagerly (idempotent producer), flush at the barrier."""
+
+    guarantee = Guarantee.AT_LEAST_ONCE
+
+    def __init__(
+        self,
+        task: str,
+        bootstrap: str,
+        *,
+        producer_config: Mapping[str, Any] | None = None,
+        timeout: float = 30.0,
+    ) -> None:
+        self.task = task
+        self.timeout = timeout
+        self._producer = make_producer(bootstrap, extra=producer_config)
+        self.failed = 0
+        self.first_error: str | None = None
+        self.produced = 0
+
+    def _on_delivery(self, err: Any, msg: Any) -> None:
+        if err is not None:
+            self.failed += 1
+            if self.first_error is None:
+                self.first_error = f"{msg.topic()}[{msg.partition()}]: {err}"
+
+    def write(self, record: OutputRecord) -> None:
+        _produce_all(self._producer, (record,), self._on_delivery)
+        self.produced += 1
+        if self.produced % _POLL_EVERY == 0:
+            self._producer.poll(0)
+
+    def write_batch(self, records: Iterable[OutputRecord]) -> None:
+        records = list(records)
+        _produce_all(self._producer, records, self._on_delivery)
+        self.produced += len(records)
+        self._producer.poll(0)
+
+    def on_barrier(self, checkpoint_id: int) -> None:
+        """Flush; raises SinkDeliveryError if anything could not be delivered."""
+        self.flush(f"barrier {checkpoint_id}")
+
+    def flush(self, why: str = "flush") -> None:
+        """Wait until every record is delivered; SinkDeliveryError if any failed or timed out."""
+        left = self._producer.flush(self.timeout)
+        if left or self.failed:
+            failed, first = self.failed, self.first_error
+            self.failed, self.first_error = 0, None
+            raise SinkDeliveryError(
+                f"sink {self.task} at {why}: {failed} records failed and {left} still "
+                f"undelivered after {self.timeout}s (first error: {first})"
+            )
+
+    def buffer_blob(self) -> None:
+        return None
+
+    def on_checkpoint_completed(self, checkpoint_id: int) -> int:
+        return 0  # already produced and flushed at the barrier
+
+    def recover(self, blob: bytes | None, attempt: int) -> int:
+        """Nothing is buffered; the replay after a restore may duplicate records."""
+        self.failed, self.first_error = 0, None
+        return 0
+
+    def close(self) -> None:
+        self._producer.flush(self.timeout)

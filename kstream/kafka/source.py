@@ -1,0 +1,261 @@
+"""Source consumer of a worker: consumer-group membership and batched reads.
+
+**Assignor: eager ``range``.** Co-partitioned inputs of a join must land on the
+same worker (DESIGN §2). The range assignor assigns each topic separately but
+in the same way: members sorted by member id, partitions split into contiguous
+ranges in that order. With every member subscribed to the same topics and the
+topics having identical partition counts, partition *i* of every topic goes to
+the same member (proved on a real broker by
+``integration/test_source_copartitioning.py``). ``cooperative-sticky`` gives no
+such guarantee (it balances all partitions together and keeps earlier owners),
+and its benefit — keeping partitions through a rebalance — does not apply here:
+any reassignment rolls the job back to the last checkpoint anyway (DESIGN §6).
+Mismatched partition counts must be rejected at start-up by the planner
+(:func:`check_copartitioned` helps).
+
+Records come back grouped by topic-partition as plain tuples
+``(key, value, timestamp_ms, offset, headers)`` so the worker's per-record path is
+a tuple unpack, not a method call per field.
+"""
+
+from __future__ import annotations
+
+import logging
+import struct
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any
+
+from confluent_kafka import OFFSET_INVALID, TIMESTAMP_NOT_AVAILABLE, TopicPartition
+
+from kstream.kafka.clients import KafkaError, KafkaException, make_consumer
+
+__all__ = [
+    "TP",
+    "RawRecord",
+    "SourceConsumer",
+    "SourceError",
+    "check_copartitioned",
+]
+
+log = logging.getLogger(__name__)
+
+TP = tuple[str, int]
+RawRecord = tuple[
+    bytes | None, bytes | None, int | None, int, list[tuple[str, bytes | None]] | None
+]
+"""(key, value, timestamp ms or None, offset, headers or None)."""
+
+AssignCallback = Callable[[list[TP]], Mapping[TP, int] | None]
+RevokeCallback = Callable[[list[TP]], None]
+
+
+class SourceError(RuntimeError):
+    """The source consumer hit an error it cannot continue from."""
+
+
+def check_copartitioned(counts: Mapping[str, int], topics: Sequence[str]) -> int:
+    """The common partition count of co-partitioned ``topics``; SourceError if they differ."""
+    missing = [t for t in topics if t not in counts]
+    if missing:
+        raise SourceError(f"co-partitioned topics do not exist: {missing}")
+    distinct = {counts[t] for t in topics}
+    if len(distinct) != 1:
+        detail = ", ".join(f"{t}={counts[t]}" for t in topics)
+        raise SourceError(
+            f"co-partitioned topics have different partition counts ({detail}); a join "
+            f"needs identical counts so that partition i of each lands on the same task"
+        )
+    return distinct.pop()
+
+
+def _generation_of(group_metadata: bytes) -> int | None:
+    """Generation id from librdkafka's serialized consumer-group metadata, if readable.
+
+    The layout (``CGMDv2:`` then a native int32 generation) is librdkafka's; the
+    Python client exposes no accessor. An unknown layout yields None, never a guess.
+    """
+    prefix = b"CGMDv2:"
+    if not group_metadata.startswith(prefix) or len(group_metadata) < len(prefix) + 4:
+        return None
+    (gen,) = struct.unpack_from("=i", group_metadata, len(prefix))
+    return gen if gen >= 0 else None
+
+
+class SourceConsumer:
+    """A worker's membership in consumer group ``group_id`` and its reads of ``topics``.
+
+    ``on_assign``/``on_revoke`` are called from inside ``consume_batch`` (that is
+    where librdkafka serves rebalances) with the affected (topic, partition) list;
+    ``on_assign`` may return start offsets for some of them (else the group's
+    committed offsets, or the earliest, are used).
+    With the eager protocol every rebalance first revokes the whole assignment.
+    """
+
+    def __init__(
+        self,
+        bootstrap: str,
+        group_id: str,
+        topics: Iterable[str],
+        *,
+        on_assign: AssignCallback | None = None,
+        on_revoke: RevokeCallback | None = None,
+        read_committed: bool = True,
+        extra: Mapping[str, Any] | None = None,
+    ) -> None:
+        self.group_id = group_id
+        self.topics = sorted(set(topics))
+        self._on_assign = on_assign
+        self._on_revoke = on_revoke
+        self._assignment: set[TP] = set()
+        self._consumer = make_consumer(
+            bootstrap,
+            group_id,
+            read_committed=read_committed,
+            extra={"partition.assignment.strategy": "range", **(extra or {})},
+        )
+        self._consumer.subscribe(
+            self.topics, on_assign=self._assigned, on_revoke=self._revoked, on_lost=self._revoked
+        )
+
+    # ---- rebalance callbacks (run inside consume/poll)
+
+    def _assigned(self, consumer: Any, partitions: list[TopicPartition]) -> None:
+        tps = [(p.topic, p.partition) for p in partitions]
+        self._assignment = set(tps)
+        log.info(
+            "group %s: assigned %s (generation %s)", self.group_id, sorted(tps), self.generation
+        )
+        start = self._on_assign(tps) if self._on_assign is not None else None
+        if start:
+            # Start positions chosen by the worker (checkpoint offsets) take effect
+            # before the first fetch: assign with explicit offsets.
+            for p in partitions:
+                off = start.get((p.topic, p.partition))
+                if off is not None:
+                    p.offset = off
+        consumer.assign(partitions)
+
+    def _revoked(self, consumer: Any, partitions: list[TopicPartition]) -> None:
+        tps = [(p.topic, p.partition) for p in partitions]
+        self._assignment.difference_update(tps)
+        log.info("group %s: revoked %s", self.group_id, sorted(tps))
+        if self._on_revoke is not None:
+            self._on_revoke(tps)
+
+    # ---- membership
+
+    @property
+    def assignment(self) -> set[TP]:
+        """The (topic, partition)s currently assigned to this member."""
+        return set(self._assignment)
+
+    @property
+    def member_id(self) -> str | None:
+        """This member's id in the group (None before joining)."""
+        mid = self._consumer.memberid()
+        return mid or None
+
+    @property
+    def generation(self) -> int | None:
+        """The group generation of the current assignment (None if not joined)."""
+        md = self._consumer.consumer_group_metadata()
+        return _generation_of(md) if isinstance(md, bytes) else None
+
+    def group_metadata(self) -> Any:
+        """Opaque group metadata for ``send_offsets_to_transaction`` (EOS fencing by generation)."""
+        return self._consumer.consumer_group_metadata()
+
+    # ---- reading
+
+    def consume_batch(self, max_records: int, timeout: float) -> dict[TP, list[RawRecord]]:
+        """Up to ``max_records`` records, waiting at most ``timeout`` s, grouped by partition.
+
+        Offsets within a partition are increasing. Transient client errors are
+        logged and skipped; a fatal one raises SourceError.
+        """
+        out: dict[TP, list[RawRecord]] = {}
+        msg: Any
+        for msg in self._consumer.consume(max_records, timeout):
+            err = msg.error()
+            if err is not None:
+                if err.code() == KafkaError._PARTITION_EOF:
+                    continue
+                if err.fatal() or err.code() in (
+                    KafkaError.UNKNOWN_TOPIC_OR_PART,
+                    KafkaError.TOPIC_AUTHORIZATION_FAILED,
+                ):
+                    raise SourceError(f"group {self.group_id}: consumer error: {err}")
+                log.warning("group %s: transient consumer error: %s", self.group_id, err)
+                continue
+            ts_type, ts = msg.timestamp()
+            key = (msg.topic(), msg.partition())
+            batch = out.get(key)
+            if batch is None:
+                batch = out[key] = []
+            batch.append(
+                (
+                    msg.key(),
+                    msg.value(),
+                    None if ts_type == TIMESTAMP_NOT_AVAILABLE else ts,
+                    msg.offset(),
+                    msg.headers(),
+                )
+            )
+        return out
+
+    def pause(self, tps: Iterable[TP]) -> None:
+        """Stop fetching ``tps`` (barrier alignment); records already returned stay returned."""
+        self._consumer.pause([TopicPartition(t, p) for t, p in tps])
+
+    def resume(self, tps: Iterable[TP]) -> None:
+        """Fetch ``tps`` again."""
+        self._consumer.resume([TopicPartition(t, p) for t, p in tps])
+
+    def seek(self, tp: TP, offset: int) -> None:
+        """Next record read from ``tp`` is at ``offset`` (restore to checkpoint offsets)."""
+        try:
+            self._consumer.seek(TopicPartition(tp[0], tp[1], offset))
+        except KafkaException as e:
+            raise SourceError(f"seek {tp[0]}[{tp[1]}] to {offset} failed: {e}") from e
+
+    def positions(self, tps: Iterable[TP] | None = None) -> dict[TP, int | None]:
+        """Offset of the next record to read per partition (None if none read or sought yet)."""
+        wanted = sorted(self._assignment if tps is None else tps)
+        got = self._consumer.position([TopicPartition(t, p) for t, p in wanted])
+        return {
+            (x.topic, x.partition): (
+                None if x.offset == OFFSET_INVALID or x.offset < 0 else x.offset
+            )
+            for x in got
+        }
+
+    def commit(self, offsets: Mapping[TP, int]) -> None:
+        """Commit ``offsets`` (next offset to read) to the group, synchronously.
+
+        Used with checkpointing off: a restart then continues from them.
+        """
+        if not offsets:
+            return
+        try:
+            self._consumer.commit(
+                offsets=[TopicPartition(t, p, o) for (t, p), o in offsets.items()],
+                asynchronous=False,
+            )
+        except KafkaException as e:
+            raise SourceError(f"group {self.group_id}: offset commit failed: {e}") from e
+
+    def committed(self, tps: Iterable[TP], timeout: float = 10.0) -> dict[TP, int | None]:
+        """The group's committed offsets for ``tps`` (None where nothing is committed)."""
+        got = self._consumer.committed([TopicPartition(t, p) for t, p in tps], timeout=timeout)
+        return {(x.topic, x.partition): (x.offset if x.offset >= 0 else None) for x in got}
+
+    def end_offsets(self, tp: TP, timeout: float = 10.0) -> int:
+        """The end offset of ``tp`` (bounded runs read up to it)."""
+        _low, high = self._consumer.get_watermark_offsets(
+            TopicPartition(*tp), timeout=timeout, cached=False
+        )
+        return int(high)
+
+    def close(self) -> None:
+        """Leave the group (revocation callbacks run) and release the consumer."""
+        self._consumer.close()
