@@ -1,0 +1,156 @@
+"""Order-preserving encoding of state key tuples to bytes.
+
+``encode_key(a) < encode_key(b)`` (bytewise) exactly when ``a < b`` as Python
+tuples, for tuples whose components at each position have the same type (Python
+cannot order mixed types; the encoding still orders them consistently by type:
+``None < int < bytes < str``). The encoding of a tuple is the concatenation of its
+components' encodings, and each component encoding is self-delimiting, so the
+encoding of a prefix tuple is a byte prefix of the encoding of every tuple that
+starts with it: a RocksDB ``seek`` + ``startswith`` visits exactly the keys under
+a tuple prefix (all windows of one key, all keys of one window end).
+
+Component layout (first byte is a type tag):
+
+* ``None``: ``0x01``
+* ``int`` in int64 range: ``0x03`` + 8 bytes big-endian of ``n + 2**63``
+* ``int`` >= 2**63: ``0x04`` + length byte ``L`` + ``L`` bytes big-endian magnitude
+* ``int`` < -2**63: ``0x02`` + ``255 - L`` + ``L`` bytes of the inverted magnitude
+  (longer magnitude means smaller number; inverted bytes reverse the order)
+* ``bytes``: ``0x05`` + bytes with ``0x00`` escaped as ``0x00 0xFF``, then ``0x00 0x01``
+* ``str``: ``0x06`` + UTF-8 (``surrogatepass``) escaped like bytes (UTF-8 byte order
+  is code-point order, which is Python's ``str`` order)
+
+``bool`` is encoded as the ``int`` it equals. Ints need at most 255 bytes.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kstream.state.base import StateKey
+
+_NONE = 0x01
+_NEG_BIG = 0x02
+_INT64 = 0x03
+_POS_BIG = 0x04
+_BYTES = 0x05
+_STR = 0x06
+
+_INT64_MIN = -(2**63)
+_INT64_MAX = 2**63 - 1
+_TERMINATOR = b"\x00\x01"
+
+
+class KeyEncodingError(ValueError):
+    """A key component cannot be encoded or bytes are not a valid encoded key."""
+
+
+def _escape(data: bytes) -> bytes:
+    return data.replace(b"\x00", b"\x00\xff") + _TERMINATOR
+
+
+def _encode_component(part: Any, out: bytearray) -> None:
+    if part is None:
+        out.append(_NONE)
+    elif isinstance(part, int):
+        if _INT64_MIN <= part <= _INT64_MAX:
+            out.append(_INT64)
+            out += (part - _INT64_MIN).to_bytes(8, "big")
+        elif part > 0:
+            n = (part.bit_length() + 7) // 8
+            if n > 255:
+                raise KeyEncodingError(f"int key component too large ({n} bytes > 255)")
+            out.append(_POS_BIG)
+            out.append(n)
+            out += part.to_bytes(n, "big")
+        else:
+            mag = -part
+            n = (mag.bit_length() + 7) // 8
+            if n > 255:
+                raise KeyEncodingError(f"int key component too small ({n} bytes > 255)")
+            out.append(_NEG_BIG)
+            out.append(255 - n)
+            out += ((1 << (8 * n)) - 1 - mag).to_bytes(n, "big")
+    elif isinstance(part, bytes):
+        out.append(_BYTES)
+        out += _escape(part)
+    elif isinstance(part, str):
+        out.append(_STR)
+        out += _escape(part.encode("utf-8", "surrogatepass"))
+    else:
+        raise KeyEncodingError(
+            f"key components must be int, str, bytes or None, got {type(part).__name__}: {part!r}"
+        )
+
+
+def encode_key(key: StateKey) -> bytes:
+    """The order-preserving encoding of ``key`` (see module docstring)."""
+    out = bytearray()
+    for part in key:
+        _encode_component(part, out)
+    return bytes(out)
+
+
+def _unescape(data: bytes, pos: int) -> tuple[bytes, int]:
+    out = bytearray()
+    while True:
+        i = data.find(b"\x00", pos)
+        if i < 0 or i + 1 >= len(data):
+            raise KeyEncodingError(f"unterminated bytes component in encoded key {data!r}")
+        out += data[pos:i]
+        marker = data[i + 1]
+        if marker == 0x01:
+            return bytes(out), i + 2
+        if marker != 0xFF:
+            raise KeyEncodingError(f"bad escape 0x00 0x{marker:02x} in encoded key {data!r}")
+        out.append(0)
+        pos = i + 2
+
+
+def decode_key(data: bytes) -> StateKey:
+    """The tuple ``encode_key`` turned into ``data``; KeyEncodingError if malformed."""
+    parts: list[Any] = []
+    pos = 0
+    end = len(data)
+    try:
+        while pos < end:
+            tag = data[pos]
+            pos += 1
+            if tag == _NONE:
+                parts.append(None)
+            elif tag == _INT64:
+                parts.append(int.from_bytes(data[pos : pos + 8], "big") + _INT64_MIN)
+                pos += 8
+            elif tag == _POS_BIG:
+                n = data[pos]
+                parts.append(int.from_bytes(data[pos + 1 : pos + 1 + n], "big"))
+                pos += 1 + n
+            elif tag == _NEG_BIG:
+                n = 255 - data[pos]
+                inv = int.from_bytes(data[pos + 1 : pos + 1 + n], "big")
+                parts.append(-((1 << (8 * n)) - 1 - inv))
+                pos += 1 + n
+            elif tag == _BYTES:
+                raw, pos = _unescape(data, pos)
+                parts.append(raw)
+            elif tag == _STR:
+                raw, pos = _unescape(data, pos)
+                parts.append(raw.decode("utf-8", "surrogatepass"))
+            else:
+                raise KeyEncodingError(f"unknown type tag 0x{tag:02x} in encoded key {data!r}")
+    except IndexError as e:
+        raise KeyEncodingError(f"truncated encoded key {data!r}") from e
+    if pos != end:
+        raise KeyEncodingError(f"truncated encoded key {data!r}")
+    return tuple(parts)
+
+
+def prefix_upper_bound(prefix: bytes) -> bytes | None:
+    """The smallest byte string greater than every string starting with ``prefix``.
+
+    ``None`` when there is none (empty prefix or all ``0xFF``): scan to the end.
+    """
+    stripped = prefix.rstrip(b"\xff")
+    if not stripped:
+        return None
+    return stripped[:-1] + bytes([stripped[-1] + 1])

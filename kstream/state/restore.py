@@ -1,0 +1,281 @@
+"""Restore a task's RocksDB state from a snapshot manifest (DESIGN §6.3, §8).
+
+Every file is checked against the manifest's SHA-256. A file the task still has
+locally (in ``<local_dir>/snapshots/*/``, hard links of earlier snapshots) with a
+matching checksum is reused — task-local recovery — and only the rest is
+downloaded. A missing or corrupt file raises ``CorruptSnapshotError`` naming the
+file and the checkpoint; with ``allow_fallback`` the restore logs it loudly and
+tries the task's snapshot in the previous retained completed checkpoint, and so
+on. The restored DB is built in a staging directory and swapped in at the end,
+so a failed restore never leaves a half-built DB behind.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import shutil
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from kstream.checkpoint.metadata import MetadataError, completed_ids, read_metadata
+from kstream.checkpoint.store import CheckpointStore, StoreError
+from kstream.state.rocksdb import RocksDBBackend
+from kstream.state.snapshot import FileEntry, SnapshotManifest, read_manifest, sha256_file
+
+log = logging.getLogger(__name__)
+
+
+class CorruptSnapshotError(RuntimeError):
+    """A snapshot file is missing or does not match its manifest checksum."""
+
+    def __init__(self, message: str, *, manifest_path: str, file: str | None = None) -> None:
+        super().__init__(message)
+        self.manifest_path = manifest_path
+        self.file = file
+
+
+@dataclass(frozen=True)
+class RestoreStats:
+    """How a restore went: which manifest was used, what was reused or downloaded."""
+
+    manifest_path: str
+    files_reused: int
+    files_downloaded: int
+    bytes_downloaded: int
+    restore_ms: float
+    fell_back_from: tuple[str, ...] = ()
+
+
+def _local_candidates(local_dir: Path, name: str, size: int, label: str) -> list[Path]:
+    """Local copies of ``name`` with the right size, the snapshot's own dir first."""
+    root = local_dir / "snapshots"
+    if not root.is_dir():
+        return []
+    dirs = sorted(root.iterdir(), key=lambda d: d.name != label)
+    return [d / name for d in dirs if (d / name).is_file() and (d / name).stat().st_size == size]
+
+
+def _place(src: Path, dst: Path, entry: FileEntry) -> None:
+    """Put a verified local file at ``dst``: hard link for SSTs (immutable), copy otherwise."""
+    if entry.name.endswith(".sst"):
+        try:
+            os.link(src, dst)
+            return
+        except OSError:
+            pass  # another file system: fall through to a copy
+    shutil.copyfile(src, dst)
+
+
+def _restore_one(
+    store: CheckpointStore,
+    manifest_path: str,
+    local_dir: Path,
+    backend_kwargs: dict[str, Any],
+) -> tuple[RocksDBBackend, SnapshotManifest, RestoreStats]:
+    t0 = time.perf_counter()
+    try:
+        manifest = read_manifest(store, manifest_path)
+    except (StoreError, ValueError) as e:
+        raise CorruptSnapshotError(
+            f"snapshot manifest {store.url}/{manifest_path} is missing or unreadable: {e}",
+            manifest_path=manifest_path,
+        ) from e
+    stage = local_dir / f".restore-{uuid.uuid4().hex}"
+    stage.mkdir(parents=True)
+    reused = downloaded = downloaded_bytes = 0
+    try:
+        for entry in manifest.files:
+            dst = stage / entry.name
+            # 1. Task-local recovery: a local file whose checksum matches.
+            for cand in _local_candidates(local_dir, entry.name, entry.size, manifest.label):
+                if sha256_file(cand) == entry.sha256:
+                    _place(cand, dst, entry)
+                    reused += 1
+                    break
+            else:
+                # 2. Download and verify.
+                where = (
+                    f"file {entry.name} ({store.url}/{entry.path}) of snapshot "
+                    f"{manifest.label} of task {manifest.task_id} ({manifest_path})"
+                )
+                try:
+                    store.get_file(entry.path, dst)
+                except StoreError as e:
+                    raise CorruptSnapshotError(
+                        f"{where} is missing from the store",
+                        manifest_path=manifest_path,
+                        file=entry.name,
+                    ) from e
+                actual = sha256_file(dst)
+                if actual != entry.sha256 or dst.stat().st_size != entry.size:
+                    raise CorruptSnapshotError(
+                        f"{where} is corrupt: sha256 {actual}, size {dst.stat().st_size}; "
+                        f"manifest says sha256 {entry.sha256}, size {entry.size}",
+                        manifest_path=manifest_path,
+                        file=entry.name,
+                    )
+                downloaded += 1
+                downloaded_bytes += entry.size
+        # 3. Swap the staged DB in and open it. Keep the staged copy as this
+        #    snapshot's local copy too, so the next restore can reuse it.
+        db_dir = local_dir / "db"
+        if db_dir.exists():
+            shutil.rmtree(db_dir)
+        local_copy = local_dir / "snapshots" / manifest.label
+        if not local_copy.exists():
+            local_copy.mkdir(parents=True)
+            for entry in manifest.files:
+                _place(stage / entry.name, local_copy / entry.name, entry)
+        os.replace(stage, db_dir)
+    finally:
+        if stage.exists():
+            shutil.rmtree(stage, ignore_errors=True)
+    backend = RocksDBBackend(local_dir, **backend_kwargs)
+    if backend.sequence_number < manifest.sequence_number:
+        backend.close()
+        raise CorruptSnapshotError(
+            f"snapshot {manifest.label} of task {manifest.task_id} ({manifest_path}) restored to "
+            f"RocksDB sequence {backend.sequence_number}, below the manifest's "
+            f"{manifest.sequence_number}: files are missing",
+            manifest_path=manifest_path,
+        )
+    stats = RestoreStats(
+        manifest_path=manifest_path,
+        files_reused=reused,
+        files_downloaded=downloaded,
+        bytes_downloaded=downloaded_bytes,
+        restore_ms=(time.perf_counter() - t0) * 1000,
+    )
+    return backend, manifest, stats
+
+
+def _fallback_manifests(store: CheckpointStore, app_id: str, task_id: str, below: int) -> list[str]:
+    """The task's manifests in retained completed checkpoints older than ``below``, newest first."""
+    out = []
+    for n in reversed(completed_ids(store, app_id)):
+        if n >= below:
+            continue
+        try:
+            meta = read_metadata(store, app_id, n)
+        except MetadataError as e:
+            log.error("cannot fall back to checkpoint %d: %s", n, e)
+            continue
+        snap = meta.tasks.get(task_id)
+        if snap is not None and snap.handle:
+            out.append(snap.handle)
+    return out
+
+
+def restore_state(
+    store: CheckpointStore,
+    app_id: str,
+    task_id: str,
+    manifest_path: str,
+    local_dir: Path | str,
+    *,
+    allow_fallback: bool = False,
+    **backend_kwargs: Any,
+) -> tuple[RocksDBBackend, SnapshotManifest, RestoreStats]:
+    """Restore like ``restore_backend`` and also say how (reuse/download counts, fallbacks)."""
+    local = Path(local_dir)
+    local.mkdir(parents=True, exist_ok=True)
+    try:
+        return _restore_one(store, manifest_path, local, backend_kwargs)
+    except CorruptSnapshotError as first:
+        if not allow_fallback:
+            raise
+        failed = [manifest_path]
+        log.error("RESTORE FAILED, falling back to an older checkpoint: %s", first)
+        below = _checkpoint_id_of(store, manifest_path)
+        for older in _fallback_manifests(store, app_id, task_id, below):
+            try:
+                backend, manifest, stats = _restore_one(store, older, local, backend_kwargs)
+            except CorruptSnapshotError as e:
+                log.error("RESTORE FAILED, falling back further: %s", e)
+                failed.append(older)
+                continue
+            log.error(
+                "task %s restored from the OLDER snapshot %s (checkpoint %d) because %s",
+                task_id,
+                older,
+                manifest.checkpoint_id,
+                ", ".join(failed),
+            )
+            return backend, manifest, _with_fallback(stats, failed)
+        raise CorruptSnapshotError(
+            f"{first}; no older retained checkpoint of task {task_id} could be restored "
+            f"(tried {', '.join(failed)})",
+            manifest_path=manifest_path,
+            file=first.file,
+        ) from first
+
+
+def restore_backend(
+    store: CheckpointStore,
+    app_id: str,
+    task_id: str,
+    manifest_path: str,
+    local_dir: Path | str,
+    *,
+    allow_fallback: bool = False,
+    **backend_kwargs: Any,
+) -> tuple[RocksDBBackend, SnapshotManifest]:
+    """Rebuild task ``task_id``'s state from the snapshot at ``manifest_path``.
+
+    Returns the opened backend (its contents equal the snapshot exactly) and the
+    manifest actually used — with ``allow_fallback`` it may be an older retained
+    checkpoint's, so the caller must seek its inputs to ``manifest.positions``.
+    Raises CorruptSnapshotError naming the file and checkpoint otherwise.
+    ``backend_kwargs`` go to ``RocksDBBackend`` (cache size, clock, ...).
+    """
+    backend, manifest, _ = restore_state(
+        store,
+        app_id,
+        task_id,
+        manifest_path,
+        local_dir,
+        allow_fallback=allow_fallback,
+        **backend_kwargs,
+    )
+    return backend, manifest
+
+
+def read_blob(store: CheckpointStore, manifest: SnapshotManifest, name: str) -> bytes:
+    """Extra blob ``name`` of a snapshot, checksum-verified (CorruptSnapshotError otherwise)."""
+    entry = manifest.blobs[name]
+    where = f"blob {name} ({store.url}/{entry.path}) of snapshot {manifest.label} of task {manifest.task_id}"
+    try:
+        data = store.get_bytes(entry.path)
+    except StoreError as e:
+        raise CorruptSnapshotError(
+            f"{where} is missing", manifest_path=manifest.label, file=name
+        ) from e
+    if hashlib.sha256(data).hexdigest() != entry.sha256:
+        raise CorruptSnapshotError(f"{where} is corrupt", manifest_path=manifest.label, file=name)
+    return data
+
+
+def _checkpoint_id_of(store: CheckpointStore, manifest_path: str) -> int:
+    """The checkpoint id of a manifest (from its content, else its ``chk-<n>`` name)."""
+    try:
+        return read_manifest(store, manifest_path).checkpoint_id
+    except (StoreError, ValueError):
+        name = manifest_path.rsplit("/", 1)[-1]
+        digits = name.removeprefix("chk-").removesuffix(".json")
+        return int(digits) if digits.isdigit() else 2**63
+
+
+def _with_fallback(stats: RestoreStats, failed: list[str]) -> RestoreStats:
+    return RestoreStats(
+        manifest_path=stats.manifest_path,
+        files_reused=stats.files_reused,
+        files_downloaded=stats.files_downloaded,
+        bytes_downloaded=stats.bytes_downloaded,
+        restore_ms=stats.restore_ms,
+        fell_back_from=tuple(failed),
+    )

@@ -1,0 +1,383 @@
+"""Keyed state on RocksDB (``rocksdict``): one DB per task, a column family per table.
+
+Local layout of one task directory ``path``::
+
+    path/db/                     the live RocksDB instance
+    path/snapshots/chk-<n>/      RocksDB checkpoints (hard links) taken by snapshot_sync
+
+Keys are encoded with ``kstream.state.keys`` (order-preserving, prefix-friendly).
+A stored value is one header byte, an optional 8-byte write time (ms, big-endian;
+present when the table had a TTL at write time) and the value serde's bytes::
+
+    header bit 0: write time present    header bit 1: value is None
+
+A *write cache* sits in front of RocksDB: ``put``/``delete`` land in a per-table
+dict of decoded Python objects; ``get`` looks there first. The cache is encoded
+into one WriteBatch and written when a table's cache exceeds ``cache_entries``
+entries, before that table is scanned, and before a snapshot. Writes skip the WAL:
+durability comes from snapshots, never from the live DB (a crashed task restores
+from a snapshot, DESIGN §6.3).
+
+TTL: entries of a table with ``TableSpec.ttl`` whose last write is older than the
+TTL (by the injected clock) are invisible to ``get``/``scan``; ``get`` deletes them
+lazily and ``purge_expired`` sweeps whole tables (call it from a timer).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import struct
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import rocksdict
+
+from kstream.serde import AvroSerde, Serde, serde_by_name
+from kstream.state.base import KeyedStateBackend, StateKey, StateTable, TableSpec
+from kstream.state.keys import decode_key, encode_key, prefix_upper_bound
+
+_TOMBSTONE: Any = object()
+_MISSING: Any = object()
+
+_HAS_TIME = 0x01
+_IS_NONE = 0x02
+_TIME = struct.Struct(">q")
+
+Clock = Callable[[], float]
+
+
+class StateError(RuntimeError):
+    """The state backend cannot do what was asked; the message says what and where."""
+
+
+def value_serde_for(spec: TableSpec) -> Serde:
+    """The serde named by ``spec.value_serde``: "json", "bytes", "str", or an Avro schema as JSON text."""
+    name = spec.value_serde
+    if name.lstrip().startswith("{"):
+        return AvroSerde(json.loads(name))
+    return serde_by_name(name)
+
+
+@dataclass(frozen=True)
+class LocalSnapshot:
+    """A RocksDB checkpoint on local disk: what the asynchronous upload reads.
+
+    ``label`` names the snapshot's manifest (``chk-<n>`` for a checkpoint, a
+    caller-chosen label for a savepoint / a bounded run's final state).
+    """
+
+    checkpoint_id: int
+    label: str
+    directory: Path
+    sequence_number: int
+    tables: tuple[str, ...]
+    sync_ms: float
+
+
+class _Timed:
+    """A cached value of a TTL table together with its write time (seconds)."""
+
+    __slots__ = ("at", "value")
+
+    def __init__(self, value: Any, at: float) -> None:
+        self.value = value
+        self.at = at
+
+
+class RocksDBTable(StateTable):
+    """One column family behind a write cache; see the module docstring."""
+
+    def __init__(self, backend: RocksDBBackend, spec: TableSpec, cf: rocksdict.Rdict) -> None:
+        self.name = spec.name
+        self.spec = spec
+        self._backend = backend
+        self._cf: Any = cf
+        self._handle: Any = backend._db.get_column_family_handle(spec.name)
+        self._serde = value_serde_for(spec)
+        self._ttl = spec.ttl
+        self._dirty: dict[StateKey, Any] = {}
+        self._limit = backend.cache_entries
+
+    # -- encoding -------------------------------------------------------------
+
+    def _encode_value(self, value: Any, at: float | None) -> bytes:
+        header = 0
+        body = b""
+        if value is None:
+            header |= _IS_NONE
+        else:
+            data = self._serde.serialize(value)
+            body = data if data is not None else b""
+        if at is not None:
+            return bytes([header | _HAS_TIME]) + _TIME.pack(int(at * 1000)) + body
+        return bytes([header]) + body
+
+    def _decode_value(self, raw: bytes, now: float | None) -> Any:
+        """The stored value, or _MISSING if it has expired (``now`` given)."""
+        header = raw[0]
+        pos = 1
+        if header & _HAS_TIME:
+            if now is not None and self._ttl is not None:
+                (ms,) = _TIME.unpack_from(raw, 1)
+                if now - ms / 1000.0 > self._ttl:
+                    return _MISSING
+            pos = 9
+        if header & _IS_NONE:
+            return None
+        return self._serde.deserialize(raw[pos:])
+
+    # -- StateTable -------------------------------------------------------------
+
+    def get(self, key: StateKey, default: Any = None) -> Any:
+        entry = self._dirty.get(key, _MISSING)
+        if entry is not _MISSING:
+            if entry is _TOMBSTONE:
+                return default
+            if self._ttl is None:
+                return entry.value if type(entry) is _Timed else entry
+            if type(entry) is _Timed:
+                if self._backend.clock() - entry.at > self._ttl:
+                    self._dirty[key] = _TOMBSTONE
+                    return default
+                return entry.value
+            return entry
+        raw = self._cf.get(encode_key(key))
+        if raw is None:
+            return default
+        now = self._backend.clock() if self._ttl is not None else None
+        value = self._decode_value(raw, now)
+        if value is _MISSING:
+            self.delete(key)  # lazy purge of an expired entry
+            return default
+        return value
+
+    def put(self, key: StateKey, value: Any) -> None:
+        d = self._dirty
+        d[key] = value if self._ttl is None else _Timed(value, self._backend.clock())
+        if len(d) > self._limit:
+            self.flush()
+
+    def delete(self, key: StateKey) -> None:
+        d = self._dirty
+        d[key] = _TOMBSTONE
+        if len(d) > self._limit:
+            self.flush()
+
+    def scan(self, prefix: StateKey = ()) -> Iterator[tuple[StateKey, Any]]:
+        start = encode_key(prefix)
+        return self._iterate(start, prefix_upper_bound(start))
+
+    def scan_range(self, start: StateKey, end: StateKey) -> Iterator[tuple[StateKey, Any]]:
+        return self._iterate(encode_key(start), encode_key(end))
+
+    # -- internals ------------------------------------------------------------------
+
+    def _iterate(self, start: bytes, end: bytes | None) -> Iterator[tuple[StateKey, Any]]:
+        self.flush()  # scans read RocksDB only, so cached writes go there first
+        now = self._backend.clock() if self._ttl is not None else None
+        opts = rocksdict.ReadOptions()
+        if end is not None:
+            opts.set_iterate_upper_bound(end)
+        it = self._cf.iter(opts)
+        it.seek(start)
+        decode = self._decode_value
+        while it.valid():
+            value = decode(it.value(), now)
+            if value is not _MISSING:
+                yield decode_key(it.key()), value
+            it.next()
+
+    def flush(self) -> int:
+        """Write this table's cached entries to RocksDB in one batch; returns how many."""
+        dirty = self._dirty
+        if not dirty:
+            return 0
+        batch = rocksdict.WriteBatch(raw_mode=True)
+        handle = self._handle
+        encode = self._encode_value
+        timed = self._ttl is not None
+        for key, value in dirty.items():
+            ek = encode_key(key)
+            if value is _TOMBSTONE:
+                batch.delete(ek, handle)
+            elif type(value) is _Timed:
+                batch.put(ek, encode(value.value, value.at), handle)
+            else:
+                batch.put(ek, encode(value, self._backend.clock() if timed else None), handle)
+        n = len(dirty)
+        self._backend._db.write(batch)
+        self._dirty = {}
+        return n
+
+    def _detach(self) -> None:
+        """Drop the column-family handles (they keep the DB open); the table is unusable after."""
+        self._cf = None
+        self._handle = None
+
+    def purge_expired(self) -> int:
+        """Delete every entry whose TTL has passed; returns how many were deleted."""
+        if self._ttl is None:
+            return 0
+        self.flush()
+        now = self._backend.clock()
+        expired = []
+        it = self._cf.iter(rocksdict.ReadOptions())
+        it.seek_to_first()
+        while it.valid():
+            if self._decode_value(it.value(), now) is _MISSING:
+                expired.append(it.key())
+            it.next()
+        if expired:
+            batch = rocksdict.WriteBatch(raw_mode=True)
+            for k in expired:
+                batch.delete(k, self._handle)
+            self._backend._db.write(batch)
+        return len(expired)
+
+
+def _cf_options() -> rocksdict.Options:
+    opts = rocksdict.Options(raw_mode=True)
+    # Few, larger L0 merges: a checkpoint uploads its fresh L0 file and nothing else
+    # until compaction runs, which keeps incremental checkpoints small.
+    opts.set_level_zero_file_num_compaction_trigger(8)
+    opts.set_target_file_size_base(16 * 1024 * 1024)
+    return opts
+
+
+def _db_options() -> rocksdict.Options:
+    opts = _cf_options()
+    opts.create_if_missing(True)
+    opts.create_missing_column_families(True)
+    return opts
+
+
+class RocksDBBackend(KeyedStateBackend):
+    """All keyed state of one task in one RocksDB instance under ``path``.
+
+    ``cache_entries`` bounds each table's write cache; ``clock`` (seconds) drives
+    TTLs; ``local_retained`` is how many local snapshots are kept for task-local
+    recovery (older ones are deleted when a new one is taken, so an upload must
+    finish before ``local_retained`` newer snapshots are taken).
+    """
+
+    def __init__(
+        self,
+        path: Path | str,
+        *,
+        cache_entries: int = 100_000,
+        clock: Clock = time.time,
+        local_retained: int = 2,
+    ) -> None:
+        if cache_entries < 1:
+            raise ValueError(f"cache_entries must be >= 1, got {cache_entries}")
+        self.path = Path(path)
+        self.db_path = self.path / "db"
+        self.snapshot_root = self.path / "snapshots"
+        self.cache_entries = cache_entries
+        self.clock = clock
+        self.local_retained = local_retained
+        self.db_path.mkdir(parents=True, exist_ok=True)
+        opts = _db_options()
+        existing: list[str] = []
+        if (self.db_path / "CURRENT").exists():
+            existing = [
+                n for n in rocksdict.Rdict.list_cf(str(self.db_path), opts) if n != "default"
+            ]
+        self._db = rocksdict.Rdict(
+            str(self.db_path), opts, column_families={n: _cf_options() for n in existing}
+        )
+        self._db.set_write_options(_write_options())
+        self._cfs: set[str] = set(existing)
+        self._tables: dict[str, RocksDBTable] = {}
+        self._closed = False
+
+    def table(self, spec: TableSpec) -> RocksDBTable:
+        """The table for ``spec`` (a column family named ``spec.name``)."""
+        t = self._tables.get(spec.name)
+        if t is not None:
+            if t.spec != spec:
+                raise StateError(
+                    f"table {spec.name!r} is already open as {t.spec}; cannot reopen it as {spec}"
+                )
+            return t
+        if spec.name == "default" or not spec.name:
+            raise StateError(f"invalid table name {spec.name!r}")
+        if spec.name in self._cfs:
+            cf = self._db.get_column_family(spec.name)
+        else:
+            cf = self._db.create_column_family(spec.name, _cf_options())
+            self._cfs.add(spec.name)
+        t = RocksDBTable(self, spec, cf)
+        self._tables[spec.name] = t
+        return t
+
+    def tables(self) -> dict[str, StateTable]:
+        return dict(self._tables)
+
+    def stored_tables(self) -> list[str]:
+        """Names of every column family in the DB, opened as a table or not."""
+        return sorted(self._cfs)
+
+    def flush(self) -> int:
+        """Write every table's cache to RocksDB; returns the number of entries written."""
+        return sum(t.flush() for t in self._tables.values())
+
+    def purge_expired(self) -> int:
+        """Sweep every open TTL table; returns the number of expired entries deleted."""
+        return sum(t.purge_expired() for t in self._tables.values())
+
+    @property
+    def sequence_number(self) -> int:
+        """RocksDB's latest sequence number (after cached writes are flushed)."""
+        return int(self._db.latest_sequence_number())
+
+    def snapshot_sync(self, checkpoint_id: int, label: str | None = None) -> LocalSnapshot:
+        """Synchronous part of a snapshot: flush the cache, take a RocksDB checkpoint.
+
+        The checkpoint is hard links into ``snapshots/<label>`` (``label`` defaults
+        to ``chk-<checkpoint_id>``) and is immutable; processing may continue at
+        once while ``SnapshotUploader`` uploads it. Older local snapshots beyond
+        ``local_retained`` are deleted.
+        """
+        label = label or f"chk-{checkpoint_id}"
+        t0 = time.perf_counter()
+        # 1. Cached writes into RocksDB, so the checkpoint holds all state.
+        self.flush()
+        seq = self.sequence_number
+        # 2. RocksDB checkpoint: flushes memtables and hard-links the live SSTs.
+        target = self.snapshot_root / label
+        if target.exists():
+            shutil.rmtree(target)
+        self.snapshot_root.mkdir(parents=True, exist_ok=True)
+        rocksdict.Checkpoint(self._db).create_checkpoint(str(target))
+        sync_ms = (time.perf_counter() - t0) * 1000
+        self._prune_local(keep=target.name)
+        return LocalSnapshot(checkpoint_id, label, target, seq, tuple(sorted(self._cfs)), sync_ms)
+
+    def _prune_local(self, keep: str) -> None:
+        dirs = [d for d in self.snapshot_root.iterdir() if d.is_dir() and d.name != keep]
+        dirs.sort(key=lambda d: d.stat().st_mtime)
+        for d in dirs[: max(0, len(dirs) - (self.local_retained - 1))]:
+            shutil.rmtree(d, ignore_errors=True)
+
+    def close(self) -> None:
+        """Flush the cache and close the DB (idempotent)."""
+        if self._closed:
+            return
+        self.flush()
+        for t in self._tables.values():
+            t._detach()
+        self._tables.clear()
+        self._db.close()
+        self._closed = True
+
+
+def _write_options() -> rocksdict.WriteOptions:
+    wo = rocksdict.WriteOptions()
+    # A property at run time; rocksdict's stub wrongly declares a method.
+    setattr(wo, "disable_wal", True)  # noqa: B010
+    return wo

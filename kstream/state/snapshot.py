@@ -1,0 +1,280 @@
+"""Asynchronous, incremental upload of a task's local snapshot to the checkpoint store.
+
+Store layout of one app (``<app>/`` prefix):
+
+``<app>/shared/<sha256>``
+    Content-addressed immutable files: RocksDB SSTs and the small per-checkpoint
+    files (MANIFEST, OPTIONS, CURRENT, ...), and extra blobs (e.g. a sink's
+    write-ahead buffer). A file the store already holds is never uploaded again:
+    SSTs are immutable, so an unchanged SST has the same hash in every checkpoint.
+``<app>/tasks/<task_id>/<label>.json``
+    Per-task manifest (``label`` is ``chk-<n>`` for checkpoint n, or a caller-given
+    label for a savepoint / a bounded run's final state). Written LAST and
+    atomically, after every file it names is in the store: a manifest that exists
+    names a complete snapshot. It holds the files (name, size, sha256, shared
+    path), the RocksDB sequence number, the task's input positions (opaque JSON),
+    extra blobs (name -> shared path, size, sha256), the attempt and created time.
+``<app>/checkpoints/chk-<n>.json``
+    Written by the coordinator (``kstream.checkpoint.metadata``) when checkpoint n
+    completes; it names each task's manifest. A checkpoint is complete iff it exists.
+
+Retention and GC of this layout: ``kstream.state.retention``. Restore:
+``kstream.state.restore``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from collections.abc import Callable, Mapping
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from kstream.checkpoint.store import CheckpointStore
+from kstream.state.rocksdb import LocalSnapshot
+
+MANIFEST_VERSION = 1
+
+
+def shared_path(app_id: str, sha256: str) -> str:
+    """Store path of the content-addressed file with hash ``sha256``."""
+    return f"{app_id}/shared/{sha256}"
+
+
+def manifest_path(app_id: str, task_id: str, label: str) -> str:
+    """Store path of task ``task_id``'s manifest for snapshot ``label``."""
+    return f"{app_id}/tasks/{task_id}/{label}.json"
+
+
+def sha256_file(path: Path) -> str:
+    """Hex SHA-256 of a local file's content."""
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while chunk := f.read(1 << 20):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+@dataclass(frozen=True)
+class FileEntry:
+    """One file of a snapshot: local name, size, content hash, where it is stored."""
+
+    name: str
+    size: int
+    sha256: str
+    path: str
+
+
+@dataclass(frozen=True)
+class SnapshotManifest:
+    """What one task's snapshot consists of; see the module docstring."""
+
+    app_id: str
+    task_id: str
+    checkpoint_id: int
+    label: str
+    attempt: int
+    created: float
+    sequence_number: int
+    tables: tuple[str, ...]
+    files: tuple[FileEntry, ...]
+    positions: dict[str, Any] = field(default_factory=dict)
+    blobs: dict[str, FileEntry] = field(default_factory=dict)
+
+    @property
+    def total_bytes(self) -> int:
+        """Size of all files and blobs of this snapshot."""
+        return sum(f.size for f in self.files) + sum(b.size for b in self.blobs.values())
+
+    def shared_paths(self) -> set[str]:
+        """Every shared store path this manifest references."""
+        return {f.path for f in self.files} | {b.path for b in self.blobs.values()}
+
+    def to_json(self) -> bytes:
+        """The manifest file's content."""
+        body = asdict(self)
+        body["version"] = MANIFEST_VERSION
+        return json.dumps(body, indent=1, sort_keys=True).encode()
+
+    @classmethod
+    def from_json(cls, data: bytes) -> SnapshotManifest:
+        """Parse a manifest; ValueError (with the reason) if it is not one."""
+        try:
+            obj = json.loads(data)
+            if obj.get("version") != MANIFEST_VERSION:
+                raise ValueError(f"unsupported manifest version {obj.get('version')!r}")
+            return cls(
+                app_id=str(obj["app_id"]),
+                task_id=str(obj["task_id"]),
+                checkpoint_id=int(obj["checkpoint_id"]),
+                label=str(obj["label"]),
+                attempt=int(obj["attempt"]),
+                created=float(obj["created"]),
+                sequence_number=int(obj["sequence_number"]),
+                tables=tuple(obj["tables"]),
+                files=tuple(FileEntry(**f) for f in obj["files"]),
+                positions=dict(obj["positions"]),
+                blobs={str(k): FileEntry(**v) for k, v in obj["blobs"].items()},
+            )
+        except (KeyError, TypeError, AttributeError) as e:
+            raise ValueError(f"not a snapshot manifest: {e!r}") from e
+
+
+@dataclass(frozen=True)
+class StateHandle:
+    """The result of an uploaded snapshot: what a task acknowledges (DESIGN §5.5)."""
+
+    manifest_path: str
+    checkpoint_id: int
+    label: str
+    bytes_total: int
+    bytes_uploaded: int
+    files_total: int
+    files_uploaded: int
+    sync_ms: float
+    upload_ms: float
+
+
+class SnapshotUploader:
+    """Uploads local snapshots of one task, incrementally, on a background thread.
+
+    ``upload`` returns at once with a future; snapshots of one task are uploaded
+    in submission order. Hashes of hard-linked SSTs are remembered by inode, so an
+    SST is hashed once however many snapshots contain it.
+    """
+
+    def __init__(
+        self,
+        store: CheckpointStore,
+        app_id: str,
+        task_id: str,
+        *,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.store = store
+        self.app_id = app_id
+        self.task_id = task_id
+        self.clock = clock
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"upload-{task_id}")
+        self._hashes: dict[tuple[int, int, int, int], str] = {}
+
+    def upload(
+        self,
+        snapshot: LocalSnapshot,
+        *,
+        positions: Mapping[str, Any] | None = None,
+        attempt: int = 0,
+        blobs: Mapping[str, bytes] | None = None,
+    ) -> Future[StateHandle]:
+        """Upload ``snapshot`` in the background; the future's result is its StateHandle."""
+        return self._executor.submit(
+            self.upload_now, snapshot, positions=positions, attempt=attempt, blobs=blobs
+        )
+
+    def upload_now(
+        self,
+        snapshot: LocalSnapshot,
+        *,
+        positions: Mapping[str, Any] | None = None,
+        attempt: int = 0,
+        blobs: Mapping[str, bytes] | None = None,
+    ) -> StateHandle:
+        """Upload ``snapshot`` on the calling thread (what ``upload`` runs)."""
+        t0 = time.perf_counter()
+        store = self.store
+        uploaded_bytes = 0
+        uploaded_files = 0
+        # 1. Hash every file (cached per inode: SSTs are immutable).
+        files: list[FileEntry] = []
+        local_of: dict[str, Path] = {}
+        for local in sorted(snapshot.directory.iterdir()):
+            if not local.is_file():
+                continue
+            sha = self._hash(local)
+            entry = FileEntry(local.name, local.stat().st_size, sha, shared_path(self.app_id, sha))
+            files.append(entry)
+            local_of[entry.path] = local
+        # 2. Upload what the store lacks; touch what it has, so a concurrent GC
+        #    (which only deletes unreferenced files older than its grace period)
+        #    leaves it alone until our manifest references it.
+        for entry in files:
+            if store.exists(entry.path):
+                store.touch(entry.path)
+            else:
+                store.put_file(entry.path, local_of[entry.path])
+                uploaded_bytes += entry.size
+                uploaded_files += 1
+        blob_entries: dict[str, FileEntry] = {}
+        blob_data: dict[str, bytes] = {}
+        for name, data in sorted((blobs or {}).items()):
+            sha = hashlib.sha256(data).hexdigest()
+            entry = FileEntry(name, len(data), sha, shared_path(self.app_id, sha))
+            blob_entries[name] = entry
+            blob_data[entry.path] = data
+            if store.exists(entry.path):
+                store.touch(entry.path)
+            else:
+                store.put_bytes(entry.path, data)
+                uploaded_bytes += entry.size
+                uploaded_files += 1
+        manifest = SnapshotManifest(
+            app_id=self.app_id,
+            task_id=self.task_id,
+            checkpoint_id=snapshot.checkpoint_id,
+            label=snapshot.label,
+            attempt=attempt,
+            created=self.clock(),
+            sequence_number=snapshot.sequence_number,
+            tables=snapshot.tables,
+            files=tuple(files),
+            positions=dict(positions or {}),
+            blobs=blob_entries,
+        )
+        # 3. The manifest last, atomically: once it exists the snapshot is whole.
+        path = manifest_path(self.app_id, self.task_id, snapshot.label)
+        store.put_bytes(path, manifest.to_json())
+        # 4. Heal a race with a GC that listed manifests before step 3 and deleted a
+        #    file we reused: now that the manifest references it, put it back.
+        for p in sorted(manifest.shared_paths()):
+            if not store.exists(p):
+                if p in local_of:
+                    store.put_file(p, local_of[p])
+                else:
+                    store.put_bytes(p, blob_data[p])
+        return StateHandle(
+            manifest_path=path,
+            checkpoint_id=snapshot.checkpoint_id,
+            label=snapshot.label,
+            bytes_total=manifest.total_bytes,
+            bytes_uploaded=uploaded_bytes,
+            files_total=len(files) + len(blob_entries),
+            files_uploaded=uploaded_files,
+            sync_ms=snapshot.sync_ms,
+            upload_ms=(time.perf_counter() - t0) * 1000,
+        )
+
+    def _hash(self, local: Path) -> str:
+        st = local.stat()
+        if not local.name.endswith(".sst"):
+            return sha256_file(local)
+        key = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+        sha = self._hashes.get(key)
+        if sha is None:
+            sha = self._hashes[key] = sha256_file(local)
+        return sha
+
+    def close(self, wait: bool = True) -> None:
+        """Stop the background thread (after pending uploads when ``wait``)."""
+        self._executor.shutdown(wait=wait)
+
+
+def read_manifest(store: CheckpointStore, path: str) -> SnapshotManifest:
+    """The manifest at ``path``; ValueError naming the path if it is not valid."""
+    data = store.get_bytes(path)
+    try:
+        return SnapshotManifest.from_json(data)
+    except ValueError as e:
+        raise ValueError(f"{store.url}/{path}: {e}") from e
