@@ -582,7 +582,7 @@ class LocalBroker:
             if time.monotonic() > deadline:
                 raise LocalBrokerError(
                     f"Kafka broker did not answer on {self.bootstrap} within "
-                    f"{self.start_timeout:.0f}s. Log: {self.log_file}\n{self._log_tail()}"
+                    f"{self.start_timeout:g}s. Log: {self.log_file}\n{self._log_tail()}"
                 )
             time.sleep(0.1)
 
