@@ -121,7 +121,7 @@ def test_kafka_version_is_read_from_the_broker_jar(tmp_path: Path) -> None:
     for name in ("kafka-clients-4.1.1.jar", "kafka_2.13-4.1.1-sources.jar", "kafka_2.13-4.1.1.jar"):
         (tmp_path / name).write_bytes(b"")
     assert kafka_version_of(tmp_path) == "4.1.1"
-    with pytest.raises(LocalBrokerError, match="no kafka_<scala>-<version>.jar"):
+    with pytest.raises(LocalBrokerError, match=r"no kafka_<scala>-<version>\.jar"):
         kafka_version_of(tmp_path / "empty")
 
 
