@@ -40,6 +40,7 @@ from kstream.config import Guarantee
 from kstream.kafka.clients import (
     KafkaError,
     KafkaException,
+    TopicPartition,
     TopicSpec,
     make_consumer,
     make_producer,
@@ -698,8 +699,6 @@ class ExactlyOnceSink(Sink):
 
     def read_marker(self) -> CommitMarker | None:
         """This task's latest committed marker, read to the end of its partition."""
-        from confluent_kafka import TopicPartition  # kafka layer; no other module imports it
-
         consumer = make_consumer(
             self.bootstrap,
             f"{self.transactional_id}.marker-reader",  # never joins or commits: assign() only

@@ -1,0 +1,149 @@
+"""Record format of internal repartition topics: headers, events, validation (no broker)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from kstream.kafka.internal import (
+    EventKind,
+    InternalEvent,
+    InternalRecordError,
+    RecordOrigin,
+    data_headers,
+    decode_event,
+    encode_event,
+    is_stale,
+    produce_event,
+    read_origin,
+)
+
+
+def test_data_headers_name_task_and_attempt() -> None:
+    h = data_headers("stage1-3", 7)
+    assert h == [("ks.task", b"stage1-3"), ("ks.attempt", b"7")]
+    assert read_origin(h) == RecordOrigin("stage1-3", 7, None)
+
+
+def test_user_headers_are_ignored_by_origin() -> None:
+    h = [("trace", b"abc"), *data_headers("s-0", 0), ("other", None)]
+    assert read_origin(h) == RecordOrigin("s-0", 0, None)
+
+
+@pytest.mark.parametrize(
+    ("event", "value"),
+    [
+        (
+            InternalEvent(
+                EventKind.BARRIER, "s-1", 2, checkpoint_id=9, timestamp=1_700_000_000_000
+            ),
+            b'{"v":1,"attempt":2,"checkpoint_id":9,"timestamp":1700000000000}',
+        ),
+        (
+            InternalEvent(EventKind.WATERMARK, "s-1", 2, timestamp=5),
+            b'{"v":1,"attempt":2,"timestamp":5}',
+        ),
+        (InternalEvent(EventKind.END_OF_INPUT, "s-1", 0), b'{"v":1,"attempt":0}'),
+    ],
+)
+def test_events_encode_and_decode_exactly(event: InternalEvent, value: bytes) -> None:
+    headers, encoded = encode_event(event)
+    assert encoded == value
+    assert headers == [
+        ("ks.task", b"s-1"),
+        ("ks.attempt", str(event.attempt).encode()),
+        ("ks.event", event.kind.value.encode()),
+    ]
+    origin = read_origin(headers)
+    assert origin.event is event.kind
+    assert decode_event(origin, encoded) == event
+
+
+def test_only_barriers_require_pipelined_execution() -> None:
+    assert [k for k in EventKind if k.requires_pipelined] == [EventKind.BARRIER]
+
+
+def test_event_fields_must_match_the_kind() -> None:
+    with pytest.raises(InternalRecordError, match="barrier event needs a checkpoint_id"):
+        InternalEvent(EventKind.BARRIER, "s-1", 0, timestamp=1)
+    with pytest.raises(InternalRecordError, match="watermark event must not have a checkpoint_id"):
+        InternalEvent(EventKind.WATERMARK, "s-1", 0, checkpoint_id=1, timestamp=1)
+    with pytest.raises(InternalRecordError, match="end_of_input event must not have a timestamp"):
+        InternalEvent(EventKind.END_OF_INPUT, "s-1", 0, timestamp=1)
+    with pytest.raises(InternalRecordError, match="attempt must be >= 0"):
+        data_headers("s-1", -1)
+
+
+@pytest.mark.parametrize(
+    ("headers", "message"),
+    [
+        (None, "lacks ks.task/ks.attempt headers"),
+        ([("ks.task", b"s-1")], "lacks ks.task/ks.attempt"),
+        ([("ks.task", b"s-1"), ("ks.attempt", b"-1")], "non-negative decimal"),
+        ([("ks.task", b"s-1"), ("ks.attempt", b"1e3")], "non-negative decimal"),
+        ([("ks.task", b"s-1"), ("ks.attempt", b"\xff")], "not UTF-8"),
+        ([("ks.task", None), ("ks.attempt", b"1")], "ks.task has no value"),
+        ([("ks.task", b""), ("ks.attempt", b"1")], "task id must be"),
+        ([("ks.task", b"a"), ("ks.task", b"b"), ("ks.attempt", b"1")], "appears more than once"),
+        ([("ks.task", b"a"), ("ks.attempt", b"1"), ("ks.event", b"exec")], "unknown event kind"),
+    ],
+)
+def test_malformed_headers_are_rejected_clearly(headers: Any, message: str) -> None:
+    with pytest.raises(InternalRecordError, match=message):
+        read_origin(headers)
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        (None, "1..4096 bytes"),
+        (b"x" * 5000, "1..4096 bytes"),
+        (b"{not json", "not JSON"),
+        (b"[1]", "object with v=1"),
+        (b'{"v":2,"attempt":3}', "object with v=1"),
+        (b'{"v":1,"attempt":4,"checkpoint_id":1,"timestamp":1}', "disagrees with header 3"),
+        (b'{"v":1,"attempt":3,"checkpoint_id":"1","timestamp":1}', "checkpoint_id must be"),
+        (b'{"v":1,"attempt":3,"checkpoint_id":true,"timestamp":1}', "checkpoint_id must be"),
+        (b'{"v":1,"attempt":3,"timestamp":1}', "barrier event needs a checkpoint_id"),
+    ],
+)
+def test_malformed_event_values_are_rejected_clearly(value: bytes | None, message: str) -> None:
+    origin = RecordOrigin("s-1", 3, EventKind.BARRIER)
+    with pytest.raises(InternalRecordError, match=message):
+        decode_event(origin, value)
+
+
+def test_decode_event_refuses_data_records() -> None:
+    with pytest.raises(InternalRecordError, match="data record, not an event"):
+        decode_event(RecordOrigin("s-1", 0, None), b"{}")
+
+
+def test_stale_attempts() -> None:
+    assert [is_stale(a, 3) for a in (0, 2, 3, 4)] == [True, True, False, False]
+
+
+class FakeProducer:
+    def __init__(self) -> None:
+        self.sent: list[tuple[str, int, bytes | None, bytes | None, Any]] = []
+        self.polls = 0
+
+    def produce(
+        self, topic: str, value: bytes | None = None, key: bytes | None = None, **kw: Any
+    ) -> None:
+        self.sent.append((topic, kw["partition"], key, value, kw["headers"]))
+
+    def poll(self, timeout: float = 0) -> int:
+        self.polls += 1
+        return 0
+
+
+def test_produce_event_writes_every_partition() -> None:
+    p = FakeProducer()
+    ev = InternalEvent(EventKind.WATERMARK, "s-2", 1, timestamp=42)
+    produce_event(p, "app.s.repartition", 3, ev)
+    headers, value = encode_event(ev)
+    assert p.sent == [("app.s.repartition", i, None, value, headers) for i in range(3)]
+    assert p.polls == 1
+    with pytest.raises(ValueError, match="at least one partition"):
+        produce_event(p, "t", 0, ev)
