@@ -1,0 +1,308 @@
+"""The topology DSL: a graph of ``Node``s built through ``Stream`` handles.
+
+Records are ``(key, value, timestamp_ms)``. Stateless operators see the *value*
+(``map``/``filter``/``flat_map``) and keep the key and timestamp; ``key_by`` sets
+the key and ends a stage (records go through ``<app>.<stage>.repartition``).
+Windows and joins need a keyed stream (``key_by``, a ``keyed=True`` source, or a
+table). Building a topology does no I/O; ``kstream.plan.plan_job`` validates it.
+
+Example::
+
+    topology = Topology("wordcount")
+    (topology.source("lines", value_serde="str")
+        .flat_map(str.split)
+        .key_by(lambda word: word)
+        .window(Tumbling(60_000))
+        .count()
+        .map(lambda r: {"word": r.key, "start": r.start, "count": r.value})
+        .to("word-counts"))
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from kstream.api.time import TimestampExtractor, WatermarkStrategy
+from kstream.api.windows import COUNT, Aggregation, Session, WindowSpec
+from kstream.config import Guarantee
+from kstream.serde import Serde, serde_by_name
+
+SerdeLike = Serde | str
+
+
+def as_serde(serde: SerdeLike) -> Serde:
+    """A ``Serde`` from a serde or a built-in serde name ("bytes", "str", "json")."""
+    return serde_by_name(serde) if isinstance(serde, str) else serde
+
+
+@dataclass(eq=False)
+class Node:
+    """One operator of the logical graph.
+
+    ``kind`` is one of: source, table, map, filter, flat_map, key_by, window,
+    join_table, join_window, sink. ``parents`` are ``(node, port)`` pairs; port 0 is
+    the main output, port 1 a window's late-record side output.
+    """
+
+    id: int
+    kind: str
+    name: str
+    parents: list[tuple[Node, int]] = field(default_factory=list)
+    params: dict[str, Any] = field(default_factory=dict)
+
+    def __repr__(self) -> str:
+        return f"Node({self.id}, {self.kind}, {self.name!r})"
+
+
+class Topology:
+    """A named job graph; ``name`` is the default app id."""
+
+    def __init__(self, name: str, *, default_guarantee: Guarantee = Guarantee.EXACTLY_ONCE):
+        self.name = name
+        self.default_guarantee = default_guarantee
+        self.nodes: list[Node] = []
+
+    def _add(
+        self, kind: str, parents: list[tuple[Node, int]], name: str | None = None, **params: Any
+    ) -> Node:
+        node = Node(len(self.nodes), kind, name or f"{kind}{len(self.nodes)}", parents, params)
+        self.nodes.append(node)
+        return node
+
+    def source(
+        self,
+        topic: str,
+        *,
+        key_serde: SerdeLike = "str",
+        value_serde: SerdeLike = "json",
+        timestamp: TimestampExtractor | None = None,
+        watermark: WatermarkStrategy | None = None,
+        keyed: bool = False,
+    ) -> Stream:
+        """Read ``topic``. Timestamps are the Kafka record timestamps unless
+        ``timestamp(value, kafka_ts)`` is given. With ``keyed=True`` the topic's
+        Kafka key is the grouping key and its partitioning is trusted (no repartition).
+        """
+        node = self._add(
+            "source",
+            [],
+            name=topic,
+            topic=topic,
+            key_serde=as_serde(key_serde),
+            value_serde=as_serde(value_serde),
+            timestamp=timestamp,
+            watermark=watermark or WatermarkStrategy(),
+            keyed=keyed,
+        )
+        return KeyedStream(self, node) if keyed else Stream(self, node)
+
+    def table(
+        self, topic: str, *, key_serde: SerdeLike = "str", value_serde: SerdeLike = "json"
+    ) -> Table:
+        """A changelog topic read as a table: latest value per Kafka key, ``None``
+        (tombstone) deletes. Used on the right side of ``KeyedStream.join_table``;
+        must be co-partitioned with the stream (same partition count, same key bytes).
+        """
+        node = self._add(
+            "table",
+            [],
+            name=topic,
+            topic=topic,
+            key_serde=as_serde(key_serde),
+            value_serde=as_serde(value_serde),
+        )
+        return Table(self, node)
+
+
+class Stream:
+    """A handle on one operator output; every method adds an operator."""
+
+    def __init__(self, topology: Topology, node: Node, port: int = 0) -> None:
+        self.topology = topology
+        self.node = node
+        self.port = port
+
+    def _then(self, kind: str, name: str | None = None, **params: Any) -> Node:
+        return self.topology._add(kind, [(self.node, self.port)], name, **params)
+
+    def _wrap(self, node: Node) -> Stream:
+        return type(self)(self.topology, node)
+
+    def map(self, fn: Callable[[Any], Any], *, name: str | None = None) -> Stream:
+        """Replace each value by ``fn(value)``."""
+        return self._wrap(self._then("map", name, fn=fn))
+
+    def filter(self, predicate: Callable[[Any], bool], *, name: str | None = None) -> Stream:
+        """Keep the records whose value satisfies ``predicate``."""
+        return self._wrap(self._then("filter", name, fn=predicate))
+
+    def flat_map(self, fn: Callable[[Any], Iterable[Any]], *, name: str | None = None) -> Stream:
+        """Replace each value by zero or more values (same key and timestamp)."""
+        return self._wrap(self._then("flat_map", name, fn=fn))
+
+    def key_by(
+        self,
+        fn: Callable[[Any], Any],
+        *,
+        key_serde: SerdeLike | None = None,
+        partitions: int | None = None,
+        name: str | None = None,
+    ) -> KeyedStream:
+        """Set the key to ``fn(value)`` and repartition by it (ends the stage).
+
+        Keys must be ``str``, ``int``, ``bytes`` or ``None`` (they are state key
+        components). The key is written with ``key_serde`` (default: the key serde
+        of a table or keyed source it is joined with, else JSON) and the partition is
+        ``crc32(key_bytes) % partitions`` (librdkafka's ``consistent`` partitioner).
+        Values go through the internal topic as JSON.
+        """
+        node = self._then(
+            "key_by",
+            name,
+            fn=fn,
+            key_serde=as_serde(key_serde) if key_serde is not None else None,
+            partitions=partitions,
+        )
+        return KeyedStream(self.topology, node)
+
+    def window(
+        self,
+        spec: WindowSpec,
+        *,
+        allowed_lateness_ms: int = 0,
+        name: str | None = None,
+    ) -> WindowedStream:
+        """Group a keyed stream into windows; finish with count/reduce/aggregate.
+
+        Only valid on a keyed stream; the planner rejects it otherwise.
+        """
+        if allowed_lateness_ms < 0:
+            raise ValueError(f"allowed_lateness_ms must be >= 0, got {allowed_lateness_ms}")
+        node = self._then(
+            "window",
+            name,
+            spec=spec,
+            allowed_lateness_ms=allowed_lateness_ms,
+            aggregation=None,
+            late_output=False,
+        )
+        return WindowedStream(self.topology, node)
+
+    def to(
+        self,
+        topic: str,
+        *,
+        key_serde: SerdeLike = "str",
+        value_serde: SerdeLike = "json",
+        guarantee: Guarantee | None = None,
+    ) -> None:
+        """Write to ``topic`` with the sink ``guarantee`` (default: the topology's)."""
+        self._then(
+            "sink",
+            f"sink:{topic}",
+            topic=topic,
+            key_serde=as_serde(key_serde),
+            value_serde=as_serde(value_serde),
+            guarantee=guarantee,
+        )
+
+
+class KeyedStream(Stream):
+    """A stream partitioned by its key: windows and joins are allowed."""
+
+    def join_table(
+        self,
+        table: Table,
+        joiner: Callable[[Any, Any], Any],
+        *,
+        left: bool = False,
+        name: str | None = None,
+    ) -> KeyedStream:
+        """For each record, ``joiner(value, table_value)`` with the table's current
+        value for the same key (processing order: table updates apply as they
+        arrive). Inner join drops records without a table value; ``left=True``
+        passes ``None`` instead. Output keeps the record's key and timestamp.
+        """
+        node = self.topology._add(
+            "join_table",
+            [(self.node, self.port), (table.node, 0)],
+            name,
+            joiner=joiner,
+            left=left,
+        )
+        return KeyedStream(self.topology, node)
+
+    def join(
+        self,
+        other: KeyedStream,
+        joiner: Callable[[Any, Any], Any],
+        *,
+        within_ms: int,
+        allowed_lateness_ms: int = 0,
+        name: str | None = None,
+    ) -> KeyedStream:
+        """Windowed inner join: every pair ``(l, r)`` with equal keys and
+        ``|l.ts - r.ts| <= within_ms`` yields ``joiner(l.value, r.value)`` with
+        timestamp ``max(l.ts, r.ts)``, emitted when the second of the pair arrives.
+        A record more than ``allowed_lateness_ms`` behind the watermark is late
+        (dropped and counted). Both inputs must be co-partitioned.
+        """
+        if within_ms < 0:
+            raise ValueError(f"within_ms must be >= 0, got {within_ms}")
+        node = self.topology._add(
+            "join_window",
+            [(self.node, self.port), (other.node, other.port)],
+            name,
+            joiner=joiner,
+            within_ms=within_ms,
+            allowed_lateness_ms=allowed_lateness_ms,
+        )
+        return KeyedStream(self.topology, node)
+
+
+class Table:
+    """A changelog topic as a keyed table (right side of ``join_table``)."""
+
+    def __init__(self, topology: Topology, node: Node) -> None:
+        self.topology = topology
+        self.node = node
+
+
+class WindowedStream:
+    """A keyed stream grouped into windows; choose exactly one aggregation."""
+
+    def __init__(self, topology: Topology, node: Node) -> None:
+        self.topology = topology
+        self.node = node
+
+    def _set(self, aggregation: Aggregation) -> KeyedStream:
+        if self.node.params["aggregation"] is not None:
+            raise ValueError(f"window {self.node.name!r} already has an aggregation")
+        if isinstance(self.node.params["spec"], Session) and aggregation.merge is None:
+            raise ValueError("session windows merge accumulators: pass merge=... to aggregate()")
+        self.node.params["aggregation"] = aggregation
+        return KeyedStream(self.topology, self.node)
+
+    def count(self) -> KeyedStream:
+        """Number of records per key and window."""
+        return self._set(COUNT)
+
+    def reduce(self, fn: Callable[[Any, Any], Any]) -> KeyedStream:
+        """``fn(acc, value)`` folded from the window's first value."""
+        return self._set(Aggregation("reduce", fn, None, fn))
+
+    def aggregate(
+        self,
+        init: Callable[[], Any],
+        add: Callable[[Any, Any], Any],
+        merge: Callable[[Any, Any], Any] | None = None,
+    ) -> KeyedStream:
+        """``add(acc, value)`` folded from ``init()``; ``merge`` is needed for sessions."""
+        return self._set(Aggregation("aggregate", add, init, merge))
+
+    def late(self) -> Stream:
+        """The side output of late records (original key, value and timestamp)."""
+        self.node.params["late_output"] = True
+        return Stream(self.topology, self.node, port=1)

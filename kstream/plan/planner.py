@@ -1,0 +1,274 @@
+"""Topology -> stages -> tasks, with validation (``PlanError``).
+
+Stages are the connected parts of the graph once every ``key_by`` edge is cut;
+they are numbered ``stage0, stage1, ...`` in dependency order. The repartition
+topic of a ``key_by`` is ``<app>.<stage>.repartition`` named after the *writing*
+stage (``<app>.<stage>.repartition<i>`` for its i-th further key_by, i >= 1).
+
+Partition counts: a stage reading user topics has their common partition count
+(they must agree: co-partitioning). A stage reading only repartition topics uses
+the ``partitions=`` given to its key_bys (they must agree) or else the largest
+partition count among the writing stages.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from kstream.api.topology import Node, Topology
+from kstream.config import Guarantee
+from kstream.plan.model import (
+    InputKind,
+    InputSpec,
+    InternalTopic,
+    JobPlan,
+    OutputKind,
+    OutputSpec,
+    PlanError,
+    SinkTopic,
+    StageSpec,
+    TaskSpec,
+)
+from kstream.serde import JsonSerde, Serde
+
+_STATEFUL = frozenset({"window", "join_table", "join_window"})
+_KEYED_PRODUCERS = frozenset({"key_by", "table", "window", "join_table", "join_window"})
+
+
+def _keyed(node: Node, memo: dict[int, bool]) -> bool:
+    """True when ``node``'s output is partitioned by its key."""
+    if node.id not in memo:
+        if node.kind == "source":
+            memo[node.id] = bool(node.params.get("keyed"))
+        elif node.kind in _KEYED_PRODUCERS:
+            memo[node.id] = True
+        else:
+            memo[node.id] = all(_keyed(p, memo) for p, _ in node.parents)
+    return memo[node.id]
+
+
+def _validate_nodes(topology: Topology) -> None:
+    keyed: dict[int, bool] = {}
+    seen_topics: dict[str, Node] = {}
+    for n in topology.nodes:
+        if n.kind in ("source", "table"):
+            topic = n.params["topic"]
+            if topic in seen_topics:
+                raise PlanError(
+                    f"topic {topic!r} is read by two sources ({seen_topics[topic].name!r} and "
+                    f"{n.name!r}); read it once and reuse the Stream"
+                )
+            seen_topics[topic] = n
+        if n.kind == "window":
+            parent = n.parents[0][0]
+            if not _keyed(parent, keyed):
+                raise PlanError(
+                    f"window {n.name!r} is applied to the unkeyed stream {parent.name!r}: "
+                    f"call key_by(...) before window(...)"
+                )
+            if n.params["aggregation"] is None:
+                raise PlanError(
+                    f"window {n.name!r} has no aggregation: finish it with count(), "
+                    f"reduce(fn) or aggregate(init, add)"
+                )
+        if n.kind in ("join_table", "join_window"):
+            for p, _ in n.parents:
+                if not _keyed(p, keyed):
+                    raise PlanError(
+                        f"join {n.name!r} has the unkeyed input {p.name!r}: "
+                        f"call key_by(...) on both sides first"
+                    )
+    consumed = {p.id for n in topology.nodes for p, _ in n.parents}
+    for n in topology.nodes:
+        if n.kind not in ("sink", "table") and n.id not in consumed:
+            raise PlanError(
+                f"the output of {n.kind} {n.name!r} goes nowhere: end it with .to(topic)"
+            )
+
+
+def _stages(topology: Topology) -> dict[int, int]:
+    """Node id -> stage group root (union-find, cutting key_by -> child edges)."""
+    parent = {n.id: n.id for n in topology.nodes}
+
+    def find(x: int) -> int:
+        while parent[x] != x:
+            parent[x] = parent[parent[x]]
+            x = parent[x]
+        return x
+
+    for n in topology.nodes:
+        for p, _ in n.parents:
+            if p.kind != "key_by":
+                parent[find(n.id)] = find(p.id)
+    return {n.id: find(n.id) for n in topology.nodes}
+
+
+def plan_job(
+    topology: Topology,
+    app_id: str,
+    partition_counts: Mapping[str, int],
+    *,
+    default_guarantee: Guarantee | None = None,
+) -> JobPlan:
+    """Validate ``topology`` and lay it out over ``partition_counts`` (the existing
+    source topics' partition counts). Raises ``PlanError`` with an actionable message.
+    """
+    if not topology.nodes:
+        raise PlanError(f"topology {topology.name!r} is empty: add a source and a sink")
+    guarantee_default = default_guarantee or topology.default_guarantee
+    _validate_nodes(topology)
+    groups = _stages(topology)
+    by_id = {n.id: n for n in topology.nodes}
+
+    # Order stage groups by dependency (a key_by feeds a later group).
+    deps: dict[int, set[int]] = {g: set() for g in groups.values()}
+    for n in topology.nodes:
+        for p, _ in n.parents:
+            if p.kind == "key_by":
+                deps[groups[n.id]].add(groups[p.id])
+    order: list[int] = []
+    ready = sorted(g for g, d in deps.items() if not d)
+    while ready:
+        g = ready.pop(0)
+        order.append(g)
+        for h in sorted(deps):
+            if g in deps[h]:
+                deps[h].discard(g)
+                if not deps[h] and h not in order and h not in ready:
+                    ready.append(h)
+    stage_name = {g: f"stage{i}" for i, g in enumerate(order)}
+    members: dict[int, list[Node]] = {g: [] for g in order}
+    for n in topology.nodes:
+        members[groups[n.id]].append(n)
+
+    # Internal topics: one per key_by, named after the writing stage.
+    internal_of: dict[int, str] = {}
+    per_stage_count: dict[int, int] = {}
+    for n in topology.nodes:
+        if n.kind == "key_by":
+            g = groups[n.id]
+            i = per_stage_count.get(g, 0)
+            per_stage_count[g] = i + 1
+            suffix = "" if i == 0 else str(i)
+            internal_of[n.id] = f"{app_id}.{stage_name[g]}.repartition{suffix}"
+
+    user_topics = {n.params["topic"] for n in topology.nodes if n.kind in ("source", "table")}
+    for n in topology.nodes:
+        if n.kind == "sink" and n.params["topic"] in user_topics:
+            raise PlanError(
+                f"cycle: sink topic {n.params['topic']!r} is also read by this topology; "
+                f"write to a different topic"
+            )
+        if n.kind == "sink" and n.params["topic"] in internal_of.values():
+            raise PlanError(f"sink topic {n.params['topic']!r} collides with an internal topic")
+    for t in internal_of.values():
+        if t in user_topics:
+            raise PlanError(f"internal topic {t!r} collides with a user topic of the same name")
+
+    for t in sorted(user_topics):
+        if t not in partition_counts:
+            raise PlanError(
+                f"source topic {t!r} does not exist (known: {sorted(partition_counts) or 'none'}); "
+                f"create it or fix the topic name"
+            )
+        if partition_counts[t] < 1:
+            raise PlanError(f"source topic {t!r} has {partition_counts[t]} partitions")
+
+    stage_parts: dict[int, int] = {}
+    internal_topics: list[InternalTopic] = []
+    for g in order:
+        nodes = members[g]
+        users = [n for n in nodes if n.kind in ("source", "table")]
+        feeders = sorted({p.id for n in nodes for p, _ in n.parents if p.kind == "key_by"})
+        if users:
+            counts = {n.params["topic"]: partition_counts[n.params["topic"]] for n in users}
+            if len(set(counts.values())) > 1:
+                raise PlanError(
+                    f"co-partitioning violated in {stage_name[g]}: topics {counts} must have "
+                    f"the same partition count to be joined; repartition one side with key_by"
+                )
+            parts = next(iter(counts.values()))
+        else:
+            explicit = {
+                by_id[f].params["partitions"] for f in feeders if by_id[f].params["partitions"]
+            }
+            if len(explicit) > 1:
+                raise PlanError(
+                    f"co-partitioning violated in {stage_name[g]}: key_by partitions "
+                    f"{sorted(explicit)} differ"
+                )
+            parts = explicit.pop() if explicit else max(stage_parts[groups[f]] for f in feeders)
+        for f in feeders:
+            want = by_id[f].params["partitions"]
+            if want and want != parts:
+                raise PlanError(
+                    f"co-partitioning violated in {stage_name[g]}: key_by {by_id[f].name!r} asks "
+                    f"for {want} partitions but the stage has {parts}"
+                )
+        stage_parts[g] = parts
+        # Key serde: what co-partitioned user topics use, so key bytes hash alike.
+        user_key_serdes = [n.params["key_serde"] for n in users if n.kind == "table"] + [
+            n.params["key_serde"] for n in users if n.kind == "source"
+        ]
+        for f in feeders:
+            ks: Serde | None = by_id[f].params["key_serde"]
+            if ks is None:
+                ks = user_key_serdes[0] if user_key_serdes else JsonSerde()
+            internal_topics.append(
+                InternalTopic(internal_of[f], parts, stage_name[groups[f]], stage_name[g], ks, f)
+            )
+
+    internal_by_name = {t.name: t for t in internal_topics}
+    stages: list[StageSpec] = []
+    tasks: list[TaskSpec] = []
+    sinks: list[SinkTopic] = []
+    for g in order:
+        name = stage_name[g]
+        nodes = members[g]
+        in_topics: list[tuple[str, InputKind]] = [
+            (n.params["topic"], InputKind.SOURCE if n.kind == "source" else InputKind.TABLE)
+            for n in nodes
+            if n.kind in ("source", "table")
+        ]
+        feeders = sorted({p.id for n in nodes for p, _ in n.parents if p.kind == "key_by"})
+        in_topics += [(internal_of[f], InputKind.INTERNAL) for f in feeders]
+        outs: list[OutputSpec] = []
+        for n in nodes:
+            if n.kind == "key_by":
+                it = internal_by_name[internal_of[n.id]]
+                outs.append(OutputSpec(it.name, OutputKind.INTERNAL, it.partitions))
+            elif n.kind == "sink":
+                gu = n.params["guarantee"] or guarantee_default
+                outs.append(OutputSpec(n.params["topic"], OutputKind.SINK, None, gu))
+                sinks.append(SinkTopic(n.params["topic"], gu, name))
+        stages.append(
+            StageSpec(
+                name,
+                stage_parts[g],
+                tuple(n.id for n in nodes),
+                tuple(topic for topic, _ in in_topics),
+                tuple(o.topic for o in outs),
+                any(n.kind in _STATEFUL for n in nodes),
+            )
+        )
+        for part in range(stage_parts[g]):
+            inputs = []
+            for topic, kind in in_topics:
+                upstream: tuple[str, ...] = ()
+                if kind is InputKind.INTERNAL:
+                    up = internal_by_name[topic].upstream_stage
+                    up_parts = next(stage_parts[x] for x in order if stage_name[x] == up)
+                    upstream = tuple(f"{up}-{i}" for i in range(up_parts))
+                inputs.append(InputSpec(topic, part, kind, upstream))
+            tasks.append(TaskSpec(f"{name}-{part}", name, part, tuple(inputs), tuple(outs)))
+
+    return JobPlan(
+        app_id=app_id,
+        topology=topology,
+        stages=tuple(stages),
+        tasks=tuple(tasks),
+        internal_topics=tuple(internal_topics),
+        sinks=tuple(sinks),
+        source_partitions=tuple(sorted((t, partition_counts[t]) for t in user_topics)),
+        expected_tasks=frozenset(t.task_id for t in tasks),
+    )
