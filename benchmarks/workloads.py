@@ -75,6 +75,7 @@ class Progress:
 
     def __init__(self, end: EndOffsets) -> None:
         self._remaining = {p: o for p, o in end.ends.items() if o > 0}
+        self.total = sum(end.ends.values())  # input records (every input starts at offset 0)
         self.t_first: float | None = None
 
     @property
