@@ -1,0 +1,56 @@
+"""Commands: what the coordinator decided, for the adapter to execute in order.
+
+The coordinator does no I/O; it returns these plain values and the adapter
+(``kstream.checkpoint.run``) turns them into store writes and control-topic
+messages, in the order given.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from kstream.checkpoint.messages import Message
+from kstream.checkpoint.metadata import CheckpointMetadata
+
+
+@dataclass(frozen=True)
+class Send:
+    """Produce ``message`` on the control topic (in the coordinator's transaction)."""
+
+    message: Message
+
+
+@dataclass(frozen=True)
+class WriteMetadata:
+    """Create the completed checkpoint's metadata file exclusively.
+
+    The adapter reports the outcome back (``CheckpointCoordinator.metadata_written``
+    or ``metadata_failed``); only then does the coordinator announce completion.
+    """
+
+    metadata: CheckpointMetadata
+
+
+@dataclass(frozen=True)
+class CleanupCheckpoint:
+    """Delete what an aborted checkpoint left in the store (the acknowledged manifests)."""
+
+    checkpoint_id: int
+    handles: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class ApplyRetention:
+    """Keep the newest ``retained`` completed checkpoints; delete unreferenced files."""
+
+    retained: int
+
+
+@dataclass(frozen=True)
+class Fail:
+    """Hard failure: the coordinator stops and exits non-zero with ``reason``."""
+
+    reason: str
+
+
+Command = Send | WriteMetadata | CleanupCheckpoint | ApplyRetention | Fail

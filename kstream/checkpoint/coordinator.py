@@ -1,0 +1,320 @@
+"""The checkpoint coordinator: decides when to trigger, commit, abort, fail over and fail.
+
+Pure state machine (DESIGN §5, §6): fed control messages and a clock (epoch
+seconds), it returns :mod:`~kstream.checkpoint.commands` for the adapter to
+execute in order. No I/O, no sleeping, so every rule here is tested in
+milliseconds with a fake clock.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from kstream.checkpoint.commands import (
+    ApplyRetention,
+    CleanupCheckpoint,
+    Command,
+    Send,
+    WriteMetadata,
+)
+from kstream.checkpoint.failover import FailoverController, Phase
+from kstream.checkpoint.failures import CheckpointFailureManager
+from kstream.checkpoint.messages import (
+    AcknowledgeCheckpoint,
+    CheckpointAborted,
+    CheckpointCompleted,
+    DeclineCheckpoint,
+    Heartbeat,
+    JobFailed,
+    Message,
+    Restore,
+    TaskFailed,
+    TaskReady,
+    TriggerCheckpoint,
+)
+from kstream.checkpoint.metadata import CheckpointMetadata
+from kstream.checkpoint.pending import AckOutcome, PendingCheckpoint
+from kstream.checkpoint.recovery import RecoveredState
+from kstream.config import CheckpointingConfig, RestartStrategy
+
+log = logging.getLogger(__name__)
+
+
+class CheckpointCoordinator:
+    """Triggers checkpoints for ``expected_tasks`` and commits those every task acknowledged.
+
+    Guarantees: a checkpoint is announced complete only after its metadata was
+    written (``metadata_written``); ids never repeat (they continue above
+    ``recovered``); acks/declines of another attempt or an unknown checkpoint are
+    ignored; nothing is triggered unless the phase is RUNNING.
+    """
+
+    def __init__(
+        self,
+        expected_tasks: frozenset[str],
+        checkpointing: CheckpointingConfig,
+        restart: RestartStrategy | None = None,
+        *,
+        heartbeat_timeout: float = 10.0,
+        recovered: RecoveredState | None = None,
+    ) -> None:
+        if not expected_tasks:
+            raise ValueError("a coordinator needs at least one task that must acknowledge")
+        rec = recovered or RecoveredState()
+        self.expected = frozenset(expected_tasks)
+        self.config = checkpointing
+        self.heartbeat_timeout = heartbeat_timeout
+        self.failover = FailoverController(self.expected, restart or RestartStrategy(), rec.attempt)
+        self.failover.owners = rec.owners
+        self.failures = CheckpointFailureManager(checkpointing.tolerable_failures)
+        self.pending: dict[int, PendingCheckpoint] = {}
+        self.latest_completed: CheckpointMetadata | None = rec.latest_completed
+        self.ignored_messages = 0
+        self._recovered = rec
+        self._next_id = rec.max_checkpoint_id + 1
+        self._completing: dict[int, CheckpointMetadata] = {}
+        self._last_trigger = 0.0
+        self._last_finish = float("-inf")  # end of the previous checkpoint (min_pause)
+        self._members: dict[str, tuple[float, tuple[str, ...]]] = {}  # member -> (seen, tasks)
+
+    # -- state ---------------------------------------------------------------------------
+
+    @property
+    def phase(self) -> Phase:
+        return self.failover.phase
+
+    @property
+    def attempt(self) -> int:
+        return self.failover.attempt
+
+    @property
+    def failed_reason(self) -> str | None:
+        """Why the job failed hard, or None while it has not."""
+        return self.failover.failure_reason if self.phase is Phase.FAILED else None
+
+    @property
+    def next_checkpoint_id(self) -> int:
+        return self._next_id
+
+    # -- inputs --------------------------------------------------------------------------
+
+    def start(self, now: float) -> list[Command]:
+        """Continue from the recovered history; call once before ``handle``/``tick``."""
+        rec = self._recovered
+        cmds: list[Command] = []
+        self._last_trigger = now
+        # 1. A completion whose announcement was lost (crash between metadata and
+        #    message) is announced again: receivers are idempotent.
+        latest = self.latest_completed
+        if latest is not None and latest.checkpoint_id > rec.announced_id:
+            log.info("announcing checkpoint %d again (announcement lost)", latest.checkpoint_id)
+            cmds.append(Send(CheckpointCompleted(latest.checkpoint_id, latest.attempt)))
+        # 2. The predecessor's unfinished checkpoints can never complete now.
+        for n, handles in sorted(rec.in_flight.items()):
+            cmds += [
+                Send(CheckpointAborted(n, "coordinator restarted")),
+                CleanupCheckpoint(n, tuple(sorted(handles))),
+            ]
+        # 3. A job that was running keeps running in its attempt; one that was
+        #    restoring, failed, or had an unhandled task failure is restored anew.
+        if isinstance(rec.last_lifecycle, Restore):
+            cmds += self.failover.on_failure(
+                f"coordinator restarted during the restore of attempt {rec.attempt}", now
+            )
+        elif isinstance(rec.last_lifecycle, JobFailed):
+            cmds += self.failover.on_failure(
+                f"coordinator restarted after job failure ({rec.last_lifecycle.reason})", now
+            )
+        elif rec.unhandled_failure:
+            cmds += self.failover.on_failure(rec.unhandled_failure, now)
+        return cmds
+
+    def handle(self, msg: Message, now: float) -> list[Command]:
+        """React to one control message from a worker; coordinator messages are ignored."""
+        if self.phase is Phase.FAILED:
+            return []
+        match msg:
+            case AcknowledgeCheckpoint():
+                return self._on_ack(msg, now)
+            case DeclineCheckpoint():
+                p = self._pending_for(msg.checkpoint_id, msg.attempt)
+                if p is None:
+                    return []
+                reason = (
+                    f"checkpoint {p.checkpoint_id} declined by task {msg.task_id}: {msg.reason}"
+                )
+                return self._abort(p, reason, now, counts=True)
+            case TaskReady():
+                cmds = self.failover.on_ready(msg)
+                if cmds:
+                    log.info("all tasks ready: resuming attempt %d", self.attempt)
+                    self._last_trigger = now
+                return cmds
+            case Heartbeat():
+                return self._on_heartbeat(msg, now)
+            case TaskFailed():
+                if msg.attempt != self.attempt:
+                    return []  # a failure of a superseded attempt is already handled
+                return self._fail_over(
+                    f"task {msg.task_id} failed on {msg.member}: {msg.reason}", now
+                )
+            case _:
+                return []  # written by a coordinator (ours or a predecessor's)
+
+    def tick(self, now: float) -> list[Command]:
+        """Time passes: time out checkpoints, detect lost workers, restore, trigger."""
+        if self.phase is Phase.FAILED:
+            return []
+        cmds: list[Command] = []
+        # 1. Time-outs first: a timed-out checkpoint frees its slot for a new trigger.
+        for p in list(self.pending.values()):
+            if now - p.trigger_time >= self.config.timeout and self.phase is not Phase.FAILED:
+                cmds += self._abort(p, self._timeout_reason(p, now), now, counts=True)
+        # 2. Workers whose heartbeats stopped are lost: their tasks must move.
+        for member, (seen, tasks) in list(self._members.items()):
+            if now - seen > self.heartbeat_timeout:
+                del self._members[member]
+                if self.phase in (Phase.RUNNING, Phase.RESTORING):
+                    cmds += self._fail_over(
+                        f"worker {member} lost: no heartbeat for {now - seen:.1f}s "
+                        f"(tasks {', '.join(tasks) or 'none'})",
+                        now,
+                    )
+        # 3. A scheduled restore starts, or one that took too long starts over.
+        restore_point = self.latest_completed.checkpoint_id if self.latest_completed else None
+        cmds += self.failover.tick(now, restore_point)
+        # 4. Trigger.
+        if self._may_trigger(now):
+            cmds.append(self._trigger(now))
+        return cmds
+
+    def metadata_written(self, checkpoint_id: int, now: float) -> list[Command]:
+        """The metadata of ``checkpoint_id`` is in the store: announce it, then apply retention."""
+        meta = self._completing.pop(checkpoint_id)
+        self.latest_completed = meta
+        self._last_finish = now
+        self.failures.record_success(checkpoint_id)
+        log.info(
+            "checkpoint %d completed in %.0f ms (%d bytes, %d tasks)",
+            checkpoint_id,
+            meta.duration_ms,
+            meta.state_size,
+            len(meta.tasks),
+        )
+        cmds: list[Command] = [Send(CheckpointCompleted(checkpoint_id, meta.attempt))]
+        # A completed checkpoint subsumes older ones still in flight (not failures).
+        for p in [p for n, p in self.pending.items() if n < checkpoint_id]:
+            cmds += self._abort(p, f"subsumed by checkpoint {checkpoint_id}", now, counts=False)
+        cmds.append(ApplyRetention(self.config.retained))
+        return cmds
+
+    def metadata_failed(self, checkpoint_id: int, error: str, now: float) -> list[Command]:
+        """Writing the metadata of ``checkpoint_id`` failed: the checkpoint failed."""
+        meta = self._completing.pop(checkpoint_id)
+        p = PendingCheckpoint(checkpoint_id, meta.attempt, meta.trigger_time, self.expected)
+        p.acks = dict(meta.tasks)
+        reason = f"checkpoint {checkpoint_id}: writing its metadata failed: {error}"
+        return self._abort(p, reason, now, counts=True)
+
+    # -- decisions -----------------------------------------------------------------------
+
+    def _may_trigger(self, now: float) -> bool:
+        in_flight = len(self.pending) + len(self._completing)
+        if self.phase is not Phase.RUNNING or in_flight >= self.config.max_concurrent:
+            return False
+        if now - self._last_trigger < self.config.interval:
+            return False
+        # A minimum pause is measured from the end of the previous checkpoint, so
+        # with one it never overlaps another (as in Flink).
+        return self.config.min_pause == 0 or (
+            in_flight == 0 and now - self._last_finish >= self.config.min_pause
+        )
+
+    def _trigger(self, now: float) -> Send:
+        n, self._next_id = self._next_id, self._next_id + 1
+        self.pending[n] = PendingCheckpoint(n, self.attempt, now, self.expected)
+        self._last_trigger = now
+        return Send(TriggerCheckpoint(n, self.attempt, int(now * 1000)))
+
+    def _pending_for(self, checkpoint_id: int, attempt: int) -> PendingCheckpoint | None:
+        p = self.pending.get(checkpoint_id)
+        if p is None or p.attempt != attempt:
+            self.ignored_messages += 1
+            log.debug("ignoring message for checkpoint %d attempt %d", checkpoint_id, attempt)
+            return None
+        return p
+
+    def _on_ack(self, ack: AcknowledgeCheckpoint, now: float) -> list[Command]:
+        p = self._pending_for(ack.checkpoint_id, ack.attempt)
+        if p is None:
+            return []
+        outcome = p.acknowledge(ack, now)
+        if outcome is not AckOutcome.ACCEPTED:
+            self.ignored_messages += 1
+            if outcome is AckOutcome.UNEXPECTED_TASK:
+                log.warning("ack from task %r which is not in the plan; ignored", ack.task_id)
+            return []
+        if not p.is_complete:
+            return []
+        # Every task acknowledged: the metadata is written first; the announcement
+        # follows only once the adapter confirms the write (metadata_written).
+        del self.pending[p.checkpoint_id]
+        meta = p.to_metadata(now)
+        self._completing[p.checkpoint_id] = meta
+        return [WriteMetadata(meta)]
+
+    def _on_heartbeat(self, hb: Heartbeat, now: float) -> list[Command]:
+        self._members[hb.member] = (now, hb.tasks)
+        previous = self.failover.generation
+        self.failover.observe_generation(hb.generation)
+        if previous >= 0 and hb.generation > previous and self.phase is Phase.RUNNING:
+            return self._fail_over(
+                f"consumer group generation changed {previous} -> {hb.generation} "
+                "(partitions were reassigned)",
+                now,
+            )
+        return []
+
+    def _fail_over(self, reason: str, now: float) -> list[Command]:
+        """Suspend: abort every checkpoint in flight (not counted), then schedule a restore."""
+        if self.phase in (Phase.SUSPENDED, Phase.FAILED):
+            return []
+        log.warning("failover: %s", reason)
+        cmds: list[Command] = []
+        for p in list(self.pending.values()):
+            cmds += self._abort(p, f"job failover: {reason}", now, counts=False)
+        return cmds + self.failover.on_failure(reason, now)
+
+    def _abort(
+        self, p: PendingCheckpoint, reason: str, now: float, *, counts: bool
+    ) -> list[Command]:
+        self.pending.pop(p.checkpoint_id, None)
+        self._last_finish = now
+        log.warning("checkpoint %d aborted: %s", p.checkpoint_id, reason)
+        cmds: list[Command] = [
+            Send(CheckpointAborted(p.checkpoint_id, reason)),
+            CleanupCheckpoint(p.checkpoint_id, p.handles()),
+        ]
+        if counts and self.failures.record_failure(p.checkpoint_id):
+            k = self.failures.successive_failures
+            verdict = (
+                f"{reason}. {k} successive checkpoints failed; "
+                f"tolerable_failures={self.config.tolerable_failures} -> job failed"
+            )
+            for other in list(self.pending.values()):
+                cmds += self._abort(other, "job failed", now, counts=False)
+            cmds += self.failover.fail(verdict)
+        return cmds
+
+    def _timeout_reason(self, p: PendingCheckpoint, now: float) -> str:
+        seen = []
+        for task in p.missing:
+            runs = [(s, m) for m, (s, tasks) in self._members.items() if task in tasks]
+            if runs:
+                s, m = max(runs)
+                seen.append(f"{task} last seen {now - s:.1f}s ago on worker {m}")
+        where = f" ({'; '.join(seen)})" if seen else ""
+        return (
+            f"checkpoint {p.checkpoint_id} timed out after {self.config.timeout:g}s: "
+            f"no acknowledgement from tasks {', '.join(p.missing)}{where}"
+        )

@@ -1,0 +1,124 @@
+"""Failover: suspend → ``Restore(attempt)`` → every ``TaskReady`` → ``Resume(owners)`` (DESIGN §6).
+
+The restart strategy bounds it: at most ``max_restarts`` restarts within
+``window`` seconds, each after ``delay``; a restore not finished within
+``restore_timeout`` starts over with a new attempt (and counts as a restart).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from enum import StrEnum
+
+from kstream.checkpoint.commands import Command, Fail, Send
+from kstream.checkpoint.messages import JobFailed, Restore, Resume, TaskReady
+from kstream.config import RestartStrategy
+
+
+class Phase(StrEnum):
+    """Where the job is, as the coordinator sees it."""
+
+    RUNNING = "running"  # tasks run; checkpoints are triggered
+    SUSPENDED = "suspended"  # a failure happened; waiting for the restart delay
+    RESTORING = "restoring"  # Restore written; collecting TaskReady
+    FAILED = "failed"  # hard failure; nothing more happens
+
+
+class FailoverController:
+    """Drives the restart of the job after a failure; triggers nothing itself.
+
+    While the phase is not RUNNING the coordinator triggers no checkpoint.
+    Only readies of the current attempt and of the newest group generation count;
+    a newer generation makes older readies void (those workers re-send theirs).
+    """
+
+    def __init__(
+        self,
+        expected_tasks: frozenset[str],
+        strategy: RestartStrategy,
+        attempt: int = 0,
+        phase: Phase = Phase.RUNNING,
+    ) -> None:
+        self.expected = expected_tasks
+        self.strategy = strategy
+        self.attempt = attempt
+        self.phase = phase
+        self.generation = -1  # newest consumer-group generation seen
+        self.owners: dict[str, str] = {}
+        self._ready: dict[str, tuple[str, int]] = {}  # task -> (member, generation)
+        self._restarts: deque[float] = deque()
+        self._restore_at = 0.0
+        self._restore_deadline = 0.0
+        self.failure_reason = ""
+
+    def on_failure(self, reason: str, now: float) -> list[Command]:
+        """A task failed, a worker was lost or the assignment changed: schedule a restart.
+
+        Returns the hard-failure commands when the restart strategy is exhausted.
+        """
+        if self.phase in (Phase.FAILED, Phase.SUSPENDED):
+            return []  # already failed / a restart is already scheduled
+        while self._restarts and self._restarts[0] <= now - self.strategy.window:
+            self._restarts.popleft()
+        if len(self._restarts) >= self.strategy.max_restarts:
+            return self.fail(
+                f"{reason}; restart strategy exhausted: {len(self._restarts)} restarts within "
+                f"{self.strategy.window:g}s (max_restarts={self.strategy.max_restarts}) -> job failed"
+            )
+        self._restarts.append(now)
+        self.failure_reason = reason
+        self.phase = Phase.SUSPENDED
+        self._restore_at = now + self.strategy.delay
+        return []
+
+    def fail(self, reason: str) -> list[Command]:
+        """Hard failure: tell the workers, then stop the coordinator."""
+        self.phase = Phase.FAILED
+        self.failure_reason = reason
+        return [Send(JobFailed(reason)), Fail(reason)]
+
+    def observe_generation(self, generation: int) -> None:
+        """A newer group generation voids readies of older generations."""
+        if generation > self.generation:
+            self.generation = generation
+            self._ready = {t: r for t, r in self._ready.items() if r[1] >= generation}
+
+    def tick(self, now: float, restore_point: int | None) -> list[Command]:
+        """Start a due restore from ``restore_point``, or start over a restore that took too long."""
+        if self.phase is Phase.SUSPENDED and now >= self._restore_at:
+            self.attempt += 1
+            self._ready = {}
+            self.phase = Phase.RESTORING
+            self._restore_deadline = now + self.strategy.restore_timeout
+            return [Send(Restore(self.attempt, restore_point))]
+        if self.phase is Phase.RESTORING and now >= self._restore_deadline:
+            missing = ", ".join(sorted(self.expected - self._ready.keys()))
+            return self.on_failure(
+                f"restore of attempt {self.attempt} not finished within "
+                f"{self.strategy.restore_timeout:g}s: no TaskReady from {missing}",
+                now,
+            )
+        return []
+
+    def on_ready(self, msg: TaskReady) -> list[Command]:
+        """Record a ready task; with every task ready, resume with one owner per task."""
+        if (
+            self.phase is not Phase.RESTORING
+            or msg.attempt != self.attempt
+            or msg.task_id not in self.expected
+        ):
+            return []
+        self.observe_generation(msg.generation)
+        if msg.generation < self.generation:
+            return []  # stale: that member's assignment has been superseded
+        self._ready[msg.task_id] = (msg.member, msg.generation)
+        if self._ready.keys() != self.expected:
+            return []
+        self.owners = {task: member for task, (member, _gen) in sorted(self._ready.items())}
+        self.phase = Phase.RUNNING
+        return [Send(Resume(self.attempt, dict(self.owners)))]
+
+    @property
+    def ready_tasks(self) -> frozenset[str]:
+        """Tasks that reported ready for the current restore."""
+        return frozenset(self._ready)

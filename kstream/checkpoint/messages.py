@@ -1,0 +1,260 @@
+"""The control protocol: messages on ``<app>.control`` (DESIGN §5-§7).
+
+Every message is one JSON object ``{"v": 1, "type": "<Name>", ...fields}``.
+Decoding validates the version, the type and every field's type; anything else
+raises :class:`ProtocolError`, which a reader logs, counts and skips. Nothing
+read from the wire is ever unpickled or executed: decoding builds one of the
+frozen dataclasses below from plain JSON values, nothing more.
+
+Who writes what:
+
+* coordinator: TriggerCheckpoint, CheckpointCompleted, CheckpointAborted,
+  Restore, Resume, JobFailed;
+* workers: AcknowledgeCheckpoint, DeclineCheckpoint, TaskReady, Heartbeat,
+  TaskFailed.
+
+Receivers must be idempotent: ``CheckpointCompleted`` may repeat or arrive late
+(a later one subsumes earlier ones). During a restore a worker re-sends
+``TaskReady`` for the current attempt after every rebalance: only readies from
+the newest group generation count.
+"""
+
+from __future__ import annotations
+
+import json
+import types
+from dataclasses import MISSING, asdict, dataclass, field, fields
+from typing import Any, Union, get_args, get_origin, get_type_hints
+
+SCHEMA_VERSION = 1
+MAX_MESSAGE_BYTES = 256 * 1024  # an ack with many partition offsets stays far below this
+
+
+class ProtocolError(ValueError):
+    """A control record is malformed, of an unknown type/version, or oversized."""
+
+
+@dataclass(frozen=True)
+class TriggerCheckpoint:
+    """Coordinator → sources: take checkpoint ``checkpoint_id`` (wall-clock ``timestamp`` ms)."""
+
+    checkpoint_id: int
+    attempt: int
+    timestamp: int
+
+
+@dataclass(frozen=True)
+class AcknowledgeCheckpoint:
+    """Task → coordinator: my snapshot for ``checkpoint_id`` is durable in the store.
+
+    ``handle`` is the store path of the task's snapshot manifest; ``offsets`` the
+    task's input positions (a JSON object); sizes in bytes, durations in ms.
+    """
+
+    checkpoint_id: int
+    task_id: str
+    attempt: int
+    handle: str
+    offsets: dict[str, Any] = field(default_factory=dict)
+    state_size: int = 0
+    uploaded_size: int = 0
+    alignment_ms: float = 0.0
+    sync_ms: float = 0.0
+    async_ms: float = 0.0
+    member: str = ""
+
+
+@dataclass(frozen=True)
+class DeclineCheckpoint:
+    """Task → coordinator: I cannot take checkpoint ``checkpoint_id``, because ``reason``."""
+
+    checkpoint_id: int
+    task_id: str
+    attempt: int
+    reason: str
+
+
+@dataclass(frozen=True)
+class CheckpointCompleted:
+    """Coordinator → all: ``checkpoint_id`` is committed (its metadata is in the store)."""
+
+    checkpoint_id: int
+    attempt: int
+
+
+@dataclass(frozen=True)
+class CheckpointAborted:
+    """Coordinator → all: ``checkpoint_id`` will never complete; drop its partial state."""
+
+    checkpoint_id: int
+    reason: str
+
+
+@dataclass(frozen=True)
+class Restore:
+    """Coordinator → workers: roll back to ``checkpoint_id`` (None: start positions) as ``attempt``."""
+
+    attempt: int
+    checkpoint_id: int | None
+
+
+@dataclass(frozen=True)
+class TaskReady:
+    """Worker → coordinator: ``task_id`` is restored for ``attempt`` on ``member``."""
+
+    attempt: int
+    task_id: str
+    member: str
+    generation: int
+
+
+@dataclass(frozen=True)
+class Resume:
+    """Coordinator → workers: run ``attempt``; ``owners`` names the one member per task."""
+
+    attempt: int
+    owners: dict[str, str]
+
+
+@dataclass(frozen=True)
+class JobFailed:
+    """Coordinator → workers: the job failed hard; stop and exit non-zero with ``reason``."""
+
+    reason: str
+
+
+@dataclass(frozen=True)
+class Heartbeat:
+    """Worker → coordinator: ``member`` is alive and runs ``tasks`` in group ``generation``."""
+
+    member: str
+    tasks: tuple[str, ...]
+    generation: int
+
+
+@dataclass(frozen=True)
+class TaskFailed:
+    """Worker → coordinator: ``task_id`` failed on ``member`` in ``attempt``."""
+
+    task_id: str
+    member: str
+    attempt: int
+    reason: str
+
+
+Message = (
+    TriggerCheckpoint
+    | AcknowledgeCheckpoint
+    | DeclineCheckpoint
+    | CheckpointCompleted
+    | CheckpointAborted
+    | Restore
+    | TaskReady
+    | Resume
+    | JobFailed
+    | Heartbeat
+    | TaskFailed
+)
+
+MESSAGE_TYPES: dict[str, type[Any]] = {
+    cls.__name__: cls
+    for cls in (
+        TriggerCheckpoint,
+        AcknowledgeCheckpoint,
+        DeclineCheckpoint,
+        CheckpointCompleted,
+        CheckpointAborted,
+        Restore,
+        TaskReady,
+        Resume,
+        JobFailed,
+        Heartbeat,
+        TaskFailed,
+    )
+}
+
+_HINTS: dict[str, dict[str, Any]] = {
+    name: get_type_hints(cls) for name, cls in MESSAGE_TYPES.items()
+}
+
+
+def encode(msg: Message) -> bytes:
+    """The wire form of ``msg``: compact UTF-8 JSON with ``v`` and ``type``."""
+    body = asdict(msg)
+    if isinstance(msg, Heartbeat):
+        body["tasks"] = list(msg.tasks)
+    data = json.dumps(
+        {"v": SCHEMA_VERSION, "type": type(msg).__name__, **body}, separators=(",", ":")
+    ).encode()
+    if len(data) > MAX_MESSAGE_BYTES:
+        raise ProtocolError(
+            f"{type(msg).__name__} is {len(data)} bytes, over the {MAX_MESSAGE_BYTES} limit"
+        )
+    return data
+
+
+def decode(data: bytes | None) -> Message:
+    """The message in ``data``; ProtocolError if it is not exactly one valid message."""
+    if data is None:
+        raise ProtocolError("empty record (no value)")
+    if len(data) > MAX_MESSAGE_BYTES:
+        raise ProtocolError(f"record of {len(data)} bytes exceeds {MAX_MESSAGE_BYTES}")
+    try:
+        obj = json.loads(data)
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise ProtocolError(f"not JSON: {e}") from e
+    if not isinstance(obj, dict):
+        raise ProtocolError(f"not a JSON object but {type(obj).__name__}")
+    version = obj.get("v")
+    if version != SCHEMA_VERSION:
+        raise ProtocolError(f"unsupported schema version {version!r} (supported: 1)")
+    name = obj.get("type")
+    if not isinstance(name, str) or name not in MESSAGE_TYPES:
+        raise ProtocolError(f"unknown message type {name!r}")
+    cls, hints = MESSAGE_TYPES[name], _HINTS[name]
+    extra = set(obj) - {f.name for f in fields(cls)} - {"v", "type"}
+    if extra:
+        raise ProtocolError(f"{name}: unexpected fields {sorted(extra)}")
+    kwargs: dict[str, Any] = {}
+    for f in fields(cls):
+        if f.name in obj:
+            kwargs[f.name] = _coerce(obj[f.name], hints[f.name], f"{name}.{f.name}")
+        elif f.default is MISSING and f.default_factory is MISSING:
+            raise ProtocolError(f"{name}: missing field {f.name!r}")
+    message: Message = cls(**kwargs)
+    return message
+
+
+def _coerce(value: Any, hint: Any, where: str) -> Any:
+    """``value`` checked against the field type ``hint`` (tuples built from JSON lists)."""
+    origin = get_origin(hint)
+    if origin in (Union, types.UnionType):
+        for option in get_args(hint):
+            try:
+                return _coerce(value, option, where)
+            except ProtocolError:
+                continue
+        raise ProtocolError(f"{where}: {value!r} is not {hint}")
+    if hint is type(None):
+        if value is None:
+            return None
+    elif hint is int:
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+    elif hint is float:
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            return float(value)
+    elif hint is str:
+        if isinstance(value, str):
+            return value
+    elif origin is tuple:
+        (item,) = get_args(hint)[:1]
+        if isinstance(value, list):
+            return tuple(_coerce(v, item, where) for v in value)
+    elif origin is dict:
+        _key, val = get_args(hint)
+        if isinstance(value, dict):
+            return {k: _coerce(v, val, f"{where}[{k!r}]") for k, v in value.items()}
+    elif hint is Any:
+        return value  # any JSON value (e.g. offsets); it is data, never code
+    raise ProtocolError(f"{where}: {value!r} is not {getattr(hint, '__name__', hint)}")

@@ -1,0 +1,149 @@
+"""Completed-checkpoint metadata: ``<app>/checkpoints/chk-<n>.json`` in the checkpoint store.
+
+A metadata file exists only for a completed checkpoint. It is written by the
+coordinator exclusively (never overwritten, DESIGN §5.9) BEFORE
+``CheckpointCompleted(n)`` is announced, so a reader that sees the announcement
+always finds the file. It lists, per task, the snapshot handle (manifest path),
+input offsets, sizes and the task's alignment/sync/async times.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from kstream.checkpoint.store import CheckpointStore, StoreError
+
+log = logging.getLogger(__name__)
+
+_NAME = re.compile(r"^chk-(\d+)\.json$")
+
+
+class MetadataError(StoreError):
+    """A metadata file is missing, unreadable or not valid checkpoint metadata."""
+
+
+@dataclass(frozen=True)
+class TaskSnapshot:
+    """One task's part of a completed checkpoint (from its acknowledgement)."""
+
+    handle: str
+    offsets: dict[str, Any] = field(default_factory=dict)
+    state_size: int = 0
+    uploaded_size: int = 0
+    alignment_ms: float = 0.0
+    sync_ms: float = 0.0
+    async_ms: float = 0.0
+    ack_delay_ms: float = 0.0  # from trigger to the acknowledgement reaching the coordinator
+    member: str = ""
+
+
+@dataclass(frozen=True)
+class CheckpointMetadata:
+    """A completed checkpoint: what a restore needs plus its statistics. Times are epoch seconds."""
+
+    checkpoint_id: int
+    attempt: int
+    trigger_time: float
+    complete_time: float
+    tasks: dict[str, TaskSnapshot]
+
+    @property
+    def duration_ms(self) -> float:
+        """Time from trigger to the last acknowledgement."""
+        return (self.complete_time - self.trigger_time) * 1000.0
+
+    @property
+    def state_size(self) -> int:
+        """Full state size in bytes, summed over tasks."""
+        return sum(t.state_size for t in self.tasks.values())
+
+    @property
+    def uploaded_size(self) -> int:
+        """Bytes uploaded for this checkpoint (incremental), summed over tasks."""
+        return sum(t.uploaded_size for t in self.tasks.values())
+
+    def to_json(self) -> bytes:
+        """The file content (stable key order, human-readable)."""
+        body = {
+            "checkpoint_id": self.checkpoint_id,
+            "attempt": self.attempt,
+            "trigger_time": self.trigger_time,
+            "complete_time": self.complete_time,
+            "duration_ms": round(self.duration_ms, 3),
+            "state_size": self.state_size,
+            "uploaded_size": self.uploaded_size,
+            "tasks": {name: asdict(t) for name, t in sorted(self.tasks.items())},
+        }
+        return json.dumps(body, indent=1, sort_keys=True).encode()
+
+    @classmethod
+    def from_json(cls, data: bytes, where: str = "metadata") -> CheckpointMetadata:
+        """Parse a metadata file; MetadataError naming ``where`` if it is not valid."""
+        try:
+            obj = json.loads(data)
+            return cls(
+                checkpoint_id=int(obj["checkpoint_id"]),
+                attempt=int(obj["attempt"]),
+                trigger_time=float(obj["trigger_time"]),
+                complete_time=float(obj["complete_time"]),
+                tasks={str(k): TaskSnapshot(**v) for k, v in obj["tasks"].items()},
+            )
+        except (ValueError, KeyError, TypeError, AttributeError) as e:
+            raise MetadataError(f"{where} is not valid checkpoint metadata: {e}") from e
+
+
+def metadata_path(app_id: str, checkpoint_id: int) -> str:
+    """Store path of checkpoint ``checkpoint_id``'s metadata."""
+    return f"{app_id}/checkpoints/chk-{checkpoint_id}.json"
+
+
+def write_metadata(store: CheckpointStore, app_id: str, meta: CheckpointMetadata) -> str:
+    """Create the metadata file exclusively; ObjectExists if that id was already completed."""
+    path = metadata_path(app_id, meta.checkpoint_id)
+    store.put_bytes(path, meta.to_json(), exclusive=True)
+    return path
+
+
+def read_metadata(store: CheckpointStore, app_id: str, checkpoint_id: int) -> CheckpointMetadata:
+    """Metadata of completed checkpoint ``checkpoint_id``; MetadataError if absent or invalid."""
+    path = metadata_path(app_id, checkpoint_id)
+    try:
+        data = store.get_bytes(path)
+    except StoreError as e:
+        raise MetadataError(f"checkpoint {checkpoint_id} of {app_id!r}: {e}") from e
+    return CheckpointMetadata.from_json(data, where=f"{store.url}/{path}")
+
+
+def completed_ids(store: CheckpointStore, app_id: str) -> list[int]:
+    """Ids of every checkpoint with a metadata file, ascending."""
+    ids = []
+    for path in store.list(f"{app_id}/checkpoints"):
+        m = _NAME.match(path.rsplit("/", 1)[-1])
+        if m:
+            ids.append(int(m.group(1)))
+    return sorted(ids)
+
+
+def list_checkpoints(store: CheckpointStore, app_id: str) -> list[CheckpointMetadata]:
+    """Every readable completed checkpoint, ascending; unreadable files are logged and skipped."""
+    out = []
+    for n in completed_ids(store, app_id):
+        try:
+            out.append(read_metadata(store, app_id, n))
+        except MetadataError as e:
+            log.warning("skipping checkpoint %d: %s", n, e)
+    return out
+
+
+def latest_completed(store: CheckpointStore, app_id: str) -> CheckpointMetadata | None:
+    """The newest readable completed checkpoint, or None (restore to start positions)."""
+    for n in reversed(completed_ids(store, app_id)):
+        try:
+            return read_metadata(store, app_id, n)
+        except MetadataError as e:
+            log.error("checkpoint %d is unreadable, falling back to an older one: %s", n, e)
+    return None

@@ -1,0 +1,76 @@
+"""A triggered checkpoint collecting acknowledgements from every expected task."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+from kstream.checkpoint.messages import AcknowledgeCheckpoint
+from kstream.checkpoint.metadata import CheckpointMetadata, TaskSnapshot
+
+
+class AckOutcome(StrEnum):
+    """What an acknowledgement did to a pending checkpoint."""
+
+    ACCEPTED = "accepted"
+    DUPLICATE = "duplicate"  # the task already acknowledged; the first one counts
+    UNEXPECTED_TASK = "unexpected_task"  # not a task of the plan
+
+
+class PendingCheckpoint:
+    """Checkpoint ``checkpoint_id`` of ``attempt``, triggered at ``trigger_time`` (epoch s)."""
+
+    def __init__(
+        self, checkpoint_id: int, attempt: int, trigger_time: float, expected: frozenset[str]
+    ) -> None:
+        self.checkpoint_id = checkpoint_id
+        self.attempt = attempt
+        self.trigger_time = trigger_time
+        self.expected = expected
+        self.acks: dict[str, TaskSnapshot] = {}
+
+    def acknowledge(self, ack: AcknowledgeCheckpoint, now: float) -> AckOutcome:
+        """Record ``ack`` (same checkpoint and attempt — the caller checks that)."""
+        if ack.task_id not in self.expected:
+            return AckOutcome.UNEXPECTED_TASK
+        if ack.task_id in self.acks:
+            return AckOutcome.DUPLICATE
+        self.acks[ack.task_id] = TaskSnapshot(
+            handle=ack.handle,
+            offsets=dict(ack.offsets),
+            state_size=ack.state_size,
+            uploaded_size=ack.uploaded_size,
+            alignment_ms=ack.alignment_ms,
+            sync_ms=ack.sync_ms,
+            async_ms=ack.async_ms,
+            ack_delay_ms=round((now - self.trigger_time) * 1000.0, 3),
+            member=ack.member,
+        )
+        return AckOutcome.ACCEPTED
+
+    @property
+    def missing(self) -> list[str]:
+        """Expected tasks that have not acknowledged yet, sorted."""
+        return sorted(self.expected - self.acks.keys())
+
+    @property
+    def is_complete(self) -> bool:
+        """Whether every expected task acknowledged."""
+        return not self.missing
+
+    def handles(self) -> tuple[str, ...]:
+        """Snapshot handles acknowledged so far (what an abort must clean up)."""
+        return tuple(sorted(s.handle for s in self.acks.values()))
+
+    def to_metadata(self, now: float) -> CheckpointMetadata:
+        """The completed checkpoint, completed at ``now``; only valid when complete."""
+        if not self.is_complete:
+            raise RuntimeError(
+                f"checkpoint {self.checkpoint_id} is not complete: missing {self.missing}"
+            )
+        return CheckpointMetadata(
+            checkpoint_id=self.checkpoint_id,
+            attempt=self.attempt,
+            trigger_time=self.trigger_time,
+            complete_time=now,
+            tasks=dict(self.acks),
+        )

@@ -1,0 +1,97 @@
+"""What a starting coordinator learns from the control topic and the store (DESIGN §5.9).
+
+A starting coordinator first fences its predecessor, then reads the control
+topic to its end (read_committed) and the store's metadata, and summarises them
+here: the highest checkpoint id and attempt ever used (so ids never repeat), the
+job's phase, checkpoints left in flight, and whether the newest completed
+checkpoint was announced.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from kstream.checkpoint.messages import (
+    AcknowledgeCheckpoint,
+    CheckpointAborted,
+    CheckpointCompleted,
+    DeclineCheckpoint,
+    JobFailed,
+    Message,
+    Restore,
+    Resume,
+    TaskFailed,
+    TaskReady,
+    TriggerCheckpoint,
+)
+from kstream.checkpoint.metadata import CheckpointMetadata
+
+
+@dataclass
+class RecoveredState:
+    """The history a coordinator continues from."""
+
+    max_checkpoint_id: int = 0
+    attempt: int = 0
+    # The last lifecycle message: None (job never restored), Resume, Restore or JobFailed.
+    last_lifecycle: Restore | Resume | JobFailed | None = None
+    announced_id: int = 0  # newest CheckpointCompleted seen
+    in_flight: dict[int, set[str]] = field(default_factory=dict)  # triggered, unfinished → handles
+    latest_completed: CheckpointMetadata | None = None
+    unhandled_failure: str = ""  # a TaskFailed of the current attempt after the last lifecycle
+
+    @property
+    def owners(self) -> dict[str, str]:
+        """Task owners of the current attempt, if the job was resumed."""
+        return dict(self.last_lifecycle.owners) if isinstance(self.last_lifecycle, Resume) else {}
+
+
+def recover(
+    messages: Iterable[Message],
+    completed_ids: Iterable[int],
+    latest_completed: CheckpointMetadata | None,
+) -> RecoveredState:
+    """Summarise the control-topic history and the store's completed checkpoints."""
+    st = RecoveredState(latest_completed=latest_completed)
+    completed = set(completed_ids)
+    st.max_checkpoint_id = max(completed, default=0)
+    for msg in messages:
+        match msg:
+            case TriggerCheckpoint(checkpoint_id=n, attempt=a):
+                st.max_checkpoint_id = max(st.max_checkpoint_id, n)
+                st.attempt = max(st.attempt, a)
+                st.in_flight.setdefault(n, set())
+            case AcknowledgeCheckpoint(checkpoint_id=n, attempt=a):
+                st.max_checkpoint_id = max(st.max_checkpoint_id, n)
+                st.attempt = max(st.attempt, a)
+                if n in st.in_flight:
+                    st.in_flight[n].add(msg.handle)
+            case DeclineCheckpoint(checkpoint_id=n, attempt=a):
+                st.max_checkpoint_id = max(st.max_checkpoint_id, n)
+                st.attempt = max(st.attempt, a)
+            case CheckpointCompleted(checkpoint_id=n, attempt=a):
+                st.max_checkpoint_id = max(st.max_checkpoint_id, n)
+                st.attempt = max(st.attempt, a)
+                st.announced_id = max(st.announced_id, n)
+                st.in_flight = {k: v for k, v in st.in_flight.items() if k > n}
+            case CheckpointAborted(checkpoint_id=n):
+                st.max_checkpoint_id = max(st.max_checkpoint_id, n)
+                st.in_flight.pop(n, None)
+            case Restore(attempt=a) | Resume(attempt=a):
+                st.attempt = max(st.attempt, a)
+                st.last_lifecycle = msg
+                st.unhandled_failure = ""
+            case JobFailed():
+                st.last_lifecycle = msg
+                st.unhandled_failure = ""
+            case TaskFailed(attempt=a) if a >= st.attempt:
+                st.attempt = a
+                st.unhandled_failure = f"task {msg.task_id} failed on {msg.member}: {msg.reason}"
+            case TaskReady(attempt=a):
+                st.attempt = max(st.attempt, a)
+            case _:
+                pass  # heartbeats carry no history
+    # A checkpoint whose metadata exists completed, announced or not.
+    st.in_flight = {n: h for n, h in st.in_flight.items() if n not in completed}
+    return st

@@ -1,0 +1,488 @@
+"""The checkpoint coordinator state machine, driven by messages and a fake clock (no broker)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from kstream.checkpoint.commands import (
+    ApplyRetention,
+    CleanupCheckpoint,
+    Command,
+    Fail,
+    Send,
+    WriteMetadata,
+)
+from kstream.checkpoint.coordinator import CheckpointCoordinator
+from kstream.checkpoint.failover import Phase
+from kstream.checkpoint.messages import (
+    AcknowledgeCheckpoint,
+    CheckpointAborted,
+    CheckpointCompleted,
+    DeclineCheckpoint,
+    Heartbeat,
+    JobFailed,
+    Message,
+    Restore,
+    Resume,
+    TaskFailed,
+    TaskReady,
+    TriggerCheckpoint,
+)
+from kstream.checkpoint.metadata import completed_ids, latest_completed, write_metadata
+from kstream.checkpoint.recovery import recover
+from kstream.checkpoint.store import FileStore
+from kstream.config import CheckpointingConfig, RestartStrategy
+
+
+class Harness:
+    """Executes the coordinator's commands like the real adapter, recording them in order."""
+
+    def __init__(
+        self,
+        tasks: Iterable[str] = ("a", "b"),
+        *,
+        store: FileStore | None = None,
+        history: list[Message] | None = None,
+        fail_metadata: bool = False,
+        restart: RestartStrategy | None = None,
+        heartbeat_timeout: float = 10.0,
+        **checkpointing: Any,
+    ) -> None:
+        self.store = store
+        rec = None
+        if history is not None or store is not None:
+            rec = recover(
+                history or [],
+                completed_ids(store, "app") if store else [],
+                latest_completed(store, "app") if store else None,
+            )
+        self.c = CheckpointCoordinator(
+            frozenset(tasks),
+            CheckpointingConfig(**{"interval": 1.0, "timeout": 5.0, **checkpointing}),
+            restart
+            or RestartStrategy(max_restarts=3, window=100.0, delay=0.5, restore_timeout=4.0),
+            heartbeat_timeout=heartbeat_timeout,
+            recovered=rec,
+        )
+        self.fail_metadata = fail_metadata
+        self.executed: list[Command] = []
+
+    def run(self, cmds: list[Command], now: float) -> list[Command]:
+        out: list[Command] = []
+        for cmd in cmds:
+            self.executed.append(cmd)
+            out.append(cmd)
+            if isinstance(cmd, WriteMetadata):
+                n = cmd.metadata.checkpoint_id
+                if self.fail_metadata:
+                    out += self.run(self.c.metadata_failed(n, "disk full", now), now)
+                else:
+                    if self.store is not None:
+                        write_metadata(self.store, "app", cmd.metadata)
+                    out += self.run(self.c.metadata_written(n, now), now)
+        return out
+
+    def start(self, now: float = 0.0) -> list[Command]:
+        return self.run(self.c.start(now), now)
+
+    def tick(self, now: float) -> list[Command]:
+        return self.run(self.c.tick(now), now)
+
+    def send(self, msg: Message, now: float) -> list[Command]:
+        return self.run(self.c.handle(msg, now), now)
+
+    def ack(
+        self, n: int, task: str, now: float, attempt: int = 0, handle: str = ""
+    ) -> list[Command]:
+        ack = AcknowledgeCheckpoint(
+            n, task, attempt, handle or f"h/{task}/{n}", {f"in:{task}": n * 10}, state_size=100
+        )
+        return self.send(ack, now)
+
+    def sent(self) -> list[Message]:
+        return [c.message for c in self.executed if isinstance(c, Send)]
+
+
+def messages(cmds: list[Command]) -> list[Message]:
+    return [c.message for c in cmds if isinstance(c, Send)]
+
+
+def triggers(cmds: list[Command]) -> list[int]:
+    return [m.checkpoint_id for m in messages(cmds) if isinstance(m, TriggerCheckpoint)]
+
+
+# -- triggering --------------------------------------------------------------------------
+
+
+def test_triggers_every_interval_and_waits_for_the_in_flight_one() -> None:
+    h = Harness(tasks=["a"])
+    assert h.start(0.0) == []
+    assert h.tick(0.5) == []
+    assert h.tick(1.0) == [Send(TriggerCheckpoint(1, 0, 1000))]
+    assert h.tick(2.0) == []  # max_concurrent=1: checkpoint 1 still in flight
+    h.ack(1, "a", 2.1)
+    assert triggers(h.tick(2.1)) == [2]  # interval since the last trigger has passed
+    h.ack(2, "a", 2.2)
+    assert h.tick(3.0) == []
+    assert triggers(h.tick(3.1)) == [3]
+
+
+def test_min_pause_is_measured_from_the_end_of_the_previous_checkpoint() -> None:
+    h = Harness(tasks=["a"], min_pause=2.0)
+    h.start(0.0)
+    assert triggers(h.tick(1.0)) == [1]
+    h.ack(1, "a", 1.5)
+    assert h.tick(2.0) == []
+    assert h.tick(3.4) == []
+    assert triggers(h.tick(3.5)) == [2]
+
+
+def test_max_concurrent_bounds_checkpoints_in_flight() -> None:
+    h = Harness(tasks=["a"], max_concurrent=2, timeout=100.0)
+    h.start(0.0)
+    assert triggers(h.tick(1.0)) == [1]
+    assert triggers(h.tick(2.0)) == [2]
+    assert h.tick(3.0) == []
+    h.ack(1, "a", 3.5)
+    assert triggers(h.tick(3.5)) == [3]
+    assert sorted(h.c.pending) == [2, 3]
+
+
+# -- completion --------------------------------------------------------------------------
+
+
+def test_completes_only_when_every_expected_task_acknowledged(tmp_path: Path) -> None:
+    h = Harness(tasks=["a", "b", "c"], store=FileStore(tmp_path))
+    h.start(0.0)
+    h.tick(1.0)
+    assert h.ack(1, "a", 1.1) == []
+    assert h.ack(1, "b", 1.2) == []
+    out = h.ack(1, "c", 1.4)
+    assert [type(c) for c in out] == [WriteMetadata, Send, ApplyRetention]
+    assert messages(out) == [CheckpointCompleted(1, 0)]
+    assert out[2] == ApplyRetention(3)
+    meta = latest_completed(FileStore(tmp_path), "app")
+    assert meta is not None
+    assert meta.checkpoint_id == 1
+    assert {t: s.handle for t, s in meta.tasks.items()} == {
+        "a": "h/a/1",
+        "b": "h/b/1",
+        "c": "h/c/1",
+    }
+    assert meta.tasks["b"].offsets == {"in:b": 10}
+    assert meta.tasks["b"].ack_delay_ms == pytest.approx(200.0)
+    assert meta.duration_ms == pytest.approx(400.0)
+    assert meta.state_size == 300
+
+
+def test_completion_is_announced_only_after_the_metadata_is_written() -> None:
+    h = Harness(tasks=["a"])
+    h.start(0.0)
+    h.tick(1.0)
+    # The state machine alone: the last ack yields ONLY the metadata write.
+    cmds = h.c.handle(AcknowledgeCheckpoint(1, "a", 0, "h"), 1.2)
+    assert [type(c) for c in cmds] == [WriteMetadata]
+    assert h.c.tick(1.3) == []  # nothing announced while the write is outstanding
+    after = h.c.metadata_written(1, 1.4)
+    assert messages(after)[0] == CheckpointCompleted(1, 0)
+    assert h.c.latest_completed is not None and h.c.latest_completed.checkpoint_id == 1
+
+
+def test_failed_metadata_write_aborts_instead_of_announcing() -> None:
+    h = Harness(tasks=["a"], fail_metadata=True)
+    h.start(0.0)
+    h.tick(1.0)
+    out = h.ack(1, "a", 1.2, handle="h/a")
+    assert messages(out) == [
+        CheckpointAborted(1, "checkpoint 1: writing its metadata failed: disk full")
+    ]
+    assert CleanupCheckpoint(1, ("h/a",)) in out
+    assert not any(isinstance(m, CheckpointCompleted) for m in h.sent())
+    assert h.c.failures.successive_failures == 1
+
+
+# -- aborts and failures -----------------------------------------------------------------
+
+
+def test_timeout_aborts_and_cleans_up_naming_the_missing_tasks() -> None:
+    h = Harness(tasks=["a", "b", "c"])
+    h.start(0.0)
+    h.tick(1.0)
+    h.send(Heartbeat("w2", ("b",), 1), 2.0)
+    h.ack(1, "a", 1.5, handle="h/a")
+    assert h.tick(5.9) == []
+    out = h.tick(6.0)
+    assert out[:2] == [
+        Send(
+            CheckpointAborted(
+                1,
+                "checkpoint 1 timed out after 5s: no acknowledgement from tasks b, c "
+                "(b last seen 4.0s ago on worker w2)",
+            )
+        ),
+        CleanupCheckpoint(1, ("h/a",)),
+    ]
+    assert h.c.pending.keys() == {2}  # the freed slot was used for the next trigger
+    # A late ack of the aborted checkpoint is ignored.
+    assert h.ack(1, "b", 6.1) == []
+    assert h.c.ignored_messages == 1
+
+
+def test_decline_aborts() -> None:
+    h = Harness()
+    h.start(0.0)
+    h.tick(1.0)
+    out = h.send(DeclineCheckpoint(1, "b", 0, "disk full"), 1.2)
+    assert messages(out) == [CheckpointAborted(1, "checkpoint 1 declined by task b: disk full")]
+    assert h.c.pending == {}
+    assert h.c.failures.successive_failures == 1
+
+
+def test_a_checkpoint_counts_once() -> None:
+    h = Harness(tolerable_failures=1)
+    h.start(0.0)
+    h.tick(1.0)
+    h.send(DeclineCheckpoint(1, "a", 0, "x"), 1.1)
+    assert h.send(DeclineCheckpoint(1, "b", 0, "y"), 1.2) == []
+    assert h.tick(7.0)[:1] == [Send(TriggerCheckpoint(2, 0, 7000))]
+    assert h.c.failures.successive_failures == 1
+    assert h.c.phase is Phase.RUNNING
+
+
+def _fail_by_timeout(h: Harness, now: float) -> float:
+    """Let the checkpoint in flight (triggered now if none is) time out with only "a" acked.
+
+    Returns the time of the timeout, at which the next checkpoint is triggered.
+    """
+    if not h.c.pending:
+        assert len(triggers(h.tick(now))) == 1
+    ((n, p),) = h.c.pending.items()
+    h.ack(n, "a", p.trigger_time + 0.1)
+    out = h.tick(p.trigger_time + 5.0)
+    assert isinstance(messages(out)[0], CheckpointAborted)
+    return p.trigger_time + 5.0
+
+
+def test_more_than_tolerable_successive_failures_is_a_hard_failure() -> None:
+    h = Harness(tolerable_failures=2)
+    h.start(0.0)
+    t = _fail_by_timeout(h, 1.0)  # checkpoint 1 (2 triggered at its timeout)
+    t = _fail_by_timeout(h, t)  # 2
+    assert h.c.phase is Phase.RUNNING
+    assert list(h.c.pending) == [3]
+    h.ack(3, "a", t + 0.1)
+    out = h.tick(t + 5.0)
+    reason = (
+        "checkpoint 3 timed out after 5s: no acknowledgement from tasks b. "
+        "3 successive checkpoints failed; tolerable_failures=2 -> job failed"
+    )
+    assert out[-2:] == [Send(JobFailed(reason)), Fail(reason)]
+    assert h.c.phase is Phase.FAILED
+    assert h.c.failed_reason == reason
+    assert h.tick(t + 100.0) == []
+    assert h.send(TaskFailed("a", "w", 0, "x"), t + 101.0) == []
+
+
+def test_a_success_resets_the_failure_count() -> None:
+    h = Harness(tolerable_failures=2)
+    h.start(0.0)
+    t = _fail_by_timeout(h, 1.0)
+    t = _fail_by_timeout(h, t)
+    assert h.c.failures.successive_failures == 2
+    h.ack(3, "a", t + 0.1)
+    h.ack(3, "b", t + 0.2)
+    assert h.c.failures.successive_failures == 0
+    t = _fail_by_timeout(h, t + 2.0)
+    t = _fail_by_timeout(h, t)
+    assert h.c.phase is Phase.RUNNING
+    t = _fail_by_timeout(h, t)
+    assert h.c.phase is Phase.FAILED
+
+
+def test_late_duplicate_stale_and_unknown_acks_are_ignored(tmp_path: Path) -> None:
+    h = Harness(store=FileStore(tmp_path))
+    h.start(0.0)
+    h.tick(1.0)
+    assert h.ack(1, "a", 1.1, handle="first") == []
+    assert h.ack(1, "a", 1.2, handle="second") == []  # duplicate: the first counts
+    assert h.ack(1, "b", 1.3, attempt=7) == []  # stale/foreign attempt
+    assert h.ack(99, "b", 1.3) == []  # unknown checkpoint
+    assert h.ack(1, "zzz", 1.3) == []  # not a task of the plan
+    assert h.c.pending[1].missing == ["b"]
+    out = h.ack(1, "b", 1.4)
+    assert messages(out)[0] == CheckpointCompleted(1, 0)
+    assert h.ack(1, "b", 1.5) == []  # late: already complete
+    assert h.c.ignored_messages == 5
+    meta = latest_completed(FileStore(tmp_path), "app")
+    assert meta is not None and meta.tasks["a"].handle == "first"
+
+
+def test_a_completion_subsumes_older_checkpoints_without_counting_them() -> None:
+    h = Harness(tasks=["a"], max_concurrent=2, timeout=100.0)
+    h.start(0.0)
+    h.tick(1.0)
+    h.tick(2.0)
+    out = h.ack(2, "a", 2.5)
+    assert messages(out) == [
+        CheckpointCompleted(2, 0),
+        CheckpointAborted(1, "subsumed by checkpoint 2"),
+    ]
+    assert h.c.failures.successive_failures == 0
+
+
+# -- failover ----------------------------------------------------------------------------
+
+
+def test_failure_suspends_and_nothing_is_triggered_until_every_task_is_ready() -> None:
+    h = Harness()
+    h.start(0.0)
+    h.tick(1.0)
+    h.ack(1, "a", 1.1)
+    h.ack(1, "b", 1.2)  # checkpoint 1 completes
+    assert triggers(h.tick(2.0)) == [2]
+    out = h.send(TaskFailed("b", "w2", 0, "ValueError in map"), 2.1)
+    assert out == [
+        Send(CheckpointAborted(2, "job failover: task b failed on w2: ValueError in map")),
+        CleanupCheckpoint(2, ()),
+    ]
+    assert h.c.phase is Phase.SUSPENDED
+    assert h.c.failures.successive_failures == 0  # a failover abort is not a checkpoint failure
+    assert h.tick(2.5) == []  # restart delay 0.5s not over
+    assert h.tick(2.6) == [Send(Restore(1, 1))]
+    assert h.c.phase is Phase.RESTORING
+    for t in (3.0, 4.0, 5.0, 6.0):
+        assert h.tick(t) == []  # no triggers and no timeouts while restoring
+    assert h.send(TaskReady(0, "a", "w1", 3), 6.1) == []  # older attempt: ignored
+    assert h.send(TaskReady(1, "a", "w1", 3), 6.2) == []
+    assert h.send(TaskFailed("a", "w1", 0, "old"), 6.2) == []  # failure of a superseded attempt
+    assert h.send(TaskReady(1, "b", "w2", 3), 6.3) == [Send(Resume(1, {"a": "w1", "b": "w2"}))]
+    assert h.c.phase is Phase.RUNNING
+    assert h.tick(7.2) == []
+    assert h.tick(7.3) == [Send(TriggerCheckpoint(3, 1, 7300))]
+    assert h.ack(3, "a", 7.4, attempt=0) == []  # an ack from the old attempt is ignored
+
+
+def test_newest_generation_wins_the_ownership() -> None:
+    h = Harness()
+    h.start(0.0)
+    h.send(TaskFailed("a", "w1", 0, "x"), 1.0)
+    h.tick(1.5)
+    assert h.send(TaskReady(1, "a", "w1", 3), 1.6) == []
+    assert h.send(TaskReady(1, "b", "w2", 4), 1.7) == []  # gen 4 voids a's gen-3 ready
+    assert h.send(TaskReady(1, "a", "w1", 3), 1.8) == []  # stale generation
+    assert h.send(TaskReady(1, "a", "w3", 4), 1.9) == [Send(Resume(1, {"a": "w3", "b": "w2"}))]
+
+
+def test_a_restore_not_finished_in_time_starts_over_until_the_strategy_gives_up() -> None:
+    h = Harness(
+        restart=RestartStrategy(max_restarts=2, window=100.0, delay=0.5, restore_timeout=4.0)
+    )
+    h.start(0.0)
+    h.send(TaskFailed("a", "w1", 0, "x"), 1.0)  # restart 1
+    assert h.tick(1.5) == [Send(Restore(1, None))]  # no completed checkpoint: start positions
+    h.send(TaskReady(1, "a", "w1", 1), 2.0)
+    assert h.tick(5.5) == []  # restart 2 scheduled
+    assert h.c.phase is Phase.SUSPENDED
+    assert h.tick(6.0) == [Send(Restore(2, None))]
+    out = h.tick(10.0)
+    reason = (
+        "restore of attempt 2 not finished within 4s: no TaskReady from a, b; restart strategy "
+        "exhausted: 2 restarts within 100s (max_restarts=2) -> job failed"
+    )
+    assert out == [Send(JobFailed(reason)), Fail(reason)]
+
+
+def test_a_lost_worker_or_a_new_generation_fails_over() -> None:
+    h = Harness(heartbeat_timeout=3.0, interval=100.0)
+    h.start(0.0)
+    assert h.send(Heartbeat("w1", ("a",), 5), 0.5) == []
+    assert h.send(Heartbeat("w2", ("b",), 5), 0.5) == []
+    h.send(Heartbeat("w1", ("a",), 5), 3.0)
+    assert h.tick(3.5) == []
+    out = h.tick(3.6)
+    assert h.c.phase is Phase.SUSPENDED
+    assert h.c.failover.failure_reason == "worker w2 lost: no heartbeat for 3.1s (tasks b)"
+    assert out == []
+    h.tick(4.1)
+    h.send(TaskReady(1, "a", "w1", 6), 4.2)
+    assert messages(h.send(TaskReady(1, "b", "w1", 6), 4.3)) == [Resume(1, {"a": "w1", "b": "w1"})]
+    h.send(Heartbeat("w1", ("a", "b"), 6), 4.4)
+    assert h.c.phase is Phase.RUNNING
+    h.send(Heartbeat("w1", ("a",), 7), 4.5)
+    assert h.c.phase is Phase.SUSPENDED
+    assert h.c.failover.failure_reason == (
+        "consumer group generation changed 6 -> 7 (partitions were reassigned)"
+    )
+
+
+# -- restart of the coordinator ----------------------------------------------------------
+
+
+def test_ids_and_attempts_continue_after_a_restart_from_persisted_state(tmp_path: Path) -> None:
+    store = FileStore(tmp_path)
+    first = Harness(tasks=["a"], store=store)
+    first.start(0.0)
+    first.tick(1.0)
+    first.ack(1, "a", 1.1)
+    first.send(TaskFailed("a", "w1", 0, "x"), 1.2)
+    first.tick(1.75)
+    first.send(TaskReady(1, "a", "w1", 2), 2.0)
+    first.tick(3.0)
+    first.ack(2, "a", 3.25, attempt=1)
+    first.tick(4.0)  # checkpoint 3 triggered, never acknowledged: the coordinator "dies"
+    assert triggers(first.executed) == [1, 2, 3]
+    history = [*first.sent(), AcknowledgeCheckpoint(3, "a", 1, "h/a/3")]
+
+    second = Harness(tasks=["a"], store=store, history=history)
+    assert second.start(10.0) == [
+        Send(CheckpointAborted(3, "coordinator restarted")),
+        CleanupCheckpoint(3, ("h/a/3",)),
+    ]
+    assert second.c.phase is Phase.RUNNING
+    assert second.tick(11.0) == [Send(TriggerCheckpoint(4, 1, 11000))]
+
+
+def test_a_lost_announcement_is_repeated_and_the_store_raises_the_next_id(tmp_path: Path) -> None:
+    store = FileStore(tmp_path)
+    h = Harness(tasks=["a"], store=store)
+    h.start(0.0)
+    h.tick(1.0)
+    h.ack(1, "a", 1.1)
+    # Crash between metadata and message: checkpoint 2's metadata exists, its
+    # announcement (and even its trigger) never reached the topic.
+    meta = h.c.latest_completed
+    assert meta is not None
+    write_metadata(store, "app", replace(meta, checkpoint_id=2))
+    second = Harness(tasks=["a"], store=store, history=h.sent())
+    assert second.start(5.0) == [Send(CheckpointCompleted(2, 0))]
+    assert triggers(second.tick(6.0)) == [3]
+    third = Harness(tasks=["a"], store=store, history=[*h.sent(), CheckpointCompleted(2, 0)])
+    assert third.start(5.0) == []  # already announced: nothing repeated
+
+
+def test_a_coordinator_restarted_during_a_restore_restores_again() -> None:
+    history: list[Message] = [
+        TriggerCheckpoint(4, 2, 0),
+        CheckpointAborted(4, "x"),
+        Restore(3, None),
+    ]
+    h = Harness(history=history)
+    assert h.start(0.0) == []
+    assert h.c.phase is Phase.SUSPENDED
+    assert h.tick(0.5) == [Send(Restore(4, None))]
+    h.send(TaskReady(4, "a", "w", 1), 0.6)
+    h.send(TaskReady(4, "b", "w", 1), 0.7)
+    assert triggers(h.tick(1.7)) == [5]
+
+
+def test_an_unhandled_task_failure_in_the_history_causes_a_restore() -> None:
+    history: list[Message] = [Resume(2, {"a": "w", "b": "w"}), TaskFailed("a", "w", 2, "boom")]
+    h = Harness(history=history)
+    h.start(0.0)
+    assert h.c.failover.failure_reason == "task a failed on w: boom"
+    assert h.tick(0.5) == [Send(Restore(3, None))]

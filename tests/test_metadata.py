@@ -1,0 +1,72 @@
+"""Checkpoint metadata in the store: exclusive creation, listing, latest completed."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from kstream.checkpoint.metadata import (
+    CheckpointMetadata,
+    MetadataError,
+    TaskSnapshot,
+    completed_ids,
+    latest_completed,
+    list_checkpoints,
+    metadata_path,
+    read_metadata,
+    write_metadata,
+)
+from kstream.checkpoint.store import FileStore, ObjectExists
+
+
+def _meta(n: int, size: int = 10) -> CheckpointMetadata:
+    return CheckpointMetadata(
+        checkpoint_id=n,
+        attempt=1,
+        trigger_time=100.0,
+        complete_time=100.25,
+        tasks={
+            "s-0": TaskSnapshot("app/m/s-0", {"in:0": 5}, state_size=size, uploaded_size=3),
+            "s-1": TaskSnapshot("app/m/s-1", {"in:1": 9}, state_size=size, async_ms=4.0),
+        },
+    )
+
+
+def test_write_then_read_round_trips_with_statistics(tmp_path: Path) -> None:
+    store = FileStore(tmp_path)
+    assert write_metadata(store, "app", _meta(3)) == "app/checkpoints/chk-3.json"
+    got = read_metadata(store, "app", 3)
+    assert got == _meta(3)
+    assert got.duration_ms == 250.0
+    assert got.state_size == 20
+    assert got.uploaded_size == 3
+
+
+def test_metadata_is_never_overwritten(tmp_path: Path) -> None:
+    store = FileStore(tmp_path)
+    write_metadata(store, "app", _meta(3, size=1))
+    with pytest.raises(ObjectExists):
+        write_metadata(store, "app", _meta(3, size=2))
+    assert read_metadata(store, "app", 3).state_size == 2  # the first one (1 per task)
+
+
+def test_listing_is_numeric_and_latest_skips_corrupt(tmp_path: Path) -> None:
+    store = FileStore(tmp_path)
+    for n in (2, 10, 9):
+        write_metadata(store, "app", _meta(n))
+    store.put_bytes("app/checkpoints/unrelated.txt", b"x")
+    assert completed_ids(store, "app") == [2, 9, 10]
+    assert [m.checkpoint_id for m in list_checkpoints(store, "app")] == [2, 9, 10]
+    store.put_bytes(metadata_path("app", 11), b"{garbage")
+    latest = latest_completed(store, "app")
+    assert latest is not None and latest.checkpoint_id == 10
+    with pytest.raises(MetadataError, match="not valid checkpoint metadata"):
+        read_metadata(store, "app", 11)
+
+
+def test_no_checkpoint(tmp_path: Path) -> None:
+    store = FileStore(tmp_path)
+    assert latest_completed(store, "app") is None
+    with pytest.raises(MetadataError, match="checkpoint 1 of 'app'"):
+        read_metadata(store, "app", 1)
