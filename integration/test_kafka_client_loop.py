@@ -143,3 +143,25 @@ def test_same_transactional_id_fences_the_first_producer(
         assert read_to_end(reader, topic, 1) == [(b"k", b"owner")]
     finally:
         reader.close()
+
+
+def test_dev_cli_topics_produce_consume_round_trip(
+    kafka_bootstrap: str, kafka_admin: AdminClient, unique_name: Callable[[str], str]
+) -> None:
+    from click.testing import CliRunner
+
+    from kstream.cli import main
+
+    topic, runner = unique_name("cli"), CliRunner()
+    b = ["--bootstrap", kafka_bootstrap]
+    created = runner.invoke(main, ["dev", "topics", "create", topic, "--partitions", "2", *b])
+    assert (created.exit_code, created.output) == (0, f"{topic}\t2 partitions\n")
+    produced = runner.invoke(
+        main, ["dev", "produce", topic, "--key-sep", "|", *b], input="k1|one\nk2|two\nthree\n"
+    )
+    assert produced.exit_code == 0, produced.output
+    consumed = runner.invoke(
+        main, ["dev", "consume", topic, "--from-beginning", "--max", "3", "--timeout", "30", *b]
+    )
+    assert consumed.exit_code == 0, consumed.output
+    assert sorted(consumed.output.splitlines()) == ["\tthree", "k1\tone", "k2\ttwo"]

@@ -273,3 +273,32 @@ def test_stop_pid_refuses_a_process_that_is_not_kafka() -> None:
         proc.kill()
         proc.wait()
     assert stop_pid(proc.pid) is False
+
+
+# ------------------------------------------------------------------ CLI without a broker
+
+
+def test_cli_status_and_stop_without_a_broker(tmp_path: Path) -> None:
+    from click.testing import CliRunner
+
+    from kstream.cli import main
+
+    runner = CliRunner()
+    status = runner.invoke(main, ["dev", "kafka", "status", "--state-dir", str(tmp_path)])
+    assert (status.exit_code, status.output) == (1, "not running\n")
+    stop = runner.invoke(main, ["dev", "kafka", "stop", "--state-dir", str(tmp_path)])
+    assert (stop.exit_code, stop.output) == (0, f"not running (no broker recorded in {tmp_path})\n")
+
+
+def test_cli_topic_tools_need_a_bootstrap(tmp_path: Path) -> None:
+    from click.testing import CliRunner
+
+    from kstream.cli import main
+
+    result = CliRunner().invoke(
+        main,
+        ["dev", "topics", "create", "t", "--state-dir", str(tmp_path)],
+        env={"KSTREAM_BOOTSTRAP": None},
+    )
+    assert result.exit_code == 2
+    assert "no --bootstrap given and no local broker running" in result.output

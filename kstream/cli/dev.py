@@ -1,10 +1,322 @@
-"""`kstream dev`: developer conveniences (the embedded local Kafka broker)."""
+"""`kstream dev`: developer conveniences — a local Kafka broker and small topic tools.
+
+``kstream dev kafka start`` records the running broker in a state directory
+(``broker.json`` and a one-line ``bootstrap`` file); the other ``dev`` commands
+use that address unless ``--bootstrap`` / ``KSTREAM_BOOTSTRAP`` says otherwise.
+"""
 
 from __future__ import annotations
 
+import signal
+import sys
+import time
+import uuid
+from pathlib import Path
+from types import FrameType
+from typing import IO
+
 import click
+
+from kstream.kafka.clients import (
+    KafkaException,
+    TopicSpec,
+    ensure_topics,
+    make_admin,
+    make_consumer,
+    make_producer,
+    partition_counts,
+)
+from kstream.kafka.localbroker import BrokerRecord, LocalBroker, LocalBrokerError, stop_pid
+
+DEFAULT_STATE_DIR = Path(".kstream/kafka")
+
+state_dir_option = click.option(
+    "--state-dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=DEFAULT_STATE_DIR,
+    show_default=True,
+    envvar="KSTREAM_DEV_STATE_DIR",
+    help="Where the local broker keeps its data, log, pid and bootstrap address.",
+)
+
+
+def bootstrap_option(f: click.decorators.FC) -> click.decorators.FC:
+    """``--bootstrap`` (env ``KSTREAM_BOOTSTRAP``); defaults to the local broker's address."""
+    f = click.option(
+        "--bootstrap",
+        "-b",
+        envvar="KSTREAM_BOOTSTRAP",
+        default=None,
+        help="Kafka bootstrap servers [env KSTREAM_BOOTSTRAP; default: the broker started "
+        "by `kstream dev kafka start`].",
+    )(f)
+    return state_dir_option(f)
+
+
+def _resolve_bootstrap(bootstrap: str | None, state_dir: Path) -> str:
+    if bootstrap:
+        return bootstrap
+    record = BrokerRecord.read(state_dir)
+    if record is None or not record.is_running():
+        raise click.UsageError(
+            f"no --bootstrap given and no local broker running (state dir {state_dir}); "
+            f"start one with `kstream dev kafka start` or pass --bootstrap HOST:PORT"
+        )
+    return record.bootstrap
 
 
 @click.group()
 def dev() -> None:
-    """Developer tools: a local single-node Kafka broker for demos and tests."""
+    """Developer tools: a local single-node Kafka broker and topic helpers for demos and tests."""
+
+
+# ---------------------------------------------------------------- kafka
+
+
+@dev.group()
+def kafka() -> None:
+    """Run a real single-node Apache Kafka broker (KRaft) on this machine.
+
+    Needs Java 17+. Jars come from $KAFKA_HOME/libs, else are downloaded once from
+    Maven Central with `mvn` into $XDG_CACHE_HOME/kstream (default ~/.cache).
+    """
+
+
+@kafka.command("start")
+@state_dir_option
+@click.option(
+    "--port", type=int, default=0, show_default=True, help="Client port; 0 picks a free one."
+)
+@click.option(
+    "--controller-port",
+    type=int,
+    default=0,
+    show_default=True,
+    help="KRaft controller port; 0 picks a free one.",
+)
+@click.option("--heap", default="512m", show_default=True, help="JVM heap (-Xms/-Xmx).")
+@click.option(
+    "--timeout",
+    type=float,
+    default=90.0,
+    show_default=True,
+    help="Seconds to wait for the broker to answer.",
+)
+@click.option(
+    "--foreground",
+    is_flag=True,
+    help="Run attached: stop the broker on Ctrl-C/SIGTERM instead of detaching.",
+)
+def kafka_start(
+    state_dir: Path, port: int, controller_port: int, heap: str, timeout: float, foreground: bool
+) -> None:
+    """Start the broker and print its bootstrap address (detached unless --foreground).
+
+    The address is also written to STATE_DIR/bootstrap, so scripts can use
+    `--bootstrap "$(cat .kstream/kafka/bootstrap)"`. Data survives a stop/start.
+    """
+    existing = BrokerRecord.read(state_dir)
+    if existing is not None and existing.is_running():
+        click.echo(existing.bootstrap)
+        click.echo(f"already running (pid {existing.pid})", err=True)
+        return
+    broker = LocalBroker(
+        state_dir / "data",
+        port=port,
+        controller_port=controller_port,
+        heap=heap,
+        start_timeout=timeout,
+        detach=not foreground,
+    )
+    try:
+        broker.start()
+    except LocalBrokerError as e:
+        raise click.ClickException(str(e)) from e
+    record = broker.record()
+    record.write(state_dir)
+    click.echo(broker.bootstrap)
+    click.echo(
+        f"Kafka {broker.kafka_version} running at {broker.bootstrap} (pid {record.pid}, "
+        f"log {broker.log_file})",
+        err=True,
+    )
+    if not foreground:
+        return
+
+    def on_term(_sig: int, _frame: FrameType | None) -> None:
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, on_term)
+    try:
+        code = broker.wait()
+        click.echo(f"broker exited with code {code}; log {broker.log_file}", err=True)
+    except KeyboardInterrupt:
+        click.echo("stopping broker", err=True)
+    finally:
+        broker.stop()
+        BrokerRecord.clear(state_dir)
+
+
+@kafka.command("stop")
+@state_dir_option
+def kafka_stop(state_dir: Path) -> None:
+    """Stop the broker started with `kstream dev kafka start` (SIGTERM, then SIGKILL)."""
+    record = BrokerRecord.read(state_dir)
+    if record is None:
+        click.echo(f"not running (no broker recorded in {state_dir})")
+        return
+    try:
+        stopped = stop_pid(record.pid)
+    except LocalBrokerError as e:
+        BrokerRecord.clear(state_dir)  # the recorded pid now belongs to something else
+        click.echo(f"not running (stale record: {e})")
+        return
+    BrokerRecord.clear(state_dir)
+    click.echo(f"stopped (pid {record.pid})" if stopped else "not running (stale record removed)")
+
+
+@kafka.command("status")
+@state_dir_option
+def kafka_status(state_dir: Path) -> None:
+    """Say whether the local broker runs, with its address and pid (exit 0 running, 1 not)."""
+    record = BrokerRecord.read(state_dir)
+    if record is not None and record.is_running():
+        click.echo(
+            f"running at {record.bootstrap} (pid {record.pid}, Kafka {record.kafka_version}, "
+            f"log {record.log_file})"
+        )
+        return
+    click.echo("not running")
+    sys.exit(1)
+
+
+# ---------------------------------------------------------------- topics / produce / consume
+
+
+@dev.group()
+def topics() -> None:
+    """Create and inspect topics."""
+
+
+@topics.command("create")
+@click.argument("name")
+@click.option("--partitions", "-p", type=int, default=1, show_default=True)
+@click.option(
+    "--config", "-c", "configs", multiple=True, metavar="KEY=VALUE", help="Topic config; repeat."
+)
+@bootstrap_option
+def topics_create(
+    name: str, partitions: int, configs: tuple[str, ...], bootstrap: str | None, state_dir: Path
+) -> None:
+    """Create topic NAME (no-op if it exists; its partition count is printed either way)."""
+    config: dict[str, str] = {}
+    for item in configs:
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise click.BadParameter(f"expected KEY=VALUE, got {item!r}", param_hint="--config")
+        config[key] = value
+    admin = make_admin(_resolve_bootstrap(bootstrap, state_dir))
+    try:
+        ensure_topics(admin, [TopicSpec(name, partitions, config or None)])
+    except KafkaException as e:
+        raise click.ClickException(f"creating topic {name}: {e}") from e
+    click.echo(f"{name}\t{partition_counts(admin, [name])[name]} partitions")
+
+
+@dev.command("produce")
+@click.argument("topic")
+@click.option(
+    "--file",
+    "-f",
+    "source",
+    type=click.File("r"),
+    default="-",
+    help="Read lines from this file instead of stdin.",
+)
+@click.option(
+    "--key-sep",
+    default=None,
+    help="Split each line at the first SEP into key and value (lines without it get no key).",
+)
+@bootstrap_option
+def produce(
+    topic: str, source: IO[str], key_sep: str | None, bootstrap: str | None, state_dir: Path
+) -> None:
+    """Produce each line of stdin (or --file) as one record value to TOPIC."""
+    producer = make_producer(_resolve_bootstrap(bootstrap, state_dir))
+    errors: list[str] = []
+
+    def on_delivery(err: object, _msg: object) -> None:
+        if err is not None:
+            errors.append(str(err))
+
+    count = 0
+    for raw in source:
+        line = raw.rstrip("\n")
+        key: str | None = None
+        if key_sep is not None and key_sep in line:
+            key, line = line.split(key_sep, 1)
+        while True:
+            try:
+                producer.produce(topic, value=line.encode(), key=key, on_delivery=on_delivery)
+                break
+            except BufferError:
+                producer.poll(0.1)  # local queue full: serve deliveries and retry
+        count += 1
+    left = producer.flush(60)
+    if left or errors:
+        detail = errors[0] if errors else f"{left} undelivered after 60s"
+        raise click.ClickException(f"producing to {topic} failed: {detail}")
+    click.echo(f"produced {count} records to {topic}", err=True)
+
+
+@dev.command("consume")
+@click.argument("topic")
+@click.option("--from-beginning", is_flag=True, help="Start at the earliest offset, not the end.")
+@click.option("--max", "max_records", type=int, default=None, help="Stop after N records.")
+@click.option(
+    "--timeout",
+    type=float,
+    default=None,
+    help="Stop after S seconds without a new record (default: run until --max or Ctrl-C).",
+)
+@bootstrap_option
+def consume(
+    topic: str,
+    from_beginning: bool,
+    max_records: int | None,
+    timeout: float | None,
+    bootstrap: str | None,
+    state_dir: Path,
+) -> None:
+    """Print TOPIC's committed records (read_committed) as KEY<TAB>VALUE lines.
+
+    Uses a throw-away consumer group and commits nothing.
+    """
+    consumer = make_consumer(
+        _resolve_bootstrap(bootstrap, state_dir),
+        f"kstream-dev-consume-{uuid.uuid4().hex[:12]}",
+        extra={"auto.offset.reset": "earliest" if from_beginning else "latest"},
+    )
+    consumer.subscribe([topic])
+    seen = 0
+    last = time.monotonic()
+    try:
+        while max_records is None or seen < max_records:
+            msg = consumer.poll(0.5)
+            if msg is None:
+                if timeout is not None and time.monotonic() - last > timeout:
+                    break
+                continue
+            if msg.error() is not None:
+                raise click.ClickException(f"consuming {topic}: {msg.error()}")
+            last = time.monotonic()
+            key, value = msg.key(), msg.value()
+            k = key.decode(errors="replace") if key is not None else ""
+            v = value.decode(errors="replace") if value is not None else ""
+            click.echo(f"{k}\t{v}")
+            seen += 1
+    except KeyboardInterrupt:
+        pass  # Ctrl-C is the normal way to end an open-ended consume
+    finally:
+        consumer.close()
