@@ -1,0 +1,84 @@
+"""Helpers for the Kafka-edge integration tests: read a whole topic with its headers.
+
+Every wait has a deadline and fails with what was observed.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+from kstream.kafka.clients import KafkaException, TopicPartition, make_consumer
+
+
+@dataclass(frozen=True)
+class Read:
+    """One record read back: where, what, and its headers."""
+
+    partition: int
+    offset: int
+    key: bytes | None
+    value: bytes | None
+    headers: list[tuple[str, bytes | None]]
+
+
+def read_all(
+    bootstrap: str, topic: str, *, read_committed: bool = True, timeout: float = 30.0
+) -> list[Read]:
+    """Every record of ``topic`` up to the end offsets, by partition then offset.
+
+    With ``read_committed`` the end is the last stable offset, so only committed
+    transactional records come back.
+    """
+    c = make_consumer(
+        bootstrap, f"edge-reader-{uuid.uuid4().hex[:8]}", read_committed=read_committed
+    )
+    try:
+        md = c.list_topics(topic, timeout=timeout)
+        parts = sorted(md.topics[topic].partitions)
+        ends = {}
+        for p in parts:
+            low, high = c.get_watermark_offsets(
+                TopicPartition(topic, p), timeout=timeout, cached=False
+            )
+            ends[p] = high
+        c.assign([TopicPartition(topic, p, 0) for p in parts])
+        out: list[Read] = []
+        deadline = time.monotonic() + timeout
+        msg: Any
+        while True:
+            positions = {
+                x.partition: x.offset for x in c.position([TopicPartition(topic, p) for p in parts])
+            }
+            if all(ends[p] == 0 or positions[p] >= ends[p] for p in parts):
+                break
+            if time.monotonic() > deadline:
+                raise AssertionError(
+                    f"{topic}: positions {positions} did not reach ends {ends} in {timeout}s; "
+                    f"read {len(out)} records"
+                )
+            for msg in c.consume(500, 0.2):
+                if msg.error() is not None:
+                    raise KafkaException(msg.error())
+                out.append(
+                    Read(
+                        msg.partition(),
+                        msg.offset(),
+                        msg.key(),
+                        msg.value(),
+                        list(msg.headers() or []),
+                    )
+                )
+        return sorted(out, key=lambda r: (r.partition, r.offset))
+    finally:
+        c.close()
+
+
+def markers(bootstrap: str, app: str) -> list[dict[str, Any]]:
+    """Committed commit markers of ``app``, in log order."""
+    return [
+        json.loads(r.value) for r in read_all(bootstrap, f"{app}.commits") if r.value is not None
+    ]
