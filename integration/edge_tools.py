@@ -41,7 +41,7 @@ def read_all(
         parts = sorted(md.topics[topic].partitions)
         ends = {}
         for p in parts:
-            low, high = c.get_watermark_offsets(
+            _low, high = c.get_watermark_offsets(
                 TopicPartition(topic, p), timeout=timeout, cached=False
             )
             ends[p] = high
