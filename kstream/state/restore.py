@@ -24,7 +24,7 @@ from typing import Any
 
 from kstream.checkpoint.metadata import MetadataError, completed_ids, read_metadata
 from kstream.checkpoint.store import CheckpointStore, StoreError
-from kstream.state.rocksdb import RocksDBBackend
+from kstream.state.rocksdb import RocksDBBackend, mark_uploaded
 from kstream.state.snapshot import FileEntry, SnapshotManifest, read_manifest, sha256_file
 
 log = logging.getLogger(__name__)
@@ -131,6 +131,7 @@ def _restore_one(
             local_copy.mkdir(parents=True)
             for entry in manifest.files:
                 _place(stage / entry.name, local_copy / entry.name, entry)
+            mark_uploaded(local_copy)
         os.replace(stage, db_dir)
     finally:
         if stage.exists():

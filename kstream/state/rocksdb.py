@@ -359,10 +359,25 @@ class RocksDBBackend(KeyedStateBackend):
         return LocalSnapshot(checkpoint_id, label, target, seq, tuple(sorted(self._cfs)), sync_ms)
 
     def _prune_local(self, keep: str) -> None:
+        """Delete local snapshots no longer useful, never one an upload may still read.
+
+        Uploads of one task finish in order, so every snapshot older than the newest
+        uploaded one is finished (uploaded, or failed: useless). Keep the newest
+        ``local_retained`` uploaded ones and everything newer than the newest uploaded.
+        """
         dirs = [d for d in self.snapshot_root.iterdir() if d.is_dir() and d.name != keep]
-        dirs.sort(key=lambda d: d.stat().st_mtime)
-        for d in dirs[: max(0, len(dirs) - (self.local_retained - 1))]:
-            shutil.rmtree(d, ignore_errors=True)
+        dirs.sort(key=lambda d: d.stat().st_mtime_ns)
+        uploaded = [d for d in dirs if _marker(d).exists()]
+        if not uploaded:
+            return
+        newest_uploaded = dirs.index(uploaded[-1])
+        keep_uploaded = set(
+            uploaded[-max(0, self.local_retained - 1) :] if self.local_retained > 1 else []
+        )
+        for d in dirs[: newest_uploaded + 1]:
+            if d not in keep_uploaded:
+                shutil.rmtree(d, ignore_errors=True)
+                _marker(d).unlink(missing_ok=True)
 
     def close(self) -> None:
         """Flush the cache and close the DB (idempotent)."""
@@ -374,6 +389,18 @@ class RocksDBBackend(KeyedStateBackend):
         self._tables.clear()
         self._db.close()
         self._closed = True
+
+
+def _marker(snapshot_dir: Path) -> Path:
+    return snapshot_dir.with_name(snapshot_dir.name + ".uploaded")
+
+
+def mark_uploaded(snapshot_dir: Path) -> None:
+    """Record that the local snapshot in ``snapshot_dir`` is safely in the store.
+
+    Only marked snapshots (and older failed ones) are pruned by ``snapshot_sync``.
+    """
+    _marker(snapshot_dir).touch()
 
 
 def _write_options() -> rocksdict.WriteOptions:

@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from kstream.checkpoint.store import CheckpointStore
-from kstream.state.rocksdb import LocalSnapshot
+from kstream.state.rocksdb import LocalSnapshot, mark_uploaded
 
 MANIFEST_VERSION = 1
 
@@ -244,6 +244,8 @@ class SnapshotUploader:
                     store.put_file(p, local_of[p])
                 else:
                     store.put_bytes(p, blob_data[p])
+        # 5. The local copy may now be pruned (once newer snapshots exist).
+        mark_uploaded(snapshot.directory)
         return StateHandle(
             manifest_path=path,
             checkpoint_id=snapshot.checkpoint_id,
