@@ -1,0 +1,92 @@
+"""What a contender wrote: reading an output topic back, and what workload 1 must produce.
+
+The harness checks every run's output here, so a contender that drops, duplicates or
+miscomputes records is reported as such instead of being timed as fast.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import time
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+import fastavro
+
+from benchmarks.generate import Format, InputSpec, events
+from benchmarks.workloads import OUT_EVENT_SCHEMA_FILE, keep, load_schema, transform
+from kstream.kafka.clients import KafkaError, TopicPartition, make_consumer
+
+
+@dataclass(frozen=True)
+class OutputStats:
+    """Committed records in an output topic and, for workload 1, the sum of their ``cents``."""
+
+    records: int
+    cents: int | None = None
+
+
+def expected_stateless(spec: InputSpec) -> OutputStats:
+    """Workload 1's exact output for ``spec``: how many records pass and their total cents."""
+    n = cents = 0
+    for _, _, event, _ in events(spec):
+        if keep(event):
+            n += 1
+            cents += transform(event)["cents"]
+    return OutputStats(n, cents)
+
+
+def read_output(
+    bootstrap: str,
+    topic: str,
+    partitions: int,
+    *,
+    decode: Format | None = None,
+    timeout: float = 300.0,
+) -> OutputStats:
+    """Read ``topic`` (read_committed) to its end; with ``decode`` also sum workload 1's ``cents``.
+
+    Raises TimeoutError if the end is not reached within ``timeout`` s.
+    """
+    schema = fastavro.parse_schema(load_schema(OUT_EVENT_SCHEMA_FILE)) if decode == "avro" else None
+    consumer = make_consumer(
+        bootstrap,
+        f"bench-verify-{uuid.uuid4().hex[:8]}",
+        read_committed=True,
+        extra={"enable.partition.eof": True},
+    )
+    consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
+    at_end: set[int] = set()
+    n = 0
+    cents = 0
+    deadline = time.monotonic() + timeout
+    try:
+        while len(at_end) < partitions:
+            if time.monotonic() > deadline:
+                raise TimeoutError(
+                    f"{topic}: end not reached within {timeout}s "
+                    f"({n} records read, partitions at end: {sorted(at_end)})"
+                )
+            for m in consumer.consume(num_messages=10_000, timeout=0.5):
+                err = m.error()
+                if err is not None:
+                    if err.code() == KafkaError._PARTITION_EOF:
+                        at_end.add(m.partition() or 0)
+                        continue
+                    raise RuntimeError(f"{topic}: consume error {err}")
+                at_end.discard(m.partition() or 0)  # more data after an EOF: not at end yet
+                n += 1
+                if decode is not None:
+                    cents += _cents(m.value() or b"", decode, schema)
+    finally:
+        consumer.close()
+    return OutputStats(n, cents if decode is not None else None)
+
+
+def _cents(value: bytes, fmt: Format, schema: Any) -> int:
+    if fmt == "avro":
+        record: dict[str, Any] = fastavro.schemaless_reader(io.BytesIO(value), schema, None)  # type: ignore[assignment]
+        return int(record["cents"])
+    return int(json.loads(value)["cents"])
