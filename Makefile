@@ -1,0 +1,34 @@
+# kstream developer entry points.
+#   make test   venv + ruff + mypy + pytest tests integration (integration starts its own broker)
+#   make demo   venv + local Kafka broker + the word-count example job
+# Variables: PYTHON (default python3), VENV (default .venv).
+
+PYTHON ?= python3
+VENV   ?= .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed
+
+.PHONY: test demo venv lint clean
+
+venv: $(STAMP)
+
+# Reinstall when the dependency list changes; editable, so code changes need no reinstall.
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[test]'
+	touch $(STAMP)
+
+lint: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/mypy
+
+# Any failing step fails the target; pytest's own exit code is kept, so "no tests
+# collected" (exit 5) fails too.
+test: lint
+	$(BIN)/python -m pytest tests integration --durations=10
+
+demo: $(STAMP)
+	KSTREAM=$(BIN)/kstream scripts/demo.sh
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
