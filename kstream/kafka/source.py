@@ -6,7 +6,7 @@ in the same way: members sorted by member id, partitions split into contiguous
 ranges in that order. With every member subscribed to the same topics and the
 topics having identical partition counts, partition *i* of every topic goes to
 the same member (proved on a real broker by
-``integration/test_source_copartitioning.py``). ``cooperative-sticky`` gives no
+``integration/test_source_consumer.py``). ``cooperative-sticky`` gives no
 such guarantee (it balances all partitions together and keeps earlier owners),
 and its benefit — keeping partitions through a rebalance — does not apply here:
 any reassignment rolls the job back to the last checkpoint anyway (DESIGN §6).

@@ -1,0 +1,130 @@
+"""Source consumer on a real broker: range co-partitioning, batches, seek, commit, membership."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+import pytest
+
+from kstream.kafka.clients import AdminClient, TopicSpec, ensure_topics, make_producer
+from kstream.kafka.source import TP, SourceConsumer, SourceError, check_copartitioned
+
+pytestmark = pytest.mark.integration
+
+
+def _poll_until(
+    consumers: list[SourceConsumer], done: Callable[[], bool], what: str, timeout: float = 60.0
+) -> None:
+    deadline = time.monotonic() + timeout
+    while not done():
+        if time.monotonic() > deadline:
+            raise AssertionError(
+                f"{what} not reached in {timeout}s; assignments: {[sorted(c.assignment) for c in consumers]}"
+            )
+        for c in consumers:
+            c.consume_batch(100, 0.1)
+
+
+def test_range_assignment_co_partitions_two_topics_across_two_members(
+    kafka_bootstrap: str, kafka_admin: AdminClient, unique_name: Callable[[str], str]
+) -> None:
+    left, right = unique_name("left"), unique_name("right")
+    ensure_topics(kafka_admin, [TopicSpec(left, 4), TopicSpec(right, 4)])
+    group = unique_name("group")
+    events: list[tuple[str, list[TP]]] = []
+    a = SourceConsumer(
+        kafka_bootstrap, group, [left, right], on_assign=lambda tps: events.append(("a+", tps))
+    )
+    b = SourceConsumer(
+        kafka_bootstrap, group, [right, left], on_revoke=lambda tps: events.append(("b-", tps))
+    )
+    try:
+        everything = {(t, p) for t in (left, right) for p in range(4)}
+        _poll_until(
+            [a, b],
+            lambda: (
+                bool(a.assignment)
+                and bool(b.assignment)
+                and a.assignment | b.assignment == everything
+                and not a.assignment & b.assignment
+            ),
+            "a split of all 8 partitions between both members",
+        )
+        for c in (a, b):
+            lefts = {p for t, p in c.assignment if t == left}
+            rights = {p for t, p in c.assignment if t == right}
+            assert lefts == rights, f"member {c.member_id}: {left}={lefts} {right}={rights}"
+            assert len(lefts) == 2
+            assert c.member_id is not None and c.member_id.startswith("rdkafka-")
+        assert a.generation is not None and a.generation == b.generation
+        assert any(kind == "a+" for kind, _ in events)
+    finally:
+        a.close()
+        b.close()
+
+
+def test_batches_seek_pause_commit_and_positions(
+    kafka_bootstrap: str, kafka_admin: AdminClient, unique_name: Callable[[str], str]
+) -> None:
+    topic = unique_name("src")
+    ensure_topics(kafka_admin, [TopicSpec(topic, 2)])
+    producer = make_producer(kafka_bootstrap)
+    for i in range(10):
+        producer.produce(
+            topic,
+            value=f"v{i}".encode(),
+            key=f"k{i}".encode(),
+            partition=i % 2,
+            timestamp=100 + i,
+            headers=[("h", b"x")],
+        )
+    assert producer.flush(20) == 0
+    group = unique_name("group")
+
+    src = SourceConsumer(kafka_bootstrap, group, [topic], on_assign=lambda tps: {(topic, 1): 3})
+    try:
+        got: dict[TP, list[tuple[bytes | None, bytes | None, int | None, int]]] = {}
+
+        def read_some() -> bool:
+            for tp, recs in src.consume_batch(50, 0.2).items():
+                got.setdefault(tp, []).extend((k, v, ts, off) for k, v, ts, off, _h in recs)
+            return sum(len(v) for v in got.values()) >= 7
+
+        _poll_until([], read_some, "7 records (5 from p0, 2 from p1 starting at offset 3)")
+        assert got == {
+            (topic, 0): [
+                (f"k{i}".encode(), f"v{i}".encode(), 100 + i, i // 2) for i in (0, 2, 4, 6, 8)
+            ],
+            (topic, 1): [(b"k7", b"v7", 107, 3), (b"k9", b"v9", 109, 4)],
+        }
+        assert src.positions() == {(topic, 0): 5, (topic, 1): 5}
+        assert src.end_offsets((topic, 0)) == 5
+
+        # seek back on p0 while p1 is paused: only p0's records come again
+        src.pause([(topic, 1)])
+        src.seek((topic, 0), 3)
+        src.seek((topic, 1), 0)
+        again: list[tuple[TP, int]] = []
+
+        def reread() -> bool:
+            for tp, recs in src.consume_batch(50, 0.2).items():
+                again.extend((tp, r[3]) for r in recs)
+            return len(again) >= 2
+
+        _poll_until([], reread, "p0 offsets 3 and 4 again")
+        assert again == [((topic, 0), 3), ((topic, 0), 4)]
+        src.resume([(topic, 1)])
+
+        src.commit({(topic, 0): 5, (topic, 1): 2})
+        assert src.committed([(topic, 0), (topic, 1)]) == {(topic, 0): 5, (topic, 1): 2}
+    finally:
+        src.close()
+
+
+def test_copartitioning_check() -> None:
+    assert check_copartitioned({"a": 4, "b": 4}, ["a", "b"]) == 4
+    with pytest.raises(SourceError, match=r"different partition counts \(a=4, b=3\)"):
+        check_copartitioned({"a": 4, "b": 3}, ["a", "b"])
+    with pytest.raises(SourceError, match=r"do not exist: \['c'\]"):
+        check_copartitioned({"a": 4}, ["a", "c"])
