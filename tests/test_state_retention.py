@@ -1,0 +1,243 @@
+"""Retention and GC: keep the last k completed checkpoints, never delete a referenced file."""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from pathlib import Path
+
+from kstream.checkpoint.metadata import CheckpointMetadata, TaskSnapshot, write_metadata
+from kstream.checkpoint.store import CheckpointStore, FileStore
+from kstream.state.base import TableSpec
+from kstream.state.restore import restore_backend
+from kstream.state.retention import apply_retention
+from kstream.state.rocksdb import RocksDBBackend
+from kstream.state.snapshot import SnapshotUploader, StateHandle, read_manifest
+
+APP = "app"
+TASK = "stage1-0"
+SPEC = TableSpec("t")
+
+
+def complete(store: CheckpointStore, n: int, handles: dict[str, str]) -> None:
+    tasks = {task: TaskSnapshot(handle=h) for task, h in handles.items()}
+    write_metadata(store, APP, CheckpointMetadata(n, 0, 1.0, 2.0, tasks))
+
+
+def referenced_by_remaining_manifests(store: CheckpointStore) -> set[str]:
+    refs: set[str] = set()
+    for path in store.list(f"{APP}/tasks"):
+        refs |= read_manifest(store, path).shared_paths()
+    return refs
+
+
+def age_everything(store: FileStore, seconds: float) -> None:
+    past = time.time() - seconds
+    for path in store.list(APP):
+        os.utime(Path(store.root, path), (past, past))
+
+
+def snapshot(backend: RocksDBBackend, uploader: SnapshotUploader, n: int, rows: int) -> StateHandle:
+    t = backend.table(SPEC)
+    for i in range(rows):
+        t.put((i,), {"n": n, "i": i})
+    backend.flush()
+    return uploader.upload_now(backend.snapshot_sync(n), positions={"p": n})
+
+
+def test_keeps_last_k_and_deletes_old_aborted_and_unreferenced(tmp_path: Path) -> None:
+    store = FileStore(tmp_path / "store")
+    backend = RocksDBBackend(tmp_path / "task")
+    uploader = SnapshotUploader(store, APP, TASK)
+    handles = {}
+    for n in range(1, 8):
+        handles[n] = snapshot(backend, uploader, n, rows=50 * n)
+        if n not in (3, 7):  # 3 was aborted, 7 is still in flight
+            complete(store, n, {TASK: handles[n].manifest_path})
+    backend.table(SPEC).put(("savepoint",), 1)
+    savepoint = uploader.upload_now(backend.snapshot_sync(0, label="savepoint-x"))
+    age_everything(store, 3600)
+    before = set(store.list(f"{APP}/shared"))
+
+    report = apply_retention(store, APP, retained=2, grace_seconds=60)
+
+    assert report.retained == [5, 6]
+    assert report.deleted_metadata == [f"{APP}/checkpoints/chk-{n}.json" for n in (1, 2, 4)]
+    assert sorted(report.deleted_manifests) == sorted(
+        handles[n].manifest_path for n in (1, 2, 3, 4)
+    )
+    assert store.list(f"{APP}/tasks") == sorted(
+        [
+            handles[5].manifest_path,
+            handles[6].manifest_path,
+            handles[7].manifest_path,
+            savepoint.manifest_path,
+        ]
+    )
+    # Exactly the unreferenced shared files are gone; every referenced one is still there.
+    refs = referenced_by_remaining_manifests(store)
+    assert set(store.list(f"{APP}/shared")) == refs
+    assert sorted(report.deleted_files) == sorted(before - refs)
+    assert report.deleted_files  # there was garbage to collect
+    assert report.bytes_freed > 0
+    restored, manifest = restore_backend(store, APP, TASK, handles[5].manifest_path, tmp_path / "r")
+    assert manifest.checkpoint_id == 5 and restored.table(SPEC).get((249,)) == {"n": 5, "i": 249}
+    restored.close()
+    # A second run finds nothing more to delete.
+    again = apply_retention(store, APP, retained=2, grace_seconds=60)
+    assert (again.deleted_metadata, again.deleted_manifests, again.deleted_files) == ([], [], [])
+    backend.close()
+    uploader.close()
+
+
+def test_unreferenced_files_younger_than_the_grace_period_are_kept(tmp_path: Path) -> None:
+    store = FileStore(tmp_path / "store")
+    backend = RocksDBBackend(tmp_path / "task")
+    uploader = SnapshotUploader(store, APP, TASK)
+    h1 = snapshot(backend, uploader, 1, rows=100)
+    complete(store, 1, {TASK: h1.manifest_path})
+    h2 = snapshot(backend, uploader, 2, rows=200)
+    complete(store, 2, {TASK: h2.manifest_path})
+    garbage = (
+        read_manifest(store, h1.manifest_path).shared_paths()
+        - read_manifest(store, h2.manifest_path).shared_paths()
+    )
+    assert garbage
+    young = apply_retention(store, APP, retained=1, grace_seconds=60)
+    assert young.deleted_files == []
+    assert sorted(young.kept_young_files) == sorted(garbage)
+    old = apply_retention(store, APP, retained=1, grace_seconds=60, clock=lambda: time.time() + 120)
+    assert sorted(old.deleted_files) == sorted(garbage)
+    backend.close()
+    uploader.close()
+
+
+class GcDuringManifestWrite(FileStore):
+    """Runs GC exactly between an upload's file phase and its manifest write."""
+
+    def __init__(self, root: Path, grace: float) -> None:
+        super().__init__(root)
+        self.grace = grace
+        self.armed_for: str | None = None
+        self.reports: list = []
+
+    def put_bytes(self, path: str, data: bytes, *, exclusive: bool = False) -> None:
+        if path == self.armed_for:
+            self.armed_for = None
+            self.reports.append(apply_retention(self, APP, retained=1, grace_seconds=self.grace))
+        super().put_bytes(path, data, exclusive=exclusive)
+
+
+def _race_setup(
+    tmp_path: Path, grace: float
+) -> tuple[GcDuringManifestWrite, RocksDBBackend, set[str]]:
+    """Another task's aborted manifest is the only reference to files our next upload reuses."""
+    store = GcDuringManifestWrite(tmp_path / "store", grace)
+    backend = RocksDBBackend(tmp_path / "task")
+    other = SnapshotUploader(store, APP, "stage1-1")
+    h1 = snapshot(backend, other, 1, rows=100)  # uploaded, then checkpoint 1 aborted
+    other.close()
+    # Checkpoint 2 completes (an empty task snapshot): other's chk-1 manifest is now garbage.
+    empty = RocksDBBackend(tmp_path / "empty")
+    h2 = SnapshotUploader(store, APP, "stage1-2").upload_now(empty.snapshot_sync(2))
+    empty.close()
+    complete(store, 2, {"stage1-2": h2.manifest_path})
+    age_everything(store, 3600)
+    # Files only the garbage manifest references (not also the live empty snapshot).
+    only_old = (
+        read_manifest(store, h1.manifest_path).shared_paths()
+        - read_manifest(store, h2.manifest_path).shared_paths()
+    )
+    return store, backend, only_old
+
+
+def test_gc_racing_an_upload_keeps_the_files_it_reuses_because_they_were_touched(
+    tmp_path: Path,
+) -> None:
+    store, backend, reused = _race_setup(tmp_path, grace=60)
+    uploader = SnapshotUploader(store, APP, TASK)
+    snap = backend.snapshot_sync(3)
+    store.armed_for = f"{APP}/tasks/{TASK}/chk-3.json"
+    handle = uploader.upload_now(snap)
+    (report,) = store.reports
+    assert report.deleted_manifests == [f"{APP}/tasks/stage1-1/chk-1.json"]
+    mine = read_manifest(store, handle.manifest_path).shared_paths()
+    shared_with_old = reused & mine
+    assert shared_with_old and set(report.kept_young_files) == shared_with_old
+    assert not set(report.deleted_files) & mine
+    assert handle.files_uploaded == 0  # unchanged state: every file was already stored
+    restored, _ = restore_backend(store, APP, TASK, handle.manifest_path, tmp_path / "r")
+    assert restored.table(SPEC).get((99,)) == {"n": 1, "i": 99}
+    restored.close()
+    backend.close()
+    uploader.close()
+
+
+def test_a_reused_file_deleted_by_a_racing_gc_is_uploaded_again(tmp_path: Path) -> None:
+    # grace 0: the touch does not protect, GC deletes the files the upload reuses.
+    store, backend, reused = _race_setup(tmp_path, grace=0)
+    uploader = SnapshotUploader(store, APP, TASK)
+    store.armed_for = f"{APP}/tasks/{TASK}/chk-3.json"
+    handle = uploader.upload_now(backend.snapshot_sync(3))
+    (report,) = store.reports
+    mine = read_manifest(store, handle.manifest_path).shared_paths()
+    assert set(report.deleted_files) == reused  # the race happened ...
+    assert reused & mine
+    assert all(store.exists(p) for p in mine)  # ... and the uploader healed it
+    restored, _ = restore_backend(store, APP, TASK, handle.manifest_path, tmp_path / "r")
+    assert restored.table(SPEC).get((99,)) == {"n": 1, "i": 99}
+    restored.close()
+    backend.close()
+    uploader.close()
+
+
+def test_concurrent_gc_never_deletes_a_file_a_retained_checkpoint_references(
+    tmp_path: Path,
+) -> None:
+    store = FileStore(tmp_path / "store")
+    backend = RocksDBBackend(tmp_path / "task")
+    uploader = SnapshotUploader(store, APP, TASK)
+    stop = threading.Event()
+    deleted: list[str] = []
+    failures: list[BaseException] = []
+
+    def gc_loop() -> None:
+        try:
+            while not stop.is_set():
+                deleted.extend(
+                    apply_retention(store, APP, retained=2, grace_seconds=0.3).deleted_files
+                )
+        except BaseException as e:  # surfaced by the assertion below
+            failures.append(e)
+
+    gc = threading.Thread(target=gc_loop)
+    gc.start()
+    n = 0
+    deadline = time.monotonic() + 20
+    try:
+        while (n < 10 or not deleted) and time.monotonic() < deadline:
+            n += 1
+            t = backend.table(SPEC)
+            for i in range(0, 600, 3):
+                t.put((i + n % 3,), {"n": n})
+            handle = uploader.upload(backend.snapshot_sync(n)).result(timeout=30)
+            complete(store, n, {TASK: handle.manifest_path})
+            for path in read_manifest(store, handle.manifest_path).shared_paths():
+                assert store.exists(path), f"checkpoint {n} references deleted {path}"
+    finally:
+        stop.set()
+        gc.join(timeout=30)
+    assert not failures, failures
+    assert deleted, "GC never deleted anything: the test did not exercise it"
+    final = apply_retention(store, APP, retained=2, grace_seconds=0.3)
+    assert final.retained == [n - 1, n]
+    for m in (n - 1, n):
+        restored, manifest = restore_backend(
+            store, APP, TASK, f"{APP}/tasks/{TASK}/chk-{m}.json", tmp_path / f"r{m}"
+        )
+        assert manifest.checkpoint_id == m
+        assert restored.table(SPEC).get((m % 3,)) == {"n": m}
+        restored.close()
+    backend.close()
+    uploader.close()
