@@ -297,3 +297,25 @@ def test_blobs_and_savepoint_labels(tmp_path: Path) -> None:
         read_blob(store, manifest, "sink-buffer")
     backend.close()
     uploader.close()
+
+
+def test_local_snapshots_are_pruned_only_after_upload(tmp_path: Path) -> None:
+    store = FileStore(tmp_path / "store")
+    backend = RocksDBBackend(tmp_path / "task", local_retained=2)
+    uploader = SnapshotUploader(store, APP, TASK)
+    local = tmp_path / "task" / "snapshots"
+
+    def dirs() -> list[str]:
+        return sorted(d.name for d in local.iterdir() if d.is_dir())
+
+    pending = [backend.snapshot_sync(n) for n in (1, 2, 3)]  # none uploaded yet
+    assert dirs() == ["chk-1", "chk-2", "chk-3"]
+    uploader.upload_now(pending[0])
+    uploader.upload_now(pending[1])
+    backend.snapshot_sync(4)  # keeps chk-2 (newest uploaded), chk-3 (in flight) and chk-4
+    assert dirs() == ["chk-2", "chk-3", "chk-4"]
+    uploader.upload_now(pending[2])
+    backend.snapshot_sync(5)
+    assert dirs() == ["chk-3", "chk-4", "chk-5"]
+    backend.close()
+    uploader.close()
