@@ -27,9 +27,13 @@ def main(verbose: int) -> None:
 
 def _register() -> None:
     # Each subcommand module adds one line here.
+    from kstream.cli.checkpoints import checkpoints
+    from kstream.cli.coordinator import coordinator
     from kstream.cli.dev import dev
 
     main.add_command(dev)
+    main.add_command(coordinator)
+    main.add_command(checkpoints)
 
 
 _register()

@@ -1,0 +1,186 @@
+"""The coordinator process: one loop around the :class:`CheckpointCoordinator` state machine.
+
+poll control messages → ``handle`` → execute commands → ``tick(now)`` → repeat.
+Commands are executed in order; a ``WriteMetadata`` is executed (the file
+created exclusively) and its outcome fed back before any later message is sent,
+so ``CheckpointCompleted`` can never precede its metadata.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import deque
+from collections.abc import Callable, Sequence
+from typing import Protocol
+
+from kstream.checkpoint.commands import (
+    ApplyRetention,
+    CleanupCheckpoint,
+    Command,
+    Fail,
+    Send,
+    WriteMetadata,
+)
+from kstream.checkpoint.coordinator import CheckpointCoordinator
+from kstream.checkpoint.messages import Message
+from kstream.checkpoint.metadata import completed_ids, latest_completed, write_metadata
+from kstream.checkpoint.recovery import recover
+from kstream.checkpoint.store import CheckpointStore, StoreError, open_store
+from kstream.config import JobConfig
+
+log = logging.getLogger(__name__)
+
+EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+
+
+class CoordinatorTransport(Protocol):
+    """What the loop needs from the control topic (``kstream.kafka.control.CoordinatorChannel``)."""
+
+    def open(self, timeout: float = 30.0) -> list[Message]: ...
+    def poll(self, timeout: float) -> list[Message]: ...
+    def send(self, messages: Sequence[Message], timeout: float = 30.0) -> None: ...
+    def close(self) -> None: ...
+
+
+class CommandExecutor:
+    """Executes a coordinator's commands against the store and the control topic, in order."""
+
+    def __init__(
+        self,
+        coordinator: CheckpointCoordinator,
+        transport: CoordinatorTransport,
+        store: CheckpointStore,
+        app_id: str,
+        clock: Callable[[], float],
+    ) -> None:
+        self.coordinator = coordinator
+        self.transport = transport
+        self.store = store
+        self.app_id = app_id
+        self.clock = clock
+
+    def execute(self, cmds: list[Command]) -> str | None:
+        """Run ``cmds``; returns the hard-failure reason if one was among them."""
+        queue: deque[Command] = deque(cmds)
+        outbox: list[Message] = []
+        failure: str | None = None
+        while queue:
+            cmd = queue.popleft()
+            if isinstance(cmd, Send):
+                outbox.append(cmd.message)
+                continue
+            # Messages decided before this command go out before it runs.
+            self._flush(outbox)
+            match cmd:
+                case WriteMetadata(metadata=meta):
+                    queue.extendleft(reversed(self._write_metadata(meta.checkpoint_id, cmd)))
+                case CleanupCheckpoint(checkpoint_id=n, handles=handles):
+                    self._cleanup(n, handles)
+                case ApplyRetention(retained=k):
+                    self._apply_retention(k)
+                case Fail(reason=reason):
+                    failure = reason
+        self._flush(outbox)
+        return failure
+
+    def _flush(self, outbox: list[Message]) -> None:
+        if outbox:
+            self.transport.send(list(outbox))
+            outbox.clear()
+
+    def _write_metadata(self, n: int, cmd: WriteMetadata) -> list[Command]:
+        # 1. Create chk-<n>.json exclusively; 2. only on success does the
+        # coordinator return CheckpointCompleted(n) — why: a receiver of the
+        # announcement must always find the metadata.
+        try:
+            write_metadata(self.store, self.app_id, cmd.metadata)
+        except StoreError as e:
+            log.error("writing metadata of checkpoint %d failed: %s", n, e)
+            return self.coordinator.metadata_failed(n, str(e), self.clock())
+        return self.coordinator.metadata_written(n, self.clock())
+
+    def _cleanup(self, n: int, handles: tuple[str, ...]) -> None:
+        for handle in handles:
+            try:
+                self.store.delete(handle)
+            except StoreError as e:  # garbage only; retention finds it again
+                log.warning("cleaning up aborted checkpoint %d: %s", n, e)
+
+    def _apply_retention(self, retained: int) -> None:
+        from kstream.state.retention import apply_retention  # state layer, imported lazily
+
+        try:
+            apply_retention(self.store, self.app_id, retained)
+        except StoreError as e:  # retention is retried after the next completion
+            log.warning("applying retention (keep %d) failed: %s", retained, e)
+
+
+def run_coordinator(
+    job: JobConfig,
+    expected_tasks: frozenset[str],
+    *,
+    heartbeat_timeout: float = 10.0,
+    transport: CoordinatorTransport | None = None,
+    store: CheckpointStore | None = None,
+    clock: Callable[[], float] = time.time,
+    should_stop: Callable[[], bool] = lambda: False,
+    poll_timeout: float = 0.05,
+) -> int:
+    """Coordinate ``job``'s checkpoints until a hard failure or ``should_stop``; the exit code.
+
+    0: stopped on request (or checkpointing is disabled: nothing to coordinate);
+    1: the job failed hard, or another coordinator took over (the reason is logged).
+    """
+    from kstream.kafka.control import ControlError, CoordinatorChannel, CoordinatorFenced
+
+    if not job.checkpointing.enabled:
+        log.warning(
+            "checkpointing is disabled for %r: no coordinator is needed "
+            "(workers run on committed group offsets)",
+            job.app_id,
+        )
+        return EXIT_OK
+    store = store or open_store(job.store_url)
+    channel = transport or CoordinatorChannel(job.bootstrap_servers, job.app_id, extra=job.kafka)
+    try:
+        # 1. Fence the predecessor and read the control topic to its end;
+        # 2. read the store's completed checkpoints — why both: ids continue above
+        #    every id either of them has seen, and a lost announcement is repeated.
+        history = channel.open()
+        recovered = recover(
+            history, completed_ids(store, job.app_id), latest_completed(store, job.app_id)
+        )
+        coordinator = CheckpointCoordinator(
+            expected_tasks,
+            job.checkpointing,
+            job.restart,
+            heartbeat_timeout=heartbeat_timeout,
+            recovered=recovered,
+        )
+        log.info(
+            "coordinator for %r: %d tasks, next checkpoint %d, attempt %d",
+            job.app_id,
+            len(expected_tasks),
+            coordinator.next_checkpoint_id,
+            coordinator.attempt,
+        )
+        executor = CommandExecutor(coordinator, channel, store, job.app_id, clock)
+        failure = executor.execute(coordinator.start(clock()))
+        # 3. The loop.
+        while failure is None and not should_stop():
+            for msg in channel.poll(poll_timeout):
+                failure = failure or executor.execute(coordinator.handle(msg, clock()))
+            failure = failure or executor.execute(coordinator.tick(clock()))
+        if failure is not None:
+            log.error("kstream: %s", failure)
+            return EXIT_FAILED
+        return EXIT_OK
+    except CoordinatorFenced as e:
+        log.error("kstream: %s; this coordinator exits", e)
+        return EXIT_FAILED
+    except ControlError as e:
+        log.error("kstream: coordinator of %r stopped: %s", job.app_id, e)
+        return EXIT_FAILED
+    finally:
+        channel.close()

@@ -1,0 +1,246 @@
+"""The control topic ``<app>.control`` on Kafka: the coordinator's and the workers' ends.
+
+One partition, so every reader sees one total order. The coordinator writes
+through a transactional producer with the fixed ``transactional.id``
+``<app>.coordinator``: ``init_transactions`` fences any predecessor, and a fenced
+coordinator fails its next write with :class:`CoordinatorFenced`. Everybody reads
+``read_committed``, so a zombie's aborted writes are never seen. Workers write
+non-transactionally (visible to read_committed readers at once).
+
+Records are decoded with :func:`kstream.checkpoint.messages.decode`; a record
+that is not a valid message is logged, counted in ``skipped`` and skipped.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, Consumer, TopicPartition
+
+from kstream.checkpoint.messages import Message, ProtocolError, decode, encode
+from kstream.kafka.clients import (
+    KafkaError,
+    KafkaException,
+    TopicSpec,
+    ensure_topics,
+    make_admin,
+    make_consumer,
+    make_producer,
+)
+
+log = logging.getLogger(__name__)
+
+_FENCING = {KafkaError._FENCED, KafkaError.PRODUCER_FENCED, KafkaError.INVALID_PRODUCER_EPOCH}
+
+
+class ControlError(RuntimeError):
+    """The control topic could not be read or written; the message says what failed."""
+
+
+class CoordinatorFenced(ControlError):
+    """Another coordinator with the same app id took over; this one must stop."""
+
+
+def control_topic(app_id: str) -> str:
+    """The name of ``app_id``'s control topic."""
+    return f"{app_id}.control"
+
+
+def coordinator_transactional_id(app_id: str) -> str:
+    """The fixed transactional id of ``app_id``'s coordinator (fencing depends on it)."""
+    return f"{app_id}.coordinator"
+
+
+def ensure_control_topic(
+    bootstrap: str, app_id: str, extra: Mapping[str, Any] | None = None
+) -> None:
+    """Create ``<app>.control`` with one partition if it does not exist."""
+    ensure_topics(make_admin(bootstrap, extra), [TopicSpec(control_topic(app_id), 1)])
+
+
+class ControlReader:
+    """Reads and decodes the control topic from a position; counts skipped records."""
+
+    def __init__(
+        self,
+        bootstrap: str,
+        app_id: str,
+        *,
+        from_beginning: bool = True,
+        extra: Mapping[str, Any] | None = None,
+    ) -> None:
+        self.topic = control_topic(app_id)
+        # No group membership and no commits: the partition is assigned directly.
+        self._consumer: Consumer = make_consumer(
+            bootstrap,
+            f"{app_id}.control-reader",
+            read_committed=True,
+            extra={**(extra or {}), "enable.partition.eof": True},
+        )
+        start = OFFSET_BEGINNING if from_beginning else OFFSET_END
+        self._consumer.assign([TopicPartition(self.topic, 0, start)])
+        self.skipped = 0
+        self.at_end = False
+
+    def poll(self, timeout: float, max_messages: int = 500) -> list[Message]:
+        """Messages that arrive within ``timeout`` seconds (possibly none)."""
+        out: list[Message] = []
+        for rec in self._consumer.consume(max_messages, timeout):
+            err = rec.error()
+            if err is not None:
+                if err.code() == KafkaError._PARTITION_EOF:
+                    self.at_end = True
+                    continue
+                if err.fatal():
+                    raise ControlError(f"reading {self.topic} failed: {err.str()}")
+                log.warning("reading %s: %s", self.topic, err.str())
+                continue
+            self.at_end = False
+            try:
+                out.append(decode(rec.value()))
+            except ProtocolError as e:
+                self.skipped += 1
+                log.warning(
+                    "skipping control record at %s offset %s: %s", self.topic, rec.offset(), e
+                )
+        return out
+
+    def read_to_end(self, timeout: float = 30.0) -> list[Message]:
+        """Everything up to the current end (last stable offset) of the topic."""
+        deadline = time.monotonic() + timeout
+        out: list[Message] = []
+        self.at_end = False
+        while not self.at_end:
+            if time.monotonic() > deadline:
+                raise ControlError(f"{self.topic}: end not reached within {timeout:g}s")
+            out += self.poll(0.2)
+        return out
+
+    def close(self) -> None:
+        self._consumer.close()
+
+
+class CoordinatorChannel:
+    """The coordinator's end: fenced transactional writes, read_committed reads."""
+
+    def __init__(
+        self, bootstrap: str, app_id: str, *, extra: Mapping[str, Any] | None = None
+    ) -> None:
+        self.app_id = app_id
+        self._bootstrap = bootstrap
+        self._extra = dict(extra or {})
+        self._producer = make_producer(
+            bootstrap,
+            transactional_id=coordinator_transactional_id(app_id),
+            extra={**self._extra, "transaction.timeout.ms": 60000},
+        )
+        self._reader: ControlReader | None = None
+
+    @property
+    def skipped(self) -> int:
+        """Control records skipped as invalid so far."""
+        return self._reader.skipped if self._reader else 0
+
+    def open(self, timeout: float = 30.0) -> list[Message]:
+        """Fence any predecessor, then return the control topic's history to its end.
+
+        1. Create the topic if missing.
+        2. ``init_transactions``: fences the previous coordinator and aborts its open
+           transaction — *why first*: after this no zombie write can appear in what
+           we read next.
+        3. Read the topic from the beginning to its end (read_committed).
+        """
+        ensure_control_topic(self._bootstrap, self.app_id, self._extra)
+        try:
+            self._producer.init_transactions(timeout)
+        except KafkaException as e:
+            raise ControlError(f"fencing the previous coordinator of {self.app_id!r}: {e}") from e
+        self._reader = ControlReader(self._bootstrap, self.app_id, extra=self._extra)
+        return self._reader.read_to_end(timeout)
+
+    def poll(self, timeout: float) -> list[Message]:
+        """Control messages (workers' and our own) arriving within ``timeout`` seconds."""
+        if self._reader is None:
+            raise ControlError("CoordinatorChannel.open() was not called")
+        return self._reader.poll(timeout)
+
+    def send(self, messages: Sequence[Message], timeout: float = 30.0) -> None:
+        """Write ``messages`` in one transaction; CoordinatorFenced if another took over."""
+        if not messages:
+            return
+        topic = control_topic(self.app_id)
+        try:
+            self._producer.begin_transaction()
+            for msg in messages:
+                self._producer.produce(topic, encode(msg), key=type(msg).__name__)
+            self._producer.commit_transaction(timeout)
+        except KafkaException as e:
+            err = e.args[0]
+            if err.code() in _FENCING or err.fatal():
+                raise CoordinatorFenced(
+                    f"another coordinator took over app {self.app_id!r} "
+                    f"(transactional id {coordinator_transactional_id(self.app_id)!r} "
+                    f"was fenced: {err.str()})"
+                ) from e
+            if err.txn_requires_abort():
+                self._producer.abort_transaction(timeout)
+            raise ControlError(f"writing to {topic} failed: {err.str()}") from e
+
+    def close(self) -> None:
+        if self._reader is not None:
+            self._reader.close()
+        self._producer.flush(5.0)
+
+
+class ControlClient:
+    """A worker's end: receive triggers and commands, send acks, declines, readies, heartbeats.
+
+    A worker that starts late reads from the beginning (the default) to learn the
+    current attempt and owners; ``from_beginning=False`` reads new messages only.
+    """
+
+    def __init__(
+        self,
+        bootstrap: str,
+        app_id: str,
+        *,
+        from_beginning: bool = True,
+        extra: Mapping[str, Any] | None = None,
+    ) -> None:
+        self.topic = control_topic(app_id)
+        self._reader = ControlReader(bootstrap, app_id, from_beginning=from_beginning, extra=extra)
+        self._producer = make_producer(bootstrap, extra={**(extra or {}), "linger.ms": 0})
+        self._errors: list[str] = []
+
+    @property
+    def skipped(self) -> int:
+        """Control records skipped as invalid so far."""
+        return self._reader.skipped
+
+    def poll(self, timeout: float) -> list[Message]:
+        """Control messages arriving within ``timeout`` seconds (possibly none)."""
+        self._producer.poll(0)
+        return self._reader.poll(timeout)
+
+    def send(self, msg: Message, *, flush_timeout: float = 10.0) -> None:
+        """Write ``msg`` and wait until it is acknowledged by the broker."""
+
+        def delivered(err: KafkaError | None, _rec: object) -> None:
+            if err is not None:
+                self._errors.append(err.str())
+
+        self._producer.produce(
+            self.topic, encode(msg), key=type(msg).__name__, on_delivery=delivered
+        )
+        if self._producer.flush(flush_timeout) > 0:
+            raise ControlError(f"{type(msg).__name__} not delivered within {flush_timeout:g}s")
+        if self._errors:
+            errors, self._errors = self._errors, []
+            raise ControlError(f"writing {type(msg).__name__} to {self.topic} failed: {errors}")
+
+    def close(self) -> None:
+        self._reader.close()
+        self._producer.flush(5.0)
