@@ -24,6 +24,7 @@ import fastavro
 
 from benchmarks.workloads import EVENT_SCHEMA_FILE, KIND_WEIGHTS, KINDS, EndOffsets, load_schema
 from kstream.kafka.clients import (
+    KafkaException,
     TopicPartition,
     TopicSpec,
     ensure_topics,
@@ -130,8 +131,19 @@ def watermarks(bootstrap: str, topic: str, partitions: int) -> dict[int, tuple[i
     consumer = make_consumer(bootstrap, f"bench-wm-{time.monotonic_ns()}", read_committed=False)
     try:
         out: dict[int, tuple[int, int]] = {}
+        deadline = time.monotonic() + 30.0
         for p in range(partitions):
-            low, high = consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10.0)
+            while True:
+                try:
+                    low, high = consumer.get_watermark_offsets(
+                        TopicPartition(topic, p), timeout=10.0
+                    )
+                    break
+                except KafkaException as e:
+                    # A just-created topic may not have a leader yet: retry until the deadline.
+                    if not e.args[0].retriable() or time.monotonic() > deadline:
+                        raise
+                    time.sleep(0.2)
             out[p] = (int(low), int(high))
         return out
     finally:
