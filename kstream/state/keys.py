@@ -25,6 +25,7 @@ Component layout (first byte is a type tag):
 
 from __future__ import annotations
 
+import struct
 from typing import Any
 
 from kstream.state.base import StateKey
@@ -83,8 +84,17 @@ def _encode_component(part: Any, out: bytearray) -> None:
         )
 
 
+_pack_u64 = struct.Struct(">BQ").pack
+
+
 def encode_key(key: StateKey) -> bytes:
     """The order-preserving encoding of ``key`` (see module docstring)."""
+    if len(key) == 1:  # fast path: the common single int64 / str key
+        part = key[0]
+        if type(part) is int and _INT64_MIN <= part <= _INT64_MAX:
+            return _pack_u64(_INT64, part - _INT64_MIN)
+        if type(part) is str:
+            return b"\x06" + _escape(part.encode("utf-8", "surrogatepass"))
     out = bytearray()
     for part in key:
         _encode_component(part, out)

@@ -1,0 +1,166 @@
+"""State backend benchmark: cache vs raw rocksdict, snapshot sync time, incremental upload, restore.
+
+Prints, for each run and as the median over runs:
+
+* keyed read-modify-write ops/s through the state API (write cache) vs. raw
+  rocksdict get+put of the same encoded keys and JSON values, for a hot key set
+  and for keys spread uniformly over the whole state;
+* synchronous snapshot time at ``--keys`` keys (cache flush + RocksDB checkpoint),
+  after 1 % of the keys changed (target <= 50 ms);
+* bytes uploaded by the checkpoint after 1 % of the keys changed, as a fraction
+  of the full state (target <= 10 %);
+* restore time from the task-local copy vs. from the store.
+
+Run: ``python -m benchmarks.bench_state --keys 1000000 --runs 3``
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import shutil
+import statistics
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import rocksdict
+
+from kstream.checkpoint.store import FileStore
+from kstream.state.base import TableSpec
+from kstream.state.keys import encode_key
+from kstream.state.restore import restore_state
+from kstream.state.rocksdb import RocksDBBackend
+from kstream.state.snapshot import SnapshotUploader
+
+SPEC = TableSpec("counts")
+APP, TASK = "bench", "stage0-0"
+
+
+def _keys(n_ops: int, space: int, seed: int) -> list[int]:
+    rng = random.Random(seed)
+    return [rng.randrange(space) for _ in range(n_ops)]
+
+
+def rmw_state_api(backend: RocksDBBackend, keys: list[int]) -> float:
+    """ops/s of get + put (+1) through the state API."""
+    t = backend.table(SPEC)
+    t0 = time.perf_counter()
+    for k in keys:
+        key = (k,)
+        v = t.get(key)
+        t.put(key, {"c": 1} if v is None else {"c": v["c"] + 1})
+    backend.flush()  # the cache's work counts
+    return len(keys) / (time.perf_counter() - t0)
+
+
+def rmw_raw(path: Path, keys: list[int], preload: int) -> float:
+    """ops/s of get + put (+1) on raw rocksdict with the same key/value encoding."""
+    opts = rocksdict.Options(raw_mode=True)
+    opts.create_if_missing(True)
+    db = rocksdict.Rdict(str(path), opts)
+    wo = rocksdict.WriteOptions()
+    setattr(wo, "disable_wal", True)  # noqa: B010 - same durability as the backend
+    db.set_write_options(wo)
+    wb = rocksdict.WriteBatch(raw_mode=True)
+    for i in range(preload):
+        wb.put(encode_key((i,)), b'{"c":0}')
+    db.write(wb)
+    dumps, loads = json.dumps, json.loads
+    t0 = time.perf_counter()
+    for k in keys:
+        ek = encode_key((k,))
+        raw = db.get(ek)
+        v = None if raw is None else loads(raw)
+        db.put(ek, dumps({"c": 1} if v is None else {"c": v["c"] + 1}).encode())
+    rate = len(keys) / (time.perf_counter() - t0)
+    db.close()
+    return rate
+
+
+def one_run(work: Path, n_keys: int, n_ops: int, seed: int) -> dict[str, float]:
+    out: dict[str, float] = {}
+    hot = _keys(n_ops, 10_000, seed)
+    uniform = _keys(n_ops, n_keys, seed + 1)
+
+    # 1. Read-modify-write throughput (state holds n_keys keys in both cases).
+    backend = RocksDBBackend(work / "task")
+    t = backend.table(SPEC)
+    t0 = time.perf_counter()
+    for i in range(n_keys):
+        t.put((i,), {"c": 0})
+    backend.flush()
+    out["load_s"] = time.perf_counter() - t0
+    out["rmw_api_hot_ops"] = rmw_state_api(backend, hot)
+    out["rmw_api_uniform_ops"] = rmw_state_api(backend, uniform)
+    out["rmw_raw_hot_ops"] = rmw_raw(work / "raw-hot", hot, n_keys)
+    shutil.rmtree(work / "raw-hot")
+    out["rmw_raw_uniform_ops"] = rmw_raw(work / "raw-uni", uniform, n_keys)
+    shutil.rmtree(work / "raw-uni")
+
+    # 2. Full first checkpoint, then 1 % of keys change and a second one.
+    store = FileStore(work / "store")
+    uploader = SnapshotUploader(store, APP, TASK)
+    first = uploader.upload(backend.snapshot_sync(1)).result()
+    out["full_sync_ms"] = first.sync_ms
+    out["full_upload_ms"] = first.upload_ms
+    out["state_bytes"] = first.bytes_total
+    rng = random.Random(seed + 2)
+    for k in rng.sample(range(n_keys), n_keys // 100):
+        t.put((k,), {"c": -1})
+    snap = backend.snapshot_sync(2)  # includes flushing the 1 % from the cache
+    second = uploader.upload(snap).result()
+    out["sync_ms_1pct"] = second.sync_ms
+    out["upload_ms_1pct"] = second.upload_ms
+    out["uploaded_fraction_1pct"] = second.bytes_uploaded / second.bytes_total
+    backend.close()
+    uploader.close()
+
+    # 3. Restore: from the task-local copy, then on a "new machine" from the store.
+    _, _, local = restore_state(store, APP, TASK, second.manifest_path, work / "task")
+    _, _, remote = restore_state(store, APP, TASK, second.manifest_path, work / "elsewhere")
+    assert local.files_downloaded == 0 and remote.files_reused == 0
+    out["restore_local_ms"] = local.restore_ms
+    out["restore_store_ms"] = remote.restore_ms
+    return out
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    p.add_argument("--keys", type=int, default=1_000_000)
+    p.add_argument("--ops", type=int, default=200_000)
+    p.add_argument("--runs", type=int, default=3)
+    p.add_argument("--dir", type=Path, default=None, help="scratch directory (default: a temp dir)")
+    args = p.parse_args()
+    runs: list[dict[str, float]] = []
+    for r in range(args.runs):
+        work = Path(tempfile.mkdtemp(prefix="bench-state-", dir=args.dir))
+        try:
+            res = one_run(work, args.keys, args.ops, seed=r)
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
+        runs.append(res)
+        print(f"run {r + 1}: " + json.dumps({k: round(v, 4) for k, v in res.items()}))
+    med: dict[str, Any] = {k: statistics.median(r[k] for r in runs) for k in runs[0]}
+    print(f"\nmedian of {args.runs} runs, {args.keys:,} keys, {args.ops:,} ops per RMW test")
+    print(
+        f"  RMW ops/s hot keys (10k):   state API+cache {med['rmw_api_hot_ops']:>10,.0f}   raw rocksdict {med['rmw_raw_hot_ops']:>10,.0f}"
+    )
+    print(
+        f"  RMW ops/s uniform ({args.keys:,}): state API+cache {med['rmw_api_uniform_ops']:>10,.0f}   raw rocksdict {med['rmw_raw_uniform_ops']:>10,.0f}"
+    )
+    print(
+        f"  sync snapshot after 1% changed: {med['sync_ms_1pct']:.1f} ms (target <= 50 ms); first full: {med['full_sync_ms']:.1f} ms"
+    )
+    print(
+        f"  uploaded after 1% changed: {100 * med['uploaded_fraction_1pct']:.2f}% of {med['state_bytes'] / 1e6:.1f} MB (target <= 10%); upload {med['upload_ms_1pct']:.0f} ms vs full {med['full_upload_ms']:.0f} ms"
+    )
+    print(
+        f"  restore: local copy {med['restore_local_ms']:.0f} ms, from store {med['restore_store_ms']:.0f} ms"
+    )
+
+
+if __name__ == "__main__":
+    main()
