@@ -59,9 +59,9 @@ def test_integers_sort_like_numbers_across_size_classes(values: list[int]) -> No
 
 
 def test_shorter_tuple_sorts_before_its_extensions_and_none_is_supported() -> None:
-    keys = [("a", 2), ("a",), ("a", 1), (None,), ("a", 1, b"x"), ()]
+    keys = [("a", 2), ("a",), ("a", 1), (None,), ("a", 1, b"x"), (), (b"a",), (3,)]
     by_bytes = sorted(keys, key=encode_key)
-    assert by_bytes == [(), (None,), ("a",), ("a", 1), ("a", 1, b"x"), ("a", 2)]
+    assert by_bytes == [(), (None,), (3,), ("a",), ("a", 1), ("a", 1, b"x"), ("a", 2), (b"a",)]
     assert decode_key(encode_key((None, True, b"\x00z"))) == (None, 1, b"\x00z")
 
 

@@ -167,3 +167,56 @@ def test_behaves_like_an_ordered_dict_whatever_the_cache_size(
     for name in model:
         assert list(b.table(TableSpec(name)).scan()) == sorted(model[name].items())
     b.close()
+
+
+typed_ops = st.lists(
+    st.tuples(
+        st.sampled_from(["value", "map_put", "map_del", "list", "reduce", "clear"]),
+        st.one_of(st.none(), st.integers(-5, 5), st.sampled_from(["a", "b"]), st.just(b"k")),
+        st.one_of(st.integers(0, 3), st.sampled_from(["x", "y"])),
+        st.integers(0, 50),
+    ),
+    max_size=50,
+)
+
+
+@settings(
+    max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(ops=typed_ops)
+def test_typed_state_runs_identically_on_memory_and_rocksdb(
+    tmp_path_factory: pytest.TempPathFactory, ops: list
+) -> None:
+    from kstream.state.memory import MemoryBackend
+    from kstream.state.typed import ListState, MapState, ReducingState, ValueState
+
+    backends = [MemoryBackend(), RocksDBBackend(tmp_path_factory.mktemp("db"), cache_entries=3)]
+    views = []
+    for b in backends:
+        views.append(
+            (
+                ValueState(b.table(TableSpec("value"))),
+                MapState(b.table(TableSpec("map"))),
+                ListState(b.table(TableSpec("list"))),
+                ReducingState(b.table(TableSpec("sum")), lambda a, c: a + c),
+            )
+        )
+    for kind, key, map_key, n in ops:
+        for value, mapping, lst, total in views:
+            if kind == "value":
+                value.set(key, n)
+            elif kind == "map_put":
+                mapping.put(key, map_key, n)
+            elif kind == "map_del":
+                mapping.delete(key, map_key)
+            elif kind == "list":
+                lst.append(key, n)
+            elif kind == "reduce":
+                total.add(key, n)
+            else:
+                value.clear(key)
+                lst.clear(key)
+    mem, rdb = backends
+    for name in ("value", "map", "list", "sum"):
+        assert list(rdb.table(TableSpec(name)).scan()) == list(mem.table(TableSpec(name)).scan())
+    rdb.close()

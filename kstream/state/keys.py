@@ -2,12 +2,13 @@
 
 ``encode_key(a) < encode_key(b)`` (bytewise) exactly when ``a < b`` as Python
 tuples, for tuples whose components at each position have the same type (Python
-cannot order mixed types; the encoding still orders them consistently by type:
-``None < int < bytes < str``). The encoding of a tuple is the concatenation of its
-components' encodings, and each component encoding is self-delimiting, so the
-encoding of a prefix tuple is a byte prefix of the encoding of every tuple that
-starts with it: a RocksDB ``seek`` + ``startswith`` visits exactly the keys under
-a tuple prefix (all windows of one key, all keys of one window end).
+cannot order mixed types; the encoding orders them by type, ``None < int < str <
+bytes``, as the memory backend does). The encoding of a tuple is the
+concatenation of its components' encodings, and each component encoding is
+self-delimiting, so the encoding of a prefix tuple is a byte prefix of the
+encoding of every tuple that starts with it: a RocksDB ``seek`` + ``startswith``
+visits exactly the keys under a tuple prefix (all windows of one key, all keys of
+one window end).
 
 Component layout (first byte is a type tag):
 
@@ -16,9 +17,9 @@ Component layout (first byte is a type tag):
 * ``int`` >= 2**63: ``0x04`` + length byte ``L`` + ``L`` bytes big-endian magnitude
 * ``int`` < -2**63: ``0x02`` + ``255 - L`` + ``L`` bytes of the inverted magnitude
   (longer magnitude means smaller number; inverted bytes reverse the order)
-* ``bytes``: ``0x05`` + bytes with ``0x00`` escaped as ``0x00 0xFF``, then ``0x00 0x01``
-* ``str``: ``0x06`` + UTF-8 (``surrogatepass``) escaped like bytes (UTF-8 byte order
-  is code-point order, which is Python's ``str`` order)
+* ``str``: ``0x05`` + UTF-8 (``surrogatepass``) with ``0x00`` escaped as ``0x00 0xFF``,
+  then ``0x00 0x01`` (UTF-8 byte order is code-point order, Python's ``str`` order)
+* ``bytes``: ``0x06`` + bytes escaped and terminated like ``str``
 
 ``bool`` is encoded as the ``int`` it equals. Ints need at most 255 bytes.
 """
@@ -34,8 +35,8 @@ _NONE = 0x01
 _NEG_BIG = 0x02
 _INT64 = 0x03
 _POS_BIG = 0x04
-_BYTES = 0x05
-_STR = 0x06
+_STR = 0x05
+_BYTES = 0x06
 
 _INT64_MIN = -(2**63)
 _INT64_MAX = 2**63 - 1
@@ -94,7 +95,7 @@ def encode_key(key: StateKey) -> bytes:
         if type(part) is int and _INT64_MIN <= part <= _INT64_MAX:
             return _pack_u64(_INT64, part - _INT64_MIN)
         if type(part) is str:
-            return b"\x06" + _escape(part.encode("utf-8", "surrogatepass"))
+            return b"\x05" + _escape(part.encode("utf-8", "surrogatepass"))
     out = bytearray()
     for part in key:
         _encode_component(part, out)
