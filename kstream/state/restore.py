@@ -232,7 +232,8 @@ def restore_backend(
     manifest actually used — with ``allow_fallback`` it may be an older retained
     checkpoint's, so the caller must seek its inputs to ``manifest.positions``.
     Raises CorruptSnapshotError naming the file and checkpoint otherwise.
-    ``backend_kwargs`` go to ``RocksDBBackend`` (cache size, clock, ...).
+    ``backend_kwargs`` go to ``RocksDBBackend`` (cache size, clock, ...). Any backend
+    open on ``local_dir`` must be closed first: its live DB is replaced.
     """
     backend, manifest, _ = restore_state(
         store,
