@@ -1,0 +1,49 @@
+"""Input channels of a task: one per source/table partition, and one per upstream
+task inside an internal-topic partition. A channel carries its own watermark,
+idleness, alignment state (blocked on a barrier, with a buffer of what arrived
+after it) and resume position.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from kstream.plan.model import InputKind
+from kstream.runtime.events import MIN_TS
+
+
+@dataclass(eq=False)
+class Channel:
+    """Mutable per-input bookkeeping; the task owns and drives it."""
+
+    topic: str
+    partition: int
+    kind: InputKind
+    upstream: str | None
+    idle_timeout_s: float | None
+    last_active: float
+    watermark: int = MIN_TS
+    ended: bool = False
+    position: int | None = None  # next offset to read (per upstream for internal)
+    skip_below: int | None = None  # restored: this upstream's records below are in the state
+    blocked_on: int | None = None  # checkpoint id whose barrier this channel delivered
+    barrier_timestamp: int = MIN_TS
+    barrier_position: int | None = None
+    buffer: list[Any] = field(default_factory=list)
+
+    @property
+    def tp(self) -> tuple[str, int]:
+        return (self.topic, self.partition)
+
+    @property
+    def holds_time(self) -> bool:
+        """Tables are looked up, not time-aligned: they never hold the watermark back."""
+        return self.kind is not InputKind.TABLE
+
+    def idle(self, now: float) -> bool:
+        return self.idle_timeout_s is not None and now - self.last_active >= self.idle_timeout_s
+
+    def describe(self) -> str:
+        where = f"{self.topic}[{self.partition}]"
+        return where if self.upstream is None else f"{where} from {self.upstream}"

@@ -1,0 +1,161 @@
+"""Operators: each processes a whole batch as parallel lists (keys, values,
+timestamps) and pushes its result to its children. No per-record objects: the
+stateless operators are one list comprehension each.
+"""
+
+from __future__ import annotations
+
+import json
+import zlib
+from collections.abc import Callable
+from itertools import compress
+from typing import Any
+
+from kstream.runtime.records import Output, OutputBatch
+from kstream.serde import Serde, SerdeError
+
+Keys = list[Any]
+Values = list[Any]
+Stamps = list[int]
+
+
+def partition_for_key(key: bytes | None, partitions: int) -> int:
+    """Stable partition of a serialized key: ``crc32(key) % partitions``.
+
+    Matches librdkafka's ``consistent`` partitioner; ``None`` keys go to partition 0.
+    """
+    return 0 if key is None else zlib.crc32(key) % partitions
+
+
+class Operator:
+    """A node of a task's operator chain."""
+
+    stateful = False
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        # children[port] = [(operator, its input port)]
+        self.children: list[list[tuple[Operator, int]]] = [[], []]
+
+    def connect(self, port: int, child: Operator, child_port: int) -> None:
+        self.children[port].append((child, child_port))
+
+    def push(self, keys: Keys, values: Values, stamps: Stamps, port: int) -> None:
+        """Process one batch arriving on input ``port``."""
+        raise NotImplementedError
+
+    def emit(self, keys: Keys, values: Values, stamps: Stamps, port: int = 0) -> None:
+        if not keys:
+            return
+        for child, child_port in self.children[port]:
+            child.push(keys, values, stamps, child_port)
+
+    def advance(self, watermark: int) -> None:
+        """Event time reached ``watermark``: fire timers up to it (stateful only)."""
+
+    def finish(self) -> None:
+        """All inputs ended: emit every pending result (stateful only)."""
+
+
+class Passthrough(Operator):
+    """An input of the stage (source, table, internal topic): forwards batches."""
+
+    def push(self, keys: Keys, values: Values, stamps: Stamps, port: int) -> None:
+        self.emit(keys, values, stamps)
+
+
+class MapOp(Operator):
+    def __init__(self, name: str, fn: Callable[[Any], Any]) -> None:
+        super().__init__(name)
+        self.fn = fn
+
+    def push(self, keys: Keys, values: Values, stamps: Stamps, port: int) -> None:
+        fn = self.fn
+        self.emit(keys, [fn(v) for v in values], stamps)
+
+
+class FilterOp(Operator):
+    def __init__(self, name: str, fn: Callable[[Any], bool]) -> None:
+        super().__init__(name)
+        self.fn = fn
+
+    def push(self, keys: Keys, values: Values, stamps: Stamps, port: int) -> None:
+        fn = self.fn
+        mask = [bool(fn(v)) for v in values]
+        self.emit(
+            list(compress(keys, mask)), list(compress(values, mask)), list(compress(stamps, mask))
+        )
+
+
+class FlatMapOp(Operator):
+    def __init__(self, name: str, fn: Callable[[Any], Any]) -> None:
+        super().__init__(name)
+        self.fn = fn
+
+    def push(self, keys: Keys, values: Values, stamps: Stamps, port: int) -> None:
+        fn = self.fn
+        triples = [(k, x, t) for k, v, t in zip(keys, values, stamps, strict=True) for x in fn(v)]
+        if triples:
+            ks, vs, ts = zip(*triples, strict=True)
+            self.emit(list(ks), list(vs), list(ts))
+
+
+class KeyByOp(Operator):
+    """Sets the key, serializes, and writes to the stage's repartition topic."""
+
+    def __init__(
+        self,
+        name: str,
+        fn: Callable[[Any], Any],
+        topic: str,
+        partitions: int,
+        key_serde: Serde,
+        out: list[Output],
+    ) -> None:
+        super().__init__(name)
+        self.fn, self.topic, self.partitions, self.key_serde, self.out = (
+            fn,
+            topic,
+            partitions,
+            key_serde,
+            out,
+        )
+        self._json = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode
+
+    def push(self, keys: Keys, values: Values, stamps: Stamps, port: int) -> None:
+        fn, ser, enc, n = self.fn, self.key_serde.serialize, self._json, self.partitions
+        try:
+            kb = [ser(fn(v)) for v in values]
+            vb = [None if v is None else enc(v).encode() for v in values]
+        except (SerdeError, TypeError, ValueError) as e:
+            raise SerdeError(
+                f"key_by {self.name!r} -> {self.topic}: a key or value cannot be serialized "
+                f"(keys must suit the key serde, values must be JSON-compatible): {e}"
+            ) from e
+        crc = zlib.crc32
+        parts = [0 if k is None else crc(k) % n for k in kb]
+        self.out.append(OutputBatch(self.topic, True, parts, kb, vb, list(stamps)))
+
+
+class SinkOp(Operator):
+    """Serializes records for a user topic (partition left to Kafka)."""
+
+    def __init__(
+        self, name: str, topic: str, key_serde: Serde, value_serde: Serde, out: list[Output]
+    ) -> None:
+        super().__init__(name)
+        self.topic, self.key_serde, self.value_serde, self.out = (
+            topic,
+            key_serde,
+            value_serde,
+            out,
+        )
+
+    def push(self, keys: Keys, values: Values, stamps: Stamps, port: int) -> None:
+        ks, vs = self.key_serde.serialize, self.value_serde.serialize
+        try:
+            kb = [ks(k) for k in keys]
+            vb = [vs(v) for v in values]
+        except SerdeError as e:
+            raise SerdeError(f"sink {self.topic!r}: a record cannot be serialized: {e}") from e
+        self.out.append(OutputBatch(self.topic, False, None, kb, vb, list(stamps)))

@@ -1,0 +1,604 @@
+"""``Task``: one stage x one partition, I/O free. The worker feeds it batches and
+events with the processing time ``now`` (seconds, monotonic) and drains its
+ordered outputs after every call (see ``kstream.runtime.records``).
+
+Checkpoint barrier handling, in order (DESIGN §4, §5.4):
+
+1. An input that delivers barrier *n* is held back: ``paused_inputs()`` lists the
+   partitions to pause; anything still fed for it is buffered, per upstream task
+   inside a shared internal partition.
+2. When every live input delivered *n*, each barrier timestamp is applied to its
+   input's watermark and the task watermark (minimum over inputs) advances: windows
+   ending at or before it fire, *before* the snapshot, so their results belong to
+   epoch *n*.
+3. ``SnapshotPoint`` is emitted and ``on_snapshot`` called while the state is
+   exactly the checkpoint's (no post-barrier record processed yet); positions say
+   where each input resumes (per upstream task for internal partitions).
+4. The barrier is forwarded to every output (internal topics and sinks).
+5. Inputs are released and their buffers replayed.
+
+Watermarks: a source partition's watermark is ``max timestamp - out_of_orderness``;
+an internal input's comes from ``Watermark``/``Barrier`` events of its upstream
+task; idle inputs are skipped; the task watermark never goes back. Records are
+processed with the watermark in force at the start of their batch.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from kstream.api.time import WatermarkStrategy
+from kstream.api.topology import Node
+from kstream.api.windows import Hopping, Session, Sliding, Tumbling
+from kstream.plan.model import InputKind, JobPlan, OutputKind, TaskSpec
+from kstream.runtime.channels import Channel
+from kstream.runtime.events import (
+    MAX_TS,
+    MIN_TS,
+    Barrier,
+    EndOfInput,
+    PipelinedEventError,
+    StreamEvent,
+    Watermark,
+)
+from kstream.runtime.joins import IntervalJoinOperator, TableJoinOperator
+from kstream.runtime.operators import (
+    FilterOp,
+    FlatMapOp,
+    KeyByOp,
+    MapOp,
+    Operator,
+    Passthrough,
+    SinkOp,
+)
+from kstream.runtime.records import (
+    AlignmentAborted,
+    DeadLetter,
+    InternalEvent,
+    InternalRecord,
+    Output,
+    OutputEvent,
+    Position,
+    SnapshotPoint,
+    SourceRecord,
+)
+from kstream.runtime.windows import (
+    FixedWindowOperator,
+    SessionWindowOperator,
+    SlidingWindowOperator,
+)
+from kstream.serde import JsonSerde, Serde, SerdeError
+from kstream.state.base import KeyedStateBackend
+
+log = logging.getLogger(__name__)
+
+_EXTRACTOR_ERRORS = (KeyError, TypeError, ValueError, IndexError, AttributeError)
+
+
+class _Reader:
+    """Decodes one input topic's batches (per batch; per record only on failure)."""
+
+    def __init__(
+        self,
+        entry: Operator,
+        key_serde: Serde,
+        value_serde: Serde,
+        extractor: Callable[[Any, int], int] | None,
+    ) -> None:
+        self.entry = entry
+        self.kd = key_serde.deserialize
+        self.vd = value_serde.deserialize
+        self.extractor = extractor
+
+    def decode(
+        self, raw: Sequence[tuple[bytes | None, bytes | None, int, int]]
+    ) -> tuple[list[Any], list[Any], list[int], list[tuple[int, str]]]:
+        """``(keys, values, timestamps, failures)``; failures are ``(index, reason)``."""
+        kd, vd, ex = self.kd, self.vd, self.extractor
+        try:
+            keys = [kd(r[0]) for r in raw]
+            values = [vd(r[1]) for r in raw]
+            stamps = (
+                [r[2] for r in raw]
+                if ex is None
+                else [ex(v, r[2]) for v, r in zip(values, raw, strict=True)]
+            )
+            return keys, values, stamps, []
+        except (SerdeError, *_EXTRACTOR_ERRORS):
+            pass  # slow path below finds which records fail and why
+        keys, values, stamps, failures = [], [], [], []
+        for i, r in enumerate(raw):
+            try:
+                k, v = kd(r[0]), vd(r[1])
+                t = r[2] if ex is None else ex(v, r[2])
+            except SerdeError as e:
+                failures.append((i, str(e)))
+                continue
+            except _EXTRACTOR_ERRORS as e:
+                failures.append((i, f"timestamp extractor failed: {type(e).__name__}: {e}"))
+                continue
+            keys.append(k)
+            values.append(v)
+            stamps.append(t)
+        return keys, values, stamps, failures
+
+
+class Task:
+    """Runs one ``TaskSpec`` of a ``JobPlan`` over a keyed-state backend.
+
+    ``attempt`` is the job attempt this task runs in (records of older attempts on
+    internal inputs are dropped). ``restore_positions`` (from a ``SnapshotPoint``)
+    makes the task skip internal records that its restored state already holds.
+    ``on_snapshot`` is called at each snapshot point, synchronously, while the state
+    is exactly the snapshot's; the worker takes the synchronous part of its snapshot
+    there. ``bounded=True`` runs a batch job: inputs end with ``EndOfInput``/
+    ``end_input``, barriers are an error.
+    """
+
+    def __init__(
+        self,
+        plan: JobPlan,
+        task: str | TaskSpec,
+        backend: KeyedStateBackend,
+        *,
+        attempt: int = 0,
+        bounded: bool = False,
+        restore_positions: Mapping[tuple[str, int], Position] | None = None,
+        on_snapshot: Callable[[SnapshotPoint], None] | None = None,
+        watermark_interval_s: float = 0.2,
+        now: float = 0.0,
+    ) -> None:
+        self.spec = plan.task(task) if isinstance(task, str) else task
+        self.task_id = self.spec.task_id
+        self.plan = plan
+        self.backend = backend
+        self.attempt = attempt
+        self.bounded = bounded
+        self.on_snapshot = on_snapshot
+        self.watermark_interval_s = watermark_interval_s
+        self.watermark = MIN_TS
+        self.finished = False
+        self.metrics: dict[str, int] = {
+            "records_in": 0,
+            "late_dropped": 0,
+            "late_side_output": 0,
+            "stale_dropped": 0,
+            "restored_skipped": 0,
+            "dead_letters": 0,
+            "join_unmatched": 0,
+            "stale_barriers": 0,
+        }
+        self._out: list[Output] = []
+        self._now = now
+        self._last_wm_emit = now
+        self._emitted_wm = MIN_TS
+        self._pending: int | None = None
+        self._readers: dict[str, _Reader] = {}
+        self._ops: list[Operator] = []
+        self._build(plan)
+        self._channels: dict[tuple[str, int, str | None], Channel] = {}
+        self._build_channels(plan, now, restore_positions or {})
+        self._time_channels = [c for c in self._channels.values() if c.holds_time]
+        self._source_channels = [c for c in self._channels.values() if c.upstream is None]
+        self._has_internal = any(c.upstream is not None for c in self._channels.values())
+
+    # ---- construction -------------------------------------------------------------
+
+    def _build(self, plan: JobPlan) -> None:
+        stage = self.spec.stage
+        nodes = plan.nodes_of(stage)
+        internal_by_keyby = {t.key_by_node: t for t in plan.internal_topics}
+        ops: dict[int, Operator] = {}
+        internal_inputs: dict[int, Operator] = {}
+        for n in nodes:
+            op = self._operator(n, internal_by_keyby)
+            ops[n.id] = op
+            self._ops.append(op)
+            if n.kind in ("source", "table"):
+                self._readers[n.params["topic"]] = _Reader(
+                    op, n.params["key_serde"], n.params["value_serde"], n.params.get("timestamp")
+                )
+            for in_port, (parent, port) in enumerate(n.parents):
+                if parent.id in ops:
+                    ops[parent.id].connect(port, op, in_port)
+                    continue
+                # A key_by of an upstream stage: read its repartition topic.
+                topic = internal_by_keyby[parent.id]
+                if parent.id not in internal_inputs:
+                    entry = Passthrough(topic.name)
+                    internal_inputs[parent.id] = entry
+                    self._readers[topic.name] = _Reader(entry, topic.key_serde, JsonSerde(), None)
+                internal_inputs[parent.id].connect(0, op, in_port)
+        self._stateful = [op for op in self._ops if op.stateful]
+
+    def _operator(self, n: Node, internal_by_keyby: Mapping[int, Any]) -> Operator:
+        p = n.params
+        if n.kind in ("source", "table"):
+            return Passthrough(n.name)
+        if n.kind == "map":
+            return MapOp(n.name, p["fn"])
+        if n.kind == "filter":
+            return FilterOp(n.name, p["fn"])
+        if n.kind == "flat_map":
+            return FlatMapOp(n.name, p["fn"])
+        if n.kind == "key_by":
+            t = internal_by_keyby[n.id]
+            return KeyByOp(n.name, p["fn"], t.name, t.partitions, t.key_serde, self._out)
+        if n.kind == "sink":
+            return SinkOp(n.name, p["topic"], p["key_serde"], p["value_serde"], self._out)
+        if n.kind == "window":
+            spec, agg, allowed = p["spec"], p["aggregation"], p["allowed_lateness_ms"]
+            if isinstance(spec, (Tumbling, Hopping)):
+                return FixedWindowOperator(
+                    n.name, n.id, self.backend, spec, agg, allowed, self.metrics
+                )
+            if isinstance(spec, Session):
+                return SessionWindowOperator(
+                    n.name, n.id, self.backend, spec, agg, allowed, self.metrics
+                )
+            if isinstance(spec, Sliding):
+                return SlidingWindowOperator(
+                    n.name, n.id, self.backend, spec, agg, allowed, self.metrics
+                )
+            raise TypeError(f"unknown window spec {spec!r}")
+        if n.kind == "join_table":
+            return TableJoinOperator(
+                n.name, n.id, self.backend, p["joiner"], p["left"], self.metrics
+            )
+        if n.kind == "join_window":
+            return IntervalJoinOperator(
+                n.name,
+                n.id,
+                self.backend,
+                p["joiner"],
+                p["within_ms"],
+                p["allowed_lateness_ms"],
+                self.metrics,
+            )
+        raise TypeError(f"unknown operator kind {n.kind!r}")
+
+    def _build_channels(
+        self, plan: JobPlan, now: float, restore: Mapping[tuple[str, int], Position]
+    ) -> None:
+        strategies: dict[str, WatermarkStrategy] = {
+            n.params["topic"]: n.params["watermark"]
+            for n in plan.topology.nodes
+            if n.kind == "source"
+        }
+        self._ooo = {t: s.max_out_of_orderness_ms for t, s in strategies.items()}
+        timeouts = [s.idle_timeout_s for s in strategies.values() if s.idle_timeout_s]
+        internal_idle = max(timeouts) if timeouts else None
+        for inp in self.spec.inputs:
+            pos = restore.get((inp.topic, inp.partition))
+            if inp.kind is InputKind.INTERNAL:
+                for up in inp.upstream_tasks:
+                    c = Channel(inp.topic, inp.partition, inp.kind, up, internal_idle, now)
+                    if isinstance(pos, Mapping) and up in pos:
+                        c.position = c.skip_below = pos[up]
+                    self._channels[(inp.topic, inp.partition, up)] = c
+            else:
+                strategy = strategies.get(inp.topic)
+                c = Channel(
+                    inp.topic,
+                    inp.partition,
+                    inp.kind,
+                    None,
+                    strategy.idle_timeout_s if strategy else None,
+                    now,
+                )
+                if isinstance(pos, int):
+                    c.position = pos
+                self._channels[(inp.topic, inp.partition, None)] = c
+
+    # ---- what the worker calls ----------------------------------------------------
+
+    def drain(self) -> list[Output]:
+        """The outputs produced since the last drain, in order."""
+        out = self._out[:]
+        self._out.clear()
+        return out
+
+    def paused_inputs(self) -> frozenset[tuple[str, int]]:
+        """Partitions to pause: every channel of them is held back by alignment."""
+        by_tp: dict[tuple[str, int], list[Channel]] = {}
+        for c in self._channels.values():
+            by_tp.setdefault(c.tp, []).append(c)
+        return frozenset(
+            tp
+            for tp, cs in by_tp.items()
+            if all(c.blocked_on is not None or c.ended for c in cs)
+            and any(c.blocked_on is not None for c in cs)
+        )
+
+    def seek_positions(self) -> dict[tuple[str, int], int | None]:
+        """Where the worker should start reading each input partition (``None``:
+        the job's start position). Internal partitions start at the lowest restored
+        upstream position; the task skips what each upstream had before its own."""
+        seek: dict[tuple[str, int], int | None] = {}
+        for c in self._channels.values():
+            if c.tp not in seek:
+                seek[c.tp] = c.position
+            elif seek[c.tp] is not None:
+                seek[c.tp] = None if c.position is None else min(seek[c.tp] or 0, c.position)
+        return seek
+
+    def feed_source(
+        self, topic: str, partition: int, records: Sequence[SourceRecord], now: float
+    ) -> None:
+        """Process a batch of raw records from a user topic partition."""
+        self._now = now
+        c = self._channel(topic, partition, None)
+        if c.blocked_on is not None or c.buffer:
+            c.buffer.append(records)
+            return
+        self._source_batch(c, records)
+        self._update_watermark()
+
+    def feed_internal(
+        self,
+        topic: str,
+        partition: int,
+        items: Sequence[InternalRecord | InternalEvent],
+        now: float,
+    ) -> None:
+        """Process records and events from an internal-topic partition, in offset order."""
+        self._now = now
+        self._internal_items(topic, partition, items)
+        self._update_watermark()
+
+    def end_input(self, topic: str, partition: int, now: float) -> None:
+        """A user topic partition is exhausted (bounded run reached its end offset)."""
+        self._now = now
+        c = self._channel(topic, partition, None)
+        if c.blocked_on is not None or c.buffer:
+            c.buffer.append(EndOfInput())
+            return
+        c.ended = True
+        self._after_end()
+
+    def trigger_checkpoint(self, checkpoint_id: int, attempt: int, now: float) -> None:
+        """Inject ``Barrier(checkpoint_id, attempt, current watermark)`` on the
+        task's user-topic inputs, recording their positions. No-op for tasks that
+        only read internal topics (their barriers arrive from upstream)."""
+        self._now = now
+        if not self._source_channels:
+            return
+        if self.bounded:
+            c = self._source_channels[0]
+            raise PipelinedEventError(
+                Barrier(checkpoint_id, attempt, self.watermark), c.topic, c.partition, self.task_id
+            )
+        if attempt < self.attempt:
+            self.metrics["stale_barriers"] += 1
+            return
+        barrier = Barrier(checkpoint_id, self.attempt, self.watermark)
+        live = [c for c in self._source_channels if not c.ended]
+        if not live:
+            if not self._has_internal:
+                self._pending = checkpoint_id
+                self._check_aligned()
+            return
+        for c in live:
+            if c.blocked_on is None:
+                self._on_barrier(c, barrier, c.position)
+
+    def tick(self, now: float) -> None:
+        """Let processing time pass: idleness and periodic watermark emission."""
+        self._now = now
+        self._update_watermark()
+
+    # ---- internals ----------------------------------------------------------------
+
+    def _channel(self, topic: str, partition: int, upstream: str | None) -> Channel:
+        c = self._channels.get((topic, partition, upstream))
+        if c is None:
+            who = "" if upstream is None else f" from upstream task {upstream!r}"
+            raise KeyError(
+                f"task {self.task_id} does not read {topic}[{partition}]{who}; "
+                f"it reads {sorted({(ch.topic, ch.partition) for ch in self._channels.values()})}"
+            )
+        return c
+
+    def _source_batch(self, c: Channel, records: Sequence[SourceRecord]) -> None:
+        if not records:
+            return
+        reader = self._readers[c.topic]
+        keys, values, stamps, failures = reader.decode(records)
+        for i, reason in failures:
+            r = records[i]
+            self._out.append(DeadLetter(c.topic, c.partition, r[3], reason, r[0], r[1]))
+        self.metrics["dead_letters"] += len(failures)
+        self.metrics["records_in"] += len(records)
+        c.position = records[-1][3] + 1
+        c.last_active = self._now
+        reader.entry.emit(keys, values, stamps)
+        if stamps and c.kind is InputKind.SOURCE:
+            wm = max(stamps) - self._ooo.get(c.topic, 0)
+            if wm > c.watermark:
+                c.watermark = wm
+
+    def _internal_items(
+        self, topic: str, partition: int, items: Sequence[InternalRecord | InternalEvent]
+    ) -> None:
+        channels = self._channels
+        run: list[InternalRecord] = []
+        attempt = self.attempt
+        for it in items:
+            c = channels.get((topic, partition, it.upstream)) or self._channel(
+                topic, partition, it.upstream
+            )
+            if it.attempt < attempt:
+                self.metrics["stale_dropped"] += 1
+                continue
+            if c.skip_below is not None and it.offset < c.skip_below:
+                self.metrics["restored_skipped"] += 1
+                continue
+            if c.blocked_on is not None:
+                c.buffer.append(it)
+                continue
+            c.position = it.offset + 1
+            c.last_active = self._now
+            if type(it) is InternalRecord:
+                run.append(it)
+                continue
+            self._internal_run(topic, partition, run)
+            run = []
+            assert isinstance(it, InternalEvent)
+            self._on_event(c, it.event, it.offset)
+        self._internal_run(topic, partition, run)
+
+    def _internal_run(self, topic: str, partition: int, run: list[InternalRecord]) -> None:
+        if not run:
+            return
+        reader = self._readers[topic]
+        raw = [(r.key, r.value, r.timestamp, r.offset) for r in run]
+        keys, values, stamps, failures = reader.decode(raw)
+        for i, reason in failures:
+            r = run[i]
+            self._out.append(DeadLetter(topic, partition, r.offset, reason, r.key, r.value))
+        self.metrics["dead_letters"] += len(failures)
+        self.metrics["records_in"] += len(run)
+        reader.entry.emit(keys, values, stamps)
+
+    def _on_event(self, c: Channel, event: StreamEvent, offset: int | None) -> None:
+        if isinstance(event, Watermark):
+            if event.timestamp > c.watermark:
+                c.watermark = event.timestamp
+        elif isinstance(event, EndOfInput):
+            c.ended = True
+            self._after_end()
+        elif isinstance(event, Barrier):
+            if self.bounded:
+                raise PipelinedEventError(event, c.topic, c.partition, self.task_id)
+            self._on_barrier(c, event, None if offset is None else offset + 1)
+
+    def _on_barrier(self, c: Channel, b: Barrier, position: int | None) -> None:
+        if self._pending is not None and b.checkpoint_id < self._pending:
+            self.metrics["stale_barriers"] += 1  # an aborted checkpoint's straggler
+            return
+        if self._pending is not None and b.checkpoint_id > self._pending:
+            self._abort_alignment(
+                f"barrier {b.checkpoint_id} arrived on {c.describe()} before barrier "
+                f"{self._pending} aligned"
+            )
+        self._pending = b.checkpoint_id
+        c.blocked_on = b.checkpoint_id
+        c.barrier_timestamp = b.timestamp
+        c.barrier_position = position
+        self._check_aligned()
+
+    def _abort_alignment(self, reason: str) -> None:
+        assert self._pending is not None
+        self._out.append(AlignmentAborted(self._pending, reason))
+        released = [c for c in self._channels.values() if c.blocked_on == self._pending]
+        self._pending = None
+        for c in released:
+            c.blocked_on = None
+        for c in released:
+            self._replay(c)
+
+    def _check_aligned(self) -> None:
+        n = self._pending
+        if n is None:
+            return
+        live = [c for c in self._channels.values() if not c.ended]
+        if any(c.blocked_on != n for c in live):
+            return
+        # (1) Barrier timestamps are watermarks: fire what they allow before the snapshot.
+        for c in live:
+            if c.barrier_timestamp > c.watermark:
+                c.watermark = c.barrier_timestamp
+        self._update_watermark(emit=False)
+        # (2) Snapshot point: state now is exactly checkpoint n's.
+        self._snapshot(n, final=False)
+        # (3) Forward the barrier downstream, carrying the task watermark.
+        self._emitted_wm = max(self._emitted_wm, self.watermark)
+        self._broadcast(Barrier(n, self.attempt, self.watermark))
+        # (4) Release the inputs and replay what arrived after their barrier.
+        self._pending = None
+        for c in live:
+            c.blocked_on = None
+        for c in live:
+            self._replay(c)
+        self._update_watermark()
+
+    def _snapshot(self, checkpoint_id: int | None, *, final: bool) -> None:
+        positions: dict[tuple[str, int], Position] = {}
+        for c in self._channels.values():
+            pos = c.barrier_position if (c.blocked_on is not None and not final) else c.position
+            if c.upstream is None:
+                positions[c.tp] = pos
+            else:
+                per = positions.setdefault(c.tp, {})
+                assert isinstance(per, dict)
+                if pos is not None:
+                    per[c.upstream] = pos
+        point = SnapshotPoint(self.task_id, checkpoint_id, self.attempt, positions, final)
+        self._out.append(point)
+        if self.on_snapshot is not None:
+            self.on_snapshot(point)
+
+    def _replay(self, c: Channel) -> None:
+        pending, c.buffer = c.buffer, []
+        if not pending:
+            return
+        if c.upstream is not None:
+            self._internal_items(c.topic, c.partition, pending)
+            return
+        for i, item in enumerate(pending):
+            if c.blocked_on is not None:
+                c.buffer.extend(pending[i:])
+                return
+            if isinstance(item, EndOfInput):
+                c.ended = True
+                self._after_end()
+            else:
+                self._source_batch(c, item)
+
+    def _broadcast(self, event: StreamEvent) -> None:
+        for o in self.spec.outputs:
+            internal = o.kind is OutputKind.INTERNAL
+            if internal or not isinstance(event, Watermark):
+                self._out.append(OutputEvent(o.topic, internal, event))
+
+    def _update_watermark(self, *, emit: bool = True) -> None:
+        now = self._now
+        live = [c for c in self._time_channels if not c.ended]
+        if not live:
+            new = self.watermark
+        else:
+            active = [c.watermark for c in live if not c.idle(now)]
+            new = min(active) if active else self.watermark
+        if new > self.watermark:
+            self.watermark = new
+            for op in self._stateful:
+                op.advance(new)
+        if (
+            emit
+            and self.watermark > self._emitted_wm
+            and now - self._last_wm_emit >= self.watermark_interval_s
+        ):
+            self._emitted_wm = self.watermark
+            self._last_wm_emit = now
+            self._broadcast(Watermark(self.watermark))
+
+    def _after_end(self) -> None:
+        if self.finished:
+            return
+        if all(c.ended for c in self._channels.values()):
+            self._finish()
+        else:
+            self._update_watermark()
+            self._check_aligned()  # an ended input no longer holds alignment back
+
+    def _finish(self) -> None:
+        """All inputs ended: fire everything, tell downstream, hand over final state."""
+        self.finished = True
+        for op in self._stateful:
+            op.finish()
+        self._emitted_wm = MAX_TS
+        self._broadcast(EndOfInput())
+        if self.bounded:
+            self._snapshot(None, final=True)

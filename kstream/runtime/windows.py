@@ -1,0 +1,275 @@
+"""Window operators; semantics are documented in ``kstream.api.windows``.
+
+All state lives in the task's ``KeyedStateBackend`` (tables ``n<node>.<name>``):
+accumulators, session extents, sliding-window buffers, the fire/expiry timer
+indexes (keys that start with the window end, so firing is a range scan) and the
+operator's watermark. A restored operator therefore resumes exactly, timers
+included.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kstream.api.windows import Aggregation, Hopping, Session, Sliding, Tumbling, WindowResult
+from kstream.runtime.events import MAX_TS, MIN_TS
+from kstream.runtime.operators import Keys, Operator, Stamps, Values
+from kstream.state.base import KeyedStateBackend, TableSpec
+
+_MISSING = object()
+
+
+class WindowOperator(Operator):
+    """Shared parts: watermark bookkeeping, late records, result emission."""
+
+    stateful = True
+
+    def __init__(
+        self,
+        name: str,
+        node_id: int,
+        backend: KeyedStateBackend,
+        aggregation: Aggregation,
+        allowed_lateness_ms: int,
+        metrics: dict[str, int],
+    ) -> None:
+        super().__init__(name)
+        self.prefix = f"n{node_id}"
+        self.backend = backend
+        self.agg = aggregation
+        self.allowed = allowed_lateness_ms
+        self.metrics = metrics
+        self.meta = self.table("meta")
+        self.wm: int = self.meta.get(("wm",), MIN_TS)
+
+    def table(self, name: str) -> Any:
+        return self.backend.table(TableSpec(f"{self.prefix}.{name}"))
+
+    def _set_wm(self, watermark: int) -> None:
+        self.wm = watermark
+        self.meta.put(("wm",), watermark)
+
+    def _first(self, value: Any) -> Any:
+        init = self.agg.init
+        return value if init is None else self.agg.add(init(), value)
+
+    def _late(self, keys: Keys, values: Values, stamps: Stamps, idx: list[int]) -> None:
+        """Records no window accepts: side output when wired, else dropped and counted."""
+        if not idx:
+            return
+        if self.children[1]:
+            self.emit([keys[i] for i in idx], [values[i] for i in idx], [stamps[i] for i in idx], 1)
+            self.metrics["late_side_output"] += len(idx)
+        else:
+            self.metrics["late_dropped"] += len(idx)
+
+    def _emit_results(self, results: list[WindowResult]) -> None:
+        if results:
+            self.emit([r.key for r in results], results, [r.end - 1 for r in results])
+
+    def advance(self, watermark: int) -> None:
+        if watermark <= self.wm:
+            return
+        self._fire(self.wm, watermark)
+        self._expire(watermark - self.allowed)
+        self._set_wm(watermark)
+
+    def finish(self) -> None:
+        """Fire every window not fired yet and drop all window state; the stored
+        watermark stays the last real one, so a later run continues from it."""
+        self._fire(self.wm, MAX_TS - 1)
+        self._expire(MAX_TS - 1)
+
+    def _fire(self, old: int, new: int) -> None:
+        raise NotImplementedError
+
+    def _expire(self, upto: int) -> None:
+        raise NotImplementedError
+
+
+class FixedWindowOperator(WindowOperator):
+    """Tumbling and hopping windows: accumulators keyed ``(end, start, key)``."""
+
+    def __init__(
+        self,
+        name: str,
+        node_id: int,
+        backend: KeyedStateBackend,
+        spec: Tumbling | Hopping,
+        aggregation: Aggregation,
+        allowed_lateness_ms: int,
+        metrics: dict[str, int],
+    ) -> None:
+        super().__init__(name, node_id, backend, aggregation, allowed_lateness_ms, metrics)
+        self.size = spec.size_ms
+        self.advance_ms = spec.advance_ms if isinstance(spec, Hopping) else spec.size_ms
+        self.offset = spec.offset_ms
+        self.acc = self.table("acc")
+
+    def push(self, keys: Keys, values: Values, stamps: Stamps, port: int) -> None:
+        size, adv, off, live_after = self.size, self.advance_ms, self.offset, self.wm - self.allowed
+        acc_get, add, first = self.acc.get, self.agg.add, self._first
+        local: dict[tuple[int, int, Any], Any] = {}
+        late: list[int] = []
+        for i, (k, v, t) in enumerate(zip(keys, values, stamps, strict=True)):
+            s = t - (t - off) % adv
+            accepted = False
+            while s > t - size:
+                e = s + size
+                if e > live_after:
+                    wk = (e, s, k)
+                    a = local.get(wk, _MISSING)
+                    if a is _MISSING:
+                        a = acc_get(wk, _MISSING)
+                    local[wk] = first(v) if a is _MISSING else add(a, v)
+                    accepted = True
+                s -= adv
+            if not accepted:
+                late.append(i)
+        put = self.acc.put
+        for wk, a in local.items():
+            put(wk, a)
+        wm = self.wm
+        refire = sorted(wk for wk in local if wk[0] <= wm)
+        self._emit_results([WindowResult(k, s, e, local[(e, s, k)]) for e, s, k in refire])
+        self._late(keys, values, stamps, late)
+
+    def _fire(self, old: int, new: int) -> None:
+        fired = list(self.acc.scan_range((old + 1,), (new + 1,)))
+        self._emit_results([WindowResult(k[2], k[1], k[0], a) for k, a in fired])
+
+    def _expire(self, upto: int) -> None:
+        for k, _ in list(self.acc.scan_range((MIN_TS,), (upto + 1,))):
+            self.acc.delete(k)
+
+
+class SessionWindowOperator(WindowOperator):
+    """Sessions: extents ``(key, start) -> [end, acc]`` and timers ``(end, key, start)``."""
+
+    def __init__(
+        self,
+        name: str,
+        node_id: int,
+        backend: KeyedStateBackend,
+        spec: Session,
+        aggregation: Aggregation,
+        allowed_lateness_ms: int,
+        metrics: dict[str, int],
+    ) -> None:
+        super().__init__(name, node_id, backend, aggregation, allowed_lateness_ms, metrics)
+        self.gap = spec.gap_ms
+        self.sessions = self.table("sessions")
+        self.timers = self.table("timers")
+        merge = aggregation.merge
+        assert merge is not None, "session windows need a merge function"
+        self.merge = merge
+
+    def push(self, keys: Keys, values: Values, stamps: Stamps, port: int) -> None:
+        gap, wm, allowed = self.gap, self.wm, self.allowed
+        sessions, timers = self.sessions, self.timers
+        late: list[int] = []
+        refire: dict[tuple[Any, int], None] = {}
+        for i, (k, v, t) in enumerate(zip(keys, values, stamps, strict=True)):
+            start, end = t, t + gap
+            touching = [
+                (key[1], ext) for key, ext in sessions.scan((k,)) if key[1] <= end and ext[0] >= t
+            ]
+            for s, ext in touching:
+                start, end = min(start, s), max(end, ext[0])
+            if end + allowed <= wm:
+                late.append(i)
+                continue
+            acc = self._first(v)
+            for s, ext in touching:
+                acc = self.merge(ext[1], acc)
+                sessions.delete((k, s))
+                timers.delete((ext[0], k, s))
+                refire.pop((k, s), None)
+            sessions.put((k, start), [end, acc])
+            timers.put((end, k, start), 0)
+            if end <= wm:
+                refire[(k, start)] = None
+        results = []
+        for k, s in refire:
+            ext = sessions.get((k, s))
+            results.append(WindowResult(k, s, ext[0], ext[1]))
+        self._emit_results(sorted(results, key=lambda r: (r.end, r.start)))
+        self._late(keys, values, stamps, late)
+
+    def _fire(self, old: int, new: int) -> None:
+        results = []
+        for (end, k, s), _ in list(self.timers.scan_range((old + 1,), (new + 1,))):
+            ext = self.sessions.get((k, s))
+            results.append(WindowResult(k, s, end, ext[1]))
+        self._emit_results(results)
+
+    def _expire(self, upto: int) -> None:
+        for (end, k, s), _ in list(self.timers.scan_range((MIN_TS,), (upto + 1,))):
+            self.timers.delete((end, k, s))
+            self.sessions.delete((k, s))
+
+
+class SlidingWindowOperator(WindowOperator):
+    """Sliding windows: values buffered ``(key, ts) -> [values]``; one window per
+    distinct timestamp with timer ``(ts + 1, key)``; buffer entries are collected
+    through ``(ts + size, key, ts)`` once no live window can contain them."""
+
+    def __init__(
+        self,
+        name: str,
+        node_id: int,
+        backend: KeyedStateBackend,
+        spec: Sliding,
+        aggregation: Aggregation,
+        allowed_lateness_ms: int,
+        metrics: dict[str, int],
+    ) -> None:
+        super().__init__(name, node_id, backend, aggregation, allowed_lateness_ms, metrics)
+        self.size = spec.size_ms
+        self.buffer = self.table("buffer")
+        self.timers = self.table("timers")
+        self.gc = self.table("gc")
+
+    def push(self, keys: Keys, values: Values, stamps: Stamps, port: int) -> None:
+        size, wm, allowed = self.size, self.wm, self.allowed
+        buf, timers = self.buffer, self.timers
+        late: list[int] = []
+        refire: dict[tuple[int, Any], None] = {}
+        for i, (k, v, t) in enumerate(zip(keys, values, stamps, strict=True)):
+            if t + 1 + allowed <= wm:
+                late.append(i)
+                continue
+            held = buf.get((k, t))
+            if held is None:
+                buf.put((k, t), [v])
+                timers.put((t + 1, k), 0)
+                self.gc.put((t + size, k, t), 0)
+            else:
+                buf.put((k, t), [*held, v])
+            if t + 1 <= wm:
+                refire[(t + 1, k)] = None
+            if wm > MIN_TS:  # fired windows of later timestamps that now contain t
+                for (_, t2), _vals in buf.scan_range((k, t + 1), (k, t + size)):
+                    if t2 + 1 <= wm and t2 + 1 + allowed > wm:
+                        refire[(t2 + 1, k)] = None
+        self._emit_results([self._result(e, k) for e, k in sorted(refire, key=lambda x: x[0])])
+        self._late(keys, values, stamps, late)
+
+    def _result(self, end: int, key: Any) -> WindowResult:
+        acc: Any = _MISSING
+        add = self.agg.add
+        for _, vals in self.buffer.scan_range((key, end - self.size), (key, end)):
+            for v in vals:
+                acc = self._first(v) if acc is _MISSING else add(acc, v)
+        return WindowResult(key, end - self.size, end, acc)
+
+    def _fire(self, old: int, new: int) -> None:
+        fired = list(self.timers.scan_range((old + 1,), (new + 1,)))
+        self._emit_results([self._result(e, k) for (e, k), _ in fired])
+
+    def _expire(self, upto: int) -> None:
+        for key, _ in list(self.timers.scan_range((MIN_TS,), (upto + 1,))):
+            self.timers.delete(key)
+        for (last, k, t), _ in list(self.gc.scan_range((MIN_TS,), (upto + 1,))):
+            self.gc.delete((last, k, t))
+            self.buffer.delete((k, t))
