@@ -30,8 +30,8 @@ def read_all(
 ) -> list[Read]:
     """Every record of ``topic`` up to the end offsets, by partition then offset.
 
-    With ``read_committed`` the end is the last stable offset, so only committed
-    transactional records come back.
+    With ``read_committed`` only committed transactional records come back, and
+    every transaction written before the call is decided before this returns.
     """
     c = make_consumer(
         bootstrap, f"edge-reader-{uuid.uuid4().hex[:8]}", read_committed=read_committed
@@ -39,12 +39,20 @@ def read_all(
     try:
         md = c.list_topics(topic, timeout=timeout)
         parts = sorted(md.topics[topic].partitions)
-        ends = {}
-        for p in parts:
-            _low, high = c.get_watermark_offsets(
-                TopicPartition(topic, p), timeout=timeout, cached=False
-            )
-            ends[p] = high
+        # End = high watermark seen by a read_uncommitted reader: a read_committed
+        # reader's own end (the LSO) lags a just-committed transaction until the
+        # coordinator has written its markers; reading to the high watermark waits
+        # for every transaction to be decided.
+        hw = make_consumer(bootstrap, f"edge-hw-{uuid.uuid4().hex[:8]}", read_committed=False)
+        try:
+            ends = {
+                p: hw.get_watermark_offsets(
+                    TopicPartition(topic, p), timeout=timeout, cached=False
+                )[1]
+                for p in parts
+            }
+        finally:
+            hw.close()
         c.assign([TopicPartition(topic, p, 0) for p in parts])
         out: list[Read] = []
         deadline = time.monotonic() + timeout

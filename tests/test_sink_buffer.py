@@ -223,3 +223,15 @@ def test_transactional_id_and_marker_codec() -> None:
         CommitMarker.decode(b"not json")
     assert marker_partition("sink-3", 1) == 0
     assert marker_partition("sink-3", 8) == zlib.crc32(b"sink-3") % 8
+
+
+def test_exactly_once_sink_refuses_to_commit_before_recover() -> None:
+    from kstream.kafka.sink import ExactlyOnceSink
+
+    sink = ExactlyOnceSink("shop", "sink-0", "127.0.0.1:1")  # no connection is made
+    sink.write(rec(1))
+    sink.on_barrier(1)
+    with pytest.raises(SinkStateError, match="recover\\(\\) must run before committing"):
+        sink.on_checkpoint_completed(1)
+    assert sink.transactional_id == "shop.sink.sink-0"
+    assert [e.checkpoint_id for e in decode_blob(sink.buffer_blob())] == [1]

@@ -103,7 +103,9 @@ class DeadLetterWriter:
         self.mode = mode
         self.timeout = timeout
         self._producer = (
-            make_producer(bootstrap, extra=producer_config)
+            make_producer(
+                bootstrap, extra={"delivery.report.only.error": True, **(producer_config or {})}
+            )
             if mode is OnBadRecord.DEAD_LETTER
             else None
         )

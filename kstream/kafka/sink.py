@@ -492,18 +492,18 @@ def _produce_all(producer: Any, records: Iterable[OutputRecord], on_delivery: An
     """Queue ``records``; when the local queue is full, serve it and retry (never drop)."""
     produce, poll = producer.produce, producer.poll
     for n, (topic, partition, key, value, ts, headers) in enumerate(records, 1):
-        kw: dict[str, Any] = {}
-        if partition is not None:
-            kw["partition"] = partition
-        if ts is not None:
-            kw["timestamp"] = ts
-        if headers:
-            kw["headers"] = headers
-        if on_delivery is not None:
-            kw["on_delivery"] = on_delivery
+        part = -1 if partition is None else partition  # -1: the producer's partitioner
         while True:
             try:
-                produce(topic, value, key, **kw)
+                produce(
+                    topic,
+                    value,
+                    key,
+                    partition=part,
+                    timestamp=ts or 0,  # 0: now
+                    headers=headers,
+                    on_delivery=on_delivery,
+                )
                 break
             except BufferError:
                 poll(0.05)  # local queue full: let deliveries drain it
@@ -671,7 +671,10 @@ class ExactlyOnceSink(Sink):
         except KafkaException as e:
             self._fail(e, "fencing (init_transactions)")
         # 2. Read our latest marker with read_committed to the end offsets: it
-        #    says which checkpoint's output is already published.
+        #    says which checkpoint's output is already published. init_transactions
+        #    returns only once an older instance's transaction is completed (the
+        #    coordinator answers CONCURRENT_TRANSACTIONS until its markers are
+        #    written), so a commit that raced our start is visible here.
         marker = self.read_marker()
         # 3. Epochs at or below the marker were published in the transaction that
         #    wrote it: drop them (publishing again would duplicate).
@@ -707,7 +710,13 @@ class ExactlyOnceSink(Sink):
         try:
             parts = self._marker_partitions()
             tp = TopicPartition(self.commits_topic, marker_partition(self.task, parts))
-            low, high = consumer.get_watermark_offsets(tp, timeout=self.timeout, cached=False)
+            # The end to read to is the HIGH WATERMARK, not the read_committed end
+            # (the last stable offset): an open transaction of another task that
+            # began before our latest marker holds the LSO below that marker.
+            # Reading read_committed up to the high watermark waits for such
+            # transactions to finish instead of missing our marker (which would
+            # publish the buffer twice).
+            low, high = _high_watermark(self.bootstrap, tp, self.timeout)
             if high <= low:
                 return None
             consumer.assign([TopicPartition(tp.topic, tp.partition, low)])
@@ -745,6 +754,16 @@ class ExactlyOnceSink(Sink):
             self._producer = None
 
 
+def _high_watermark(bootstrap: str, tp: TopicPartition, timeout: float) -> tuple[int, int]:
+    """(low, high watermark) of ``tp``, as a read_uncommitted reader sees them."""
+    c = make_consumer(bootstrap, "kstream.watermark-query", read_committed=False)
+    try:
+        low, high = c.get_watermark_offsets(tp, timeout=timeout, cached=False)
+        return int(low), int(high)
+    finally:
+        c.close()
+
+
 class AtLeastOnceSink(Sink):
     """At-least-once sink: produce eagerly (idempotent producer), flush at the barrier."""
 
@@ -760,7 +779,12 @@ class AtLeastOnceSink(Sink):
     ) -> None:
         self.task = task
         self.timeout = timeout
-        self._producer = make_producer(bootstrap, extra=producer_config)
+        # Delivery reports for failures only: a Python callback per delivered
+        # record would cost more than producing it.
+        self._producer = make_producer(
+            bootstrap,
+            extra={"delivery.report.only.error": True, "linger.ms": 20, **(producer_config or {})},
+        )
         self.failed = 0
         self.first_error: str | None = None
         self.produced = 0
