@@ -8,12 +8,14 @@ from dataclasses import dataclass
 import pytest
 
 from integration.edge_tools import markers, read_all
-from kstream.kafka.clients import AdminClient, TopicSpec, ensure_topics
+from kstream.kafka.clients import AdminClient, TopicSpec, ensure_topics, make_producer
 from kstream.kafka.sink import (
     ExactlyOnceSink,
     OutputRecord,
+    SinkError,
     SinkFencedError,
     commits_topic_spec,
+    sink_transactional_id,
 )
 
 pytestmark = pytest.mark.integration
@@ -177,3 +179,32 @@ def test_tasks_keep_separate_markers(job: Job) -> None:
     assert again.read_marker() is not None
     assert job.markers()[-1] == ("sink-1", 5, 2)
     assert job.output() == keys("x0", "x1", "y1")
+
+
+def test_an_open_transaction_of_another_task_cannot_hide_our_marker(job: Job) -> None:
+    first = job.sink()
+    first.recover(None, attempt=1)
+    # Another sink task's commit is in flight on the same marker partition,
+    # opened BEFORE our marker: the read_committed end (LSO) stays below our marker.
+    other = make_producer(job.bootstrap, transactional_id=sink_transactional_id(job.app, "sink-9"))
+    other.init_transactions(20)
+    other.begin_transaction()
+    other.produce(f"{job.app}.commits", b'{"task":"sink-9","checkpoint":1,"attempt":1}', b"sink-9")
+    assert other.flush(20) == 0
+
+    first.write_batch(job.records("a1", "a2"))
+    first.on_barrier(1)
+    blob = first.buffer_blob()
+    assert first.on_checkpoint_completed(1) == 2
+    first.close()
+
+    again = ExactlyOnceSink(job.app, "sink-0", job.bootstrap, timeout=2.0)
+    job.sinks.append(again)
+    # while the other transaction is open the marker cannot be read to the end:
+    # recovery refuses (and publishes nothing) rather than missing the marker
+    with pytest.raises(SinkError, match="stalled at offset"):
+        again.recover(blob, attempt=2)
+    other.commit_transaction(20)
+    assert again.recover(blob, attempt=2) == 0
+    assert job.output() == keys("a1", "a2")  # 0 duplicates
+    assert job.markers() == [("sink-9", 1, 1), ("sink-0", 1, 1)]
