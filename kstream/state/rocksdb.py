@@ -294,6 +294,11 @@ class RocksDBBackend(KeyedStateBackend):
         self._cfs: set[str] = set(existing)
         self._tables: dict[str, RocksDBTable] = {}
         self._closed = False
+        # Local snapshots in creation order (earlier runs' by modification time).
+        self._local_order: list[str] = []
+        if self.snapshot_root.is_dir():
+            found = [d for d in self.snapshot_root.iterdir() if d.is_dir()]
+            self._local_order = [d.name for d in sorted(found, key=lambda d: d.stat().st_mtime_ns)]
 
     def table(self, spec: TableSpec) -> RocksDBTable:
         """The table for ``spec`` (a column family named ``spec.name``)."""
@@ -352,10 +357,14 @@ class RocksDBBackend(KeyedStateBackend):
         target = self.snapshot_root / label
         if target.exists():
             shutil.rmtree(target)
+        _marker(target).unlink(missing_ok=True)
         self.snapshot_root.mkdir(parents=True, exist_ok=True)
         rocksdict.Checkpoint(self._db).create_checkpoint(str(target))
         sync_ms = (time.perf_counter() - t0) * 1000
-        self._prune_local(keep=target.name)
+        if label in self._local_order:
+            self._local_order.remove(label)
+        self._local_order.append(label)
+        self._prune_local(keep=label)
         return LocalSnapshot(checkpoint_id, label, target, seq, tuple(sorted(self._cfs)), sync_ms)
 
     def _prune_local(self, keep: str) -> None:
@@ -365,8 +374,8 @@ class RocksDBBackend(KeyedStateBackend):
         uploaded one is finished (uploaded, or failed: useless). Keep the newest
         ``local_retained`` uploaded ones and everything newer than the newest uploaded.
         """
-        dirs = [d for d in self.snapshot_root.iterdir() if d.is_dir() and d.name != keep]
-        dirs.sort(key=lambda d: d.stat().st_mtime_ns)
+        self._local_order = [n for n in self._local_order if (self.snapshot_root / n).is_dir()]
+        dirs = [self.snapshot_root / n for n in self._local_order if n != keep]
         uploaded = [d for d in dirs if _marker(d).exists()]
         if not uploaded:
             return
