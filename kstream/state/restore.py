@@ -25,7 +25,13 @@ from typing import Any
 from kstream.checkpoint.metadata import MetadataError, completed_ids, read_metadata
 from kstream.checkpoint.store import CheckpointStore, StoreError
 from kstream.state.rocksdb import RocksDBBackend, mark_uploaded
-from kstream.state.snapshot import FileEntry, SnapshotManifest, read_manifest, sha256_file
+from kstream.state.snapshot import (
+    FileEntry,
+    SnapshotManifest,
+    manifest_path,
+    read_manifest,
+    sha256_file,
+)
 
 log = logging.getLogger(__name__)
 
@@ -250,15 +256,14 @@ def restore_backend(
 def read_blob(store: CheckpointStore, manifest: SnapshotManifest, name: str) -> bytes:
     """Extra blob ``name`` of a snapshot, checksum-verified (CorruptSnapshotError otherwise)."""
     entry = manifest.blobs[name]
+    mpath = manifest_path(manifest.app_id, manifest.task_id, manifest.label)
     where = f"blob {name} ({store.url}/{entry.path}) of snapshot {manifest.label} of task {manifest.task_id}"
     try:
         data = store.get_bytes(entry.path)
     except StoreError as e:
-        raise CorruptSnapshotError(
-            f"{where} is missing", manifest_path=manifest.label, file=name
-        ) from e
+        raise CorruptSnapshotError(f"{where} is missing", manifest_path=mpath, file=name) from e
     if hashlib.sha256(data).hexdigest() != entry.sha256:
-        raise CorruptSnapshotError(f"{where} is corrupt", manifest_path=manifest.label, file=name)
+        raise CorruptSnapshotError(f"{where} is corrupt", manifest_path=mpath, file=name)
     return data
 
 
