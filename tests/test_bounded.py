@@ -3,6 +3,7 @@ topology's independent ``expected_output``; plus properties over batch boundarie
 
 from __future__ import annotations
 
+import itertools
 import json
 import random
 import runpy
@@ -124,7 +125,7 @@ def test_tumbling_count_equals_group_by_whatever_the_batches(kit, rows, cuts, si
     task = kit.task(kit.window_job(Tumbling(size), out_of_orderness_ms=10_000))
     records = kit.records([(k, 0, ts) for k, ts in rows])
     bounds = sorted({0, len(records), *(c for c in cuts if c <= len(records))})
-    for lo, hi in zip(bounds, bounds[1:], strict=False):
+    for lo, hi in itertools.pairwise(bounds):
         task.feed_source("events", 0, records[lo:hi], 0.0)
     task.end_input("events", 0, 0.0)
     got = Counter((v[0], v[1], v[2], v[3]) for _, v, _ in kit.sink(task.drain(), "out"))
