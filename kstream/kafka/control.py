@@ -83,7 +83,8 @@ class ControlReader:
         start = OFFSET_BEGINNING if from_beginning else OFFSET_END
         self._consumer.assign([TopicPartition(self.topic, 0, start)])
         self.skipped = 0
-        self.at_end = False
+        self.eof_count = 0  # how often the reader reached the end of the partition
+        self.last_offset = -1  # offset of the newest record read
 
     def poll(self, timeout: float, max_messages: int = 500) -> list[Message]:
         """Messages that arrive within ``timeout`` seconds (possibly none)."""
@@ -92,13 +93,13 @@ class ControlReader:
             err = rec.error()
             if err is not None:
                 if err.code() == KafkaError._PARTITION_EOF:
-                    self.at_end = True
+                    self.eof_count += 1
                     continue
                 if err.fatal():
                     raise ControlError(f"reading {self.topic} failed: {err.str()}")
                 log.warning("reading %s: %s", self.topic, err.str())
                 continue
-            self.at_end = False
+            self.last_offset = rec.offset() or 0
             try:
                 out.append(decode(rec.value()))
             except ProtocolError as e:
@@ -109,11 +110,19 @@ class ControlReader:
         return out
 
     def read_to_end(self, timeout: float = 30.0) -> list[Message]:
-        """Everything up to the current end (last stable offset) of the topic."""
+        """Everything up to the current end of the topic, and possibly a few messages more.
+
+        Done when the reader reaches the end, or — on a busy topic, where a
+        read_committed reader may never see an empty fetch — when it reads a record
+        written after this call began (the partition is totally ordered).
+        """
         deadline = time.monotonic() + timeout
+        _low, high = self._consumer.get_watermark_offsets(
+            TopicPartition(self.topic, 0), timeout=timeout, cached=False
+        )
         out: list[Message] = []
-        self.at_end = False
-        while not self.at_end:
+        eof_before = self.eof_count
+        while self.eof_count == eof_before and self.last_offset < high:
             if time.monotonic() > deadline:
                 raise ControlError(f"{self.topic}: end not reached within {timeout:g}s")
             out += self.poll(0.2)
