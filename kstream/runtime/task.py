@@ -429,11 +429,11 @@ class Task:
             c = channels.get((topic, partition, it.upstream)) or self._channel(
                 topic, partition, it.upstream
             )
-            if it.attempt < attempt:
-                self.metrics["stale_dropped"] += 1
-                continue
             if c.skip_below is not None and it.offset < c.skip_below:
-                self.metrics["restored_skipped"] += 1
+                self.metrics["restored_skipped"] += 1  # already in the restored state
+                continue
+            if it.attempt < attempt:
+                self.metrics["stale_dropped"] += 1  # a failed attempt's output
                 continue
             if c.blocked_on is not None:
                 c.buffer.append(it)
