@@ -99,3 +99,11 @@ def test_reduce_keeps_the_maximum(kit):
     task.feed_source("events", 0, kit.records([("a", 3, 1), ("a", 9, 2), ("a", 4, 3)]), 0.0)
     task.end_input("events", 0, 0.0)
     assert kit.sink(task.drain(), "out") == [("a", ["a", 0, 1000, 9], 999)]
+
+
+def test_window_fires_exactly_when_the_watermark_reaches_its_end(kit):
+    task = kit.task(kit.window_job(Tumbling(1000)))
+    task.feed_source("events", 0, kit.records([("a", 1, 0), ("a", 1, 999)]), 0.0)
+    assert kit.sink(task.drain(), "out") == []  # watermark 999: [0, 1000) still open
+    task.feed_source("events", 0, kit.records([("b", 1, 1000)], 2), 0.0)
+    assert kit.sink(task.drain(), "out") == [("a", ["a", 0, 1000, 2], 999)]
