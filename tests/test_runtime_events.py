@@ -1,37 +1,16 @@
-"""Stream events: pipelined flags and their wire form; idle source partitions."""
+"""Stream events: pipelined flags; idle source partitions."""
 
 from __future__ import annotations
 
-import pytest
-
 from kstream.api import Topology, WatermarkStrategy
 from kstream.plan import plan_job
-from kstream.runtime import Barrier, EndOfInput, Watermark, decode_event, encode_event
-from kstream.serde import SerdeError
+from kstream.runtime import Barrier, EndOfInput, Watermark
 
 
 def test_only_barriers_require_pipelined_execution():
     assert Barrier(1, 0, 0).requires_pipelined
     assert not Watermark(5).requires_pipelined
     assert not EndOfInput().requires_pipelined
-
-
-@pytest.mark.parametrize("event", [Barrier(3, 2, -7), Watermark(123), EndOfInput()])
-def test_events_round_trip(event):
-    assert decode_event(encode_event(event)) == event
-
-
-@pytest.mark.parametrize(
-    ("data", "message"),
-    [
-        (b"not json", "malformed stream event"),
-        (b'{"type":"barrier","attempt":1}', "malformed stream event"),
-        (b'{"type":"reboot"}', "unknown stream event type 'reboot'"),
-    ],
-)
-def test_malformed_events_raise_serde_errors(data, message):
-    with pytest.raises(SerdeError, match=message):
-        decode_event(data)
 
 
 def test_idle_source_partition_does_not_stall_a_join(kit):

@@ -8,8 +8,6 @@ from kstream.runtime.events import (
     PipelinedEventError,
     StreamEvent,
     Watermark,
-    decode_event,
-    encode_event,
 )
 from kstream.runtime.operators import partition_for_key
 from kstream.runtime.records import (
@@ -45,7 +43,5 @@ __all__ = [
     "StreamEvent",
     "Task",
     "Watermark",
-    "decode_event",
-    "encode_event",
     "partition_for_key",
 ]
