@@ -306,3 +306,21 @@ def test_garbage_on_the_control_topic_is_skipped(
     assert coord.p.poll() is None and worker.p.poll() is None
     assert not any(isinstance(m, JobFailed | CheckpointAborted) for m in log.messages)
     assert not Path("/tmp/pwned").exists()
+
+
+def test_an_idle_coordinator_notices_its_successor(
+    kafka_bootstrap: str,
+    control: tuple[str, ControlLog],
+    tmp_path: Path,
+    procs: Callable[[list[str]], Proc],
+) -> None:
+    app, _log = control
+    # The first one would not write for 100 s, so no write of its own can fail.
+    first = procs(coordinator_args(kafka_bootstrap, app, tmp_path, "a-0", interval=100.0))
+    first.wait_line("next checkpoint 1")
+    second = procs(coordinator_args(kafka_bootstrap, app, tmp_path, "a-0"))
+    assert first.wait_exit(30.0) == 1
+    assert "another coordinator took over app" in first.output
+    assert "it wrote TriggerCheckpoint" in first.output
+    second.stop()
+    assert second.p.returncode == 0

@@ -15,12 +15,24 @@ from __future__ import annotations
 
 import logging
 import time
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, Consumer, TopicPartition
 
-from kstream.checkpoint.messages import Message, ProtocolError, decode, encode
+from kstream.checkpoint.messages import (
+    CheckpointAborted,
+    CheckpointCompleted,
+    JobFailed,
+    Message,
+    ProtocolError,
+    Restore,
+    Resume,
+    TriggerCheckpoint,
+    decode,
+    encode,
+)
 from kstream.kafka.clients import (
     KafkaError,
     KafkaException,
@@ -33,6 +45,14 @@ from kstream.kafka.clients import (
 
 log = logging.getLogger(__name__)
 
+_COORDINATOR_MESSAGES = (
+    TriggerCheckpoint,
+    CheckpointCompleted,
+    CheckpointAborted,
+    Restore,
+    Resume,
+    JobFailed,
+)
 _FENCING = {KafkaError._FENCED, KafkaError.PRODUCER_FENCED, KafkaError.INVALID_PRODUCER_EPOCH}
 
 
@@ -88,7 +108,11 @@ class ControlReader:
 
     def poll(self, timeout: float, max_messages: int = 500) -> list[Message]:
         """Messages that arrive within ``timeout`` seconds (possibly none)."""
-        out: list[Message] = []
+        return [msg for _raw, msg in self.poll_records(timeout, max_messages)]
+
+    def poll_records(self, timeout: float, max_messages: int = 500) -> list[tuple[bytes, Message]]:
+        """Like ``poll``, with each message's record value."""
+        out: list[tuple[bytes, Message]] = []
         for rec in self._consumer.consume(max_messages, timeout):
             err = rec.error()
             if err is not None:
@@ -100,8 +124,9 @@ class ControlReader:
                 log.warning("reading %s: %s", self.topic, err.str())
                 continue
             self.last_offset = rec.offset() or 0
+            value = rec.value()
             try:
-                out.append(decode(rec.value()))
+                out.append((value or b"", decode(value)))
             except ProtocolError as e:
                 self.skipped += 1
                 log.warning(
@@ -147,6 +172,7 @@ class CoordinatorChannel:
             extra={**self._extra, "transaction.timeout.ms": 60000},
         )
         self._reader: ControlReader | None = None
+        self._unseen: Counter[bytes] = Counter()  # our committed writes not read back yet
 
     @property
     def skipped(self) -> int:
@@ -174,7 +200,19 @@ class CoordinatorChannel:
         """Control messages (workers' and our own) arriving within ``timeout`` seconds."""
         if self._reader is None:
             raise ControlError("CoordinatorChannel.open() was not called")
-        return self._reader.poll(timeout)
+        out = []
+        for raw, msg in self._reader.poll_records(timeout):
+            if isinstance(msg, _COORDINATOR_MESSAGES):
+                # A coordinator message we did not write: a successor is active
+                # (noticed here even while we have nothing to write ourselves).
+                if self._unseen[raw] <= 0:
+                    raise CoordinatorFenced(
+                        f"another coordinator took over app {self.app_id!r}: it wrote "
+                        f"{type(msg).__name__} to {self._reader.topic}"
+                    )
+                self._unseen[raw] -= 1
+            out.append(msg)
+        return out
 
     def send(self, messages: Sequence[Message], timeout: float = 30.0) -> None:
         """Write ``messages`` in one transaction; CoordinatorFenced if another took over."""
@@ -183,9 +221,11 @@ class CoordinatorChannel:
         topic = control_topic(self.app_id)
         try:
             self._producer.begin_transaction()
-            for msg in messages:
-                self._producer.produce(topic, encode(msg), key=type(msg).__name__)
+            values = [encode(msg) for msg in messages]
+            for msg, value in zip(messages, values, strict=True):
+                self._producer.produce(topic, value, key=type(msg).__name__)
             self._producer.commit_transaction(timeout)
+            self._unseen.update(values)
         except KafkaException as e:
             err = e.args[0]
             if err.code() in _FENCING or err.fatal():
