@@ -100,3 +100,21 @@ def test_windowed_join_allowed_lateness_keeps_partners(kit):
     task.feed_source("payments", 0, kit.records([("k1", "p3", 2000)], 1), 0.0)  # wm 5000
     assert kit.sink(task.drain(), "paid") == [("k1", ["o1", "p3"], 2000)]
     assert task.metrics["late_dropped"] == 0
+
+
+def test_second_trigger_while_held_back_is_injected_after_the_buffered_records(kit):
+    plan = table_job()
+    task = kit.task(plan, "stage1-0")
+    topic = "tj.stage0.repartition"
+    task.feed_source("customers", 0, [(b"c1", b'{"name":"Ada"}', 1, 0)], 0.0)
+    task.trigger_checkpoint(5, 0, 0.0)
+    task.feed_source("customers", 0, [(b"c1", b'{"name":"Eve"}', 2, 1)], 0.0)
+    task.trigger_checkpoint(6, 0, 0.0)
+    task.feed_internal(topic, 0, [InternalEvent("stage0-0", 0, 0, Barrier(5, 0, 0))], 0.0)
+    points = [o for o in task.drain() if type(o).__name__ == "SnapshotPoint"]
+    assert [(p.checkpoint_id, p.positions[("customers", 0)]) for p in points] == [(5, 1)]
+    assert task.paused_inputs() == frozenset({("customers", 0)})  # now held by barrier 6
+    task.feed_internal(topic, 0, [InternalEvent("stage0-0", 0, 1, Barrier(6, 0, 0))], 0.0)
+    points = [o for o in task.drain() if type(o).__name__ == "SnapshotPoint"]
+    assert [(p.checkpoint_id, p.positions[("customers", 0)]) for p in points] == [(6, 2)]
+    assert task.paused_inputs() == frozenset()

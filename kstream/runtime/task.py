@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 from kstream.api.time import WatermarkStrategy
 from kstream.api.topology import Node
@@ -74,7 +74,19 @@ from kstream.state.base import KeyedStateBackend
 
 log = logging.getLogger(__name__)
 
+_INTERNAL_FIELDS = (
+    InternalRecord._fields.index("key"),
+    InternalRecord._fields.index("value"),
+    InternalRecord._fields.index("timestamp"),
+)
 _EXTRACTOR_ERRORS = (KeyError, TypeError, ValueError, IndexError, AttributeError)
+
+
+class _QueuedBarrier(NamedTuple):
+    """A checkpoint trigger that met a held-back source input, with its position."""
+
+    barrier: Barrier
+    position: int | None
 
 
 class _Reader:
@@ -93,17 +105,19 @@ class _Reader:
         self.extractor = extractor
 
     def decode(
-        self, raw: Sequence[tuple[bytes | None, bytes | None, int, int]]
+        self, raw: Sequence[Sequence[Any]], fields: tuple[int, int, int] = (0, 1, 2)
     ) -> tuple[list[Any], list[Any], list[int], list[tuple[int, str]]]:
-        """``(keys, values, timestamps, failures)``; failures are ``(index, reason)``."""
+        """``(keys, values, timestamps, failures)`` from the ``fields`` (key, value,
+        timestamp indexes) of each raw record; failures are ``(index, reason)``."""
         kd, vd, ex = self.kd, self.vd, self.extractor
+        ki, vi, ti = fields
         try:
-            keys = [kd(r[0]) for r in raw]
-            values = [vd(r[1]) for r in raw]
+            keys = [kd(r[ki]) for r in raw]
+            values = [vd(r[vi]) for r in raw]
             stamps = (
-                [r[2] for r in raw]
+                [r[ti] for r in raw]
                 if ex is None
-                else [ex(v, r[2]) for v, r in zip(values, raw, strict=True)]
+                else [ex(v, r[ti]) for v, r in zip(values, raw, strict=True)]
             )
             return keys, values, stamps, []
         except (SerdeError, *_EXTRACTOR_ERRORS):
@@ -111,8 +125,8 @@ class _Reader:
         keys, values, stamps, failures = [], [], [], []
         for i, r in enumerate(raw):
             try:
-                k, v = kd(r[0]), vd(r[1])
-                t = r[2] if ex is None else ex(v, r[2])
+                k, v = kd(r[ki]), vd(r[vi])
+                t = r[ti] if ex is None else ex(v, r[ti])
             except SerdeError as e:
                 failures.append((i, str(e)))
                 continue
@@ -381,8 +395,10 @@ class Task:
                 self._check_aligned()
             return
         for c in live:
-            if c.blocked_on is None:
+            if c.blocked_on is None and not c.buffer:
                 self._on_barrier(c, barrier, c.position)
+            else:  # still held by an earlier barrier: inject after what is buffered
+                c.buffer.append(_QueuedBarrier(barrier, self._buffered_end(c)))
 
     def tick(self, now: float) -> None:
         """Let processing time pass: idleness and periodic watermark emission."""
@@ -453,8 +469,7 @@ class Task:
         if not run:
             return
         reader = self._readers[topic]
-        raw = [(r.key, r.value, r.timestamp, r.offset) for r in run]
-        keys, values, stamps, failures = reader.decode(raw)
+        keys, values, stamps, failures = reader.decode(run, _INTERNAL_FIELDS)
         for i, reason in failures:
             r = run[i]
             self._out.append(DeadLetter(topic, partition, r.offset, reason, r.key, r.value))
@@ -554,8 +569,21 @@ class Task:
             if isinstance(item, EndOfInput):
                 c.ended = True
                 self._after_end()
+            elif isinstance(item, _QueuedBarrier):
+                self._on_barrier(c, item.barrier, item.position)
             else:
                 self._source_batch(c, item)
+
+    @staticmethod
+    def _buffered_end(c: Channel) -> int | None:
+        """The position after everything buffered for source channel ``c``."""
+        for item in reversed(c.buffer):
+            if isinstance(item, _QueuedBarrier):
+                return item.position
+            if isinstance(item, list | tuple) and item:
+                last: int = item[-1][3]
+                return last + 1
+        return c.position
 
     def _broadcast(self, event: StreamEvent) -> None:
         for o in self.spec.outputs:
