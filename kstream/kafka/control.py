@@ -274,6 +274,10 @@ class ControlClient:
         self._producer.poll(0)
         return self._reader.poll(timeout)
 
+    def read_to_end(self, timeout: float = 30.0) -> list[Message]:
+        """Every message up to the topic's current end (a late worker's catch-up)."""
+        return self._reader.read_to_end(timeout)
+
     def send(self, msg: Message, *, flush_timeout: float = 10.0) -> None:
         """Write ``msg`` and wait until it is acknowledged by the broker."""
 
