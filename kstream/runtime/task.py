@@ -19,8 +19,17 @@ Checkpoint barrier handling, in order (DESIGN §4, §5.4):
 
 Watermarks: a source partition's watermark is ``max timestamp - out_of_orderness``;
 an internal input's comes from ``Watermark``/``Barrier`` events of its upstream
-task; idle inputs are skipped; the task watermark never goes back. Records are
-processed with the watermark in force at the start of their batch.
+task; idle inputs are skipped (a source partition after its strategy's
+``idle_timeout_s`` without records; an internal input after the largest source
+idle timeout of the topology without records or events); table inputs never hold
+time back; the task watermark never goes back. Records are processed with the
+watermark in force at the start of their batch. Downstream gets ``Watermark``
+events at most every ``watermark_interval_s`` and on every forwarded barrier.
+
+Bounded mode: when every input ended, all windows fire, ``EndOfInput`` goes to
+every output and the final state is handed over once (``SnapshotPoint(final=True)``,
+no barrier). The stored operator watermarks stay the last real ones, so a later
+run continues from that state.
 """
 
 from __future__ import annotations
