@@ -1,0 +1,75 @@
+"""Window results equal plain-Python definitions for any arrival order within the
+out-of-orderness bound and any batch boundaries."""
+
+from __future__ import annotations
+
+import itertools
+from collections import Counter, defaultdict
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from kstream.api import Hopping, Session, Sliding
+
+rows_st = st.lists(st.tuples(st.sampled_from(["a", "b", "c"]), st.integers(0, 5_000)), max_size=40)
+cuts_st = st.lists(st.integers(0, 40), max_size=5)
+SETTINGS = settings(
+    max_examples=50, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+
+
+def run(kit, spec, rows, cuts):
+    task = kit.task(kit.window_job(spec, out_of_orderness_ms=10_000))
+    records = kit.records([(k, 0, ts) for k, ts in rows])
+    bounds = sorted({0, len(records), *(c for c in cuts if c <= len(records))})
+    for lo, hi in itertools.pairwise(bounds):
+        task.feed_source("events", 0, records[lo:hi], 0.0)
+    task.end_input("events", 0, 0.0)
+    assert task.metrics["late_dropped"] == 0
+    return Counter(tuple(v) for _, v, _ in kit.sink(task.drain(), "out"))
+
+
+@SETTINGS
+@given(rows=rows_st, cuts=cuts_st)
+def test_hopping_count(kit, rows, cuts):
+    size, adv = 1000, 250
+    expected: Counter = Counter()
+    for k, ts in rows:
+        for s in range(ts - ts % adv - size + adv, ts + 1, adv):
+            expected[(k, s, s + size)] += 1
+    assert run(kit, Hopping(size, adv), rows, cuts) == Counter(
+        {(k, s, e, n): 1 for (k, s, e), n in expected.items()}
+    )
+
+
+@SETTINGS
+@given(rows=rows_st, cuts=cuts_st)
+def test_sliding_count(kit, rows, cuts):
+    size = 700
+    expected = Counter(
+        {
+            (k, t - size + 1, t + 1, sum(1 for k2, t2 in rows if k2 == k and t - size < t2 <= t)): 1
+            for k, t in set(rows)
+        }
+    )
+    assert run(kit, Sliding(size), rows, cuts) == expected
+
+
+@SETTINGS
+@given(rows=rows_st, cuts=cuts_st)
+def test_session_count(kit, rows, cuts):
+    gap = 300
+    by_key: dict[str, list[int]] = defaultdict(list)
+    for k, ts in rows:
+        by_key[k].append(ts)
+    expected: Counter = Counter()
+    for k, stamps in by_key.items():
+        stamps.sort()
+        start, last, n = stamps[0], stamps[0], 0
+        for t in stamps:
+            if t - last > gap:
+                expected[(k, start, last + gap, n)] += 1
+                start, n = t, 0
+            last, n = t, n + 1
+        expected[(k, start, last + gap, n)] += 1
+    assert run(kit, Session(gap), rows, cuts) == expected
