@@ -5,7 +5,7 @@ claims (with a fake handle and offsets), answers ``Restore`` with ``TaskReady``
 and stops on ``JobFailed``. Used by the coordinator integration tests:
 
     python -m integration.fake_worker --bootstrap B --app-id A --tasks t1,t2 [--member m]
-        [--start-after-checkpoint N]
+        [--start-after-checkpoint N] [--never-ack]
 
 ``--start-after-checkpoint N`` makes the worker ignore triggers up to checkpoint
 N — a task deployed late that missed them. It prints one line per action to
@@ -36,6 +36,7 @@ from kstream.kafka.control import ControlClient
 @click.option("--member", default="fake-worker")
 @click.option("--start-after-checkpoint", type=int, default=0)
 @click.option("--from-end", is_flag=True, help="Read only new control messages.")
+@click.option("--never-ack", is_flag=True, help="Report ready after a restore, never acknowledge.")
 def main(
     bootstrap: str,
     app_id: str,
@@ -43,6 +44,7 @@ def main(
     member: str,
     start_after_checkpoint: int,
     from_end: bool,
+    never_ack: bool,
 ) -> None:
     """Acknowledge checkpoints for TASKS until the job fails or the process is killed."""
     owned = [t for t in tasks.split(",") if t]
@@ -53,7 +55,7 @@ def main(
             for msg in client.poll(0.1):
                 match msg:
                     case TriggerCheckpoint(checkpoint_id=n, attempt=a):
-                        if n <= start_after_checkpoint:
+                        if n <= start_after_checkpoint or never_ack:
                             continue
                         for task in owned:
                             client.send(

@@ -184,6 +184,9 @@ def test_a_task_that_never_acknowledges_fails_the_job(
     app, log = control
     worker = procs(worker_args(kafka_bootstrap, app, "src-0,sink-0"))
     worker.wait_line("started")
+    # The stuck task is deployed (it reports ready after the restore) but never acks.
+    stuck = procs(worker_args(kafka_bootstrap, app, "stuck-0", "--never-ack", "--member", "w2"))
+    stuck.wait_line("started")
     coord = procs(coordinator_args(kafka_bootstrap, app, tmp_path, "src-0,sink-0,stuck-0"))
     assert coord.wait_exit(60.0) == 1
     reason = (
@@ -210,12 +213,18 @@ def test_a_late_task_makes_the_first_checkpoint_time_out_and_the_next_completes(
 ) -> None:
     app, log = control
     procs(worker_args(kafka_bootstrap, app, "src-0")).wait_line("started")
+    # The job's tasks are deployed (ready after the first restore), but late-0's source
+    # comes up only after trigger 1 was written: it misses that trigger.
+    late = procs(
+        worker_args(
+            kafka_bootstrap, app, "late-0", "--start-after-checkpoint", "1", "--member", "w2"
+        )
+    )
+    late.wait_line("started")
     coord = procs(coordinator_args(kafka_bootstrap, app, tmp_path, "src-0,late-0", timeout=3.0))
     log.wait_for(lambda m: isinstance(m, TriggerCheckpoint) and m.checkpoint_id == 1, "trigger 1")
-    # Deployed only now: it missed trigger 1 (and ignores it if it reads it from history).
-    late = procs(worker_args(kafka_bootstrap, app, "late-0", "--start-after-checkpoint", "1"))
     completed = log.wait_for(lambda m: isinstance(m, CheckpointCompleted), "a completion")
-    assert completed == CheckpointCompleted(2, 0)
+    assert completed == CheckpointCompleted(2, 1)
     aborted = [m for m in log.messages if isinstance(m, CheckpointAborted)]
     assert aborted == [
         CheckpointAborted(
@@ -315,12 +324,13 @@ def test_an_idle_coordinator_notices_its_successor(
     procs: Callable[[list[str]], Proc],
 ) -> None:
     app, _log = control
-    # The first one would not write for 100 s, so no write of its own can fail.
+    # The first one writes its initial Restore, then waits for readies that never come (no
+    # worker), so no write of its own can fail.
     first = procs(coordinator_args(kafka_bootstrap, app, tmp_path, "a-0", interval=100.0))
     first.wait_line("next checkpoint 1")
     second = procs(coordinator_args(kafka_bootstrap, app, tmp_path, "a-0"))
     assert first.wait_exit(30.0) == 1
     assert "another coordinator took over app" in first.output
-    assert "it wrote TriggerCheckpoint" in first.output
+    assert "it wrote Restore" in first.output
     second.stop()
     assert second.p.returncode == 0

@@ -54,10 +54,14 @@ class Harness:
         **checkpointing: Any,
     ) -> None:
         self.store = store
+        # By default the job is already running in attempt 0 (its initial restore is
+        # tested on its own below).
+        if history is None:
+            history = [Resume(0, {})]
         rec = None
         if history is not None or store is not None:
             rec = recover(
-                history or [],
+                history,
                 completed_ids(store, "app") if store else [],
                 latest_completed(store, "app") if store else None,
             )
@@ -458,7 +462,7 @@ def test_a_lost_announcement_is_repeated_and_the_store_raises_the_next_id(tmp_pa
     meta = h.c.latest_completed
     assert meta is not None
     write_metadata(store, "app", replace(meta, checkpoint_id=2))
-    second = Harness(tasks=["a"], store=store, history=h.sent())
+    second = Harness(tasks=["a"], store=store, history=[Resume(0, {}), *h.sent()])
     assert second.start(5.0) == [Send(CheckpointCompleted(2, 0))]
     assert triggers(second.tick(6.0)) == [3]
     third = Harness(tasks=["a"], store=store, history=[*h.sent(), CheckpointCompleted(2, 0)])
@@ -486,3 +490,39 @@ def test_an_unhandled_task_failure_in_the_history_causes_a_restore() -> None:
     h.start(0.0)
     assert h.c.failover.failure_reason == "task a failed on w: boom"
     assert h.tick(0.5) == [Send(Restore(3, None))]
+
+
+# -- first start and ownership ------------------------------------------------------------
+
+
+def test_a_job_that_never_ran_restores_and_resumes_every_task_before_any_trigger() -> None:
+    h = Harness(tasks=["a", "b"], history=[])
+    assert h.start(0.0) == []
+    assert messages(h.tick(0.0)) == [Restore(1, None)]
+    assert triggers(h.tick(2.0)) == []  # no trigger before every task is ready
+    h.send(TaskReady(1, "a", "w1", 3), 2.1)
+    assert messages(h.send(TaskReady(1, "b", "w2", 3), 2.2)) == [
+        Resume(1, {"a": "w1", "b": "w2"})
+    ]
+    assert triggers(h.tick(3.3)) == [1]
+    assert h.c.failover.failure_reason == "job start"
+
+
+def test_a_worker_that_does_not_run_exactly_its_owned_tasks_causes_a_failover() -> None:
+    h2 = Harness(tasks=["a", "b"], history=[Resume(1, {"a": "w1", "b": "w2"})])
+    h2.start(0.0)
+    assert h2.send(Heartbeat("w2", ("b",), 4), 0.1) == []
+    # A coordinator restarted after a rebalance sees no generation change, but w1
+    # stopped its tasks: it must not go unnoticed.
+    h2.send(Heartbeat("w1", (), 4), 0.1)
+    assert h2.c.phase is Phase.SUSPENDED
+    assert "worker w1 runs tasks [] but owns ['a']" in h2.c.failover.failure_reason
+
+
+def test_owners_that_never_heartbeat_after_a_coordinator_restart_are_lost() -> None:
+    h = Harness(tasks=["a"], history=[Resume(2, {"a": "w1"})], heartbeat_timeout=3.0)
+    h.start(10.0)
+    assert h.tick(12.0) == [Send(TriggerCheckpoint(1, 2, 12000))]
+    h.tick(13.5)
+    assert h.c.phase is Phase.SUSPENDED
+    assert "worker w1 lost" in h.c.failover.failure_reason

@@ -13,6 +13,7 @@ from kstream.checkpoint.messages import (
     CheckpointCompleted,
     JobFailed,
     Message,
+    Resume,
     TriggerCheckpoint,
 )
 from kstream.checkpoint.metadata import metadata_path
@@ -55,7 +56,7 @@ class FakeTransport:
         self.closed = False
 
     def open(self, timeout: float = 30.0) -> list[Message]:
-        return []
+        return [Resume(0, {})]  # a job already running in attempt 0
 
     def poll(self, timeout: float) -> list[Message]:
         self.now += timeout

@@ -115,9 +115,18 @@ class CheckpointCoordinator:
                 Send(CheckpointAborted(n, "coordinator restarted")),
                 CleanupCheckpoint(n, tuple(sorted(handles))),
             ]
+        # Owners that never heartbeat to this coordinator are lost after the timeout.
+        for member in set(rec.owners.values()):
+            tasks = tuple(sorted(t for t, m in rec.owners.items() if m == member))
+            self._members.setdefault(member, (now, tasks))
         # 3. A job that was running keeps running in its attempt; one that was
         #    restoring, failed, or had an unhandled task failure is restored anew.
-        if isinstance(rec.last_lifecycle, Restore):
+        if rec.last_lifecycle is None:
+            # A job that never ran: restore every task (to the latest completed
+            # checkpoint, or the start positions) and resume with one owner per task,
+            # so no worker ever runs a task it was not named the owner of (§6.4).
+            cmds += self.failover.schedule_initial_restore(now)
+        elif isinstance(rec.last_lifecycle, Restore):
             cmds += self.failover.on_failure(
                 f"coordinator restarted during the restore of attempt {rec.attempt}", now
             )
@@ -273,6 +282,17 @@ class CheckpointCoordinator:
                 "(partitions were reassigned)",
                 now,
             )
+        owners = self.failover.owners
+        if self.phase is Phase.RUNNING and owners:
+            # A worker runs exactly the tasks it owns; anything else means it lost
+            # them (a rebalance, a restart) and the job must be restored.
+            owned = {t for t, m in owners.items() if m == hb.member}
+            if set(hb.tasks) != owned:
+                return self._fail_over(
+                    f"worker {hb.member} runs tasks {sorted(hb.tasks)} but owns {sorted(owned)} "
+                    f"in attempt {self.attempt}",
+                    now,
+                )
         return []
 
     def _fail_over(self, reason: str, now: float) -> list[Command]:

@@ -71,6 +71,13 @@ class FailoverController:
         self._restore_at = now + self.strategy.delay
         return []
 
+    def schedule_initial_restore(self, now: float) -> list[Command]:
+        """A job's first start: restore and resume every task now (not counted as a restart)."""
+        self.failure_reason = "job start"
+        self.phase = Phase.SUSPENDED
+        self._restore_at = now
+        return []
+
     def fail(self, reason: str) -> list[Command]:
         """Hard failure: tell the workers, then stop the coordinator."""
         self.phase = Phase.FAILED
