@@ -18,7 +18,9 @@ def main() -> None:
     sink = app.topic(a.output, key_serializer="bytes", value_serializer="json")
 
     sdf = app.dataframe(source)
-    sdf = sdf.tumbling_window(duration_ms=a.window_ms).count().final()
+    # "partition": a window closes when the partition's event time passes its end (a
+    # watermark, as in kstream), not only when the same key shows up again.
+    sdf = sdf.tumbling_window(duration_ms=a.window_ms).count().final(closing_strategy="partition")
     sdf.to_topic(sink)
     if a.forever:
         app.run()
