@@ -1,0 +1,44 @@
+"""Child-process measurement (spawns small Python children; no broker)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+from benchmarks.procstats import Child
+
+
+def test_exit_code_stdout_cpu_and_peak_rss_of_the_child(tmp_path: Path) -> None:
+    code = (
+        "import sys\n"
+        "block = bytearray(120 * 1024 * 1024)\n"  # touched: counts in RSS
+        "n = sum(range(2_000_000))\n"
+        "print('done', n)\n"
+        "sys.exit(3)\n"
+    )
+    child = Child([sys.executable, "-c", code], cwd=tmp_path, log_dir=tmp_path, name="c")
+    res = child.wait(60)
+    assert res.returncode == 3
+    assert res.stdout == f"done {sum(range(2_000_000))}\n"
+    assert res.peak_rss_mb >= 120
+    assert 0 < res.cpu_s < 30
+    assert res.wall_s > 0
+
+
+def test_timeout_kills_the_child_and_says_so(tmp_path: Path) -> None:
+    code = "import sys, time\nprint('started', file=sys.stderr, flush=True)\ntime.sleep(120)\n"
+    child = Child([sys.executable, "-c", code], cwd=tmp_path, log_dir=tmp_path, name="slow")
+    with pytest.raises(TimeoutError, match="did not finish within 1s"):
+        child.wait(1)
+    assert not child.running
+    assert child.result().returncode == -9
+
+
+def test_stop_terminates_a_running_child(tmp_path: Path) -> None:
+    code = "import time\ntime.sleep(120)\n"
+    child = Child([sys.executable, "-c", code], cwd=tmp_path, log_dir=tmp_path, name="idle")
+    assert child.running
+    res = child.stop(grace=10)
+    assert res.returncode == -15  # SIGTERM was enough

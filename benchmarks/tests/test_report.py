@@ -1,0 +1,76 @@
+"""Results table, ratios against the targets, recovery set-up (no broker)."""
+
+from __future__ import annotations
+
+import pytest
+
+from benchmarks.generate import InputSpec, partition_of
+from benchmarks.recovery import RECOVERY_WINDOW_MS, RecoveryResult, probe_key, window_bounds
+from benchmarks.run import Contender, RunResult, Series, Workload, ratio, ratio_lines, table
+
+
+def _series(wl: str, name: str, rates: list[float], module: str = "m") -> Series:
+    w = Workload(wl, wl, "json", (), True)
+    s = Series(w, Contender(name, module))
+    s.runs = [RunResult(r, 1.0, 2.0, 100.0, 10, 5, True) for r in rates]
+    return s
+
+
+def test_ratio_uses_medians_of_valid_runs_only() -> None:
+    k = _series("w1", "kstream", [100.0, 300.0, 200.0])
+    k.runs.append(RunResult(10_000.0, 1.0, 1.0, 1.0, 10, 0, False, "bad output"))
+    q = _series("w1", "quix", [50.0, 100.0, 150.0])
+    assert ratio([k, q], "w1", "kstream", "quix") == (2.0, "")
+
+
+def test_ratio_names_what_is_missing() -> None:
+    k = Series(Workload("w1", "w1", "json", (), True), Contender("kstream", "kstream_x"))
+    k.unavailable = "not built"
+    q = _series("w1", "quix", [1.0])
+    assert ratio([k, q], "w1", "kstream", "quix") == (None, "kstream: not available")
+    assert ratio([q], "w2", "kstream", "quix") == (None, "kstream not run in w2")
+
+
+def test_targets_report_losses_and_wins() -> None:
+    series = [
+        _series("w1", "kstream", [150.0]),
+        _series("w1", "quix", [100.0]),
+        _series("w1", "raw_pipe", [200.0]),
+        _series("w4", "kstream_ckpt_1s", [95.0]),
+        _series("w4", "kstream_ckpt_off", [100.0]),
+    ]
+    rec: dict[str, list[RecoveryResult] | str] = {
+        "kstream": [RecoveryResult(1, 1.0, 5, 5, 1, 1)],
+        "quix": [RecoveryResult(1, 10.0, 5, 5, 1, 1)],
+    }
+    lines = ratio_lines(series, rec)
+    assert "| kstream >= 2x Quix Streams, workload 1 | 1.50x | MISSED |" in lines
+    assert "| kstream workload 1 >= 0.6x the raw pipe | 0.75x | met |" in lines
+    assert "| checkpoint overhead <= 10 % | 5.0 % | met |" in lines
+    assert "| recovery <= 0.2x Quix's | 0.10x (1.0 s vs 10.0 s) | met |" in lines
+    assert (
+        "| kstream >= 2x Quix Streams, workload 2 | n/a (kstream not run in w2) | not measured |"
+        in lines
+    )
+
+
+def test_table_lists_unavailable_contenders_with_the_reason() -> None:
+    s = Series(Workload("w2", "w2", "json", (), False), Contender("kstream", "kstream_w"))
+    s.unavailable = "not built yet"
+    ok = _series("w2", "quix", [1000.0, 3000.0, 2000.0], module="quix_w")
+    rows = table([s, ok])
+    assert rows[2] == "| w2 | kstream (`kstream_w`) | - | not available: not built yet | | | | | |"
+    assert (
+        rows[3] == "| w2 | quix (`quix_w`) | 3/3 | 2,000 | 1,000 - 3,000 | 1.00 | 2.00 | 100 | 5 |"
+    )
+
+
+def test_recovery_state_fits_one_window_and_probes_hit_their_partition() -> None:
+    spec = InputSpec(1_000_000, 1_000_000, 4, event_rate=5_000, cover=True)
+    start, end = window_bounds(spec)
+    assert end - start == RECOVERY_WINDOW_MS
+    assert start <= 1_700_000_000_000 and 1_700_000_000_000 + spec.event_span_ms < end
+    with pytest.raises(ValueError, match="do not fit"):
+        window_bounds(InputSpec(100_000, 10, 4, event_rate=10, cover=True))
+    for p in range(4):
+        assert partition_of(probe_key(p, 4), 4) == p
