@@ -424,7 +424,7 @@ def main(
     no_quix_install: bool,
 ) -> None:
     """Benchmark the raw client, kstream and Quix Streams on identical input; write RESULTS.md."""  # fmt: skip
-    command = shlex.join(["python", "-m", "benchmarks.run", *sys.argv[1:]])
+    command = reproducing_command(click.get_current_context())
     started = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
     if bootstrap is None:
         from kstream.kafka.localbroker import LocalBroker
@@ -456,6 +456,25 @@ def main(
         _bench(bootstrap, f"existing broker at {bootstrap}", records, keys, partitions, runs,
                event_rate, window_ms, recovery_keys, not recovery_keep_local, only, timeout,
                results, no_quix_install, command, started)  # fmt: skip
+
+
+def reproducing_command(ctx: click.Context) -> str:
+    """A shell command that repeats this run: every option that differs from its default."""
+    argv = ["python", "-m", "benchmarks.run"]
+    for param in ctx.command.params:
+        if not isinstance(param, click.Option) or param.name is None:
+            continue
+        value = ctx.params[param.name]
+        flag = param.opts[-1] if len(param.opts) == 1 else max(param.opts, key=len)
+        if param.is_flag:
+            if value:
+                argv.append(flag)
+        elif param.multiple:
+            for v in value:
+                argv += [flag, str(v)]
+        elif value is not None and value != param.default:
+            argv += [flag, str(value)]
+    return shlex.join(argv)
 
 
 def _bench(
