@@ -30,7 +30,11 @@ def _register() -> None:
     from kstream.cli.checkpoints import checkpoints
     from kstream.cli.coordinator import coordinator
     from kstream.cli.dev import dev
+    from kstream.cli.run import run
+    from kstream.cli.worker import worker
 
+    main.add_command(run)
+    main.add_command(worker)
     main.add_command(dev)
     main.add_command(coordinator)
     main.add_command(checkpoints)

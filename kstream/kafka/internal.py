@@ -27,7 +27,7 @@ import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any, Protocol
+from typing import Any
 
 __all__ = [
     "HEADER_ATTEMPT",
@@ -218,8 +218,11 @@ def decode_event(origin: RecordOrigin, value: bytes | None) -> InternalEvent:
     fields: dict[str, int | None] = {}
     for name in ("checkpoint_id", "timestamp"):
         v = body.get(name)
-        if v is not None and (type(v) is not int or v < 0):
-            raise InternalRecordError(f"event {name} must be a non-negative integer, got {v!r}")
+        # Timestamps may be negative: a watermark before any record is far in the past.
+        if v is not None and (type(v) is not int or (name == "checkpoint_id" and v < 0)):
+            raise InternalRecordError(
+                f"event {name} must be an integer (checkpoint ids >= 0), got {v!r}"
+            )
         fields[name] = v
     return InternalEvent(
         origin.event,
@@ -238,15 +241,7 @@ def is_stale(record_attempt: int, current_attempt: int) -> bool:
     return record_attempt < current_attempt
 
 
-class _Producing(Protocol):
-    def produce(
-        self, topic: str, value: bytes | None = ..., key: bytes | None = ..., **kw: Any
-    ) -> None: ...
-
-    def poll(self, timeout: float = ...) -> int: ...
-
-
-def produce_event(producer: _Producing, topic: str, partitions: int, event: InternalEvent) -> None:
+def produce_event(producer: Any, topic: str, partitions: int, event: InternalEvent) -> None:
     """Queue ``event`` on every one of the ``partitions`` partitions of ``topic``.
 
     Delivery is the producer's: flush it (at the barrier) to know the event is

@@ -1,0 +1,192 @@
+"""Options shared by the commands that run a job (worker, coordinator, run), mapped onto JobConfig."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import click
+
+from kstream.config import (
+    CheckpointingConfig,
+    Guarantee,
+    JobConfig,
+    OnBadRecord,
+    RestartStrategy,
+)
+
+F = Callable[..., Any]
+
+_OPTIONS: list[Callable[[F], F]] = [
+    click.option(
+        "--app-id",
+        envvar="KSTREAM_APP_ID",
+        default=None,
+        help="The job's app id [default: the topology's name].",
+    ),
+    click.option(
+        "--store",
+        "store_url",
+        envvar="KSTREAM_STORE_URL",
+        default="file://./.kstream/checkpoints",
+        show_default=True,
+        help="Checkpoint store URL (file://DIR; a shared volume for several machines).",
+    ),
+    click.option(
+        "--state-dir",
+        envvar="KSTREAM_STATE_DIR",
+        default="./.kstream/state",
+        show_default=True,
+        help="Local directory for task state (RocksDB).",
+    ),
+    click.option(
+        "--checkpointing/--no-checkpointing",
+        default=True,
+        show_default=True,
+        help="Checkpointed (exactly-once capable) or not (committed offsets, no state restore).",
+    ),
+    click.option(
+        "--interval",
+        type=float,
+        default=5.0,
+        show_default=True,
+        help="Seconds between checkpoint triggers.",
+    ),
+    click.option(
+        "--timeout",
+        type=float,
+        default=60.0,
+        show_default=True,
+        help="Seconds before an incomplete checkpoint is aborted.",
+    ),
+    click.option(
+        "--min-pause",
+        type=float,
+        default=0.0,
+        show_default=True,
+        help="Minimum seconds between the end of one checkpoint and the next trigger.",
+    ),
+    click.option(
+        "--max-concurrent",
+        type=int,
+        default=1,
+        show_default=True,
+        help="Maximum checkpoints in flight.",
+    ),
+    click.option(
+        "--tolerable-failures",
+        type=int,
+        default=3,
+        show_default=True,
+        help="Successive failed checkpoints tolerated before the job fails.",
+    ),
+    click.option(
+        "--guarantee",
+        type=click.Choice([g.value for g in Guarantee]),
+        default=None,
+        help="Sink guarantee for sinks that do not declare one [default: the topology's].",
+    ),
+    click.option(
+        "--retained",
+        type=int,
+        default=3,
+        show_default=True,
+        help="Completed checkpoints kept in the store.",
+    ),
+    click.option(
+        "--max-restarts",
+        type=int,
+        default=10,
+        show_default=True,
+        help="Failovers allowed within --restart-window before the job fails.",
+    ),
+    click.option(
+        "--restart-window",
+        type=float,
+        default=600.0,
+        show_default=True,
+        help="Seconds over which restarts are counted.",
+    ),
+    click.option(
+        "--restart-delay",
+        type=float,
+        default=1.0,
+        show_default=True,
+        help="Seconds between a failure and the restore.",
+    ),
+    click.option(
+        "--restore-timeout",
+        type=float,
+        default=120.0,
+        show_default=True,
+        help="Seconds for every task to report ready after a restore.",
+    ),
+    click.option(
+        "--on-bad-record",
+        type=click.Choice([m.value for m in OnBadRecord]),
+        default=OnBadRecord.DEAD_LETTER.value,
+        show_default=True,
+        help="Undecodable input: send to <app>.dlq with the reason, or stop the job.",
+    ),
+]
+
+JOB_KEYS = (
+    "app_id",
+    "store_url",
+    "state_dir",
+    "checkpointing",
+    "interval",
+    "timeout",
+    "min_pause",
+    "max_concurrent",
+    "tolerable_failures",
+    "guarantee",
+    "retained",
+    "max_restarts",
+    "restart_window",
+    "restart_delay",
+    "restore_timeout",
+    "on_bad_record",
+)
+
+
+def job_options(f: F) -> F:
+    """Decorate a click command with every job option (see ``build_job_config``)."""
+    for opt in reversed(_OPTIONS):
+        f = opt(f)
+    return f
+
+
+def pop_job_options(kwargs: dict[str, Any]) -> dict[str, Any]:
+    """Remove the job options from a command's kwargs and return them."""
+    return {k: kwargs.pop(k) for k in JOB_KEYS}
+
+
+def build_job_config(
+    opts: dict[str, Any], *, bootstrap: str, default_app_id: str, bounded: bool = False
+) -> JobConfig:
+    """JobConfig from the job options (ConfigError on invalid values)."""
+    return JobConfig(
+        app_id=opts["app_id"] or default_app_id,
+        bootstrap_servers=bootstrap,
+        store_url=opts["store_url"],
+        state_dir=opts["state_dir"],
+        bounded=bounded,
+        on_bad_record=OnBadRecord(opts["on_bad_record"]),
+        checkpointing=CheckpointingConfig(
+            enabled=opts["checkpointing"] and not bounded,
+            interval=opts["interval"],
+            timeout=opts["timeout"],
+            min_pause=opts["min_pause"],
+            max_concurrent=opts["max_concurrent"],
+            tolerable_failures=opts["tolerable_failures"],
+            guarantee=Guarantee(opts["guarantee"]) if opts["guarantee"] else Guarantee.EXACTLY_ONCE,
+            retained=opts["retained"],
+        ),
+        restart=RestartStrategy(
+            max_restarts=opts["max_restarts"],
+            window=opts["restart_window"],
+            delay=opts["restart_delay"],
+            restore_timeout=opts["restore_timeout"],
+        ),
+    )

@@ -1,0 +1,105 @@
+"""A deployed job: its topology file loaded, planned against the live topics, topics ensured.
+
+Shared by ``kstream worker``, ``kstream coordinator`` and ``kstream run`` so they
+all see the same plan (DESIGN §2: the plan is fixed for a deployment).
+"""
+
+from __future__ import annotations
+
+import runpy
+from dataclasses import dataclass
+from pathlib import Path
+
+from kstream.api.topology import Topology
+from kstream.config import ConfigError, JobConfig
+from kstream.kafka.clients import TopicSpec, ensure_topics, make_admin, partition_counts
+from kstream.plan import JobPlan, PlanError, plan_job
+
+
+def load_topology(path: str | Path) -> Topology:
+    """The module variable ``topology`` of the Python file at ``path``."""
+    module = runpy.run_path(str(path))
+    topology = module.get("topology")
+    if not isinstance(topology, Topology):
+        raise ConfigError(
+            f"{path} must define a module variable 'topology' (a kstream.api.Topology); "
+            f"found {type(topology).__name__}"
+        )
+    return topology
+
+
+def source_topics(topology: Topology) -> set[str]:
+    """User topics the topology reads (streams and tables)."""
+    return {n.params["topic"] for n in topology.nodes if n.kind in ("source", "table")}
+
+
+@dataclass(frozen=True)
+class Job:
+    """A job config with its plan."""
+
+    config: JobConfig
+    plan: JobPlan
+
+
+def plan_live(topology: Topology, config: JobConfig, *, wait_s: float = 0.0) -> Job:
+    """Plan ``topology`` over the partition counts of its source topics as they exist now.
+
+    A missing source topic is a configuration error naming it (create it first), unless
+    ``wait_s`` > 0, in which case it is waited for.
+    """
+    import time
+
+    admin = make_admin(config.bootstrap_servers, config.kafka)
+    wanted = source_topics(topology)
+    deadline = time.monotonic() + wait_s
+    while True:
+        counts = partition_counts(admin, wanted)
+        missing = sorted(wanted - counts.keys())
+        if not missing:
+            break
+        if time.monotonic() >= deadline:
+            raise ConfigError(
+                f"source topic(s) {', '.join(missing)} do not exist on {config.bootstrap_servers}; "
+                "create them first (e.g. `kstream dev topics create NAME --partitions N`)"
+            )
+        time.sleep(0.5)
+    try:
+        plan = plan_job(topology, config.app_id, counts)
+    except PlanError as e:
+        raise ConfigError(str(e)) from e
+    return Job(config, plan)
+
+
+def ensure_job_topics(job: Job) -> None:
+    """Create the internal, sink, control, commit-marker and dead-letter topics if missing.
+
+    An existing sink or internal topic with a partition count other than planned is an
+    error, not a surprise at run time.
+    """
+    from kstream.kafka.control import control_topic
+    from kstream.kafka.dlq import dlq_topic_spec
+    from kstream.kafka.sink import commits_topic_spec
+
+    cfg, plan = job.config, job.plan
+    admin = make_admin(cfg.bootstrap_servers, cfg.kafka)
+    internal = {t.name: t.partitions for t in plan.internal_topics}
+    stage_parts = {s.name: s.partitions for s in plan.stages}
+    sinks = {s.topic: stage_parts[s.stage] for s in plan.sinks}
+    specs = [TopicSpec(name, n) for name, n in internal.items()]
+    specs += [TopicSpec(name, n) for name, n in sinks.items() if name not in internal]
+    specs += [
+        TopicSpec(control_topic(cfg.app_id), 1),
+        commits_topic_spec(cfg.app_id),
+        dlq_topic_spec(cfg.app_id),
+    ]
+    ensure_topics(admin, specs)
+    counts = partition_counts(admin, internal)
+    wrong = {t: (counts[t], n) for t, n in internal.items() if counts.get(t) != n}
+    if wrong:
+        detail = ", ".join(
+            f"{t} has {have} partitions, plan needs {need}" for t, (have, need) in wrong.items()
+        )
+        raise ConfigError(
+            f"internal topics do not match the plan: {detail}. The plan is fixed per deployment; "
+            "delete the internal topics or use a new app id to re-plan"
+        )

@@ -1,0 +1,913 @@
+"""The worker: one process in consumer group ``<app>`` running the tasks it is assigned.
+
+One readable loop (``Worker.run``): read control messages, read a batch of records,
+feed each task, write what the tasks output, send acknowledgements whose uploads
+finished. Three modes (DESIGN §7, §9):
+
+* **checkpointed** (default): tasks run only in an attempt the coordinator resumed
+  with this worker as their owner. ``Restore(attempt, n)`` rolls every assigned
+  task back to checkpoint *n* (state, input positions, sink buffer) and reports
+  ``TaskReady``; ``Resume(attempt, owners)`` starts the tasks this worker owns.
+  Any partition reassignment stops the tasks and waits for the next restore.
+* **checkpointing off**: no coordinator; tasks start with empty state where the
+  group's committed offsets are, sinks are at-least-once, offsets are committed
+  periodically after the sinks are flushed.
+* **bounded**: one worker reads every source partition up to the end offsets seen
+  at start, ends the inputs, stores the final state once (no barrier) and exits.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import signal
+import threading
+import time
+from collections.abc import Callable, Mapping
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from kstream.checkpoint.messages import (
+    AcknowledgeCheckpoint,
+    CheckpointCompleted,
+    DeclineCheckpoint,
+    Heartbeat,
+    JobFailed,
+    Message,
+    Restore,
+    Resume,
+    TaskFailed,
+    TaskReady,
+    TriggerCheckpoint,
+)
+from kstream.checkpoint.metadata import read_metadata
+from kstream.checkpoint.store import CheckpointStore, open_store
+from kstream.config import Guarantee, JobConfig
+from kstream.job import Job
+from kstream.kafka.clients import make_producer
+from kstream.kafka.control import ControlClient
+from kstream.kafka.dlq import DeadLetterWriter
+from kstream.kafka.internal import (
+    EventKind,
+    InternalEvent,
+    InternalRecordError,
+    data_headers,
+    decode_event,
+    produce_event,
+    read_origin,
+)
+from kstream.kafka.sink import AtLeastOnceSink, ExactlyOnceSink, Sink, SinkFencedError
+from kstream.kafka.source import RawRecord, SourceConsumer, SourceError
+from kstream.plan import OutputKind, TaskSpec
+from kstream.runtime.events import Barrier, EndOfInput, StreamEvent, Watermark
+from kstream.runtime.records import (
+    AlignmentAborted,
+    DeadLetter,
+    InternalRecord,
+    Output,
+    OutputBatch,
+    OutputEvent,
+    Position,
+    SnapshotPoint,
+)
+from kstream.runtime.records import (
+    InternalEvent as RuntimeEvent,
+)
+from kstream.runtime.task import Task
+from kstream.state.restore import read_blob, restore_state
+from kstream.state.rocksdb import RocksDBBackend
+from kstream.state.snapshot import SnapshotUploader, StateHandle
+
+log = logging.getLogger(__name__)
+
+TP = tuple[str, int]
+SINK_BLOB = "sink"
+
+
+class WorkerError(RuntimeError):
+    """The worker cannot continue; the message says why."""
+
+
+# ---- positions <-> JSON (manifests and acknowledgements) --------------------------------
+
+
+def encode_positions(positions: Mapping[TP, Position]) -> dict[str, Any]:
+    """JSON form of task input positions: ``"topic:partition"`` keys."""
+    return {
+        f"{t}:{p}": (dict(pos) if isinstance(pos, Mapping) else pos)
+        for (t, p), pos in positions.items()
+    }
+
+
+def decode_positions(doc: Mapping[str, Any]) -> dict[TP, Position]:
+    """Inverse of ``encode_positions``."""
+    out: dict[TP, Position] = {}
+    for k, v in doc.items():
+        topic, _, part = k.rpartition(":")
+        out[(topic, int(part))] = v
+    return out
+
+
+# ---- stream events <-> internal-topic records ------------------------------------------
+
+
+def to_wire(event: StreamEvent, task: str, attempt: int) -> InternalEvent:
+    """The internal-topic record form of a runtime stream event."""
+    if isinstance(event, Barrier):
+        return InternalEvent(
+            EventKind.BARRIER,
+            task,
+            attempt,
+            checkpoint_id=event.checkpoint_id,
+            timestamp=event.timestamp,
+        )
+    if isinstance(event, Watermark):
+        return InternalEvent(EventKind.WATERMARK, task, attempt, timestamp=event.timestamp)
+    return InternalEvent(EventKind.END_OF_INPUT, task, attempt)
+
+
+def from_wire(ev: InternalEvent) -> StreamEvent:
+    """The runtime stream event of an internal-topic event record."""
+    if ev.kind is EventKind.BARRIER:
+        assert ev.checkpoint_id is not None and ev.timestamp is not None
+        return Barrier(ev.checkpoint_id, ev.attempt, ev.timestamp)
+    if ev.kind is EventKind.WATERMARK:
+        assert ev.timestamp is not None
+        return Watermark(ev.timestamp)
+    return EndOfInput()
+
+
+# ---- one task on this worker -----------------------------------------------------------
+
+
+@dataclass
+class PendingUpload:
+    checkpoint_id: int
+    attempt: int
+    future: Future[StateHandle]
+    alignment_ms: float
+    positions: dict[str, Any]
+
+
+@dataclass
+class TaskRunner:
+    """A task of this worker: runtime task, state, sinks, uploads in flight."""
+
+    spec: TaskSpec
+    task: Task
+    backend: RocksDBBackend
+    uploader: SnapshotUploader
+    sinks: dict[Guarantee, Sink]
+    sink_topics: dict[str, Guarantee]
+    attempt: int
+    running: bool = False
+    final_id: int | None = None  # bounded run: id of the final snapshot taken
+    uploads: list[PendingUpload] = field(default_factory=list)
+    headers: list[Any] = field(default_factory=list)  # ks.task / ks.attempt of its records
+
+    def inputs(self) -> set[TP]:
+        return {(i.topic, i.partition) for i in self.spec.inputs}
+
+    def close(self) -> None:
+        self.uploader.close(wait=True)
+        for s in self.sinks.values():
+            s.close()
+        self.backend.close()
+
+
+# ---- the worker ------------------------------------------------------------------------
+
+
+class Worker:
+    """Runs the tasks of ``job`` that the consumer group assigns to this process."""
+
+    def __init__(
+        self,
+        job: Job,
+        *,
+        member_label: str | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        batch_size: int = 2000,
+        heartbeat_interval: float = 1.0,
+        commit_interval: float = 1.0,
+        stop_when_idle: float | None = None,
+    ) -> None:
+        self.job = job
+        self.cfg: JobConfig = job.config
+        self.plan = job.plan
+        self.clock = clock
+        self.batch_size = batch_size
+        self.heartbeat_interval = heartbeat_interval
+        self.commit_interval = commit_interval
+        self.stop_when_idle = stop_when_idle
+        self._last_input = clock()
+        self._drained = False  # a checkpoint triggered after the last input completed
+        self.label = member_label or f"{os.uname().nodename}/{os.getpid()}"
+        self.checkpointed = self.cfg.checkpointing.enabled and not self.cfg.bounded
+        self.store: CheckpointStore = open_store(self.cfg.store_url)
+        self.state_root = Path(self.cfg.state_dir) / self.cfg.app_id
+        self.stop_event = threading.Event()
+        # Which task reads each partition (a partition belongs to exactly one task).
+        self.task_of: dict[TP, str] = {}
+        for spec in self.plan.tasks:
+            for i in spec.inputs:
+                self.task_of[(i.topic, i.partition)] = spec.task_id
+        self.internal_parts = self.plan.internal_topic_partitions
+        self.runners: dict[str, TaskRunner] = {}
+        # Protocol state learnt from the control topic.
+        self.attempt = 0
+        self.restore_point: int | None = None
+        self.restoring = False  # a Restore of ``attempt`` is pending its Resume
+        self.failed_reason: str | None = None
+        # Group membership.
+        self._assignment_changed = False
+        self._paused: set[TP] = set()
+        self._next_heartbeat = 0.0
+        self._next_commit = 0.0
+        self._trigger_seen: dict[int, float] = {}
+        self.stats = {"records": 0, "checkpoints_acked": 0, "restores": 0, "dead_letters": 0}
+        self.dlq = DeadLetterWriter(
+            self.cfg.app_id,
+            self.cfg.bootstrap_servers,
+            self.cfg.on_bad_record,
+            producer_config=self.cfg.kafka,
+        )
+        self.producer = make_producer(
+            self.cfg.bootstrap_servers, extra={"linger.ms": 5, **self.cfg.kafka}
+        )
+        self.control: ControlClient | None = None
+        self.source = SourceConsumer(
+            self.cfg.bootstrap_servers,
+            self.cfg.group_id,
+            sorted({tp[0] for tp in self.task_of}),
+            on_assign=self._on_assign,
+            on_revoke=self._on_revoke,
+            extra={"session.timeout.ms": 10000, "heartbeat.interval.ms": 1000, **self.cfg.kafka},
+        )
+
+    # ---- group membership callbacks (inside consume) ----------------------------------
+
+    def _on_assign(self, tps: list[TP]) -> None:
+        self._assignment_changed = True
+        return None
+
+    def _on_revoke(self, tps: list[TP]) -> None:
+        self._assignment_changed = True
+
+    @property
+    def member(self) -> str:
+        return self.source.member_id or self.label
+
+    def assigned_tasks(self) -> list[TaskSpec]:
+        """Tasks whose every input partition is assigned to this worker."""
+        mine = self.source.assignment
+        out = []
+        for spec in self.plan.tasks:
+            ins = {(i.topic, i.partition) for i in spec.inputs}
+            if ins <= mine:
+                out.append(spec)
+            elif ins & mine:
+                raise WorkerError(
+                    f"task {spec.task_id} got only part of its co-partitioned inputs "
+                    f"({sorted(ins & mine)} of {sorted(ins)}): all workers must subscribe to the "
+                    "same topics with the range assignor"
+                )
+        return out
+
+    # ---- building and restoring tasks -------------------------------------------------
+
+    def _task_dir(self, task_id: str) -> Path:
+        return self.state_root / task_id
+
+    def _sinks_for(
+        self, spec: TaskSpec, attempt: int
+    ) -> tuple[dict[Guarantee, Sink], dict[str, Guarantee]]:
+        topics: dict[str, Guarantee] = {}
+        for o in spec.outputs:
+            if o.kind is OutputKind.SINK:
+                g = o.guarantee or Guarantee.EXACTLY_ONCE
+                if not self.checkpointed and not self.cfg.bounded:
+                    g = Guarantee.AT_LEAST_ONCE  # no checkpoints: nothing to commit on
+                topics[o.topic] = g
+        sinks: dict[Guarantee, Sink] = {}
+        if Guarantee.EXACTLY_ONCE in topics.values():
+            sinks[Guarantee.EXACTLY_ONCE] = ExactlyOnceSink(
+                self.cfg.app_id,
+                spec.task_id,
+                self.cfg.bootstrap_servers,
+                producer_config=self.cfg.kafka,
+            )
+        if Guarantee.AT_LEAST_ONCE in topics.values():
+            sinks[Guarantee.AT_LEAST_ONCE] = AtLeastOnceSink(
+                spec.task_id, self.cfg.bootstrap_servers, producer_config=self.cfg.kafka
+            )
+        return sinks, topics
+
+    def _build_runner(self, spec: TaskSpec, attempt: int, checkpoint_id: int | None) -> TaskRunner:
+        """Task ``spec`` at ``attempt`` with the state of ``checkpoint_id`` (None: empty)."""
+        local = self._task_dir(spec.task_id)
+        positions: dict[TP, Position] = {}
+        blob: bytes | None = None
+        if checkpoint_id is None:
+            shutil.rmtree(local, ignore_errors=True)  # start positions: empty state
+            backend = RocksDBBackend(local)
+        else:
+            meta = read_metadata(self.store, self.cfg.app_id, checkpoint_id)
+            handle = meta.tasks[spec.task_id].handle
+            t0 = time.perf_counter()
+            backend, manifest, rstats = restore_state(
+                self.store, self.cfg.app_id, spec.task_id, handle, local, allow_fallback=True
+            )
+            positions = decode_positions(manifest.positions)
+            if SINK_BLOB in manifest.blobs:
+                blob = read_blob(self.store, manifest, SINK_BLOB)
+            log.info(
+                "task %s restored checkpoint %d in %.0f ms (%s)",
+                spec.task_id,
+                manifest.checkpoint_id,
+                (time.perf_counter() - t0) * 1000,
+                rstats,
+            )
+        sinks, topics = self._sinks_for(spec, attempt)
+        for s in sinks.values():
+            # Fence zombies of this sink task, then publish what the restored
+            # checkpoint buffered but never committed (DESIGN §7).
+            s.recover(blob if s.guarantee is Guarantee.EXACTLY_ONCE else None, attempt)
+        runner_box: list[TaskRunner] = []
+        task = Task(
+            self.plan,
+            spec,
+            backend,
+            attempt=attempt,
+            bounded=self.cfg.bounded,
+            restore_positions=positions,
+            on_snapshot=lambda point: self._on_snapshot(runner_box[0], point),
+            now=self.clock(),
+        )
+        runner = TaskRunner(
+            spec=spec,
+            task=task,
+            backend=backend,
+            uploader=SnapshotUploader(self.store, self.cfg.app_id, spec.task_id),
+            sinks=sinks,
+            sink_topics=topics,
+            attempt=attempt,
+            headers=data_headers(spec.task_id, attempt),
+        )
+        runner_box.append(runner)
+        return runner
+
+    def _seek_inputs(self, runner: TaskRunner) -> None:
+        """Position every input of ``runner`` where its restored task resumes."""
+        from kstream.kafka.clients import OFFSET_BEGINNING
+
+        for tp, pos in runner.task.seek_positions().items():
+            self._seek_with_retry(tp, OFFSET_BEGINNING if pos is None else pos)
+
+    def _seek_with_retry(self, tp: TP, offset: int, timeout: float = 10.0) -> None:
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                self.source.seek(tp, offset)
+                return
+            except SourceError as e:  # librdkafka: the partition is not fetching yet
+                if time.monotonic() > deadline:
+                    raise WorkerError(f"cannot seek {tp[0]}[{tp[1]}] to {offset}: {e}") from e
+                time.sleep(0.05)
+
+    def _stop_runners(self) -> None:
+        for r in self.runners.values():
+            r.close()
+        self.runners = {}
+
+    def _restore_assigned(self) -> None:
+        """Roll every assigned task back to ``restore_point`` and report it ready."""
+        self._stop_runners()
+        generation = self.source.generation or 0
+        specs = self.assigned_tasks()
+        # Pause before seeking: nothing may be read for a task until it resumes.
+        self._pause({(i.topic, i.partition) for s in specs for i in s.inputs})
+        for spec in specs:
+            runner = self._build_runner(spec, self.attempt, self.restore_point)
+            self.runners[spec.task_id] = runner
+            self._seek_inputs(runner)
+        self.stats["restores"] += 1
+        assert self.control is not None
+        for spec in specs:
+            self.control.send(TaskReady(self.attempt, spec.task_id, self.member, generation))
+        log.info(
+            "attempt %d: restored %d task(s) to checkpoint %s, ready (generation %d)",
+            self.attempt,
+            len(specs),
+            self.restore_point,
+            generation,
+        )
+
+    # ---- pausing -----------------------------------------------------------------------
+
+    def _pause(self, tps: set[TP]) -> None:
+        new = tps - self._paused
+        if new:
+            self.source.pause(new)
+        self._paused |= new
+
+    def _sync_pauses(self) -> None:
+        """Pause exactly: inputs of tasks not running, and inputs held back by alignment."""
+        want: set[TP] = set()
+        for r in self.runners.values():
+            if not r.running:
+                want |= r.inputs()
+            else:
+                want |= set(r.task.paused_inputs())
+        assigned = self.source.assignment
+        want |= {tp for tp in assigned if self.task_of.get(tp) not in self.runners}
+        want &= assigned
+        add, drop = want - self._paused, (self._paused - want) & assigned
+        if add:
+            self.source.pause(add)
+        if drop:
+            self.source.resume(drop)
+        self._paused = want
+
+    # ---- output routing -----------------------------------------------------------------
+
+    def _route(self, runner: TaskRunner, outputs: list[Output]) -> None:
+        """Write a task's drained outputs in order."""
+        for out in outputs:
+            if isinstance(out, OutputBatch):
+                if out.internal:
+                    self._produce_internal(runner, out)
+                else:
+                    g = runner.sink_topics[out.topic]
+                    runner.sinks[g].write_batch(
+                        (out.topic, None, k, v, ts, None)
+                        for k, v, ts in zip(out.keys, out.values, out.timestamps, strict=True)
+                    )
+            elif isinstance(out, OutputEvent):
+                if out.internal:
+                    produce_event(
+                        self.producer,
+                        out.topic,
+                        self.internal_parts[out.topic],
+                        to_wire(out.event, runner.spec.task_id, runner.attempt),
+                    )
+            elif isinstance(out, DeadLetter):
+                self.dlq.handle(
+                    out.topic, out.partition, out.offset, None, out.key, out.value, out.reason
+                )
+                self.stats["dead_letters"] += 1
+            elif isinstance(out, AlignmentAborted) and self.control is not None:
+                self.control.send(
+                    DeclineCheckpoint(
+                        out.checkpoint_id, runner.spec.task_id, runner.attempt, out.reason
+                    )
+                )
+            # SnapshotPoint is handled in _on_snapshot, where the state is still its.
+
+    def _produce_internal(self, runner: TaskRunner, out: OutputBatch) -> None:
+        produce = self.producer.produce
+        headers = runner.headers
+        assert out.partitions is not None
+        for p, k, v, ts in zip(out.partitions, out.keys, out.values, out.timestamps, strict=True):
+            while True:
+                try:
+                    produce(out.topic, v, k, partition=p, timestamp=max(ts, 0), headers=headers)
+                    break
+                except BufferError:
+                    self.producer.poll(0.05)
+        self.producer.poll(0)
+
+    # ---- snapshots ------------------------------------------------------------------------
+
+    def _on_snapshot(self, runner: TaskRunner, point: SnapshotPoint) -> None:
+        """The task's state is exactly checkpoint ``point``'s: take the synchronous part.
+
+        Order matters: (1) everything the task output before the point goes out or
+        into the sink's epoch, (2) the exactly-once sink seals that epoch so its buffer
+        belongs to this snapshot, at-least-once output and dead letters are flushed
+        (durable before the acknowledgement), (3) RocksDB checkpoint by hard links,
+        (4) the upload runs in the background; the ack is sent when it finished.
+        """
+        now = self.clock()
+        # 1.
+        self._route(runner, runner.task.drain())
+        # 2.
+        n = point.checkpoint_id if point.checkpoint_id is not None else self._final_id(runner)
+        blobs: dict[str, bytes] = {}
+        for s in runner.sinks.values():
+            s.on_barrier(n)
+            blob = s.buffer_blob()
+            if blob is not None:
+                blobs[SINK_BLOB] = blob
+        self.dlq.flush()
+        # 3.
+        label = f"chk-{n}" if not point.final else f"final-{n}"
+        if point.final:
+            runner.final_id = n
+        snap = runner.backend.snapshot_sync(n, label=label)
+        # 4.
+        positions = encode_positions(point.positions)
+        fut = runner.uploader.upload(snap, positions=positions, attempt=point.attempt, blobs=blobs)
+        seen = self._trigger_seen.get(n, now)
+        runner.uploads.append(PendingUpload(n, point.attempt, fut, (now - seen) * 1000, positions))
+
+    def _final_id(self, runner: TaskRunner) -> int:
+        """Id of a bounded run's final snapshot: one above the task's previous final."""
+        prev = [
+            int(p.rsplit("final-", 1)[1].removesuffix(".json"))
+            for p in self.store.list(f"{self.cfg.app_id}/tasks/{runner.spec.task_id}")
+            if "/final-" in p
+        ]
+        return max(prev, default=0) + 1
+
+    def _finish_uploads(self, wait: bool = False) -> None:
+        for r in self.runners.values():
+            keep = []
+            for u in r.uploads:
+                if not (wait or u.future.done()):
+                    keep.append(u)
+                    continue
+                try:
+                    h = u.future.result()
+                except Exception as e:  # the upload failed: decline, never ack
+                    log.error(
+                        "task %s: upload of checkpoint %d failed: %s",
+                        r.spec.task_id,
+                        u.checkpoint_id,
+                        e,
+                    )
+                    if self.control is not None:
+                        self.control.send(
+                            DeclineCheckpoint(
+                                u.checkpoint_id, r.spec.task_id, u.attempt, f"upload failed: {e}"
+                            )
+                        )
+                    continue
+                if self.control is not None:
+                    self.control.send(
+                        AcknowledgeCheckpoint(
+                            u.checkpoint_id,
+                            r.spec.task_id,
+                            u.attempt,
+                            h.manifest_path,
+                            offsets=u.positions,
+                            state_size=h.bytes_total,
+                            uploaded_size=h.bytes_uploaded,
+                            alignment_ms=u.alignment_ms,
+                            sync_ms=h.sync_ms,
+                            async_ms=h.upload_ms,
+                            member=self.member,
+                        )
+                    )
+                    self.stats["checkpoints_acked"] += 1
+            r.uploads = keep
+
+    # ---- control messages -----------------------------------------------------------------
+
+    def _learn_history(self) -> None:
+        """Read the control topic to its end: the current attempt and whether it resumed."""
+        assert self.control is not None
+        for msg in self.control.read_to_end():
+            if isinstance(msg, Restore) and msg.attempt >= self.attempt:
+                self.attempt, self.restore_point, self.restoring = (
+                    msg.attempt,
+                    msg.checkpoint_id,
+                    True,
+                )
+            elif isinstance(msg, Resume) and msg.attempt == self.attempt:
+                self.restoring = False
+        log.info(
+            "control history: attempt %d, %s",
+            self.attempt,
+            "restoring" if self.restoring else "resumed",
+        )
+
+    def _handle(self, msg: Message, now: float) -> None:
+        match msg:
+            case TriggerCheckpoint() if msg.attempt == self.attempt:
+                self._trigger_seen[msg.checkpoint_id] = now
+                for r in list(self.runners.values()):
+                    if r.running:
+                        self._guarded(
+                            r, r.task.trigger_checkpoint, msg.checkpoint_id, msg.attempt, now
+                        )
+            case CheckpointCompleted():
+                if self._trigger_seen.get(msg.checkpoint_id, float("-inf")) > self._last_input:
+                    self._drained = True
+                for r in list(self.runners.values()):
+                    try:
+                        for s in r.sinks.values():
+                            s.on_checkpoint_completed(msg.checkpoint_id)
+                    except SinkFencedError as e:  # a newer owner took this task over
+                        log.warning("task %s: %s; stopping it here", r.spec.task_id, e)
+                        r.close()
+                        del self.runners[r.spec.task_id]
+                self._trigger_seen = {
+                    k: v for k, v in self._trigger_seen.items() if k > msg.checkpoint_id
+                }
+            case Restore() if msg.attempt > self.attempt:
+                self.attempt, self.restore_point, self.restoring = (
+                    msg.attempt,
+                    msg.checkpoint_id,
+                    True,
+                )
+                log.info("restore: attempt %d from checkpoint %s", msg.attempt, msg.checkpoint_id)
+                if self.source.assignment:
+                    self._restore_assigned()
+                else:
+                    self._stop_runners()
+            case Resume() if msg.attempt == self.attempt and self.restoring:
+                self.restoring = False
+                for task_id, r in list(self.runners.items()):
+                    if msg.owners.get(task_id) == self.member:
+                        r.running = True
+                    else:  # another member owns it in this attempt: stay idle
+                        r.close()
+                        del self.runners[task_id]
+                log.info("attempt %d resumed: running %s", self.attempt, sorted(self.runners))
+            case JobFailed():
+                self.failed_reason = msg.reason
+            case _:
+                pass
+
+    def _heartbeat(self, now: float) -> None:
+        if self.control is None or now < self._next_heartbeat:
+            return
+        self._next_heartbeat = now + self.heartbeat_interval
+        gen = self.source.generation
+        if gen is None:
+            return
+        self.control.send(Heartbeat(self.member, tuple(sorted(self.runners)), gen))
+
+    # ---- the loop -----------------------------------------------------------------------
+
+    def run(self) -> int:
+        """Run until stopped (0), the job failed (1), or a bounded run finished (0)."""
+        if self.checkpointed:
+            self.control = ControlClient(
+                self.cfg.bootstrap_servers, self.cfg.app_id, extra=self.cfg.kafka
+            )
+            self._learn_history()
+        try:
+            return self._loop()
+        finally:
+            self.close()
+
+    def _loop(self) -> int:
+        ends: dict[TP, int] = {}
+        while not self.stop_event.is_set():
+            now = self.clock()
+            if self.control is not None:
+                for msg in self.control.poll(0):
+                    self._handle(msg, now)
+                if self.failed_reason is not None:
+                    log.error("kstream: job failed: %s", self.failed_reason)
+                    return 1
+            batch = self.source.consume_batch(self.batch_size, 0.05)
+            if self._assignment_changed:
+                self._assignment_changed = False
+                self._on_assignment(now)
+                if self.cfg.bounded:
+                    ends = self._bounded_ends()
+                batch = {}  # records fetched around a rebalance are read again after the seeks
+            if any(tp[0] not in self.internal_parts for tp in batch):
+                # Input from a user topic (internal records are its consequences, and
+                # carry barriers and watermarks even when no input arrives).
+                self._last_input, self._drained = now, False
+            for tp, records in batch.items():
+                self._feed(tp, records, now)
+            for r in list(self.runners.values()):
+                if r.running:
+                    self._guarded(r, r.task.tick, now)
+            if self.cfg.bounded and self.runners:
+                self._end_bounded_inputs(ends, now)
+                if all(r.task.finished for r in self.runners.values()):
+                    return self._finish_bounded()
+            self._finish_uploads()
+            self._sync_pauses()
+            self._heartbeat(now)
+            if not self.checkpointed and not self.cfg.bounded and now >= self._next_commit:
+                self._commit_offsets()
+                self._next_commit = now + self.commit_interval
+                self._drained = True  # everything read so far is flushed and committed
+            if (
+                self.stop_when_idle is not None
+                and now - self._last_input >= self.stop_when_idle
+                and self._drained
+            ):
+                log.info(
+                    "no input for %.1fs and all output committed: stopping", now - self._last_input
+                )
+                return 0
+        return 0
+
+    def _on_assignment(self, now: float) -> None:
+        log.info("assignment changed: %s", sorted(self.source.assignment))
+        self._next_heartbeat = 0.0  # tell the coordinator at once
+        if self.checkpointed:
+            self._stop_runners()
+            if self.restoring and self.source.assignment:
+                self._restore_assigned()  # same attempt, new generation: ready again
+            self._heartbeat(now)
+            return
+        # Unchecked or bounded: fresh tasks on the new assignment, where the group is.
+        self._commit_offsets()
+        self._stop_runners()
+        for spec in self.assigned_tasks():
+            runner = (
+                self._bounded_runner(spec)
+                if self.cfg.bounded
+                else self._build_runner(spec, 0, None)
+            )
+            runner.running = True
+            self.runners[spec.task_id] = runner
+
+    def _feed(self, tp: TP, records: list[RawRecord], now: float) -> None:
+        task_id = self.task_of.get(tp)
+        r = self.runners.get(task_id) if task_id else None
+        if r is None or not r.running:
+            return  # not ours to run now: paused; re-read after the next restore
+        topic, partition = tp
+        self.stats["records"] += len(records)
+        if topic in self.internal_parts:
+            self._guarded(
+                r, r.task.feed_internal, topic, partition, self._decode_internal(tp, records), now
+            )
+        else:
+            self._guarded(r, r.task.feed_source, topic, partition, records, now)
+
+    def _guarded(self, r: TaskRunner, call: Callable[..., None], *args: Any) -> None:
+        """Run one task call and write its output; a failure of the task fails it over.
+
+        With checkpointing, the task is stopped and ``TaskFailed`` makes the coordinator
+        roll the job back (a restart strategy bounds retries); otherwise the worker stops.
+        """
+        try:
+            call(*args)
+            self._route(r, r.task.drain())
+        except WorkerError:
+            raise
+        except Exception as e:  # user code or corrupt input: the task fails, with the reason
+            reason = f"{type(e).__name__}: {e}"
+            log.exception("task %s failed in attempt %d", r.spec.task_id, r.attempt)
+            if self.control is None:
+                raise WorkerError(f"task {r.spec.task_id} failed: {reason}") from e
+            self.control.send(TaskFailed(r.spec.task_id, self.member, r.attempt, reason))
+            r.close()
+            del self.runners[r.spec.task_id]
+
+    def _decode_internal(
+        self, tp: TP, records: list[RawRecord]
+    ) -> list[InternalRecord | RuntimeEvent]:
+        items: list[InternalRecord | RuntimeEvent] = []
+        for key, value, ts, offset, headers in records:
+            try:
+                origin = read_origin(headers)
+                if origin.event is None:
+                    items.append(
+                        InternalRecord(origin.task, origin.attempt, offset, key, value, ts or 0)
+                    )
+                else:
+                    ev = decode_event(origin, value)
+                    items.append(RuntimeEvent(origin.task, origin.attempt, offset, from_wire(ev)))
+            except InternalRecordError as e:
+                self.dlq.handle(
+                    tp[0], tp[1], offset, ts, key, value, f"malformed internal record: {e}"
+                )
+                self.stats["dead_letters"] += 1
+        return items
+
+    # ---- checkpointing off ----------------------------------------------------------------
+
+    def _commit_offsets(self) -> None:
+        """At-least-once: flush every output, then commit what was processed."""
+        if self.checkpointed or self.cfg.bounded or not self.runners:
+            return
+        for r in self.runners.values():
+            for s in r.sinks.values():
+                s.on_barrier(0)
+        self.producer.flush()
+        self.dlq.flush()
+        positions = {tp: o for tp, o in self.source.positions().items() if o is not None}
+        self.source.commit(positions)
+
+    # ---- bounded ------------------------------------------------------------------------------
+
+    def _bounded_runner(self, spec: TaskSpec) -> TaskRunner:
+        """A bounded task continues from its previous final state, if any."""
+        finals = sorted(
+            (int(p.rsplit("final-", 1)[1].removesuffix(".json")), p)
+            for p in self.store.list(f"{self.cfg.app_id}/tasks/{spec.task_id}")
+            if "/final-" in p
+        )
+        local = self._task_dir(spec.task_id)
+        positions: dict[TP, Position] = {}
+        blob = None
+        if finals:
+            backend, manifest, _ = restore_state(
+                self.store, self.cfg.app_id, spec.task_id, finals[-1][1], local
+            )
+            positions = decode_positions(manifest.positions)
+            if SINK_BLOB in manifest.blobs:
+                blob = read_blob(self.store, manifest, SINK_BLOB)
+        else:
+            shutil.rmtree(local, ignore_errors=True)
+            backend = RocksDBBackend(local)
+        sinks, topics = self._sinks_for(spec, 0)
+        for s in sinks.values():
+            s.recover(blob if s.guarantee is Guarantee.EXACTLY_ONCE else None, 0)
+        box: list[TaskRunner] = []
+        task = Task(
+            self.plan,
+            spec,
+            backend,
+            bounded=True,
+            restore_positions=positions,
+            on_snapshot=lambda point: self._on_snapshot(box[0], point),
+            now=self.clock(),
+        )
+        runner = TaskRunner(
+            spec,
+            task,
+            backend,
+            SnapshotUploader(self.store, self.cfg.app_id, spec.task_id),
+            sinks,
+            topics,
+            0,
+            headers=data_headers(spec.task_id, 0),
+        )
+        box.append(runner)
+        self._seek_inputs(runner)
+        return runner
+
+    def _bounded_ends(self) -> dict[TP, int]:
+        """End offsets of the user-topic partitions at start: a bounded run reads up to them."""
+        return {
+            tp: self.source.end_offsets(tp)
+            for tp in self.source.assignment
+            if tp[0] not in self.internal_parts
+        }
+
+    def _end_bounded_inputs(self, ends: dict[TP, int], now: float) -> None:
+        positions = self.source.positions([tp for tp in ends])
+        for tp, end in list(ends.items()):
+            pos = positions.get(tp)
+            r = self.runners.get(self.task_of[tp])
+            if r is None:
+                continue
+            seek = r.task.seek_positions().get(tp)
+            if end == 0 or (pos is not None and pos >= end) or (seek is not None and seek >= end):
+                r.task.end_input(tp[0], tp[1], now)
+                self._route(r, r.task.drain())
+                del ends[tp]
+
+    def _finish_bounded(self) -> int:
+        """All tasks ended: wait for the final state uploads, then publish the sink output.
+
+        The final state (with the exactly-once sink's buffer) is stored first, then the
+        buffer is committed with its marker: a crash in between is repaired by the next
+        bounded run, whose sink recovery commits the buffer if the marker is missing.
+        """
+        self._finish_uploads(wait=True)
+        for r in self.runners.values():
+            if r.final_id is not None:
+                for s in r.sinks.values():
+                    s.on_checkpoint_completed(r.final_id)
+        self.producer.flush()
+        self.dlq.flush()
+        log.info(
+            "bounded run finished: %d records read, %d dead letters",
+            self.stats["records"],
+            self.dlq.count,
+        )
+        return 0
+
+    def close(self) -> None:
+        self._stop_runners()
+        self.producer.flush(10)
+        self.dlq.close()
+        self.source.close()
+        if self.control is not None:
+            self.control.close()
+
+
+def install_signal_handlers(worker: Worker) -> None:
+    """SIGTERM/SIGINT stop the loop after the current batch."""
+
+    def stop(_sig: int, _frame: Any) -> None:
+        worker.stop_event.set()
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+
+
+__all__ = [
+    "Worker",
+    "WorkerError",
+    "decode_positions",
+    "encode_positions",
+    "install_signal_handlers",
+]
