@@ -19,7 +19,7 @@ from benchmarks.workloads import (
 
 def main() -> None:
     a = contender_parser(__doc__ or "").parse_args()
-    app, progress = make_app(a, stateful=False)
+    app, progress = make_app(a)
     if a.format == "avro":
         from quixstreams.models.serializers.avro import AvroDeserializer, AvroSerializer
 

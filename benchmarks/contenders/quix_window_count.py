@@ -13,7 +13,7 @@ from benchmarks.workloads import contender_parser
 
 def main() -> None:
     a = contender_parser(__doc__ or "").parse_args()
-    app, progress = make_app(a, stateful=True)
+    app, progress = make_app(a)
     source = app.topic(a.input, key_deserializer="bytes", value_deserializer="json")
     sink = app.topic(a.output, key_serializer="bytes", value_serializer="json")
 

@@ -18,7 +18,7 @@ from quixstreams import Application
 from benchmarks.workloads import Progress, Report
 
 
-def make_app(a: argparse.Namespace, *, stateful: bool) -> tuple[Application, Progress | None]:
+def make_app(a: argparse.Namespace) -> tuple[Application, Progress | None]:
     """An ``Application`` for the contender arguments ``a`` and its progress tracker.
 
     Without ``--forever`` the app stops itself at ``--end-offsets``.
@@ -34,7 +34,7 @@ def make_app(a: argparse.Namespace, *, stateful: bool) -> tuple[Application, Pro
             holder[0].stop()
 
     kwargs: dict[str, Any] = {}
-    if stateful and a.state_dir:
+    if a.state_dir:  # also for stateless apps: Quix creates its state dir regardless
         kwargs["state_dir"] = a.state_dir
     app = Application(
         broker_address=a.bootstrap,
