@@ -323,7 +323,7 @@ def ratio_lines(
         )
     else:
         why = "; ".join(
-            f"{n}: {v}"
+            f"{n}: {'not run' if v is None else v or 'no valid run'}"
             for n, v in (("kstream", k), ("quix", q))
             if not isinstance(v, list) or not v
         )

@@ -74,3 +74,14 @@ def test_recovery_state_fits_one_window_and_probes_hit_their_partition() -> None
         window_bounds(InputSpec(100_000, 10, 4, event_rate=10, cover=True))
     for p in range(4):
         assert partition_of(probe_key(p, 4), 4) == p
+
+
+def test_recovery_target_says_why_it_was_not_measured() -> None:
+    assert "| recovery <= 0.2x Quix's | n/a (kstream: not run; quix: not run) | not measured |" in (
+        ratio_lines([], {})
+    )
+    rec: dict[str, list[RecoveryResult] | str] = {"kstream": "not available: x", "quix": []}
+    assert (
+        "| recovery <= 0.2x Quix's | n/a (kstream: not available: x; quix: no valid run) "
+        "| not measured |" in ratio_lines([], rec)
+    )
