@@ -24,6 +24,7 @@ import fastavro
 
 from benchmarks.workloads import EVENT_SCHEMA_FILE, KIND_WEIGHTS, KINDS, EndOffsets, load_schema
 from kstream.kafka.clients import (
+    KafkaError,
     KafkaException,
     TopicPartition,
     TopicSpec,
@@ -39,6 +40,12 @@ Format = Literal["json", "avro"]
 START_TS_MS = 1_700_000_000_000
 #: Input and output topics keep their records whatever their (old) event timestamps.
 KEEP_FOREVER = {"retention.ms": "-1"}
+#: Errors a just-created topic answers with until its partitions have leaders.
+_NO_LEADER_YET = {
+    KafkaError.NOT_LEADER_FOR_PARTITION,
+    KafkaError.LEADER_NOT_AVAILABLE,
+    KafkaError.UNKNOWN_TOPIC_OR_PART,
+}
 
 
 @dataclass(frozen=True)
@@ -141,7 +148,9 @@ def watermarks(bootstrap: str, topic: str, partitions: int) -> dict[int, tuple[i
                     break
                 except KafkaException as e:
                     # A just-created topic may not have a leader yet: retry until the deadline.
-                    if not e.args[0].retriable() or time.monotonic() > deadline:
+                    err = e.args[0]
+                    retry = err.retriable() or err.code() in _NO_LEADER_YET
+                    if not retry or time.monotonic() > deadline:
                         raise
                     time.sleep(0.2)
             out[p] = (int(low), int(high))
