@@ -1,36 +1,44 @@
 #!/usr/bin/env bash
 # The kstream demo: a local Kafka broker, the input topic filled from
-# topologies/data/words.txt, the word-count job, and its output.
+# topologies/data/words.txt, the checkpointed word-count job, its checkpoints and output.
 #
-# Env: KSTREAM (kstream executable, default: kstream on PATH), KEEP_BROKER=1 to leave
-# the broker running afterwards (stop it with `kstream dev kafka stop`),
-# INPUT_TOPIC (default words), OUTPUT_TOPIC (default word-counts), PARTITIONS (default 3).
+# Everything lives under .kstream/demo (wiped at the start; the demo broker is
+# stopped at the end unless KEEP_BROKER=1). Env: KSTREAM (kstream executable,
+# default: kstream on PATH), PARTITIONS (default 3).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 KSTREAM=${KSTREAM:-kstream}
-INPUT_TOPIC=${INPUT_TOPIC:-words}
-OUTPUT_TOPIC=${OUTPUT_TOPIC:-word-counts}
 PARTITIONS=${PARTITIONS:-3}
-STATE_DIR=.kstream/kafka
+DEMO=.kstream/demo
+BROKER_DIR=$DEMO/kafka
 
-"$KSTREAM" dev kafka start --state-dir "$STATE_DIR" >/dev/null
+"$KSTREAM" dev kafka stop --state-dir "$BROKER_DIR" >/dev/null 2>&1 || true
+rm -rf "$DEMO"
+"$KSTREAM" dev kafka start --state-dir "$BROKER_DIR" >/dev/null
 if [[ "${KEEP_BROKER:-0}" != 1 ]]; then
-  trap '"$KSTREAM" dev kafka stop --state-dir "$STATE_DIR"' EXIT
+  trap '"$KSTREAM" dev kafka stop --state-dir "$BROKER_DIR" >/dev/null' EXIT
 fi
-BOOTSTRAP=$(cat "$STATE_DIR/bootstrap")
+BOOTSTRAP=$(cat "$BROKER_DIR/bootstrap")
 echo "== Kafka broker at $BOOTSTRAP"
 
-"$KSTREAM" dev topics create "$INPUT_TOPIC" --partitions "$PARTITIONS" --bootstrap "$BOOTSTRAP"
-"$KSTREAM" dev topics create "$OUTPUT_TOPIC" --partitions "$PARTITIONS" --bootstrap "$BOOTSTRAP"
-"$KSTREAM" dev produce "$INPUT_TOPIC" --file topologies/data/words.txt --bootstrap "$BOOTSTRAP"
+"$KSTREAM" dev topics create lines --partitions "$PARTITIONS" --bootstrap "$BOOTSTRAP"
+"$KSTREAM" dev topics create word-counts --partitions "$PARTITIONS" --bootstrap "$BOOTSTRAP"
+# One line every 15 s of event time from 2026-01-01T00:00:00Z: the one-minute
+# windows close as the watermark (max event time - 5 s) passes their end.
+# Keyed by line number, so the lines land on the same partitions every time.
+awk '{print NR":"$0}' topologies/data/words.txt | "$KSTREAM" dev produce lines --key-sep : \
+  --event-time-start 1767225600000 --event-time-step 15000 --bootstrap "$BOOTSTRAP"
 
-# ---------------------------------------------------------------- the job
-# TODO(lead): `kstream run` is being written in parallel; wire its exact options here
-# (bounded run over the input, so the demo ends by itself).
-echo "== running topologies/wordcount.py"
-"$KSTREAM" run topologies/wordcount.py --bootstrap "$BOOTSTRAP"
-# ---------------------------------------------------------------- /the job
+echo "== running topologies/wordcount.py (coordinator + worker, checkpoint every second)"
+"$KSTREAM" -v run topologies/wordcount.py --bootstrap "$BOOTSTRAP" \
+  --store "file://$PWD/$DEMO/checkpoints" --state-dir "$DEMO/state" \
+  --interval 1 --stop-when-idle 3 2>&1 | tee $DEMO/run.log | grep -E "completed|restored|resumed|failed|Error" || true
 
-echo "== $OUTPUT_TOPIC (key<TAB>count)"
-"$KSTREAM" dev consume "$OUTPUT_TOPIC" --from-beginning --timeout 5 --bootstrap "$BOOTSTRAP" | sort
+echo "== completed checkpoints"
+"$KSTREAM" checkpoints list --store "file://$PWD/$DEMO/checkpoints" --app-id wordcount
+
+echo "== word-counts, read_committed (word<TAB>window and count)"
+"$KSTREAM" dev consume word-counts --from-beginning --timeout 3 --bootstrap "$BOOTSTRAP" | sort
+echo "(later windows are still open: a window fires when the watermark of every input"
+echo " partition, its max event time - 5 s, has passed the window's end)"

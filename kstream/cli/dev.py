@@ -238,11 +238,29 @@ def topics_create(
     default=None,
     help="Split each line at the first SEP into key and value (lines without it get no key).",
 )
+@click.option(
+    "--event-time-step",
+    type=int,
+    default=None,
+    metavar="MS",
+    help="Give record i the timestamp START + i*MS (START: --event-time-start, else now), "
+    "so event time advances and windows close; default: the producer's clock.",
+)
+@click.option(
+    "--event-time-start", type=int, default=None, metavar="MS", help="First timestamp (epoch ms)."
+)
 @bootstrap_option
 def produce(
-    topic: str, source: IO[str], key_sep: str | None, bootstrap: str | None, state_dir: Path
+    topic: str,
+    source: IO[str],
+    key_sep: str | None,
+    event_time_step: int | None,
+    event_time_start: int | None,
+    bootstrap: str | None,
+    state_dir: Path,
 ) -> None:
     """Produce each line of stdin (or --file) as one record value to TOPIC."""
+    start = event_time_start if event_time_start is not None else int(time.time() * 1000)
     producer = make_producer(_resolve_bootstrap(bootstrap, state_dir))
     errors: list[str] = []
 
@@ -258,7 +276,13 @@ def produce(
             key, line = line.split(key_sep, 1)
         while True:
             try:
-                producer.produce(topic, value=line.encode(), key=key, on_delivery=on_delivery)
+                if event_time_step is None:
+                    producer.produce(topic, value=line.encode(), key=key, on_delivery=on_delivery)
+                else:
+                    ts = start + count * event_time_step
+                    producer.produce(
+                        topic, value=line.encode(), key=key, on_delivery=on_delivery, timestamp=ts
+                    )
                 break
             except BufferError:
                 producer.poll(0.1)  # local queue full: serve deliveries and retry

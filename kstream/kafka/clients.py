@@ -36,6 +36,7 @@ __all__ = [
     "make_consumer",
     "make_producer",
     "partition_counts",
+    "watermark_offsets",
 ]
 
 
@@ -141,14 +142,65 @@ def ensure_topics(admin: AdminClient, specs: Iterable[TopicSpec], timeout: float
             except KafkaException as e:
                 if e.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
                     raise
+    # Wait until every partition has a leader: a producer or a watermark query on a
+    # partition whose leader is not elected yet fails (NOT_LEADER_FOR_PARTITION).
     deadline = time.monotonic() + timeout
     names = [s.name for s in specs]
     while True:
-        seen = partition_counts(admin, names)
-        if len(seen) == len(names):
+        not_ready = _without_leader(admin, names)
+        if not not_ready:
             return
         if time.monotonic() > deadline:
-            raise TimeoutError(
-                f"topics not visible after {timeout}s: {sorted(set(names) - set(seen))}"
-            )
+            raise TimeoutError(f"topics without a leader after {timeout}s: {not_ready}")
         time.sleep(0.1)
+
+
+def _without_leader(admin: AdminClient, names: list[str]) -> list[str]:
+    """Those of ``names`` that do not exist yet or have a partition without a leader."""
+    md = admin.list_topics(timeout=10.0)
+    out = []
+    for name in names:
+        t = md.topics.get(name)
+        if (
+            t is None
+            or t.error is not None
+            or not t.partitions
+            or any(p.leader < 0 for p in t.partitions.values())
+        ):
+            out.append(name)
+    return out
+
+
+_RETRIABLE_OFFSET_ERRORS = frozenset(
+    {
+        KafkaError.NOT_LEADER_FOR_PARTITION,
+        KafkaError.LEADER_NOT_AVAILABLE,
+        KafkaError.UNKNOWN_TOPIC_OR_PART,
+        KafkaError._TRANSPORT,
+        KafkaError._TIMED_OUT,
+    }
+)
+
+
+def watermark_offsets(
+    consumer: Consumer, topic: str, partition: int, timeout: float = 30.0
+) -> tuple[int, int]:
+    """(low, high) watermark of a partition, asked of its leader.
+
+    Retried until ``timeout`` while the leader of a new topic is still being elected
+    (the broker answers NOT_LEADER_FOR_PARTITION for a moment after creation).
+    """
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            low, high = consumer.get_watermark_offsets(
+                TopicPartition(topic, partition),
+                timeout=max(0.1, min(5.0, deadline - time.monotonic())),
+                cached=False,
+            )
+            return int(low), int(high)
+        except KafkaException as e:
+            err = e.args[0]
+            if err.code() not in _RETRIABLE_OFFSET_ERRORS or time.monotonic() > deadline:
+                raise
+            time.sleep(0.1)

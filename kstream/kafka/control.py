@@ -41,6 +41,7 @@ from kstream.kafka.clients import (
     make_admin,
     make_consumer,
     make_producer,
+    watermark_offsets,
 )
 
 log = logging.getLogger(__name__)
@@ -142,9 +143,7 @@ class ControlReader:
         written after this call began (the partition is totally ordered).
         """
         deadline = time.monotonic() + timeout
-        _low, high = self._consumer.get_watermark_offsets(
-            TopicPartition(self.topic, 0), timeout=timeout, cached=False
-        )
+        _low, high = watermark_offsets(self._consumer, self.topic, 0, timeout)
         out: list[Message] = []
         eof_before = self.eof_count
         while self.eof_count == eof_before and self.last_offset < high:

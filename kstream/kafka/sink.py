@@ -44,6 +44,7 @@ from kstream.kafka.clients import (
     TopicSpec,
     make_consumer,
     make_producer,
+    watermark_offsets,
 )
 
 __all__ = [
@@ -758,8 +759,7 @@ def _high_watermark(bootstrap: str, tp: TopicPartition, timeout: float) -> tuple
     """(low, high watermark) of ``tp``, as a read_uncommitted reader sees them."""
     c = make_consumer(bootstrap, "kstream.watermark-query", read_committed=False)
     try:
-        low, high = c.get_watermark_offsets(tp, timeout=timeout, cached=False)
-        return int(low), int(high)
+        return watermark_offsets(c, tp.topic, tp.partition, timeout)
     finally:
         c.close()
 

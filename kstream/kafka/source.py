@@ -27,7 +27,7 @@ from typing import Any
 
 from confluent_kafka import OFFSET_INVALID, TIMESTAMP_NOT_AVAILABLE, TopicPartition
 
-from kstream.kafka.clients import KafkaError, KafkaException, make_consumer
+from kstream.kafka.clients import KafkaError, KafkaException, make_consumer, watermark_offsets
 
 __all__ = [
     "TP",
@@ -251,10 +251,7 @@ class SourceConsumer:
 
     def end_offsets(self, tp: TP, timeout: float = 10.0) -> int:
         """The end offset of ``tp`` (bounded runs read up to it)."""
-        _low, high = self._consumer.get_watermark_offsets(
-            TopicPartition(*tp), timeout=timeout, cached=False
-        )
-        return int(high)
+        return watermark_offsets(self._consumer, tp[0], tp[1], timeout)[1]
 
     def close(self) -> None:
         """Leave the group (revocation callbacks run) and release the consumer."""
