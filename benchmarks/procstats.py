@@ -1,16 +1,19 @@
 """Run a contender as a separate OS process and measure what it cost.
 
-CPU seconds and peak RSS come from ``os.wait4``'s rusage: on Linux that covers the
-child and every descendant it waited for (ru_maxrss is the largest of them).
+CPU seconds and peak RSS come from ``os.wait4``'s rusage, taken by the small
+``benchmarks.spawn`` process that starts the contender (see there why): on Linux that
+covers the contender and every descendant it waited for (ru_maxrss is the largest).
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import resource
 import signal
 import subprocess
+import sys
 import threading
 import time
 from collections.abc import Mapping, Sequence
@@ -37,7 +40,7 @@ class Child:
         self,
         argv: Sequence[str],
         *,
-        cwd: Path,
+        cwd: Path,  # must let ``python -m benchmarks.spawn`` import (the repository root)
         log_dir: Path,
         name: str,
         env: Mapping[str, str] | None = None,
@@ -45,10 +48,13 @@ class Child:
         log_dir.mkdir(parents=True, exist_ok=True)
         self.stdout_path = log_dir / f"{name}.out"
         self.stderr_path = log_dir / f"{name}.err"
+        self.rusage_path = log_dir / f"{name}.rusage.json"
+        self.rusage_path.unlink(missing_ok=True)
+        spawn = [sys.executable, "-m", "benchmarks.spawn", str(self.rusage_path), "--"]
         self._t0 = time.monotonic()
         with self.stdout_path.open("wb") as out, self.stderr_path.open("wb") as err:
             self._proc = subprocess.Popen(
-                list(argv),
+                [*spawn, *argv],
                 cwd=cwd,
                 stdout=out,
                 stderr=err,
@@ -102,10 +108,14 @@ class Child:
         """The finished child's result (the child must have exited)."""
         assert self._status is not None, "child still running"
         code, ru = self._status
+        cpu_s, maxrss_kb = ru.ru_utime + ru.ru_stime, ru.ru_maxrss
+        if self.rusage_path.exists():  # absent when the group was SIGKILLed
+            own = json.loads(self.rusage_path.read_text())
+            code, cpu_s, maxrss_kb = own["code"], own["cpu_s"], own["maxrss_kb"]
         return ChildResult(
             returncode=code,
-            cpu_s=ru.ru_utime + ru.ru_stime,
-            peak_rss_mb=ru.ru_maxrss / 1024.0,  # Linux reports KiB
+            cpu_s=cpu_s,
+            peak_rss_mb=maxrss_kb / 1024.0,  # Linux reports KiB
             wall_s=self._wall,
             stdout=self.stdout_path.read_text(errors="replace"),
             stderr_tail=self._tail(),
