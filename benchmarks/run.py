@@ -188,6 +188,7 @@ class Harness:
     log: list[str] = field(default_factory=list)
 
     def say(self, text: str) -> None:
+        """Print a progress line (and keep it)."""
         click.echo(text)
         self.log.append(text)
 
@@ -198,7 +199,6 @@ class Harness:
         spec: InputSpec,
         ends: EndOffsets,
         expected: OutputStats | None,
-        run_no: int,
     ) -> RunResult:
         """Run contender ``c`` once on ``wl``; verify its output; clean up its topics and state."""
         rid = uuid.uuid4().hex[:8]
@@ -516,7 +516,7 @@ def _bench(
                     if s.unavailable is not None:
                         continue
                     try:
-                        r = h.run_once(wl, s.contender, spec, ends, expected, run_no)
+                        r = h.run_once(wl, s.contender, spec, ends, expected)
                     except (RuntimeError, TimeoutError, ValueError) as e:
                         s.failures.append(f"run {run_no}: {e}")
                         h.say(f"{wl.key} {s.contender.name} run {run_no}: FAILED: {e}")
