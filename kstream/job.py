@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from kstream.api.topology import Topology
-from kstream.config import ConfigError, JobConfig
+from kstream.config import ConfigError, Guarantee, JobConfig
 from kstream.kafka.clients import TopicSpec, ensure_topics, make_admin, partition_counts
 from kstream.plan import JobPlan, PlanError, plan_job
 
@@ -33,6 +33,9 @@ def source_topics(topology: Topology) -> set[str]:
     return {n.params["topic"] for n in topology.nodes if n.kind in ("source", "table")}
 
 
+INTERNAL_TOPIC_CONFIG = {"retention.ms": "-1"}
+
+
 @dataclass(frozen=True)
 class Job:
     """A job config with its plan."""
@@ -41,8 +44,16 @@ class Job:
     plan: JobPlan
 
 
-def plan_live(topology: Topology, config: JobConfig, *, wait_s: float = 0.0) -> Job:
+def plan_live(
+    topology: Topology,
+    config: JobConfig,
+    *,
+    wait_s: float = 0.0,
+    default_guarantee: Guarantee | None = None,
+) -> Job:
     """Plan ``topology`` over the partition counts of its source topics as they exist now.
+
+    ``default_guarantee`` applies to sinks that declare none (None: the topology's).
 
     A missing source topic is a configuration error naming it (create it first), unless
     ``wait_s`` > 0, in which case it is waited for.
@@ -64,7 +75,7 @@ def plan_live(topology: Topology, config: JobConfig, *, wait_s: float = 0.0) -> 
             )
         time.sleep(0.5)
     try:
-        plan = plan_job(topology, config.app_id, counts)
+        plan = plan_job(topology, config.app_id, counts, default_guarantee=default_guarantee)
     except PlanError as e:
         raise ConfigError(str(e)) from e
     return Job(config, plan)
@@ -85,7 +96,10 @@ def ensure_job_topics(job: Job) -> None:
     internal = {t.name: t.partitions for t in plan.internal_topics}
     stage_parts = {s.name: s.partitions for s in plan.stages}
     sinks = {s.topic: stage_parts[s.stage] for s in plan.sinks}
-    specs = [TopicSpec(name, n) for name, n in internal.items()]
+    # Internal records keep their event-time timestamps; time-based retention would
+    # delete old-event-time records before they are read (or re-read after a
+    # restore), so internal topics are never expired by time (as Kafka Streams does).
+    specs = [TopicSpec(name, n, config=INTERNAL_TOPIC_CONFIG) for name, n in internal.items()]
     specs += [TopicSpec(name, n) for name, n in sinks.items() if name not in internal]
     specs += [
         TopicSpec(control_topic(cfg.app_id), 1),

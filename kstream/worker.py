@@ -27,6 +27,7 @@ import time
 from collections.abc import Callable, Mapping
 from concurrent.futures import Future
 from dataclasses import dataclass, field
+from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
@@ -45,7 +46,7 @@ from kstream.checkpoint.messages import (
 )
 from kstream.checkpoint.metadata import read_metadata
 from kstream.checkpoint.store import CheckpointStore, open_store
-from kstream.config import Guarantee, JobConfig
+from kstream.config import ConfigError, Guarantee, JobConfig
 from kstream.job import Job
 from kstream.kafka.clients import make_producer
 from kstream.kafka.control import ControlClient
@@ -89,6 +90,40 @@ SINK_BLOB = "sink"
 
 class WorkerError(RuntimeError):
     """The worker cannot continue; the message says why."""
+
+
+class PausePoint(StrEnum):
+    """Test hook: where a worker stops to be killed (crash tests, never production).
+
+    * ``after-snapshot``: a task took the synchronous part of a checkpoint's
+      snapshot, before its upload and acknowledgement (between barrier and ack).
+    * ``before-sink-commit``: ``CheckpointCompleted(n)`` arrived and an exactly-once
+      sink has records due for *n*, before their transaction.
+    """
+
+    AFTER_SNAPSHOT = "after-snapshot"
+    BEFORE_SINK_COMMIT = "before-sink-commit"
+
+
+PAUSE_MARKER = "KSTREAM-DEBUG-PAUSE"
+
+
+@dataclass(frozen=True)
+class WorkerSettings:
+    """Process-level settings of one worker (not part of the job's configuration).
+
+    ``session_timeout_s``: the consumer group's session timeout: how soon a dead
+    worker's partitions move to the others. ``pause_at``: test hook, see
+    :class:`PausePoint`; the worker prints ``KSTREAM-DEBUG-PAUSE <point> ...`` on
+    stdout and blocks there until it is stopped or killed.
+    """
+
+    session_timeout_s: float = 10.0
+    pause_at: PausePoint | None = None
+
+    def __post_init__(self) -> None:
+        if self.session_timeout_s <= 0:
+            raise ConfigError(f"session timeout must be > 0, got {self.session_timeout_s}")
 
 
 # ---- positions <-> JSON (manifests and acknowledgements) --------------------------------
@@ -138,6 +173,16 @@ def from_wire(ev: InternalEvent) -> StreamEvent:
         assert ev.timestamp is not None
         return Watermark(ev.timestamp)
     return EndOfInput()
+
+
+def _has_due_output(sink: Sink, checkpoint_id: int) -> bool:
+    """Whether ``CheckpointCompleted(checkpoint_id)`` makes ``sink`` publish records."""
+    if not isinstance(sink, ExactlyOnceSink):
+        return False
+    last = sink.buffer.last_committed
+    if last is not None and checkpoint_id <= last:
+        return False
+    return any(e.records for e in sink.buffer.due(checkpoint_id))
 
 
 # ---- one task on this worker -----------------------------------------------------------
@@ -194,8 +239,10 @@ class Worker:
         heartbeat_interval: float = 1.0,
         commit_interval: float = 1.0,
         stop_when_idle: float | None = None,
+        settings: WorkerSettings | None = None,
     ) -> None:
         self.job = job
+        self.settings = settings or WorkerSettings()
         self.cfg: JobConfig = job.config
         self.plan = job.plan
         self.clock = clock
@@ -245,7 +292,11 @@ class Worker:
             sorted({tp[0] for tp in self.task_of}),
             on_assign=self._on_assign,
             on_revoke=self._on_revoke,
-            extra={"session.timeout.ms": 10000, "heartbeat.interval.ms": 1000, **self.cfg.kafka},
+            extra={
+                "session.timeout.ms": int(self.settings.session_timeout_s * 1000),
+                "heartbeat.interval.ms": min(1000, int(self.settings.session_timeout_s * 250)),
+                **self.cfg.kafka,
+            },
         )
 
     # ---- group membership callbacks (inside consume) ----------------------------------
@@ -508,6 +559,10 @@ class Worker:
         if point.final:
             runner.final_id = n
         snap = runner.backend.snapshot_sync(n, label=label)
+        if point.checkpoint_id is not None:
+            self._debug_pause(
+                PausePoint.AFTER_SNAPSHOT, f"checkpoint={n} task={runner.spec.task_id}"
+            )
         # 4.
         positions = encode_positions(point.positions)
         fut = runner.uploader.upload(snap, positions=positions, attempt=point.attempt, blobs=blobs)
@@ -600,6 +655,11 @@ class Worker:
                 for r in list(self.runners.values()):
                     try:
                         for s in r.sinks.values():
+                            if _has_due_output(s, msg.checkpoint_id):
+                                self._debug_pause(
+                                    PausePoint.BEFORE_SINK_COMMIT,
+                                    f"checkpoint={msg.checkpoint_id} task={r.spec.task_id}",
+                                )
                             s.on_checkpoint_completed(msg.checkpoint_id)
                     except SinkFencedError as e:  # a newer owner took this task over
                         log.warning("task %s: %s; stopping it here", r.spec.task_id, e)
@@ -632,6 +692,14 @@ class Worker:
                 self.failed_reason = msg.reason
             case _:
                 pass
+
+    def _debug_pause(self, point: PausePoint, detail: str) -> None:
+        """Test hook: at ``settings.pause_at``, say so on stdout and block until stopped."""
+        if self.settings.pause_at is not point:
+            return
+        print(f"{PAUSE_MARKER} {point.value} {detail} attempt={self.attempt}", flush=True)
+        log.warning("paused at %s (%s) for a crash test; waiting to be killed", point.value, detail)
+        self.stop_event.wait()
 
     def _heartbeat(self, now: float) -> None:
         if self.control is None or now < self._next_heartbeat:
@@ -905,8 +973,11 @@ def install_signal_handlers(worker: Worker) -> None:
 
 
 __all__ = [
+    "PAUSE_MARKER",
+    "PausePoint",
     "Worker",
     "WorkerError",
+    "WorkerSettings",
     "decode_positions",
     "encode_positions",
     "install_signal_handlers",

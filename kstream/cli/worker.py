@@ -8,7 +8,7 @@ from typing import Any
 import click
 
 from kstream.cli.options import build_job_config, job_options, pop_job_options
-from kstream.config import ConfigError
+from kstream.config import ConfigError, Guarantee
 
 
 @click.command()
@@ -34,8 +34,29 @@ from kstream.config import ConfigError
     help="Exit 0 once no input arrived for SECONDS and a checkpoint taken after the last "
     "input completed (all output committed).",
 )
+@click.option(
+    "--session-timeout",
+    type=float,
+    default=10.0,
+    show_default=True,
+    metavar="SECONDS",
+    help="Consumer-group session timeout: how soon a dead worker's partitions move on.",
+)
+@click.option(
+    "--debug-pause-at",
+    type=click.Choice(["after-snapshot", "before-sink-commit"]),
+    default=None,
+    hidden=True,
+    help="Crash tests only: block at this point (after-snapshot, before-sink-commit).",
+)
 def worker(
-    topology: str, bootstrap: str, bounded: bool, stop_when_idle: float | None, **kwargs: Any
+    topology: str,
+    bootstrap: str,
+    bounded: bool,
+    stop_when_idle: float | None,
+    session_timeout: float,
+    debug_pause_at: str | None,
+    **kwargs: Any,
 ) -> None:
     """Run the tasks of TOPOLOGY that the consumer group assigns to this process.
 
@@ -44,17 +65,23 @@ def worker(
     last completed checkpoint. Exits 1 with the reason when the job fails.
     """
     from kstream.job import ensure_job_topics, load_topology, plan_live
-    from kstream.worker import Worker, install_signal_handlers
+    from kstream.worker import PausePoint, Worker, WorkerSettings, install_signal_handlers
 
     opts = pop_job_options(kwargs)
     try:
         topo = load_topology(topology)
         cfg = build_job_config(opts, bootstrap=bootstrap, default_app_id=topo.name, bounded=bounded)
-        job = plan_live(topo, cfg)
+        default_guarantee = Guarantee(opts["guarantee"]) if opts["guarantee"] else None
+        job = plan_live(topo, cfg, default_guarantee=default_guarantee)
         ensure_job_topics(job)
+        try:
+            pause = PausePoint(debug_pause_at) if debug_pause_at else None
+        except ValueError as e:
+            raise ConfigError(f"--debug-pause-at: {e}") from e
+        settings = WorkerSettings(session_timeout_s=session_timeout, pause_at=pause)
     except ConfigError as e:
         click.echo(f"kstream: {e}", err=True)
         sys.exit(2)
-    w = Worker(job, stop_when_idle=stop_when_idle)
+    w = Worker(job, stop_when_idle=stop_when_idle, settings=settings)
     install_signal_handlers(w)
     sys.exit(w.run())

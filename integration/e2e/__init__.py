@@ -1,0 +1,1 @@
+"""End-to-end crash tests of whole jobs: harness, scenarios (see ``harness`` and ``scenarios``)."""

@@ -1,0 +1,562 @@
+"""Crash-test harness: a real job (coordinator + workers as OS processes) on a real broker.
+
+The harness owns one job run: it renames the topology's topics to unique names,
+starts ``kstream coordinator`` and ``kstream worker`` processes (logs in files),
+produces a known input over time from a thread, SIGKILLs processes (also at the
+workers' debug pause points), observes the control topic, waits for the job to
+drain and reads the sink with ``read_committed``.
+
+Every wait is a condition with a deadline that fails with what was observed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from integration.edge_tools import Read, read_all
+from kstream.checkpoint.messages import (
+    AcknowledgeCheckpoint,
+    CheckpointCompleted,
+    Message,
+    ProtocolError,
+    Restore,
+    Resume,
+    TriggerCheckpoint,
+    decode,
+)
+from kstream.checkpoint.metadata import CheckpointMetadata, read_metadata
+from kstream.checkpoint.store import StoreError, open_store
+from kstream.kafka.clients import (
+    KafkaError,
+    TopicPartition,
+    TopicSpec,
+    ensure_topics,
+    make_admin,
+    make_consumer,
+    make_producer,
+)
+from kstream.kafka.control import control_topic
+
+REPO = Path(__file__).resolve().parents[2]
+PAUSE_MARKER = "KSTREAM-DEBUG-PAUSE"
+
+
+class HarnessError(AssertionError):
+    """A condition of the crash test did not hold within its deadline."""
+
+
+def wait_until(
+    what: str, cond: Callable[[], bool], timeout: float, observed: Callable[[], str]
+) -> None:
+    """Poll ``cond`` every 0.2 s until true; HarnessError naming ``what`` and the observation."""
+    deadline = time.monotonic() + timeout
+    while not cond():
+        if time.monotonic() > deadline:
+            raise HarnessError(f"{what}: not reached within {timeout:g}s; observed: {observed()}")
+        time.sleep(0.2)
+
+
+# ---- topology with unique topic names -----------------------------------------------------
+
+
+def write_renamed_topology(src: Path, renames: Mapping[str, str], dest: Path) -> Path:
+    """A topology file that loads ``src`` and renames its source/sink topics per ``renames``."""
+    dest.write_text(
+        "from integration.e2e.renamed import renamed\n"
+        f"topology = renamed({str(src)!r}, {dict(renames)!r})\n"
+    )
+    return dest
+
+
+# ---- processes ---------------------------------------------------------------------------
+
+
+@dataclass
+class Proc:
+    """One started OS process (one incarnation of a role) and its log file."""
+
+    role: str
+    popen: subprocess.Popen[bytes]
+    log: Path
+    started: float
+
+    @property
+    def pid(self) -> int:
+        return self.popen.pid
+
+    def alive(self) -> bool:
+        return self.popen.poll() is None
+
+    def text(self) -> str:
+        return self.log.read_text(errors="replace") if self.log.exists() else ""
+
+    def lines_with(self, needle: str) -> list[str]:
+        return [ln for ln in self.text().splitlines() if needle in ln]
+
+
+@dataclass
+class ControlLog:
+    """Control-topic messages observed (read_committed), with the wall time they were read."""
+
+    messages: list[tuple[float, Message]] = field(default_factory=list)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def of(self, kind: type[Any]) -> list[tuple[float, Any]]:
+        with self.lock:
+            return [(t, m) for t, m in self.messages if isinstance(m, kind)]
+
+    def completed_ids(self) -> list[int]:
+        return sorted({m.checkpoint_id for _t, m in self.of(CheckpointCompleted)})
+
+
+class ControlWatcher(threading.Thread):
+    """Reads ``<app>.control`` from the beginning into a ControlLog until stopped."""
+
+    def __init__(self, bootstrap: str, app: str) -> None:
+        super().__init__(daemon=True, name=f"control-watch-{app}")
+        self.log = ControlLog()
+        self._stop_flag = threading.Event()
+        self._consumer = make_consumer(bootstrap, f"{app}.e2e-watch", read_committed=True)
+        self._consumer.assign([TopicPartition(control_topic(app), 0, 0)])
+        self.malformed = 0
+
+    def run(self) -> None:
+        while not self._stop_flag.is_set():
+            for rec in self._consumer.consume(200, 0.2):
+                err = rec.error()
+                if err is not None:
+                    if err.code() != KafkaError._PARTITION_EOF:
+                        raise HarnessError(f"reading the control topic: {err.str()}")
+                    continue
+                try:
+                    msg = decode(rec.value())
+                except ProtocolError:
+                    self.malformed += 1
+                    continue
+                with self.log.lock:
+                    self.log.messages.append((time.time(), msg))
+
+    def stop(self) -> None:
+        self._stop_flag.set()
+        self.join(timeout=10)
+        self._consumer.close()
+
+
+@dataclass(frozen=True)
+class JobSettings:
+    """How the job under test runs (mapped onto the kstream CLI)."""
+
+    checkpointing: bool = True
+    guarantee: str | None = None  # None: the topology's (exactly-once)
+    interval: float = 0.7
+    session_timeout: float = 6.0
+    heartbeat_timeout: float = 4.0
+    restart_delay: float = 0.2
+    workers: int = 3
+
+
+class JobUnderTest:
+    """Coordinator and workers of one app as real processes; logs under ``workdir``."""
+
+    def __init__(
+        self,
+        bootstrap: str,
+        app: str,
+        topology_file: Path,
+        workdir: Path,
+        settings: JobSettings,
+    ) -> None:
+        self.bootstrap = bootstrap
+        self.app = app
+        self.topology_file = topology_file
+        self.workdir = workdir
+        self.settings = settings
+        self.store_url = f"file://{workdir / 'store'}"
+        self.procs: list[Proc] = []  # every incarnation, in start order
+        self.current: dict[str, Proc] = {}  # role -> live incarnation
+        self.kills: list[tuple[float, str, str]] = []  # (wall time, role, why)
+        self._n = 0
+
+    def _job_args(self) -> list[str]:
+        s = self.settings
+        args = [
+            "--bootstrap",
+            self.bootstrap,
+            "--app-id",
+            self.app,
+            "--store",
+            self.store_url,
+            "--interval",
+            str(s.interval),
+            "--timeout",
+            "20",
+            "--restart-delay",
+            str(s.restart_delay),
+            "--max-restarts",
+            "200",
+            "--tolerable-failures",
+            "50",
+            "--retained",
+            "100000",  # keep every checkpoint's metadata for the statistics
+        ]
+        if not s.checkpointing:
+            args.append("--no-checkpointing")
+        if s.guarantee:
+            args += ["--guarantee", s.guarantee]
+        return args
+
+    def _start(self, role: str, argv: list[str]) -> Proc:
+        self._n += 1
+        log = self.workdir / f"{self._n:02d}-{role}.log"
+        fh = log.open("wb")
+        cmd = [sys.executable, "-c", "from kstream.cli import main; main()", "-v", *argv]
+        popen = subprocess.Popen(
+            cmd, cwd=REPO, stdout=fh, stderr=subprocess.STDOUT, env={**os.environ}
+        )
+        fh.close()
+        p = Proc(role, popen, log, time.time())
+        self.procs.append(p)
+        self.current[role] = p
+        return p
+
+    def start_coordinator(self) -> Proc:
+        return self._start(
+            "coordinator",
+            [
+                "coordinator",
+                str(self.topology_file),
+                *self._job_args(),
+                "--heartbeat-timeout",
+                str(self.settings.heartbeat_timeout),
+            ],
+        )
+
+    def start_worker(self, slot: int, pause_at: str | None = None) -> Proc:
+        state = self.workdir / f"state-{slot}"
+        argv = [
+            "worker",
+            str(self.topology_file),
+            *self._job_args(),
+            "--state-dir",
+            str(state),
+            "--session-timeout",
+            str(self.settings.session_timeout),
+        ]
+        if pause_at:
+            argv += ["--debug-pause-at", pause_at]
+        return self._start(f"worker-{slot}", argv)
+
+    def kill(self, role: str, why: str) -> Proc:
+        """SIGKILL the live incarnation of ``role`` and reap it."""
+        p = self.current.pop(role)
+        os.kill(p.pid, signal.SIGKILL)
+        p.popen.wait(timeout=10)
+        self.kills.append((time.time(), role, why))
+        print(f"[e2e] kill -9 {role} pid {p.pid}: {why}", flush=True)
+        return p
+
+    def assert_alive(self) -> None:
+        dead = {r: p.popen.returncode for r, p in self.current.items() if not p.alive()}
+        if dead:
+            tails = "\n".join(
+                f"--- {r} (rc {rc}) ---\n" + "\n".join(self.current[r].text().splitlines()[-30:])
+                for r, rc in dead.items()
+            )
+            raise HarnessError(f"processes exited unexpectedly: {dead}\n{tails}")
+
+    def wait_for_line(self, p: Proc, needle: str, timeout: float) -> str:
+        """The first line of ``p``'s log containing ``needle``."""
+        found: list[str] = []
+
+        def cond() -> bool:
+            found[:] = p.lines_with(needle)
+            if not found and not p.alive():
+                raise HarnessError(
+                    f"{p.role} exited (rc {p.popen.returncode}) before printing {needle!r}:\n"
+                    + "\n".join(p.text().splitlines()[-30:])
+                )
+            return bool(found)
+
+        wait_until(
+            f"{p.role} prints {needle!r}",
+            cond,
+            timeout,
+            lambda: "\n".join(p.text().splitlines()[-10:]),
+        )
+        return found[0]
+
+    def stop_all(self, timeout: float = 20.0) -> dict[str, int | None]:
+        """SIGTERM every live process, wait (deadline), SIGKILL stragglers; their exit codes."""
+        for p in self.current.values():
+            if p.alive():
+                p.popen.send_signal(signal.SIGTERM)
+        codes: dict[str, int | None] = {}
+        deadline = time.monotonic() + timeout
+        for role, p in self.current.items():
+            try:
+                codes[role] = p.popen.wait(timeout=max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                p.popen.kill()
+                p.popen.wait(timeout=10)
+                codes[role] = None
+        self.current = {}
+        return codes
+
+    def kill_everything(self) -> None:
+        """Cleanup: SIGKILL whatever is still running (never leave processes behind)."""
+        for p in self.procs:
+            if p.alive():
+                p.popen.kill()
+                p.popen.wait(timeout=10)
+
+
+# ---- input ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class InputRecord:
+    """One record the generator writes. ``kind``: ok | late | bad (malformed)."""
+
+    topic: str  # the real (renamed) topic
+    partition: int
+    key: bytes | None
+    value: bytes
+    ts: int
+    kind: str = "ok"
+
+
+class Generator(threading.Thread):
+    """Produces ``records`` in order at ``rate`` records/s; before the first ``late``
+    record it waits for ``late_gate()`` (with a deadline)."""
+
+    def __init__(
+        self,
+        bootstrap: str,
+        records: Sequence[InputRecord],
+        rate: float,
+        late_gate: Callable[[], bool] | None = None,
+        late_gate_timeout: float = 90.0,
+    ) -> None:
+        super().__init__(daemon=True, name="e2e-generator")
+        self.records = records
+        self.rate = rate
+        self.late_gate = late_gate
+        self.late_gate_timeout = late_gate_timeout
+        self.produced = 0
+        self.error: BaseException | None = None
+        self.finished_at: float | None = None
+        self._producer = make_producer(bootstrap, extra={"linger.ms": 5})
+        self._halt = threading.Event()
+
+    def run(self) -> None:
+        try:
+            self._run()
+        except BaseException as e:  # reported by the test through .error
+            self.error = e
+
+    def _run(self) -> None:
+        errors: list[str] = []
+
+        def on_delivery(err: object, _msg: object) -> None:
+            if err is not None:
+                errors.append(str(err))
+
+        t0 = time.monotonic()
+        gated = self.late_gate is None
+        for i, r in enumerate(self.records):
+            if self._halt.is_set():
+                return
+            if r.kind == "late" and not gated:
+                self._producer.flush(30)
+                deadline = time.monotonic() + self.late_gate_timeout
+                assert self.late_gate is not None
+                while not self.late_gate():
+                    if time.monotonic() > deadline:
+                        raise HarnessError("late-record gate did not open (no committed output)")
+                    time.sleep(0.2)
+                gated = True
+                t0 = time.monotonic() - i / self.rate  # keep the pace from here
+            due = t0 + i / self.rate
+            delay = due - time.monotonic()
+            if delay > 0:
+                self._halt.wait(delay)  # pacing the input, not synchronisation
+            self._producer.produce(
+                r.topic,
+                r.value,
+                r.key,
+                partition=r.partition,
+                timestamp=r.ts,
+                on_delivery=on_delivery,
+            )
+            self._producer.poll(0)
+            self.produced += 1
+        left = self._producer.flush(30)
+        if left or errors:
+            raise HarnessError(f"generator: {left} undelivered, errors {errors[:3]}")
+        self.finished_at = time.time()
+
+    def halt(self) -> None:
+        self._halt.set()
+
+
+# ---- observation and statistics --------------------------------------------------------------
+
+
+def source_ends(bootstrap: str, topics: Mapping[str, int]) -> dict[tuple[str, int], int]:
+    """High watermark of every partition of ``topics`` ({topic: partitions})."""
+    c = make_consumer(bootstrap, "e2e-ends", read_committed=False)
+    try:
+        return {
+            (t, p): c.get_watermark_offsets(TopicPartition(t, p), timeout=10, cached=False)[1]
+            for t, n in topics.items()
+            for p in range(n)
+        }
+    finally:
+        c.close()
+
+
+def covers(meta: CheckpointMetadata, ends: Mapping[tuple[str, int], int]) -> bool:
+    """Whether checkpoint ``meta``'s source positions are at the end of every source partition."""
+    pos: dict[tuple[str, int], int] = {}
+    for t in meta.tasks.values():
+        for k, v in t.offsets.items():
+            topic, _, part = k.rpartition(":")
+            if isinstance(v, int):
+                pos[(topic, int(part))] = v
+    return all(pos.get(tp, -1) >= end for tp, end in ends.items())
+
+
+def summary(values: Sequence[float]) -> str:
+    if not values:
+        return "n/a"
+    return f"median {statistics.median(values):.1f} ms, max {max(values):.1f} ms (n={len(values)})"
+
+
+@dataclass
+class RunReport:
+    """What a crash-test run observed; printed at the end of each test."""
+
+    kills: int
+    restores: int
+    resumes: int
+    checkpoints_completed: int
+    durations_ms: list[float]
+    alignment_ms: list[float]
+    restore_ms: list[float]
+    kill_to_resume_s: list[float]
+
+    def lines(self) -> Iterator[str]:
+        yield (
+            f"kills={self.kills} restores={self.restores} resumes={self.resumes} "
+            f"checkpoints_completed={self.checkpoints_completed}"
+        )
+        yield f"checkpoint duration (trigger -> all acks): {summary(self.durations_ms)}"
+        yield f"alignment time per task ack: {summary(self.alignment_ms)}"
+        yield f"task restore time (worker logs 'restored checkpoint N in X ms'): {summary(self.restore_ms)}"
+        kr = [x * 1000 for x in self.kill_to_resume_s]
+        yield f"kill -> next Resume: {summary(kr)}"
+
+
+def report(job: JobUnderTest, control: ControlLog) -> RunReport:
+    """Statistics from the control topic, the store's metadata and the worker logs."""
+    store = open_store(job.store_url)
+    completed = control.completed_ids()
+    durations = []
+    for n in completed:
+        try:
+            durations.append(read_metadata(store, job.app, n).duration_ms)
+        except StoreError as e:  # reported, not fatal: the statistics are best effort
+            print(f"[e2e] metadata of checkpoint {n} unreadable: {e}")
+    alignment = [m.alignment_ms for _t, m in control.of(AcknowledgeCheckpoint)]
+    restore_ms = []
+    for p in job.procs:
+        for ln in p.lines_with("restored checkpoint"):
+            try:
+                restore_ms.append(float(ln.split(" in ", 1)[1].split(" ms", 1)[0]))
+            except (IndexError, ValueError):
+                continue
+    resumes = [t for t, _m in control.of(Resume)]
+    k2r = []
+    for t, _role, _why in job.kills:
+        after = [r for r in resumes if r > t]
+        if after:
+            k2r.append(min(after) - t)
+    return RunReport(
+        kills=len(job.kills),
+        restores=len(control.of(Restore)),
+        resumes=len(resumes),
+        checkpoints_completed=len(completed),
+        durations_ms=durations,
+        alignment_ms=alignment,
+        restore_ms=restore_ms,
+        kill_to_resume_s=k2r,
+    )
+
+
+def latest_trigger_time(control: ControlLog) -> float:
+    ts = [t for t, _m in control.of(TriggerCheckpoint)]
+    return max(ts, default=0.0)
+
+
+def read_sink(bootstrap: str, topic: str) -> list[Read]:
+    """Every committed record of ``topic`` (read_committed, to the high watermark)."""
+    return read_all(bootstrap, topic, read_committed=True, timeout=60.0)
+
+
+def decode_json_values(records: Sequence[Read]) -> list[str]:
+    """Canonical JSON strings of the values (multiset-comparable)."""
+    return [json.dumps(json.loads(r.value), sort_keys=True) for r in records if r.value is not None]
+
+
+def canonical(rows: Sequence[Mapping[str, Any]]) -> list[str]:
+    return [json.dumps(r, sort_keys=True) for r in rows]
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """Multiset comparison of actual output with the expected output."""
+
+    expected: int
+    actual: int
+    lost: Counter[str]
+    duplicated: Counter[str]  # extra copies of expected records
+    unexpected: Counter[str]  # records not expected at all
+
+    @classmethod
+    def of(cls, expected: Sequence[str], actual: Sequence[str]) -> Comparison:
+        e, a = Counter(expected), Counter(actual)
+        lost = e - a
+        extra = a - e
+        dup = Counter({k: n for k, n in extra.items() if k in e})
+        unexpected = Counter({k: n for k, n in extra.items() if k not in e})
+        return cls(len(expected), len(actual), lost, dup, unexpected)
+
+    def describe(self) -> str:
+        return (
+            f"expected {self.expected} records, got {self.actual}: "
+            f"lost {sum(self.lost.values())}, duplicated {sum(self.duplicated.values())}, "
+            f"unexpected {sum(self.unexpected.values())}; "
+            f"first lost {list(self.lost)[:3]}, first duplicated {list(self.duplicated)[:3]}, "
+            f"first unexpected {list(self.unexpected)[:3]}"
+        )
+
+
+def create_topics(bootstrap: str, topics: Mapping[str, int]) -> None:
+    """Create ``topics`` without time-based retention: the input's event times lie in
+    the past, and the broker would expire such records before the job reads them."""
+    ensure_topics(
+        make_admin(bootstrap),
+        [TopicSpec(t, n, config={"retention.ms": "-1"}) for t, n in topics.items()],
+    )
