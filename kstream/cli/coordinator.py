@@ -38,7 +38,9 @@ from kstream.config import ConfigError
 def coordinator(
     topology: str | None, bootstrap: str, tasks: str | None, heartbeat_timeout: float, **kwargs: Any
 ) -> None:
-    """Trigger and commit the checkpoints of the job in TOPOLOGY; drive failover.
+    """Trigger and commit a job's checkpoints; drive failover.
+
+    Plans TOPOLOGY (or takes --tasks) to know every task that must acknowledge.
 
     Exactly one coordinator is active per app id: a new one fences the previous one.
     Exits 1 with the reason when the job fails hard or another coordinator takes over.

@@ -67,7 +67,10 @@ def _resolve_bootstrap(bootstrap: str | None, state_dir: Path) -> str:
 
 @click.group()
 def dev() -> None:
-    """Developer tools: a local single-node Kafka broker and topic helpers for demos and tests."""
+    """Developer tools: a local Kafka broker and topic helpers.
+
+    For demos and tests; not for production clusters.
+    """
 
 
 # ---------------------------------------------------------------- kafka

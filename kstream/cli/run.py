@@ -42,7 +42,7 @@ log = logging.getLogger(__name__)
 def run(
     topology: str, bootstrap: str | None, bounded: bool, stop_when_idle: float | None, **kwargs: Any
 ) -> None:
-    """Run TOPOLOGY embedded: the checkpoint coordinator and one worker in this process.
+    """Run a whole job in one process: coordinator + one worker.
 
     The same job can later be spread over `kstream coordinator` + `kstream worker`
     processes with the same app id: state and progress are in the checkpoint store.
