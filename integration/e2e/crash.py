@@ -39,11 +39,12 @@ from kstream.checkpoint.store import StoreError, open_store
 
 # A kill plan is a list of steps: "worker" (random worker, random time), "coordinator",
 # "after-snapshot" / "before-sink-commit" (targeted, via the worker's debug pause).
+# The sink-commit pause needs output still being produced, so it comes early.
 EXACTLY_ONCE_PLAN = [
     "worker",
-    "after-snapshot",
-    "coordinator",
     "before-sink-commit",
+    "coordinator",
+    "after-snapshot",
     "worker",
 ]
 
@@ -85,7 +86,7 @@ def run_job(
     seed: int,
     settings: JobSettings,
     plan: list[str],
-    rate: float = 50.0,
+    rate: float = 40.0,
     gate_late: bool = True,
     drain_timeout: float = 150.0,
     on_running: Callable[[JobUnderTest], None] | None = None,
@@ -176,7 +177,7 @@ def run_job(
         if control is not None:
             _wait_drained(job, control, bootstrap, sink_topic, ends, drain_timeout)
         else:
-            _wait_drained_unchecked(job, bootstrap, sink_topic, ends, drain_timeout)
+            wait_drained_unchecked(job, bootstrap, sink_topic, ends, drain_timeout)
         job.assert_alive()
         sink = read_sink(bootstrap, sink_topic)
         codes = job.stop_all()
@@ -284,15 +285,15 @@ def _wait_drained(
             raise HarnessError(f"output still changing: {before} -> {after} records")
 
 
-def _wait_drained_unchecked(
+def wait_drained_unchecked(
     job: JobUnderTest,
     bootstrap: str,
     sink_topic: str,
     ends: dict[tuple[str, int], int],
     timeout: float,
-) -> None:
+) -> dict[tuple[str, int], int]:
     """Checkpointing off: the group's committed offsets reach every source end offset,
-    and the output stops changing for 3 s."""
+    and the output stops changing for 3 s. Returns the committed source offsets."""
     from kstream.kafka.clients import TopicPartition, make_consumer
 
     c = make_consumer(bootstrap, job.app)
@@ -323,6 +324,7 @@ def _wait_drained_unchecked(
         return time.monotonic() - stable_since[0] >= 3.0
 
     wait_until("the output stops changing for 3 s", stable, timeout, lambda: f"{stable_since}")
+    return dict(seen)
 
 
 def _empty_report(job: JobUnderTest) -> RunReport:

@@ -165,6 +165,8 @@ class JobSettings:
     heartbeat_timeout: float = 4.0
     restart_delay: float = 0.2
     workers: int = 3
+    # Python run before the CLI in every process (teeth checks with a mutant module)
+    preamble: str = ""
 
 
 class JobUnderTest:
@@ -221,7 +223,8 @@ class JobUnderTest:
         self._n += 1
         log = self.workdir / f"{self._n:02d}-{role}.log"
         fh = log.open("wb")
-        cmd = [sys.executable, "-c", "from kstream.cli import main; main()", "-v", *argv]
+        code = f"{self.settings.preamble}\nfrom kstream.cli import main; main()"
+        cmd = [sys.executable, "-c", code, "-v", *argv]
         popen = subprocess.Popen(
             cmd, cwd=REPO, stdout=fh, stderr=subprocess.STDOUT, env={**os.environ}
         )

@@ -103,8 +103,16 @@ def _insert_late(rng: random.Random, seq: list[InputRecord], late: list[InputRec
         seq.insert(i + offset, r)
 
 
-def wordcount(rng: random.Random, per_partition: int = 500, late: int = 12) -> Scenario:
-    """Lines of 1-4 words; 60 s windows; event time = Kafka timestamp, 1 s per line per partition."""
+def wordcount(
+    rng: random.Random,
+    per_partition: int = 500,
+    late: int = 12,
+    *,
+    base: int = BASE,
+    closing: bool = True,
+) -> Scenario:
+    """Lines of 1-4 words; 60 s windows; event time = Kafka timestamp, 1 s per line per
+    partition from ``base``. Compared: windows in ``[base, end of the input]``."""
     path = REPO / "topologies" / "wordcount.py"
     step = 1_000
     seqs: list[list[InputRecord]] = []
@@ -114,16 +122,14 @@ def wordcount(rng: random.Random, per_partition: int = 500, late: int = 12) -> S
                 InputRecord(
                     "lines", p, None, " ".join(rng.choices(WORDS, k=rng.randint(1, 4))).encode(), ts
                 )
-                for ts in _disordered(rng, per_partition, step)
+                for ts in _disordered(rng, per_partition, step, base)
             ]
         )
     span = per_partition * step
-    cutoff = BASE + span + 60_000
+    cutoff = base + span + 60_000
     records = _interleave(seqs)
-    _insert_late(
-        rng,
-        records,
-        [
+    if late:
+        late_records = [
             InputRecord(
                 "lines",
                 rng.randrange(PARTITIONS),
@@ -133,11 +139,13 @@ def wordcount(rng: random.Random, per_partition: int = 500, late: int = 12) -> S
                 "late",
             )
             for i in range(late)
-        ],
-    )
-    records += [
-        InputRecord("lines", p, None, b"closing", BASE + span + 180_000) for p in range(PARTITIONS)
-    ]
+        ]
+        _insert_late(rng, records, late_records)
+    if closing:
+        records += [
+            InputRecord("lines", p, None, b"closing", base + span + 180_000)
+            for p in range(PARTITIONS)
+        ]
     good = {"lines": [(None, r.value.decode(), r.ts) for r in records if r.kind == "ok"]}
     expected = [row for row in _expected(path, good) if row["end"] <= cutoff]
     return Scenario(
