@@ -1,0 +1,123 @@
+"""Building blocks of the kstream contenders: the job configuration for the contender
+arguments, and the job run the way ``kstream run`` runs it — one worker plus the
+checkpoint coordinator as a thread of the same process.
+
+The only addition for the benchmark is the stop condition. ``BenchWorker`` is a
+``kstream.worker.Worker`` that tracks, per source partition, the offsets its tasks
+were fed against the end offsets captured by the harness. Once every partition is
+done it sets the worker's documented ``stop_when_idle`` to 0: the worker then stops
+exactly when the output of everything it read is committed — with checkpointing,
+when a checkpoint triggered after the last input completed (exactly-once output is
+visible then); without, after its next offset commit, which follows the sink flush.
+The worker loop itself is unchanged.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from benchmarks.workloads import Progress, Report
+from kstream.api import Topology
+from kstream.checkpoint.run import run_coordinator
+from kstream.config import CheckpointingConfig, Guarantee, JobConfig
+from kstream.job import Job, ensure_job_topics, plan_live
+from kstream.kafka.source import RawRecord
+from kstream.worker import Worker, install_signal_handlers
+
+
+def guarantee(a: argparse.Namespace) -> Guarantee:
+    """The sink guarantee named by ``--guarantee``."""
+    return Guarantee.EXACTLY_ONCE if a.guarantee == "exactly-once" else Guarantee.AT_LEAST_ONCE
+
+
+def store_dir(a: argparse.Namespace) -> Path:
+    """Where the checkpoint store lives.
+
+    Bounded runs keep it inside ``--state-dir`` (the harness deletes that after the
+    run). A ``--forever`` job (recovery) keeps it next to the state directory,
+    ``<state-dir>.store``: the recovery harness wipes ``--state-dir`` to simulate a
+    replacement machine, and the checkpoint store is the shared volume that survives.
+    """
+    state = Path(a.state_dir)
+    return state.parent / f"{state.name}.store" if a.forever else state / "checkpoints"
+
+
+def job_config(a: argparse.Namespace) -> JobConfig:
+    """The job configuration for the contender arguments ``a`` (app id = ``--group``)."""
+    kafka: dict[str, str] = {}
+    if a.instance_id:  # static membership: a restart takes the old member's place at once
+        kafka["group.instance.id"] = a.instance_id
+    return JobConfig(
+        app_id=a.group,
+        bootstrap_servers=a.bootstrap,
+        store_url=f"file://{store_dir(a).resolve()}",
+        state_dir=str(Path(a.state_dir) / "state"),
+        checkpointing=CheckpointingConfig(
+            enabled=a.checkpointing == "on",
+            interval=a.commit_interval,
+            guarantee=guarantee(a),
+        ),
+        kafka=kafka,
+    )
+
+
+class BenchWorker(Worker):
+    """A ``Worker`` that stops once its tasks were fed every record up to the end offsets
+    and the output of all of them is committed (see the module docstring)."""
+
+    def __init__(self, job: Job, progress: Progress | None, **kwargs: Any) -> None:
+        super().__init__(job, **kwargs)
+        self.progress = progress
+
+    def _feed(self, tp: tuple[str, int], records: list[RawRecord], now: float) -> None:
+        p = self.progress
+        task_id = self.task_of.get(tp)
+        runner = self.runners.get(task_id) if task_id else None
+        if p is None or not records or runner is None or not runner.running:
+            super()._feed(tp, records, now)  # not fed to a task (see Worker._feed)
+            return
+        if p.t_first is None:
+            p.t_first = time.time()  # the first input record is in hand
+        super()._feed(tp, records, now)
+        if tp[0] not in self.internal_parts and p.observe(tp[1], records[-1][3]):
+            self.stop_when_idle = 0.0  # stop as soon as everything read is committed
+
+
+def run_job(name: str, topology: Topology, a: argparse.Namespace) -> None:
+    """Run ``topology`` for the contender arguments ``a``: to the end offsets and print the
+    report, or (``--forever``) until the process is killed."""
+    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s %(message)s")
+    cfg = job_config(a)
+    job = plan_live(topology, cfg)
+    ensure_job_topics(job)
+    progress = None if a.forever else Progress(a.end_offsets)
+    worker = BenchWorker(job, progress, commit_interval=a.commit_interval)
+    install_signal_handlers(worker)
+    coordinator: threading.Thread | None = None
+    codes: list[int] = []
+    if cfg.checkpointing.enabled:
+        coordinator = threading.Thread(
+            target=lambda: codes.append(
+                run_coordinator(cfg, job.plan.expected_tasks, should_stop=worker.stop_event.is_set)
+            ),
+            name="coordinator",
+            daemon=True,
+        )
+        coordinator.start()
+    code = worker.run()
+    worker.stop_event.set()
+    if coordinator is not None:
+        coordinator.join(30)
+    t_end = time.time()
+    if code != 0 or (codes and codes[0] != 0):
+        raise SystemExit(f"{name}: worker exit {code}, coordinator exit {codes}")
+    if progress is None:
+        return
+    if progress.t_first is None or not progress.done:
+        raise SystemExit(f"{name}: stopped before reaching the end offsets")
+    Report(name, progress.total, -1, progress.t_first, t_end).emit()
