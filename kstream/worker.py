@@ -912,12 +912,16 @@ class Worker:
         return runner
 
     def _bounded_ends(self) -> dict[TP, int]:
-        """End offsets of the user-topic partitions at start: a bounded run reads up to them."""
-        return {
-            tp: self.source.end_offsets(tp)
-            for tp in self.source.assignment
-            if tp[0] not in self.internal_parts
-        }
+        """End offsets of the user-topic partitions at start: a bounded run reads up to them.
+
+        A partition that holds nothing (empty, or every record deleted) ends at once: 0.
+        """
+        ends = {}
+        for tp in self.source.assignment:
+            if tp[0] not in self.internal_parts:
+                low, high = self.source.offset_range(tp)
+                ends[tp] = high if high > low else 0
+        return ends
 
     def _end_bounded_inputs(self, ends: dict[TP, int], now: float) -> None:
         positions = self.source.positions([tp for tp in ends])

@@ -251,7 +251,11 @@ class SourceConsumer:
 
     def end_offsets(self, tp: TP, timeout: float = 10.0) -> int:
         """The end offset of ``tp`` (bounded runs read up to it)."""
-        return watermark_offsets(self._consumer, tp[0], tp[1], timeout)[1]
+        return self.offset_range(tp, timeout)[1]
+
+    def offset_range(self, tp: TP, timeout: float = 10.0) -> tuple[int, int]:
+        """(first offset still stored, end offset) of ``tp``; equal when it holds nothing."""
+        return watermark_offsets(self._consumer, tp[0], tp[1], timeout)
 
     def close(self) -> None:
         """Leave the group (revocation callbacks run) and release the consumer."""
