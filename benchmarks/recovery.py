@@ -4,8 +4,11 @@ For one contender (a window-count job that runs until killed):
 
 1. load a fresh input topic with ``keys`` records, one per key, all inside one
    1-hour tumbling window W0 — so the job's state holds every key;
-2. start the job; wait until its group has committed the end offsets of every input
-   partition (its checkpoint holds the whole state) — the build phase;
+2. start the job; wait until its checkpoint holds the whole state — the build phase:
+   for Quix, until its group has committed the end offsets of every input partition
+   (``wait_committed``); for kstream, which commits no group offsets in checkpointed
+   mode, until the latest completed checkpoint in its store covers them
+   (``wait_checkpointed``);
 3. ``SIGKILL`` the job's process group (t_kill); with ``wipe`` delete its local state
    directory (a replacement machine: state must come from the changelog / the
    checkpoint store);
@@ -36,6 +39,9 @@ from benchmarks.generate import (
     produce,
 )
 from benchmarks.procstats import Child
+from benchmarks.workloads import forever_store_dir
+from kstream.checkpoint.metadata import latest_completed
+from kstream.checkpoint.store import open_store
 from kstream.kafka.clients import (
     TopicPartition,
     TopicSpec,
@@ -50,6 +56,11 @@ RECOVERY_EVENT_RATE = 5_000
 
 #: Builds a job's argv from (input topic, output topic, group, state dir, static member id).
 JobArgv = Callable[[str, str, str, Path, str], Sequence[str]]
+
+#: Returns once the job's checkpoint covers ``ends`` of the input topic; raises if the
+#: job dies or the timeout passes. Arguments: (bootstrap, group, input topic, end offsets,
+#: the job, timeout s, the job's state dir).
+BuildWait = Callable[[str, str, str, dict[int, int], Child, float, Path], None]
 
 
 @dataclass(frozen=True)
@@ -110,6 +121,60 @@ def wait_committed(
         consumer.close()
 
 
+def wait_group_committed(
+    bootstrap: str,
+    group: str,
+    topic: str,
+    ends: dict[int, int],
+    job: Child,
+    timeout: float,
+    _state_dir: Path,
+) -> None:
+    """``BuildWait`` for jobs that commit their group's offsets when a checkpoint completes."""
+    wait_committed(bootstrap, group, topic, ends, job, timeout)
+
+
+def checkpoint_offsets(store_dir: Path, app_id: str, topic: str) -> dict[int, int]:
+    """Input positions of ``topic`` in the latest completed kstream checkpoint in the file
+    store at ``store_dir`` (partition -> next offset to read); empty when there is none."""
+    meta = latest_completed(open_store(f"file://{store_dir.resolve()}"), app_id)
+    covered: dict[int, int] = {}
+    if meta is None:
+        return covered
+    for task in meta.tasks.values():
+        for where, pos in task.offsets.items():
+            t, _, p = where.rpartition(":")
+            if t == topic and isinstance(pos, int):
+                covered[int(p)] = pos
+    return covered
+
+
+def wait_checkpointed(
+    _bootstrap: str,
+    group: str,
+    topic: str,
+    ends: dict[int, int],
+    job: Child,
+    timeout: float,
+    state_dir: Path,
+) -> None:
+    """``BuildWait`` for a kstream job (app id = ``group``): its checkpoint store (next to
+    ``state_dir``, see ``kstreamapp.store_dir``) has a completed checkpoint covering ``ends``."""
+    store = forever_store_dir(state_dir)
+    deadline = time.monotonic() + timeout
+    while True:
+        seen = checkpoint_offsets(store, group, topic) if store.is_dir() else {}
+        if all(seen.get(p, -1) >= o for p, o in ends.items()):
+            return
+        if not job.running:
+            raise RuntimeError(f"job exited during the build phase:\n{job.result().stderr_tail}")
+        if time.monotonic() > deadline:
+            raise TimeoutError(
+                f"checkpoint of {group} covers {seen}, expected {ends} in {timeout}s"
+            )
+        time.sleep(0.2)  # polling the store for a condition, with a deadline
+
+
 def measure_recovery(
     bootstrap: str,
     job_argv: JobArgv,
@@ -121,6 +186,7 @@ def measure_recovery(
     cwd: Path,
     wipe: bool = True,
     timeout: float = 1800.0,
+    wait_built: BuildWait = wait_group_committed,
 ) -> RecoveryResult:
     """Run steps 1-6 of the module docstring once for one job; clean up its topics and state."""
     run_id = uuid.uuid4().hex[:8]
@@ -149,7 +215,7 @@ def measure_recovery(
         # 2. build the state and wait until it is checkpointed
         t0 = time.monotonic()
         job = Child(argv, cwd=cwd, log_dir=workdir, name=f"{group}-build")
-        wait_committed(bootstrap, group, topic_in, ends, job, timeout)
+        wait_built(bootstrap, group, topic_in, ends, job, timeout, state_dir)
         build_s = time.monotonic() - t0
         early = watcher.consume(num_messages=1, timeout=0.5)
         if early:
@@ -206,6 +272,7 @@ def measure_recovery(
             job.stop()
         watcher.close()
         shutil.rmtree(state_dir, ignore_errors=True)
+        shutil.rmtree(forever_store_dir(state_dir), ignore_errors=True)  # kstream's store
         for t in [topic_in, topic_out, *topics_of_group(bootstrap, group)]:
             delete_topic(bootstrap, t)
 

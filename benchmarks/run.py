@@ -313,21 +313,9 @@ def ratio_lines(
         overhead = 1 - r
         verdict = "met" if overhead <= 0.10 else "MISSED"
         lines.append(f"| checkpoint overhead <= 10 % | {overhead * 100:.1f} % | {verdict} |")
-    k, q = rec.get("kstream"), rec.get("quix")
-    if isinstance(k, list) and isinstance(q, list) and k and q:
-        rk = statistics.median(x.recovery_s for x in k)
-        rq = statistics.median(x.recovery_s for x in q)
-        verdict = "met" if rk / rq <= 0.2 else "MISSED"
-        lines.append(
-            f"| recovery <= 0.2x Quix's | {rk / rq:.2f}x ({rk:.1f} s vs {rq:.1f} s) | {verdict} |"
-        )
-    else:
-        why = "; ".join(
-            f"{n}: {'not run' if v is None else v or 'no valid run'}"
-            for n, v in (("kstream", k), ("quix", q))
-            if not isinstance(v, list) or not v
-        )
-        lines.append(f"| recovery <= 0.2x Quix's | n/a ({why}) | not measured |")
+    lines.append(recovery_target(rec, "wipe"))
+    if any(name.endswith(RECOVERY_MODES["keep"]) for name in rec):
+        lines.append(recovery_target(rec, "keep"))
     lines += ["", "Informational ratios (records/s medians):", ""]
     for wl, num, den in INFO_RATIOS:
         r, why = ratio(series, wl, num, den)
@@ -337,12 +325,36 @@ def ratio_lines(
     return lines
 
 
-def recovery_lines(
-    rec: dict[str, list[recovery.RecoveryResult] | str], keys: int, wipe: bool
-) -> list[str]:
+#: Recovery is measured with the local state wiped after kill -9 (a replacement machine:
+#: state comes from Quix's changelog / kstream's checkpoint store) and/or kept (a
+#: restart on the same machine). ``rec`` keys: the contender name, plus this suffix.
+RECOVERY_MODES: dict[str, str] = {"wipe": "", "keep": " (local state kept)"}
+
+
+def recovery_target(rec: dict[str, list[recovery.RecoveryResult] | str], mode: str) -> str:
+    """The recovery target's row for one mode (wiped or kept local state)."""
+    suffix = RECOVERY_MODES[mode]
+    k, q = rec.get("kstream" + suffix), rec.get("quix" + suffix)
+    text = f"recovery <= 0.2x Quix's, local state {'wiped' if mode == 'wipe' else 'kept'}"
+    if isinstance(k, list) and isinstance(q, list) and k and q:
+        rk = statistics.median(x.recovery_s for x in k)
+        rq = statistics.median(x.recovery_s for x in q)
+        verdict = "met" if rk / rq <= 0.2 else "MISSED"
+        return f"| {text} | {rk / rq:.2f}x ({rk:.1f} s vs {rq:.1f} s) | {verdict} |"
+    why = "; ".join(
+        f"{n}: {'not run' if v is None else v or 'no valid run'}"
+        for n, v in (("kstream", k), ("quix", q))
+        if not isinstance(v, list) or not v
+    )
+    return f"| {text} | n/a ({why}) | not measured |"
+
+
+def recovery_lines(rec: dict[str, list[recovery.RecoveryResult] | str], keys: int) -> list[str]:
     """The recovery table of workload 4."""
     lines = [
-        f"State of {keys:,} keys; local state {'wiped' if wipe else 'kept'} after kill -9.",
+        f"State of {keys:,} keys. Rows without a suffix: local state wiped after kill -9 "
+        "(restored from Quix's changelog topic / kstream's checkpoint store); "
+        '"local state kept": restarted on the same machine with its local state.',
         "",
         "| contender | runs | kill -9 → first output, s (median) | min - max | build s (median) "
         "| restored / expected | restart CPU s | restart peak RSS MB |",
@@ -391,7 +403,12 @@ def ensure_quix_venv(install: bool) -> None:
 @click.option("--window-ms", default=60_000, show_default=True, help="tumbling window size")
 @click.option("--recovery-keys", default=1_000_000, show_default=True)
 @click.option(
-    "--recovery-keep-local", is_flag=True, help="keep local state after kill -9 (default: wipe)"
+    "--recovery-local",
+    type=click.Choice(["wipe", "keep", "both"]),
+    default="both",
+    show_default=True,
+    help="after kill -9, wipe the job's local state (a replacement machine), keep it "
+    "(a restart in place), or measure both",
 )
 @click.option(
     "--workload",
@@ -417,7 +434,7 @@ def main(
     event_rate: int,
     window_ms: int,
     recovery_keys: int,
-    recovery_keep_local: bool,
+    recovery_local: str,
     only: tuple[str, ...],
     timeout: float,
     results: Path,
@@ -444,7 +461,7 @@ def main(
                 event_rate,
                 window_ms,
                 recovery_keys,
-                not recovery_keep_local,
+                recovery_local,
                 only,
                 timeout,
                 results,
@@ -454,7 +471,7 @@ def main(
             )
     else:
         _bench(bootstrap, f"existing broker at {bootstrap}", records, keys, partitions, runs,
-               event_rate, window_ms, recovery_keys, not recovery_keep_local, only, timeout,
+               event_rate, window_ms, recovery_keys, recovery_local, only, timeout,
                results, no_quix_install, command, started)  # fmt: skip
 
 
@@ -487,7 +504,7 @@ def _bench(
     event_rate: int,
     window_ms: int,
     recovery_keys: int,
-    wipe: bool,
+    recovery_local: str,
     only: tuple[str, ...],
     timeout: float,
     results: Path,
@@ -529,7 +546,7 @@ def _bench(
                     )
         rec: dict[str, list[recovery.RecoveryResult] | str] = {}
         if "recovery" in selected:
-            rec = _recovery(h, recovery_keys, runs, wipe)
+            rec = _recovery(h, recovery_keys, runs, recovery_local)
     lines = [
         "# kstream benchmark results",
         "",
@@ -553,7 +570,7 @@ def _bench(
         "",
     ]
     if rec:
-        lines += ["## Recovery (workload 4)", "", *recovery_lines(rec, recovery_keys, wipe), ""]
+        lines += ["## Recovery (workload 4)", "", *recovery_lines(rec, recovery_keys), ""]
     lines += ["## Targets", "", *ratio_lines(series, rec), ""]
     failures = [f"- {s.workload.key} {s.contender.name}: {f}" for s in series for f in s.failures]
     if failures:
@@ -565,17 +582,20 @@ def _bench(
 
 
 def _recovery(
-    h: Harness, keys: int, runs: int, wipe: bool
+    h: Harness, keys: int, runs: int, local: str
 ) -> dict[str, list[recovery.RecoveryResult] | str]:
-    """Workload 4's recovery runs, kstream and Quix interleaved."""
+    """Workload 4's recovery runs, kstream and Quix interleaved, per mode of ``local``
+    (wipe, keep or both; see ``RECOVERY_MODES``)."""
     jobs = {
-        "kstream": Contender("kstream", "kstream_recovery"),
-        "quix": Contender("quix", "quix_recovery", "quix"),
+        "kstream": (Contender("kstream", "kstream_recovery"), recovery.wait_checkpointed),
+        "quix": (Contender("quix", "quix_recovery", "quix"), recovery.wait_group_committed),
     }
+    modes = ["wipe", "keep"] if local == "both" else [local]
     out: dict[str, list[recovery.RecoveryResult] | str] = {}
-    for name, c in jobs.items():
-        why = c.unavailable()
-        out[name] = f"not available: {why}" if why else []
+    for mode in modes:
+        for name, (c, _) in jobs.items():
+            why = c.unavailable()
+            out[name + RECOVERY_MODES[mode]] = f"not available: {why}" if why else []
 
     def argv_for(c: Contender) -> recovery.JobArgv:
         def build(topic_in: str, topic_out: str, group: str, state: Path, member: str) -> list[str]:
@@ -589,24 +609,27 @@ def _recovery(
         return build
 
     for run_no in range(1, runs + 1):
-        for name, c in jobs.items():
-            results = out[name]
-            if not isinstance(results, list):
-                continue
-            try:
-                r = recovery.measure_recovery(
-                    h.bootstrap, argv_for(c), name=name, keys=keys, partitions=h.partitions,
-                    workdir=h.workdir, cwd=REPO_DIR, wipe=wipe, timeout=h.timeout,
-                )  # fmt: skip
-            except (RuntimeError, TimeoutError, ValueError) as e:
-                h.say(f"recovery {name} run {run_no}: FAILED: {e}")
-                out[name] = f"failed: {str(e)[:300]}"
-                continue
-            results.append(r)
-            h.say(
-                f"recovery {name} run {run_no}: {r.recovery_s:.2f} s to first output "
-                f"(build {r.build_s:.1f} s, restored {r.restored}/{r.expected})"
-            )
+        for mode in modes:
+            for name, (c, wait_built) in jobs.items():
+                row = name + RECOVERY_MODES[mode]
+                results = out[row]
+                if not isinstance(results, list):
+                    continue
+                try:
+                    r = recovery.measure_recovery(
+                        h.bootstrap, argv_for(c), name=name, keys=keys, partitions=h.partitions,
+                        workdir=h.workdir, cwd=REPO_DIR, wipe=mode == "wipe", timeout=h.timeout,
+                        wait_built=wait_built,
+                    )  # fmt: skip
+                except (RuntimeError, TimeoutError, ValueError) as e:
+                    h.say(f"recovery {row} run {run_no}: FAILED: {e}")
+                    out[row] = f"failed: {str(e)[:300]}"
+                    continue
+                results.append(r)
+                h.say(
+                    f"recovery {row} run {run_no}: {r.recovery_s:.2f} s to first output "
+                    f"(build {r.build_s:.1f} s, restored {r.restored}/{r.expected})"
+                )
     return out
 
 

@@ -43,6 +43,12 @@ def transform(event: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
+def forever_store_dir(state_dir: Path) -> Path:
+    """Where a kstream ``--forever`` job keeps its checkpoint store: ``<state-dir>.store``,
+    next to its local state, so wiping the local state (a replacement machine) keeps it."""
+    return state_dir.parent / f"{state_dir.name}.store"
+
+
 def load_schema(path: Path) -> dict[str, Any]:
     """An Avro schema from ``benchmarks/schemas/`` as a dict (not yet parsed by fastavro)."""
     schema: dict[str, Any] = json.loads(path.read_text())

@@ -16,12 +16,13 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import threading
 import time
 from pathlib import Path
 from typing import Any
 
-from benchmarks.workloads import Progress, Report
+from benchmarks.workloads import Progress, Report, forever_store_dir
 from kstream.api import Topology
 from kstream.checkpoint.run import run_coordinator
 from kstream.config import CheckpointingConfig, Guarantee, JobConfig
@@ -44,7 +45,7 @@ def store_dir(a: argparse.Namespace) -> Path:
     replacement machine, and the checkpoint store is the shared volume that survives.
     """
     state = Path(a.state_dir)
-    return state.parent / f"{state.name}.store" if a.forever else state / "checkpoints"
+    return forever_store_dir(state) if a.forever else state / "checkpoints"
 
 
 def job_config(a: argparse.Namespace) -> JobConfig:
@@ -91,7 +92,8 @@ class BenchWorker(Worker):
 def run_job(name: str, topology: Topology, a: argparse.Namespace) -> None:
     """Run ``topology`` for the contender arguments ``a``: to the end offsets and print the
     report, or (``--forever``) until the process is killed."""
-    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s %(message)s")
+    level = os.environ.get("KSTREAM_BENCH_LOG", "WARNING")  # e.g. INFO to see the protocol
+    logging.basicConfig(level=level, format="%(asctime)s %(threadName)s %(name)s %(message)s")
     cfg = job_config(a)
     job = plan_live(topology, cfg)
     ensure_job_topics(job)

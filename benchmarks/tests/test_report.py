@@ -6,7 +6,16 @@ import pytest
 
 from benchmarks.generate import InputSpec, partition_of
 from benchmarks.recovery import RECOVERY_WINDOW_MS, RecoveryResult, probe_key, window_bounds
-from benchmarks.run import Contender, RunResult, Series, Workload, ratio, ratio_lines, table
+from benchmarks.run import (
+    Contender,
+    RunResult,
+    Series,
+    Workload,
+    ratio,
+    ratio_lines,
+    recovery_lines,
+    table,
+)
 
 
 def _series(wl: str, name: str, rates: list[float], module: str = "m") -> Series:
@@ -47,7 +56,8 @@ def test_targets_report_losses_and_wins() -> None:
     assert "| kstream >= 2x Quix Streams, workload 1 | 1.50x | MISSED |" in lines
     assert "| kstream workload 1 >= 0.6x the raw pipe | 0.75x | met |" in lines
     assert "| checkpoint overhead <= 10 % | 5.0 % | met |" in lines
-    assert "| recovery <= 0.2x Quix's | 0.10x (1.0 s vs 10.0 s) | met |" in lines
+    assert "| recovery <= 0.2x Quix's, local state wiped | 0.10x (1.0 s vs 10.0 s) | met |" in lines
+    assert not any("local state kept" in line for line in lines)  # the kept mode was not run
     assert (
         "| kstream >= 2x Quix Streams, workload 2 | n/a (kstream not run in w2) | not measured |"
         in lines
@@ -77,11 +87,37 @@ def test_recovery_state_fits_one_window_and_probes_hit_their_partition() -> None
 
 
 def test_recovery_target_says_why_it_was_not_measured() -> None:
-    assert "| recovery <= 0.2x Quix's | n/a (kstream: not run; quix: not run) | not measured |" in (
-        ratio_lines([], {})
+    assert (
+        "| recovery <= 0.2x Quix's, local state wiped | n/a (kstream: not run; quix: not run) "
+        "| not measured |" in ratio_lines([], {})
     )
     rec: dict[str, list[RecoveryResult] | str] = {"kstream": "not available: x", "quix": []}
     assert (
-        "| recovery <= 0.2x Quix's | n/a (kstream: not available: x; quix: no valid run) "
-        "| not measured |" in ratio_lines([], rec)
+        "| recovery <= 0.2x Quix's, local state wiped | n/a (kstream: not available: x; "
+        "quix: no valid run) | not measured |" in ratio_lines([], rec)
+    )
+
+
+def test_recovery_with_local_state_kept_is_compared_like_with_like() -> None:
+    rec: dict[str, list[RecoveryResult] | str] = {
+        "kstream": [RecoveryResult(1, 3.0, 5, 5, 1, 1)],
+        "quix": [RecoveryResult(1, 10.0, 5, 5, 1, 1)],
+        "kstream (local state kept)": [
+            RecoveryResult(1, 2.0, 5, 5, 1, 1),
+            RecoveryResult(1, 1.0, 5, 5, 1, 1),
+            RecoveryResult(1, 9.0, 5, 5, 1, 1),
+        ],
+        "quix (local state kept)": [RecoveryResult(1, 4.0, 5, 5, 1, 1)],
+    }
+    lines = ratio_lines([], rec)
+    assert "| recovery <= 0.2x Quix's, local state wiped | 0.30x (3.0 s vs 10.0 s) | MISSED |" in (
+        lines
+    )
+    assert "| recovery <= 0.2x Quix's, local state kept | 0.50x (2.0 s vs 4.0 s) | MISSED |" in (
+        lines
+    )
+    table = recovery_lines(rec, 5)
+    assert (
+        table[6]
+        == "| kstream (local state kept) | 3 | 2.00 | 1.00 - 9.00 | 1.0 | 5/5, 5/5, 5/5 | 1.00 | 1 |"
     )
