@@ -54,7 +54,15 @@ def _seed() -> int:
     return int(env) if env else random.SystemRandom().randrange(1_000_000)
 
 
-def _print_report(title: str, result: RunResult, cmp: Comparison | None) -> None:
+def _print_report(
+    capsys: pytest.CaptureFixture[str], title: str, result: RunResult, cmp: Comparison | None
+) -> None:
+    """The run's numbers, shown even when pytest captures output."""
+    with capsys.disabled():
+        _print_lines(title, result, cmp)
+
+
+def _print_lines(title: str, result: RunResult, cmp: Comparison | None) -> None:
     print(f"\n[e2e] ===== {title} ({result.app}) =====")
     for line in result.report.lines():
         print(f"[e2e] {line}")
@@ -76,7 +84,9 @@ SCENARIOS: dict[str, Callable[[random.Random], Scenario]] = {
 
 
 @pytest.mark.parametrize("name", list(SCENARIOS))
-def test_exactly_once_under_kills(kafka_bootstrap: str, tmp_path: Path, name: str) -> None:
+def test_exactly_once_under_kills(
+    kafka_bootstrap: str, tmp_path: Path, name: str, capsys: pytest.CaptureFixture[str]
+) -> None:
     seed = _seed()
     scenario: Scenario = SCENARIOS[name](random.Random(seed))
     check_topology_names(scenario)
@@ -89,7 +99,7 @@ def test_exactly_once_under_kills(kafka_bootstrap: str, tmp_path: Path, name: st
         plan=EXACTLY_ONCE_PLAN,
     )
     cmp = Comparison.of(scenario.expected, scenario.actual([r.value for r in result.sink]))
-    _print_report(f"exactly-once {name}, seed {seed}", result, cmp)
+    _print_report(capsys, f"exactly-once {name}, seed {seed}", result, cmp)
 
     assert result.report.kills >= 6, "at least 5 worker kills and the coordinator"
     roles = [role for _t, role, _why in result.job.kills] if result.job else []
@@ -118,7 +128,9 @@ def test_exactly_once_under_kills(kafka_bootstrap: str, tmp_path: Path, name: st
     ), cmp.describe()
 
 
-def test_at_least_once_loses_nothing(kafka_bootstrap: str, tmp_path: Path) -> None:
+def test_at_least_once_loses_nothing(
+    kafka_bootstrap: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     seed = _seed()
     scenario = wordcount(random.Random(seed))
     result = run_job(
@@ -130,15 +142,18 @@ def test_at_least_once_loses_nothing(kafka_bootstrap: str, tmp_path: Path) -> No
         plan=["worker", "coordinator", "worker", "worker", "worker"],
     )
     cmp = Comparison.of(scenario.expected, scenario.actual([r.value for r in result.sink]))
-    _print_report(f"at-least-once wordcount, seed {seed}", result, cmp)
-    print(f"[e2e] at-least-once duplicates: {sum(cmp.duplicated.values())}")
+    _print_report(capsys, f"at-least-once wordcount, seed {seed}", result, cmp)
+    with capsys.disabled():
+        print(f"[e2e] at-least-once duplicates: {sum(cmp.duplicated.values())}")
     assert result.report.kills >= 5
     assert sum(cmp.lost.values()) == 0, cmp.describe()
     # a replay reproduces the same window results: extra records are copies, never others
     assert sum(cmp.unexpected.values()) == 0, cmp.describe()
 
 
-def test_malformed_input_goes_to_the_dlq_exactly(kafka_bootstrap: str, tmp_path: Path) -> None:
+def test_malformed_input_goes_to_the_dlq_exactly(
+    kafka_bootstrap: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     seed = _seed()
     bad = 14
     scenario = user_spend(random.Random(seed), per_partition=300, bad=bad)
@@ -151,7 +166,7 @@ def test_malformed_input_goes_to_the_dlq_exactly(kafka_bootstrap: str, tmp_path:
         plan=["worker"],
     )
     cmp = Comparison.of(scenario.expected, scenario.actual([r.value for r in result.sink]))
-    _print_report(f"malformed input user_spend, seed {seed}", result, cmp)
+    _print_report(capsys, f"malformed input user_spend, seed {seed}", result, cmp)
     source = result.renames["purchases"]
     dlq = read_all(kafka_bootstrap, f"{result.app}.dlq")
     # The DLQ writer is at-least-once (a replay after a restore writes again): dedupe by
@@ -166,7 +181,8 @@ def test_malformed_input_goes_to_the_dlq_exactly(kafka_bootstrap: str, tmp_path:
             int(h[HEADER_OFFSET] or b"-1"),
         )
         assert by_pos.setdefault(pos, r.value) == r.value
-    print(f"[e2e] DLQ: {len(dlq)} records, {len(by_pos)} distinct source positions")
+    with capsys.disabled():
+        print(f"[e2e] DLQ: {len(dlq)} records, {len(by_pos)} distinct source positions")
     # Exactly the malformed records, each at its real source position.
     src = {(source, r.partition, r.offset): r.value for r in read_all(kafka_bootstrap, source)}
     assert {pos: src.get(pos) for pos in by_pos} == by_pos
@@ -181,7 +197,7 @@ def test_malformed_input_goes_to_the_dlq_exactly(kafka_bootstrap: str, tmp_path:
 
 
 def test_checkpointing_off_resumes_from_committed_offsets(
-    kafka_bootstrap: str, tmp_path: Path
+    kafka_bootstrap: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """No coordinator, no state restore (DESIGN §7): a killed worker's partitions are
     re-read from the group's committed offsets by whoever gets them, every task starts
@@ -259,7 +275,9 @@ def test_checkpointing_off_resumes_from_committed_offsets(
         for g in gens:
             g.halt()
         job.kill_everything()
-    print(f"[e2e] stopped: exit codes {codes}; generations at the end {generations}")
+    with capsys.disabled():
+        print(f"\n[e2e] ===== checkpointing off, wordcount, seed {seed} ({app}) =====")
+        print(f"[e2e] stopped: exit codes {codes}; generations at the end {generations}")
     rows = [json.loads(r.value) for r in sink if r.value is not None]
     assert len(rows) > before_kill, "output continued after the kill and restart"
     p2 = Comparison.of(
@@ -267,9 +285,11 @@ def test_checkpointing_off_resumes_from_committed_offsets(
         canonical([r for r in rows if r["start"] >= p2_base and phase2.keep(r)]),
     )
     p1 = Comparison.of(phase1.expected, canonical([r for r in rows if r["start"] < p2_base]))
-    print("[e2e] kills=1 restores=0 (checkpointing off) checkpoints_completed=0")
-    print(f"[e2e] windows across the kill (not restored, reported only): {p1.describe()}")
-    print(f"[e2e] windows after the group settled: {p2.describe()}")
+    with capsys.disabled():
+        print("[e2e] kills=1 restores=0 (checkpointing off) checkpoints_completed=0")
+        print(f"[e2e] windows across the kill (not restored, reported only): {p1.describe()}")
+        print(f"[e2e] windows after the group settled: {p2.describe()}")
+        print(f"[e2e] committed group offsets {committed} == source end offsets {ends}")
     assert p2.expected > 20
     assert (sum(p2.lost.values()), sum(p2.duplicated.values()), sum(p2.unexpected.values())) == (
         0,

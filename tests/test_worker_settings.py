@@ -1,0 +1,77 @@
+"""Worker settings and the job wiring the crash tests depend on (no broker)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import pytest
+
+import kstream.job as jobmod
+from kstream.config import ConfigError, Guarantee, JobConfig
+from kstream.job import INTERNAL_TOPIC_CONFIG, Job, ensure_job_topics, plan_live
+from kstream.kafka.clients import TopicSpec
+from kstream.kafka.sink import EpochBuffer, ExactlyOnceSink
+from kstream.plan import plan_job
+from kstream.worker import PausePoint, WorkerSettings, _has_due_output
+from topologies.wordcount import topology as wordcount
+
+
+def test_settings_validate_and_map_pause_points() -> None:
+    assert WorkerSettings().session_timeout_s == 10.0 and WorkerSettings().pause_at is None
+    assert PausePoint("after-snapshot") is PausePoint.AFTER_SNAPSHOT
+    assert PausePoint("before-sink-commit") is PausePoint.BEFORE_SINK_COMMIT
+    with pytest.raises(ConfigError, match="session timeout"):
+        WorkerSettings(session_timeout_s=0)
+
+
+def test_sink_commit_pause_only_when_the_completion_publishes_records() -> None:
+    sink = ExactlyOnceSink.__new__(ExactlyOnceSink)  # buffer only: no producer needed
+    sink.buffer = EpochBuffer()
+    sink.buffer.seal(1)  # empty epoch 1
+    assert not _has_due_output(sink, 1)
+    sink.buffer.append(("out", None, b"k", b"v", 0, None))
+    sink.buffer.seal(2)
+    assert not _has_due_output(sink, 1)
+    assert _has_due_output(sink, 2) and _has_due_output(sink, 3)
+    sink.buffer.committed(sink.buffer.due(2), 2)
+    assert not _has_due_output(sink, 2) and not _has_due_output(sink, 3)
+
+
+def test_internal_topics_are_created_without_time_retention(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Internal records keep event-time timestamps: time-based retention would expire
+    old-event-time records before they are read (found by the e2e crash tests)."""
+    cfg = JobConfig(app_id="wc", bootstrap_servers="unused:9092")
+    plan = plan_job(wordcount, "wc", {"lines": 3})
+    created: list[TopicSpec] = []
+    monkeypatch.setattr(jobmod, "make_admin", lambda *_a, **_k: object())
+
+    def ensure(_admin: Any, specs: Iterable[TopicSpec]) -> None:
+        created.extend(specs)
+
+    def counts(_admin: Any, topics: Mapping[str, int] | Iterable[str]) -> dict[str, int]:
+        return {t.name: t.partitions for t in plan.internal_topics}
+
+    monkeypatch.setattr(jobmod, "ensure_topics", ensure)
+    monkeypatch.setattr(jobmod, "partition_counts", counts)
+    ensure_job_topics(Job(cfg, plan))
+    internal = {t.name for t in plan.internal_topics}
+    assert internal == {"wc.stage0.repartition"}
+    assert {s.name: s.config for s in created if s.name in internal} == {
+        "wc.stage0.repartition": INTERNAL_TOPIC_CONFIG
+    }
+    assert INTERNAL_TOPIC_CONFIG == {"retention.ms": "-1"}
+
+
+def test_plan_live_applies_the_default_guarantee(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`kstream worker --guarantee at_least_once` reaches sinks that declare none (it
+    was ignored before: found by the e2e crash tests)."""
+    cfg = JobConfig(app_id="wc", bootstrap_servers="unused:9092")
+    monkeypatch.setattr(jobmod, "make_admin", lambda *_a, **_k: object())
+    monkeypatch.setattr(jobmod, "partition_counts", lambda _admin, _topics: {"lines": 3})
+    alo = plan_live(wordcount, cfg, default_guarantee=Guarantee.AT_LEAST_ONCE)
+    assert [s.guarantee for s in alo.plan.sinks] == [Guarantee.AT_LEAST_ONCE]
+    default = plan_live(wordcount, cfg)
+    assert [s.guarantee for s in default.plan.sinks] == [Guarantee.EXACTLY_ONCE]
