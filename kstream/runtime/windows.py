@@ -134,11 +134,28 @@ class FixedWindowOperator(WindowOperator):
         self._emit_results([WindowResult(k, s, e, local[(e, s, k)]) for e, s, k in refire])
         self._late(keys, values, stamps, late)
 
+    def _ends_between(self, lo: int, hi: int) -> bool:
+        """Whether a window end lies in ``(lo, hi]``: ends are ``offset + size`` modulo
+        the advance, so most watermark steps cross none and need no state scan."""
+        first = lo + 1 + (self.offset + self.size - lo - 1) % self.advance_ms
+        return first <= hi
+
     def _fire(self, old: int, new: int) -> None:
+        if not self._ends_between(old, new):
+            return
         fired = list(self.acc.scan_range((old + 1,), (new + 1,)))
         self._emit_results([WindowResult(k[2], k[1], k[0], a) for k, a in fired])
+        if self.allowed == 0:  # no lateness: a window expires when it fires (see _expire)
+            delete = self.acc.delete
+            for k, _ in fired:
+                delete(k)
 
     def _expire(self, upto: int) -> None:
+        # Stored windows all end after the last expiry bound ``wm - allowed`` (push
+        # accepts no others), so only ends in (wm - allowed, upto] can be due; without
+        # lateness _fire already deleted exactly those.
+        if self.allowed == 0 or not self._ends_between(self.wm - self.allowed, upto):
+            return
         for k, _ in list(self.acc.scan_range((MIN_TS,), (upto + 1,))):
             self.acc.delete(k)
 

@@ -90,16 +90,22 @@ _pack_u64 = struct.Struct(">BQ").pack
 
 def encode_key(key: StateKey) -> bytes:
     """The order-preserving encoding of ``key`` (see module docstring)."""
-    if len(key) == 1:  # fast path: the common single int64 / str key
-        part = key[0]
-        if type(part) is int and _INT64_MIN <= part <= _INT64_MAX:
-            return _pack_u64(_INT64, part - _INT64_MIN)
-        if type(part) is str:
-            return b"\x05" + _escape(part.encode("utf-8", "surrogatepass"))
-    out = bytearray()
+    # Inline the common components (int64, exact str / bytes); everything else,
+    # bool and subclasses included, takes the general path with the same result.
+    out: list[bytes] = []
     for part in key:
-        _encode_component(part, out)
-    return bytes(out)
+        t = type(part)
+        if t is int and _INT64_MIN <= part <= _INT64_MAX:
+            out.append(_pack_u64(_INT64, part - _INT64_MIN))
+        elif t is bytes:
+            out.append(b"\x06" + _escape(part))
+        elif t is str:
+            out.append(b"\x05" + _escape(part.encode("utf-8", "surrogatepass")))
+        else:
+            buf = bytearray()
+            _encode_component(part, buf)
+            out.append(bytes(buf))
+    return b"".join(out)
 
 
 def _unescape(data: bytes, pos: int) -> tuple[bytes, int]:
