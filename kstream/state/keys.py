@@ -109,6 +109,9 @@ def encode_key(key: StateKey) -> bytes:
 
 
 def _unescape(data: bytes, pos: int) -> tuple[bytes, int]:
+    i = data.find(b"\x00", pos)
+    if 0 <= i < len(data) - 1 and data[i + 1] == 0x01:
+        return data[pos:i], i + 2  # fast path: no escaped zero byte, a plain slice
     out = bytearray()
     while True:
         i = data.find(b"\x00", pos)
