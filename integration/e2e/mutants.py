@@ -1,0 +1,30 @@
+"""Deliberately broken sinks, to show the crash tests fail when exactly-once breaks.
+
+Loaded into the job's processes through ``JobSettings.preamble`` by
+``python -m integration.e2e.teeth``; never by kstream itself.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kstream.kafka import sink
+
+
+def sink_ignores_marker() -> None:
+    """Recovery republishes epochs its commit marker says are out: duplicates."""
+
+    def no_marker(self: sink.ExactlyOnceSink) -> None:
+        return None
+
+    sink.ExactlyOnceSink.read_marker = no_marker  # type: ignore[method-assign]
+
+
+def sink_forgets_buffer() -> None:
+    """Recovery drops the snapshot's uncommitted epochs: lost output."""
+    original = sink.ExactlyOnceSink.recover
+
+    def recover(self: sink.ExactlyOnceSink, _blob: bytes | None, attempt: int) -> Any:
+        return original(self, None, attempt)
+
+    sink.ExactlyOnceSink.recover = recover  # type: ignore[assignment,method-assign]
