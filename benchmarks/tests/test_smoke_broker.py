@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
+from benchmarks.generate import InputSpec, events
 from benchmarks.run import QUIX_PYTHON, main
 
 pytestmark = pytest.mark.integration
@@ -35,8 +36,45 @@ def test_stateless_and_recovery_rows_are_measured_and_verified(tmp_path: Path) -
         # 1/1: the run's output matched the expected count and cents sum exactly
         assert f"| {wl} | raw_pipe (`raw_pipe`) | 1/1 |" in text
         assert f"| {wl} | raw_stateless (`raw_stateless`) | 1/1 |" in text
-        assert f"| {wl} | kstream (`kstream_stateless`) |" in text
+        assert f"| {wl} | kstream (`kstream_stateless`) | 1/1 |" in text
         if QUIX_PYTHON.exists():
             assert f"| {wl} | quix (`quix_stateless`) | 1/1 |" in text
-    if QUIX_PYTHON.exists():
-        assert "| quix | 1 |" in text and "| 2000/2000 |" in text
+    # kstream recovers its whole state from the checkpoint store and from local state
+    assert "| kstream | 1 |" in text and "| kstream (local state kept) | 1 |" in text
+    assert text.count("| 2000/2000 |") == (4 if QUIX_PYTHON.exists() else 2)
+
+
+@pytest.mark.skipif(not BOOTSTRAP, reason="needs KSTREAM_TEST_BOOTSTRAP (a real Kafka broker)")
+def test_window_count_rows_agree_between_contenders(tmp_path: Path) -> None:
+    """kstream and Quix close the same windows: the same number of results per workload."""
+    results = tmp_path / "RESULTS.md"
+    args = [
+        "--bootstrap", str(BOOTSTRAP), "--records", "3000", "--keys", "50", "--runs", "1",
+        "--window-ms", "100", "--timeout", "180", "--results", str(results), "--no-quix-install",
+        "--workload", "w2", "--workload", "w3", "--workload", "w4",
+    ]  # fmt: skip
+    out = CliRunner().invoke(main, args)
+    assert out.exit_code == 0, out.output
+    rows = {
+        tuple(cell.strip() for cell in line.split("|")[1:3]): line.split("|")[-2].strip()
+        for line in results.read_text().splitlines()
+        if line.startswith("| w")
+    }
+    expected = str(expected_window_results(3000, 50, 100))
+    for wl in ("w2", "w3"):
+        assert rows[(wl, "kstream (`kstream_window_count`)")] == expected
+        if QUIX_PYTHON.exists():
+            assert rows[(wl, "quix (`quix_window_count`)")] == expected
+    assert rows[("w4", "kstream_ckpt_1s (`kstream_window_count`)")] == expected
+    assert rows[("w4", "kstream_ckpt_off (`kstream_window_count`)")] == expected
+
+
+def expected_window_results(records: int, keys: int, window_ms: int) -> int:
+    """(key, window) pairs whose window closed: its partition's event time passed its end."""
+    spec = InputSpec(records, keys, 4, event_rate=5_000)
+    windows: set[tuple[int, bytes, int]] = set()
+    latest: dict[int, int] = {}
+    for p, key, _event, ts in events(spec):
+        windows.add((p, key, ts - ts % window_ms))
+        latest[p] = max(latest.get(p, ts), ts)
+    return sum(1 for p, _, start in windows if start + window_ms <= latest[p])
