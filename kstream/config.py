@@ -41,7 +41,7 @@ class CheckpointingConfig:
     min_pause: float = 0.0
     max_concurrent: int = 1
     tolerable_failures: int = 3
-    guarantee: Guarantee = Guarantee.EXACTLY_ONCE
+    guarantee: Guarantee | None = None  # for sinks that declare none; None: the topology's
     retained: int = 3
 
     def __post_init__(self) -> None:

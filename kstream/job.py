@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from kstream.api.topology import Topology
-from kstream.config import ConfigError, Guarantee, JobConfig
+from kstream.config import ConfigError, JobConfig
 from kstream.kafka.clients import TopicSpec, ensure_topics, make_admin, partition_counts
 from kstream.plan import JobPlan, PlanError, plan_job
 
@@ -44,16 +44,11 @@ class Job:
     plan: JobPlan
 
 
-def plan_live(
-    topology: Topology,
-    config: JobConfig,
-    *,
-    wait_s: float = 0.0,
-    default_guarantee: Guarantee | None = None,
-) -> Job:
+def plan_live(topology: Topology, config: JobConfig, *, wait_s: float = 0.0) -> Job:
     """Plan ``topology`` over the partition counts of its source topics as they exist now.
 
-    ``default_guarantee`` applies to sinks that declare none (None: the topology's).
+    ``config.checkpointing.guarantee`` applies to sinks that declare none (None: the
+    topology's default).
 
     A missing source topic is a configuration error naming it (create it first), unless
     ``wait_s`` > 0, in which case it is waited for.
@@ -75,7 +70,9 @@ def plan_live(
             )
         time.sleep(0.5)
     try:
-        plan = plan_job(topology, config.app_id, counts, default_guarantee=default_guarantee)
+        plan = plan_job(
+            topology, config.app_id, counts, default_guarantee=config.checkpointing.guarantee
+        )
     except PlanError as e:
         raise ConfigError(str(e)) from e
     return Job(config, plan)

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from dataclasses import replace
 from typing import Any
 
 import pytest
 
 import kstream.job as jobmod
-from kstream.config import ConfigError, Guarantee, JobConfig
+from kstream.config import CheckpointingConfig, ConfigError, Guarantee, JobConfig
 from kstream.job import INTERNAL_TOPIC_CONFIG, Job, ensure_job_topics, plan_live
 from kstream.kafka.clients import TopicSpec
 from kstream.kafka.sink import EpochBuffer, ExactlyOnceSink
@@ -71,7 +72,8 @@ def test_plan_live_applies_the_default_guarantee(monkeypatch: pytest.MonkeyPatch
     cfg = JobConfig(app_id="wc", bootstrap_servers="unused:9092")
     monkeypatch.setattr(jobmod, "make_admin", lambda *_a, **_k: object())
     monkeypatch.setattr(jobmod, "partition_counts", lambda _admin, _topics: {"lines": 3})
-    alo = plan_live(wordcount, cfg, default_guarantee=Guarantee.AT_LEAST_ONCE)
+    alo_cfg = replace(cfg, checkpointing=CheckpointingConfig(guarantee=Guarantee.AT_LEAST_ONCE))
+    alo = plan_live(wordcount, alo_cfg)
     assert [s.guarantee for s in alo.plan.sinks] == [Guarantee.AT_LEAST_ONCE]
     default = plan_live(wordcount, cfg)
     assert [s.guarantee for s in default.plan.sinks] == [Guarantee.EXACTLY_ONCE]

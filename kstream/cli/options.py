@@ -2,18 +2,23 @@
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from kstream.config import (
     CheckpointingConfig,
+    ConfigError,
     Guarantee,
     JobConfig,
     OnBadRecord,
     RestartStrategy,
 )
+
+if TYPE_CHECKING:
+    from kstream.job import Job
 
 F = Callable[..., Any]
 
@@ -180,7 +185,7 @@ def build_job_config(
             min_pause=opts["min_pause"],
             max_concurrent=opts["max_concurrent"],
             tolerable_failures=opts["tolerable_failures"],
-            guarantee=Guarantee(opts["guarantee"]) if opts["guarantee"] else Guarantee.EXACTLY_ONCE,
+            guarantee=Guarantee(opts["guarantee"]) if opts["guarantee"] else None,
             retained=opts["retained"],
         ),
         restart=RestartStrategy(
@@ -190,3 +195,51 @@ def build_job_config(
             restore_timeout=opts["restore_timeout"],
         ),
     )
+
+
+def bootstrap_option(*, required: bool, help_default: str = "") -> Callable[[F], F]:
+    """``--bootstrap/-b`` (env ``KSTREAM_BOOTSTRAP``)."""
+    return click.option(
+        "--bootstrap",
+        "-b",
+        envvar="KSTREAM_BOOTSTRAP",
+        required=required,
+        default=None,
+        help=f"Kafka bootstrap servers [env KSTREAM_BOOTSTRAP{help_default}].",
+    )
+
+
+def run_options(f: F) -> F:
+    """``--bounded`` and ``--stop-when-idle``: how a worker's run ends."""
+    f = click.option(
+        "--stop-when-idle",
+        type=float,
+        default=None,
+        metavar="SECONDS",
+        help="Exit 0 once no input arrived for SECONDS and a checkpoint taken after the last "
+        "input completed (all output committed).",
+    )(f)
+    return click.option(
+        "--bounded",
+        is_flag=True,
+        help="Batch run: read every source up to its end offsets at start, store the final "
+        "state, exit 0.",
+    )(f)
+
+
+def prepare_job(topology: str, bootstrap: str, opts: dict[str, Any], *, bounded: bool) -> Job:
+    """Load and plan TOPOLOGY against the live topics and create the job's topics.
+
+    A configuration problem is printed as ``kstream: ...`` and exits 2.
+    """
+    from kstream.job import ensure_job_topics, load_topology, plan_live
+
+    try:
+        topo = load_topology(topology)
+        cfg = build_job_config(opts, bootstrap=bootstrap, default_app_id=topo.name, bounded=bounded)
+        job = plan_live(topo, cfg)
+        ensure_job_topics(job)
+    except ConfigError as e:
+        click.echo(f"kstream: {e}", err=True)
+        sys.exit(2)
+    return job

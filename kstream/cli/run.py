@@ -10,35 +10,25 @@ from typing import Any
 
 import click
 
-from kstream.cli.options import build_job_config, job_options, pop_job_options
-from kstream.config import ConfigError
+from kstream.cli.options import (
+    bootstrap_option,
+    job_options,
+    pop_job_options,
+    prepare_job,
+    run_options,
+)
 
 log = logging.getLogger(__name__)
 
 
 @click.command()
 @click.argument("topology", type=click.Path(exists=True, dir_okay=False))
-@click.option(
-    "--bootstrap",
-    "-b",
-    envvar="KSTREAM_BOOTSTRAP",
-    default=None,
-    help="Kafka bootstrap servers [default: the local broker of `kstream dev kafka`, "
-    "started if it is not running].",
+@bootstrap_option(
+    required=False,
+    help_default="; default: the local broker of `kstream dev kafka`, started if not running",
 )
 @job_options
-@click.option(
-    "--bounded",
-    is_flag=True,
-    help="Batch run: read every source up to its end offsets at start, store the final state, exit 0.",
-)
-@click.option(
-    "--stop-when-idle",
-    type=float,
-    default=None,
-    metavar="SECONDS",
-    help="Exit 0 once no input arrived for SECONDS and all output is committed.",
-)
+@run_options
 def run(
     topology: str, bootstrap: str | None, bounded: bool, stop_when_idle: float | None, **kwargs: Any
 ) -> None:
@@ -48,20 +38,12 @@ def run(
     processes with the same app id: state and progress are in the checkpoint store.
     """
     from kstream.checkpoint.run import run_coordinator
-    from kstream.job import ensure_job_topics, load_topology, plan_live
     from kstream.worker import Worker, install_signal_handlers
 
-    opts = pop_job_options(kwargs)
-    if bootstrap is None:
-        bootstrap = _local_broker()
-    try:
-        topo = load_topology(topology)
-        cfg = build_job_config(opts, bootstrap=bootstrap, default_app_id=topo.name, bounded=bounded)
-        job = plan_live(topo, cfg)
-        ensure_job_topics(job)
-    except ConfigError as e:
-        click.echo(f"kstream: {e}", err=True)
-        sys.exit(2)
+    job = prepare_job(
+        topology, bootstrap or _local_broker(), pop_job_options(kwargs), bounded=bounded
+    )
+    cfg = job.config
     w = Worker(job, stop_when_idle=stop_when_idle)
     install_signal_handlers(w)
     coordinator_code: list[int] = []

@@ -7,33 +7,20 @@ from typing import Any
 
 import click
 
-from kstream.cli.options import build_job_config, job_options, pop_job_options
-from kstream.config import ConfigError, Guarantee
+from kstream.cli.options import (
+    bootstrap_option,
+    job_options,
+    pop_job_options,
+    prepare_job,
+    run_options,
+)
 
 
 @click.command()
 @click.argument("topology", type=click.Path(exists=True, dir_okay=False))
-@click.option(
-    "--bootstrap",
-    "-b",
-    envvar="KSTREAM_BOOTSTRAP",
-    required=True,
-    help="Kafka bootstrap servers [env KSTREAM_BOOTSTRAP].",
-)
+@bootstrap_option(required=True)
 @job_options
-@click.option(
-    "--bounded",
-    is_flag=True,
-    help="Batch run: read every source up to its end offsets at start, store the final state, exit 0.",
-)
-@click.option(
-    "--stop-when-idle",
-    type=float,
-    default=None,
-    metavar="SECONDS",
-    help="Exit 0 once no input arrived for SECONDS and a checkpoint taken after the last "
-    "input completed (all output committed).",
-)
+@run_options
 @click.option(
     "--session-timeout",
     type=float,
@@ -58,30 +45,17 @@ def worker(
     debug_pause_at: str | None,
     **kwargs: Any,
 ) -> None:
-    """Run the tasks of TOPOLOGY that the consumer group assigns to this process.
+    """Run a job's tasks as one consumer-group worker.
 
     Start any number of workers (and one `kstream coordinator` when checkpointing is
     on); partitions are spread over them, and any change rolls the job back to the
     last completed checkpoint. Exits 1 with the reason when the job fails.
     """
-    from kstream.job import ensure_job_topics, load_topology, plan_live
     from kstream.worker import PausePoint, Worker, WorkerSettings, install_signal_handlers
 
-    opts = pop_job_options(kwargs)
-    try:
-        topo = load_topology(topology)
-        cfg = build_job_config(opts, bootstrap=bootstrap, default_app_id=topo.name, bounded=bounded)
-        default_guarantee = Guarantee(opts["guarantee"]) if opts["guarantee"] else None
-        job = plan_live(topo, cfg, default_guarantee=default_guarantee)
-        ensure_job_topics(job)
-        try:
-            pause = PausePoint(debug_pause_at) if debug_pause_at else None
-        except ValueError as e:
-            raise ConfigError(f"--debug-pause-at: {e}") from e
-        settings = WorkerSettings(session_timeout_s=session_timeout, pause_at=pause)
-    except ConfigError as e:
-        click.echo(f"kstream: {e}", err=True)
-        sys.exit(2)
+    job = prepare_job(topology, bootstrap, pop_job_options(kwargs), bounded=bounded)
+    pause = PausePoint(debug_pause_at) if debug_pause_at else None
+    settings = WorkerSettings(session_timeout_s=session_timeout, pause_at=pause)
     w = Worker(job, stop_when_idle=stop_when_idle, settings=settings)
     install_signal_handlers(w)
     sys.exit(w.run())
