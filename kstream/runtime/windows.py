@@ -146,9 +146,7 @@ class FixedWindowOperator(WindowOperator):
         fired = list(self.acc.scan_range((old + 1,), (new + 1,)))
         self._emit_results([WindowResult(k[2], k[1], k[0], a) for k, a in fired])
         if self.allowed == 0:  # no lateness: a window expires when it fires (see _expire)
-            delete = self.acc.delete
-            for k, _ in fired:
-                delete(k)
+            self.acc.delete_range((old + 1,), (new + 1,))
 
     def _expire(self, upto: int) -> None:
         # Stored windows all end after the last expiry bound ``wm - allowed`` (push

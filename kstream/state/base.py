@@ -70,6 +70,11 @@ class StateTable(ABC):
     def scan_range(self, start: StateKey, end: StateKey) -> Iterator[tuple[StateKey, Any]]:
         """Entries with ``start <= key < end`` (tuple order), in key order."""
 
+    def delete_range(self, start: StateKey, end: StateKey) -> None:
+        """Remove every entry with ``start <= key < end`` (backends may do it in one step)."""
+        for key, _ in list(self.scan_range(start, end)):
+            self.delete(key)
+
 
 class KeyedStateBackend(ABC):
     """All state of one task: a set of tables."""

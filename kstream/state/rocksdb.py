@@ -174,6 +174,17 @@ class RocksDBTable(StateTable):
     def scan_range(self, start: StateKey, end: StateKey) -> Iterator[tuple[StateKey, Any]]:
         return self._iterate(encode_key(start), encode_key(end))
 
+    def delete_range(self, start: StateKey, end: StateKey) -> None:
+        """One RocksDB range deletion; cached writes in the range are dropped with it."""
+        lo, hi = encode_key(start), encode_key(end)
+        if lo >= hi:
+            return
+        if self._dirty:
+            self._dirty = {k: v for k, v in self._dirty.items() if not lo <= encode_key(k) < hi}
+        batch = rocksdict.WriteBatch(raw_mode=True)
+        batch.delete_range(lo, hi, self._handle)
+        self._backend._db.write(batch)
+
     # -- internals ------------------------------------------------------------------
 
     def _iterate(self, start: bytes, end: bytes | None) -> Iterator[tuple[StateKey, Any]]:
