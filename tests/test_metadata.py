@@ -14,6 +14,7 @@ from kstream.checkpoint.metadata import (
     latest_completed,
     list_checkpoints,
     metadata_path,
+    purgeable_offsets,
     read_metadata,
     write_metadata,
 )
@@ -70,3 +71,38 @@ def test_no_checkpoint(tmp_path: Path) -> None:
     assert latest_completed(store, "app") is None
     with pytest.raises(MetadataError, match="checkpoint 1 of 'app'"):
         read_metadata(store, "app", 1)
+
+
+def _with_offsets(n: int, offsets: dict[str, dict[str, object]]) -> CheckpointMetadata:
+    tasks = {t: TaskSnapshot(f"app/m/{t}/{n}", o) for t, o in offsets.items()}
+    return CheckpointMetadata(n, 1, 0.0, 1.0, tasks)  # type: ignore[arg-type]
+
+
+def test_purgeable_offsets_are_the_smallest_seek_of_every_retained_checkpoint() -> None:
+    older = _with_offsets(
+        1,
+        {
+            "src-0": {"in:0": 50},  # a user topic: never purged
+            "agg-0": {"app.s0.repartition:0": {"src-0": 40, "src-1": 42}},
+            "agg-1": {"app.s0.repartition:1": {"src-0": 7, "src-1": 9}},
+        },
+    )
+    newer = _with_offsets(
+        2,
+        {
+            "src-0": {"in:0": 90},
+            "agg-0": {"app.s0.repartition:0": {"src-0": 80, "src-1": 30}},
+            "agg-1": {"app.s0.repartition:1": {"src-0": 20, "src-1": 21}},
+            "agg-2": {"app.s0.repartition:2": {"src-0": 5}},  # not in the older one
+        },
+    )
+    assert purgeable_offsets([older, newer]) == {
+        ("app.s0.repartition", 0): 30,
+        ("app.s0.repartition", 1): 7,
+    }
+    assert purgeable_offsets([newer]) == {
+        ("app.s0.repartition", 0): 30,
+        ("app.s0.repartition", 1): 20,
+        ("app.s0.repartition", 2): 5,
+    }
+    assert purgeable_offsets([]) == {}

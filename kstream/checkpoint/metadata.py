@@ -147,3 +147,26 @@ def latest_completed(store: CheckpointStore, app_id: str) -> CheckpointMetadata 
         except MetadataError as e:
             log.error("checkpoint %d is unreadable, falling back to an older one: %s", n, e)
     return None
+
+
+def purgeable_offsets(retained: list[CheckpointMetadata]) -> dict[tuple[str, int], int]:
+    """Per internal-topic partition, the offset below which no retained checkpoint reads.
+
+    An internal partition's position is recorded per upstream task (a dict); a restore
+    seeks to the smallest of them. Records below the smallest such seek over every
+    retained checkpoint are never needed again (DESIGN §2). A partition missing from
+    any retained checkpoint is left alone.
+    """
+    if not retained:
+        return {}
+    per_checkpoint: list[dict[tuple[str, int], int]] = []
+    for meta in retained:
+        seeks: dict[tuple[str, int], int] = {}
+        for snap in meta.tasks.values():
+            for key, pos in snap.offsets.items():
+                if isinstance(pos, dict) and pos:
+                    topic, _, part = key.rpartition(":")
+                    seeks[(topic, int(part))] = min(int(v) for v in pos.values())
+        per_checkpoint.append(seeks)
+    common = set(per_checkpoint[0]).intersection(*per_checkpoint[1:])
+    return {tp: min(c[tp] for c in per_checkpoint) for tp in sorted(common)}

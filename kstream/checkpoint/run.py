@@ -24,7 +24,13 @@ from kstream.checkpoint.commands import (
 )
 from kstream.checkpoint.coordinator import CheckpointCoordinator
 from kstream.checkpoint.messages import Message
-from kstream.checkpoint.metadata import completed_ids, latest_completed, write_metadata
+from kstream.checkpoint.metadata import (
+    completed_ids,
+    latest_completed,
+    list_checkpoints,
+    purgeable_offsets,
+    write_metadata,
+)
 from kstream.checkpoint.recovery import recover
 from kstream.checkpoint.store import CheckpointStore, StoreError, open_store
 from kstream.config import JobConfig
@@ -53,7 +59,10 @@ class CommandExecutor:
         store: CheckpointStore,
         app_id: str,
         clock: Callable[[], float],
+        purge: Callable[[dict[tuple[str, int], int]], None] | None = None,
     ) -> None:
+        self.purge = purge
+        self._purged: dict[tuple[str, int], int] = {}
         self.coordinator = coordinator
         self.transport = transport
         self.store = store
@@ -114,6 +123,20 @@ class CommandExecutor:
             apply_retention(self.store, self.app_id, retained)
         except StoreError as e:  # retention is retried after the next completion
             log.warning("applying retention (keep %d) failed: %s", retained, e)
+            return
+        if self.purge is None:
+            return
+        # Internal topics are kept forever by time (their records carry event times);
+        # what no retained checkpoint can restore from is deleted here instead.
+        offsets = purgeable_offsets(list_checkpoints(self.store, self.app_id))
+        due = {tp: o for tp, o in offsets.items() if o > self._purged.get(tp, 0)}
+        if not due:
+            return
+        try:
+            self.purge(due)
+            self._purged.update(due)
+        except Exception as e:  # purging is an optimisation: retried after the next completion
+            log.warning("purging internal topics below %s failed: %s", due, e)
 
 
 def run_coordinator(
@@ -165,7 +188,14 @@ def run_coordinator(
             coordinator.next_checkpoint_id,
             coordinator.attempt,
         )
-        executor = CommandExecutor(coordinator, channel, store, job.app_id, clock)
+        executor = CommandExecutor(
+            coordinator,
+            channel,
+            store,
+            job.app_id,
+            clock,
+            purge=_internal_purger(job) if transport is None else None,
+        )
         failure = executor.execute(coordinator.start(clock()))
         # 3. The loop.
         while failure is None and not should_stop():
@@ -184,3 +214,11 @@ def run_coordinator(
         return EXIT_FAILED
     finally:
         channel.close()
+
+
+def _internal_purger(job: JobConfig) -> Callable[[dict[tuple[str, int], int]], None]:
+    """Deletes internal-topic records below given offsets (``delete_records``)."""
+    from kstream.kafka.clients import delete_records_before, make_admin
+
+    admin = make_admin(job.bootstrap_servers, job.kafka)
+    return lambda offsets: delete_records_before(admin, offsets)

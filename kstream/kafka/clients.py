@@ -204,3 +204,12 @@ def watermark_offsets(
             if err.code() not in _RETRIABLE_OFFSET_ERRORS or time.monotonic() > deadline:
                 raise
             time.sleep(0.1)
+
+
+def delete_records_before(admin: AdminClient, offsets: Mapping[tuple[str, int], int]) -> None:
+    """Delete the records below ``offsets`` (per topic-partition); failures raise KafkaException."""
+    wanted = [TopicPartition(t, p, o) for (t, p), o in offsets.items() if o > 0]
+    if not wanted:
+        return
+    for fut in admin.delete_records(wanted, operation_timeout=10.0).values():
+        fut.result()
