@@ -501,9 +501,7 @@ def test_a_job_that_never_ran_restores_and_resumes_every_task_before_any_trigger
     assert messages(h.tick(0.0)) == [Restore(1, None)]
     assert triggers(h.tick(2.0)) == []  # no trigger before every task is ready
     h.send(TaskReady(1, "a", "w1", 3), 2.1)
-    assert messages(h.send(TaskReady(1, "b", "w2", 3), 2.2)) == [
-        Resume(1, {"a": "w1", "b": "w2"})
-    ]
+    assert messages(h.send(TaskReady(1, "b", "w2", 3), 2.2)) == [Resume(1, {"a": "w1", "b": "w2"})]
     assert triggers(h.tick(3.3)) == [1]
     assert h.c.failover.failure_reason == "job start"
 
