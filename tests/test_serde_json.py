@@ -35,3 +35,16 @@ def test_integers_decode_exactly_as_json(n):
 def test_invalid_json_is_rejected(data):
     with pytest.raises(SerdeError):
         JsonSerde().deserialize(data)
+
+
+@pytest.mark.parametrize(
+    "text", ['  {"a": 1}', '{"a": 1}\n', " [1, 2] ", '"x"', "-3.5", "Infinity", "true", " 12 "]
+)
+def test_whitespace_and_scalars_decode_as_json_loads_does(text):
+    assert JsonSerde().deserialize(text.encode()) == json.loads(text)
+
+
+@pytest.mark.parametrize("data", [b'{"a": 1} x', b"[1] [2]", b'{"a": 1', b"   "])
+def test_trailing_data_and_truncation_are_rejected(data):
+    with pytest.raises(SerdeError):
+        JsonSerde().deserialize(data)

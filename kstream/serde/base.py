@@ -10,6 +10,8 @@ from __future__ import annotations
 import io
 import json
 import struct
+from collections.abc import Callable
+from json.scanner import make_scanner
 from typing import Any
 
 import fastavro
@@ -78,7 +80,12 @@ class JsonSerde(Serde):
 
     def __init__(self) -> None:
         self._encoder = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False)
-        self._decode = json.JSONDecoder().decode
+        decoder = json.JSONDecoder()
+        self._decode = decoder.decode
+        # The C scanner parses one value from index 0; decode() adds Python-level
+        # whitespace handling around it. Used directly when the value spans the text.
+        # (typeshed declares the context argument as the scanner class itself)
+        self._scan: Callable[[str, int], tuple[Any, int]] = make_scanner(decoder)  # type: ignore[arg-type]
 
     def serialize(self, value: Any) -> bytes | None:
         if value is None:
@@ -96,7 +103,14 @@ class JsonSerde(Serde):
         if data.isdigit() and (data[0] != 0x30 or len(data) == 1):
             return int(data)  # fast path: a non-negative JSON integer (no leading zero)
         try:
-            return self._decode(data.decode("utf-8"))
+            text = data.decode("utf-8")
+            try:
+                value, end = self._scan(text, 0)
+                if end == len(text):
+                    return value
+            except StopIteration:
+                pass  # leading whitespace or invalid: decode() decides
+            return self._decode(text)
         except (UnicodeDecodeError, ValueError) as e:
             raise SerdeError(f"invalid JSON: {e}") from e
 
