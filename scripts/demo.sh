@@ -31,9 +31,14 @@ awk '{print NR":"$0}' topologies/data/words.txt | "$KSTREAM" dev produce lines -
   --event-time-start 1767225600000 --event-time-step 15000 --bootstrap "$BOOTSTRAP"
 
 echo "== running topologies/wordcount.py (coordinator + worker, checkpoint every second)"
-"$KSTREAM" -v run topologies/wordcount.py --bootstrap "$BOOTSTRAP" \
+if ! "$KSTREAM" -v run topologies/wordcount.py --bootstrap "$BOOTSTRAP" \
   --store "file://$PWD/$DEMO/checkpoints" --state-dir "$DEMO/state" \
-  --interval 1 --stop-when-idle 3 2>&1 | tee $DEMO/run.log | grep -E "completed|restored|resumed|failed|Error" || true
+  --interval 1 --stop-when-idle 3 > "$DEMO/run.log" 2>&1; then
+  tail -n 30 "$DEMO/run.log"
+  echo "== the job failed; full log: $DEMO/run.log" >&2
+  exit 1
+fi
+grep -E "completed|restored|resumed" "$DEMO/run.log" | grep -v "^%" || true
 
 echo "== completed checkpoints"
 "$KSTREAM" checkpoints list --store "file://$PWD/$DEMO/checkpoints" --app-id wordcount
