@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import sys
 import threading
 import time
 from pathlib import Path
@@ -74,6 +75,7 @@ class BenchWorker(Worker):
     def __init__(self, job: Job, progress: Progress | None, **kwargs: Any) -> None:
         super().__init__(job, **kwargs)
         self.progress = progress
+        self.t_fed: float | None = None  # when the last input record was fed to its task
 
     def _feed(self, tp: tuple[str, int], records: list[RawRecord], now: float) -> None:
         p = self.progress
@@ -87,6 +89,7 @@ class BenchWorker(Worker):
         super()._feed(tp, records, now)
         if tp[0] not in self.internal_parts and p.observe(tp[1], records[-1][3]):
             self.stop_when_idle = 0.0  # stop as soon as everything read is committed
+            self.t_fed = time.time()
 
 
 def run_job(name: str, topology: Topology, a: argparse.Namespace) -> None:
@@ -122,4 +125,9 @@ def run_job(name: str, topology: Topology, a: argparse.Namespace) -> None:
         return
     if progress.t_first is None or not progress.done:
         raise SystemExit(f"{name}: stopped before reaching the end offsets")
+    if worker.t_fed is not None:  # diagnostics: processing vs. waiting for the commit
+        sys.stderr.write(
+            f"{name}: all input fed after {worker.t_fed - progress.t_first:.3f} s, "
+            f"output committed after {t_end - progress.t_first:.3f} s\n"
+        )
     Report(name, progress.total, -1, progress.t_first, t_end).emit()
