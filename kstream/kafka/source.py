@@ -183,8 +183,19 @@ class SourceConsumer:
         logged and skipped; a fatal one raises SourceError.
         """
         out: dict[TP, list[RawRecord]] = {}
+        consumer = self._consumer
+        # What is queued now, without waiting: librdkafka's consume(n, timeout) waits
+        # until n messages are there or the timeout passed, which idles the caller
+        # whenever fetches arrive in smaller chunks. Only an empty queue is waited
+        # for, and only until its first message.
+        msgs = consumer.consume(max_records, 0)
+        if not msgs:
+            first = consumer.poll(timeout)
+            if first is None:
+                return out
+            msgs = [first, *consumer.consume(max_records - 1, 0)] if max_records > 1 else [first]
         msg: Any
-        for msg in self._consumer.consume(max_records, timeout):
+        for msg in msgs:
             err = msg.error()
             if err is not None:
                 if err.code() == KafkaError._PARTITION_EOF:
