@@ -7,10 +7,12 @@ import pytest
 from benchmarks.generate import InputSpec, partition_of
 from benchmarks.recovery import RECOVERY_WINDOW_MS, RecoveryResult, probe_key, window_bounds
 from benchmarks.run import (
+    FED_LINE,
     Contender,
     RunResult,
     Series,
     Workload,
+    commit_wait_lines,
     ratio,
     ratio_lines,
     recovery_lines,
@@ -121,3 +123,15 @@ def test_recovery_with_local_state_kept_is_compared_like_with_like() -> None:
         table[6]
         == "| kstream (local state kept) | 3 | 2.00 | 1.00 - 9.00 | 1.0 | 5/5, 5/5, 5/5 | 1.00 | 1 |"
     )
+
+
+def test_kstream_commit_wait_is_parsed_and_tabulated() -> None:
+    line = "kstream_stateless: all input fed after 4.259 s, output committed after 5.304 s"
+    m = FED_LINE.search("noise\n" + line + "\n")
+    assert m is not None and (m.group(1), m.group(2)) == ("4.259", "5.304")
+    k = _series("w1", "kstream", [100.0, 200.0, 300.0])
+    for r, fed, total in zip(k.runs, (4.0, 5.0, 9.0), (5.0, 6.0, 10.0), strict=True):
+        r.fed_s, r.seconds = fed, total
+    q = _series("w1", "quix", [1.0])  # reports no split: no row
+    assert commit_wait_lines([k, q])[2:] == ["| w1 | kstream | 5.00 | 6.00 |"]
+    assert commit_wait_lines([q]) == []
