@@ -275,6 +275,8 @@ class Worker:
         self._next_heartbeat = 0.0
         self._next_commit = 0.0
         self._trigger_seen: dict[int, float] = {}
+        # Checkpointing off: next offset to commit per partition (what was processed).
+        self._processed: dict[TP, int] = {}
         self.stats = {"records": 0, "checkpoints_acked": 0, "restores": 0, "dead_letters": 0}
         self.dlq = DeadLetterWriter(
             self.cfg.app_id,
@@ -307,6 +309,11 @@ class Worker:
 
     def _on_revoke(self, tps: list[TP]) -> None:
         self._assignment_changed = True
+        if not self.checkpointed and not self.cfg.bounded:
+            # Last chance to commit what was processed before the partitions move on.
+            self._commit_offsets(set(tps))
+            for tp in tps:
+                self._processed.pop(tp, None)
 
     @property
     def member(self) -> str:
@@ -781,15 +788,17 @@ class Worker:
                 self._restore_assigned()  # same attempt, new generation: ready again
             self._heartbeat(now)
             return
-        # Unchecked or bounded: fresh tasks on the new assignment, where the group is.
-        self._commit_offsets()
+        # Unchecked or bounded: fresh tasks on the new assignment. Bounded tasks seek to
+        # their previous final state; unchecked ones to the group's committed offsets
+        # (the earliest where none), so the records fetched around the rebalance, which
+        # the loop drops, are read again.
         self._stop_runners()
         for spec in self.assigned_tasks():
-            runner = (
-                self._bounded_runner(spec)
-                if self.cfg.bounded
-                else self._build_runner(spec, 0, None)
-            )
+            if self.cfg.bounded:
+                runner = self._bounded_runner(spec)
+            else:
+                runner = self._build_runner(spec, 0, None)
+                self._seek_committed(runner)
             runner.running = True
             self.runners[spec.task_id] = runner
 
@@ -806,6 +815,8 @@ class Worker:
             )
         else:
             self._guarded(r, r.task.feed_source, topic, partition, records, now)
+        if not self.checkpointed:
+            self._processed[tp] = records[-1][3] + 1
 
     def _guarded(self, r: TaskRunner, call: Callable[..., None], *args: Any) -> None:
         """Run one task call and write its output; a failure of the task fails it over.
@@ -850,8 +861,8 @@ class Worker:
 
     # ---- checkpointing off ----------------------------------------------------------------
 
-    def _commit_offsets(self) -> None:
-        """At-least-once: flush every output, then commit what was processed."""
+    def _commit_offsets(self, tps: set[TP] | None = None) -> None:
+        """At-least-once: flush every output, then commit what was processed (of ``tps``)."""
         if self.checkpointed or self.cfg.bounded or not self.runners:
             return
         for r in self.runners.values():
@@ -859,8 +870,14 @@ class Worker:
                 s.on_barrier(0)
         self.producer.flush()
         self.dlq.flush()
-        positions = {tp: o for tp, o in self.source.positions().items() if o is not None}
-        self.source.commit(positions)
+        self.source.commit({tp: o for tp, o in self._processed.items() if tps is None or tp in tps})
+
+    def _seek_committed(self, runner: TaskRunner) -> None:
+        """Checkpointing off: start ``runner``'s inputs at the group's committed offsets."""
+        from kstream.kafka.clients import OFFSET_BEGINNING
+
+        for tp, off in self.source.committed(sorted(runner.inputs())).items():
+            self._seek_with_retry(tp, OFFSET_BEGINNING if off is None else off)
 
     # ---- bounded ------------------------------------------------------------------------------
 
