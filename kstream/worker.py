@@ -786,6 +786,20 @@ class Worker:
             self._stop_runners()
             if self.restoring and self.source.assignment:
                 self._restore_assigned()  # same attempt, new generation: ready again
+            elif self.attempt > 0 and self.source.assignment and self.control is not None:
+                # The attempt is resumed, yet this worker now holds partitions of tasks
+                # it does not run (a rebalance, or a restart under static membership
+                # that no rebalance announces): ask for a restore now rather than
+                # leave the coordinator to notice a silent owner after its timeout.
+                for spec in self.assigned_tasks():
+                    self.control.send(
+                        TaskFailed(
+                            spec.task_id,
+                            self.member,
+                            self.attempt,
+                            "its partitions were reassigned to a worker that does not run it",
+                        )
+                    )
             self._heartbeat(now)
             return
         # Unchecked or bounded: fresh tasks on the new assignment. Bounded tasks seek to
