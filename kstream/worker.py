@@ -997,6 +997,35 @@ class Worker:
             self.control.close()
 
 
+def run_embedded(worker: Worker) -> int:
+    """Run ``worker`` with its job's coordinator in a thread of this process (`kstream run`).
+
+    Exit code: the worker's, or the coordinator's when the worker's is 0 and the
+    coordinator failed. Without checkpointing there is no coordinator.
+    """
+    from kstream.checkpoint.run import run_coordinator
+
+    cfg = worker.cfg
+    codes: list[int] = []
+    thread = None
+    if worker.checkpointed:
+        thread = threading.Thread(
+            target=lambda: codes.append(
+                run_coordinator(
+                    cfg, worker.plan.expected_tasks, should_stop=worker.stop_event.is_set
+                )
+            ),
+            name="coordinator",
+            daemon=True,
+        )
+        thread.start()
+    code = worker.run()
+    worker.stop_event.set()
+    if thread is not None:
+        thread.join(30)
+    return code or (codes[0] if codes else 0)
+
+
 def install_signal_handlers(worker: Worker) -> None:
     """SIGTERM/SIGINT stop the loop after the current batch."""
 

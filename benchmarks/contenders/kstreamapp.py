@@ -18,18 +18,16 @@ import argparse
 import logging
 import os
 import sys
-import threading
 import time
 from pathlib import Path
 from typing import Any
 
 from benchmarks.workloads import Progress, Report, forever_store_dir
 from kstream.api import Topology
-from kstream.checkpoint.run import run_coordinator
 from kstream.config import CheckpointingConfig, Guarantee, JobConfig
 from kstream.job import Job, ensure_job_topics, plan_live
 from kstream.kafka.source import RawRecord
-from kstream.worker import Worker, install_signal_handlers
+from kstream.worker import Worker, install_signal_handlers, run_embedded
 
 
 def guarantee(a: argparse.Namespace) -> Guarantee:
@@ -103,24 +101,10 @@ def run_job(name: str, topology: Topology, a: argparse.Namespace) -> None:
     progress = None if a.forever else Progress(a.end_offsets)
     worker = BenchWorker(job, progress, commit_interval=a.commit_interval)
     install_signal_handlers(worker)
-    coordinator: threading.Thread | None = None
-    codes: list[int] = []
-    if cfg.checkpointing.enabled:
-        coordinator = threading.Thread(
-            target=lambda: codes.append(
-                run_coordinator(cfg, job.plan.expected_tasks, should_stop=worker.stop_event.is_set)
-            ),
-            name="coordinator",
-            daemon=True,
-        )
-        coordinator.start()
-    code = worker.run()
-    worker.stop_event.set()
-    if coordinator is not None:
-        coordinator.join(30)
+    code = run_embedded(worker)
     t_end = time.time()
-    if code != 0 or (codes and codes[0] != 0):
-        raise SystemExit(f"{name}: worker exit {code}, coordinator exit {codes}")
+    if code != 0:
+        raise SystemExit(f"{name}: job exit code {code}")
     if progress is None:
         return
     if progress.t_first is None or not progress.done:

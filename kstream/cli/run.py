@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import logging
 import sys
-import threading
 from pathlib import Path
 from typing import Any
 
@@ -37,33 +36,14 @@ def run(
     The same job can later be spread over `kstream coordinator` + `kstream worker`
     processes with the same app id: state and progress are in the checkpoint store.
     """
-    from kstream.checkpoint.run import run_coordinator
-    from kstream.worker import Worker, install_signal_handlers
+    from kstream.worker import Worker, install_signal_handlers, run_embedded
 
     job = prepare_job(
         topology, bootstrap or _local_broker(), pop_job_options(kwargs), bounded=bounded
     )
-    cfg = job.config
     w = Worker(job, stop_when_idle=stop_when_idle)
     install_signal_handlers(w)
-    coordinator_code: list[int] = []
-    thread = None
-    if cfg.checkpointing.enabled:
-        thread = threading.Thread(
-            target=lambda: coordinator_code.append(
-                run_coordinator(cfg, job.plan.expected_tasks, should_stop=w.stop_event.is_set)
-            ),
-            name="coordinator",
-            daemon=True,
-        )
-        thread.start()
-    code = w.run()
-    w.stop_event.set()
-    if thread is not None:
-        thread.join(30)
-    if coordinator_code and coordinator_code[0] != 0:
-        code = code or coordinator_code[0]
-    sys.exit(code)
+    sys.exit(run_embedded(w))
 
 
 def _local_broker() -> str:
