@@ -95,6 +95,8 @@ def kafka_bootstrap(
             .with_env("KAFKA_TRANSACTION_STATE_LOG_REPLICATION_FACTOR", "1")
             .with_env("KAFKA_TRANSACTION_STATE_LOG_MIN_ISR", "1")
             .with_env("KAFKA_GROUP_INITIAL_REBALANCE_DELAY_MS", "0")
+            # Tests write synthetic event times far in the past: keep records regardless.
+            .with_env("KAFKA_LOG_RETENTION_MS", "-1")
         )
         container.start()
         try:

@@ -241,7 +241,10 @@ def broker_properties(
     """The server.properties of a single-node KRaft broker+controller on loopback.
 
     Replication factors are 1 (one node) and thread pools are small: this broker
-    shares a small machine with the job under test.
+    shares a small machine with the job under test. Records are kept regardless of
+    their timestamps (``log.retention.ms=-1``): demos and tests write synthetic event
+    times far in the past, which the default 7-day retention would delete while they
+    are still being read.
     """
     return {
         "process.roles": "broker,controller",
@@ -269,6 +272,7 @@ def broker_properties(
         "log.cleaner.threads": "1",
         "log.cleaner.dedupe.buffer.size": str(8 * 1024 * 1024),
         "auto.create.topics.enable": "false",
+        "log.retention.ms": "-1",
     }
 
 
