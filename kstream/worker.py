@@ -364,27 +364,46 @@ class Worker:
             )
         return sinks, topics
 
-    def _build_runner(self, spec: TaskSpec, attempt: int, checkpoint_id: int | None) -> TaskRunner:
-        """Task ``spec`` at ``attempt`` with the state of ``checkpoint_id`` (None: empty)."""
+    def _checkpoint_handle(self, task_id: str, checkpoint_id: int | None) -> str | None:
+        """The manifest of ``task_id`` in completed checkpoint ``checkpoint_id`` (None: none)."""
+        if checkpoint_id is None:
+            return None
+        return read_metadata(self.store, self.cfg.app_id, checkpoint_id).tasks[task_id].handle
+
+    def _final_manifests(self, task_id: str) -> dict[int, str]:
+        """A bounded task's stored final states, by id."""
+        return {
+            int(p.rsplit("final-", 1)[1].removesuffix(".json")): p
+            for p in self.store.list(f"{self.cfg.app_id}/tasks/{task_id}")
+            if "/final-" in p
+        }
+
+    def _build_runner(self, spec: TaskSpec, attempt: int, handle: str | None) -> TaskRunner:
+        """Task ``spec`` at ``attempt`` with the state of the manifest ``handle`` (None: empty,
+        start positions). A checkpoint restore may fall back to an older retained one."""
         local = self._task_dir(spec.task_id)
         positions: dict[TP, Position] = {}
         blob: bytes | None = None
-        if checkpoint_id is None:
+        if handle is None:
             shutil.rmtree(local, ignore_errors=True)  # start positions: empty state
             backend = RocksDBBackend(local)
         else:
-            meta = read_metadata(self.store, self.cfg.app_id, checkpoint_id)
-            handle = meta.tasks[spec.task_id].handle
             t0 = time.perf_counter()
             backend, manifest, rstats = restore_state(
-                self.store, self.cfg.app_id, spec.task_id, handle, local, allow_fallback=True
+                self.store,
+                self.cfg.app_id,
+                spec.task_id,
+                handle,
+                local,
+                allow_fallback=not self.cfg.bounded,
             )
             positions = decode_positions(manifest.positions)
             if SINK_BLOB in manifest.blobs:
                 blob = read_blob(self.store, manifest, SINK_BLOB)
             log.info(
-                "task %s restored checkpoint %d in %.0f ms (%s)",
+                "task %s restored %s %d in %.0f ms (%s)",
                 spec.task_id,
+                "final state" if self.cfg.bounded else "checkpoint",
                 manifest.checkpoint_id,
                 (time.perf_counter() - t0) * 1000,
                 rstats,
@@ -392,7 +411,7 @@ class Worker:
         sinks, topics = self._sinks_for(spec, attempt)
         for s in sinks.values():
             # Fence zombies of this sink task, then publish what the restored
-            # checkpoint buffered but never committed (DESIGN §7).
+            # snapshot buffered but never committed (DESIGN §7).
             s.recover(blob if s.guarantee is Guarantee.EXACTLY_ONCE else None, attempt)
         runner_box: list[TaskRunner] = []
         task = Task(
@@ -449,7 +468,8 @@ class Worker:
         # Pause before seeking: nothing may be read for a task until it resumes.
         self._pause({(i.topic, i.partition) for s in specs for i in s.inputs})
         for spec in specs:
-            runner = self._build_runner(spec, self.attempt, self.restore_point)
+            handle = self._checkpoint_handle(spec.task_id, self.restore_point)
+            runner = self._build_runner(spec, self.attempt, handle)
             self.runners[spec.task_id] = runner
             self._seek_inputs(runner)
         self.stats["restores"] += 1
@@ -578,12 +598,7 @@ class Worker:
 
     def _final_id(self, runner: TaskRunner) -> int:
         """Id of a bounded run's final snapshot: one above the task's previous final."""
-        prev = [
-            int(p.rsplit("final-", 1)[1].removesuffix(".json"))
-            for p in self.store.list(f"{self.cfg.app_id}/tasks/{runner.spec.task_id}")
-            if "/final-" in p
-        ]
-        return max(prev, default=0) + 1
+        return max(self._final_manifests(runner.spec.task_id), default=0) + 1
 
     def _finish_uploads(self, wait: bool = False) -> None:
         for r in self.runners.values():
@@ -897,48 +912,8 @@ class Worker:
 
     def _bounded_runner(self, spec: TaskSpec) -> TaskRunner:
         """A bounded task continues from its previous final state, if any."""
-        finals = sorted(
-            (int(p.rsplit("final-", 1)[1].removesuffix(".json")), p)
-            for p in self.store.list(f"{self.cfg.app_id}/tasks/{spec.task_id}")
-            if "/final-" in p
-        )
-        local = self._task_dir(spec.task_id)
-        positions: dict[TP, Position] = {}
-        blob = None
-        if finals:
-            backend, manifest, _ = restore_state(
-                self.store, self.cfg.app_id, spec.task_id, finals[-1][1], local
-            )
-            positions = decode_positions(manifest.positions)
-            if SINK_BLOB in manifest.blobs:
-                blob = read_blob(self.store, manifest, SINK_BLOB)
-        else:
-            shutil.rmtree(local, ignore_errors=True)
-            backend = RocksDBBackend(local)
-        sinks, topics = self._sinks_for(spec, 0)
-        for s in sinks.values():
-            s.recover(blob if s.guarantee is Guarantee.EXACTLY_ONCE else None, 0)
-        box: list[TaskRunner] = []
-        task = Task(
-            self.plan,
-            spec,
-            backend,
-            bounded=True,
-            restore_positions=positions,
-            on_snapshot=lambda point: self._on_snapshot(box[0], point),
-            now=self.clock(),
-        )
-        runner = TaskRunner(
-            spec,
-            task,
-            backend,
-            SnapshotUploader(self.store, self.cfg.app_id, spec.task_id),
-            sinks,
-            topics,
-            0,
-            headers=data_headers(spec.task_id, 0),
-        )
-        box.append(runner)
+        finals = self._final_manifests(spec.task_id)
+        runner = self._build_runner(spec, 0, finals[max(finals)] if finals else None)
         self._seek_inputs(runner)
         return runner
 
