@@ -65,7 +65,9 @@ class CheckpointingConfig:
 
 @dataclass(frozen=True)
 class RestartStrategy:
-    """Bounds automatic failover: at most ``max_restarts`` within ``window`` seconds."""
+    """Bounds automatic failover: at most ``max_restarts`` within ``window`` seconds, and
+    at least ``delay`` seconds between two restarts (the first one after a quiet spell
+    starts at once)."""
 
     max_restarts: int = 10
     window: float = 600.0

@@ -23,6 +23,7 @@ from kstream.checkpoint.messages import (
     AcknowledgeCheckpoint,
     CheckpointAborted,
     CheckpointCompleted,
+    CheckpointRequest,
     DeclineCheckpoint,
     Heartbeat,
     JobFailed,
@@ -356,8 +357,8 @@ def test_failure_suspends_and_nothing_is_triggered_until_every_task_is_ready() -
     ]
     assert h.c.phase is Phase.SUSPENDED
     assert h.c.failures.successive_failures == 0  # a failover abort is not a checkpoint failure
-    assert h.tick(2.5) == []  # restart delay 0.5s not over
-    assert h.tick(2.6) == [Send(Restore(1, 1))]
+    # The first restart after a quiet spell starts at once (the delay spaces restarts).
+    assert h.tick(2.15) == [Send(Restore(1, 1))]
     assert h.c.phase is Phase.RESTORING
     for t in (3.0, 4.0, 5.0, 6.0):
         assert h.tick(t) == []  # no triggers and no timeouts while restoring
@@ -402,17 +403,16 @@ def test_a_restore_not_finished_in_time_starts_over_until_the_strategy_gives_up(
 
 
 def test_a_lost_worker_or_a_new_generation_fails_over() -> None:
-    h = Harness(heartbeat_timeout=3.0, interval=100.0)
+    h = Harness(heartbeat_timeout=3.0, interval=100.0, history=[Resume(0, {"a": "w1", "b": "w2"})])
     h.start(0.0)
     assert h.send(Heartbeat("w1", ("a",), 5), 0.5) == []
     assert h.send(Heartbeat("w2", ("b",), 5), 0.5) == []
     h.send(Heartbeat("w1", ("a",), 5), 3.0)
     assert h.tick(3.5) == []
     out = h.tick(3.6)
-    assert h.c.phase is Phase.SUSPENDED
     assert h.c.failover.failure_reason == "worker w2 lost: no heartbeat for 3.1s (tasks b)"
-    assert out == []
-    h.tick(4.1)
+    assert out == [Send(Restore(1, None))]  # the first restart in the window: at once
+    assert h.c.phase is Phase.RESTORING
     h.send(TaskReady(1, "a", "w1", 6), 4.2)
     assert messages(h.send(TaskReady(1, "b", "w1", 6), 4.3)) == [Resume(1, {"a": "w1", "b": "w1"})]
     h.send(Heartbeat("w1", ("a", "b"), 6), 4.4)
@@ -422,6 +422,53 @@ def test_a_lost_worker_or_a_new_generation_fails_over() -> None:
     assert h.c.failover.failure_reason == (
         "consumer group generation changed 6 -> 7 (partitions were reassigned)"
     )
+
+
+def test_restarts_in_a_failure_loop_are_at_least_the_delay_apart() -> None:
+    h = Harness(tasks=["a"], restart=RestartStrategy(max_restarts=5, window=100.0, delay=2.0))
+    h.start(0.0)
+    h.send(TaskFailed("a", "w1", 0, "boom"), 1.0)
+    assert h.tick(1.0) == [Send(Restore(1, None))]  # first restart: at once
+    h.send(TaskReady(1, "a", "w1", 1), 1.2)
+    h.send(TaskFailed("a", "w1", 1, "boom again"), 1.5)
+    assert h.tick(2.9) == []  # 2 s after the previous restart, not before
+    assert h.tick(3.0) == [Send(Restore(2, None))]
+    h.send(TaskReady(2, "a", "w1", 1), 3.1)
+    h.send(TaskFailed("a", "w1", 2, "later"), 10.0)
+    assert h.tick(10.0) == [Send(Restore(3, None))]  # long after the previous one: at once
+
+
+def test_a_silent_member_that_owns_nothing_is_forgotten_without_a_restore() -> None:
+    # The predecessor of a restarted worker (seeded from the control history) owned
+    # the tasks in attempt 1; attempt 2 gave them to its successor w2.
+    h = Harness(tasks=["a"], history=[Resume(1, {"a": "w1"})], heartbeat_timeout=3.0)
+    h.start(0.0)
+    h.send(TaskFailed("a", "w2", 1, "its partitions were reassigned"), 0.5)
+    assert h.tick(0.5) == [Send(Restore(2, None))]
+    assert messages(h.send(TaskReady(2, "a", "w2", 1), 0.6)) == [Resume(2, {"a": "w2"})]
+    for t in (1.0, 2.0, 3.0):
+        h.send(Heartbeat("w2", ("a",), 1), t)
+    h.tick(3.5)  # w1 silent for 3.5 s: forgotten, it owns nothing now
+    assert h.c.phase is Phase.RUNNING
+    assert h.c.attempt == 2
+
+
+def test_a_requested_checkpoint_is_triggered_before_the_interval() -> None:
+    h = Harness(tasks=["a"], interval=10.0)
+    h.start(0.0)
+    assert h.tick(1.0) == []
+    assert h.send(CheckpointRequest("w1", 7, "stale attempt"), 1.1) == []
+    assert h.tick(1.2) == []  # a request of another attempt is ignored
+    assert h.send(CheckpointRequest("w1", 0, "graceful stop"), 1.3) == []
+    assert h.tick(1.4) == [Send(TriggerCheckpoint(1, 0, 1400))]
+    assert h.tick(1.5) == []  # one request, one checkpoint; then the interval again
+    h.ack(1, "a", 1.6)
+    assert h.send(CheckpointRequest("w1", 0, "graceful stop"), 1.7) == []
+    assert h.tick(1.8) == [Send(TriggerCheckpoint(2, 0, 1800))]
+    assert h.send(CheckpointRequest("w1", 0, "again"), 1.9) == []
+    assert h.tick(2.0) == []  # checkpoint 2 in flight (max_concurrent 1): wait for it
+    h.ack(2, "a", 2.1)
+    assert h.tick(2.2) == [Send(TriggerCheckpoint(3, 0, 2200))]
 
 
 # -- restart of the coordinator ----------------------------------------------------------
@@ -522,5 +569,5 @@ def test_owners_that_never_heartbeat_after_a_coordinator_restart_are_lost() -> N
     h.start(10.0)
     assert h.tick(12.0) == [Send(TriggerCheckpoint(1, 2, 12000))]
     h.tick(13.5)
-    assert h.c.phase is Phase.SUSPENDED
+    assert h.c.phase is Phase.RESTORING
     assert "worker w1 lost" in h.c.failover.failure_reason

@@ -11,6 +11,7 @@ from kstream.checkpoint.messages import (
     AcknowledgeCheckpoint,
     CheckpointAborted,
     CheckpointCompleted,
+    CheckpointRequest,
     DeclineCheckpoint,
     Heartbeat,
     JobFailed,
@@ -50,6 +51,7 @@ ALL: list[Message] = [
     JobFailed("too many failures"),
     Heartbeat("w1", ("s1-0", "s1-1"), 12),
     TaskFailed("s1-0", "w1", 3, "ZeroDivisionError in map"),
+    CheckpointRequest("w1", 3, "graceful stop"),
 ]
 
 

@@ -5,10 +5,10 @@ checkpoint coordinator as a thread of the same process.
 The only addition for the benchmark is the stop condition. ``BenchWorker`` is a
 ``kstream.worker.Worker`` that tracks, per source partition, the offsets its tasks
 were fed against the end offsets captured by the harness. Once every partition is
-done it sets the worker's documented ``stop_when_idle`` to 0: the worker then stops
-exactly when the output of everything it read is committed — with checkpointing,
-when a checkpoint triggered after the last input completed (exactly-once output is
-visible then); without, after its next offset commit, which follows the sink flush.
+done it calls the worker's graceful stop, ``request_stop()`` (what SIGTERM does, and
+what Quix's ``app.stop()`` is to the Quix contenders): with checkpointing the worker
+asks the coordinator for a checkpoint at once and stops when it completed (exactly-
+once output is visible then); without, it flushes the output and commits its offsets.
 The worker loop itself is unchanged.
 """
 
@@ -27,7 +27,7 @@ from kstream.api import Topology
 from kstream.config import CheckpointingConfig, Guarantee, JobConfig
 from kstream.job import Job, ensure_job_topics, plan_live
 from kstream.kafka.source import RawRecord
-from kstream.worker import Worker, install_signal_handlers, run_embedded
+from kstream.worker import Worker, install_signal_handlers, run_embedded, tune_gc
 
 
 def guarantee(a: argparse.Namespace) -> Guarantee:
@@ -86,7 +86,7 @@ class BenchWorker(Worker):
             p.t_first = time.time()  # the first input record is in hand
         super()._feed(tp, records, now)
         if tp[0] not in self.internal_parts and p.observe(tp[1], records[-1][3]):
-            self.stop_when_idle = 0.0  # stop as soon as everything read is committed
+            self.request_stop()  # a graceful stop: the final checkpoint commits the output
             self.t_fed = time.time()
 
 
@@ -101,6 +101,7 @@ def run_job(name: str, topology: Topology, a: argparse.Namespace) -> None:
     progress = None if a.forever else Progress(a.end_offsets)
     worker = BenchWorker(job, progress, commit_interval=a.commit_interval)
     install_signal_handlers(worker)
+    tune_gc()
     code = run_embedded(worker)
     t_end = time.time()
     if code != 0:

@@ -23,6 +23,7 @@ from kstream.checkpoint.messages import (
     AcknowledgeCheckpoint,
     CheckpointAborted,
     CheckpointCompleted,
+    CheckpointRequest,
     DeclineCheckpoint,
     Heartbeat,
     JobFailed,
@@ -74,6 +75,7 @@ class CheckpointCoordinator:
         self._next_id = rec.max_checkpoint_id + 1
         self._completing: dict[int, CheckpointMetadata] = {}
         self._last_trigger = 0.0
+        self._requested = False  # a worker asked for a checkpoint before the interval
         self._last_finish = float("-inf")  # end of the previous checkpoint (min_pause)
         self._members: dict[str, tuple[float, tuple[str, ...]]] = {}  # member -> (seen, tasks)
 
@@ -161,6 +163,11 @@ class CheckpointCoordinator:
                 return cmds
             case Heartbeat():
                 return self._on_heartbeat(msg, now)
+            case CheckpointRequest():
+                if msg.attempt == self.attempt and self.phase is Phase.RUNNING:
+                    log.info("checkpoint requested by %s: %s", msg.member, msg.reason)
+                    self._requested = True
+                return []
             case TaskFailed():
                 if msg.attempt != self.attempt:
                     return []  # a failure of a superseded attempt is already handled
@@ -179,14 +186,17 @@ class CheckpointCoordinator:
         for p in list(self.pending.values()):
             if now - p.trigger_time >= self.config.timeout and self.phase is not Phase.FAILED:
                 cmds += self._abort(p, self._timeout_reason(p, now), now, counts=True)
-        # 2. Workers whose heartbeats stopped are lost: their tasks must move.
-        for member, (seen, tasks) in list(self._members.items()):
+        # 2. Workers whose heartbeats stopped are lost: the tasks they own must move
+        #    (a silent member that owns nothing in this attempt — a predecessor of a
+        #    restarted worker — is forgotten without a restore).
+        for member, (seen, _tasks) in list(self._members.items()):
             if now - seen > self.heartbeat_timeout:
                 del self._members[member]
-                if self.phase in (Phase.RUNNING, Phase.RESTORING):
+                owned = self._owned_by(member)
+                if owned:
                     cmds += self._fail_over(
                         f"worker {member} lost: no heartbeat for {now - seen:.1f}s "
-                        f"(tasks {', '.join(tasks) or 'none'})",
+                        f"(tasks {', '.join(owned)})",
                         now,
                     )
         # 3. A scheduled restore starts, or one that took too long starts over.
@@ -227,11 +237,20 @@ class CheckpointCoordinator:
 
     # -- decisions -----------------------------------------------------------------------
 
+    def _owned_by(self, member: str) -> list[str]:
+        """Tasks ``member`` holds in the current attempt: owned while running, or
+        reported ready while restoring (its readiness dies with it)."""
+        if self.phase is Phase.RUNNING:
+            return sorted(t for t, m in self.failover.owners.items() if m == member)
+        if self.phase is Phase.RESTORING:
+            return sorted(self.failover.ready_by(member))
+        return []
+
     def _may_trigger(self, now: float) -> bool:
         in_flight = len(self.pending) + len(self._completing)
         if self.phase is not Phase.RUNNING or in_flight >= self.config.max_concurrent:
             return False
-        if now - self._last_trigger < self.config.interval:
+        if now - self._last_trigger < self.config.interval and not self._requested:
             return False
         # A minimum pause is measured from the end of the previous checkpoint, so
         # with one it never overlaps another (as in Flink).
@@ -243,6 +262,7 @@ class CheckpointCoordinator:
         n, self._next_id = self._next_id, self._next_id + 1
         self.pending[n] = PendingCheckpoint(n, self.attempt, now, self.expected)
         self._last_trigger = now
+        self._requested = False
         return Send(TriggerCheckpoint(n, self.attempt, int(now * 1000)))
 
     def _pending_for(self, checkpoint_id: int, attempt: int) -> PendingCheckpoint | None:

@@ -1,7 +1,7 @@
 """Failover: suspend → ``Restore(attempt)`` → every ``TaskReady`` → ``Resume(owners)`` (DESIGN §6).
 
 The restart strategy bounds it: at most ``max_restarts`` restarts within
-``window`` seconds, each after ``delay``; a restore not finished within
+``window`` seconds, at least ``delay`` apart (a first failure restores at once); a restore not finished within
 ``restore_timeout`` starts over with a new attempt (and counts as a restart).
 """
 
@@ -65,10 +65,13 @@ class FailoverController:
                 f"{reason}; restart strategy exhausted: {len(self._restarts)} restarts within "
                 f"{self.strategy.window:g}s (max_restarts={self.strategy.max_restarts}) -> job failed"
             )
+        # ``delay`` is the least time between two restarts: the first failure after a
+        # quiet spell restores at once, a failure loop at most once per ``delay``.
+        previous = self._restarts[-1] if self._restarts else None
         self._restarts.append(now)
         self.failure_reason = reason
         self.phase = Phase.SUSPENDED
-        self._restore_at = now + self.strategy.delay
+        self._restore_at = now if previous is None else max(now, previous + self.strategy.delay)
         return []
 
     def schedule_initial_restore(self, now: float) -> list[Command]:
@@ -124,6 +127,10 @@ class FailoverController:
         self.owners = {task: member for task, (member, _gen) in sorted(self._ready.items())}
         self.phase = Phase.RUNNING
         return [Send(Resume(self.attempt, dict(self.owners)))]
+
+    def ready_by(self, member: str) -> frozenset[str]:
+        """Tasks ``member`` reported ready for the current restore."""
+        return frozenset(t for t, (m, _gen) in self._ready.items() if m == member)
 
     @property
     def ready_tasks(self) -> frozenset[str]:

@@ -11,7 +11,7 @@ Who writes what:
 * coordinator: TriggerCheckpoint, CheckpointCompleted, CheckpointAborted,
   Restore, Resume, JobFailed;
 * workers: AcknowledgeCheckpoint, DeclineCheckpoint, TaskReady, Heartbeat,
-  TaskFailed.
+  TaskFailed, CheckpointRequest.
 
 Receivers must be idempotent: ``CheckpointCompleted`` may repeat or arrive late
 (a later one subsumes earlier ones). During a restore a worker re-sends
@@ -142,6 +142,16 @@ class TaskFailed:
     reason: str
 
 
+@dataclass(frozen=True)
+class CheckpointRequest:
+    """Worker → coordinator: trigger a checkpoint of ``attempt`` now, not at the next
+    interval (a graceful stop wants its last output committed: ``reason`` says why)."""
+
+    member: str
+    attempt: int
+    reason: str
+
+
 Message = (
     TriggerCheckpoint
     | AcknowledgeCheckpoint
@@ -154,6 +164,7 @@ Message = (
     | JobFailed
     | Heartbeat
     | TaskFailed
+    | CheckpointRequest
 )
 
 MESSAGE_TYPES: dict[str, type[Any]] = {
@@ -170,6 +181,7 @@ MESSAGE_TYPES: dict[str, type[Any]] = {
         JobFailed,
         Heartbeat,
         TaskFailed,
+        CheckpointRequest,
     )
 }
 

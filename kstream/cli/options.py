@@ -117,7 +117,8 @@ _OPTIONS: list[Callable[[F], F]] = [
         type=float,
         default=1.0,
         show_default=True,
-        help="Seconds between a failure and the restore.",
+        help="Least seconds between two restores (the first failure after a quiet spell "
+        "restores at once).",
     ),
     click.option(
         "--restore-timeout",
@@ -217,7 +218,7 @@ def run_options(f: F) -> F:
         default=None,
         metavar="SECONDS",
         help="Exit 0 once no input arrived for SECONDS and a checkpoint taken after the last "
-        "input completed (all output committed).",
+        "input completed (all output committed); that checkpoint is requested at once.",
     )(f)
     return click.option(
         "--bounded",

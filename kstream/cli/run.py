@@ -36,13 +36,14 @@ def run(
     The same job can later be spread over `kstream coordinator` + `kstream worker`
     processes with the same app id: state and progress are in the checkpoint store.
     """
-    from kstream.worker import Worker, install_signal_handlers, run_embedded
+    from kstream.worker import Worker, install_signal_handlers, run_embedded, tune_gc
 
     job = prepare_job(
         topology, bootstrap or _local_broker(), pop_job_options(kwargs), bounded=bounded
     )
     w = Worker(job, stop_when_idle=stop_when_idle)
     install_signal_handlers(w)
+    tune_gc()
     sys.exit(run_embedded(w))
 
 

@@ -51,11 +51,12 @@ def worker(
     on); partitions are spread over them, and any change rolls the job back to the
     last completed checkpoint. Exits 1 with the reason when the job fails.
     """
-    from kstream.worker import PausePoint, Worker, WorkerSettings, install_signal_handlers
+    from kstream.worker import PausePoint, Worker, WorkerSettings, install_signal_handlers, tune_gc
 
     job = prepare_job(topology, bootstrap, pop_job_options(kwargs), bounded=bounded)
     pause = PausePoint(debug_pause_at) if debug_pause_at else None
     settings = WorkerSettings(session_timeout_s=session_timeout, pause_at=pause)
     w = Worker(job, stop_when_idle=stop_when_idle, settings=settings)
     install_signal_handlers(w)
+    tune_gc()
     sys.exit(w.run())

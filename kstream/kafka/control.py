@@ -19,7 +19,7 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, Consumer, TopicPartition
+from confluent_kafka import OFFSET_END, Consumer, TopicPartition
 
 from kstream.checkpoint.messages import (
     CheckpointAborted,
@@ -99,9 +99,15 @@ class ControlReader:
             bootstrap,
             f"{app_id}.control-reader",
             read_committed=True,
-            extra={**(extra or {}), "enable.partition.eof": True},
+            # A short fetch wait: an empty fetch (the end of the topic) is answered in
+            # 50 ms, so reading the history to its end does not wait 500 ms per fetch.
+            extra={**(extra or {}), "enable.partition.eof": True, "fetch.wait.max.ms": 50},
         )
-        start = OFFSET_BEGINNING if from_beginning else OFFSET_END
+        start = OFFSET_END
+        if from_beginning:
+            # An explicit offset: librdkafka resolves the logical OFFSET_BEGINNING with
+            # a lookup that delays the first fetch by ~0.5 s (every worker start).
+            start, _high = watermark_offsets(self._consumer, self.topic, 0)
         self._consumer.assign([TopicPartition(self.topic, 0, start)])
         self.skipped = 0
         self.eof_count = 0  # how often the reader reached the end of the partition
@@ -149,7 +155,7 @@ class ControlReader:
         while self.eof_count == eof_before and self.last_offset < high:
             if time.monotonic() > deadline:
                 raise ControlError(f"{self.topic}: end not reached within {timeout:g}s")
-            out += self.poll(0.2)
+            out += self.poll(0.05)
         return out
 
     def close(self) -> None:
