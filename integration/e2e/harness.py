@@ -301,19 +301,23 @@ class JobUnderTest:
         return found[0]
 
     def stop_all(self, timeout: float = 20.0) -> dict[str, int | None]:
-        """SIGTERM every live process, wait (deadline), SIGKILL stragglers; their exit codes."""
-        for p in self.current.values():
-            if p.alive():
-                p.popen.send_signal(signal.SIGTERM)
+        """SIGTERM the workers, then the coordinator (a worker's graceful stop asks it for
+        a final checkpoint), wait (deadline), SIGKILL stragglers; their exit codes."""
         codes: dict[str, int | None] = {}
         deadline = time.monotonic() + timeout
-        for role, p in self.current.items():
-            try:
-                codes[role] = p.popen.wait(timeout=max(0.1, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                p.popen.kill()
-                p.popen.wait(timeout=10)
-                codes[role] = None
+        workers = {r: p for r, p in self.current.items() if r != "coordinator"}
+        rest = {r: p for r, p in self.current.items() if r == "coordinator"}
+        for group in (workers, rest):
+            for p in group.values():
+                if p.alive():
+                    p.popen.send_signal(signal.SIGTERM)
+            for role, p in group.items():
+                try:
+                    codes[role] = p.popen.wait(timeout=max(0.1, deadline - time.monotonic()))
+                except subprocess.TimeoutExpired:
+                    p.popen.kill()
+                    p.popen.wait(timeout=10)
+                    codes[role] = None
         self.current = {}
         return codes
 
