@@ -9,7 +9,10 @@ Prints, for each run and as the median over runs:
   after 1 % of the keys changed (target <= 50 ms);
 * bytes uploaded by the checkpoint after 1 % of the keys changed, as a fraction
   of the full state (target <= 10 %);
-* restore time from the task-local copy vs. from the store.
+* restore time from the task-local copy vs. from the store;
+* a window firing's state work: flushing 100 k cached counters, and scanning
+  ``--keys`` window accumulators ``(end, start, key) -> count`` through the state
+  API vs. iterating the same column family with raw rocksdict.
 
 Run: ``python -m benchmarks.bench_state --keys 1000000 --runs 3``
 """
@@ -17,6 +20,7 @@ Run: ``python -m benchmarks.bench_state --keys 1000000 --runs 3``
 from __future__ import annotations
 
 import argparse
+import collections
 import json
 import random
 import shutil
@@ -80,6 +84,31 @@ def rmw_raw(path: Path, keys: list[int], preload: int) -> float:
     return rate
 
 
+def firing(work: Path, n_keys: int) -> dict[str, float]:
+    """Flush of cached counters and the range scan that fires ``n_keys`` windows."""
+    backend = RocksDBBackend(work / "firing")
+    t = backend.table(TableSpec("n1.acc"))
+    end = 3_600_000
+    keys = [(end, 0, f"user{i:07d}".encode()) for i in range(n_keys)]
+    for k in keys:
+        t.put(k, 1)
+    backend.flush()
+    for k in keys[:100_000]:  # the cache holds 100 k entries before it flushes itself
+        t.put(k, 2)
+    t0 = time.perf_counter()
+    flushed = t.flush()
+    flush_ms = (time.perf_counter() - t0) * 1000 * 100_000 / max(flushed, 1)
+    drain = collections.deque
+    t0 = time.perf_counter()
+    drain(t.scan_range((end,), (end + 1,)), maxlen=0)
+    scan_s = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    drain(t._cf.items(), maxlen=0)  # the same entries, undecoded
+    raw_s = time.perf_counter() - t0
+    backend.close()
+    return {"flush_100k_counters_ms": flush_ms, "fire_scan_s": scan_s, "raw_scan_s": raw_s}
+
+
 def one_run(work: Path, n_keys: int, n_ops: int, seed: int) -> dict[str, float]:
     out: dict[str, float] = {}
     hot = _keys(n_ops, 10_000, seed)
@@ -124,6 +153,9 @@ def one_run(work: Path, n_keys: int, n_ops: int, seed: int) -> dict[str, float]:
     assert local.files_downloaded == 0 and remote.files_reused == 0
     out["restore_local_ms"] = local.restore_ms
     out["restore_store_ms"] = remote.restore_ms
+
+    # 4. A window firing's state work.
+    out.update(firing(work, n_keys))
     return out
 
 
@@ -159,6 +191,9 @@ def main() -> None:
     )
     print(
         f"  restore: local copy {med['restore_local_ms']:.0f} ms, from store {med['restore_store_ms']:.0f} ms"
+    )
+    print(
+        f"  firing {args.keys:,} windows: scan {med['fire_scan_s']:.2f} s (raw rocksdict {med['raw_scan_s']:.2f} s); flush of 100k cached counters {med['flush_100k_counters_ms']:.0f} ms"
     )
 
 

@@ -48,3 +48,35 @@ def test_whitespace_and_scalars_decode_as_json_loads_does(text):
 def test_trailing_data_and_truncation_are_rejected(data):
     with pytest.raises(SerdeError):
         JsonSerde().deserialize(data)
+
+
+_shared = JsonSerde()
+
+
+@given(json_values.filter(lambda v: v is not None))
+def test_one_serde_reused_for_many_values_writes_what_json_dumps_writes(value):
+    assert (
+        _shared.serialize(value)
+        == json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode()
+    )
+
+
+def test_a_failed_serialization_leaves_the_serde_usable():
+    serde = JsonSerde()
+    record = {"a": [1, object()]}
+    with pytest.raises(SerdeError, match="not JSON serializable"):
+        serde.serialize(record)
+    record["a"] = [1, 2]  # the same containers, now serializable: not "circular"
+    assert serde.serialize(record) == b'{"a":[1,2]}'
+    loop: list = []
+    loop.append(loop)
+    with pytest.raises(SerdeError, match="Circular reference"):
+        serde.serialize({"x": loop})
+    loop.clear()
+    assert serde.serialize({"x": loop}) == b'{"x":[]}'
+    with pytest.raises(SerdeError):
+        serde.serialize("\ud800")  # a lone surrogate is not UTF-8
+    assert (
+        serde.serialize({"f": 1.5, "n": float("nan"), "s": "é"})
+        == b'{"f":1.5,"n":NaN,"s":"\xc3\xa9"}'
+    )

@@ -83,3 +83,98 @@ def test_prefix_upper_bound() -> None:
     assert prefix_upper_bound(b"\xff\xff") is None
     assert prefix_upper_bound(b"ab") == b"ac"
     assert prefix_upper_bound(b"a\xff") == b"b"
+
+
+# -- decode_key fast paths ------------------------------------------------------------
+
+any_component = st.one_of(st.none(), st.booleans(), ints, texts, blobs)
+
+
+@pytest.mark.parametrize(
+    "key",
+    [
+        (3_600_000, 0, b"user0000001"),  # a window accumulator: the hottest shape
+        (-1, -(2**63), 2**63 - 1, 0),  # int64 bounds and negatives
+        (2**63, -(2**63) - 1, 2**200, -(2**200), 2 ** (8 * 255) - 1),  # beyond int64
+        ("", b"", "", b""),  # empty text and bytes: just the terminator
+        (b"\x00", b"a\x00b", b"\x00\x00\x01", b"\x00\xff", b"\x01\x00"),  # escaped zero bytes
+        ("\x00", "a\x00\x01", "héllo", "\U0010ffff", "\ud800"),  # NUL, non-ASCII, lone surrogate
+        (None, None),
+        (None, 1, "a", b"b", None),
+        ("wm",),
+        (),
+    ],
+)
+def test_decode_key_returns_exactly_the_encoded_tuple(key: tuple) -> None:
+    decoded = decode_key(encode_key(key))
+    assert decoded == key
+    assert [type(p) for p in decoded] == [type(p) for p in key]
+
+
+def test_bool_components_decode_as_the_int_they_equal() -> None:
+    decoded = decode_key(encode_key((True, False, 7)))
+    assert decoded == (1, 0, 7)
+    assert [type(p) for p in decoded] == [int, int, int]
+
+
+@given(st.lists(any_component, max_size=5))
+def test_mixed_components_round_trip(parts: list) -> None:
+    key = tuple(parts)
+    decoded = decode_key(encode_key(key))
+    assert decoded == key
+    assert [type(p) for p in decoded] == [int if type(p) is bool else type(p) for p in key]
+
+
+@given(st.lists(any_component, min_size=1, max_size=4), st.data())
+def test_a_cut_encoding_decodes_to_a_prefix_or_is_rejected(
+    parts: list, data: st.DataObject
+) -> None:
+    key = tuple(parts)
+    encoded = encode_key(key)
+    boundaries = {len(encode_key(key[:j])): key[:j] for j in range(len(key) + 1)}
+    cut = data.draw(st.integers(0, len(encoded)))
+    if cut in boundaries:
+        assert decode_key(encoded[:cut]) == boundaries[cut]
+    else:
+        with pytest.raises(KeyEncodingError):
+            decode_key(encoded[:cut])
+
+
+@given(st.binary(max_size=24))
+def test_arbitrary_bytes_decode_or_raise_a_value_error(data: bytes) -> None:
+    try:
+        assert isinstance(decode_key(data), tuple)
+    except KeyEncodingError:
+        pass
+    except UnicodeDecodeError:
+        pass  # a str component that is not UTF-8 (as before the fast path)
+
+
+@pytest.mark.parametrize(
+    ("data", "message"),
+    [
+        (b"\x03\x80\x00\x00", "truncated"),  # int64 cut short
+        (b"\x03" + bytes(8) + b"\x03\x80", "truncated"),  # second int64 cut short
+        (b"\x03", "truncated"),
+        (b"\x04", "truncated"),  # big int without its length
+        (b"\x04\x09\x01\x02", "truncated"),  # big int shorter than its length
+        (b"\x02\xfd\x01", "truncated"),
+        (b"\x06", "unterminated"),
+        (b"\x06abc", "unterminated"),
+        (b"\x06abc\x00", "unterminated"),  # zero byte at the very end
+        (b"\x06a\x00\xff", "unterminated"),  # an escape, then nothing
+        (b"\x05a\x00\x02\x00\x01", "bad escape"),
+        (b"\x06\x00\x00", "bad escape"),
+        (b"\x07", "unknown type tag 0x07"),
+        (b"\x00", "unknown type tag 0x00"),
+        (b"\x01\x09", "unknown type tag 0x09"),
+    ],
+)
+def test_malformed_encodings_are_rejected_with_the_reason(data: bytes, message: str) -> None:
+    with pytest.raises(KeyEncodingError, match=message):
+        decode_key(data)
+
+
+def test_a_str_component_that_is_not_utf8_raises_unicode_decode_error() -> None:
+    with pytest.raises(UnicodeDecodeError):
+        decode_key(b"\x05\xff\xfe\x00\x01")

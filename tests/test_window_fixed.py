@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
+import pytest
+
 from kstream.api import Hopping, Tumbling
+from kstream.runtime import OutputBatch
+from kstream.runtime.windows import FIRE_BATCH
+from kstream.state.memory import MemoryBackend
+from kstream.state.rocksdb import RocksDBBackend
 
 
 def test_tumbling_in_order_fires_on_watermark(kit):
@@ -107,3 +113,22 @@ def test_window_fires_exactly_when_the_watermark_reaches_its_end(kit):
     assert kit.sink(task.drain(), "out") == []  # watermark 999: [0, 1000) still open
     task.feed_source("events", 0, kit.records([("b", 1, 1000)], 2), 0.0)
     assert kit.sink(task.drain(), "out") == [("a", ["a", 0, 1000, 2], 999)]
+
+
+@pytest.mark.parametrize("backend", ["memory", "rocksdb"])
+def test_a_large_firing_emits_every_window_in_order_in_bounded_batches(kit, tmp_path, backend):
+    n = 2 * FIRE_BATCH + 7
+    state = MemoryBackend() if backend == "memory" else RocksDBBackend(tmp_path)
+    task = kit.task(kit.window_job(Tumbling(1000)), backend=state)
+    rows = [(f"k{i:04d}", 1, 100 + i % 300) for i in range(n)]
+    task.feed_source("events", 0, kit.records([*rows, ("k0003", 1, 999)]), 0.0)
+    assert kit.sink(task.drain(), "out") == []
+    task.feed_source("events", 0, kit.records([("z", 1, 1000)], n + 1), 0.0)
+    out = task.drain()
+    assert kit.sink(out, "out") == [
+        (f"k{i:04d}", [f"k{i:04d}", 0, 1000, 2 if i == 3 else 1], 999) for i in range(n)
+    ]
+    sizes = [len(o.keys) for o in out if isinstance(o, OutputBatch) and o.topic == "out"]
+    assert sizes == [FIRE_BATCH, FIRE_BATCH, 7]
+    task.end_input("events", 0, 0.0)
+    assert kit.sink(task.drain(), "out") == [("z", ["z", 1000, 2000, 1], 1999)]

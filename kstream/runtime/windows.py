@@ -9,6 +9,7 @@ included.
 
 from __future__ import annotations
 
+from itertools import islice
 from typing import Any
 
 from kstream.api.windows import Aggregation, Hopping, Session, Sliding, Tumbling, WindowResult
@@ -17,6 +18,13 @@ from kstream.runtime.operators import Keys, Operator, Stamps, Values
 from kstream.state.base import KeyedStateBackend, TableSpec
 
 _MISSING = object()
+# Fired windows go downstream in batches of this many while the scan goes on: a
+# firing of a million windows holds one batch of results at a time, and they die
+# before CPython's default young-generation collection (every 700 allocations) moves
+# them on to generations that full collections rescan. Firing 1 M windows with the
+# default GC thresholds: 2.2 s in batches of 256 vs 3.6 s in one batch; with a
+# worker's thresholds (worker.tune_gc) 2.1 s vs 2.4 s.
+FIRE_BATCH = 256
 
 
 class WindowOperator(Operator):
@@ -143,8 +151,11 @@ class FixedWindowOperator(WindowOperator):
     def _fire(self, old: int, new: int) -> None:
         if not self._ends_between(old, new):
             return
-        fired = list(self.acc.scan_range((old + 1,), (new + 1,)))
-        self._emit_results([WindowResult(k[2], k[1], k[0], a) for k, a in fired])
+        # Lazily scanned: nothing downstream writes this operator's table.
+        fired = self.acc.scan_range((old + 1,), (new + 1,))
+        new_result = tuple.__new__  # WindowResult(...) without its Python-level __new__
+        while chunk := list(islice(fired, FIRE_BATCH)):
+            self._emit_results([new_result(WindowResult, (k[2], k[1], k[0], a)) for k, a in chunk])
         if self.allowed == 0:  # no lateness: a window expires when it fires (see _expire)
             self.acc.delete_range((old + 1,), (new + 1,))
 

@@ -37,6 +37,8 @@ _INT64 = 0x03
 _POS_BIG = 0x04
 _STR = 0x05
 _BYTES = 0x06
+_ESCAPED = frozenset({_STR, _BYTES})
+_BIG_INTS = frozenset({_POS_BIG, _NEG_BIG})
 
 _INT64_MIN = -(2**63)
 _INT64_MAX = 2**63 - 1
@@ -86,6 +88,7 @@ def _encode_component(part: Any, out: bytearray) -> None:
 
 
 _pack_u64 = struct.Struct(">BQ").pack
+_unpack_u64 = struct.Struct(">Q").unpack_from
 
 
 def encode_key(key: StateKey) -> bytes:
@@ -95,23 +98,27 @@ def encode_key(key: StateKey) -> bytes:
     out: list[bytes] = []
     for part in key:
         t = type(part)
-        if t is int and _INT64_MIN <= part <= _INT64_MAX:
-            out.append(_pack_u64(_INT64, part - _INT64_MIN))
+        if t is int:
+            try:  # the offset int64 fits an unsigned 64-bit field, else struct.error
+                out.append(_pack_u64(_INT64, part - _INT64_MIN))
+                continue
+            except struct.error:
+                pass  # outside int64: the general path below
         elif t is bytes:
-            out.append(b"\x06" + _escape(part))
+            out.append(b"\x06" + part.replace(b"\x00", b"\x00\xff") + _TERMINATOR)
+            continue
         elif t is str:
-            out.append(b"\x05" + _escape(part.encode("utf-8", "surrogatepass")))
-        else:
-            buf = bytearray()
-            _encode_component(part, buf)
-            out.append(bytes(buf))
+            data = part.encode("utf-8", "surrogatepass")
+            out.append(b"\x05" + data.replace(b"\x00", b"\x00\xff") + _TERMINATOR)
+            continue
+        buf = bytearray()
+        _encode_component(part, buf)
+        out.append(bytes(buf))
     return b"".join(out)
 
 
 def _unescape(data: bytes, pos: int) -> tuple[bytes, int]:
-    i = data.find(b"\x00", pos)
-    if 0 <= i < len(data) - 1 and data[i + 1] == 0x01:
-        return data[pos:i], i + 2  # fast path: no escaped zero byte, a plain slice
+    """The escaped bytes component starting at ``pos`` and the position after it."""
     out = bytearray()
     while True:
         i = data.find(b"\x00", pos)
@@ -127,38 +134,46 @@ def _unescape(data: bytes, pos: int) -> tuple[bytes, int]:
         pos = i + 2
 
 
+def _decode_big_int(tag: int, data: bytes, pos: int) -> tuple[int, int]:
+    """The int beyond int64 whose length byte is at ``pos``, and the position after it."""
+    if tag == _POS_BIG:
+        n = data[pos]
+        return int.from_bytes(data[pos + 1 : pos + 1 + n], "big"), pos + 1 + n
+    n = 255 - data[pos]
+    inv = int.from_bytes(data[pos + 1 : pos + 1 + n], "big")
+    return -((1 << (8 * n)) - 1 - inv), pos + 1 + n
+
+
 def decode_key(data: bytes) -> StateKey:
     """The tuple ``encode_key`` turned into ``data``; KeyEncodingError if malformed."""
+    # Hot in every scan: int64 and unescaped str / bytes components are decoded
+    # inline; escapes, big ints and None leave the fast path.
     parts: list[Any] = []
+    append = parts.append
     pos = 0
     end = len(data)
     try:
         while pos < end:
             tag = data[pos]
-            pos += 1
-            if tag == _NONE:
-                parts.append(None)
-            elif tag == _INT64:
-                parts.append(int.from_bytes(data[pos : pos + 8], "big") + _INT64_MIN)
-                pos += 8
-            elif tag == _POS_BIG:
-                n = data[pos]
-                parts.append(int.from_bytes(data[pos + 1 : pos + 1 + n], "big"))
-                pos += 1 + n
-            elif tag == _NEG_BIG:
-                n = 255 - data[pos]
-                inv = int.from_bytes(data[pos + 1 : pos + 1 + n], "big")
-                parts.append(-((1 << (8 * n)) - 1 - inv))
-                pos += 1 + n
-            elif tag == _BYTES:
-                raw, pos = _unescape(data, pos)
-                parts.append(raw)
-            elif tag == _STR:
-                raw, pos = _unescape(data, pos)
-                parts.append(raw.decode("utf-8", "surrogatepass"))
+            if tag == _INT64:
+                append(_unpack_u64(data, pos + 1)[0] + _INT64_MIN)
+                pos += 9
+            elif tag in _ESCAPED:
+                i = data.find(b"\x00", pos + 1)
+                if 0 <= i < end - 1 and data[i + 1] == 0x01:
+                    raw, pos = data[pos + 1 : i], i + 2  # no escaped zero byte: a slice
+                else:
+                    raw, pos = _unescape(data, pos + 1)
+                append(raw if tag == _BYTES else raw.decode("utf-8", "surrogatepass"))
+            elif tag == _NONE:
+                append(None)
+                pos += 1
+            elif tag in _BIG_INTS:
+                n, pos = _decode_big_int(tag, data, pos + 1)
+                append(n)
             else:
                 raise KeyEncodingError(f"unknown type tag 0x{tag:02x} in encoded key {data!r}")
-    except IndexError as e:
+    except (IndexError, struct.error) as e:
         raise KeyEncodingError(f"truncated encoded key {data!r}") from e
     if pos != end:
         raise KeyEncodingError(f"truncated encoded key {data!r}")
