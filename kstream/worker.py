@@ -648,6 +648,17 @@ class Worker:
                             )
                         )
                     continue
+                log.debug(
+                    "task %s: checkpoint %d acknowledged (trigger to barrier %.0f ms, sync "
+                    "%.0f ms, upload %.0f ms, %d of %d bytes uploaded)",
+                    r.spec.task_id,
+                    u.checkpoint_id,
+                    u.alignment_ms,
+                    h.sync_ms,
+                    h.upload_ms,
+                    h.bytes_uploaded,
+                    h.bytes_total,
+                )
                 if self.control is not None:
                     self.control.send(
                         AcknowledgeCheckpoint(
@@ -735,6 +746,12 @@ class Worker:
                     else:  # another member owns it in this attempt: stay idle
                         r.close()
                         del self.runners[task_id]
+                # Resume the partitions, then seek them again: librdkafka starts fetching
+                # a partition that was sought while paused only ~1 s after its resume,
+                # while a seek of a fetching partition takes effect at once.
+                self._sync_pauses()
+                for r in self.runners.values():
+                    self._seek_inputs(r)
                 log.info("attempt %d resumed: running %s", self.attempt, sorted(self.runners))
             case JobFailed():
                 self.failed_reason = msg.reason
@@ -928,8 +945,12 @@ class Worker:
         roll the job back (a restart strategy bounds retries); otherwise the worker stops.
         """
         try:
+            t0 = time.perf_counter()
             call(*args)
             self._route(r, r.task.drain())
+            took = time.perf_counter() - t0
+            if took > 0.25:  # e.g. a watermark that fired many windows at once
+                log.debug("task %s: %s took %.0f ms", r.spec.task_id, call.__name__, took * 1000)
         except WorkerError:
             raise
         except Exception as e:  # user code or corrupt input: the task fails, with the reason
