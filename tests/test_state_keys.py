@@ -178,3 +178,25 @@ def test_malformed_encodings_are_rejected_with_the_reason(data: bytes, message: 
 def test_a_str_component_that_is_not_utf8_raises_unicode_decode_error() -> None:
     with pytest.raises(UnicodeDecodeError):
         decode_key(b"\x05\xff\xfe\x00\x01")
+
+
+@given(
+    st.integers(-(2**63), 2**63 - 1),
+    st.integers(-(2**63), 2**63 - 1),
+    st.one_of(st.binary(max_size=12), st.text(max_size=6)),
+)
+def test_window_key_shape_decodes_exactly_including_zero_bytes(
+    a: int, b: int, last: object
+) -> None:
+    # (int64, int64, str | bytes) takes the one-piece fast path unless the last
+    # component contains an escaped zero byte; both paths give the same tuple.
+    key = (a, b, last)
+    assert decode_key(encode_key(key)) == key
+
+
+def test_window_key_shape_with_a_wrong_tail_is_still_rejected() -> None:
+    good = encode_key((1, 2, b"ab"))
+    with pytest.raises(KeyEncodingError):
+        decode_key(good[:-1])  # terminator cut: falls back to the checked path
+    with pytest.raises(KeyEncodingError):
+        decode_key(good[:-2] + b"\x00\x07")  # bad escape

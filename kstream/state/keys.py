@@ -89,6 +89,7 @@ def _encode_component(part: Any, out: bytearray) -> None:
 
 _pack_u64 = struct.Struct(">BQ").pack
 _unpack_u64 = struct.Struct(">Q").unpack_from
+_unpack_two_u64 = struct.Struct(">xQxQ").unpack_from  # tag, int64, tag, int64
 
 
 def encode_key(key: StateKey) -> bytes:
@@ -146,12 +147,27 @@ def _decode_big_int(tag: int, data: bytes, pos: int) -> tuple[int, int]:
 
 def decode_key(data: bytes) -> StateKey:
     """The tuple ``encode_key`` turned into ``data``; KeyEncodingError if malformed."""
-    # Hot in every scan: int64 and unescaped str / bytes components are decoded
-    # inline; escapes, big ints and None leave the fast path.
+    # Hot in every scan. (int64, int64, str | bytes without a zero byte) — a window
+    # accumulator (end, start, key) — is decoded in one piece: both ints with one
+    # unpack, the last component as one slice (its first zero byte is the terminator).
+    end = len(data)
+    if (
+        end >= 21
+        and data[0] == _INT64
+        and data[9] == _INT64
+        and data[18] in _ESCAPED
+        and data[-1] == 0x01
+        and data.find(b"\x00", 19) == end - 2
+    ):
+        a, b = _unpack_two_u64(data)
+        raw = data[19:-2]
+        last = raw if data[18] == _BYTES else raw.decode("utf-8", "surrogatepass")
+        return (a + _INT64_MIN, b + _INT64_MIN, last)
+    # Otherwise component by component: int64 and unescaped str / bytes inline;
+    # escapes, big ints and None leave the fast path.
     parts: list[Any] = []
     append = parts.append
     pos = 0
-    end = len(data)
     try:
         while pos < end:
             tag = data[pos]
