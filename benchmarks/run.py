@@ -604,9 +604,9 @@ def _bench(
     if waits:
         lines += [
             "Where kstream's time goes (from its stderr): processing ends when every input "
-            "record was fed to its task; the rest is the wait until the output is committed "
-            "(the checkpoint triggered after the last input completes, or with checkpointing "
-            "off the next periodic offset commit).",
+            "record was fed to its task; the rest is the graceful stop: the final checkpoint "
+            "the worker requests then (with checkpointing off, the output flush and offset "
+            "commit), and closing the clients.",
             "",
             *waits,
             "",
