@@ -13,6 +13,15 @@ Shapes:
 * ``varied``: the same with distinct timestamps and values of varying length
   (every column but topic and partition stored per record).
 
+Then the way a window firing takes through the exactly-once sink: the same records
+as ``--batches`` task output batches (4 of 250,000 by default) routed by
+``Worker._route`` into an ``ExactlyOnceSink``, compared with the pre-column way
+(``write_batch`` of one tuple per record): route, encode the blob at the barrier,
+decode it (a restore), publish from the buffer and from the decoded blob. Publishing
+uses a real (idempotent) producer with no broker: ``produce`` only queues locally,
+the queue is purged after each run; transactions are no-ops. This part runs with a
+worker's garbage-collector settings (``kstream.worker.tune_gc``).
+
 Run: ``python -m benchmarks.bench_sink_blob --records 1000000 --runs 3``
 """
 
@@ -26,9 +35,20 @@ import time
 import zlib
 from collections.abc import Callable
 from functools import partial
+from types import SimpleNamespace
 from typing import Any
 
-from kstream.kafka.sink import Epoch, OutputRecord, decode_blob, encode_blob
+from kstream.kafka.clients import make_producer
+from kstream.kafka.sink import (
+    Epoch,
+    EpochBuffer,
+    ExactlyOnceSink,
+    OutputRecord,
+    decode_blob,
+    encode_blob,
+)
+from kstream.runtime.records import OutputBatch
+from kstream.worker import Worker, tune_gc
 
 _REC = struct.Struct("<BHiIIqH")
 _HDR = struct.Struct("<Hi")
@@ -109,15 +129,112 @@ def records(n: int, shape: str) -> list[OutputRecord]:
     ]
 
 
+def timed(fn: Callable[..., Any], *args: Any) -> tuple[float, Any]:
+    """Wall time of ``fn(*args)`` after a full GC, and its result."""
+    gc.collect()
+    t0 = time.perf_counter()
+    result = fn(*args)
+    return time.perf_counter() - t0, result
+
+
 def median_time(fn: Callable[[], Any], runs: int) -> tuple[float, Any]:
     """Median wall time of ``fn()`` over ``runs`` runs (a full GC before each) and its result."""
     times, result = [], None
     for _ in range(runs):
-        gc.collect()
-        t0 = time.perf_counter()
-        result = fn()
-        times.append(time.perf_counter() - t0)
+        t, result = timed(fn)
+        times.append(t)
     return statistics.median(times), result
+
+
+class QueueOnlyProducer:
+    """A real producer's ``produce``/``poll`` without a broker (records queue locally and
+    are purged), no-op transactions: what publishing costs in this process."""
+
+    def __init__(self) -> None:
+        self._p = make_producer(
+            "127.0.0.1:1",
+            extra={
+                "queue.buffering.max.messages": 2_000_000,
+                "queue.buffering.max.kbytes": 2_000_000,
+                "log_level": 0,
+            },
+        )
+        self.produce, self.poll = self._p.produce, self._p.poll
+
+    def list_topics(self, topic: str, timeout: float) -> Any:
+        return SimpleNamespace(topics={topic: SimpleNamespace(error=None, partitions={0: None})})
+
+    def begin_transaction(self) -> None:
+        pass
+
+    def commit_transaction(self, timeout: float) -> None:
+        self._p.purge()
+        self._p.poll(0)
+
+    def flush(self, timeout: float) -> int:
+        return 0
+
+
+def routed(recs: list[OutputRecord], batches: int, runs: int, reference: bytes) -> None:
+    """Time the sink path of ``recs`` as ``batches`` output batches, per way of routing."""
+    keys, values, stamps = ([r[i] for r in recs] for i in (2, 3, 4))
+    size = -(-len(recs) // batches)
+    outputs = [
+        OutputBatch(
+            "out", False, None, keys[i : i + size], values[i : i + size], stamps[i : i + size]
+        )
+        for i in range(0, len(recs), size)
+    ]
+    producer = QueueOnlyProducer()
+    worker = Worker.__new__(Worker)  # _route of sink batches needs no worker state
+
+    def sink() -> ExactlyOnceSink:
+        s = ExactlyOnceSink("bench", "sink-0", "127.0.0.1:1")
+        s._producer, s.attempt = producer, 0
+        return s
+
+    def tuples() -> ExactlyOnceSink:
+        """The route before column batches: one OutputRecord tuple per record."""
+        s = sink()
+        for out in outputs:
+            s.write_batch(
+                (out.topic, None, k, v, ts, None)
+                for k, v, ts in zip(out.keys, out.values, out.timestamps, strict=True)
+            )
+        s.on_barrier(1)
+        return s
+
+    def route() -> ExactlyOnceSink:
+        s = sink()
+        runner: Any = SimpleNamespace(sink_topics={"out": "g"}, sinks={"g": s})
+        worker._route(runner, outputs)
+        s.on_barrier(1)
+        return s
+
+    def restored() -> ExactlyOnceSink:
+        s = sink()
+        s.buffer = EpochBuffer.from_blob(reference)
+        return s
+
+    variants = {"tuples": tuples, "_route": route}
+    times: dict[str, list[list[float]]] = {name: [] for name in variants}
+    # Runs interleave the variants: both meet the same allocator state (a process's
+    # first large buffers page-fault, ~130 ms per blob here; later ones reuse the heap).
+    for _ in range(runs):
+        for name, make in variants.items():
+            t_route, s = timed(make)
+            t_encode, blob = timed(s.buffer_blob)
+            if blob != reference:
+                raise SystemExit(f"{name}: the blob differs from the one encoded from records")
+            t_decode, _ = timed(EpochBuffer.from_blob, blob)
+            t_publish, _ = timed(s.on_checkpoint_completed, 1)
+            r = restored()
+            t_republish, _ = timed(r.on_checkpoint_completed, 1)
+            times[name].append([t_route, t_encode, t_decode, t_publish, t_republish])
+            del s, blob, r
+    for name, rows in times.items():
+        ms = [statistics.median(col) * 1000 for col in zip(*rows, strict=True)]
+        print(f"  {name:8} {ms[0]:9.1f} {ms[1]:10.0f} {ms[2]:10.0f} {ms[3]:11.0f} {ms[4]:15.0f}")
 
 
 def main() -> None:
@@ -125,6 +242,7 @@ def main() -> None:
     ap.add_argument("--records", type=int, default=1_000_000)
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--shape", choices=["brief", "varied", "both"], default="both")
+    ap.add_argument("--batches", type=int, default=4, help="output batches of the routed part")
     args = ap.parse_args()
     shapes = ["brief", "varied"] if args.shape == "both" else [args.shape]
     print(f"{args.records:,} records in one sealed epoch, median of {args.runs} runs")
@@ -139,6 +257,22 @@ def main() -> None:
                 raise SystemExit(f"{shape} {name}: decoded records differ from the encoded ones")
             print(f"{shape:8} {name:6} {enc * 1000:10.0f} {dec * 1000:10.0f} {len(blob):14,}")
             del blob, out
+    tune_gc()  # from here on as in a worker process: far fewer collections of young objects
+    n, size = args.records, -(-args.records // args.batches)
+    print(
+        f"\n{n:,} records as {args.batches} sink batches of {size:,} through the exactly-once "
+        f"sink, ms, median of {args.runs} runs\n  (tuples: write_batch of a tuple per record, "
+        f"the route before; _route: Worker._route now)"
+    )
+    print(
+        f"  {'route':8} {'route':>9} {'encode':>10} {'decode':>10} {'publish':>11} {'publish decoded':>15}"
+    )
+    for shape in shapes:
+        print(f"{shape}:")
+        epoch = Epoch(records=records(args.records, shape))
+        epoch.seal(1)
+        routed(list(epoch.records), args.batches, args.runs, encode_blob([epoch]))
+        del epoch
 
 
 if __name__ == "__main__":

@@ -545,10 +545,8 @@ class Worker:
                     self._produce_internal(runner, out)
                 else:
                     g = runner.sink_topics[out.topic]
-                    runner.sinks[g].write_batch(
-                        (out.topic, None, k, v, ts, None)
-                        for k, v, ts in zip(out.keys, out.values, out.timestamps, strict=True)
-                    )
+                    # the batch's own lists: the task never touches a drained batch again
+                    runner.sinks[g].write_columns(out.topic, out.keys, out.values, out.timestamps)
             elif isinstance(out, OutputEvent):
                 if out.internal:
                     produce_event(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import replace
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -12,9 +13,10 @@ import kstream.job as jobmod
 from kstream.config import CheckpointingConfig, ConfigError, Guarantee, JobConfig
 from kstream.job import INTERNAL_TOPIC_CONFIG, Job, ensure_job_topics, plan_live
 from kstream.kafka.clients import TopicSpec
-from kstream.kafka.sink import EpochBuffer, ExactlyOnceSink
+from kstream.kafka.sink import ColumnBatch, EpochBuffer, ExactlyOnceSink
 from kstream.plan import plan_job
-from kstream.worker import PausePoint, WorkerSettings, _has_due_output
+from kstream.runtime.records import OutputBatch
+from kstream.worker import PausePoint, Worker, WorkerSettings, _has_due_output
 from topologies.wordcount import topology as wordcount
 
 
@@ -77,3 +79,24 @@ def test_plan_live_applies_the_default_guarantee(monkeypatch: pytest.MonkeyPatch
     assert [s.guarantee for s in alo.plan.sinks] == [Guarantee.AT_LEAST_ONCE]
     default = plan_live(wordcount, cfg)
     assert [s.guarantee for s in default.plan.sinks] == [Guarantee.EXACTLY_ONCE]
+
+
+def test_route_hands_sink_batches_over_as_columns() -> None:
+    """The worker gives a sink the task's lists, no tuple per record (the task never
+    changes a drained batch)."""
+    sink = ExactlyOnceSink.__new__(ExactlyOnceSink)  # buffer only: no producer needed
+    sink.buffer = EpochBuffer()
+    keys, values, stamps = [b"k1", b"k2"], [b"v1", None], [5, 6]
+    runner: Any = SimpleNamespace(sink_topics={"out": "sink-group"}, sinks={"sink-group": sink})
+    Worker.__new__(Worker)._route(runner, [OutputBatch("out", False, None, keys, values, stamps)])
+    (chunk,) = sink.buffer.open.chunks
+    assert isinstance(chunk, ColumnBatch)
+    assert (chunk.topic, chunk.keys, chunk.values, chunk.timestamps) == (
+        "out",
+        keys,
+        values,
+        stamps,
+    )
+    assert chunk.keys is keys
+    sink.buffer.seal(1)
+    assert _has_due_output(sink, 1)

@@ -2,7 +2,8 @@
 
 Both implement :class:`Sink`, so the worker drives them alike:
 
-* ``write``/``write_batch`` serialized output records,
+* ``write``/``write_batch`` serialized output records, ``write_columns`` one topic's
+  records as parallel lists (the worker's way: no tuple per record),
 * ``on_barrier(n)`` when the task aligned barrier *n* (before its snapshot),
 * ``buffer_blob()`` into the task's snapshot (``None``: nothing to keep),
 * ``on_checkpoint_completed(n)`` on ``CheckpointCompleted(n)``,
@@ -34,12 +35,12 @@ import time
 import zlib
 from abc import ABC, abstractmethod
 from array import array
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from enum import StrEnum
 from itertools import repeat
-from operator import itemgetter
-from typing import Any, NoReturn, cast
+from operator import eq, itemgetter
+from typing import Any, NoReturn, cast, overload
 
 from kstream.config import Guarantee
 from kstream.kafka.clients import (
@@ -55,9 +56,12 @@ from kstream.kafka.clients import (
 __all__ = [
     "AtLeastOnceSink",
     "BlobFormatError",
+    "Chunk",
+    "ColumnBatch",
     "CommitMarker",
     "Epoch",
     "EpochBuffer",
+    "EpochRecords",
     "EpochState",
     "ExactlyOnceSink",
     "OutputRecord",
@@ -132,13 +136,63 @@ _TRANSITIONS = {
 }
 
 
-@dataclass(slots=True)
-class Epoch:
-    """Output of one epoch. ``checkpoint_id`` is set when it is sealed."""
+@dataclass(frozen=True, slots=True)
+class ColumnBatch:
+    """One topic's records as parallel lists, partition and headers ``None`` (a task's
+    sink batch, kept by reference: nobody changes the lists once they are written)."""
 
-    checkpoint_id: int | None = None
-    state: EpochState = EpochState.OPEN
-    records: list[OutputRecord] = field(default_factory=list)
+    topic: str
+    keys: list[bytes | None]
+    values: list[bytes | None]
+    timestamps: list[int]
+
+    def __post_init__(self) -> None:
+        n = len(self.keys)
+        if len(self.values) != n or len(self.timestamps) != n:
+            raise ValueError(
+                f"sink batch for {self.topic!r}: {n} keys, {len(self.values)} values and "
+                f"{len(self.timestamps)} timestamps (must be equal)"
+            )
+
+    def __len__(self) -> int:
+        return len(self.keys)
+
+
+Chunk = ColumnBatch | list[OutputRecord]
+"""A run of an epoch's records: a column batch, or general records (``write``/``write_batch``)."""
+
+
+class Epoch:
+    """Output of one epoch as chunks in write order. ``checkpoint_id`` is set when it is sealed.
+
+    ``size`` counts the records; ``records`` shows them as ``OutputRecord`` tuples.
+    """
+
+    __slots__ = ("checkpoint_id", "chunks", "size", "state")
+
+    def __init__(
+        self,
+        checkpoint_id: int | None = None,
+        state: EpochState = EpochState.OPEN,
+        records: Iterable[OutputRecord] = (),
+        *,
+        chunks: Iterable[Chunk] = (),
+    ) -> None:
+        self.checkpoint_id = checkpoint_id
+        self.state = state
+        self.chunks: list[Chunk] = [c for c in (*chunks, list(records)) if len(c)]
+        self.size = sum(map(len, self.chunks))
+
+    def __repr__(self) -> str:
+        return (
+            f"Epoch(checkpoint_id={self.checkpoint_id}, state={self.state}, "
+            f"size={self.size}, chunks={len(self.chunks)})"
+        )
+
+    @property
+    def records(self) -> EpochRecords:
+        """The records as ``OutputRecord`` tuples, in write order (a read-only view)."""
+        return EpochRecords(self)
 
     def _move(self, to: EpochState) -> None:
         if _TRANSITIONS.get(self.state) is not to:
@@ -156,11 +210,92 @@ class Epoch:
         """sealed → committed, after its transaction committed."""
         self._move(EpochState.COMMITTED)
 
-    def append(self, record: OutputRecord) -> None:
-        """Add a record; only an open epoch accepts records."""
+    def _check_open(self) -> None:
         if self.state is not EpochState.OPEN:
             raise SinkStateError(f"sink epoch {self.checkpoint_id} is {self.state}: cannot add")
-        self.records.append(record)
+
+    def _record_chunk(self) -> list[OutputRecord]:
+        """The last chunk if it holds records, else a new one."""
+        last = self.chunks[-1] if self.chunks else None
+        if isinstance(last, list):
+            return last
+        new: list[OutputRecord] = []
+        self.chunks.append(new)
+        return new
+
+    def append(self, record: OutputRecord) -> None:
+        """Add a record; only an open epoch accepts records."""
+        self._check_open()
+        self._record_chunk().append(record)
+        self.size += 1
+
+    def extend(self, records: Iterable[OutputRecord]) -> None:
+        """Add records; only an open epoch accepts records."""
+        self._check_open()
+        chunk = self._record_chunk()
+        before = len(chunk)
+        chunk.extend(records)
+        self.size += len(chunk) - before
+        if not chunk:
+            self.chunks.pop()
+
+    def append_columns(self, batch: ColumnBatch) -> None:
+        """Add a column batch by reference (no per-record work); only an open epoch accepts it."""
+        self._check_open()
+        if batch:
+            self.chunks.append(batch)
+            self.size += len(batch)
+
+
+class EpochRecords(Sequence[OutputRecord]):
+    """An epoch's records as ``OutputRecord`` tuples: a read-only view that builds each
+    tuple when it is read (publishing and the blob read the chunks instead)."""
+
+    __slots__ = ("_epoch",)
+
+    def __init__(self, epoch: Epoch) -> None:
+        self._epoch = epoch
+
+    def __len__(self) -> int:
+        return self._epoch.size
+
+    def __iter__(self) -> Iterator[OutputRecord]:
+        for c in self._epoch.chunks:
+            if isinstance(c, ColumnBatch):
+                yield from zip(
+                    repeat(c.topic), repeat(None), c.keys, c.values, c.timestamps, repeat(None)
+                )
+            else:
+                yield from c
+
+    @overload
+    def __getitem__(self, i: int) -> OutputRecord: ...
+
+    @overload
+    def __getitem__(self, i: slice) -> list[OutputRecord]: ...
+
+    def __getitem__(self, i: int | slice) -> OutputRecord | list[OutputRecord]:
+        if isinstance(i, slice):
+            return list(self)[i]
+        n = len(self)
+        j = i + n if i < 0 else i
+        if not 0 <= j < n:
+            raise IndexError(f"record {i} of an epoch of {n}")
+        for c in self._epoch.chunks:
+            if j < len(c):
+                if isinstance(c, ColumnBatch):
+                    return (c.topic, None, c.keys[j], c.values[j], c.timestamps[j], None)
+                return c[j]
+            j -= len(c)
+        raise AssertionError("epoch size and chunks disagree")  # pragma: no cover
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, EpochRecords | list):
+            return len(self) == len(other) and all(map(eq, self, other))
+        return NotImplemented  # (defining __eq__ makes it unhashable, like a list)
+
+    def __repr__(self) -> str:
+        return f"EpochRecords({list(self)!r})"
 
 
 class EpochBuffer:
@@ -181,9 +316,10 @@ class EpochBuffer:
         self.open.append(record)
 
     def extend(self, records: Iterable[OutputRecord]) -> None:
-        if self.open.state is not EpochState.OPEN:  # pragma: no cover - open epoch is always open
-            raise SinkStateError("open epoch is not open")
-        self.open.records.extend(records)
+        self.open.extend(records)
+
+    def append_columns(self, batch: ColumnBatch) -> None:
+        self.open.append_columns(batch)
 
     def seal(self, checkpoint_id: int) -> None:
         """Seal the open epoch as epoch ``checkpoint_id`` and open the next one."""
@@ -216,7 +352,7 @@ class EpochBuffer:
 
     def drop_through(self, checkpoint_id: int) -> int:
         """Forget sealed epochs ≤ ``checkpoint_id`` (already published, says a marker)."""
-        before = sum(len(e.records) for e in self.sealed)
+        before = sum(e.size for e in self.sealed)
         self.sealed = [
             e
             for e in self.sealed
@@ -224,7 +360,7 @@ class EpochBuffer:
         ]
         if self.last_committed is None or checkpoint_id > self.last_committed:
             self.last_committed = checkpoint_id
-        return before - sum(len(e.records) for e in self.sealed)
+        return before - sum(e.size for e in self.sealed)
 
     def blob(self) -> bytes:
         """Every sealed, uncommitted epoch in the blob format (:func:`encode_blob`)."""
@@ -319,28 +455,11 @@ def encode_blob(epochs: Iterable[Epoch]) -> bytes:
     epochs = list(epochs)
     topics: dict[str, int] = {}
     out: list[bytes] = []
-    topic_of, part_of, key_of, value_of, ts_of, headers_of = _FIELDS
     for e in epochs:
         if e.state is not EpochState.SEALED or e.checkpoint_id is None:
             raise SinkStateError(f"only sealed epochs go into a blob, got {e.state}")
-        records = e.records
-        n = len(records)
-        out.append(_EPOCH.pack(e.checkpoint_id, n))
-        names: list[str] = list(map(topic_of, records))
-        one = n > 0 and names.count(names[0]) == n  # the usual case: one topic
-        for name in names[:1] if one else dict.fromkeys(names):  # first seen, first numbered
-            topics.setdefault(name, len(topics))
-        if len(topics) > 0xFFFF:
-            raise SinkError(f"a sink buffer blob holds at most 65535 topics, got {len(topics)}")
-        if one:
-            out += (_MODE[_CONST], _U16.pack(topics[names[0]]))
-        else:
-            _int_column(list(map(topics.__getitem__, names)), _A_U16, out)
-        _int_column(list(map(part_of, records)), _A_I32, out)
-        _bytes_column(list(map(key_of, records)), out)
-        _bytes_column(list(map(value_of, records)), out)
-        _int_column(list(map(ts_of, records)), _A_I64, out)
-        _headers_section(list(map(headers_of, records)), out)
+        out.append(_EPOCH.pack(e.checkpoint_id, e.size))
+        _epoch_columns(e.chunks, e.size, topics, out)
     head = [_MAGIC, bytes([_VERSION]), _U16.pack(len(topics))]
     for name in topics:
         nb = name.encode()
@@ -349,6 +468,79 @@ def encode_blob(epochs: Iterable[Epoch]) -> bytes:
     head.append(_U32.pack(len(epochs)))
     body = b"".join(head + out)
     return body + _U32.pack(zlib.crc32(body))
+
+
+def _epoch_columns(chunks: list[Chunk], n: int, topics: dict[str, int], out: list[bytes]) -> None:
+    """Append the version-2 columns of an epoch's ``n`` records in ``chunks`` to ``out``,
+    numbering new topics in ``topics`` as first seen.
+
+    Column batches are never taken apart record by record: their lists are
+    concatenated, and their partitions and headers (all ``None``) are not looked at.
+    """
+    topic_of = _FIELDS[0]
+    per_chunk: list[str | list[str]] = []  # a chunk's one topic, or its records' topics
+    for c in chunks:
+        if isinstance(c, ColumnBatch):
+            per_chunk.append(c.topic)
+        else:
+            names = list(map(topic_of, c))
+            one = names and names.count(names[0]) == len(names)
+            per_chunk.append(names[0] if one else names)
+    for t in per_chunk:  # first seen, first numbered
+        for name in (t,) if isinstance(t, str) else dict.fromkeys(t):
+            topics.setdefault(name, len(topics))
+    if len(topics) > 0xFFFF:
+        raise SinkError(f"a sink buffer blob holds at most 65535 topics, got {len(topics)}")
+    if n and all(isinstance(t, str) for t in per_chunk) and len(set(per_chunk)) == 1:
+        out += (_MODE[_CONST], _U16.pack(topics[cast(str, per_chunk[0])]))  # the usual case
+    else:
+        indexes: list[int] = []
+        for c, t in zip(chunks, per_chunk, strict=True):
+            if isinstance(t, str):
+                indexes += [topics[t]] * len(c)
+            else:
+                indexes += map(topics.__getitem__, t)
+        _int_column(indexes, _A_U16, out)
+    batches = n > 0 and all(isinstance(c, ColumnBatch) for c in chunks)
+    if batches:
+        out.append(_MODE[_NONE])  # partitions
+    else:
+        _int_column(_gather(chunks, 1), _A_I32, out)
+    _bytes_column(_gather(chunks, 2), out)
+    _bytes_column(_gather(chunks, 3), out)
+    _int_column(_gather(chunks, 4), _A_I64, out)
+    if batches:
+        out.append(_U32.pack(0))  # no record has headers
+    else:
+        _headers_section(_gather(chunks, 5), out)
+
+
+def _gather(chunks: list[Chunk], field: int) -> list[Any]:
+    """Field ``field`` (an ``OutputRecord`` index) of every record in ``chunks``, in order.
+
+    A single column batch's own list is returned as it is (callers only read it).
+    """
+    if len(chunks) == 1 and isinstance(chunks[0], ColumnBatch) and 2 <= field <= 4:
+        return _batch_column(chunks[0], field)
+    values: list[Any] = []
+    get = _FIELDS[field]
+    for c in chunks:
+        if isinstance(c, ColumnBatch):
+            values += _batch_column(c, field)
+        else:
+            values += map(get, c)
+    return values
+
+
+def _batch_column(c: ColumnBatch, field: int) -> list[Any]:
+    """Field ``field`` (an ``OutputRecord`` index) of every record of ``c``."""
+    if field == 2:
+        return c.keys
+    if field == 3:
+        return c.values
+    if field == 4:
+        return c.timestamps
+    return [c.topic if field == 0 else None] * len(c)
 
 
 def _le(a: array[int]) -> bytes:
@@ -469,25 +661,41 @@ def _decode_body_v2(mv: memoryview) -> list[Epoch]:
     for _ in range(nepochs):
         cp, n = r.unpack(_EPOCH, "epoch header")
         where = f"epoch {cp}"
-        mode, column = _read_int_column(r, _A_U16, n, f"{where} topic indexes")
-        if mode not in (_CONST, _FULL):
-            raise BlobFormatError(f"sink buffer blob {where}: topic index column has mode {mode}")
+        topic_mode, column = _read_int_column(r, _A_U16, n, f"{where} topic indexes")
+        if topic_mode not in (_CONST, _FULL):
+            raise BlobFormatError(
+                f"sink buffer blob {where}: topic index column has mode {topic_mode}"
+            )
         indexes = cast("list[int]", column)  # CONST and FULL hold no None
-        if n and max(indexes[:1] if mode == _CONST else indexes) >= ntopics:
+        if n and max(indexes[:1] if topic_mode == _CONST else indexes) >= ntopics:
             raise BlobFormatError(f"sink buffer blob {where}: topic index beyond {ntopics} topics")
-        if mode == _FULL:
+        if topic_mode == _FULL:
             topics = list(map(names.__getitem__, indexes))
         else:
             topics = [names[indexes[0]]] * n if n else []
-        partitions = _read_int_column(r, _A_I32, n, f"{where} partitions")[1]
+        part_mode, partitions = _read_int_column(r, _A_I32, n, f"{where} partitions")
         keys = _read_bytes_column(r, n, f"{where} keys")
         values = _read_bytes_column(r, n, f"{where} values")
-        timestamps = _read_int_column(r, _A_I64, n, f"{where} timestamps")[1]
+        ts_mode, timestamps = _read_int_column(r, _A_I64, n, f"{where} timestamps")
         headers = _read_headers(r, n, f"{where} headers")
-        records: list[OutputRecord] = list(
-            zip(topics, partitions, keys, values, timestamps, headers, strict=True)
-        )
-        epochs.append(Epoch(cp, EpochState.SEALED, records))
+        chunk: Chunk
+        batch = topic_mode == _CONST and part_mode == _NONE and ts_mode in (_CONST, _FULL)
+        if n and batch and headers is None:
+            # a column batch's shape: read back as one, without building records
+            chunk = ColumnBatch(topics[0], keys, values, cast("list[int]", timestamps))
+        else:
+            chunk = list(
+                zip(
+                    topics,
+                    partitions,
+                    keys,
+                    values,
+                    timestamps,
+                    headers or repeat(None, n),
+                    strict=True,
+                )
+            )
+        epochs.append(Epoch(cp, EpochState.SEALED, chunks=[chunk]))
     if r.pos != r.end:
         raise BlobFormatError(f"sink buffer blob has {r.end - r.pos} trailing bytes")
     return epochs
@@ -547,10 +755,13 @@ def _read_bytes_column(r: _Reader, n: int, what: str) -> list[bytes | None]:
     return out
 
 
-def _read_headers(r: _Reader, n: int, what: str) -> list[list[Header] | None]:
-    """The ``n`` records' headers (None for most) from the headers section."""
-    headers: list[list[Header] | None] = [None] * n
+def _read_headers(r: _Reader, n: int, what: str) -> list[list[Header] | None] | None:
+    """The ``n`` records' headers (None for most) from the headers section; ``None`` if
+    no record has headers."""
     (count,) = r.unpack(_U32, f"{what} count")
+    if not count:
+        return None
+    headers: list[list[Header] | None] = [None] * n
     last = -1
     for _ in range(count):
         i, nh = r.unpack(_HEADERED, what)
@@ -624,7 +835,7 @@ def _decode_body_v1(mv: memoryview) -> list[Epoch]:
                     headers,
                 )
             )
-        epochs.append(Epoch(cp, EpochState.SEALED, records))
+        epochs.append(Epoch(cp, EpochState.SEALED, chunks=[records]))
     if pos != end:
         raise BlobFormatError(f"sink buffer blob has {end - pos} trailing bytes")
     return epochs
@@ -684,6 +895,19 @@ class Sink(ABC):
     def write_batch(self, records: Iterable[OutputRecord]) -> None:
         """Accept many serialized output records (cheaper than ``write`` per record)."""
 
+    def write_columns(
+        self,
+        topic: str,
+        keys: list[bytes | None],
+        values: list[bytes | None],
+        timestamps: list[int],
+    ) -> None:
+        """Accept records for ``topic`` as parallel lists, partition and headers ``None``
+        (the cheapest way in). The sink may keep the lists: do not change them afterwards."""
+        self.write_batch(
+            (topic, None, k, v, ts, None) for k, v, ts in zip(keys, values, timestamps, strict=True)
+        )
+
     @abstractmethod
     def on_barrier(self, checkpoint_id: int) -> None:
         """Barrier ``checkpoint_id`` aligned: after this, ``buffer_blob`` belongs to its snapshot."""
@@ -726,10 +950,38 @@ def _is_fenced(e: KafkaException) -> bool:
 _POLL_EVERY = 1000  # serve the producer's callbacks this often while producing a batch
 
 
-def _produce_all(producer: Any, records: Iterable[OutputRecord], on_delivery: Any = None) -> None:
-    """Queue ``records``; when the local queue is full, serve it and retry (never drop)."""
+def _produce_chunks(producer: Any, chunks: Iterable[Chunk], on_delivery: Any = None) -> None:
+    """Queue the records of ``chunks`` in order; when the local queue is full, serve it and
+    retry (never drop). Column batches are produced from their lists, no tuple per record."""
+    done = 0  # records queued so far: callbacks are served every _POLL_EVERY, across chunks
+    for c in chunks:
+        if isinstance(c, ColumnBatch):
+            _produce_batch(producer, c, done, on_delivery)
+        else:
+            _produce_records(producer, c, done, on_delivery)
+        done += len(c)
+
+
+def _produce_batch(producer: Any, batch: ColumnBatch, done: int, on_delivery: Any) -> None:
+    produce, poll, topic = producer.produce, producer.poll, batch.topic
+    for n, (key, value, ts) in enumerate(
+        zip(batch.keys, batch.values, batch.timestamps, strict=True), done + 1
+    ):
+        while True:
+            try:
+                produce(topic, value, key, timestamp=ts, on_delivery=on_delivery)
+                break
+            except BufferError:
+                poll(0.05)  # local queue full: let deliveries drain it
+        if n % _POLL_EVERY == 0:
+            poll(0)
+
+
+def _produce_records(
+    producer: Any, records: Iterable[OutputRecord], done: int, on_delivery: Any
+) -> None:
     produce, poll = producer.produce, producer.poll
-    for n, (topic, partition, key, value, ts, headers) in enumerate(records, 1):
+    for n, (topic, partition, key, value, ts, headers) in enumerate(records, done + 1):
         part = -1 if partition is None else partition  # -1: the producer's partitioner
         while True:
             try:
@@ -787,6 +1039,16 @@ class ExactlyOnceSink(Sink):
     def write_batch(self, records: Iterable[OutputRecord]) -> None:
         self.buffer.extend(records)
 
+    def write_columns(
+        self,
+        topic: str,
+        keys: list[bytes | None],
+        values: list[bytes | None],
+        timestamps: list[int],
+    ) -> None:
+        """Buffer the lists themselves (no copy): the caller must not change them afterwards."""
+        self.buffer.append_columns(ColumnBatch(topic, keys, values, timestamps))
+
     def on_barrier(self, checkpoint_id: int) -> None:
         """Seal the open epoch as epoch ``checkpoint_id`` (it goes into the snapshot)."""
         self.buffer.seal(checkpoint_id)
@@ -813,7 +1075,7 @@ class ExactlyOnceSink(Sink):
         due = self.buffer.due(checkpoint_id)
         if not due:
             return 0
-        if not any(e.records for e in due):
+        if not any(e.size for e in due):
             self.buffer.committed(due, max(e.checkpoint_id or 0 for e in due))
             return 0
         n = self._commit(due, checkpoint_id)
@@ -829,10 +1091,8 @@ class ExactlyOnceSink(Sink):
             #    read_committed readers, and aborted if this process dies.
             p.begin_transaction()
             # 2. The buffered output, in epoch and write order.
-            count = 0
-            for e in epochs:
-                _produce_all(p, e.records)
-                count += len(e.records)
+            _produce_chunks(p, (c for e in epochs for c in e.chunks))
+            count = sum(e.size for e in epochs)
             # 3. The marker in the SAME transaction: output and marker become
             #    visible together or not at all — that is what recovery reads.
             p.produce(
@@ -1036,15 +1296,28 @@ class AtLeastOnceSink(Sink):
                 self.first_error = f"{msg.topic()}[{msg.partition()}]: {err}"
 
     def write(self, record: OutputRecord) -> None:
-        _produce_all(self._producer, (record,), self._on_delivery)
+        _produce_chunks(self._producer, ([record],), self._on_delivery)
         self.produced += 1
         if self.produced % _POLL_EVERY == 0:
             self._producer.poll(0)
 
     def write_batch(self, records: Iterable[OutputRecord]) -> None:
         records = list(records)
-        _produce_all(self._producer, records, self._on_delivery)
+        _produce_chunks(self._producer, (records,), self._on_delivery)
         self.produced += len(records)
+        self._producer.poll(0)
+
+    def write_columns(
+        self,
+        topic: str,
+        keys: list[bytes | None],
+        values: list[bytes | None],
+        timestamps: list[int],
+    ) -> None:
+        _produce_chunks(
+            self._producer, (ColumnBatch(topic, keys, values, timestamps),), self._on_delivery
+        )
+        self.produced += len(keys)
         self._producer.poll(0)
 
     def on_barrier(self, checkpoint_id: int) -> None:
