@@ -74,6 +74,21 @@ def make_producer(
     return Producer(conf)
 
 
+def init_transactions(producer: Producer, timeout: float) -> None:
+    """``producer.init_transactions`` (fencing older owners of its id), without
+    librdkafka's start-up stall.
+
+    Asked right after start, the first metadata answer replaces the bootstrap
+    connection by the broker's own one; a transaction-coordinator lookup in that gap
+    finds no usable broker and is retried only 500 ms later. A second metadata
+    request returns once the broker's own connection is up, so the lookup succeeds
+    at once.
+    """
+    producer.list_topics(timeout=timeout)
+    producer.list_topics(timeout=timeout)
+    producer.init_transactions(timeout)
+
+
 def make_consumer(
     bootstrap: str,
     group_id: str,

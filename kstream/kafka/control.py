@@ -38,6 +38,7 @@ from kstream.kafka.clients import (
     KafkaException,
     TopicSpec,
     ensure_topics,
+    init_transactions,
     make_admin,
     make_consumer,
     make_producer,
@@ -195,7 +196,7 @@ class CoordinatorChannel:
         """
         ensure_control_topic(self._bootstrap, self.app_id, self._extra)
         try:
-            self._producer.init_transactions(timeout)
+            init_transactions(self._producer, timeout)
         except KafkaException as e:
             raise ControlError(f"fencing the previous coordinator of {self.app_id!r}: {e}") from e
         self._reader = ControlReader(self._bootstrap, self.app_id, extra=self._extra)
