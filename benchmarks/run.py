@@ -366,7 +366,11 @@ def recovery_target(rec: dict[str, list[recovery.RecoveryResult] | str], mode: s
     """The recovery target's row for one mode (wiped or kept local state)."""
     suffix = RECOVERY_MODES[mode]
     k, q = rec.get("kstream" + suffix), rec.get("quix" + suffix)
-    text = f"recovery <= 0.2x Quix's, local state {'wiped' if mode == 'wipe' else 'kept'}"
+    text = (
+        "recovery <= 0.2x Quix's recovery from its changelog (local state wiped)"
+        if mode == "wipe"
+        else "extra: recovery <= 0.2x Quix's with both local states kept (Quix skips its changelog)"
+    )
     if isinstance(k, list) and isinstance(q, list) and k and q:
         rk = statistics.median(x.recovery_s for x in k)
         rq = statistics.median(x.recovery_s for x in q)
