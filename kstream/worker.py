@@ -116,9 +116,9 @@ class WorkerSettings:
 
     ``session_timeout_s``: the consumer group's session timeout: how soon a dead
     worker's partitions move to the others. ``drain_timeout_s``: how long a graceful
-    stop (:meth:`Worker.request_stop`) waits for its final checkpoint. ``pause_at``: test hook, see
-    :class:`PausePoint`; the worker prints ``KSTREAM-DEBUG-PAUSE <point> ...`` on
-    stdout and blocks there until it is stopped or killed.
+    stop (:meth:`Worker.request_stop`) waits for its final checkpoint. ``pause_at``:
+    test hook, see :class:`PausePoint`; the worker prints ``KSTREAM-DEBUG-PAUSE
+    <point> ...`` on stdout and blocks there until it is stopped or killed.
     """
 
     session_timeout_s: float = 10.0
