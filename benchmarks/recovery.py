@@ -40,8 +40,6 @@ from benchmarks.generate import (
 )
 from benchmarks.procstats import Child
 from benchmarks.workloads import forever_store_dir
-from kstream.checkpoint.metadata import latest_completed
-from kstream.checkpoint.store import open_store
 from kstream.kafka.clients import (
     TopicPartition,
     TopicSpec,
@@ -50,6 +48,8 @@ from kstream.kafka.clients import (
     make_consumer,
     make_producer,
 )
+from kstream.store.base import open_store
+from kstream.store.metadata import latest_completed
 
 RECOVERY_WINDOW_MS = 3_600_000
 RECOVERY_EVENT_RATE = 5_000

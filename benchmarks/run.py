@@ -479,7 +479,7 @@ def main(
     command = reproducing_command(click.get_current_context())
     started = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
     if bootstrap is None:
-        from kstream.kafka.localbroker import LocalBroker
+        from kstream.dev.localbroker import LocalBroker
 
         with (
             tempfile.TemporaryDirectory(prefix="kstream-bench-broker-") as d,

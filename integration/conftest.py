@@ -2,7 +2,7 @@
 
 Order: an existing cluster named by ``KSTREAM_TEST_BOOTSTRAP``; else the
 ``apache/kafka`` image through testcontainers when a Docker engine answers;
-else kstream's local broker (Java 17+, see ``kstream.kafka.localbroker``).
+else kstream's local broker (Java 17+, see ``kstream.dev.localbroker``).
 With ``CI=true`` a broker that cannot be had fails the run; elsewhere the
 integration tests are skipped with the reason.
 """
@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pytest
 
+from kstream.dev.localbroker import KAFKA_VERSION, LocalBroker, LocalBrokerError, free_port
 from kstream.kafka.clients import AdminClient, KafkaException, make_admin
-from kstream.kafka.localbroker import KAFKA_VERSION, LocalBroker, LocalBrokerError, free_port
 
 DOCKER_IMAGE = f"apache/kafka:{KAFKA_VERSION}"
 _broker_source: list[str] = []  # what ran, for the terminal summary
@@ -118,7 +118,7 @@ def kafka_bootstrap(
         _unavailable(f"local broker could not start: {e}")
     _announce(
         request.config,
-        f"Kafka {broker.kafka_version} local broker (kstream.kafka.localbroker, jars {broker.libs}) "
+        f"Kafka {broker.kafka_version} local broker (kstream.dev.localbroker, jars {broker.libs}) "
         f"at {broker.bootstrap}, pid {broker.pid}, log {broker.log_file}",
     )
     try:

@@ -26,10 +26,10 @@ from kstream.checkpoint.messages import (
     Message,
     TriggerCheckpoint,
 )
-from kstream.checkpoint.metadata import completed_ids
-from kstream.checkpoint.store import FileStore
 from kstream.kafka.clients import make_producer
 from kstream.kafka.control import ControlReader, control_topic, ensure_control_topic
+from kstream.store.base import FileStore
+from kstream.store.metadata import completed_ids
 
 pytestmark = pytest.mark.integration
 

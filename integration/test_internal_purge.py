@@ -8,8 +8,6 @@ from collections.abc import Callable
 from pathlib import Path
 
 from integration.e2e.harness import REPO, write_renamed_topology
-from kstream.checkpoint.metadata import list_checkpoints, purgeable_offsets
-from kstream.checkpoint.store import open_store
 from kstream.kafka.clients import (
     TopicSpec,
     ensure_topics,
@@ -18,6 +16,8 @@ from kstream.kafka.clients import (
     make_producer,
     watermark_offsets,
 )
+from kstream.store.base import open_store
+from kstream.store.metadata import list_checkpoints, purgeable_offsets
 
 CLI = [sys.executable, "-c", "from kstream.cli import main; main()"]
 T0 = 1_767_225_600_000

@@ -46,8 +46,6 @@ from kstream.checkpoint.messages import (
     TaskReady,
     TriggerCheckpoint,
 )
-from kstream.checkpoint.metadata import read_metadata
-from kstream.checkpoint.store import CheckpointStore, open_store
 from kstream.config import ConfigError, Guarantee, JobConfig
 from kstream.job import Job
 from kstream.kafka.clients import make_producer
@@ -83,6 +81,8 @@ from kstream.runtime.task import Task
 from kstream.state.restore import read_blob, restore_state
 from kstream.state.rocksdb import RocksDBBackend
 from kstream.state.snapshot import SnapshotUploader, StateHandle
+from kstream.store.base import CheckpointStore, open_store
+from kstream.store.metadata import read_metadata
 
 log = logging.getLogger(__name__)
 
@@ -1071,7 +1071,7 @@ def run_embedded(worker: Worker) -> int:
     Exit code: the worker's, or the coordinator's when the worker's is 0 and the
     coordinator failed. Without checkpointing there is no coordinator.
     """
-    from kstream.checkpoint.run import run_coordinator
+    from kstream.process.coordinator import run_coordinator
 
     cfg = worker.cfg
     codes: list[int] = []

@@ -34,10 +34,10 @@ from kstream.checkpoint.messages import (
     TaskReady,
     TriggerCheckpoint,
 )
-from kstream.checkpoint.metadata import completed_ids, latest_completed, write_metadata
 from kstream.checkpoint.recovery import recover
-from kstream.checkpoint.store import FileStore
 from kstream.config import CheckpointingConfig, RestartStrategy
+from kstream.store.base import FileStore
+from kstream.store.metadata import completed_ids, latest_completed, write_metadata
 
 
 class Harness:

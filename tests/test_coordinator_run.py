@@ -16,12 +16,12 @@ from kstream.checkpoint.messages import (
     Resume,
     TriggerCheckpoint,
 )
-from kstream.checkpoint.metadata import metadata_path
-from kstream.checkpoint.run import run_coordinator
-from kstream.checkpoint.store import FileStore, StoreError
 from kstream.cli import main
 from kstream.config import CheckpointingConfig, JobConfig
 from kstream.kafka.control import CoordinatorFenced
+from kstream.process.coordinator import run_coordinator
+from kstream.store.base import FileStore, StoreError
+from kstream.store.metadata import metadata_path
 
 Event = tuple[str, object]
 

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from kstream.kafka.localbroker import (
+from kstream.dev.localbroker import (
     BrokerRecord,
     LocalBroker,
     LocalBrokerError,

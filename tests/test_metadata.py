@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from kstream.checkpoint.metadata import (
+from kstream.store.base import FileStore, ObjectExists
+from kstream.store.metadata import (
     CheckpointMetadata,
     MetadataError,
     TaskSnapshot,
@@ -18,7 +19,6 @@ from kstream.checkpoint.metadata import (
     read_metadata,
     write_metadata,
 )
-from kstream.checkpoint.store import FileStore, ObjectExists
 
 
 def _meta(n: int, size: int = 10) -> CheckpointMetadata:

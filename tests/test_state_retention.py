@@ -7,13 +7,13 @@ import threading
 import time
 from pathlib import Path
 
-from kstream.checkpoint.metadata import CheckpointMetadata, TaskSnapshot, write_metadata
-from kstream.checkpoint.store import CheckpointStore, FileStore
 from kstream.state.base import TableSpec
 from kstream.state.restore import restore_backend
 from kstream.state.retention import apply_retention
 from kstream.state.rocksdb import RocksDBBackend
 from kstream.state.snapshot import SnapshotUploader, StateHandle, read_manifest
+from kstream.store.base import CheckpointStore, FileStore
+from kstream.store.metadata import CheckpointMetadata, TaskSnapshot, write_metadata
 
 APP = "app"
 TASK = "stage1-0"

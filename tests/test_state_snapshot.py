@@ -10,12 +10,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from kstream.checkpoint.metadata import CheckpointMetadata, TaskSnapshot, write_metadata
-from kstream.checkpoint.store import CheckpointStore, FileStore, StoreError
 from kstream.state.base import TableSpec
 from kstream.state.restore import CorruptSnapshotError, read_blob, restore_backend, restore_state
 from kstream.state.rocksdb import RocksDBBackend
 from kstream.state.snapshot import SnapshotUploader, read_manifest
+from kstream.store.base import CheckpointStore, FileStore, StoreError
+from kstream.store.metadata import CheckpointMetadata, TaskSnapshot, write_metadata
 
 APP = "app"
 TASK = "stage1-0"

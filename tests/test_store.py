@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from kstream.checkpoint.store import FileStore, ObjectExists, StoreError, open_store
+from kstream.store.base import FileStore, ObjectExists, StoreError, open_store
 
 
 def test_put_get_list_delete_roundtrip(tmp_path: Path) -> None:

@@ -34,8 +34,8 @@ from integration.e2e.harness import (
 from integration.e2e.scenarios import Scenario
 from integration.edge_tools import markers
 from kstream.checkpoint.messages import CheckpointCompleted, Restore, Resume
-from kstream.checkpoint.metadata import read_metadata
-from kstream.checkpoint.store import StoreError, open_store
+from kstream.store.base import StoreError, open_store
+from kstream.store.metadata import read_metadata
 
 # A kill plan is a list of steps: "worker" (random worker, random time), "coordinator",
 # "after-snapshot" / "before-sink-commit" (targeted, via the worker's debug pause).
@@ -195,7 +195,7 @@ def run_job(
 def _first_completion(job: JobUnderTest) -> bool:
     job.assert_alive()
     try:
-        from kstream.checkpoint.metadata import completed_ids
+        from kstream.store.metadata import completed_ids
 
         return bool(completed_ids(open_store(job.store_url), job.app))
     except StoreError:

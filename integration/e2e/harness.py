@@ -36,8 +36,6 @@ from kstream.checkpoint.messages import (
     TriggerCheckpoint,
     decode,
 )
-from kstream.checkpoint.metadata import CheckpointMetadata, read_metadata
-from kstream.checkpoint.store import StoreError, open_store
 from kstream.kafka.clients import (
     KafkaError,
     TopicPartition,
@@ -48,6 +46,8 @@ from kstream.kafka.clients import (
     make_producer,
 )
 from kstream.kafka.control import control_topic
+from kstream.store.base import StoreError, open_store
+from kstream.store.metadata import CheckpointMetadata, read_metadata
 
 REPO = Path(__file__).resolve().parents[2]
 PAUSE_MARKER = "KSTREAM-DEBUG-PAUSE"

@@ -1,1 +1,1 @@
-"""Checkpoints: coordinator state machine, control protocol, checkpoint store, metadata."""
+"""Checkpoints: the coordinator state machine and the control protocol."""

@@ -1,7 +1,7 @@
 """Commands: what the coordinator decided, for the adapter to execute in order.
 
 The coordinator does no I/O; it returns these plain values and the adapter
-(``kstream.checkpoint.run``) turns them into store writes and control-topic
+(``kstream.process.coordinator``) turns them into store writes and control-topic
 messages, in the order given.
 """
 
@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from kstream.checkpoint.messages import Message
-from kstream.checkpoint.metadata import CheckpointMetadata
+from kstream.store.metadata import CheckpointMetadata
 
 
 @dataclass(frozen=True)

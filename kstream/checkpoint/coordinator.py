@@ -33,10 +33,10 @@ from kstream.checkpoint.messages import (
     TaskReady,
     TriggerCheckpoint,
 )
-from kstream.checkpoint.metadata import CheckpointMetadata
 from kstream.checkpoint.pending import AckOutcome, PendingCheckpoint
 from kstream.checkpoint.recovery import RecoveredState
 from kstream.config import CheckpointingConfig, RestartStrategy
+from kstream.store.metadata import CheckpointMetadata
 
 log = logging.getLogger(__name__)
 

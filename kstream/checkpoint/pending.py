@@ -5,7 +5,7 @@ from __future__ import annotations
 from enum import StrEnum
 
 from kstream.checkpoint.messages import AcknowledgeCheckpoint
-from kstream.checkpoint.metadata import CheckpointMetadata, TaskSnapshot
+from kstream.store.metadata import CheckpointMetadata, TaskSnapshot
 
 
 class AckOutcome(StrEnum):

@@ -25,7 +25,7 @@ from kstream.checkpoint.messages import (
     TaskReady,
     TriggerCheckpoint,
 )
-from kstream.checkpoint.metadata import CheckpointMetadata
+from kstream.store.metadata import CheckpointMetadata
 
 
 @dataclass

@@ -45,8 +45,8 @@ def coordinator(
     Exactly one coordinator is active per app id: a new one fences the previous one.
     Exits 1 with the reason when the job fails hard or another coordinator takes over.
     """
-    from kstream.checkpoint.run import EXIT_USAGE, run_coordinator
     from kstream.job import load_topology, plan_live
+    from kstream.process.coordinator import EXIT_USAGE, run_coordinator
 
     opts = pop_job_options(kwargs)
     try:

@@ -17,6 +17,7 @@ from typing import IO
 
 import click
 
+from kstream.dev.localbroker import BrokerRecord, LocalBroker, LocalBrokerError, stop_pid
 from kstream.kafka.clients import (
     KafkaException,
     TopicSpec,
@@ -26,7 +27,6 @@ from kstream.kafka.clients import (
     make_producer,
     partition_counts,
 )
-from kstream.kafka.localbroker import BrokerRecord, LocalBroker, LocalBrokerError, stop_pid
 
 DEFAULT_STATE_DIR = Path(".kstream/kafka")
 

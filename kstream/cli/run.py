@@ -50,7 +50,7 @@ def run(
 def _local_broker() -> str:
     """The address of the local dev broker, started (detached) if it is not running."""
     from kstream.cli.dev import DEFAULT_STATE_DIR
-    from kstream.kafka.localbroker import BrokerRecord, LocalBroker, LocalBrokerError
+    from kstream.dev.localbroker import BrokerRecord, LocalBroker, LocalBrokerError
 
     state_dir = Path(DEFAULT_STATE_DIR)
     record = BrokerRecord.read(state_dir)

@@ -46,7 +46,7 @@ from kstream.kafka.clients import (
     make_producer,
     watermark_offsets,
 )
-from kstream.kafka.sinkbuffer import (
+from kstream.sinkbuffer.epochs import (
     BlobFormatError,
     Chunk,
     ColumnBatch,

@@ -22,8 +22,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from kstream.checkpoint.metadata import MetadataError, completed_ids, read_metadata
-from kstream.checkpoint.store import CheckpointStore, StoreError
 from kstream.state.rocksdb import RocksDBBackend, mark_uploaded
 from kstream.state.snapshot import (
     FileEntry,
@@ -32,6 +30,8 @@ from kstream.state.snapshot import (
     read_manifest,
     sha256_file,
 )
+from kstream.store.base import CheckpointStore, StoreError
+from kstream.store.metadata import MetadataError, completed_ids, read_metadata
 
 log = logging.getLogger(__name__)
 

@@ -33,9 +33,9 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from kstream.checkpoint.metadata import MetadataError, completed_ids, read_metadata
-from kstream.checkpoint.store import CheckpointStore, StoreError
 from kstream.state.snapshot import read_manifest
+from kstream.store.base import CheckpointStore, StoreError
+from kstream.store.metadata import MetadataError, completed_ids, read_metadata
 
 log = logging.getLogger(__name__)
 

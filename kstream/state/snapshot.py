@@ -15,7 +15,7 @@ Store layout of one app (``<app>/`` prefix):
     path), the RocksDB sequence number, the task's input positions (opaque JSON),
     extra blobs (name -> shared path, size, sha256), the attempt and created time.
 ``<app>/checkpoints/chk-<n>.json``
-    Written by the coordinator (``kstream.checkpoint.metadata``) when checkpoint n
+    Written by the coordinator (``kstream.store.metadata``) when checkpoint n
     completes; it names each task's manifest. A checkpoint is complete iff it exists.
 
 Retention and GC of this layout: ``kstream.state.retention``. Restore:
@@ -33,8 +33,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from kstream.checkpoint.store import CheckpointStore
 from kstream.state.rocksdb import LocalSnapshot, mark_uploaded
+from kstream.store.base import CheckpointStore
 
 MANIFEST_VERSION = 1
 

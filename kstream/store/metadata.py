@@ -15,7 +15,7 @@ import re
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from kstream.checkpoint.store import CheckpointStore, StoreError
+from kstream.store.base import CheckpointStore, StoreError
 
 log = logging.getLogger(__name__)
 

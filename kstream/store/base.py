@@ -12,7 +12,7 @@ an S3 adapter is a new class, not a rewrite:
 
 Layout of one app (``<app>/`` prefix) is owned by the modules that write it:
 ``kstream.state.snapshot`` (shared files, task manifests) and
-``kstream.checkpoint.metadata`` (completed checkpoints).
+``kstream.store.metadata`` (completed checkpoints).
 """
 
 from __future__ import annotations

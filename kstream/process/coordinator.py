@@ -24,16 +24,16 @@ from kstream.checkpoint.commands import (
 )
 from kstream.checkpoint.coordinator import CheckpointCoordinator
 from kstream.checkpoint.messages import Message
-from kstream.checkpoint.metadata import (
+from kstream.checkpoint.recovery import recover
+from kstream.config import JobConfig
+from kstream.store.base import CheckpointStore, StoreError, open_store
+from kstream.store.metadata import (
     completed_ids,
     latest_completed,
     list_checkpoints,
     purgeable_offsets,
     write_metadata,
 )
-from kstream.checkpoint.recovery import recover
-from kstream.checkpoint.store import CheckpointStore, StoreError, open_store
-from kstream.config import JobConfig
 
 log = logging.getLogger(__name__)
 

@@ -1,0 +1,1 @@
+"""Development tools: a local Kafka broker for demos, tests and benchmarks."""

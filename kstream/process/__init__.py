@@ -1,0 +1,1 @@
+"""Process concerns: the coordinator process around its state machine."""

@@ -1,0 +1,1 @@
+"""The checkpoint store: its interface and adapters, the layout of its paths, checkpoint metadata."""
