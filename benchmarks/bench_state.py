@@ -37,7 +37,7 @@ from kstream.state.keys import encode_key
 from kstream.state.restore import restore_state
 from kstream.state.rocksdb import RocksDBBackend
 from kstream.state.snapshot import SnapshotUploader
-from kstream.store.base import FileStore
+from kstream.store.file import FileStore
 
 SPEC = TableSpec("counts")
 APP, TASK = "bench", "stage0-0"

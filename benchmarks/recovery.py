@@ -48,8 +48,8 @@ from kstream.kafka.clients import (
     make_consumer,
     make_producer,
 )
-from kstream.store.base import open_store
 from kstream.store.metadata import latest_completed
+from kstream.store.urls import open_store
 
 RECOVERY_WINDOW_MS = 3_600_000
 RECOVERY_EVENT_RATE = 5_000

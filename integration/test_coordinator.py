@@ -28,7 +28,7 @@ from kstream.checkpoint.messages import (
 )
 from kstream.kafka.clients import make_producer
 from kstream.kafka.control import ControlReader, control_topic, ensure_control_topic
-from kstream.store.base import FileStore
+from kstream.store.file import FileStore
 from kstream.store.metadata import completed_ids
 
 pytestmark = pytest.mark.integration

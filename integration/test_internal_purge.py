@@ -16,8 +16,8 @@ from kstream.kafka.clients import (
     make_producer,
     watermark_offsets,
 )
-from kstream.store.base import open_store
 from kstream.store.metadata import list_checkpoints, purgeable_offsets
+from kstream.store.urls import open_store
 
 CLI = [sys.executable, "-c", "from kstream.cli import main; main()"]
 T0 = 1_767_225_600_000

@@ -81,8 +81,16 @@ from kstream.runtime.task import Task
 from kstream.state.restore import read_blob, restore_state
 from kstream.state.rocksdb import RocksDBBackend
 from kstream.state.snapshot import SnapshotUploader, StateHandle
-from kstream.store.base import CheckpointStore, open_store
+from kstream.store.base import CheckpointStore
+from kstream.store.layout import (
+    CHECKPOINT_LABEL,
+    FINAL_LABEL,
+    numbered_manifest,
+    snapshot_label,
+    task_prefix,
+)
 from kstream.store.metadata import read_metadata
+from kstream.store.urls import open_store
 
 log = logging.getLogger(__name__)
 
@@ -381,11 +389,12 @@ class Worker:
 
     def _final_manifests(self, task_id: str) -> dict[int, str]:
         """A bounded task's stored final states, by id."""
-        return {
-            int(p.rsplit("final-", 1)[1].removesuffix(".json")): p
-            for p in self.store.list(f"{self.cfg.app_id}/tasks/{task_id}")
-            if "/final-" in p
-        }
+        finals: dict[int, str] = {}
+        for path in self.store.list(task_prefix(self.cfg.app_id, task_id)):
+            numbered = numbered_manifest(path)
+            if numbered is not None and numbered[0] == FINAL_LABEL:
+                finals[numbered[1]] = path
+        return finals
 
     def _build_runner(self, spec: TaskSpec, attempt: int, handle: str | None) -> TaskRunner:
         """Task ``spec`` at ``attempt`` with the state of the manifest ``handle`` (None: empty,
@@ -605,7 +614,7 @@ class Worker:
                 blobs[SINK_BLOB] = blob
         self.dlq.flush()
         # 3.
-        label = f"chk-{n}" if not point.final else f"final-{n}"
+        label = snapshot_label(FINAL_LABEL if point.final else CHECKPOINT_LABEL, n)
         if point.final:
             runner.final_id = n
         snap = runner.backend.snapshot_sync(n, label=label)

@@ -36,7 +36,7 @@ from kstream.checkpoint.messages import (
 )
 from kstream.checkpoint.recovery import recover
 from kstream.config import CheckpointingConfig, RestartStrategy
-from kstream.store.base import FileStore
+from kstream.store.file import FileStore
 from kstream.store.metadata import completed_ids, latest_completed, write_metadata
 
 

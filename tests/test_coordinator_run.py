@@ -20,8 +20,9 @@ from kstream.cli import main
 from kstream.config import CheckpointingConfig, JobConfig
 from kstream.kafka.control import CoordinatorFenced
 from kstream.process.coordinator import run_coordinator
-from kstream.store.base import FileStore, StoreError
-from kstream.store.metadata import metadata_path
+from kstream.store.base import StoreError
+from kstream.store.file import FileStore
+from kstream.store.layout import metadata_path
 
 Event = tuple[str, object]
 

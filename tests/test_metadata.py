@@ -6,7 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from kstream.store.base import FileStore, ObjectExists
+from kstream.store.base import ObjectExists
+from kstream.store.file import FileStore
+from kstream.store.layout import metadata_path
 from kstream.store.metadata import (
     CheckpointMetadata,
     MetadataError,
@@ -14,7 +16,6 @@ from kstream.store.metadata import (
     completed_ids,
     latest_completed,
     list_checkpoints,
-    metadata_path,
     purgeable_offsets,
     read_metadata,
     write_metadata,

@@ -12,7 +12,8 @@ from kstream.state.restore import restore_backend
 from kstream.state.retention import apply_retention
 from kstream.state.rocksdb import RocksDBBackend
 from kstream.state.snapshot import SnapshotUploader, StateHandle, read_manifest
-from kstream.store.base import CheckpointStore, FileStore
+from kstream.store.base import CheckpointStore
+from kstream.store.file import FileStore
 from kstream.store.metadata import CheckpointMetadata, TaskSnapshot, write_metadata
 
 APP = "app"

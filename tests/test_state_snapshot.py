@@ -14,7 +14,8 @@ from kstream.state.base import TableSpec
 from kstream.state.restore import CorruptSnapshotError, read_blob, restore_backend, restore_state
 from kstream.state.rocksdb import RocksDBBackend
 from kstream.state.snapshot import SnapshotUploader, read_manifest
-from kstream.store.base import CheckpointStore, FileStore, StoreError
+from kstream.store.base import CheckpointStore, StoreError
+from kstream.store.file import FileStore
 from kstream.store.metadata import CheckpointMetadata, TaskSnapshot, write_metadata
 
 APP = "app"

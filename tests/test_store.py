@@ -8,7 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from kstream.store.base import FileStore, ObjectExists, StoreError, open_store
+from kstream.store.base import ObjectExists, StoreError
+from kstream.store.file import FileStore
+from kstream.store.urls import open_store
 
 
 def test_put_get_list_delete_roundtrip(tmp_path: Path) -> None:

@@ -34,8 +34,9 @@ from integration.e2e.harness import (
 from integration.e2e.scenarios import Scenario
 from integration.edge_tools import markers
 from kstream.checkpoint.messages import CheckpointCompleted, Restore, Resume
-from kstream.store.base import StoreError, open_store
+from kstream.store.base import StoreError
 from kstream.store.metadata import read_metadata
+from kstream.store.urls import open_store
 
 # A kill plan is a list of steps: "worker" (random worker, random time), "coordinator",
 # "after-snapshot" / "before-sink-commit" (targeted, via the worker's debug pause).

@@ -46,8 +46,9 @@ from kstream.kafka.clients import (
     make_producer,
 )
 from kstream.kafka.control import control_topic
-from kstream.store.base import StoreError, open_store
+from kstream.store.base import StoreError
 from kstream.store.metadata import CheckpointMetadata, read_metadata
+from kstream.store.urls import open_store
 
 REPO = Path(__file__).resolve().parents[2]
 PAUSE_MARKER = "KSTREAM-DEBUG-PAUSE"

@@ -8,8 +8,8 @@ from datetime import UTC, datetime
 
 import click
 
-from kstream.store.base import open_store
 from kstream.store.metadata import MetadataError, list_checkpoints, read_metadata
+from kstream.store.urls import open_store
 
 
 def _when(epoch: float) -> str:

@@ -26,7 +26,7 @@ from kstream.checkpoint.coordinator import CheckpointCoordinator
 from kstream.checkpoint.messages import Message
 from kstream.checkpoint.recovery import recover
 from kstream.config import JobConfig
-from kstream.store.base import CheckpointStore, StoreError, open_store
+from kstream.store.base import CheckpointStore, StoreError
 from kstream.store.metadata import (
     completed_ids,
     latest_completed,
@@ -34,6 +34,7 @@ from kstream.store.metadata import (
     purgeable_offsets,
     write_metadata,
 )
+from kstream.store.urls import open_store
 
 log = logging.getLogger(__name__)
 

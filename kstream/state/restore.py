@@ -26,11 +26,11 @@ from kstream.state.rocksdb import RocksDBBackend, mark_uploaded
 from kstream.state.snapshot import (
     FileEntry,
     SnapshotManifest,
-    manifest_path,
     read_manifest,
     sha256_file,
 )
 from kstream.store.base import CheckpointStore, StoreError
+from kstream.store.layout import CHECKPOINT_LABEL, manifest_path, numbered_manifest
 from kstream.store.metadata import MetadataError, completed_ids, read_metadata
 
 log = logging.getLogger(__name__)
@@ -272,9 +272,8 @@ def _checkpoint_id_of(store: CheckpointStore, manifest_path: str) -> int:
     try:
         return read_manifest(store, manifest_path).checkpoint_id
     except (StoreError, ValueError):
-        name = manifest_path.rsplit("/", 1)[-1]
-        digits = name.removeprefix("chk-").removesuffix(".json")
-        return int(digits) if digits.isdigit() else 2**63
+        numbered = numbered_manifest(manifest_path)
+        return numbered[1] if numbered and numbered[0] == CHECKPOINT_LABEL else 2**63
 
 
 def _with_fallback(stats: RestoreStats, failed: list[str]) -> RestoreStats:

@@ -28,18 +28,22 @@ file in that run (it cannot know what they reference) and reports why.
 from __future__ import annotations
 
 import logging
-import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from kstream.state.snapshot import read_manifest
 from kstream.store.base import CheckpointStore, StoreError
+from kstream.store.layout import (
+    CHECKPOINT_LABEL,
+    metadata_path,
+    numbered_manifest,
+    shared_prefix,
+    tasks_prefix,
+)
 from kstream.store.metadata import MetadataError, completed_ids, read_metadata
 
 log = logging.getLogger(__name__)
-
-_CHK = re.compile(r"^chk-(\d+)\.json$")
 
 DEFAULT_GRACE_SECONDS = 600.0
 
@@ -95,18 +99,19 @@ def apply_retention(
 
     # 1. Older completed checkpoints' metadata.
     for n in ids[: len(ids) - len(keep)]:
-        path = f"{app_id}/checkpoints/chk-{n}.json"
+        path = metadata_path(app_id, n)
         store.delete(path)
         report.deleted_metadata.append(path)
 
     # 2. Manifests of non-retained and aborted checkpoints.
     remaining: list[str] = []
-    for path in store.list(f"{app_id}/tasks"):
-        m = _CHK.match(path.rsplit("/", 1)[-1])
+    for path in store.list(tasks_prefix(app_id)):
+        numbered = numbered_manifest(path)
         garbage = (
-            m is not None
+            numbered is not None
+            and numbered[0] == CHECKPOINT_LABEL
             and newest is not None
-            and int(m.group(1)) < newest
+            and numbered[1] < newest
             and path not in referenced_manifests
         )
         if garbage:
@@ -127,7 +132,7 @@ def apply_retention(
             "checkpoint GC of %s keeps all shared files: %s", app_id, "; ".join(report.errors)
         )
         return report
-    for path in store.list(f"{app_id}/shared"):
+    for path in store.list(shared_prefix(app_id)):
         if path in referenced:
             continue
         try:

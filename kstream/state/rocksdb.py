@@ -47,6 +47,7 @@ import rocksdict
 from kstream.serde import AvroSerde, JsonSerde, Serde, serde_by_name
 from kstream.state.base import KeyedStateBackend, StateKey, StateTable, TableSpec
 from kstream.state.keys import decode_key, encode_key, prefix_upper_bound
+from kstream.store.layout import CHECKPOINT_LABEL, snapshot_label
 
 _TOMBSTONE: Any = object()
 _MISSING: Any = object()
@@ -418,7 +419,7 @@ class RocksDBBackend(KeyedStateBackend):
         once while ``SnapshotUploader`` uploads it. Older local snapshots beyond
         ``local_retained`` are deleted.
         """
-        label = label or f"chk-{checkpoint_id}"
+        label = label or snapshot_label(CHECKPOINT_LABEL, checkpoint_id)
         t0 = time.perf_counter()
         # 1. Cached writes into RocksDB, so the checkpoint holds all state.
         self.flush()

@@ -1,25 +1,8 @@
 """Asynchronous, incremental upload of a task's local snapshot to the checkpoint store.
 
-Store layout of one app (``<app>/`` prefix):
-
-``<app>/shared/<sha256>``
-    Content-addressed immutable files: RocksDB SSTs and the small per-checkpoint
-    files (MANIFEST, OPTIONS, CURRENT, ...), and extra blobs (e.g. a sink's
-    write-ahead buffer). A file the store already holds is never uploaded again:
-    SSTs are immutable, so an unchanged SST has the same hash in every checkpoint.
-``<app>/tasks/<task_id>/<label>.json``
-    Per-task manifest (``label`` is ``chk-<n>`` for checkpoint n, or a caller-given
-    label for a savepoint / a bounded run's final state). Written LAST and
-    atomically, after every file it names is in the store: a manifest that exists
-    names a complete snapshot. It holds the files (name, size, sha256, shared
-    path), the RocksDB sequence number, the task's input positions (opaque JSON),
-    extra blobs (name -> shared path, size, sha256), the attempt and created time.
-``<app>/checkpoints/chk-<n>.json``
-    Written by the coordinator (``kstream.store.metadata``) when checkpoint n
-    completes; it names each task's manifest. A checkpoint is complete iff it exists.
-
-Retention and GC of this layout: ``kstream.state.retention``. Restore:
-``kstream.state.restore``.
+A snapshot is content-addressed shared files plus a per-task manifest written last
+(paths: :mod:`kstream.store.layout`). Retention and GC: ``kstream.state.retention``.
+Restore: ``kstream.state.restore``.
 """
 
 from __future__ import annotations
@@ -35,18 +18,9 @@ from typing import Any
 
 from kstream.state.rocksdb import LocalSnapshot, mark_uploaded
 from kstream.store.base import CheckpointStore
+from kstream.store.layout import manifest_path, shared_path
 
 MANIFEST_VERSION = 1
-
-
-def shared_path(app_id: str, sha256: str) -> str:
-    """Store path of the content-addressed file with hash ``sha256``."""
-    return f"{app_id}/shared/{sha256}"
-
-
-def manifest_path(app_id: str, task_id: str, label: str) -> str:
-    """Store path of task ``task_id``'s manifest for snapshot ``label``."""
-    return f"{app_id}/tasks/{task_id}/{label}.json"
 
 
 def sha256_file(path: Path) -> str:

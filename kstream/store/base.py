@@ -1,4 +1,4 @@
-"""Checkpoint store: where snapshots and checkpoint metadata live.
+"""The checkpoint store's interface: where snapshots and checkpoint metadata live.
 
 A store is a flat namespace of immutable objects addressed by '/'-separated
 paths, with the few operations an object store (S3 and compatibles) also has, so
@@ -10,21 +10,15 @@ an S3 adapter is a new class, not a rewrite:
   exclusively, never overwritten — DESIGN §5.9);
 * no rename of directories, no appends.
 
-Layout of one app (``<app>/`` prefix) is owned by the modules that write it:
-``kstream.state.snapshot`` (shared files, task manifests) and
-``kstream.store.metadata`` (completed checkpoints).
+Every path of one app's layout (``<app>/`` prefix) is built in
+:mod:`kstream.store.layout`; adapters: :mod:`kstream.store.file` (``file://``), opened
+by URL with :func:`kstream.store.urls.open_store`.
 """
 
 from __future__ import annotations
 
-import contextlib
-import os
-import shutil
-import tempfile
-import uuid
 from abc import ABC, abstractmethod
 from pathlib import Path
-from urllib.parse import urlparse
 
 
 class StoreError(RuntimeError):
@@ -78,121 +72,3 @@ class CheckpointStore(ABC):
 
     def touch(self, path: str) -> None:  # noqa: B027 - optional
         """Refresh ``path``'s modification time (a reused shared file is 'young' again)."""
-
-
-class FileStore(CheckpointStore):
-    """``file://`` store: a local directory, possibly a shared volume."""
-
-    def __init__(self, root: Path | str) -> None:
-        self.root = Path(root).resolve()
-        self.root.mkdir(parents=True, exist_ok=True)
-        self.url = f"file://{self.root}"
-
-    def _path(self, path: str) -> Path:
-        p = (self.root / path).resolve()
-        if p != self.root and self.root not in p.parents:
-            raise StoreError(f"path {path!r} escapes the store root {self.root}")
-        return p
-
-    def _tmp_for(self, target: Path) -> Path:
-        target.parent.mkdir(parents=True, exist_ok=True)
-        return target.parent / f".tmp-{target.name}-{uuid.uuid4().hex}"
-
-    def put_bytes(self, path: str, data: bytes, *, exclusive: bool = False) -> None:
-        target = self._path(path)
-        tmp = self._tmp_for(target)
-        try:
-            with open(tmp, "wb") as f:
-                f.write(data)
-                f.flush()
-                os.fsync(f.fileno())
-            if exclusive:
-                # link() fails if the target exists: an atomic create-exclusive.
-                try:
-                    os.link(tmp, target)
-                except FileExistsError as e:
-                    raise ObjectExists(f"{self.url}/{path} already exists") from e
-            else:
-                os.replace(tmp, target)
-        finally:
-            with contextlib.suppress(FileNotFoundError):
-                tmp.unlink()
-
-    def put_file(self, path: str, local: Path) -> None:
-        target = self._path(path)
-        tmp = self._tmp_for(target)
-        try:
-            shutil.copyfile(local, tmp)
-            with open(tmp, "rb+") as f:
-                os.fsync(f.fileno())
-            os.replace(tmp, target)
-        finally:
-            with contextlib.suppress(FileNotFoundError):
-                tmp.unlink()
-
-    def get_bytes(self, path: str) -> bytes:
-        try:
-            return self._path(path).read_bytes()
-        except FileNotFoundError as e:
-            raise StoreError(f"{self.url}/{path} does not exist") from e
-
-    def get_file(self, path: str, local: Path) -> None:
-        local.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=local.parent, prefix=f".tmp-{local.name}-")
-        os.close(fd)
-        try:
-            try:
-                shutil.copyfile(self._path(path), tmp)
-            except FileNotFoundError as e:
-                raise StoreError(f"{self.url}/{path} does not exist") from e
-            os.replace(tmp, local)
-        finally:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(tmp)
-
-    def exists(self, path: str) -> bool:
-        return self._path(path).is_file()
-
-    def size(self, path: str) -> int:
-        try:
-            return self._path(path).stat().st_size
-        except FileNotFoundError as e:
-            raise StoreError(f"{self.url}/{path} does not exist") from e
-
-    def list(self, prefix: str) -> list[str]:
-        base = self._path(prefix) if prefix else self.root
-        if not base.is_dir():
-            return []
-        out = []
-        for dirpath, _dirs, files in os.walk(base):
-            for name in files:
-                if name.startswith(".tmp-"):
-                    continue  # an upload in progress is never an object
-                out.append(str(Path(dirpath, name).relative_to(self.root)))
-        return sorted(out)
-
-    def delete(self, path: str) -> None:
-        with contextlib.suppress(FileNotFoundError):
-            self._path(path).unlink()
-
-    def mtime(self, path: str) -> float:
-        try:
-            return self._path(path).stat().st_mtime
-        except FileNotFoundError as e:
-            raise StoreError(f"{self.url}/{path} does not exist") from e
-
-    def touch(self, path: str) -> None:
-        with contextlib.suppress(FileNotFoundError):
-            os.utime(self._path(path))
-
-
-def open_store(url: str) -> CheckpointStore:
-    """Open a store by URL: ``file:///abs/dir``, ``file://./rel/dir`` or a plain path."""
-    parsed = urlparse(url)
-    if parsed.scheme in ("", "file"):
-        path = (parsed.netloc + parsed.path) if parsed.scheme == "file" else url
-        return FileStore(path)
-    raise StoreError(
-        f"unsupported checkpoint store URL {url!r}: only file:// is built in "
-        "(an S3-compatible store is an adapter implementing CheckpointStore)"
-    )

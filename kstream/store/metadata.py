@@ -11,16 +11,13 @@ from __future__ import annotations
 
 import json
 import logging
-import re
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from kstream.store.base import CheckpointStore, StoreError
+from kstream.store.layout import checkpoints_prefix, metadata_id, metadata_path
 
 log = logging.getLogger(__name__)
-
-_NAME = re.compile(r"^chk-(\d+)\.json$")
-
 
 class MetadataError(StoreError):
     """A metadata file is missing, unreadable or not valid checkpoint metadata."""
@@ -96,11 +93,6 @@ class CheckpointMetadata:
             raise MetadataError(f"{where} is not valid checkpoint metadata: {e}") from e
 
 
-def metadata_path(app_id: str, checkpoint_id: int) -> str:
-    """Store path of checkpoint ``checkpoint_id``'s metadata."""
-    return f"{app_id}/checkpoints/chk-{checkpoint_id}.json"
-
-
 def write_metadata(store: CheckpointStore, app_id: str, meta: CheckpointMetadata) -> str:
     """Create the metadata file exclusively; ObjectExists if that id was already completed."""
     path = metadata_path(app_id, meta.checkpoint_id)
@@ -121,10 +113,10 @@ def read_metadata(store: CheckpointStore, app_id: str, checkpoint_id: int) -> Ch
 def completed_ids(store: CheckpointStore, app_id: str) -> list[int]:
     """Ids of every checkpoint with a metadata file, ascending."""
     ids = []
-    for path in store.list(f"{app_id}/checkpoints"):
-        m = _NAME.match(path.rsplit("/", 1)[-1])
-        if m:
-            ids.append(int(m.group(1)))
+    for path in store.list(checkpoints_prefix(app_id)):
+        n = metadata_id(path)
+        if n is not None:
+            ids.append(n)
     return sorted(ids)
 
 

@@ -1,0 +1,80 @@
+"""Every path of one app's layout in the checkpoint store (``<app>/`` prefix).
+
+``<app>/shared/<sha256>``
+    Content-addressed immutable files: RocksDB SSTs and the small per-checkpoint
+    files (MANIFEST, OPTIONS, CURRENT, ...), and extra blobs (e.g. a sink's
+    write-ahead buffer). A file the store already holds is never uploaded again:
+    SSTs are immutable, so an unchanged SST has the same hash in every checkpoint.
+``<app>/tasks/<task_id>/<label>.json``
+    Per-task manifest (:mod:`kstream.state.snapshot`). ``label`` is ``chk-<n>`` for
+    checkpoint n, ``final-<n>`` for a bounded run's n-th final state, or a
+    caller-given label for a savepoint. Written LAST and atomically, after every
+    file it names is in the store: a manifest that exists names a complete snapshot.
+``<app>/checkpoints/chk-<n>.json``
+    Completed checkpoint n's metadata (:mod:`kstream.store.metadata`), written by
+    the coordinator; it names each task's manifest. A checkpoint is complete iff it
+    exists.
+
+Nothing else builds or parses these paths.
+"""
+
+from __future__ import annotations
+
+import re
+
+CHECKPOINT_LABEL = "chk"
+FINAL_LABEL = "final"
+
+_NUMBERED = re.compile(r"^(chk|final)-(\d+)\.json$")
+
+
+def shared_prefix(app_id: str) -> str:
+    """Folder of the content-addressed files."""
+    return f"{app_id}/shared"
+
+
+def shared_path(app_id: str, sha256: str) -> str:
+    """Store path of the content-addressed file with hash ``sha256``."""
+    return f"{shared_prefix(app_id)}/{sha256}"
+
+
+def tasks_prefix(app_id: str) -> str:
+    """Folder of every task's manifests."""
+    return f"{app_id}/tasks"
+
+
+def task_prefix(app_id: str, task_id: str) -> str:
+    """Folder of task ``task_id``'s manifests."""
+    return f"{tasks_prefix(app_id)}/{task_id}"
+
+
+def snapshot_label(kind: str, n: int) -> str:
+    """The label of a numbered snapshot: ``chk-<n>`` or ``final-<n>``."""
+    return f"{kind}-{n}"
+
+
+def manifest_path(app_id: str, task_id: str, label: str) -> str:
+    """Store path of task ``task_id``'s manifest for snapshot ``label``."""
+    return f"{task_prefix(app_id, task_id)}/{label}.json"
+
+
+def numbered_manifest(path: str) -> tuple[str, int] | None:
+    """``(kind, n)`` of a ``chk-<n>``/``final-<n>`` manifest path; None for other labels."""
+    m = _NUMBERED.match(path.rsplit("/", 1)[-1])
+    return (m.group(1), int(m.group(2))) if m else None
+
+
+def checkpoints_prefix(app_id: str) -> str:
+    """Folder of completed checkpoints' metadata."""
+    return f"{app_id}/checkpoints"
+
+
+def metadata_path(app_id: str, checkpoint_id: int) -> str:
+    """Store path of checkpoint ``checkpoint_id``'s metadata."""
+    return f"{checkpoints_prefix(app_id)}/{snapshot_label(CHECKPOINT_LABEL, checkpoint_id)}.json"
+
+
+def metadata_id(path: str) -> int | None:
+    """The checkpoint id of a metadata path (``.../chk-<n>.json``); None for anything else."""
+    numbered = numbered_manifest(path)
+    return numbered[1] if numbered and numbered[0] == CHECKPOINT_LABEL else None
