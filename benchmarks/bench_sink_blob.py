@@ -39,15 +39,11 @@ from types import SimpleNamespace
 from typing import Any
 
 from kstream.kafka.clients import make_producer
-from kstream.kafka.sink import (
-    Epoch,
-    EpochBuffer,
-    ExactlyOnceSink,
-    OutputRecord,
-    decode_blob,
-    encode_blob,
-)
+from kstream.kafka.sink import ExactlyOnceSink
 from kstream.runtime.records import OutputBatch
+from kstream.sinkbuffer.blob import decode_blob, encode_blob
+from kstream.sinkbuffer.buffer import EpochBuffer
+from kstream.sinkbuffer.epochs import Epoch, OutputRecord
 from kstream.worker import Worker, tune_gc
 
 _REC = struct.Struct("<BHiIIqH")

@@ -27,7 +27,8 @@ from kstream.checkpoint.messages import (
     TriggerCheckpoint,
 )
 from kstream.kafka.clients import make_producer
-from kstream.kafka.control import ControlReader, control_topic, ensure_control_topic
+from kstream.kafka.control import ControlReader, ensure_control_topic
+from kstream.names import control_topic
 from kstream.store.file import FileStore
 from kstream.store.metadata import completed_ids
 

@@ -9,14 +9,9 @@ import pytest
 
 from integration.edge_tools import markers, read_all
 from kstream.kafka.clients import AdminClient, TopicSpec, ensure_topics, make_producer
-from kstream.kafka.sink import (
-    ExactlyOnceSink,
-    OutputRecord,
-    SinkError,
-    SinkFencedError,
-    commits_topic_spec,
-    sink_transactional_id,
-)
+from kstream.kafka.sink import ExactlyOnceSink, SinkFencedError, commits_topic_spec
+from kstream.names import sink_transactional_id
+from kstream.sinkbuffer.epochs import OutputRecord, SinkError
 
 pytestmark = pytest.mark.integration
 

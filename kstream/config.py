@@ -8,6 +8,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from enum import StrEnum
 
+from kstream import names
+
 
 class ConfigError(ValueError):
     """A configuration value is invalid; the message says which and why."""
@@ -99,16 +101,4 @@ class JobConfig:
 
     @property
     def group_id(self) -> str:
-        return self.app_id
-
-    @property
-    def control_topic(self) -> str:
-        return f"{self.app_id}.control"
-
-    @property
-    def dlq_topic(self) -> str:
-        return f"{self.app_id}.dlq"
-
-    @property
-    def commits_topic(self) -> str:
-        return f"{self.app_id}.commits"
+        return names.group_id(self.app_id)

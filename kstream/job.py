@@ -7,12 +7,16 @@ all see the same plan (DESIGN §2: the plan is fixed for a deployment).
 from __future__ import annotations
 
 import runpy
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
 from kstream.api.topology import Topology
 from kstream.config import ConfigError, JobConfig
 from kstream.kafka.clients import TopicSpec, ensure_topics, make_admin, partition_counts
+from kstream.kafka.dlq import dlq_topic_spec
+from kstream.kafka.sink import commits_topic_spec
+from kstream.names import control_topic
 from kstream.plan import JobPlan, PlanError, plan_job
 
 
@@ -53,8 +57,6 @@ def plan_live(topology: Topology, config: JobConfig, *, wait_s: float = 0.0) -> 
     A missing source topic is a configuration error naming it (create it first), unless
     ``wait_s`` > 0, in which case it is waited for.
     """
-    import time
-
     admin = make_admin(config.bootstrap_servers, config.kafka)
     wanted = source_topics(topology)
     deadline = time.monotonic() + wait_s
@@ -84,10 +86,6 @@ def ensure_job_topics(job: Job) -> None:
     An existing sink or internal topic with a partition count other than planned is an
     error, not a surprise at run time.
     """
-    from kstream.kafka.control import control_topic
-    from kstream.kafka.dlq import dlq_topic_spec
-    from kstream.kafka.sink import commits_topic_spec
-
     cfg, plan = job.config, job.plan
     admin = make_admin(cfg.bootstrap_servers, cfg.kafka)
     internal = {t.name: t.partitions for t in plan.internal_topics}

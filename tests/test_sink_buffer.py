@@ -15,21 +15,22 @@ from hypothesis import strategies as st
 from kstream.config import Guarantee
 from kstream.kafka.sink import (
     AtLeastOnceSink,
+    CommitMarker,
+    ExactlyOnceSink,
+    Sink,
+    marker_partition,
+)
+from kstream.names import sink_transactional_id
+from kstream.sinkbuffer.blob import decode_blob, encode_blob
+from kstream.sinkbuffer.buffer import EpochBuffer
+from kstream.sinkbuffer.epochs import (
     BlobFormatError,
     ColumnBatch,
-    CommitMarker,
     Epoch,
-    EpochBuffer,
     EpochState,
-    ExactlyOnceSink,
     OutputRecord,
-    Sink,
     SinkError,
     SinkStateError,
-    decode_blob,
-    encode_blob,
-    marker_partition,
-    sink_transactional_id,
 )
 
 

@@ -13,9 +13,11 @@ import kstream.job as jobmod
 from kstream.config import CheckpointingConfig, ConfigError, Guarantee, JobConfig
 from kstream.job import INTERNAL_TOPIC_CONFIG, Job, ensure_job_topics, plan_live
 from kstream.kafka.clients import TopicSpec
-from kstream.kafka.sink import ColumnBatch, EpochBuffer, ExactlyOnceSink
+from kstream.kafka.sink import ExactlyOnceSink
 from kstream.plan import plan_job
 from kstream.runtime.records import OutputBatch
+from kstream.sinkbuffer.buffer import EpochBuffer
+from kstream.sinkbuffer.epochs import ColumnBatch
 from kstream.worker import PausePoint, Worker, WorkerSettings, _has_due_output
 from topologies.wordcount import topology as wordcount
 

@@ -45,7 +45,7 @@ from kstream.kafka.clients import (
     make_consumer,
     make_producer,
 )
-from kstream.kafka.control import control_topic
+from kstream.names import control_topic
 from kstream.store.base import StoreError
 from kstream.store.metadata import CheckpointMetadata, read_metadata
 from kstream.store.urls import open_store

@@ -44,6 +44,7 @@ from kstream.kafka.clients import (
     make_producer,
     watermark_offsets,
 )
+from kstream.names import control_reader_group, control_topic, coordinator_transactional_id
 
 log = logging.getLogger(__name__)
 
@@ -64,16 +65,6 @@ class ControlError(RuntimeError):
 
 class CoordinatorFenced(ControlError):
     """Another coordinator with the same app id took over; this one must stop."""
-
-
-def control_topic(app_id: str) -> str:
-    """The name of ``app_id``'s control topic."""
-    return f"{app_id}.control"
-
-
-def coordinator_transactional_id(app_id: str) -> str:
-    """The fixed transactional id of ``app_id``'s coordinator (fencing depends on it)."""
-    return f"{app_id}.coordinator"
 
 
 def ensure_control_topic(
@@ -98,7 +89,7 @@ class ControlReader:
         # No group membership and no commits: the partition is assigned directly.
         self._consumer: Consumer = make_consumer(
             bootstrap,
-            f"{app_id}.control-reader",
+            control_reader_group(app_id),
             read_committed=True,
             # A short fetch wait: an empty fetch (the end of the topic) is answered in
             # 50 ms, so reading the history to its end does not wait 500 ms per fetch.

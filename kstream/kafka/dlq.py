@@ -33,6 +33,7 @@ from typing import Any
 
 from kstream.config import OnBadRecord
 from kstream.kafka.clients import TopicSpec, make_producer
+from kstream.names import dlq_topic
 
 __all__ = [
     "HEADER_ERROR",
@@ -43,7 +44,6 @@ __all__ = [
     "BadRecordError",
     "DeadLetterError",
     "DeadLetterWriter",
-    "dlq_topic",
     "dlq_topic_spec",
 ]
 
@@ -72,11 +72,6 @@ class BadRecordError(RuntimeError):
 
 class DeadLetterError(RuntimeError):
     """Dead letters could not be delivered; the task must not acknowledge its checkpoint."""
-
-
-def dlq_topic(app: str) -> str:
-    """Name of the dead-letter topic of ``app``."""
-    return f"{app}.dlq"
 
 
 def dlq_topic_spec(app: str, partitions: int = 1) -> TopicSpec:

@@ -46,43 +46,25 @@ from kstream.kafka.clients import (
     make_producer,
     watermark_offsets,
 )
+from kstream.names import commits_topic, marker_reader_group, sink_transactional_id
+from kstream.sinkbuffer.buffer import EpochBuffer
 from kstream.sinkbuffer.epochs import (
-    BlobFormatError,
     Chunk,
     ColumnBatch,
     Epoch,
-    EpochBuffer,
-    EpochRecords,
-    EpochState,
     OutputRecord,
     SinkError,
     SinkStateError,
-    decode_blob,
-    encode_blob,
 )
 
 __all__ = [
     "AtLeastOnceSink",
-    "BlobFormatError",
-    "Chunk",
-    "ColumnBatch",
     "CommitMarker",
-    "Epoch",
-    "EpochBuffer",
-    "EpochRecords",
-    "EpochState",
     "ExactlyOnceSink",
-    "OutputRecord",
     "Sink",
     "SinkDeliveryError",
-    "SinkError",
     "SinkFencedError",
-    "SinkStateError",
-    "commits_topic",
     "commits_topic_spec",
-    "decode_blob",
-    "encode_blob",
-    "sink_transactional_id",
 ]
 
 log = logging.getLogger(__name__)
@@ -94,16 +76,6 @@ class SinkFencedError(SinkError):
 
 class SinkDeliveryError(SinkError):
     """Records could not be delivered (at-least-once flush or DLQ flush failed)."""
-
-
-def sink_transactional_id(app: str, task: str) -> str:
-    """The fixed transactional id of sink task ``task`` (fencing depends on it being fixed)."""
-    return f"{app}.sink.{task}"
-
-
-def commits_topic(app: str) -> str:
-    """Name of the compacted commit-marker topic of ``app``."""
-    return f"{app}.commits"
 
 
 def commits_topic_spec(app: str, partitions: int = 1) -> TopicSpec:
@@ -471,7 +443,7 @@ class ExactlyOnceSink(Sink):
         """This task's latest committed marker, read to the end of its partition."""
         consumer = make_consumer(
             self.bootstrap,
-            f"{self.transactional_id}.marker-reader",  # never joins or commits: assign() only
+            marker_reader_group(self.app, self.task),  # never joins or commits: assign() only
             read_committed=True,
         )
         try:

@@ -17,6 +17,7 @@ from collections.abc import Mapping
 
 from kstream.api.topology import Node, Topology
 from kstream.config import Guarantee
+from kstream.names import repartition_topic
 from kstream.plan.model import (
     InputKind,
     InputSpec,
@@ -149,8 +150,7 @@ def plan_job(
             g = groups[n.id]
             i = per_stage_count.get(g, 0)
             per_stage_count[g] = i + 1
-            suffix = "" if i == 0 else str(i)
-            internal_of[n.id] = f"{app_id}.{stage_name[g]}.repartition{suffix}"
+            internal_of[n.id] = repartition_topic(app_id, stage_name[g], i)
 
     user_topics = {n.params["topic"] for n in topology.nodes if n.kind in ("source", "table")}
     for n in topology.nodes:

@@ -1,0 +1,52 @@
+"""Every Kafka name kstream derives from an app id: topics, groups, transactional ids.
+
+Fencing depends on the transactional ids being fixed: a restarted coordinator or sink
+task must produce with the same id as its predecessor (DESIGN §5, §7).
+"""
+
+from __future__ import annotations
+
+
+def group_id(app_id: str) -> str:
+    """The consumer group of the app's workers."""
+    return app_id
+
+
+def control_topic(app_id: str) -> str:
+    """The single-partition control topic of ``app_id`` (DESIGN §5)."""
+    return f"{app_id}.control"
+
+
+def control_reader_group(app_id: str) -> str:
+    """The group id of control-topic readers (assign() only: never joins or commits)."""
+    return f"{app_id}.control-reader"
+
+
+def coordinator_transactional_id(app_id: str) -> str:
+    """The fixed transactional id of ``app_id``'s coordinator."""
+    return f"{app_id}.coordinator"
+
+
+def commits_topic(app_id: str) -> str:
+    """The compacted topic of the exactly-once sinks' commit markers."""
+    return f"{app_id}.commits"
+
+
+def sink_transactional_id(app_id: str, task: str) -> str:
+    """The fixed transactional id of sink task ``task``."""
+    return f"{app_id}.sink.{task}"
+
+
+def marker_reader_group(app_id: str, task: str) -> str:
+    """The group id of sink task ``task``'s marker reader (assign() only)."""
+    return f"{sink_transactional_id(app_id, task)}.marker-reader"
+
+
+def dlq_topic(app_id: str) -> str:
+    """The dead-letter topic of ``app_id``."""
+    return f"{app_id}.dlq"
+
+
+def repartition_topic(app_id: str, stage: str, index: int = 0) -> str:
+    """The internal topic of ``stage``'s ``index``-th key_by: ``<app>.<stage>.repartition[<i>]``."""
+    return f"{app_id}.{stage}.repartition{index or ''}"
