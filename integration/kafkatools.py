@@ -8,7 +8,13 @@ from __future__ import annotations
 import time
 from collections.abc import Iterable, Sequence
 
-from kstream.kafka.clients import Consumer, KafkaException, Producer, TopicPartition
+from kstream.kafka.clients import (
+    Consumer,
+    KafkaException,
+    Producer,
+    TopicPartition,
+    produce_with_retry,
+)
 
 Record = tuple[bytes | None, bytes | None]
 
@@ -25,12 +31,7 @@ def produce(
 
     n = 0
     for key, value in records:
-        while True:
-            try:
-                producer.produce(topic, value=value, key=key, on_delivery=on_delivery)
-                break
-            except BufferError:
-                producer.poll(0.05)  # local queue full: serve delivery reports, retry
+        produce_with_retry(producer, topic, value, key, on_delivery=on_delivery)
         n += 1
     left = producer.flush(timeout)
     assert left == 0, f"{left} records still undelivered after {timeout}s"

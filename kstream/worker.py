@@ -48,7 +48,7 @@ from kstream.checkpoint.messages import (
 )
 from kstream.config import ConfigError, Guarantee, JobConfig
 from kstream.job import Job
-from kstream.kafka.clients import make_producer
+from kstream.kafka.clients import OFFSET_BEGINNING, make_producer, produce_with_retry
 from kstream.kafka.control import ControlClient
 from kstream.kafka.dlq import DeadLetterWriter
 from kstream.kafka.internal import (
@@ -457,8 +457,6 @@ class Worker:
 
     def _seek_inputs(self, runner: TaskRunner) -> None:
         """Position every input of ``runner`` where its restored task resumes."""
-        from kstream.kafka.clients import OFFSET_BEGINNING
-
         for tp, pos in runner.task.seek_positions().items():
             self._seek_with_retry(tp, OFFSET_BEGINNING if pos is None else pos)
 
@@ -582,12 +580,19 @@ class Worker:
         headers = runner.headers
         assert out.partitions is not None
         for p, k, v, ts in zip(out.partitions, out.keys, out.values, out.timestamps, strict=True):
-            while True:
-                try:
-                    produce(out.topic, v, k, partition=p, timestamp=max(ts, 0), headers=headers)
-                    break
-                except BufferError:
-                    self.producer.poll(0.05)
+            try:
+                produce(out.topic, v, k, partition=p, timestamp=max(ts, 0), headers=headers)
+            except BufferError:  # local queue full
+                produce_with_retry(
+                    self.producer,
+                    out.topic,
+                    v,
+                    k,
+                    full=True,
+                    partition=p,
+                    timestamp=max(ts, 0),
+                    headers=headers,
+                )
         self.producer.poll(0)
 
     # ---- snapshots ------------------------------------------------------------------------
@@ -1005,8 +1010,6 @@ class Worker:
 
     def _seek_committed(self, runner: TaskRunner) -> None:
         """Checkpointing off: start ``runner``'s inputs at the group's committed offsets."""
-        from kstream.kafka.clients import OFFSET_BEGINNING
-
         for tp, off in self.source.committed(sorted(runner.inputs())).items():
             self._seek_with_retry(tp, OFFSET_BEGINNING if off is None else off)
 

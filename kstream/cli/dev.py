@@ -26,6 +26,7 @@ from kstream.kafka.clients import (
     make_consumer,
     make_producer,
     partition_counts,
+    produce_with_retry,
 )
 
 DEFAULT_STATE_DIR = Path(".kstream/kafka")
@@ -277,18 +278,10 @@ def produce(
         key: str | None = None
         if key_sep is not None and key_sep in line:
             key, line = line.split(key_sep, 1)
-        while True:
-            try:
-                if event_time_step is None:
-                    producer.produce(topic, value=line.encode(), key=key, on_delivery=on_delivery)
-                else:
-                    ts = start + count * event_time_step
-                    producer.produce(
-                        topic, value=line.encode(), key=key, on_delivery=on_delivery, timestamp=ts
-                    )
-                break
-            except BufferError:
-                producer.poll(0.1)  # local queue full: serve deliveries and retry
+        ts = 0 if event_time_step is None else start + count * event_time_step  # 0: now
+        produce_with_retry(
+            producer, topic, line.encode(), key, on_delivery=on_delivery, timestamp=ts
+        )
         count += 1
     left = producer.flush(60)
     if left or errors:

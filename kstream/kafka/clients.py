@@ -32,10 +32,13 @@ __all__ = [
     "TopicPartition",
     "TopicSpec",
     "ensure_topics",
+    "is_fenced",
+    "kafka_error",
     "make_admin",
     "make_consumer",
     "make_producer",
     "partition_counts",
+    "produce_with_retry",
     "watermark_offsets",
 ]
 
@@ -48,6 +51,54 @@ class TopicSpec:
     partitions: int = 1
     config: Mapping[str, str] | None = None
     replication_factor: int = 1
+
+
+_FENCED_CODES = frozenset(
+    {
+        KafkaError._FENCED,
+        KafkaError.PRODUCER_FENCED,
+        KafkaError.INVALID_PRODUCER_EPOCH,
+        KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+    }
+)
+
+
+_FULL_WAIT_S = 0.05
+
+
+def kafka_error(e: KafkaException) -> KafkaError | None:
+    """The ``KafkaError`` a ``KafkaException`` carries, if any."""
+    err = e.args[0] if e.args else None
+    return err if isinstance(err, KafkaError) else None
+
+
+def is_fenced(e: KafkaException | KafkaError) -> bool:
+    """Whether a transactional producer's error means a newer producer with the same
+    ``transactional.id`` took over (this one must stop; retrying cannot help)."""
+    err = kafka_error(e) if isinstance(e, KafkaException) else e
+    return err is not None and err.code() in _FENCED_CODES
+
+
+def produce_with_retry(
+    producer: Producer,
+    topic: str,
+    value: Any,
+    key: Any = None,
+    *,
+    full: bool = False,
+    **kwargs: Any,
+) -> None:
+    """Queue one record; while the producer's local queue is full, serve its deliveries
+    and retry (never drop). A hot loop calls ``producer.produce`` directly and, on
+    ``BufferError``, this with ``full=True`` (its queue was just found full)."""
+    if full:
+        producer.poll(_FULL_WAIT_S)
+    while True:
+        try:
+            producer.produce(topic, value, key, **kwargs)
+            return
+        except BufferError:
+            producer.poll(_FULL_WAIT_S)  # local queue full: let deliveries drain it
 
 
 def _base(bootstrap: str, extra: Mapping[str, Any] | None) -> dict[str, Any]:

@@ -39,6 +39,7 @@ from kstream.kafka.clients import (
     TopicSpec,
     ensure_topics,
     init_transactions,
+    is_fenced,
     make_admin,
     make_consumer,
     make_producer,
@@ -56,7 +57,6 @@ _COORDINATOR_MESSAGES = (
     Resume,
     JobFailed,
 )
-_FENCING = {KafkaError._FENCED, KafkaError.PRODUCER_FENCED, KafkaError.INVALID_PRODUCER_EPOCH}
 
 
 class ControlError(RuntimeError):
@@ -225,7 +225,7 @@ class CoordinatorChannel:
             self._unseen.update(values)
         except KafkaException as e:
             err = e.args[0]
-            if err.code() in _FENCING or err.fatal():
+            if is_fenced(err) or err.fatal():
                 raise CoordinatorFenced(
                     f"another coordinator took over app {self.app_id!r} "
                     f"(transactional id {coordinator_transactional_id(self.app_id)!r} "

@@ -32,7 +32,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from kstream.config import OnBadRecord
-from kstream.kafka.clients import TopicSpec, make_producer
+from kstream.kafka.clients import TopicSpec, make_producer, produce_with_retry
 from kstream.names import dlq_topic
 
 __all__ = [
@@ -139,14 +139,9 @@ class DeadLetterWriter:
             (HEADER_OFFSET, str(offset).encode()),
             (HEADER_TIMESTAMP, str(-1 if timestamp_ms is None else timestamp_ms).encode()),
         ]
-        while True:
-            try:
-                self._producer.produce(
-                    self.topic, value, key, headers=headers, on_delivery=self._on_delivery
-                )
-                break
-            except BufferError:
-                self._producer.poll(0.05)  # local queue full: let deliveries drain it
+        produce_with_retry(
+            self._producer, self.topic, value, key, headers=headers, on_delivery=self._on_delivery
+        )
         self._producer.poll(0)
         self.count += 1
         self.by_topic[topic] += 1

@@ -37,13 +37,15 @@ from typing import Any, NoReturn
 
 from kstream.config import Guarantee
 from kstream.kafka.clients import (
-    KafkaError,
     KafkaException,
     TopicPartition,
     TopicSpec,
     init_transactions,
+    is_fenced,
+    kafka_error,
     make_consumer,
     make_producer,
+    produce_with_retry,
     watermark_offsets,
 )
 from kstream.names import commits_topic, marker_reader_group, sink_transactional_id
@@ -168,24 +170,6 @@ class Sink(ABC):
         """Release the producer (nothing is committed by closing)."""
 
 
-_FENCED_CODES = {
-    KafkaError._FENCED,
-    KafkaError.PRODUCER_FENCED,
-    KafkaError.INVALID_PRODUCER_EPOCH,
-    KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
-}
-
-
-def _kafka_error(e: KafkaException) -> KafkaError | None:
-    err = e.args[0] if e.args else None
-    return err if isinstance(err, KafkaError) else None
-
-
-def _is_fenced(e: KafkaException) -> bool:
-    err = _kafka_error(e)
-    return err is not None and err.code() in _FENCED_CODES
-
-
 _POLL_EVERY = 1000  # serve the producer's callbacks this often while producing a batch
 
 
@@ -206,12 +190,12 @@ def _produce_batch(producer: Any, batch: ColumnBatch, done: int, on_delivery: An
     for n, (key, value, ts) in enumerate(
         zip(batch.keys, batch.values, batch.timestamps, strict=True), done + 1
     ):
-        while True:
-            try:
-                produce(topic, value, key, timestamp=ts, on_delivery=on_delivery)
-                break
-            except BufferError:
-                poll(0.05)  # local queue full: let deliveries drain it
+        try:
+            produce(topic, value, key, timestamp=ts, on_delivery=on_delivery)
+        except BufferError:  # local queue full
+            produce_with_retry(
+                producer, topic, value, key, full=True, timestamp=ts, on_delivery=on_delivery
+            )
         if n % _POLL_EVERY == 0:
             poll(0)
 
@@ -219,23 +203,19 @@ def _produce_batch(producer: Any, batch: ColumnBatch, done: int, on_delivery: An
 def _produce_records(
     producer: Any, records: Iterable[OutputRecord], done: int, on_delivery: Any
 ) -> None:
-    produce, poll = producer.produce, producer.poll
+    poll = producer.poll
     for n, (topic, partition, key, value, ts, headers) in enumerate(records, done + 1):
         part = -1 if partition is None else partition  # -1: the producer's partitioner
-        while True:
-            try:
-                produce(
-                    topic,
-                    value,
-                    key,
-                    partition=part,
-                    timestamp=ts or 0,  # 0: now
-                    headers=headers,
-                    on_delivery=on_delivery,
-                )
-                break
-            except BufferError:
-                poll(0.05)  # local queue full: let deliveries drain it
+        produce_with_retry(
+            producer,
+            topic,
+            value,
+            key,
+            partition=part,
+            timestamp=ts or 0,  # 0: now
+            headers=headers,
+            on_delivery=on_delivery,
+        )
         if n % _POLL_EVERY == 0:
             poll(0)
 
@@ -350,8 +330,8 @@ class ExactlyOnceSink(Sink):
 
     def _fail(self, e: KafkaException, what: str) -> NoReturn:
         """Turn a transaction error into SinkFencedError / SinkError, aborting when allowed."""
-        err = _kafka_error(e)
-        if _is_fenced(e):
+        err = kafka_error(e)
+        if is_fenced(e):
             raise SinkFencedError(
                 f"sink {self.task} ({self.transactional_id}) fenced while {what}: a newer "
                 f"instance of this task owns the transactional id; stop this task"
@@ -360,7 +340,7 @@ class ExactlyOnceSink(Sink):
             try:
                 self._producer.abort_transaction(self.timeout)
             except KafkaException as abort_err:
-                if _is_fenced(abort_err):
+                if is_fenced(abort_err):
                     raise SinkFencedError(
                         f"sink {self.task} ({self.transactional_id}) fenced while aborting"
                     ) from abort_err

@@ -19,6 +19,7 @@ from kstream.store.layout import checkpoints_prefix, metadata_id, metadata_path
 
 log = logging.getLogger(__name__)
 
+
 class MetadataError(StoreError):
     """A metadata file is missing, unreadable or not valid checkpoint metadata."""
 
