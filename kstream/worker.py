@@ -18,11 +18,9 @@ finished. Three modes (DESIGN §7, §9):
 
 from __future__ import annotations
 
-import gc
 import logging
 import os
 import shutil
-import signal
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -1077,62 +1075,6 @@ class Worker:
             self.control.close()
 
 
-def run_embedded(worker: Worker) -> int:
-    """Run ``worker`` with its job's coordinator in a thread of this process (`kstream run`).
-
-    Exit code: the worker's, or the coordinator's when the worker's is 0 and the
-    coordinator failed. Without checkpointing there is no coordinator.
-    """
-    from kstream.process.coordinator import run_coordinator
-
-    cfg = worker.cfg
-    codes: list[int] = []
-    thread = None
-    if worker.checkpointed:
-        thread = threading.Thread(
-            target=lambda: codes.append(
-                run_coordinator(
-                    cfg, worker.plan.expected_tasks, should_stop=worker.stop_event.is_set
-                )
-            ),
-            name="coordinator",
-            daemon=True,
-        )
-        thread.start()
-    code = worker.run()
-    worker.stop_event.set()
-    if thread is not None:
-        thread.join(30)
-    return code or (codes[0] if codes else 0)
-
-
-def tune_gc() -> None:
-    """Process-level: make Python's cyclic garbage collector run far less often.
-
-    A worker allocates millions of short-lived tuples and dicts (records, keys, window
-    results) and keeps large live structures (caches, buffers); with the default
-    thresholds the collector keeps rescanning them (~10-25 % of a window firing). The
-    objects alive after start-up are frozen out of every collection, and a young
-    collection runs every 100 000 net allocations instead of 700. Reference counting
-    still frees all acyclic garbage at once; only cycles wait longer.
-    """
-    gc.freeze()
-    gc.set_threshold(100_000, 50, 50)
-
-
-def install_signal_handlers(worker: Worker) -> None:
-    """The first SIGTERM/SIGINT stops gracefully (:meth:`Worker.request_stop`); a second
-    one stops after the current batch without waiting for a final checkpoint."""
-
-    def stop(_sig: int, _frame: Any) -> None:
-        if worker.stop_requested.is_set():
-            worker.stop_event.set()
-        worker.request_stop()
-
-    signal.signal(signal.SIGTERM, stop)
-    signal.signal(signal.SIGINT, stop)
-
-
 __all__ = [
     "PAUSE_MARKER",
     "PausePoint",
@@ -1141,6 +1083,4 @@ __all__ = [
     "WorkerSettings",
     "decode_positions",
     "encode_positions",
-    "install_signal_handlers",
-    "tune_gc",
 ]

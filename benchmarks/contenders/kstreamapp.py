@@ -27,7 +27,10 @@ from kstream.api import Topology
 from kstream.config import CheckpointingConfig, Guarantee, JobConfig
 from kstream.job import Job, ensure_job_topics, plan_live
 from kstream.kafka.source import RawRecord
-from kstream.worker import Worker, install_signal_handlers, run_embedded, tune_gc
+from kstream.process.embedded import run_embedded
+from kstream.process.signals import install_signal_handlers
+from kstream.process.tuning import tune_gc
+from kstream.worker import Worker
 
 
 def guarantee(a: argparse.Namespace) -> Guarantee:

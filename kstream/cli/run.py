@@ -36,7 +36,10 @@ def run(
     The same job can later be spread over `kstream coordinator` + `kstream worker`
     processes with the same app id: state and progress are in the checkpoint store.
     """
-    from kstream.worker import Worker, install_signal_handlers, run_embedded, tune_gc
+    from kstream.process.embedded import run_embedded
+    from kstream.process.signals import install_signal_handlers
+    from kstream.process.tuning import tune_gc
+    from kstream.worker import Worker
 
     job = prepare_job(
         topology, bootstrap or _local_broker(), pop_job_options(kwargs), bounded=bounded

@@ -1,1 +1,1 @@
-"""Process concerns: the coordinator process around its state machine."""
+"""Process concerns: the coordinator process, signals, GC tuning, `kstream run`'s embedded coordinator."""
