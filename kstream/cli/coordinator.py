@@ -11,6 +11,8 @@ import click
 
 from kstream.cli.options import build_job_config, job_options, pop_job_options
 from kstream.config import ConfigError
+from kstream.job import load_topology, plan_live
+from kstream.process.coordinator import EXIT_USAGE, run_coordinator
 
 
 @click.command()
@@ -45,9 +47,6 @@ def coordinator(
     Exactly one coordinator is active per app id: a new one fences the previous one.
     Exits 1 with the reason when the job fails hard or another coordinator takes over.
     """
-    from kstream.job import load_topology, plan_live
-    from kstream.process.coordinator import EXIT_USAGE, run_coordinator
-
     opts = pop_job_options(kwargs)
     try:
         if tasks:

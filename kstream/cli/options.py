@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import click
 
@@ -16,9 +16,7 @@ from kstream.config import (
     OnBadRecord,
     RestartStrategy,
 )
-
-if TYPE_CHECKING:
-    from kstream.job import Job
+from kstream.job import Job, ensure_job_topics, load_topology, plan_live
 
 F = Callable[..., Any]
 
@@ -233,8 +231,6 @@ def prepare_job(topology: str, bootstrap: str, opts: dict[str, Any], *, bounded:
 
     A configuration problem is printed as ``kstream: ...`` and exits 2.
     """
-    from kstream.job import ensure_job_topics, load_topology, plan_live
-
     try:
         topo = load_topology(topology)
         cfg = build_job_config(opts, bootstrap=bootstrap, default_app_id=topo.name, bounded=bounded)

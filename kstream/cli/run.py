@@ -9,6 +9,7 @@ from typing import Any
 
 import click
 
+from kstream.cli.dev import DEFAULT_STATE_DIR
 from kstream.cli.options import (
     bootstrap_option,
     job_options,
@@ -16,6 +17,11 @@ from kstream.cli.options import (
     prepare_job,
     run_options,
 )
+from kstream.dev.localbroker import BrokerRecord, LocalBroker, LocalBrokerError
+from kstream.process.embedded import run_embedded
+from kstream.process.signals import install_signal_handlers
+from kstream.process.tuning import tune_gc
+from kstream.worker import Worker
 
 log = logging.getLogger(__name__)
 
@@ -36,11 +42,6 @@ def run(
     The same job can later be spread over `kstream coordinator` + `kstream worker`
     processes with the same app id: state and progress are in the checkpoint store.
     """
-    from kstream.process.embedded import run_embedded
-    from kstream.process.signals import install_signal_handlers
-    from kstream.process.tuning import tune_gc
-    from kstream.worker import Worker
-
     job = prepare_job(
         topology, bootstrap or _local_broker(), pop_job_options(kwargs), bounded=bounded
     )
@@ -52,9 +53,6 @@ def run(
 
 def _local_broker() -> str:
     """The address of the local dev broker, started (detached) if it is not running."""
-    from kstream.cli.dev import DEFAULT_STATE_DIR
-    from kstream.dev.localbroker import BrokerRecord, LocalBroker, LocalBrokerError
-
     state_dir = Path(DEFAULT_STATE_DIR)
     record = BrokerRecord.read(state_dir)
     if record is not None and record.is_running():

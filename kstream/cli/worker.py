@@ -14,6 +14,9 @@ from kstream.cli.options import (
     prepare_job,
     run_options,
 )
+from kstream.process.signals import install_signal_handlers
+from kstream.process.tuning import tune_gc
+from kstream.worker import PausePoint, Worker, WorkerSettings
 
 
 @click.command()
@@ -51,10 +54,6 @@ def worker(
     on); partitions are spread over them, and any change rolls the job back to the
     last completed checkpoint. Exits 1 with the reason when the job fails.
     """
-    from kstream.process.signals import install_signal_handlers
-    from kstream.process.tuning import tune_gc
-    from kstream.worker import PausePoint, Worker, WorkerSettings
-
     job = prepare_job(topology, bootstrap, pop_job_options(kwargs), bounded=bounded)
     pause = PausePoint(debug_pause_at) if debug_pause_at else None
     settings = WorkerSettings(session_timeout_s=session_timeout, pause_at=pause)

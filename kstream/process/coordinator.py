@@ -26,6 +26,9 @@ from kstream.checkpoint.coordinator import CheckpointCoordinator
 from kstream.checkpoint.messages import Message
 from kstream.checkpoint.recovery import recover
 from kstream.config import JobConfig
+from kstream.kafka.clients import delete_records_before, make_admin
+from kstream.kafka.control import ControlError, CoordinatorChannel, CoordinatorFenced
+from kstream.state.retention import apply_retention
 from kstream.store.base import CheckpointStore, StoreError
 from kstream.store.metadata import (
     completed_ids,
@@ -118,8 +121,6 @@ class CommandExecutor:
                 log.warning("cleaning up aborted checkpoint %d: %s", n, e)
 
     def _apply_retention(self, retained: int) -> None:
-        from kstream.state.retention import apply_retention  # state layer, imported lazily
-
         try:
             apply_retention(self.store, self.app_id, retained)
         except StoreError as e:  # retention is retried after the next completion
@@ -156,8 +157,6 @@ def run_coordinator(
     0: stopped on request (or checkpointing is disabled: nothing to coordinate);
     1: the job failed hard, or another coordinator took over (the reason is logged).
     """
-    from kstream.kafka.control import ControlError, CoordinatorChannel, CoordinatorFenced
-
     if not job.checkpointing.enabled:
         log.warning(
             "checkpointing is disabled for %r: no coordinator is needed "
@@ -219,7 +218,5 @@ def run_coordinator(
 
 def _internal_purger(job: JobConfig) -> Callable[[dict[tuple[str, int], int]], None]:
     """Deletes internal-topic records below given offsets (``delete_records``)."""
-    from kstream.kafka.clients import delete_records_before, make_admin
-
     admin = make_admin(job.bootstrap_servers, job.kafka)
     return lambda offsets: delete_records_before(admin, offsets)
