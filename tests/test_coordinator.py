@@ -561,7 +561,17 @@ def test_a_worker_that_does_not_run_exactly_its_owned_tasks_causes_a_failover() 
     # stopped its tasks: it must not go unnoticed.
     h2.send(Heartbeat("w1", (), 4), 0.1)
     assert h2.c.phase is Phase.SUSPENDED
-    assert "worker w1 runs tasks [] but owns ['a']" in h2.c.failover.failure_reason
+    # Described as the normal rejoin it is, not as a mismatch.
+    assert h2.c.failover.failure_reason == (
+        "worker w1 rejoined without its tasks a of attempt 1: restoring them"
+    )
+    # A worker running tasks it does not own is a real mismatch.
+    h3 = Harness(tasks=["a", "b"], history=[Resume(1, {"a": "w1", "b": "w2"})])
+    h3.start(0.0)
+    h3.send(Heartbeat("w1", ("a", "b"), 4), 0.1)
+    assert h3.c.failover.failure_reason == (
+        "worker w1 runs tasks ['a', 'b'] but owns ['a'] in attempt 1"
+    )
 
 
 def test_owners_that_never_heartbeat_after_a_coordinator_restart_are_lost() -> None:

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from click.testing import CliRunner
+from prometheus_client import CollectorRegistry
 
 from kstream.checkpoint.messages import (
     AcknowledgeCheckpoint,
@@ -19,9 +21,11 @@ from kstream.checkpoint.messages import (
 from kstream.cli import main
 from kstream.config import CheckpointingConfig, JobConfig
 from kstream.kafka.control import CoordinatorFenced
+from kstream.metrics import Metrics
 from kstream.process.coordinator import run_coordinator
 from kstream.store.base import StoreError
 from kstream.store.file import FileStore
+from kstream.store.history import list_failures
 from kstream.store.layout import metadata_path
 
 Event = tuple[str, object]
@@ -171,19 +175,107 @@ def test_checkpoints_list_and_show(tmp_path: Path) -> None:
     out = runner.invoke(main, ["checkpoints", "list", "--store", str(tmp_path), "--app-id", "app"])
     assert out.exit_code == 0, out.output
     rows = [line.split() for line in out.output.splitlines()[1:]]
-    assert [(r[0], r[2], r[3], r[4], r[5]) for r in rows] == [
-        ("1", "0", "0", "2", "250ms"),
-        ("2", "0", "0", "2", "250ms"),
-        ("3", "0", "0", "2", "250ms"),
+    assert [(r[0], r[1], r[3], r[4], r[5], r[7]) for r in rows] == [
+        ("1", "completed", "0", "250ms", "0", "0"),
+        ("2", "completed", "0", "250ms", "0", "0"),
+        ("3", "completed", "0", "250ms", "0", "0"),
     ]
     out = runner.invoke(
         main, ["checkpoints", "show", "2", "--store", str(tmp_path), "--app-id", "app"]
     )
     assert out.exit_code == 0, out.output
-    assert "checkpoint 2 (attempt 0)" in out.output
+    assert "checkpoint 2 completed (attempt 0)" in out.output
     assert "  - a on ?: app/m/a/2" in out.output
     out = runner.invoke(
         main, ["checkpoints", "show", "9", "--store", str(tmp_path), "--app-id", "app"]
     )
     assert out.exit_code == 1
     assert "checkpoint 9 of 'app'" in out.output
+
+
+def _sample(registry: CollectorRegistry, name: str, **labels: str) -> float:
+    value = registry.get_sample_value(name, labels or None)
+    return 0.0 if value is None else value
+
+
+def test_executor_exports_checkpoint_metrics_and_keeps_the_failure_history(
+    tmp_path: Path,
+) -> None:
+    events: list[Event] = []
+    # Task b acknowledges only odd checkpoints: every even one times out after 3 s.
+    def answer(m: Message) -> list[Message]:
+        if isinstance(m, TriggerCheckpoint):
+            tasks = ("a", "b") if m.checkpoint_id % 2 else ("a",)
+            return [
+                AcknowledgeCheckpoint(
+                    m.checkpoint_id, t, m.attempt, f"app/m/{t}", state_size=1000, uploaded_size=10,
+                    alignment_ms=2.0, sync_ms=1.0, async_ms=3.0, member=f"w-{t}",
+                )
+                for t in tasks
+            ]  # fmt: skip
+        return []
+
+    transport = FakeTransport(events, answer)
+    registry = CollectorRegistry()
+    code = run_coordinator(
+        job(tolerable_failures=5),
+        frozenset({"a", "b"}),
+        transport=transport,
+        store=RecordingStore(tmp_path, events),
+        clock=lambda: transport.now,
+        should_stop=lambda: sum(isinstance(m, CheckpointAborted) for m in transport.sent()) >= 2,
+        poll_timeout=0.25,
+        metrics=Metrics(registry),
+    )
+    assert code == 0
+    sent = transport.sent()
+    completed = [m.checkpoint_id for m in sent if isinstance(m, CheckpointCompleted)]
+    aborted = [m.checkpoint_id for m in sent if isinstance(m, CheckpointAborted)]
+    assert completed == [1, 3] and aborted == [2, 4]
+    assert _sample(registry, "kstream_checkpoints_completed_total") == 2
+    assert _sample(registry, "kstream_checkpoints_failed_total", reason="timeout") == 2
+    assert _sample(registry, "kstream_checkpoint_duration_seconds_count") == 2
+    assert _sample(registry, "kstream_checkpoint_size_bytes_sum") == 4000
+    assert _sample(registry, "kstream_checkpoint_uploaded_bytes_sum") == 40
+    assert _sample(registry, "kstream_checkpoint_alignment_seconds_count") == 4
+    assert _sample(registry, "kstream_last_completed_checkpoint_id") == 3
+    # The history: both timeouts with their reason and the task that did acknowledge.
+    failures = list_failures(FileStore(tmp_path), "app")
+    assert [(f.checkpoint_id, f.status, f.missing) for f in failures] == [
+        (2, "failed", ("b",)),
+        (4, "failed", ("b",)),
+    ]
+    assert failures[0].reason == "checkpoint 2 timed out after 3s: no acknowledgement from tasks b"
+    assert list(failures[0].tasks) == ["a"] and failures[0].duration_ms == 3000
+
+    runner = CliRunner()
+    args = ["--store", str(tmp_path), "--app-id", "app"]
+    out = runner.invoke(main, ["checkpoints", "list", *args])
+    assert out.exit_code == 0, out.output
+    lines = out.output.splitlines()
+    assert lines[0].split() == [
+        "id", "status", "ended", "(UTC)", "attempt", "duration", "size", "uploaded",
+        "alignment", "slowest", "task", "/", "reason",
+    ]  # fmt: skip
+    assert [line.split()[:2] for line in lines[1:]] == [
+        ["1", "completed"], ["2", "failed"], ["3", "completed"], ["4", "failed"],
+    ]  # fmt: skip
+    # completed: size, uploaded, the longest alignment and the slowest task
+    assert lines[1].split()[5:] == ["2.0", "KiB", "20", "B", "2ms", "b", "(250ms)"]
+    # failed: what the acknowledging task had, and the reason instead of a slowest task
+    assert lines[2].split()[4:11] == ["3000ms", "1000", "B", "10", "B", "2ms", "checkpoint"]
+    assert lines[2].endswith("checkpoint 2 timed out after 3s: no acknowledgement from tasks b")
+    as_json = json.loads(runner.invoke(main, ["checkpoints", "list", "--json", *args]).output)
+    assert [(r["checkpoint_id"], r["status"], r["reason_label"]) for r in as_json] == [
+        (1, "completed", None), (2, "failed", "timeout"), (3, "completed", None),
+        (4, "failed", "timeout"),
+    ]  # fmt: skip
+    shown = runner.invoke(main, ["checkpoints", "show", "3", "--tasks", *args])
+    assert shown.exit_code == 0, shown.output
+    table = [line.split() for line in shown.output.splitlines() if line.startswith("  a ")]
+    assert table == [["a", "w-a", "2.0ms", "1.0ms", "3.0ms", "250ms", "1000", "B", "10", "B"]]
+    failed = runner.invoke(main, ["checkpoints", "show", "2", "--tasks", *args])
+    assert failed.exit_code == 0, failed.output
+    assert "checkpoint 2 failed (attempt 0)" in failed.output
+    assert "reason     checkpoint 2 timed out after 3s" in failed.output
+    assert "  b                    (no acknowledgement)" in failed.output

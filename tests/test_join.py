@@ -91,6 +91,7 @@ def test_windowed_join_pairs_within_the_interval(kit):
     task.feed_source("payments", 0, kit.records([("k2", "p4", 5200), ("k1", "p5", 4100)], 3), 0)
     assert kit.sink(task.drain(), "paid") == [("k2", ["o2", "p4"], 5200)]
     assert task.metrics["late_dropped"] == 2
+    assert list(task.late_counts().values()) == [(2, 0)]
 
 
 def test_windowed_join_allowed_lateness_keeps_partners(kit):

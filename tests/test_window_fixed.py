@@ -43,6 +43,8 @@ def test_late_record_is_dropped_and_counted(kit):
     out = task.drain()
     assert kit.sink(out, "out") == [("a", ["a", 0, 1000, 1], 999)]
     assert task.metrics["late_dropped"] == 1
+    (op,) = task.late_counts()  # counted per operator too (the late-records metric)
+    assert op.startswith("window") and task.late_counts()[op] == (1, 0)
     task.end_input("events", 0, 0.0)
     assert kit.sink(task.drain(), "out") == [("a", ["a", 1000, 2000, 2], 1999)]
 
@@ -54,6 +56,7 @@ def test_late_record_goes_to_side_output(kit):
     assert kit.sink(task.drain(), "late") == [("a", 7, 300)]
     assert task.metrics["late_side_output"] == 1
     assert task.metrics["late_dropped"] == 0
+    assert list(task.late_counts().values()) == [(0, 1)]
 
 
 def test_allowed_lateness_refires_then_drops(kit):

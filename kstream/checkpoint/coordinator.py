@@ -36,6 +36,7 @@ from kstream.checkpoint.messages import (
 from kstream.checkpoint.pending import AckOutcome, PendingCheckpoint
 from kstream.checkpoint.recovery import RecoveredState
 from kstream.config import CheckpointingConfig, RestartStrategy
+from kstream.store.history import CheckpointFailure, CheckpointStatus
 from kstream.store.metadata import CheckpointMetadata
 
 log = logging.getLogger(__name__)
@@ -78,6 +79,8 @@ class CheckpointCoordinator:
         self._requested = False  # a worker asked for a checkpoint before the interval
         self._last_finish = float("-inf")  # end of the previous checkpoint (min_pause)
         self._members: dict[str, tuple[float, tuple[str, ...]]] = {}  # member -> (seen, tasks)
+        # Checkpoints that failed or were aborted, for the history (drained by the adapter).
+        self.ended: list[CheckpointFailure] = []
 
     # -- state ---------------------------------------------------------------------------
 
@@ -98,6 +101,11 @@ class CheckpointCoordinator:
     def next_checkpoint_id(self) -> int:
         return self._next_id
 
+    def take_ended(self) -> list[CheckpointFailure]:
+        """Failed and aborted checkpoints since the last call (for history and metrics)."""
+        ended, self.ended = self.ended, []
+        return ended
+
     # -- inputs --------------------------------------------------------------------------
 
     def start(self, now: float) -> list[Command]:
@@ -117,6 +125,11 @@ class CheckpointCoordinator:
                 Send(CheckpointAborted(n, "coordinator restarted")),
                 CleanupCheckpoint(n, tuple(sorted(handles))),
             ]
+            self.ended.append(  # its trigger time died with the predecessor
+                CheckpointFailure(
+                    n, rec.attempt, CheckpointStatus.ABORTED, "coordinator restarted", now, now
+                )
+            )
         # Owners that never heartbeat to this coordinator are lost after the timeout.
         for member in set(rec.owners.values()):
             tasks = tuple(sorted(t for t, m in rec.owners.items() if m == member))
@@ -307,6 +320,15 @@ class CheckpointCoordinator:
             # A worker runs exactly the tasks it owns; anything else means it lost
             # them (a rebalance, a restart) and the job must be restored.
             owned = {t for t, m in owners.items() if m == hb.member}
+            if not hb.tasks and owned:
+                # A worker that restarted (or rejoined after a rebalance) runs nothing until
+                # the next restore names it an owner again: the normal way back in.
+                return self._fail_over(
+                    f"worker {hb.member} rejoined without its tasks {', '.join(sorted(owned))} "
+                    f"of attempt {self.attempt}: restoring them",
+                    now,
+                    normal=True,
+                )
             if set(hb.tasks) != owned:
                 return self._fail_over(
                     f"worker {hb.member} runs tasks {sorted(hb.tasks)} but owns {sorted(owned)} "
@@ -315,11 +337,17 @@ class CheckpointCoordinator:
                 )
         return []
 
-    def _fail_over(self, reason: str, now: float) -> list[Command]:
-        """Suspend: abort every checkpoint in flight (not counted), then schedule a restore."""
+    def _fail_over(self, reason: str, now: float, *, normal: bool = False) -> list[Command]:
+        """Suspend: abort every checkpoint in flight (not counted), then schedule a restore.
+
+        ``normal``: an expected event (a worker rejoining), logged as such, not as a fault.
+        """
         if self.phase in (Phase.SUSPENDED, Phase.FAILED):
             return []
-        log.warning("failover: %s", reason)
+        if normal:
+            log.info("restart (attempt %d -> %d): %s", self.attempt, self.attempt + 1, reason)
+        else:
+            log.warning("failover (attempt %d -> %d): %s", self.attempt, self.attempt + 1, reason)
         cmds: list[Command] = []
         for p in list(self.pending.values()):
             cmds += self._abort(p, f"job failover: {reason}", now, counts=False)
@@ -330,7 +358,28 @@ class CheckpointCoordinator:
     ) -> list[Command]:
         self.pending.pop(p.checkpoint_id, None)
         self._last_finish = now
-        log.warning("checkpoint %d aborted: %s", p.checkpoint_id, reason)
+        status = CheckpointStatus.FAILED if counts else CheckpointStatus.ABORTED
+        # A failure is a warning; an abort (subsumed, or cancelled by a failover) is normal.
+        log.log(
+            logging.WARNING if counts else logging.INFO,
+            "checkpoint %d %s (attempt %d): %s",
+            p.checkpoint_id,
+            status,
+            p.attempt,
+            reason,
+        )
+        self.ended.append(
+            CheckpointFailure(
+                p.checkpoint_id,
+                p.attempt,
+                status,
+                reason,
+                p.trigger_time,
+                now,
+                dict(p.acks),
+                tuple(p.missing),
+            )
+        )
         cmds: list[Command] = [
             Send(CheckpointAborted(p.checkpoint_id, reason)),
             CleanupCheckpoint(p.checkpoint_id, p.handles()),

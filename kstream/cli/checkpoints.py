@@ -1,28 +1,41 @@
-"""`kstream checkpoints list|show`: the completed checkpoints in the store."""
+"""`kstream checkpoints list|show`: the checkpoint history in the store, like Flink's checkpoint tab.
+
+Completed checkpoints come from their metadata (``<app>/checkpoints/``), failed and
+aborted ones from the history the coordinator keeps (``<app>/history/``, see
+:mod:`kstream.store.history`).
+"""
 
 from __future__ import annotations
 
 import json
 import sys
-from datetime import UTC, datetime
 
 import click
 
+from kstream.monitor.history import (
+    HistoryRow,
+    history_rows,
+    human_bytes,
+    render_list,
+    render_tasks,
+    when,
+)
+from kstream.store.history import CheckpointFailure, failure_of, list_failures
 from kstream.store.metadata import MetadataError, list_checkpoints, read_metadata
 from kstream.store.urls import open_store
 
 
-def _when(epoch: float) -> str:
-    return datetime.fromtimestamp(epoch, UTC).isoformat(timespec="milliseconds")
-
-
 @click.group()
 def checkpoints() -> None:
-    """Inspect the completed checkpoints of a job."""
+    """Inspect the checkpoints of a job: completed, failed and aborted."""
 
 
 _store = click.option(
-    "--store", "store_url", default="file://./.kstream/checkpoints", show_default=True
+    "--store",
+    "store_url",
+    envvar="KSTREAM_STORE_URL",
+    default="file://./.kstream/checkpoints",
+    show_default=True,
 )
 _app = click.option("--app-id", envvar="KSTREAM_APP_ID", required=True)
 
@@ -30,42 +43,60 @@ _app = click.option("--app-id", envvar="KSTREAM_APP_ID", required=True)
 @checkpoints.command("list")
 @_store
 @_app
-def list_(store_url: str, app_id: str) -> None:
-    """One line per completed checkpoint: id, time, size, tasks, duration."""
-    rows = list_checkpoints(open_store(store_url), app_id)
-    if not rows:
-        click.echo(f"no completed checkpoint for {app_id!r} in {store_url}")
+@click.option("--json", "as_json", is_flag=True, help="One JSON object per checkpoint.")
+@click.option("--completed-only", is_flag=True, help="Leave out failed and aborted checkpoints.")
+def list_(store_url: str, app_id: str, as_json: bool, completed_only: bool) -> None:
+    """One line per checkpoint: status, time, duration, sizes, alignment, slowest task or reason.
+
+    Failed checkpoints count towards --tolerable-failures (timeouts, declines); aborted
+    ones do not (subsumed by a newer completion, cancelled by a failover).
+    """
+    store = open_store(store_url)
+    ended = [] if completed_only else list_failures(store, app_id)
+    rows = history_rows(list_checkpoints(store, app_id), ended)
+    if as_json:
+        click.echo(json.dumps([r.to_dict() for r in rows], indent=1))
         return
-    click.echo(
-        f"{'id':>6}  {'completed (UTC)':<29} {'attempt':>7} {'size':>12} {'tasks':>5} {'duration':>10}"
-    )
-    for m in rows:
-        click.echo(
-            f"{m.checkpoint_id:>6}  {_when(m.complete_time):<29} {m.attempt:>7} "
-            f"{m.state_size:>12} {len(m.tasks):>5} {m.duration_ms:>8.0f}ms"
-        )
+    if not rows:
+        click.echo(f"no checkpoint of {app_id!r} in {store_url}")
+        return
+    for line in render_list(rows):
+        click.echo(line)
 
 
 @checkpoints.command("show")
 @click.argument("checkpoint_id", type=int)
 @_store
 @_app
-@click.option("--json", "as_json", is_flag=True, help="Print the metadata file as stored.")
-def show(checkpoint_id: int, store_url: str, app_id: str, as_json: bool) -> None:
+@click.option("--json", "as_json", is_flag=True, help="Print the stored record as it is.")
+@click.option("--tasks", "per_task", is_flag=True, help="A table of per-task statistics.")
+def show(checkpoint_id: int, store_url: str, app_id: str, as_json: bool, per_task: bool) -> None:
     """Everything about one checkpoint: per task handle, offsets, sizes and times."""
+    store = open_store(store_url)
     try:
-        m = read_metadata(open_store(store_url), app_id, checkpoint_id)
+        m = read_metadata(store, app_id, checkpoint_id)
     except MetadataError as e:
-        click.echo(f"kstream: {e}", err=True)
-        sys.exit(1)
+        failure = failure_of(store, app_id, checkpoint_id)
+        if failure is None:
+            click.echo(f"kstream: {e}", err=True)
+            sys.exit(1)
+        _show_ended(failure, as_json, per_task)
+        return
     if as_json:
         click.echo(m.to_json().decode())
         return
-    click.echo(f"checkpoint {m.checkpoint_id} (attempt {m.attempt})")
-    click.echo(f"  triggered  {_when(m.trigger_time)}")
-    click.echo(f"  completed  {_when(m.complete_time)}  ({m.duration_ms:.0f} ms)")
-    click.echo(f"  size       {m.state_size} bytes ({m.uploaded_size} uploaded)")
+    row = HistoryRow.completed(m)
+    click.echo(f"checkpoint {m.checkpoint_id} completed (attempt {m.attempt})")
+    click.echo(f"  triggered  {when(m.trigger_time)}")
+    click.echo(f"  completed  {when(m.complete_time)}  ({m.duration_ms:.0f} ms)")
+    click.echo(
+        f"  size       {human_bytes(m.state_size)} ({human_bytes(m.uploaded_size)} uploaded)"
+    )
     click.echo(f"  tasks      {len(m.tasks)}")
+    if per_task:
+        for line in render_tasks(row):
+            click.echo(line)
+        return
     for name, t in sorted(m.tasks.items()):
         click.echo(f"  - {name} on {t.member or '?'}: {t.handle}")
         click.echo(
@@ -73,3 +104,17 @@ def show(checkpoint_id: int, store_url: str, app_id: str, as_json: bool) -> None
             f"sync {t.sync_ms:.1f} ms, async {t.async_ms:.1f} ms, acked after {t.ack_delay_ms:.0f} ms"
         )
         click.echo(f"      offsets {json.dumps(t.offsets, sort_keys=True)}")
+
+
+def _show_ended(f: CheckpointFailure, as_json: bool, per_task: bool) -> None:
+    if as_json:
+        click.echo(f.to_json().decode())
+        return
+    click.echo(f"checkpoint {f.checkpoint_id} {f.status} (attempt {f.attempt})")
+    click.echo(f"  triggered  {when(f.trigger_time)}")
+    click.echo(f"  ended      {when(f.end_time)}  ({f.duration_ms:.0f} ms)")
+    click.echo(f"  reason     {f.reason}")
+    click.echo(f"  acknowledged by {len(f.tasks)} task(s); missing: {', '.join(f.missing) or '-'}")
+    if per_task:
+        for line in render_tasks(HistoryRow.ended(f)):
+            click.echo(line)

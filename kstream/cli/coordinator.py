@@ -9,7 +9,13 @@ from typing import Any
 
 import click
 
-from kstream.cli.options import build_job_config, job_options, pop_job_options
+from kstream.cli.options import (
+    build_job_config,
+    job_options,
+    metrics_options,
+    pop_job_options,
+    start_observability,
+)
 from kstream.config import ConfigError
 from kstream.job import load_topology, plan_live
 from kstream.process.coordinator import EXIT_USAGE, run_coordinator
@@ -37,8 +43,15 @@ from kstream.process.coordinator import EXIT_USAGE, run_coordinator
     show_default=True,
     help="Seconds without a worker heartbeat before it counts as lost.",
 )
+@metrics_options
 def coordinator(
-    topology: str | None, bootstrap: str, tasks: str | None, heartbeat_timeout: float, **kwargs: Any
+    topology: str | None,
+    bootstrap: str,
+    tasks: str | None,
+    heartbeat_timeout: float,
+    metrics_port: str,
+    metrics_host: str,
+    **kwargs: Any,
 ) -> None:
     """Trigger and commit a job's checkpoints; drive failover.
 
@@ -64,6 +77,7 @@ def coordinator(
         click.echo(f"kstream: {e}", err=True)
         sys.exit(EXIT_USAGE)
 
+    start_observability(cfg.app_id, "coordinator", metrics_port, metrics_host)
     stop = False
 
     def on_signal(_sig: int, _frame: FrameType | None) -> None:

@@ -7,7 +7,10 @@ use that address unless ``--bootstrap`` / ``KSTREAM_BOOTSTRAP`` says otherwise.
 
 from __future__ import annotations
 
+import io
+import os
 import signal
+import stat
 import sys
 import time
 import uuid
@@ -28,6 +31,7 @@ from kstream.kafka.clients import (
     partition_counts,
     produce_with_retry,
 )
+from kstream.progress import Progress
 
 DEFAULT_STATE_DIR = Path(".kstream/kafka")
 
@@ -272,6 +276,12 @@ def produce(
         if err is not None:
             errors.append(str(err))
 
+    progress = Progress(
+        f"producing to {topic}",
+        items="records",
+        total_bytes=_file_size(source),
+        emit=lambda line: click.echo(line, err=True),
+    )
     count = 0
     for raw in source:
         line = raw.rstrip("\n")
@@ -283,11 +293,22 @@ def produce(
             producer, topic, line.encode(), key, on_delivery=on_delivery, timestamp=ts
         )
         count += 1
+        progress.advance(1, len(raw.encode()) if progress.total_bytes else 0)
     left = producer.flush(60)
+    progress.finish()
     if left or errors:
         detail = errors[0] if errors else f"{left} undelivered after 60s"
         raise click.ClickException(f"producing to {topic} failed: {detail}")
     click.echo(f"produced {count} records to {topic}", err=True)
+
+
+def _file_size(source: IO[str]) -> int | None:
+    """Size of a regular input file (progress in bytes and an ETA), else None (a pipe)."""
+    try:
+        st = os.fstat(source.fileno())
+    except (OSError, ValueError, io.UnsupportedOperation):
+        return None
+    return st.st_size if stat.S_ISREG(st.st_mode) and st.st_size > 0 else None
 
 
 @dev.command("consume")

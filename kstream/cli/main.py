@@ -14,6 +14,7 @@ import logging
 import click
 
 from kstream import __version__
+from kstream.logs import configure_logging
 
 # Each subcommand adds one line here: name -> "module:attribute".
 SUBCOMMANDS = {
@@ -22,6 +23,7 @@ SUBCOMMANDS = {
     "dev": "kstream.cli.dev:dev",
     "coordinator": "kstream.cli.coordinator:coordinator",
     "checkpoints": "kstream.cli.checkpoints:checkpoints",
+    "status": "kstream.cli.status:status",
 }
 
 
@@ -47,11 +49,19 @@ class _LazyGroup(click.Group):
 )
 @click.version_option(__version__, prog_name="kstream")
 @click.option("-v", "--verbose", count=True, help="More log output (-v info, -vv debug).")
-def main(verbose: int) -> None:
+@click.option(
+    "--log-format",
+    type=click.Choice(["text", "json"]),
+    envvar="KSTREAM_LOG_FORMAT",
+    default="text",
+    show_default=True,
+    help="text for people, json (one object per line) for log shippers.",
+)
+def main(verbose: int, log_format: str) -> None:
     """kstream: stateful, exactly-once stream processing on Kafka consumer-group workers.
 
     Write a topology in Python (see topologies/), then run it with `kstream run`,
     or deploy `kstream coordinator` plus any number of `kstream worker` processes.
     """
     level = logging.WARNING if verbose == 0 else logging.INFO if verbose == 1 else logging.DEBUG
-    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    configure_logging(level, log_format)

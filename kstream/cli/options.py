@@ -8,6 +8,7 @@ from typing import Any
 
 import click
 
+from kstream import __version__
 from kstream.config import (
     CheckpointingConfig,
     ConfigError,
@@ -17,6 +18,8 @@ from kstream.config import (
     RestartStrategy,
 )
 from kstream.job import Job, ensure_job_topics, load_topology, plan_live
+from kstream.logs import set_app
+from kstream.metrics import METRICS, MetricsPortError, serve_metrics
 
 F = Callable[..., Any]
 
@@ -240,3 +243,36 @@ def prepare_job(topology: str, bootstrap: str, opts: dict[str, Any], *, bounded:
         click.echo(f"kstream: {e}", err=True)
         sys.exit(2)
     return job
+
+
+def metrics_options(f: F) -> F:
+    """``--metrics-port`` and ``--metrics-host``: where this process serves ``/metrics``."""
+    f = click.option(
+        "--metrics-host",
+        envvar="KSTREAM_METRICS_HOST",
+        default="0.0.0.0",
+        show_default=True,
+        help="Address the Prometheus endpoint listens on.",
+    )(f)
+    return click.option(
+        "--metrics-port",
+        envvar="KSTREAM_METRICS_PORT",
+        default="0",
+        show_default=True,
+        metavar="PORT|LOW-HIGH|0",
+        help="Serve Prometheus metrics at http://HOST:PORT/metrics; LOW-HIGH takes the first "
+        "free port of the range (several processes on one host); 0: off.",
+    )(f)
+
+
+def start_observability(app_id: str, role: str, metrics_port: str, metrics_host: str) -> None:
+    """Name the app in every log line and serve this process's metrics (exit 2 on a bad port)."""
+    set_app(app_id)
+    METRICS.info.info({"app_id": app_id, "role": role, "version": __version__})
+    try:
+        port = serve_metrics(metrics_port, metrics_host)
+    except (MetricsPortError, OSError) as e:
+        click.echo(f"kstream: {e}", err=True)
+        sys.exit(2)
+    if port is not None:
+        click.echo(f"metrics at http://{metrics_host}:{port}/metrics", err=True)

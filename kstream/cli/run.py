@@ -13,9 +13,11 @@ from kstream.cli.dev import DEFAULT_STATE_DIR
 from kstream.cli.options import (
     bootstrap_option,
     job_options,
+    metrics_options,
     pop_job_options,
     prepare_job,
     run_options,
+    start_observability,
 )
 from kstream.dev.localbroker import BrokerRecord, LocalBroker, LocalBrokerError
 from kstream.process.embedded import run_embedded
@@ -34,8 +36,15 @@ log = logging.getLogger(__name__)
 )
 @job_options
 @run_options
+@metrics_options
 def run(
-    topology: str, bootstrap: str | None, bounded: bool, stop_when_idle: float | None, **kwargs: Any
+    topology: str,
+    bootstrap: str | None,
+    bounded: bool,
+    stop_when_idle: float | None,
+    metrics_port: str,
+    metrics_host: str,
+    **kwargs: Any,
 ) -> None:
     """Run a whole job in one process: coordinator + one worker.
 
@@ -45,6 +54,7 @@ def run(
     job = prepare_job(
         topology, bootstrap or _local_broker(), pop_job_options(kwargs), bounded=bounded
     )
+    start_observability(job.config.app_id, "worker+coordinator", metrics_port, metrics_host)
     w = Worker(job, stop_when_idle=stop_when_idle)
     install_signal_handlers(w)
     tune_gc()

@@ -10,9 +10,11 @@ import click
 from kstream.cli.options import (
     bootstrap_option,
     job_options,
+    metrics_options,
     pop_job_options,
     prepare_job,
     run_options,
+    start_observability,
 )
 from kstream.process.signals import install_signal_handlers
 from kstream.process.tuning import tune_gc
@@ -24,6 +26,7 @@ from kstream.worker import PausePoint, Worker, WorkerSettings
 @bootstrap_option(required=True)
 @job_options
 @run_options
+@metrics_options
 @click.option(
     "--session-timeout",
     type=float,
@@ -44,6 +47,8 @@ def worker(
     bootstrap: str,
     bounded: bool,
     stop_when_idle: float | None,
+    metrics_port: str,
+    metrics_host: str,
     session_timeout: float,
     debug_pause_at: str | None,
     **kwargs: Any,
@@ -55,6 +60,7 @@ def worker(
     last completed checkpoint. Exits 1 with the reason when the job fails.
     """
     job = prepare_job(topology, bootstrap, pop_job_options(kwargs), bounded=bounded)
+    start_observability(job.config.app_id, "worker", metrics_port, metrics_host)
     pause = PausePoint(debug_pause_at) if debug_pause_at else None
     settings = WorkerSettings(session_timeout_s=session_timeout, pause_at=pause)
     w = Worker(job, stop_when_idle=stop_when_idle, settings=settings)

@@ -111,7 +111,14 @@ class ControlReader:
 
     def poll_records(self, timeout: float, max_messages: int = 500) -> list[tuple[bytes, Message]]:
         """Like ``poll``, with each message's record value."""
-        out: list[tuple[bytes, Message]] = []
+        return [(value, msg) for value, msg, _ts in self._poll(timeout, max_messages)]
+
+    def poll_timed(self, timeout: float, max_messages: int = 500) -> list[tuple[float, Message]]:
+        """Like ``poll``, with each message's record timestamp (epoch seconds)."""
+        return [(ts, msg) for _value, msg, ts in self._poll(timeout, max_messages)]
+
+    def _poll(self, timeout: float, max_messages: int) -> list[tuple[bytes, Message, float]]:
+        out: list[tuple[bytes, Message, float]] = []
         for rec in self._consumer.consume(max_messages, timeout):
             err = rec.error()
             if err is not None:
@@ -125,7 +132,7 @@ class ControlReader:
             self.last_offset = rec.offset() or 0
             value = rec.value()
             try:
-                out.append((value or b"", decode(value)))
+                out.append((value or b"", decode(value), rec.timestamp()[1] / 1000.0))
             except ProtocolError as e:
                 self.skipped += 1
                 log.warning(
@@ -140,14 +147,18 @@ class ControlReader:
         read_committed reader may never see an empty fetch — when it reads a record
         written after this call began (the partition is totally ordered).
         """
+        return [msg for _ts, msg in self.read_to_end_timed(timeout)]
+
+    def read_to_end_timed(self, timeout: float = 30.0) -> list[tuple[float, Message]]:
+        """Like ``read_to_end``, with each message's record timestamp (epoch seconds)."""
         deadline = time.monotonic() + timeout
         _low, high = watermark_offsets(self._consumer, self.topic, 0, timeout)
-        out: list[Message] = []
+        out: list[tuple[float, Message]] = []
         eof_before = self.eof_count
         while self.eof_count == eof_before and self.last_offset < high:
             if time.monotonic() > deadline:
                 raise ControlError(f"{self.topic}: end not reached within {timeout:g}s")
-            out += self.poll(0.05)
+            out += self.poll_timed(0.05)
         return out
 
     def close(self) -> None:

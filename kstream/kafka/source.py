@@ -249,6 +249,23 @@ class SourceConsumer:
             for x in got
         }
 
+    def lag(self) -> dict[TP, int]:
+        """Per assigned partition with a read position: records between it and the high
+        watermark that the last fetch reported (no request: librdkafka's cached value)."""
+        out: dict[TP, int] = {}
+        for tp, pos in self.positions().items():
+            if pos is None:
+                continue
+            try:
+                _low, high = self._consumer.get_watermark_offsets(
+                    TopicPartition(tp[0], tp[1]), cached=True
+                )
+            except KafkaException:
+                continue
+            if high is not None and high >= 0:
+                out[tp] = max(0, high - pos)
+        return out
+
     def commit(self, offsets: Mapping[TP, int]) -> None:
         """Commit ``offsets`` (next offset to read) to the group, synchronously.
 

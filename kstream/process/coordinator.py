@@ -23,14 +23,24 @@ from kstream.checkpoint.commands import (
     WriteMetadata,
 )
 from kstream.checkpoint.coordinator import CheckpointCoordinator
-from kstream.checkpoint.messages import Message
+from kstream.checkpoint.messages import Message, Restore
 from kstream.checkpoint.recovery import recover
 from kstream.config import JobConfig
 from kstream.kafka.clients import delete_records_before, make_admin
 from kstream.kafka.control import ControlError, CoordinatorChannel, CoordinatorFenced
+from kstream.metrics import METRICS, Metrics
+from kstream.metrics.labels import checkpoint_reason, restart_cause
 from kstream.state.retention import apply_retention
 from kstream.store.base import CheckpointStore, StoreError
+from kstream.store.history import (
+    CheckpointFailure,
+    CheckpointStatus,
+    RestartRecord,
+    record_failure,
+    record_restart,
+)
 from kstream.store.metadata import (
+    CheckpointMetadata,
     completed_ids,
     latest_completed,
     list_checkpoints,
@@ -64,8 +74,10 @@ class CommandExecutor:
         app_id: str,
         clock: Callable[[], float],
         purge: Callable[[dict[tuple[str, int], int]], None] | None = None,
+        metrics: Metrics | None = None,
     ) -> None:
         self.purge = purge
+        self.metrics = metrics or METRICS
         self._purged: dict[tuple[str, int], int] = {}
         self.coordinator = coordinator
         self.transport = transport
@@ -82,6 +94,8 @@ class CommandExecutor:
             cmd = queue.popleft()
             if isinstance(cmd, Send):
                 outbox.append(cmd.message)
+                if isinstance(cmd.message, Restore):
+                    self._restarted(cmd.message)
                 continue
             # Messages decided before this command go out before it runs.
             self._flush(outbox)
@@ -95,7 +109,47 @@ class CommandExecutor:
                 case Fail(reason=reason):
                     failure = reason
         self._flush(outbox)
+        for ended in self.coordinator.take_ended():
+            self._ended(ended)
         return failure
+
+    # ---- history and metrics (informational: never decides anything) ----------------------
+
+    def _restarted(self, msg: Restore) -> None:
+        reason = self.coordinator.failover.failure_reason
+        self.metrics.job_restarts.labels(restart_cause(reason)).inc()
+        self.metrics.job_attempt.set(msg.attempt)
+        log.info(
+            "app %s attempt %d: restoring every task to checkpoint %s (%s)",
+            self.app_id,
+            msg.attempt,
+            msg.checkpoint_id,
+            reason,
+        )
+        record_restart(
+            self.store,
+            self.app_id,
+            RestartRecord(msg.attempt, self.clock(), reason, msg.checkpoint_id),
+        )
+
+    def _completed(self, meta: CheckpointMetadata) -> None:
+        m = self.metrics
+        m.checkpoints_completed.inc()
+        m.checkpoint_duration.observe(meta.duration_ms / 1000.0)
+        m.checkpoint_size.observe(meta.state_size)
+        m.checkpoint_uploaded.observe(meta.uploaded_size)
+        for snap in meta.tasks.values():
+            m.checkpoint_alignment.observe(snap.alignment_ms / 1000.0)
+        m.last_checkpoint_id.set(meta.checkpoint_id)
+        m.last_checkpoint_time.set(meta.complete_time)
+
+    def _ended(self, ended: CheckpointFailure) -> None:
+        label = checkpoint_reason(ended.reason)
+        if ended.status == CheckpointStatus.FAILED:
+            self.metrics.checkpoints_failed.labels(label).inc()
+        else:
+            self.metrics.checkpoints_aborted.labels(label).inc()
+        record_failure(self.store, self.app_id, ended)
 
     def _flush(self, outbox: list[Message]) -> None:
         if outbox:
@@ -111,6 +165,7 @@ class CommandExecutor:
         except StoreError as e:
             log.error("writing metadata of checkpoint %d failed: %s", n, e)
             return self.coordinator.metadata_failed(n, str(e), self.clock())
+        self._completed(cmd.metadata)
         return self.coordinator.metadata_written(n, self.clock())
 
     def _cleanup(self, n: int, handles: tuple[str, ...]) -> None:
@@ -151,6 +206,7 @@ def run_coordinator(
     clock: Callable[[], float] = time.time,
     should_stop: Callable[[], bool] = lambda: False,
     poll_timeout: float = 0.05,
+    metrics: Metrics | None = None,
 ) -> int:
     """Coordinate ``job``'s checkpoints until a hard failure or ``should_stop``; the exit code.
 
@@ -195,12 +251,18 @@ def run_coordinator(
             job.app_id,
             clock,
             purge=_internal_purger(job) if transport is None else None,
+            metrics=metrics,
         )
+        skipped = getattr(channel, "skipped", 0)
         failure = executor.execute(coordinator.start(clock()))
         # 3. The loop.
         while failure is None and not should_stop():
             for msg in channel.poll(poll_timeout):
                 failure = failure or executor.execute(coordinator.handle(msg, clock()))
+            now_skipped = getattr(channel, "skipped", 0)  # malformed control records
+            if now_skipped > skipped:
+                executor.metrics.control_skipped.inc(now_skipped - skipped)
+                skipped = now_skipped
             failure = failure or executor.execute(coordinator.tick(clock()))
         if failure is not None:
             log.error("kstream: %s", failure)

@@ -123,6 +123,7 @@ class IntervalJoinOperator(Operator):
             else:
                 mine.put((k, t), [*held, v])
         self.metrics["late_dropped"] += late
+        self.late_dropped += late
         self.emit(ok, ov, ot)
 
     def advance(self, watermark: int) -> None:

@@ -34,6 +34,9 @@ class Operator:
 
     def __init__(self, name: str) -> None:
         self.name = name
+        # Records behind this operator's watermark plus allowed lateness (windows, joins).
+        self.late_dropped = 0
+        self.late_side_output = 0
         # children[port] = [(operator, its input port)]
         self.children: list[list[tuple[Operator, int]]] = [[], []]
 

@@ -317,6 +317,14 @@ class Task:
 
     # ---- what the worker calls ----------------------------------------------------
 
+    def late_counts(self) -> dict[str, tuple[int, int]]:
+        """Per operator that saw late records: (dropped, sent to the side output)."""
+        return {
+            op.name: (op.late_dropped, op.late_side_output)
+            for op in self._ops
+            if op.late_dropped or op.late_side_output
+        }
+
     def drain(self) -> list[Output]:
         """The outputs produced since the last drain, in order."""
         out = self._out[:]

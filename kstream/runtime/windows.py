@@ -68,8 +68,10 @@ class WindowOperator(Operator):
         if self.children[1]:
             self.emit([keys[i] for i in idx], [values[i] for i in idx], [stamps[i] for i in idx], 1)
             self.metrics["late_side_output"] += len(idx)
+            self.late_side_output += len(idx)
         else:
             self.metrics["late_dropped"] += len(idx)
+            self.late_dropped += len(idx)
 
     def _emit_results(self, results: list[WindowResult]) -> None:
         if results:

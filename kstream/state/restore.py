@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from kstream.progress import Progress
 from kstream.state.rocksdb import RocksDBBackend, mark_uploaded
 from kstream.state.snapshot import (
     FileEntry,
@@ -94,6 +95,12 @@ def _restore_one(
     stage = local_dir / f".restore-{uuid.uuid4().hex}"
     stage.mkdir(parents=True)
     reused = downloaded = downloaded_bytes = 0
+    progress = Progress(
+        f"restore of task {manifest.task_id} from {manifest.label}",
+        total_items=len(manifest.files),
+        total_bytes=sum(e.size for e in manifest.files),
+        log=log,
+    )
     try:
         for entry in manifest.files:
             dst = stage / entry.name
@@ -127,6 +134,8 @@ def _restore_one(
                     )
                 downloaded += 1
                 downloaded_bytes += entry.size
+            progress.advance(1, entry.size)
+        progress.finish()
         # 3. Swap the staged DB in and open it. Keep the staged copy as this
         #    snapshot's local copy too, so the next restore can reuse it.
         db_dir = local_dir / "db"

@@ -14,6 +14,10 @@
     Completed checkpoint n's metadata (:mod:`kstream.store.metadata`), written by
     the coordinator; it names each task's manifest. A checkpoint is complete iff it
     exists.
+``<app>/history/chk-<n>.json``, ``<app>/history/attempt-<k>.json``
+    Failed or aborted checkpoint n, and why attempt k started
+    (:mod:`kstream.store.history`): informational records written by the coordinator,
+    read by ``kstream checkpoints list`` and ``kstream status``; the newest few kept.
 
 Nothing else builds or parses these paths.
 """
@@ -78,3 +82,23 @@ def metadata_id(path: str) -> int | None:
     """The checkpoint id of a metadata path (``.../chk-<n>.json``); None for anything else."""
     numbered = numbered_manifest(path)
     return numbered[1] if numbered and numbered[0] == CHECKPOINT_LABEL else None
+
+
+HISTORY_CHECKPOINT, HISTORY_ATTEMPT = "chk", "attempt"
+_HISTORY = re.compile(r"^(chk|attempt)-(\d+)\.json$")
+
+
+def history_prefix(app_id: str) -> str:
+    """Folder of the failed/aborted checkpoint and restart records."""
+    return f"{app_id}/history"
+
+
+def history_path(app_id: str, kind: str, n: int) -> str:
+    """Store path of history record ``kind`` (chk | attempt) number ``n``."""
+    return f"{history_prefix(app_id)}/{kind}-{n}.json"
+
+
+def history_record(path: str) -> tuple[str, int] | None:
+    """``(kind, n)`` of a history record path; None for anything else."""
+    m = _HISTORY.match(path.rsplit("/", 1)[-1])
+    return (m.group(1), int(m.group(2))) if m else None

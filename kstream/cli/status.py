@@ -1,0 +1,103 @@
+"""`kstream status APP`: a running job at a glance, from its control topic and checkpoint store."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+
+import click
+
+from kstream.cli.options import bootstrap_option
+from kstream.kafka.clients import make_admin, make_consumer, partition_counts, watermark_offsets
+from kstream.kafka.control import ControlReader, control_topic
+from kstream.monitor.history import history_rows
+from kstream.monitor.status import JobStatus, LagRow, build_status, source_positions
+from kstream.monitor.view import ControlView
+from kstream.store.base import CheckpointStore
+from kstream.store.history import list_failures, list_restarts
+from kstream.store.metadata import list_checkpoints
+from kstream.store.urls import open_store
+
+CLEAR = "\x1b[H\x1b[2J"  # cursor home, clear screen: --watch redraws in place
+
+
+class StatusReader:
+    """Reads the control topic incrementally (the view is kept) and the store afresh."""
+
+    def __init__(self, bootstrap: str, app_id: str, store: CheckpointStore) -> None:
+        self.app_id = app_id
+        self.store = store
+        self.view = ControlView()
+        self._reader = ControlReader(bootstrap, app_id)
+        self._consumer = make_consumer(bootstrap, f"{app_id}.status")
+
+    def read(self) -> JobStatus:
+        for ts, msg in self._reader.read_to_end_timed():
+            self.view.apply(ts, msg)
+        completed = list_checkpoints(self.store, self.app_id)
+        rows = history_rows(completed, list_failures(self.store, self.app_id))
+        positions = source_positions(completed[-1] if completed else None)
+        lag = [
+            LagRow(topic, part, pos, watermark_offsets(self._consumer, topic, part, 10.0)[1])
+            for (topic, part), pos in positions.items()
+        ]
+        restarts = list_restarts(self.store, self.app_id)
+        return build_status(self.app_id, self.view, rows, restarts, lag, time.time())
+
+    def close(self) -> None:
+        self._reader.close()
+        self._consumer.close()
+
+
+@click.command()
+@click.argument("app_id")
+@bootstrap_option(required=True)
+@click.option(
+    "--store",
+    "store_url",
+    envvar="KSTREAM_STORE_URL",
+    default="file://./.kstream/checkpoints",
+    show_default=True,
+    help="The job's checkpoint store.",
+)
+@click.option("--json", "as_json", is_flag=True, help="One JSON object (for scripts).")
+@click.option("--watch", is_flag=True, help="Refresh in place until Ctrl-C.")
+@click.option(
+    "--every", type=float, default=2.0, show_default=True, help="Seconds between refreshes."
+)
+def status(
+    app_id: str, bootstrap: str, store_url: str, as_json: bool, watch: bool, every: float
+) -> None:
+    """The job APP_ID now: coordinator, attempt, workers and their tasks, the latest
+    checkpoints, recent failures with their reasons, and lag per source partition.
+
+    Reads `<app>.control` from its beginning and the checkpoint store; changes nothing.
+    """
+    admin = make_admin(bootstrap)
+    if not partition_counts(admin, [control_topic(app_id)]):
+        click.echo(
+            f"kstream: no control topic {control_topic(app_id)} on {bootstrap}: "
+            f"no job with app id {app_id!r} has run there",
+            err=True,
+        )
+        sys.exit(1)
+    reader = StatusReader(bootstrap, app_id, open_store(store_url))
+    try:
+        while True:
+            st = reader.read()
+            text = (
+                json.dumps(st.to_dict(), indent=None if watch else 1)
+                if as_json
+                else "\n".join(st.render())
+            )
+            if watch and not as_json:
+                click.echo(CLEAR, nl=False)
+            click.echo(text)
+            if not watch:
+                return
+            time.sleep(every)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        reader.close()

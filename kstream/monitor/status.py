@@ -1,0 +1,227 @@
+"""``kstream status``: a running job in one picture, built from the control topic and the store.
+
+Pure: :func:`build_status` takes what was read (the folded control topic, the
+checkpoint history, restart records, source end offsets) and the time; it renders
+as text (:meth:`JobStatus.render`) or JSON (:meth:`JobStatus.to_dict`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from kstream.monitor.history import HistoryRow, render_list, when
+from kstream.monitor.view import ControlView, Event
+from kstream.store.history import RestartRecord
+from kstream.store.metadata import CheckpointMetadata
+
+RECENT_CHECKPOINTS = 5
+RECENT_EVENTS = 10
+WORKER_GONE_AFTER_S = 60.0  # a member silent this long is no longer listed
+
+
+@dataclass(frozen=True)
+class LagRow:
+    """A source partition: its end offset and the position of the latest completed checkpoint."""
+
+    topic: str
+    partition: int
+    checkpoint_offset: int | None
+    end_offset: int
+
+    @property
+    def lag(self) -> int:
+        """Records after the latest completed checkpoint (all of them without one)."""
+        return max(0, self.end_offset - (self.checkpoint_offset or 0))
+
+
+def source_positions(meta: CheckpointMetadata | None) -> dict[tuple[str, int], int]:
+    """Source-partition offsets of a completed checkpoint (internal topics, which record a
+    position per upstream task, are left out)."""
+    out: dict[tuple[str, int], int] = {}
+    if meta is None:
+        return out
+    for snap in meta.tasks.values():
+        for key, pos in snap.offsets.items():
+            if isinstance(pos, int) and not isinstance(pos, bool):
+                topic, _, part = key.rpartition(":")
+                out[(topic, int(part))] = pos
+    return out
+
+
+@dataclass(frozen=True)
+class WorkerRow:
+    member: str
+    tasks: tuple[str, ...]
+    owns: tuple[str, ...]
+    generation: int
+    last_seen_s: float
+
+
+@dataclass(frozen=True)
+class JobStatus:
+    """Everything ``kstream status`` shows."""
+
+    app_id: str
+    now: float
+    phase: str
+    attempt: int
+    restore_checkpoint: int | None
+    coordinator_seen_s: float | None
+    coordinator_last: str
+    workers: list[WorkerRow]
+    tasks_ready: int
+    checkpoints: list[HistoryRow]
+    in_flight: list[tuple[int, float, int]]  # (id, age s, tasks acknowledged)
+    events: list[Event]
+    lag: list[LagRow]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "app_id": self.app_id,
+            "time": self.now,
+            "phase": self.phase,
+            "attempt": self.attempt,
+            "restore_checkpoint": self.restore_checkpoint,
+            "coordinator": {
+                "last_seen_s": self.coordinator_seen_s,
+                "last_action": self.coordinator_last,
+            },
+            "workers": [
+                {
+                    "member": w.member,
+                    "tasks": list(w.tasks),
+                    "owns": list(w.owns),
+                    "generation": w.generation,
+                    "last_heartbeat_s": round(w.last_seen_s, 3),
+                }
+                for w in self.workers
+            ],
+            "tasks_ready": self.tasks_ready,
+            "checkpoints": [r.to_dict() for r in self.checkpoints],
+            "in_flight": [
+                {"checkpoint_id": n, "age_s": round(age, 3), "acknowledged": acked}
+                for n, age, acked in self.in_flight
+            ],
+            "events": [
+                {
+                    "time": e.time,
+                    "kind": e.kind,
+                    "attempt": e.attempt,
+                    "task": e.task,
+                    "reason": e.reason,
+                }
+                for e in self.events
+            ],
+            "lag": [
+                {
+                    "topic": r.topic,
+                    "partition": r.partition,
+                    "checkpoint_offset": r.checkpoint_offset,
+                    "end_offset": r.end_offset,
+                    "lag": r.lag,
+                }
+                for r in self.lag
+            ],
+            "total_lag": sum(r.lag for r in self.lag),
+        }
+
+    def render(self) -> list[str]:
+        out = [f"app {self.app_id}: {self.phase}, attempt {self.attempt}   ({when(self.now)})"]
+        if self.phase == "restoring":
+            out.append(
+                f"  restoring to checkpoint {self.restore_checkpoint}: "
+                f"{self.tasks_ready} task(s) ready"
+            )
+        seen = (
+            "never seen"
+            if self.coordinator_seen_s is None
+            else f"{self.coordinator_last}, {self.coordinator_seen_s:.1f}s ago"
+        )
+        out += ["", f"coordinator  {seen}", "", f"workers ({len(self.workers)})"]
+        for w in self.workers:
+            tasks = ", ".join(w.tasks) or "none"
+            note = "" if set(w.tasks) == set(w.owns) else f" (owns {', '.join(w.owns) or 'none'})"
+            out.append(f"  {w.member:<40} {tasks}{note}   heartbeat {w.last_seen_s:.1f}s ago")
+        out += ["", "checkpoints"]
+        for n, age, acked in self.in_flight:
+            out.append(f"  {n:>6}  in flight for {age:.1f}s, {acked} task(s) acknowledged")
+        if self.checkpoints:
+            out += [f"  {line}" for line in render_list(self.checkpoints)]
+        elif not self.in_flight:
+            out.append("  none yet")
+        out += ["", "recent failures and restarts"]
+        for e in self.events:
+            where = " ".join(
+                x
+                for x in (
+                    f"attempt {e.attempt}" if e.attempt is not None else "",
+                    f"task {e.task}" if e.task else "",
+                )
+                if x
+            )
+            out.append(f"  {when(e.time)}  {e.kind:<19} {where:<22} {e.reason}")
+        if not self.events:
+            out.append("  none")
+        out += ["", "source lag (records after the latest completed checkpoint)"]
+        if not self.lag:
+            out.append("  unknown: no completed checkpoint yet")
+        for r in self.lag:
+            pos = "-" if r.checkpoint_offset is None else str(r.checkpoint_offset)
+            out.append(
+                f"  {r.topic}[{r.partition}]".ljust(32)
+                + f" checkpoint {pos:>10}  end {r.end_offset:>10}  lag {r.lag:>10}"
+            )
+        if self.lag:
+            out.append(f"  total lag {sum(r.lag for r in self.lag)}")
+        return out
+
+
+def build_status(
+    app_id: str,
+    view: ControlView,
+    checkpoints: list[HistoryRow],
+    restarts: list[RestartRecord],
+    lag: list[LagRow],
+    now: float,
+) -> JobStatus:
+    """The status of ``app_id`` at ``now`` from what was read."""
+    workers = [
+        WorkerRow(
+            m.member,
+            m.tasks,
+            tuple(sorted(t for t, o in view.owners.items() if o == m.member)),
+            m.generation,
+            now - m.last_seen,
+        )
+        for m in sorted(view.members.values(), key=lambda m: m.member)
+        if now - m.last_seen <= WORKER_GONE_AFTER_S
+    ]
+    # Restarts: the store's records say why; the control topic only that one happened.
+    reasons = {r.attempt: r for r in restarts}
+    events = []
+    for e in view.events:
+        rec = reasons.get(e.attempt) if e.kind == "restore" and e.attempt is not None else None
+        if rec is not None:
+            e = Event(
+                e.time, "restore", f"to checkpoint {rec.checkpoint_id}: {rec.reason}", e.attempt
+            )
+        events.append(e)
+    in_flight = [
+        (n, now - ts, len(view.acks.get(n, ()))) for n, ts in sorted(view.in_flight.items())
+    ]
+    return JobStatus(
+        app_id=app_id,
+        now=now,
+        phase=view.phase,
+        attempt=view.attempt,
+        restore_checkpoint=view.restore_checkpoint,
+        coordinator_seen_s=None if view.coordinator_seen is None else now - view.coordinator_seen,
+        coordinator_last=view.coordinator_last,
+        workers=workers,
+        tasks_ready=len(view.ready),
+        checkpoints=checkpoints[-RECENT_CHECKPOINTS:],
+        in_flight=in_flight,
+        events=sorted(events, key=lambda e: e.time)[-RECENT_EVENTS:],
+        lag=sorted(lag, key=lambda r: (r.topic, r.partition)),
+    )

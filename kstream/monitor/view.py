@@ -1,0 +1,132 @@
+"""What the control topic says about a running job, folded message by message.
+
+Pure: fed ``(record timestamp, message)`` pairs in topic order, no I/O, so
+``kstream status`` is tested with fed data and ``--watch`` only feeds the new ones.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+
+from kstream.checkpoint.messages import (
+    AcknowledgeCheckpoint,
+    CheckpointAborted,
+    CheckpointCompleted,
+    DeclineCheckpoint,
+    Heartbeat,
+    JobFailed,
+    Message,
+    Restore,
+    Resume,
+    TaskFailed,
+    TaskReady,
+    TriggerCheckpoint,
+)
+
+MAX_EVENTS = 50
+
+
+class Phase:
+    """The job's phase as the control topic shows it."""
+
+    NOT_STARTED = "not started"  # no Restore yet
+    RESTORING = "restoring"  # Restore written, waiting for every TaskReady
+    RUNNING = "running"  # resumed
+    FAILED = "failed"  # JobFailed
+
+
+@dataclass
+class MemberView:
+    """A worker as its latest heartbeat describes it."""
+
+    member: str
+    tasks: tuple[str, ...]
+    generation: int
+    last_seen: float
+
+
+@dataclass(frozen=True)
+class Event:
+    """Something that went wrong, or a restart, with its reason."""
+
+    time: float
+    kind: str  # task_failed | checkpoint_declined | checkpoint_aborted | job_failed | restore
+    reason: str
+    attempt: int | None = None
+    task: str | None = None
+
+
+@dataclass
+class ControlView:
+    """The job as seen on ``<app>.control``."""
+
+    attempt: int = 0
+    phase: str = Phase.NOT_STARTED
+    restore_checkpoint: int | None = None
+    owners: dict[str, str] = field(default_factory=dict)
+    ready: dict[str, str] = field(default_factory=dict)  # task -> member, while restoring
+    members: dict[str, MemberView] = field(default_factory=dict)
+    coordinator_seen: float | None = None  # newest record written by a coordinator
+    coordinator_last: str = ""
+    in_flight: dict[int, float] = field(default_factory=dict)  # checkpoint id -> trigger time
+    acks: dict[int, set[str]] = field(default_factory=dict)  # in flight: tasks acknowledged
+    last_completed: int | None = None
+    events: deque[Event] = field(default_factory=lambda: deque(maxlen=MAX_EVENTS))
+    messages: int = 0
+
+    def apply(self, ts: float, msg: Message) -> None:
+        """Fold one message (``ts``: its record timestamp, epoch seconds)."""
+        self.messages += 1
+        match msg:
+            case Heartbeat():
+                self.members[msg.member] = MemberView(msg.member, msg.tasks, msg.generation, ts)
+            case TriggerCheckpoint():
+                self._coordinator(ts, f"triggered checkpoint {msg.checkpoint_id}")
+                self.in_flight[msg.checkpoint_id] = ts
+            case AcknowledgeCheckpoint():
+                if msg.checkpoint_id in self.in_flight:
+                    self.acks.setdefault(msg.checkpoint_id, set()).add(msg.task_id)
+            case DeclineCheckpoint():
+                self.events.append(
+                    Event(ts, "checkpoint_declined", msg.reason, msg.attempt, msg.task_id)
+                )
+            case CheckpointCompleted():
+                self._coordinator(ts, f"completed checkpoint {msg.checkpoint_id}")
+                self.last_completed = max(self.last_completed or 0, msg.checkpoint_id)
+                for n in [n for n in self.in_flight if n <= msg.checkpoint_id]:
+                    self._end(n)
+            case CheckpointAborted():
+                self._coordinator(ts, f"aborted checkpoint {msg.checkpoint_id}")
+                self._end(msg.checkpoint_id)
+                if not msg.reason.startswith("subsumed"):
+                    self.events.append(
+                        Event(ts, "checkpoint_aborted", f"{msg.checkpoint_id}: {msg.reason}")
+                    )
+            case Restore():
+                self._coordinator(ts, f"restore of attempt {msg.attempt}")
+                self.attempt, self.phase = msg.attempt, Phase.RESTORING
+                self.restore_checkpoint, self.ready = msg.checkpoint_id, {}
+                self.events.append(
+                    Event(ts, "restore", f"to checkpoint {msg.checkpoint_id}", msg.attempt)
+                )
+            case TaskReady() if msg.attempt == self.attempt:
+                self.ready[msg.task_id] = msg.member
+            case Resume():
+                self._coordinator(ts, f"resumed attempt {msg.attempt}")
+                self.attempt, self.phase, self.owners = msg.attempt, Phase.RUNNING, dict(msg.owners)
+            case JobFailed():
+                self._coordinator(ts, "job failed")
+                self.phase = Phase.FAILED
+                self.events.append(Event(ts, "job_failed", msg.reason, self.attempt))
+            case TaskFailed():
+                self.events.append(Event(ts, "task_failed", msg.reason, msg.attempt, msg.task_id))
+            case _:
+                pass
+
+    def _coordinator(self, ts: float, what: str) -> None:
+        self.coordinator_seen, self.coordinator_last = ts, what
+
+    def _end(self, n: int) -> None:
+        self.in_flight.pop(n, None)
+        self.acks.pop(n, None)
