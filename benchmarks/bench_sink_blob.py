@@ -15,7 +15,7 @@ Shapes:
 
 Then the way a window firing takes through the exactly-once sink: the same records
 as ``--batches`` task output batches (4 of 250,000 by default) routed by
-``Worker._route`` into an ``ExactlyOnceSink``, compared with the pre-column way
+``Router.route`` into an ``ExactlyOnceSink``, compared with the pre-column way
 (``write_batch`` of one tuple per record): route, encode the blob at the barrier,
 decode it (a restore), publish from the buffer and from the decoded blob. Publishing
 uses a real (idempotent) producer with no broker: ``produce`` only queues locally,
@@ -38,6 +38,7 @@ from functools import partial
 from types import SimpleNamespace
 from typing import Any
 
+from kstream.config import Guarantee
 from kstream.kafka.clients import make_producer
 from kstream.kafka.sink import ExactlyOnceSink
 from kstream.process.tuning import tune_gc
@@ -45,7 +46,7 @@ from kstream.runtime.records import OutputBatch
 from kstream.sinkbuffer.blob import decode_blob, encode_blob
 from kstream.sinkbuffer.buffer import EpochBuffer
 from kstream.sinkbuffer.epochs import Epoch, OutputRecord
-from kstream.worker import Worker
+from kstream.worker.routing import Router, TaskRoute
 
 _REC = struct.Struct("<BHiIIqH")
 _HDR = struct.Struct("<Hi")
@@ -183,7 +184,7 @@ def routed(recs: list[OutputRecord], batches: int, runs: int, reference: bytes) 
         for i in range(0, len(recs), size)
     ]
     producer = QueueOnlyProducer()
-    worker = Worker.__new__(Worker)  # _route of sink batches needs no worker state
+    router = Router.__new__(Router)  # routing of sink batches needs no router state
 
     def sink() -> ExactlyOnceSink:
         s = ExactlyOnceSink("bench", "sink-0", "127.0.0.1:1")
@@ -203,8 +204,14 @@ def routed(recs: list[OutputRecord], batches: int, runs: int, reference: bytes) 
 
     def route() -> ExactlyOnceSink:
         s = sink()
-        runner: Any = SimpleNamespace(sink_topics={"out": "g"}, sinks={"g": s})
-        worker._route(runner, outputs)
+        route = TaskRoute(
+            "sink-0",
+            0,
+            [],
+            sinks={Guarantee.EXACTLY_ONCE: s},
+            sink_topics={"out": Guarantee.EXACTLY_ONCE},
+        )
+        router.route(route, outputs)
         s.on_barrier(1)
         return s
 
@@ -259,7 +266,7 @@ def main() -> None:
     print(
         f"\n{n:,} records as {args.batches} sink batches of {size:,} through the exactly-once "
         f"sink, ms, median of {args.runs} runs\n  (tuples: write_batch of a tuple per record, "
-        f"the route before; _route: Worker._route now)"
+        f"the route before; _route: Router.route now)"
     )
     print(
         f"  {'route':8} {'route':>9} {'encode':>10} {'decode':>10} {'publish':>11} {'publish decoded':>15}"

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import replace
-from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -18,7 +17,9 @@ from kstream.plan import plan_job
 from kstream.runtime.records import OutputBatch
 from kstream.sinkbuffer.buffer import EpochBuffer
 from kstream.sinkbuffer.epochs import ColumnBatch
-from kstream.worker import PausePoint, Worker, WorkerSettings, _has_due_output
+from kstream.worker.routing import Router, TaskRoute
+from kstream.worker.runner import has_due_output
+from kstream.worker.settings import PausePoint, WorkerSettings
 from topologies.wordcount import topology as wordcount
 
 
@@ -34,13 +35,13 @@ def test_sink_commit_pause_only_when_the_completion_publishes_records() -> None:
     sink = ExactlyOnceSink.__new__(ExactlyOnceSink)  # buffer only: no producer needed
     sink.buffer = EpochBuffer()
     sink.buffer.seal(1)  # empty epoch 1
-    assert not _has_due_output(sink, 1)
+    assert not has_due_output(sink, 1)
     sink.buffer.append(("out", None, b"k", b"v", 0, None))
     sink.buffer.seal(2)
-    assert not _has_due_output(sink, 1)
-    assert _has_due_output(sink, 2) and _has_due_output(sink, 3)
+    assert not has_due_output(sink, 1)
+    assert has_due_output(sink, 2) and has_due_output(sink, 3)
     sink.buffer.committed(sink.buffer.due(2), 2)
-    assert not _has_due_output(sink, 2) and not _has_due_output(sink, 3)
+    assert not has_due_output(sink, 2) and not has_due_output(sink, 3)
 
 
 def test_internal_topics_are_created_without_time_retention(
@@ -84,13 +85,19 @@ def test_plan_live_applies_the_default_guarantee(monkeypatch: pytest.MonkeyPatch
 
 
 def test_route_hands_sink_batches_over_as_columns() -> None:
-    """The worker gives a sink the task's lists, no tuple per record (the task never
+    """Routing gives a sink the task's lists, no tuple per record (the task never
     changes a drained batch)."""
     sink = ExactlyOnceSink.__new__(ExactlyOnceSink)  # buffer only: no producer needed
     sink.buffer = EpochBuffer()
     keys, values, stamps = [b"k1", b"k2"], [b"v1", None], [5, 6]
-    runner: Any = SimpleNamespace(sink_topics={"out": "sink-group"}, sinks={"sink-group": sink})
-    Worker.__new__(Worker)._route(runner, [OutputBatch("out", False, None, keys, values, stamps)])
+    route = TaskRoute(
+        "stage0-0",
+        1,
+        [],
+        sinks={Guarantee.EXACTLY_ONCE: sink},
+        sink_topics={"out": Guarantee.EXACTLY_ONCE},
+    )
+    Router.__new__(Router).route(route, [OutputBatch("out", False, None, keys, values, stamps)])
     (chunk,) = sink.buffer.open.chunks
     assert isinstance(chunk, ColumnBatch)
     assert (chunk.topic, chunk.keys, chunk.values, chunk.timestamps) == (
@@ -101,4 +108,4 @@ def test_route_hands_sink_batches_over_as_columns() -> None:
     )
     assert chunk.keys is keys
     sink.buffer.seal(1)
-    assert _has_due_output(sink, 1)
+    assert has_due_output(sink, 1)

@@ -30,7 +30,7 @@ from kstream.kafka.source import RawRecord
 from kstream.process.embedded import run_embedded
 from kstream.process.signals import install_signal_handlers
 from kstream.process.tuning import tune_gc
-from kstream.worker import Worker
+from kstream.worker.loop import Worker
 
 
 def guarantee(a: argparse.Namespace) -> Guarantee:
@@ -80,15 +80,13 @@ class BenchWorker(Worker):
 
     def _feed(self, tp: tuple[str, int], records: list[RawRecord], now: float) -> None:
         p = self.progress
-        task_id = self.task_of.get(tp)
-        runner = self.runners.get(task_id) if task_id else None
-        if p is None or not records or runner is None or not runner.running:
+        if p is None or not records or self.tasks.running_for(tp) is None:
             super()._feed(tp, records, now)  # not fed to a task (see Worker._feed)
             return
         if p.t_first is None:
             p.t_first = time.time()  # the first input record is in hand
         super()._feed(tp, records, now)
-        if tp[0] not in self.internal_parts and p.observe(tp[1], records[-1][3]):
+        if tp[0] not in self.tasks.internal_parts and p.observe(tp[1], records[-1][3]):
             self.request_stop()  # a graceful stop: the final checkpoint commits the output
             self.t_fed = time.time()
 

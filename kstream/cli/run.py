@@ -23,7 +23,7 @@ from kstream.dev.localbroker import BrokerRecord, LocalBroker, LocalBrokerError
 from kstream.process.embedded import run_embedded
 from kstream.process.signals import install_signal_handlers
 from kstream.process.tuning import tune_gc
-from kstream.worker import Worker
+from kstream.worker.loop import Worker
 
 log = logging.getLogger(__name__)
 

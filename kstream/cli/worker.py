@@ -18,7 +18,8 @@ from kstream.cli.options import (
 )
 from kstream.process.signals import install_signal_handlers
 from kstream.process.tuning import tune_gc
-from kstream.worker import PausePoint, Worker, WorkerSettings
+from kstream.worker.loop import Worker
+from kstream.worker.settings import PausePoint, WorkerSettings
 
 
 @click.command()

@@ -5,7 +5,7 @@ from __future__ import annotations
 import threading
 
 from kstream.process.coordinator import run_coordinator
-from kstream.worker import Worker
+from kstream.worker.loop import Worker
 
 
 def run_embedded(worker: Worker) -> int:

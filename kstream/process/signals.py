@@ -5,7 +5,7 @@ from __future__ import annotations
 import signal
 from typing import Any
 
-from kstream.worker import Worker
+from kstream.worker.loop import Worker
 
 
 def install_signal_handlers(worker: Worker) -> None:

@@ -1,0 +1,174 @@
+"""Checkpointed mode: the worker carries out what its protocol state machine decides
+(:mod:`kstream.worker.protocol`) against its tasks and the control topic."""
+
+from __future__ import annotations
+
+import logging
+
+from kstream.checkpoint.messages import AcknowledgeCheckpoint
+from kstream.kafka.control import ControlClient
+from kstream.kafka.sink import SinkFencedError
+from kstream.kafka.source import SourceConsumer
+from kstream.store.base import CheckpointStore
+from kstream.worker.mode import Mode
+from kstream.worker.protocol import (
+    Action,
+    Assigned,
+    CommitSinks,
+    Event,
+    Exit,
+    InputRead,
+    RestoreTasks,
+    ResumeTasks,
+    Send,
+    StopRequested,
+    StopTasks,
+    TaskStopped,
+    TriggerTasks,
+    WorkerProtocol,
+)
+from kstream.worker.runner import TaskRunner, checkpoint_handle
+from kstream.worker.settings import WorkerStats
+from kstream.worker.tasks import WorkerTasks
+
+log = logging.getLogger(__name__)
+
+
+class Checkpointed(Mode):
+    """Tasks run only in an attempt the coordinator resumed with this worker as owner."""
+
+    def __init__(
+        self,
+        protocol: WorkerProtocol,
+        control: ControlClient,
+        tasks: WorkerTasks,
+        source: SourceConsumer,
+        store: CheckpointStore,
+        app_id: str,
+        stats: WorkerStats,
+        label: str,
+    ) -> None:
+        self.protocol = protocol
+        self.control = control
+        self.tasks = tasks
+        self.source = source
+        self.store = store
+        self.app_id = app_id
+        self.stats = stats
+        self.label = label
+
+    @property
+    def member(self) -> str:
+        return self.source.member_id or self.label
+
+    def start(self) -> None:
+        self.protocol.learn(self.control.read_to_end())
+
+    def begin(self, now: float) -> int | None:
+        for msg in self.control.poll(0):
+            code = self._handle(msg, now)
+            if code is not None:
+                return code
+        return None
+
+    def stop(self, now: float) -> int | None:
+        return self._handle(StopRequested(), now)
+
+    def on_assignment(self, now: float) -> None:
+        tasks = tuple(spec.task_id for spec in self.tasks.assigned())
+        self._handle(
+            Assigned(self.member, self.source.generation, tasks, bool(self.source.assignment)), now
+        )
+
+    def on_input(self, now: float) -> None:
+        self._handle(InputRead(), now)
+
+    def end(self, now: float) -> int | None:
+        member = self.member
+        for r in list(self.tasks.runners.values()):
+            for msg in r.finished_uploads(member):
+                self.control.send(msg)
+                if isinstance(msg, AcknowledgeCheckpoint):
+                    self.stats.checkpoints_acked += 1
+        return self._apply(self.protocol.tick(now), now)
+
+    @property
+    def draining(self) -> bool:
+        return self.protocol.stopping
+
+    def task_failed(self, runner: TaskRunner, reason: str) -> None:
+        self.tasks.remove(runner.task_id)
+        self._handle(TaskStopped(runner.task_id, runner.attempt, reason), self.tasks.ctx.clock())
+
+    def close(self) -> None:
+        self.control.close()
+
+    # ---- carrying out the protocol's actions ----------------------------------------------
+
+    def _handle(self, event: Event, now: float) -> int | None:
+        return self._apply(self.protocol.handle(event, now), now)
+
+    def _apply(self, actions: list[Action], now: float) -> int | None:
+        for a in actions:
+            match a:
+                case Send():
+                    self.control.send(a.message)
+                case RestoreTasks():
+                    self._restore(a.attempt, a.checkpoint_id)
+                case StopTasks():
+                    self.tasks.stop_all()
+                case ResumeTasks():
+                    self._resume(a.owned)
+                case TriggerTasks():
+                    for r in self.tasks.running():
+                        self.guarded(r, r.trigger, a.checkpoint_id, a.attempt, now)
+                case CommitSinks():
+                    self._commit_sinks(a.checkpoint_id, now)
+                case Exit():
+                    if a.code == 0:
+                        log.info("%s", a.reason)
+                    else:
+                        log.error("kstream: %s", a.reason)
+                    return a.code
+        return None
+
+    def _restore(self, attempt: int, checkpoint_id: int | None) -> None:
+        specs = self.tasks.assigned()
+
+        def handle_of(task_id: str) -> str | None:
+            return checkpoint_handle(self.store, self.app_id, task_id, checkpoint_id)
+
+        self.tasks.restore(specs, attempt, handle_of)
+        self.stats.restores += 1
+        log.info(
+            "attempt %d: restored %d task(s) to checkpoint %s (generation %s)",
+            attempt,
+            len(specs),
+            checkpoint_id,
+            self.source.generation,
+        )
+
+    def _resume(self, owned: frozenset[str]) -> None:
+        for task_id, r in list(self.tasks.runners.items()):
+            if task_id in owned:
+                r.running = True
+            else:  # another member owns it in this attempt: stay idle
+                self.tasks.remove(task_id)
+        # Resume the partitions, then seek them again: librdkafka starts fetching a
+        # partition that was sought while paused only ~1 s after its resume, while a
+        # seek of a fetching partition takes effect at once.
+        self.tasks.sync_pauses(draining=self.draining)
+        for r in self.tasks.runners.values():
+            self.tasks.seek_restored(r)
+        log.info(
+            "attempt %d resumed: running %s", self.protocol.attempt, sorted(self.tasks.runners)
+        )
+
+    def _commit_sinks(self, checkpoint_id: int, now: float) -> None:
+        for r in list(self.tasks.runners.values()):
+            try:
+                r.commit_sinks(checkpoint_id)
+            except SinkFencedError as e:  # a newer owner took this task over
+                log.warning("task %s: %s; stopping it here", r.task_id, e)
+                self.tasks.remove(r.task_id)
+                self._handle(TaskStopped(r.task_id, r.attempt, None), now)

@@ -1,0 +1,237 @@
+"""The worker: one process in consumer group ``<app>`` running the tasks it is assigned.
+
+One readable loop (:meth:`Worker.run`): the mode's start of an iteration (control
+messages), a batch of records, each fed to its task, the tasks ticked, the mode's end
+of an iteration (acknowledgements, heartbeats, commits), the pauses brought in line.
+What differs between checkpointed, unchecked and bounded runs is the mode's
+(:mod:`kstream.worker.mode`); the worker's half of the control protocol is a pure
+state machine (:mod:`kstream.worker.protocol`); one task's build, restore, snapshot
+and acknowledgement are its runner's (:mod:`kstream.worker.runner`).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from kstream.config import Guarantee, JobConfig
+from kstream.job import Job
+from kstream.kafka.clients import Producer, make_producer
+from kstream.kafka.control import ControlClient
+from kstream.kafka.dlq import DeadLetterWriter
+from kstream.kafka.source import RawRecord, SourceConsumer
+from kstream.store.urls import open_store
+from kstream.worker.bounded import Bounded
+from kstream.worker.checkpointed import Checkpointed
+from kstream.worker.mode import TP, Mode
+from kstream.worker.protocol import WorkerProtocol
+from kstream.worker.routing import Router
+from kstream.worker.runner import RunnerContext
+from kstream.worker.settings import DebugPause, WorkerSettings, WorkerStats
+from kstream.worker.tasks import WorkerTasks
+from kstream.worker.unchecked import Unchecked
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class WorkerClients:
+    """The Kafka clients of one worker (``control`` only with checkpointing)."""
+
+    source: SourceConsumer
+    producer: Producer
+    dlq: DeadLetterWriter
+    control: ControlClient | None
+
+
+def open_clients(
+    cfg: JobConfig,
+    topics: list[str],
+    settings: WorkerSettings,
+    *,
+    on_assign: Callable[[list[TP]], None],
+    on_revoke: Callable[[list[TP]], None],
+) -> WorkerClients:
+    """The clients of a worker of ``cfg`` reading ``topics`` (its group membership)."""
+    checkpointed = cfg.checkpointing.enabled and not cfg.bounded
+    return WorkerClients(
+        source=SourceConsumer(
+            cfg.bootstrap_servers,
+            cfg.group_id,
+            topics,
+            on_assign=on_assign,
+            on_revoke=on_revoke,
+            extra={
+                "session.timeout.ms": int(settings.session_timeout_s * 1000),
+                "heartbeat.interval.ms": min(1000, int(settings.session_timeout_s * 250)),
+                **cfg.kafka,
+            },
+        ),
+        producer=make_producer(cfg.bootstrap_servers, extra={"linger.ms": 5, **cfg.kafka}),
+        dlq=DeadLetterWriter(
+            cfg.app_id, cfg.bootstrap_servers, cfg.on_bad_record, producer_config=cfg.kafka
+        ),
+        control=(
+            ControlClient(cfg.bootstrap_servers, cfg.app_id, extra=cfg.kafka)
+            if checkpointed
+            else None
+        ),
+    )
+
+
+class Worker:
+    """Runs the tasks of ``job`` that the consumer group assigns to this process."""
+
+    def __init__(
+        self,
+        job: Job,
+        *,
+        member_label: str | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        batch_size: int = 2000,
+        heartbeat_interval: float = 1.0,
+        commit_interval: float = 1.0,
+        stop_when_idle: float | None = None,
+        settings: WorkerSettings | None = None,
+    ) -> None:
+        self.job = job
+        self.cfg: JobConfig = job.config
+        self.plan = job.plan
+        self.settings = settings or WorkerSettings()
+        self.clock = clock
+        self.batch_size = batch_size
+        self.checkpointed = self.cfg.checkpointing.enabled and not self.cfg.bounded
+        self.stop_event = threading.Event()  # stop now
+        self.stop_requested = threading.Event()  # stop after a final checkpoint
+        self.stats = WorkerStats()
+        self._assignment_changed = False
+        topics = sorted({i.topic for spec in self.plan.tasks for i in spec.inputs})
+        clients = open_clients(
+            self.cfg, topics, self.settings, on_assign=self._on_assign, on_revoke=self._on_revoke
+        )
+        self.source, self.producer, self.dlq = clients.source, clients.producer, clients.dlq
+        self.control = clients.control
+        store = open_store(self.cfg.store_url)
+        self.router = Router(
+            self.producer,
+            self.dlq,
+            self.plan.internal_topic_partitions,
+            send=None if self.control is None else self.control.send,
+        )
+        context = RunnerContext(
+            plan=self.plan,
+            config=self.cfg,
+            store=store,
+            state_root=Path(self.cfg.state_dir) / self.cfg.app_id,
+            router=self.router,
+            dlq=self.dlq,
+            pause=DebugPause(self.settings.pause_at, self.stop_event),
+            clock=clock,
+            sink_guarantee=(
+                None if self.checkpointed or self.cfg.bounded else Guarantee.AT_LEAST_ONCE
+            ),
+        )
+        self.tasks = WorkerTasks(self.plan, self.source, context)
+        label = member_label or f"{os.uname().nodename}/{os.getpid()}"
+        self.mode: Mode
+        if self.control is not None:
+            protocol = WorkerProtocol(
+                label,
+                now=clock(),
+                heartbeat_interval=heartbeat_interval,
+                stop_when_idle=stop_when_idle,
+                drain_timeout_s=self.settings.drain_timeout_s,
+            )
+            self.mode = Checkpointed(
+                protocol, self.control, self.tasks, self.source, store, self.cfg.app_id,
+                self.stats, label,
+            )  # fmt: skip
+        elif self.cfg.bounded:
+            self.mode = Bounded(
+                self.tasks, self.source, self.producer, self.dlq, store, self.cfg.app_id, self.stats
+            )
+        else:
+            self.mode = Unchecked(
+                self.tasks, self.source, self.producer, self.dlq, now=clock(),
+                commit_interval=commit_interval, stop_when_idle=stop_when_idle,
+            )  # fmt: skip
+
+    # ---- group membership callbacks (inside consume) ----------------------------------
+
+    def _on_assign(self, tps: list[TP]) -> None:
+        self._assignment_changed = True
+
+    def _on_revoke(self, tps: list[TP]) -> None:
+        self._assignment_changed = True
+        self.mode.on_revoke(tps)
+
+    # ---- the loop -----------------------------------------------------------------------
+
+    def run(self) -> int:
+        """Run until stopped (0), the job failed (1), or a bounded run finished (0)."""
+        try:
+            self.mode.start()
+            return self._loop()
+        finally:
+            self.close()
+
+    def request_stop(self) -> None:
+        """Stop gracefully (safe from signal handlers and other threads): read no more
+        input, have a checkpoint taken of everything read (so exactly-once output is
+        published and a restart replays nothing), then stop; at most
+        ``settings.drain_timeout_s`` is spent waiting for that checkpoint."""
+        self.stop_requested.set()
+
+    def _loop(self) -> int:
+        mode, tasks, internal = self.mode, self.tasks, self.tasks.internal_parts
+        while not self.stop_event.is_set():
+            now = self.clock()
+            code = mode.begin(now)
+            if code is None and self.stop_requested.is_set():
+                code = mode.stop(now)
+            if code is not None:
+                return code
+            batch = self.source.consume_batch(self.batch_size, 0.05)
+            if self._assignment_changed:
+                self._assignment_changed = False
+                log.info("assignment changed: %s", sorted(self.source.assignment))
+                mode.on_assignment(now)
+                batch = {}  # records fetched around a rebalance are read again after the seeks
+            if any(tp[0] not in internal for tp in batch):
+                # Input from a user topic (internal records are its consequences, and
+                # carry barriers and watermarks even when no input arrives).
+                mode.on_input(now)
+            for tp, records in batch.items():
+                self._feed(tp, records, now)
+            for r in tasks.running():
+                mode.guarded(r, r.task.tick, now)
+            code = mode.end(now)
+            if code is not None:
+                return code
+            tasks.sync_pauses(draining=mode.draining)
+        return 0
+
+    def _feed(self, tp: TP, records: list[RawRecord], now: float) -> None:
+        r = self.tasks.running_for(tp)
+        if r is None:
+            return  # not ours to run now: paused; re-read after the next restore
+        topic, partition = tp
+        self.stats.records += len(records)
+        if topic in self.tasks.internal_parts:
+            items = self.tasks.decode_internal(tp, records, self.dlq)
+            self.mode.guarded(r, r.task.feed_internal, topic, partition, items, now)
+        else:
+            self.mode.guarded(r, r.task.feed_source, topic, partition, records, now)
+        self.mode.on_fed(tp, records)
+
+    def close(self) -> None:
+        self.tasks.stop_all()
+        self.producer.flush(10)
+        self.dlq.close()
+        self.source.close()
+        self.mode.close()

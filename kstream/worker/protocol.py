@@ -1,0 +1,331 @@
+"""The worker's half of the control protocol (DESIGN §5-§7) as a pure state machine.
+
+``handle(message, now)`` and ``tick(now)`` return the actions the worker loop carries
+out, in order; nothing here does I/O. Messages are the coordinator's (``Restore``,
+``Resume``, ``TriggerCheckpoint``, ``CheckpointCompleted``, ``JobFailed``) and what
+the loop observes itself (:class:`Assigned`, :class:`InputRead`,
+:class:`StopRequested`, :class:`TaskStopped`).
+
+What it decides:
+
+* **restore and resume**: tasks run only in an attempt the coordinator resumed with
+  this worker as their owner. ``Restore(attempt, n)`` rolls every assigned task back
+  to checkpoint *n* and reports each ``TaskReady``; ``Resume(attempt, owners)``
+  starts the tasks this worker owns. A new assignment during a restore restores
+  again (ready in the new generation); after a resume it reports the tasks it now
+  holds but does not run as failed, so the coordinator restores at once.
+* **checkpoints**: a trigger of the current attempt goes to every running task;
+  a completion commits the sinks.
+* **when to stop**: a graceful stop (:class:`StopRequested`) reads no more input and
+  asks for a checkpoint until one triggered after the last input completed (at most
+  ``drain_timeout_s``); ``stop_when_idle`` does the same once no input came for that
+  long. ``JobFailed`` stops with exit code 1.
+* **heartbeats** every ``heartbeat_interval`` with the tasks this worker holds.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from kstream.checkpoint.messages import (
+    CheckpointCompleted,
+    CheckpointRequest,
+    Heartbeat,
+    JobFailed,
+    Message,
+    Restore,
+    Resume,
+    TaskFailed,
+    TaskReady,
+    TriggerCheckpoint,
+)
+
+log = logging.getLogger(__name__)
+
+REQUEST_EVERY_S = 1.0  # a checkpoint request is repeated this often until one is triggered
+REASSIGNED = "its partitions were reassigned to a worker that does not run it"
+
+# ---- what the loop observes ---------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Assigned:
+    """The group assignment changed: this worker is ``member`` in ``generation``; it holds
+    partitions (``any_partitions``), among them every input of ``tasks``."""
+
+    member: str
+    generation: int | None
+    tasks: tuple[str, ...]
+    any_partitions: bool
+
+
+@dataclass(frozen=True)
+class InputRead:
+    """Records of a user topic arrived."""
+
+
+@dataclass(frozen=True)
+class StopRequested:
+    """Stop gracefully (SIGTERM, or the embedding program)."""
+
+
+@dataclass(frozen=True)
+class TaskStopped:
+    """A task stopped here: it failed (``reason``: reported) or was fenced (None)."""
+
+    task_id: str
+    attempt: int
+    reason: str | None
+
+
+Event = Message | Assigned | InputRead | StopRequested | TaskStopped
+
+# ---- what the loop does --------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Send:
+    """Write ``message`` to the control topic."""
+
+    message: Message
+
+
+@dataclass(frozen=True)
+class RestoreTasks:
+    """Stop every task; restore every assigned task to checkpoint ``checkpoint_id``
+    (None: start positions) in ``attempt``, not running, its inputs paused."""
+
+    attempt: int
+    checkpoint_id: int | None
+
+
+@dataclass(frozen=True)
+class StopTasks:
+    """Stop every task."""
+
+
+@dataclass(frozen=True)
+class ResumeTasks:
+    """Run the restored tasks in ``owned``; stop the others; seek the inputs again."""
+
+    owned: frozenset[str]
+
+
+@dataclass(frozen=True)
+class TriggerTasks:
+    """Inject barrier ``checkpoint_id`` of ``attempt`` into every running task."""
+
+    checkpoint_id: int
+    attempt: int
+
+
+@dataclass(frozen=True)
+class CommitSinks:
+    """Checkpoint ``checkpoint_id`` completed: every task publishes its sinks' output."""
+
+    checkpoint_id: int
+
+
+@dataclass(frozen=True)
+class Exit:
+    """Stop the worker with ``code`` (0: done, 1: the job failed), for ``reason``."""
+
+    code: int
+    reason: str
+
+
+Action = Send | RestoreTasks | StopTasks | ResumeTasks | TriggerTasks | CommitSinks | Exit
+
+
+class WorkerProtocol:
+    """The worker's protocol state; see the module docstring."""
+
+    def __init__(
+        self,
+        member: str,
+        *,
+        now: float,
+        heartbeat_interval: float = 1.0,
+        stop_when_idle: float | None = None,
+        drain_timeout_s: float = 30.0,
+    ) -> None:
+        self.member = member
+        self.generation: int | None = None
+        self.heartbeat_interval = heartbeat_interval
+        self.stop_when_idle = stop_when_idle
+        self.drain_timeout_s = drain_timeout_s
+        # Learnt from the control topic.
+        self.attempt = 0
+        self.restore_point: int | None = None
+        self.restoring = False  # a Restore of ``attempt`` is pending its Resume
+        # This worker's tasks.
+        self.assigned: tuple[str, ...] = ()
+        self.any_partitions = False
+        self.tasks: set[str] = set()  # held here (restored or running)
+        self.running: set[str] = set()
+        # Draining and idleness.
+        self.last_input = now
+        self.drained = False  # a checkpoint triggered after the last input completed
+        self.stopping_since: float | None = None
+        self.trigger_seen: dict[int, float] = {}
+        self._next_request = 0.0
+        self._next_heartbeat = 0.0
+
+    def learn(self, history: Iterable[Message]) -> None:
+        """The control topic read to its end: the current attempt and whether it resumed."""
+        for msg in history:
+            if isinstance(msg, Restore) and msg.attempt >= self.attempt:
+                self.attempt, self.restore_point, self.restoring = (
+                    msg.attempt,
+                    msg.checkpoint_id,
+                    True,
+                )
+            elif isinstance(msg, Resume) and msg.attempt == self.attempt:
+                self.restoring = False
+        log.info(
+            "control history: attempt %d, %s",
+            self.attempt,
+            "restoring" if self.restoring else "resumed",
+        )
+
+    @property
+    def stopping(self) -> bool:
+        """Stopping gracefully: no more user input is read."""
+        return self.stopping_since is not None
+
+    # ---- messages and observations -------------------------------------------------------
+
+    def handle(self, event: Event, now: float) -> list[Action]:
+        match event:
+            case TriggerCheckpoint() if event.attempt == self.attempt:
+                self.trigger_seen[event.checkpoint_id] = now
+                return [TriggerTasks(event.checkpoint_id, event.attempt)]
+            case CheckpointCompleted():
+                if self.trigger_seen.get(event.checkpoint_id, float("-inf")) > self.last_input:
+                    self.drained = True
+                self.trigger_seen = {
+                    k: v for k, v in self.trigger_seen.items() if k > event.checkpoint_id
+                }
+                return [CommitSinks(event.checkpoint_id)]
+            case Restore() if event.attempt > self.attempt:
+                self.attempt, self.restore_point, self.restoring = (
+                    event.attempt,
+                    event.checkpoint_id,
+                    True,
+                )
+                log.info(
+                    "restore: attempt %d from checkpoint %s", event.attempt, event.checkpoint_id
+                )
+                if self.any_partitions:
+                    return self._restore()
+                self.tasks, self.running = set(), set()
+                return [StopTasks()]
+            case Resume() if event.attempt == self.attempt and self.restoring:
+                self.restoring = False
+                self.last_input, self.drained = now, False  # idle counts from here
+                self.running = {t for t in self.tasks if event.owners.get(t) == self.member}
+                self.tasks = set(self.running)  # another member owns the rest: stay idle
+                return [ResumeTasks(frozenset(self.running))]
+            case JobFailed():
+                return [Exit(1, f"job failed: {event.reason}")]
+            case Assigned():
+                return self._assigned(event, now)
+            case InputRead():
+                self.last_input, self.drained = now, False
+                return []
+            case StopRequested():
+                return self._stop_requested(now)
+            case TaskStopped():
+                self.tasks.discard(event.task_id)
+                self.running.discard(event.task_id)
+                if event.reason is None:
+                    return []
+                return [Send(TaskFailed(event.task_id, self.member, event.attempt, event.reason))]
+            case _:
+                return []
+
+    def _restore(self) -> list[Action]:
+        self.tasks, self.running = set(self.assigned), set()
+        ready = [
+            Send(TaskReady(self.attempt, task, self.member, self.generation or 0))
+            for task in self.assigned
+        ]
+        return [RestoreTasks(self.attempt, self.restore_point), *ready]
+
+    def _assigned(self, event: Assigned, now: float) -> list[Action]:
+        self.member, self.generation = event.member, event.generation
+        self.assigned, self.any_partitions = event.tasks, event.any_partitions
+        self._next_heartbeat = 0.0  # tell the coordinator at once
+        actions: list[Action]
+        if self.restoring and event.any_partitions:
+            actions = self._restore()  # same attempt, new generation: ready again
+        else:
+            self.tasks, self.running = set(), set()
+            actions = [StopTasks()]
+            if self.attempt > 0 and event.any_partitions:
+                # The attempt is resumed, yet this worker now holds partitions of tasks
+                # it does not run (a rebalance, or a restart under static membership
+                # that no rebalance announces): ask for a restore now rather than
+                # leave the coordinator to notice a silent owner after its timeout.
+                actions += [
+                    Send(TaskFailed(task, self.member, self.attempt, REASSIGNED))
+                    for task in event.tasks
+                ]
+        return actions + self._heartbeat(now)
+
+    def _stop_requested(self, now: float) -> list[Action]:
+        if self.stopping_since is not None:
+            return []
+        self.stopping_since = now
+        if self.restoring or not self.running:
+            return [Exit(0, "stopping: nothing runs here, so nothing is left to commit")]
+        self.last_input, self.drained = now, False
+        log.info("stopping: waiting for a final checkpoint of everything read")
+        return []
+
+    # ---- time ---------------------------------------------------------------------------------
+
+    def tick(self, now: float) -> list[Action]:
+        """Heartbeats, and the checkpoint requests and stops of draining and idleness."""
+        if self.stopping_since is not None:
+            if self.drained:
+                return [Exit(0, "stopping: the final checkpoint completed")]
+            if now - self.stopping_since >= self.drain_timeout_s:
+                log.warning(
+                    "stopping without a final checkpoint: none completed within %.0fs (a "
+                    "restart replays from the last completed one)",
+                    self.drain_timeout_s,
+                )
+                return [Exit(0, "stopping: no final checkpoint in time")]
+            return self._request(now, "graceful stop") + self._heartbeat(now)
+        actions = self._heartbeat(now)
+        if self.stop_when_idle is not None and now - self.last_input >= self.stop_when_idle:
+            if self.drained:
+                return [
+                    *actions,
+                    Exit(0, f"no input for {now - self.last_input:.1f}s and all output committed"),
+                ]
+            actions += self._request(now, "idle")  # rather than wait for the interval
+        return actions
+
+    def _request(self, now: float, reason: str) -> list[Action]:
+        """Ask for a checkpoint now, unless one triggered after the last input is on its
+        way (repeated every second until one is triggered)."""
+        if (
+            self.restoring
+            or now < self._next_request
+            or any(t > self.last_input for t in self.trigger_seen.values())
+        ):
+            return []
+        self._next_request = now + REQUEST_EVERY_S
+        return [Send(CheckpointRequest(self.member, self.attempt, reason))]
+
+    def _heartbeat(self, now: float) -> list[Action]:
+        if now < self._next_heartbeat:
+            return []
+        self._next_heartbeat = now + self.heartbeat_interval
+        if self.generation is None:
+            return []
+        return [Send(Heartbeat(self.member, tuple(sorted(self.tasks)), self.generation))]

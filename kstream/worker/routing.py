@@ -1,0 +1,109 @@
+"""Where a task's drained outputs go, in order: internal topics, sinks, dead letters,
+declined checkpoints (DESIGN §2, §7)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from kstream.checkpoint.messages import DeclineCheckpoint, Message
+from kstream.config import Guarantee
+from kstream.kafka.clients import Producer, produce_with_retry
+from kstream.kafka.dlq import DeadLetterWriter
+from kstream.kafka.internal import EventKind, InternalEvent, produce_event
+from kstream.kafka.sink import Sink
+from kstream.runtime.events import Barrier, StreamEvent, Watermark
+from kstream.runtime.records import AlignmentAborted, DeadLetter, Output, OutputBatch, OutputEvent
+
+
+@dataclass
+class TaskRoute:
+    """What routing needs of one task: who writes (its id, attempt and the record headers
+    naming both) and its sinks by guarantee, with the guarantee of each sink topic."""
+
+    task_id: str
+    attempt: int
+    headers: list[Any]
+    sinks: dict[Guarantee, Sink] = field(default_factory=dict)
+    sink_topics: dict[str, Guarantee] = field(default_factory=dict)
+
+
+def to_wire(event: StreamEvent, task: str, attempt: int) -> InternalEvent:
+    """The internal-topic record form of a runtime stream event."""
+    if isinstance(event, Barrier):
+        return InternalEvent(
+            EventKind.BARRIER,
+            task,
+            attempt,
+            checkpoint_id=event.checkpoint_id,
+            timestamp=event.timestamp,
+        )
+    if isinstance(event, Watermark):
+        return InternalEvent(EventKind.WATERMARK, task, attempt, timestamp=event.timestamp)
+    return InternalEvent(EventKind.END_OF_INPUT, task, attempt)
+
+
+class Router:
+    """Writes the outputs of this worker's tasks: one producer for every internal topic,
+    each task's own sinks, the dead-letter writer, and declines to the coordinator."""
+
+    def __init__(
+        self,
+        producer: Producer,
+        dlq: DeadLetterWriter,
+        internal_partitions: dict[str, int],
+        send: Callable[[Message], None] | None = None,
+    ) -> None:
+        self.producer = producer
+        self.dlq = dlq
+        self.internal_partitions = internal_partitions
+        self.send = send  # None without a coordinator: nothing to decline to
+
+    def route(self, task: TaskRoute, outputs: list[Output]) -> None:
+        """Write a task's drained outputs in order."""
+        for out in outputs:
+            if isinstance(out, OutputBatch):
+                if out.internal:
+                    self._produce_internal(task, out)
+                else:
+                    g = task.sink_topics[out.topic]
+                    # the batch's own lists: the task never touches a drained batch again
+                    task.sinks[g].write_columns(out.topic, out.keys, out.values, out.timestamps)
+            elif isinstance(out, OutputEvent):
+                if out.internal:
+                    produce_event(
+                        self.producer,
+                        out.topic,
+                        self.internal_partitions[out.topic],
+                        to_wire(out.event, task.task_id, task.attempt),
+                    )
+            elif isinstance(out, DeadLetter):
+                self.dlq.handle(
+                    out.topic, out.partition, out.offset, None, out.key, out.value, out.reason
+                )
+            elif isinstance(out, AlignmentAborted) and self.send is not None:
+                self.send(
+                    DeclineCheckpoint(out.checkpoint_id, task.task_id, task.attempt, out.reason)
+                )
+            # SnapshotPoint: taken by the task's runner, where the state is still its.
+
+    def _produce_internal(self, task: TaskRoute, out: OutputBatch) -> None:
+        produce = self.producer.produce
+        headers = task.headers
+        assert out.partitions is not None
+        for p, k, v, ts in zip(out.partitions, out.keys, out.values, out.timestamps, strict=True):
+            try:
+                produce(out.topic, v, k, partition=p, timestamp=max(ts, 0), headers=headers)
+            except BufferError:  # local queue full
+                produce_with_retry(
+                    self.producer,
+                    out.topic,
+                    v,
+                    k,
+                    full=True,
+                    partition=p,
+                    timestamp=max(ts, 0),
+                    headers=headers,
+                )
+        self.producer.poll(0)

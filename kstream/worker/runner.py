@@ -1,0 +1,347 @@
+"""One task on this worker: its build or restore, its snapshots, and each snapshot's
+upload up to the acknowledgement (DESIGN §4, §5, §7).
+
+A runner is built before its task, so the task's snapshot hook is the runner's own
+method: nothing in the task refers back to the worker.
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import time
+from collections.abc import Callable, Mapping
+from concurrent.futures import Future
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from kstream.checkpoint.messages import AcknowledgeCheckpoint, DeclineCheckpoint, Message
+from kstream.config import Guarantee, JobConfig
+from kstream.kafka.dlq import DeadLetterWriter
+from kstream.kafka.internal import data_headers
+from kstream.kafka.sink import AtLeastOnceSink, ExactlyOnceSink, Sink
+from kstream.plan import JobPlan, OutputKind, TaskSpec
+from kstream.runtime.records import Position, SnapshotPoint
+from kstream.runtime.task import Task
+from kstream.state.restore import read_blob, restore_state
+from kstream.state.rocksdb import RocksDBBackend
+from kstream.state.snapshot import SnapshotUploader, StateHandle
+from kstream.store.base import CheckpointStore
+from kstream.store.layout import (
+    CHECKPOINT_LABEL,
+    FINAL_LABEL,
+    numbered_manifest,
+    snapshot_label,
+    task_prefix,
+)
+from kstream.store.metadata import read_metadata
+from kstream.worker.routing import Router, TaskRoute
+from kstream.worker.settings import DebugPause, PausePoint
+
+log = logging.getLogger(__name__)
+
+TP = tuple[str, int]
+SINK_BLOB = "sink"
+
+
+# ---- positions <-> JSON (manifests and acknowledgements) --------------------------------
+
+
+def encode_positions(positions: Mapping[TP, Position]) -> dict[str, Any]:
+    """JSON form of task input positions: ``"topic:partition"`` keys."""
+    return {
+        f"{t}:{p}": (dict(pos) if isinstance(pos, Mapping) else pos)
+        for (t, p), pos in positions.items()
+    }
+
+
+def decode_positions(doc: Mapping[str, Any]) -> dict[TP, Position]:
+    """Inverse of ``encode_positions``."""
+    out: dict[TP, Position] = {}
+    for k, v in doc.items():
+        topic, _, part = k.rpartition(":")
+        out[(topic, int(part))] = v
+    return out
+
+
+# ---- where a task's state comes from ----------------------------------------------------
+
+
+def checkpoint_handle(
+    store: CheckpointStore, app_id: str, task_id: str, checkpoint_id: int | None
+) -> str | None:
+    """The manifest of ``task_id`` in completed checkpoint ``checkpoint_id`` (None: none)."""
+    if checkpoint_id is None:
+        return None
+    return read_metadata(store, app_id, checkpoint_id).tasks[task_id].handle
+
+
+def final_manifests(store: CheckpointStore, app_id: str, task_id: str) -> dict[int, str]:
+    """A bounded task's stored final states, by id."""
+    finals: dict[int, str] = {}
+    for path in store.list(task_prefix(app_id, task_id)):
+        numbered = numbered_manifest(path)
+        if numbered is not None and numbered[0] == FINAL_LABEL:
+            finals[numbered[1]] = path
+    return finals
+
+
+def has_due_output(sink: Sink, checkpoint_id: int) -> bool:
+    """Whether ``CheckpointCompleted(checkpoint_id)`` makes ``sink`` publish records."""
+    if not isinstance(sink, ExactlyOnceSink):
+        return False
+    last = sink.buffer.last_committed
+    if last is not None and checkpoint_id <= last:
+        return False
+    return any(e.records for e in sink.buffer.due(checkpoint_id))
+
+
+# ---- the runner ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RunnerContext:
+    """What every runner of this worker shares.
+
+    ``sink_guarantee``: the guarantee forced on every sink (at-least-once without
+    checkpoints: there is nothing to commit a transaction on), None: as planned.
+    """
+
+    plan: JobPlan
+    config: JobConfig
+    store: CheckpointStore
+    state_root: Path
+    router: Router
+    dlq: DeadLetterWriter
+    pause: DebugPause
+    clock: Callable[[], float]
+    sink_guarantee: Guarantee | None = None
+
+
+@dataclass
+class PendingUpload:
+    """A snapshot whose upload runs in the background; acknowledged once it finished."""
+
+    checkpoint_id: int
+    attempt: int
+    future: Future[StateHandle]
+    alignment_ms: float
+    positions: dict[str, Any]
+
+
+def open_runner(ctx: RunnerContext, spec: TaskSpec, attempt: int, handle: str | None) -> TaskRunner:
+    """Task ``spec`` at ``attempt`` with the state of the manifest ``handle`` (None: empty,
+    start positions). A checkpoint restore may fall back to an older retained one."""
+    cfg = ctx.config
+    local = ctx.state_root / spec.task_id
+    positions: dict[TP, Position] = {}
+    blob: bytes | None = None
+    if handle is None:
+        shutil.rmtree(local, ignore_errors=True)  # start positions: empty state
+        backend = RocksDBBackend(local)
+    else:
+        t0 = time.perf_counter()
+        backend, manifest, rstats = restore_state(
+            ctx.store, cfg.app_id, spec.task_id, handle, local, allow_fallback=not cfg.bounded
+        )
+        positions = decode_positions(manifest.positions)
+        if SINK_BLOB in manifest.blobs:
+            blob = read_blob(ctx.store, manifest, SINK_BLOB)
+        log.info(
+            "task %s restored %s %d in %.0f ms (%s)",
+            spec.task_id,
+            "final state" if cfg.bounded else "checkpoint",
+            manifest.checkpoint_id,
+            (time.perf_counter() - t0) * 1000,
+            rstats,
+        )
+    route = TaskRoute(spec.task_id, attempt, data_headers(spec.task_id, attempt))
+    for o in spec.outputs:
+        if o.kind is OutputKind.SINK:
+            route.sink_topics[o.topic] = ctx.sink_guarantee or o.guarantee or Guarantee.EXACTLY_ONCE
+    if Guarantee.EXACTLY_ONCE in route.sink_topics.values():
+        route.sinks[Guarantee.EXACTLY_ONCE] = ExactlyOnceSink(
+            cfg.app_id, spec.task_id, cfg.bootstrap_servers, producer_config=cfg.kafka
+        )
+    if Guarantee.AT_LEAST_ONCE in route.sink_topics.values():
+        route.sinks[Guarantee.AT_LEAST_ONCE] = AtLeastOnceSink(
+            spec.task_id, cfg.bootstrap_servers, producer_config=cfg.kafka
+        )
+    for s in route.sinks.values():
+        # Fence zombies of this sink task, then publish what the restored
+        # snapshot buffered but never committed (DESIGN §7).
+        s.recover(blob if s.guarantee is Guarantee.EXACTLY_ONCE else None, attempt)
+    return TaskRunner(ctx, spec, attempt, backend, route, positions)
+
+
+class TaskRunner:
+    """A task of this worker: runtime task, state backend, sinks, uploads in flight."""
+
+    def __init__(
+        self,
+        ctx: RunnerContext,
+        spec: TaskSpec,
+        attempt: int,
+        backend: RocksDBBackend,
+        route: TaskRoute,
+        positions: Mapping[TP, Position],
+    ) -> None:
+        self.ctx = ctx
+        self.spec = spec
+        self.attempt = attempt
+        self.backend = backend
+        self.route = route
+        self.sinks = route.sinks
+        self.uploader = SnapshotUploader(ctx.store, ctx.config.app_id, spec.task_id)
+        self.running = False
+        self.final_id: int | None = None  # bounded run: id of the final snapshot taken
+        self.uploads: list[PendingUpload] = []
+        self._triggered: dict[int, float] = {}  # checkpoint id -> when its trigger came
+        self.task = Task(
+            ctx.plan,
+            spec,
+            backend,
+            attempt=attempt,
+            bounded=ctx.config.bounded,
+            restore_positions=positions,
+            on_snapshot=self._on_snapshot,
+            now=ctx.clock(),
+        )
+
+    @property
+    def task_id(self) -> str:
+        return self.spec.task_id
+
+    def inputs(self) -> set[TP]:
+        return {(i.topic, i.partition) for i in self.spec.inputs}
+
+    def step(self, call: Callable[..., None], *args: Any) -> None:
+        """One call of the task, then its outputs written in order."""
+        call(*args)
+        self.ctx.router.route(self.route, self.task.drain())
+
+    def trigger(self, checkpoint_id: int, attempt: int, now: float) -> None:
+        """Checkpoint ``checkpoint_id`` was triggered: barriers into the task's sources."""
+        self._triggered[checkpoint_id] = now
+        self.step(self.task.trigger_checkpoint, checkpoint_id, attempt, now)
+
+    # ---- snapshots ------------------------------------------------------------------------
+
+    def _on_snapshot(self, point: SnapshotPoint) -> None:
+        """The task's state is exactly checkpoint ``point``'s: take the synchronous part.
+
+        Order matters: (1) everything the task output before the point goes out or
+        into the sink's epoch, (2) the exactly-once sink seals that epoch so its buffer
+        belongs to this snapshot, at-least-once output and dead letters are flushed
+        (durable before the acknowledgement), (3) RocksDB checkpoint by hard links,
+        (4) the upload runs in the background; the ack is sent when it finished.
+        """
+        ctx = self.ctx
+        now = ctx.clock()
+        # 1.
+        ctx.router.route(self.route, self.task.drain())
+        # 2.
+        n = point.checkpoint_id if point.checkpoint_id is not None else self._next_final_id()
+        blobs: dict[str, bytes] = {}
+        for s in self.sinks.values():
+            s.on_barrier(n)
+            blob = s.buffer_blob()
+            if blob is not None:
+                blobs[SINK_BLOB] = blob
+        ctx.dlq.flush()
+        # 3.
+        label = snapshot_label(FINAL_LABEL if point.final else CHECKPOINT_LABEL, n)
+        if point.final:
+            self.final_id = n
+        snap = self.backend.snapshot_sync(n, label=label)
+        if point.checkpoint_id is not None:
+            ctx.pause.at(
+                PausePoint.AFTER_SNAPSHOT,
+                f"checkpoint={n} task={self.task_id} attempt={self.attempt}",
+            )
+        # 4.
+        positions = encode_positions(point.positions)
+        fut = self.uploader.upload(snap, positions=positions, attempt=point.attempt, blobs=blobs)
+        seen = self._triggered.get(n, now)
+        self.uploads.append(PendingUpload(n, point.attempt, fut, (now - seen) * 1000, positions))
+
+    def _next_final_id(self) -> int:
+        """Id of a bounded run's final snapshot: one above the task's previous final."""
+        finals = final_manifests(self.ctx.store, self.ctx.config.app_id, self.task_id)
+        return max(finals, default=0) + 1
+
+    def finished_uploads(self, member: str, *, wait: bool = False) -> list[Message]:
+        """The acknowledgement (or, if its upload failed, the decline) of every upload
+        that finished (``wait``: of every upload, once finished)."""
+        out: list[Message] = []
+        keep = []
+        for u in self.uploads:
+            if not (wait or u.future.done()):
+                keep.append(u)
+                continue
+            try:
+                h = u.future.result()
+            except Exception as e:  # the upload failed: decline, never ack
+                log.error(
+                    "task %s: upload of checkpoint %d failed: %s", self.task_id, u.checkpoint_id, e
+                )
+                out.append(
+                    DeclineCheckpoint(
+                        u.checkpoint_id, self.task_id, u.attempt, f"upload failed: {e}"
+                    )
+                )
+                continue
+            log.debug(
+                "task %s: checkpoint %d acknowledged (trigger to barrier %.0f ms, sync "
+                "%.0f ms, upload %.0f ms, %d of %d bytes uploaded)",
+                self.task_id,
+                u.checkpoint_id,
+                u.alignment_ms,
+                h.sync_ms,
+                h.upload_ms,
+                h.bytes_uploaded,
+                h.bytes_total,
+            )
+            out.append(
+                AcknowledgeCheckpoint(
+                    u.checkpoint_id,
+                    self.task_id,
+                    u.attempt,
+                    h.manifest_path,
+                    offsets=u.positions,
+                    state_size=h.bytes_total,
+                    uploaded_size=h.bytes_uploaded,
+                    alignment_ms=u.alignment_ms,
+                    sync_ms=h.sync_ms,
+                    async_ms=h.upload_ms,
+                    member=member,
+                )
+            )
+        self.uploads = keep
+        return out
+
+    # ---- sinks ----------------------------------------------------------------------------
+
+    def commit_sinks(self, checkpoint_id: int) -> None:
+        """Checkpoint ``checkpoint_id`` completed: publish what the sinks hold for it.
+        SinkFencedError if a newer owner took this task over."""
+        for s in self.sinks.values():
+            if has_due_output(s, checkpoint_id):
+                self.ctx.pause.at(
+                    PausePoint.BEFORE_SINK_COMMIT,
+                    f"checkpoint={checkpoint_id} task={self.task_id} attempt={self.attempt}",
+                )
+            s.on_checkpoint_completed(checkpoint_id)
+        self._triggered = {k: v for k, v in self._triggered.items() if k > checkpoint_id}
+
+    def flush_sinks(self) -> None:
+        """At-least-once: hand every record written so far to the producers."""
+        for s in self.sinks.values():
+            s.on_barrier(0)
+
+    def close(self) -> None:
+        self.uploader.close(wait=True)
+        for s in self.sinks.values():
+            s.close()
+        self.backend.close()

@@ -1,0 +1,194 @@
+"""The tasks this worker runs and the partitions they read: which task reads a
+partition, building and restoring tasks, seeking and pausing their inputs."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+
+from kstream.kafka.clients import OFFSET_BEGINNING
+from kstream.kafka.dlq import DeadLetterWriter
+from kstream.kafka.internal import EventKind, InternalRecordError, decode_event, read_origin
+from kstream.kafka.internal import InternalEvent as WireEvent
+from kstream.kafka.source import RawRecord, SourceConsumer, SourceError
+from kstream.plan import JobPlan, TaskSpec
+from kstream.runtime.events import Barrier, EndOfInput, StreamEvent, Watermark
+from kstream.runtime.records import InternalEvent, InternalRecord
+from kstream.worker.runner import RunnerContext, TaskRunner, open_runner
+from kstream.worker.settings import WorkerError
+
+log = logging.getLogger(__name__)
+
+TP = tuple[str, int]
+
+
+def from_wire(ev: WireEvent) -> StreamEvent:
+    """The runtime stream event of an internal-topic event record."""
+    if ev.kind is EventKind.BARRIER:
+        assert ev.checkpoint_id is not None and ev.timestamp is not None
+        return Barrier(ev.checkpoint_id, ev.attempt, ev.timestamp)
+    if ev.kind is EventKind.WATERMARK:
+        assert ev.timestamp is not None
+        return Watermark(ev.timestamp)
+    return EndOfInput()
+
+
+class WorkerTasks:
+    """The runners of this worker's tasks, by task id, and their input partitions."""
+
+    def __init__(self, plan: JobPlan, source: SourceConsumer, ctx: RunnerContext) -> None:
+        self.plan = plan
+        self.source = source
+        self.ctx = ctx
+        self.runners: dict[str, TaskRunner] = {}
+        # Which task reads each partition (a partition belongs to exactly one task).
+        self.task_of: dict[TP, str] = {
+            (i.topic, i.partition): spec.task_id for spec in plan.tasks for i in spec.inputs
+        }
+        self.internal_parts = plan.internal_topic_partitions
+        self._paused: set[TP] = set()
+
+    # ---- which tasks ----------------------------------------------------------------------
+
+    def assigned(self) -> list[TaskSpec]:
+        """Tasks whose every input partition is assigned to this worker."""
+        mine = self.source.assignment
+        out = []
+        for spec in self.plan.tasks:
+            ins = {(i.topic, i.partition) for i in spec.inputs}
+            if ins <= mine:
+                out.append(spec)
+            elif ins & mine:
+                raise WorkerError(
+                    f"task {spec.task_id} got only part of its co-partitioned inputs "
+                    f"({sorted(ins & mine)} of {sorted(ins)}): all workers must subscribe to the "
+                    "same topics with the range assignor"
+                )
+        return out
+
+    def running_for(self, tp: TP) -> TaskRunner | None:
+        """The running task that reads ``tp``, if this worker runs it now."""
+        task_id = self.task_of.get(tp)
+        r = self.runners.get(task_id) if task_id else None
+        return r if r is not None and r.running else None
+
+    def running(self) -> list[TaskRunner]:
+        return [r for r in self.runners.values() if r.running]
+
+    # ---- building, restoring, stopping ------------------------------------------------------
+
+    def open(self, spec: TaskSpec, attempt: int, handle: str | None) -> TaskRunner:
+        """Build task ``spec`` from the manifest ``handle`` (None: empty state) and keep it."""
+        runner = open_runner(self.ctx, spec, attempt, handle)
+        self.runners[spec.task_id] = runner
+        return runner
+
+    def restore(
+        self, specs: list[TaskSpec], attempt: int, handle_of: Callable[[str], str | None]
+    ) -> None:
+        """Every one of ``specs`` at ``attempt`` from the manifest ``handle_of(task)``, not
+        running, inputs paused and sought to where the restored tasks resume."""
+        self.stop_all()
+        # Pause before seeking: nothing may be read for a task until it resumes.
+        self.pause({(i.topic, i.partition) for s in specs for i in s.inputs})
+        # Tasks restore in parallel: downloads, RocksDB opens and sink fencing
+        # (init_transactions, marker reads) wait on I/O and release the GIL.
+        with ThreadPoolExecutor(max_workers=min(8, max(1, len(specs)))) as pool:
+            futures = [
+                pool.submit(open_runner, self.ctx, spec, attempt, handle_of(spec.task_id))
+                for spec in specs
+            ]
+        for spec, fut in zip(specs, futures, strict=True):
+            if fut.exception() is None:  # kept even if another failed: closed with the rest
+                self.runners[spec.task_id] = fut.result()
+        for fut in futures:
+            fut.result()  # the first failure, if any, propagates
+        for runner in self.runners.values():
+            self.seek_restored(runner)
+
+    def remove(self, task_id: str) -> None:
+        """Stop and forget one task (it failed, or another worker owns it now)."""
+        runner = self.runners.pop(task_id, None)
+        if runner is not None:
+            runner.close()
+
+    def stop_all(self) -> None:
+        for r in self.runners.values():
+            r.close()
+        self.runners = {}
+
+    # ---- positions ---------------------------------------------------------------------------
+
+    def seek_restored(self, runner: TaskRunner) -> None:
+        """Position every input of ``runner`` where its restored task resumes."""
+        for tp, pos in runner.task.seek_positions().items():
+            self._seek(tp, OFFSET_BEGINNING if pos is None else pos)
+
+    def seek_committed(self, runner: TaskRunner) -> None:
+        """Start ``runner``'s inputs at the group's committed offsets (the earliest where none)."""
+        for tp, off in self.source.committed(sorted(runner.inputs())).items():
+            self._seek(tp, OFFSET_BEGINNING if off is None else off)
+
+    def _seek(self, tp: TP, offset: int, timeout: float = 10.0) -> None:
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                self.source.seek(tp, offset)
+                return
+            except SourceError as e:  # librdkafka: the partition is not fetching yet
+                if time.monotonic() > deadline:
+                    raise WorkerError(f"cannot seek {tp[0]}[{tp[1]}] to {offset}: {e}") from e
+                time.sleep(0.05)
+
+    # ---- pausing -----------------------------------------------------------------------------
+
+    def pause(self, tps: set[TP]) -> None:
+        new = tps - self._paused
+        if new:
+            self.source.pause(new)
+        self._paused |= new
+
+    def sync_pauses(self, *, draining: bool = False) -> None:
+        """Pause exactly: inputs of tasks not running, inputs held back by alignment, and
+        (``draining``: stopping gracefully) every user-topic input."""
+        want: set[TP] = set()
+        for r in self.runners.values():
+            if not r.running:
+                want |= r.inputs()
+            else:
+                want |= set(r.task.paused_inputs())
+        assigned = self.source.assignment
+        want |= {tp for tp in assigned if self.task_of.get(tp) not in self.runners}
+        if draining:
+            want |= {tp for tp in assigned if tp[0] not in self.internal_parts}
+        want &= assigned
+        add, drop = want - self._paused, (self._paused - want) & assigned
+        if add:
+            self.source.pause(add)
+        if drop:
+            self.source.resume(drop)
+        self._paused = want
+
+    # ---- decoding --------------------------------------------------------------------------
+
+    def decode_internal(
+        self, tp: TP, records: list[RawRecord], dlq: DeadLetterWriter
+    ) -> list[InternalRecord | InternalEvent]:
+        """The records and events of an internal partition's batch; a malformed one goes
+        to the dead-letter topic with the reason."""
+        items: list[InternalRecord | InternalEvent] = []
+        for key, value, ts, offset, headers in records:
+            try:
+                origin = read_origin(headers)
+                if origin.event is None:
+                    items.append(
+                        InternalRecord(origin.task, origin.attempt, offset, key, value, ts or 0)
+                    )
+                else:
+                    ev = decode_event(origin, value)
+                    items.append(InternalEvent(origin.task, origin.attempt, offset, from_wire(ev)))
+            except InternalRecordError as e:
+                dlq.handle(tp[0], tp[1], offset, ts, key, value, f"malformed internal record: {e}")
+        return items
