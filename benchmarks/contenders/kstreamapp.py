@@ -3,7 +3,7 @@ arguments, and the job run the way ``kstream run`` runs it — one worker plus t
 checkpoint coordinator as a thread of the same process.
 
 The only addition for the benchmark is the stop condition. ``BenchWorker`` is a
-``kstream.worker.Worker`` that tracks, per source partition, the offsets its tasks
+``kstream.worker.loop.Worker`` that tracks, per source partition, the offsets its tasks
 were fed against the end offsets captured by the harness. Once every partition is
 done it calls the worker's graceful stop, ``request_stop()`` (what SIGTERM does, and
 what Quix's ``app.stop()`` is to the Quix contenders): with checkpointing the worker
