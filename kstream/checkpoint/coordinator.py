@@ -36,6 +36,7 @@ from kstream.checkpoint.messages import (
 from kstream.checkpoint.pending import AckOutcome, PendingCheckpoint
 from kstream.checkpoint.recovery import RecoveredState
 from kstream.config import CheckpointingConfig, RestartStrategy
+from kstream.logs import ctx
 from kstream.store.history import CheckpointFailure, CheckpointStatus
 from kstream.store.metadata import CheckpointMetadata
 
@@ -171,7 +172,11 @@ class CheckpointCoordinator:
             case TaskReady():
                 cmds = self.failover.on_ready(msg)
                 if cmds:
-                    log.info("all tasks ready: resuming attempt %d", self.attempt)
+                    log.info(
+                        "all tasks ready: resuming attempt %d",
+                        self.attempt,
+                        extra=ctx(attempt=self.attempt),
+                    )
                     self._last_trigger = now
                 return cmds
             case Heartbeat():
@@ -232,6 +237,7 @@ class CheckpointCoordinator:
             meta.duration_ms,
             meta.state_size,
             len(meta.tasks),
+            extra=ctx(attempt=meta.attempt, checkpoint=checkpoint_id),
         )
         cmds: list[Command] = [Send(CheckpointCompleted(checkpoint_id, meta.attempt))]
         # A completed checkpoint subsumes older ones still in flight (not failures).
@@ -345,9 +351,21 @@ class CheckpointCoordinator:
         if self.phase in (Phase.SUSPENDED, Phase.FAILED):
             return []
         if normal:
-            log.info("restart (attempt %d -> %d): %s", self.attempt, self.attempt + 1, reason)
+            log.info(
+                "restart (attempt %d -> %d): %s",
+                self.attempt,
+                self.attempt + 1,
+                reason,
+                extra=ctx(attempt=self.attempt),
+            )
         else:
-            log.warning("failover (attempt %d -> %d): %s", self.attempt, self.attempt + 1, reason)
+            log.warning(
+                "failover (attempt %d -> %d): %s",
+                self.attempt,
+                self.attempt + 1,
+                reason,
+                extra=ctx(attempt=self.attempt),
+            )
         cmds: list[Command] = []
         for p in list(self.pending.values()):
             cmds += self._abort(p, f"job failover: {reason}", now, counts=False)
@@ -367,6 +385,7 @@ class CheckpointCoordinator:
             status,
             p.attempt,
             reason,
+            extra=ctx(attempt=p.attempt, checkpoint=p.checkpoint_id),
         )
         self.ended.append(
             CheckpointFailure(

@@ -28,6 +28,7 @@ from kstream.checkpoint.recovery import recover
 from kstream.config import JobConfig
 from kstream.kafka.clients import delete_records_before, make_admin
 from kstream.kafka.control import ControlError, CoordinatorChannel, CoordinatorFenced
+from kstream.logs import ctx
 from kstream.metrics import METRICS, Metrics
 from kstream.metrics.labels import checkpoint_reason, restart_cause
 from kstream.state.retention import apply_retention
@@ -120,11 +121,11 @@ class CommandExecutor:
         self.metrics.job_restarts.labels(restart_cause(reason)).inc()
         self.metrics.job_attempt.set(msg.attempt)
         log.info(
-            "app %s attempt %d: restoring every task to checkpoint %s (%s)",
-            self.app_id,
+            "attempt %d: restoring every task to checkpoint %s (%s)",
             msg.attempt,
             msg.checkpoint_id,
             reason,
+            extra=ctx(attempt=msg.attempt),
         )
         record_restart(
             self.store,
