@@ -7,12 +7,15 @@ from dataclasses import replace
 from typing import Any
 
 import pytest
+from prometheus_client import CollectorRegistry
 
 import kstream.job as jobmod
 from kstream.config import CheckpointingConfig, ConfigError, Guarantee, JobConfig
 from kstream.job import INTERNAL_TOPIC_CONFIG, Job, ensure_job_topics, plan_live
 from kstream.kafka.clients import TopicSpec
 from kstream.kafka.sink import ExactlyOnceSink
+from kstream.metrics import Metrics
+from kstream.metrics.worker import WorkerMetrics
 from kstream.plan import plan_job
 from kstream.runtime.records import OutputBatch
 from kstream.sinkbuffer.buffer import EpochBuffer
@@ -97,7 +100,15 @@ def test_route_hands_sink_batches_over_as_columns() -> None:
         sinks={Guarantee.EXACTLY_ONCE: sink},
         sink_topics={"out": Guarantee.EXACTLY_ONCE},
     )
-    Router.__new__(Router).route(route, [OutputBatch("out", False, None, keys, values, stamps)])
+    router = Router.__new__(Router)  # no producer, no dead-letter writer: not used here
+    registry = CollectorRegistry()
+    router.metrics = WorkerMetrics(Metrics(registry))
+    router.route(route, [OutputBatch("out", False, None, keys, values, stamps)])
+    # Counted once per batch, per task and topic.
+    assert (
+        registry.get_sample_value("kstream_records_out_total", {"task": "stage0-0", "topic": "out"})
+        == 2
+    )
     (chunk,) = sink.buffer.open.chunks
     assert isinstance(chunk, ColumnBatch)
     assert (chunk.topic, chunk.keys, chunk.values, chunk.timestamps) == (

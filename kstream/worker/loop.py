@@ -25,6 +25,7 @@ from kstream.kafka.clients import Producer, make_producer
 from kstream.kafka.control import ControlClient
 from kstream.kafka.dlq import DeadLetterWriter
 from kstream.kafka.source import RawRecord, SourceConsumer
+from kstream.metrics.worker import WorkerMetrics, sink_buffers
 from kstream.store.urls import open_store
 from kstream.worker.bounded import Bounded
 from kstream.worker.checkpointed import Checkpointed
@@ -109,6 +110,8 @@ class Worker:
         self.stop_event = threading.Event()  # stop now
         self.stop_requested = threading.Event()  # stop after a final checkpoint
         self.stats = WorkerStats()
+        self.metrics = WorkerMetrics()
+        self._next_export = 0.0
         self._assignment_changed = False
         topics = sorted({i.topic for spec in self.plan.tasks for i in spec.inputs})
         clients = open_clients(
@@ -122,6 +125,7 @@ class Worker:
             self.dlq,
             self.plan.internal_topic_partitions,
             send=None if self.control is None else self.control.send,
+            metrics=self.metrics,
         )
         context = RunnerContext(
             plan=self.plan,
@@ -135,6 +139,7 @@ class Worker:
             sink_guarantee=(
                 None if self.checkpointed or self.cfg.bounded else Guarantee.AT_LEAST_ONCE
             ),
+            metrics=self.metrics,
         )
         self.tasks = WorkerTasks(self.plan, self.source, context)
         label = member_label or f"{os.uname().nodename}/{os.getpid()}"
@@ -213,6 +218,7 @@ class Worker:
             code = mode.end(now)
             if code is not None:
                 return code
+            self._export(now)
             tasks.sync_pauses(draining=mode.draining)
         return 0
 
@@ -222,12 +228,25 @@ class Worker:
             return  # not ours to run now: paused; re-read after the next restore
         topic, partition = tp
         self.stats.records += len(records)
+        self.metrics.records_in(r.task_id, topic, len(records))
         if topic in self.tasks.internal_parts:
             items = self.tasks.decode_internal(tp, records, self.dlq)
             self.mode.guarded(r, r.task.feed_internal, topic, partition, items, now)
         else:
             self.mode.guarded(r, r.task.feed_source, topic, partition, records, now)
         self.mode.on_fed(tp, records)
+
+    def _export(self, now: float) -> None:
+        """Once a second: the metrics read from the tasks, their sinks and the consumer."""
+        if now < self._next_export:
+            return
+        self._next_export = now + 1.0
+        running = self.tasks.running()
+        for r in running:
+            epochs, exactly_once = sink_buffers(r.sinks.values())
+            if exactly_once:
+                self.metrics.sink_buffer(r.task_id, epochs, r.sink_blob_bytes)
+        self.metrics.sync({r.task_id: r.task for r in running}, self.source.lag())
 
     def close(self) -> None:
         self.tasks.stop_all()

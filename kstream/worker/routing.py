@@ -13,6 +13,7 @@ from kstream.kafka.clients import Producer, produce_with_retry
 from kstream.kafka.dlq import DeadLetterWriter
 from kstream.kafka.internal import EventKind, InternalEvent, produce_event
 from kstream.kafka.sink import Sink
+from kstream.metrics.worker import WorkerMetrics
 from kstream.runtime.events import Barrier, StreamEvent, Watermark
 from kstream.runtime.records import AlignmentAborted, DeadLetter, Output, OutputBatch, OutputEvent
 
@@ -54,7 +55,9 @@ class Router:
         dlq: DeadLetterWriter,
         internal_partitions: dict[str, int],
         send: Callable[[Message], None] | None = None,
+        metrics: WorkerMetrics | None = None,
     ) -> None:
+        self.metrics = metrics or WorkerMetrics()
         self.producer = producer
         self.dlq = dlq
         self.internal_partitions = internal_partitions
@@ -64,6 +67,7 @@ class Router:
         """Write a task's drained outputs in order."""
         for out in outputs:
             if isinstance(out, OutputBatch):
+                self.metrics.records_out(task.task_id, out.topic, len(out.keys))
                 if out.internal:
                     self._produce_internal(task, out)
                 else:
@@ -82,6 +86,7 @@ class Router:
                 self.dlq.handle(
                     out.topic, out.partition, out.offset, None, out.key, out.value, out.reason
                 )
+                self.metrics.dead_letter(out.topic, out.reason)
             elif isinstance(out, AlignmentAborted) and self.send is not None:
                 self.send(
                     DeclineCheckpoint(out.checkpoint_id, task.task_id, task.attempt, out.reason)

@@ -12,7 +12,7 @@ import shutil
 import time
 from collections.abc import Callable, Mapping
 from concurrent.futures import Future
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +21,8 @@ from kstream.config import Guarantee, JobConfig
 from kstream.kafka.dlq import DeadLetterWriter
 from kstream.kafka.internal import data_headers
 from kstream.kafka.sink import AtLeastOnceSink, ExactlyOnceSink, Sink
+from kstream.logs import ctx as ctx_log
+from kstream.metrics.worker import WorkerMetrics
 from kstream.plan import JobPlan, OutputKind, TaskSpec
 from kstream.runtime.records import Position, SnapshotPoint
 from kstream.runtime.task import Task
@@ -117,6 +119,7 @@ class RunnerContext:
     pause: DebugPause
     clock: Callable[[], float]
     sink_guarantee: Guarantee | None = None
+    metrics: WorkerMetrics = field(default_factory=WorkerMetrics)
 
 
 @dataclass
@@ -137,17 +140,19 @@ def open_runner(ctx: RunnerContext, spec: TaskSpec, attempt: int, handle: str | 
     local = ctx.state_root / spec.task_id
     positions: dict[TP, Position] = {}
     blob: bytes | None = None
+    t0 = time.perf_counter()
+    downloaded: int | None = None  # None: started at the start positions
     if handle is None:
         shutil.rmtree(local, ignore_errors=True)  # start positions: empty state
         backend = RocksDBBackend(local)
     else:
-        t0 = time.perf_counter()
         backend, manifest, rstats = restore_state(
             ctx.store, cfg.app_id, spec.task_id, handle, local, allow_fallback=not cfg.bounded
         )
         positions = decode_positions(manifest.positions)
         if SINK_BLOB in manifest.blobs:
             blob = read_blob(ctx.store, manifest, SINK_BLOB)
+        downloaded = rstats.bytes_downloaded
         log.info(
             "task %s restored %s %d in %.0f ms (%s)",
             spec.task_id,
@@ -155,6 +160,7 @@ def open_runner(ctx: RunnerContext, spec: TaskSpec, attempt: int, handle: str | 
             manifest.checkpoint_id,
             (time.perf_counter() - t0) * 1000,
             rstats,
+            extra=ctx_log(attempt=attempt, task=spec.task_id, checkpoint=manifest.checkpoint_id),
         )
     route = TaskRoute(spec.task_id, attempt, data_headers(spec.task_id, attempt))
     for o in spec.outputs:
@@ -172,6 +178,7 @@ def open_runner(ctx: RunnerContext, spec: TaskSpec, attempt: int, handle: str | 
         # Fence zombies of this sink task, then publish what the restored
         # snapshot buffered but never committed (DESIGN §7).
         s.recover(blob if s.guarantee is Guarantee.EXACTLY_ONCE else None, attempt)
+    ctx.metrics.restored(time.perf_counter() - t0, downloaded)
     return TaskRunner(ctx, spec, attempt, backend, route, positions)
 
 
@@ -197,6 +204,7 @@ class TaskRunner:
         self.running = False
         self.final_id: int | None = None  # bounded run: id of the final snapshot taken
         self.uploads: list[PendingUpload] = []
+        self.sink_blob_bytes = 0  # the exactly-once sink buffer in the latest snapshot
         self._triggered: dict[int, float] = {}  # checkpoint id -> when its trigger came
         self.task = Task(
             ctx.plan,
@@ -249,6 +257,7 @@ class TaskRunner:
             blob = s.buffer_blob()
             if blob is not None:
                 blobs[SINK_BLOB] = blob
+                self.sink_blob_bytes = len(blob)
         ctx.dlq.flush()
         # 3.
         label = snapshot_label(FINAL_LABEL if point.final else CHECKPOINT_LABEL, n)
@@ -303,6 +312,7 @@ class TaskRunner:
                 h.bytes_uploaded,
                 h.bytes_total,
             )
+            self.ctx.metrics.snapshot_acked(self.task_id, h.bytes_total)
             out.append(
                 AcknowledgeCheckpoint(
                     u.checkpoint_id,

@@ -112,10 +112,12 @@ class WorkerTasks:
         """Stop and forget one task (it failed, or another worker owns it now)."""
         runner = self.runners.pop(task_id, None)
         if runner is not None:
+            self.ctx.metrics.task_closed(task_id, runner.task)
             runner.close()
 
     def stop_all(self) -> None:
         for r in self.runners.values():
+            self.ctx.metrics.task_closed(r.task_id, r.task)
             r.close()
         self.runners = {}
 
@@ -190,5 +192,7 @@ class WorkerTasks:
                     ev = decode_event(origin, value)
                     items.append(InternalEvent(origin.task, origin.attempt, offset, from_wire(ev)))
             except InternalRecordError as e:
-                dlq.handle(tp[0], tp[1], offset, ts, key, value, f"malformed internal record: {e}")
+                reason = f"malformed internal record: {e}"
+                dlq.handle(tp[0], tp[1], offset, ts, key, value, reason)
+                self.ctx.metrics.dead_letter(tp[0], reason)
         return items
