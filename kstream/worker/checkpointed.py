@@ -9,6 +9,7 @@ from kstream.checkpoint.messages import AcknowledgeCheckpoint
 from kstream.kafka.control import ControlClient
 from kstream.kafka.sink import SinkFencedError
 from kstream.kafka.source import SourceConsumer
+from kstream.logs import ctx
 from kstream.store.base import CheckpointStore
 from kstream.worker.mode import Mode
 from kstream.worker.protocol import (
@@ -146,6 +147,7 @@ class Checkpointed(Mode):
             len(specs),
             checkpoint_id,
             self.source.generation,
+            extra=ctx(attempt=attempt),
         )
 
     def _resume(self, owned: frozenset[str]) -> None:
@@ -161,7 +163,10 @@ class Checkpointed(Mode):
         for r in self.tasks.runners.values():
             self.tasks.seek_restored(r)
         log.info(
-            "attempt %d resumed: running %s", self.protocol.attempt, sorted(self.tasks.runners)
+            "attempt %d resumed: running %s",
+            self.protocol.attempt,
+            sorted(self.tasks.runners),
+            extra=ctx(attempt=self.protocol.attempt),
         )
 
     def _commit_sinks(self, checkpoint_id: int, now: float) -> None:
@@ -169,6 +174,11 @@ class Checkpointed(Mode):
             try:
                 r.commit_sinks(checkpoint_id)
             except SinkFencedError as e:  # a newer owner took this task over
-                log.warning("task %s: %s; stopping it here", r.task_id, e)
+                log.warning(
+                    "task %s: %s; stopping it here",
+                    r.task_id,
+                    e,
+                    extra=ctx(attempt=r.attempt, task=r.task_id),
+                )
                 self.tasks.remove(r.task_id)
                 self._handle(TaskStopped(r.task_id, r.attempt, None), now)

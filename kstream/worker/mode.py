@@ -19,6 +19,7 @@ from collections.abc import Callable
 from typing import Any
 
 from kstream.kafka.source import RawRecord
+from kstream.logs import ctx
 from kstream.worker.runner import TaskRunner
 from kstream.worker.settings import WorkerError
 
@@ -76,7 +77,12 @@ class Mode(ABC):
         except WorkerError:
             raise
         except Exception as e:  # user code or corrupt input: the task fails, with the reason
-            log.exception("task %s failed in attempt %d", runner.task_id, runner.attempt)
+            log.exception(
+                "task %s failed in attempt %d",
+                runner.task_id,
+                runner.attempt,
+                extra=ctx(attempt=runner.attempt, task=runner.task_id),
+            )
             self.task_failed(runner, f"{type(e).__name__}: {e}")
 
     def task_failed(self, runner: TaskRunner, reason: str) -> None:

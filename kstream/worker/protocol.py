@@ -41,6 +41,7 @@ from kstream.checkpoint.messages import (
     TaskReady,
     TriggerCheckpoint,
 )
+from kstream.logs import ctx
 
 log = logging.getLogger(__name__)
 
@@ -216,7 +217,10 @@ class WorkerProtocol:
                     True,
                 )
                 log.info(
-                    "restore: attempt %d from checkpoint %s", event.attempt, event.checkpoint_id
+                    "restore: attempt %d from checkpoint %s",
+                    event.attempt,
+                    event.checkpoint_id,
+                    extra=ctx(attempt=event.attempt),
                 )
                 if self.any_partitions:
                     return self._restore()
