@@ -39,6 +39,7 @@ from integration.e2e.scenarios import (
     BASE,
     Scenario,
     check_topology_names,
+    order_states,
     orders_payments,
     user_spend,
     wordcount,
@@ -80,6 +81,7 @@ SCENARIOS: dict[str, Callable[[random.Random], Scenario]] = {
     "wordcount": wordcount,
     "user_spend": user_spend,
     "orders_payments": orders_payments,
+    "order_states": order_states,
 }
 
 

@@ -91,11 +91,16 @@ def ensure_job_topics(job: Job) -> None:
     internal = {t.name: t.partitions for t in plan.internal_topics}
     stage_parts = {s.name: s.partitions for s in plan.stages}
     sinks = {s.topic: stage_parts[s.stage] for s in plan.sinks}
+    compacted = {s.topic for s in plan.sinks if s.compacted}
     # Internal records keep their event-time timestamps; time-based retention would
     # delete old-event-time records before they are read (or re-read after a
     # restore), so internal topics are never expired by time (as Kafka Streams does).
     specs = [TopicSpec(name, n, config=INTERNAL_TOPIC_CONFIG) for name, n in internal.items()]
-    specs += [TopicSpec(name, n) for name, n in sinks.items() if name not in internal]
+    specs += [
+        TopicSpec(name, n, {"cleanup.policy": "compact"} if name in compacted else None)
+        for name, n in sinks.items()
+        if name not in internal
+    ]
     specs += [
         TopicSpec(control_topic(cfg.app_id), 1),
         commits_topic_spec(cfg.app_id),

@@ -265,6 +265,80 @@ def orders_payments(rng: random.Random, orders: int = 1200) -> Scenario:
     )
 
 
+def order_states(rng: random.Random, orders: int = 600) -> Scenario:
+    """The per-order state machine (a process function with event-time timers): orders
+    6 s apart, each on one partition (its Kafka key); 80 % paid 1-40 min later (a quarter
+    of those after the 30 min deadline), most paid ones shipped, a few created twice.
+    Up to 4 s of disorder per partition; closing orders push the watermark past every
+    deadline. Compared: rows up to the last real event or deadline."""
+    path = REPO / "topologies" / "order_states.py"
+    minute = 60_000
+    events: list[tuple[int, int, dict[str, Any]]] = []
+    for i in range(orders):
+        oid, t0 = f"o{i}", BASE + i * 6_000
+        events.append((t0, i, {"order_id": oid, "event": "created", "ts": t0}))
+        if rng.random() < 0.05:
+            t = t0 + rng.randrange(0, 10 * minute)
+            events.append((t, i, {"order_id": oid, "event": "created", "ts": t}))
+        if rng.random() < 0.8:
+            paid = t0 + rng.randrange(minute, 40 * minute)
+            events.append((paid, i, {"order_id": oid, "event": "paid", "ts": paid}))
+            if rng.random() < 0.7:
+                shipped = paid + rng.randrange(minute, 20 * minute)
+                events.append((shipped, i, {"order_id": oid, "event": "shipped", "ts": shipped}))
+    cutoff = max(max(t for t, _i, _e in events), BASE + orders * 6_000 + 30 * minute)
+    per: list[list[InputRecord]] = [[] for _ in range(PARTITIONS)]
+    for ts, i, value in sorted(events, key=lambda e: e[0]):
+        p = i % PARTITIONS
+        per[p].append(
+            InputRecord(
+                SOURCE_ORDER_EVENTS, p, value["order_id"].encode(), json.dumps(value).encode(), ts
+            )
+        )
+    for seq in per:  # disorder: swap neighbours less than 4 s apart
+        for i in range(1, len(seq)):
+            if rng.random() < 0.2 and seq[i].ts - seq[i - 1].ts < MAX_DISORDER_MS:
+                seq[i - 1], seq[i] = seq[i], seq[i - 1]
+    # produce order: by each partition's running maximum event time
+    keyed: list[tuple[int, int, InputRecord]] = []
+    for p, seq in enumerate(per):
+        running = BASE - 10**9
+        for i, r in enumerate(seq):
+            running = max(running, r.ts)
+            keyed.append((running, p * 10**6 + i, r))
+    records = [r for *_k, r in sorted(keyed, key=lambda x: (x[0], x[1]))]
+    closing_ts = cutoff + 10 * minute
+    for p in range(PARTITIONS):
+        value = {"order_id": f"closing-{p}", "event": "created", "ts": closing_ts}
+        records.append(
+            InputRecord(
+                SOURCE_ORDER_EVENTS,
+                p,
+                f"closing-{p}".encode(),
+                json.dumps(value).encode(),
+                closing_ts,
+            )
+        )
+    good = {
+        SOURCE_ORDER_EVENTS: [
+            (r.key.decode() if r.key else None, json.loads(r.value), r.ts) for r in records
+        ]
+    }
+    expected = [row for row in _expected(path, good) if row["ts"] <= cutoff]
+    return Scenario(
+        "order_states",
+        path,
+        {SOURCE_ORDER_EVENTS: PARTITIONS},
+        "order-status",
+        records,
+        canonical(expected),
+        lambda row: int(row["ts"]) <= cutoff,
+    )
+
+
+SOURCE_ORDER_EVENTS = "order-events"
+
+
 def check_topology_names(s: Scenario) -> None:
     """The scenario's logical topics are the topology's (a renamed one would miss records)."""
     topo = load_topology(s.topology_file)

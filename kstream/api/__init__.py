@@ -1,5 +1,6 @@
 """The topology API users import: sources, operators, windows, joins, sinks."""
 
+from kstream.api.process import ListState, MapState, ValueState
 from kstream.api.time import TimestampExtractor, WatermarkStrategy
 from kstream.api.topology import KeyedStream, Node, Stream, Table, Topology, WindowedStream
 from kstream.api.windows import Hopping, Session, Sliding, Tumbling, WindowResult, WindowSpec
@@ -9,6 +10,8 @@ __all__ = [
     "Guarantee",
     "Hopping",
     "KeyedStream",
+    "ListState",
+    "MapState",
     "Node",
     "Session",
     "Sliding",
@@ -17,6 +20,7 @@ __all__ = [
     "TimestampExtractor",
     "Topology",
     "Tumbling",
+    "ValueState",
     "WatermarkStrategy",
     "WindowResult",
     "WindowSpec",

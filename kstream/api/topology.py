@@ -22,12 +22,15 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal, overload
 
+from kstream.api.process import StateSpec, resolve_process
 from kstream.api.time import TimestampExtractor, WatermarkStrategy
 from kstream.api.windows import COUNT, Aggregation, Session, WindowSpec
 from kstream.config import Guarantee
 from kstream.serde import Serde, serde_by_name
+
+EMIT_ROLLING = ("change", "checkpoint")
 
 SerdeLike = Serde | str
 
@@ -70,6 +73,30 @@ class Topology:
         node = Node(len(self.nodes), kind, name or f"{kind}{len(self.nodes)}", parents, params)
         self.nodes.append(node)
         return node
+
+    @overload
+    def source(
+        self,
+        topic: str,
+        *,
+        key_serde: SerdeLike = ...,
+        value_serde: SerdeLike = ...,
+        timestamp: TimestampExtractor | None = ...,
+        watermark: WatermarkStrategy | None = ...,
+        keyed: Literal[True],
+    ) -> KeyedStream: ...
+
+    @overload
+    def source(
+        self,
+        topic: str,
+        *,
+        key_serde: SerdeLike = ...,
+        value_serde: SerdeLike = ...,
+        timestamp: TimestampExtractor | None = ...,
+        watermark: WatermarkStrategy | None = ...,
+        keyed: bool = ...,
+    ) -> Stream: ...
 
     def source(
         self,
@@ -197,8 +224,11 @@ class Stream:
         key_serde: SerdeLike = "str",
         value_serde: SerdeLike = "json",
         guarantee: Guarantee | None = None,
+        compacted: bool = False,
     ) -> None:
-        """Write to ``topic`` with the sink ``guarantee`` (default: the topology's)."""
+        """Write to ``topic`` with the sink ``guarantee`` (default: the topology's).
+        A ``None`` value is written as a tombstone; ``compacted=True`` creates a missing
+        topic with ``cleanup.policy=compact`` (an upsert topic, e.g. for an update stream)."""
         self._then(
             "sink",
             f"sink:{topic}",
@@ -206,11 +236,62 @@ class Stream:
             key_serde=as_serde(key_serde),
             value_serde=as_serde(value_serde),
             guarantee=guarantee,
+            compacted=compacted,
         )
 
 
 class KeyedStream(Stream):
-    """A stream partitioned by its key: windows and joins are allowed."""
+    """A stream partitioned by its key: windows, joins and keyed state are allowed."""
+
+    def process(
+        self,
+        fn: Any,
+        *,
+        state: dict[str, StateSpec] | None = None,
+        name: str | None = None,
+    ) -> KeyedStream:
+        """Run a keyed process function with per-key ``state`` and timers (see
+        ``kstream.api.process``): ``fn(key, value, timestamp, state, out)``, or an
+        object or class with ``process(...)`` and ``on_timer(key, timestamp, state, out)``.
+        Output keeps the key."""
+        resolve_process(fn)  # fail early on something that is not a process function
+        node = self._then("process", name, fn=fn, state=dict(state or {}))
+        return KeyedStream(self.topology, node)
+
+    def _rolling(self, aggregation: Aggregation, emit: str, name: str | None) -> KeyedStream:
+        if emit not in EMIT_ROLLING:
+            raise ValueError(f"emit must be one of {EMIT_ROLLING}, got {emit!r}")
+        node = self._then("rolling", name, aggregation=aggregation, emit=emit)
+        return KeyedStream(self.topology, node)
+
+    def count(self, *, emit: str = "change", name: str | None = None) -> KeyedStream:
+        """A running count per key, as an update stream ``key -> count`` (see ``aggregate``)."""
+        return self._rolling(COUNT, emit, name)
+
+    def reduce(
+        self, fn: Callable[[Any, Any], Any], *, emit: str = "change", name: str | None = None
+    ) -> KeyedStream:
+        """``fn(acc, value)`` folded per key from its first value (see ``aggregate``)."""
+        return self._rolling(Aggregation("reduce", fn, None, None), emit, name)
+
+    def aggregate(
+        self,
+        init: Callable[[], Any],
+        add: Callable[[Any, Any], Any],
+        *,
+        emit: str = "change",
+        name: str | None = None,
+    ) -> KeyedStream:
+        """A rolling aggregation without windows: ``add(acc, value)`` folded per key
+        from ``init()``; the output is an update stream ``key -> new accumulator``
+        (write it with ``.to(topic, compacted=True)``, read it back with
+        ``topology.table(topic)``). An accumulator that becomes ``None`` deletes the key
+        (the update is a tombstone). ``emit="change"`` emits on every record (its
+        timestamp); ``emit="checkpoint"`` emits each changed key's latest value once
+        per checkpoint, right before its snapshot (and at end of input; never when
+        checkpointing is off). Accumulators must be JSON-compatible.
+        """
+        return self._rolling(Aggregation("aggregate", add, init, None), emit, name)
 
     def join_table(
         self,

@@ -43,6 +43,7 @@ class SinkTopic:
     topic: str
     guarantee: Guarantee
     stage: str
+    compacted: bool = False  # created with cleanup.policy=compact (an upsert topic)
 
 
 @dataclass(frozen=True)

@@ -32,8 +32,10 @@ from kstream.plan.model import (
 )
 from kstream.serde import JsonSerde, Serde
 
-_STATEFUL = frozenset({"window", "join_table", "join_window"})
-_KEYED_PRODUCERS = frozenset({"key_by", "table", "window", "join_table", "join_window"})
+_STATEFUL = frozenset({"window", "join_table", "join_window", "process", "rolling"})
+_KEYED_PRODUCERS = frozenset(
+    {"key_by", "table", "window", "join_table", "join_window", "process", "rolling"}
+)
 
 
 def _keyed(node: Node, memo: dict[int, bool]) -> bool:
@@ -71,6 +73,13 @@ def _validate_nodes(topology: Topology) -> None:
                 raise PlanError(
                     f"window {n.name!r} has no aggregation: finish it with count(), "
                     f"reduce(fn) or aggregate(init, add)"
+                )
+        if n.kind in ("process", "rolling"):
+            parent = n.parents[0][0]
+            if not _keyed(parent, keyed):
+                raise PlanError(
+                    f"{n.kind} {n.name!r} is applied to the unkeyed stream {parent.name!r}: "
+                    f"call key_by(...) first (state is per key)"
                 )
         if n.kind in ("join_table", "join_window"):
             for p, _ in n.parents:
@@ -240,7 +249,9 @@ def plan_job(
             elif n.kind == "sink":
                 gu = n.params["guarantee"] or guarantee_default
                 outs.append(OutputSpec(n.params["topic"], OutputKind.SINK, None, gu))
-                sinks.append(SinkTopic(n.params["topic"], gu, name))
+                sinks.append(
+                    SinkTopic(n.params["topic"], gu, name, bool(n.params.get("compacted")))
+                )
         stages.append(
             StageSpec(
                 name,

@@ -56,6 +56,12 @@ class Operator:
     def advance(self, watermark: int) -> None:
         """Event time reached ``watermark``: fire timers up to it (stateful only)."""
 
+    def on_processing_time(self, now_ms: int) -> None:
+        """The wall clock reached ``now_ms`` (epoch ms): processing-time work."""
+
+    def before_snapshot(self) -> None:
+        """A checkpoint's state is about to be taken: emit what is due per checkpoint."""
+
     def finish(self) -> None:
         """All inputs ended: emit every pending result (stateful only)."""
 

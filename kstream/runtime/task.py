@@ -62,6 +62,7 @@ from kstream.runtime.operators import (
     Passthrough,
     SinkOp,
 )
+from kstream.runtime.process import ProcessOperator
 from kstream.runtime.records import (
     AlignmentAborted,
     DeadLetter,
@@ -73,6 +74,7 @@ from kstream.runtime.records import (
     SnapshotPoint,
     SourceRecord,
 )
+from kstream.runtime.rolling import RollingOperator
 from kstream.runtime.windows import (
     FixedWindowOperator,
     SessionWindowOperator,
@@ -266,6 +268,10 @@ class Task:
                     n.name, n.id, self.backend, spec, agg, allowed, self.metrics
                 )
             raise TypeError(f"unknown window spec {spec!r}")
+        if n.kind == "rolling":
+            return RollingOperator(n.name, n.id, self.backend, p["aggregation"], p["emit"])
+        if n.kind == "process":
+            return ProcessOperator(n.name, n.id, self.backend, p["fn"], p["state"])
         if n.kind == "join_table":
             return TableJoinOperator(
                 n.name, n.id, self.backend, p["joiner"], p["left"], self.metrics
@@ -417,9 +423,13 @@ class Task:
             else:  # still held by an earlier barrier: inject after what is buffered
                 c.buffer.append(_QueuedBarrier(barrier, self._buffered_end(c)))
 
-    def tick(self, now: float) -> None:
-        """Let processing time pass: idleness and periodic watermark emission."""
+    def tick(self, now: float, wall_ms: int | None = None) -> None:
+        """Let processing time pass: idleness and periodic watermark emission; with
+        ``wall_ms`` (the wall clock, epoch ms) also processing-time timers and triggers."""
         self._now = now
+        if wall_ms is not None:
+            for op in self._stateful:
+                op.on_processing_time(wall_ms)
         self._update_watermark()
 
     # ---- internals ----------------------------------------------------------------
@@ -543,6 +553,8 @@ class Task:
             if c.barrier_timestamp > c.watermark:
                 c.watermark = c.barrier_timestamp
         self._update_watermark(emit=False)
+        for op in self._stateful:  # results due per checkpoint belong to epoch n
+            op.before_snapshot()
         # (2) Snapshot point: state now is exactly checkpoint n's.
         self._snapshot(n, final=False)
         # (3) Forward the barrier downstream, carrying the task watermark.

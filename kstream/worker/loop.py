@@ -213,8 +213,9 @@ class Worker:
                 mode.on_input(now)
             for tp, records in batch.items():
                 self._feed(tp, records, now)
+            wall_ms = int(time.time() * 1000)  # processing-time timers run on the wall clock
             for r in tasks.running():
-                mode.guarded(r, r.task.tick, now)
+                mode.guarded(r, r.task.tick, now, wall_ms)
             code = mode.end(now)
             if code is not None:
                 return code

@@ -1,0 +1,113 @@
+"""``ProcessOperator``: a keyed process function with state and timers.
+
+Semantics are documented in ``kstream.api.process``. Per batch: the scope is
+rebound to each record in turn (key, timestamp) and the function called; what it
+emits is collected in three lists and pushed downstream once per batch. Event-time
+timers fire in timestamp order when the watermark reaches them (``advance``),
+processing-time timers when the worker's wall clock does (``on_processing_time``);
+timers a callback registers at or before that time fire in the same pass.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from kstream.api.process import StateSpec, resolve_process
+from kstream.runtime.events import MAX_TS, MIN_TS
+from kstream.runtime.keyedstate import KeyScope, TimerQueue
+from kstream.runtime.operators import Keys, Operator, Stamps, Values
+from kstream.state.base import KeyedStateBackend, TableSpec
+
+# Timers fired per state scan; output goes downstream per chunk.
+TIMER_BATCH = 256
+
+
+class Collector:
+    """``out(value, timestamp=None)``: emit with the current key."""
+
+    __slots__ = ("keys", "scope", "stamps", "values")
+
+    def __init__(self, scope: KeyScope) -> None:
+        self.scope = scope
+        self.keys: Keys = []
+        self.values: Values = []
+        self.stamps: Stamps = []
+
+    def __call__(self, value: Any, timestamp: int | None = None) -> None:
+        self.keys.append(self.scope.key)
+        self.values.append(value)
+        self.stamps.append(self.scope.timestamp if timestamp is None else int(timestamp))
+
+    def take(self) -> tuple[Keys, Values, Stamps]:
+        out = self.keys, self.values, self.stamps
+        self.keys, self.values, self.stamps = [], [], []
+        return out
+
+
+class ProcessOperator(Operator):
+    """Runs ``fn`` per record with per-key state; fires its timers."""
+
+    stateful = True
+
+    def __init__(
+        self,
+        name: str,
+        node_id: int,
+        backend: KeyedStateBackend,
+        fn: Any,
+        state: Mapping[str, StateSpec],
+    ) -> None:
+        super().__init__(name)
+        self.process_fn, self.on_timer = resolve_process(fn)
+        prefix = f"n{node_id}"
+        self.scope = KeyScope(prefix, backend, state)
+        self.scope.timers_allowed = self.on_timer is not None
+        self.out = Collector(self.scope)
+        self.meta = backend.table(TableSpec(f"{prefix}.meta"))
+        self.wm: int = self.meta.get(("wm",), MIN_TS)
+        self.scope.watermark = self.wm
+
+    def push(self, keys: Keys, values: Values, stamps: Stamps, port: int) -> None:
+        scope, fn, out = self.scope, self.process_fn, self.out
+        scope.time_domain = None
+        for k, v, t in zip(keys, values, stamps, strict=True):
+            scope.key = k
+            scope.timestamp = t
+            fn(k, v, t, scope, out)
+        self.emit(*out.take())
+
+    def advance(self, watermark: int) -> None:
+        if watermark <= self.wm:
+            return
+        self.scope.watermark = watermark
+        self._fire(self.scope.event_timers, watermark, "event")
+        self.scope.expire(watermark)
+        self.wm = watermark
+        self.meta.put(("wm",), watermark)
+
+    def on_processing_time(self, now_ms: int) -> None:
+        self.scope.processing_time = now_ms
+        self._fire(self.scope.processing_timers, now_ms, "processing")
+
+    def finish(self) -> None:
+        """End of input: every event-time timer fires (the watermark is at the end of
+        time); the stored watermark stays the last real one."""
+        self.scope.watermark = MAX_TS - 1
+        self._fire(self.scope.event_timers, MAX_TS - 1, "event")
+
+    def _fire(self, queue: TimerQueue, upto: int, domain: str) -> None:
+        on_timer = self.on_timer
+        if on_timer is None or upto < queue.next:
+            return
+        scope, out = self.scope, self.out
+        record_time = scope.timestamp
+        while chunk := queue.due(upto, TIMER_BATCH):
+            scope.time_domain = domain
+            for ts, k in chunk:
+                scope.key = k
+                scope.timestamp = ts
+                on_timer(k, ts, scope, out)
+            self.emit(*out.take())
+        scope.time_domain = None
+        scope.timestamp = record_time
