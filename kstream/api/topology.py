@@ -199,14 +199,27 @@ class Stream:
         spec: WindowSpec,
         *,
         allowed_lateness_ms: int = 0,
+        emit: str = "final",
+        early_fire_ms: int | None = None,
         name: str | None = None,
     ) -> WindowedStream:
         """Group a keyed stream into windows; finish with count/reduce/aggregate.
 
+        ``emit="final"`` emits a window when it fires; with ``early_fire_ms`` also
+        every ``early_fire_ms`` of processing time the current value of each open
+        window that changed since. ``emit="update"`` emits every change of a window's
+        value as it happens and nothing when it fires (see ``kstream.api.windows``).
         Only valid on a keyed stream; the planner rejects it otherwise.
         """
         if allowed_lateness_ms < 0:
             raise ValueError(f"allowed_lateness_ms must be >= 0, got {allowed_lateness_ms}")
+        if emit not in ("final", "update"):
+            raise ValueError(f'emit must be "final" or "update", got {emit!r}')
+        if early_fire_ms is not None and (emit != "final" or early_fire_ms <= 0):
+            raise ValueError(
+                f'early_fire_ms needs emit="final" and a value > 0, got {early_fire_ms} '
+                f"with emit={emit!r}"
+            )
         node = self._then(
             "window",
             name,
@@ -214,6 +227,8 @@ class Stream:
             allowed_lateness_ms=allowed_lateness_ms,
             aggregation=None,
             late_output=False,
+            emit=emit,
+            early_fire_ms=early_fire_ms,
         )
         return WindowedStream(self.topology, node)
 

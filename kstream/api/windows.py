@@ -16,6 +16,21 @@ lands in a fired window makes it emit again with the updated value. A record who
 every window is past ``end + allowed_lateness`` is *late*: dropped and counted, or
 sent to the window's ``late()`` side output.
 
+Emission (``window(spec, emit=..., early_fire_ms=...)``):
+
+* ``emit="final"`` (default): as above, a window emits when it fires (and again on
+  each accepted late record). With ``early_fire_ms=N`` it also emits, every ``N`` ms
+  of processing time (the worker's wall clock), the current value of each open
+  window that changed since the previous early firing (Flink's continuous
+  processing-time trigger, restricted to changed windows). Early results are a
+  latency aid: which ones appear depends on timing, and the set of changed windows
+  is not checkpointed (after a restore a window early-fires again once it changes).
+* ``emit="update"``: every change of a window's value is emitted when it happens,
+  one result per record and window (Kafka Streams without suppression, Quix's
+  ``.current()``), and nothing when the window fires. Sessions that merge emit
+  ``WindowResult(key, start, end, None)`` for each session merged away, then the
+  merged session.
+
 Every result is a record whose key is the grouping key, whose timestamp is
 ``end - 1`` and whose value is a ``WindowResult(key, start, end, value)``.
 Accumulators live in keyed state and must be JSON-compatible.

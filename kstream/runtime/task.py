@@ -255,17 +255,18 @@ class Task:
             return SinkOp(n.name, p["topic"], p["key_serde"], p["value_serde"], self._out)
         if n.kind == "window":
             spec, agg, allowed = p["spec"], p["aggregation"], p["allowed_lateness_ms"]
+            trigger = (p.get("emit", "final"), p.get("early_fire_ms"))
             if isinstance(spec, (Tumbling, Hopping)):
                 return FixedWindowOperator(
-                    n.name, n.id, self.backend, spec, agg, allowed, self.metrics
+                    n.name, n.id, self.backend, spec, agg, allowed, self.metrics, *trigger
                 )
             if isinstance(spec, Session):
                 return SessionWindowOperator(
-                    n.name, n.id, self.backend, spec, agg, allowed, self.metrics
+                    n.name, n.id, self.backend, spec, agg, allowed, self.metrics, *trigger
                 )
             if isinstance(spec, Sliding):
                 return SlidingWindowOperator(
-                    n.name, n.id, self.backend, spec, agg, allowed, self.metrics
+                    n.name, n.id, self.backend, spec, agg, allowed, self.metrics, *trigger
                 )
             raise TypeError(f"unknown window spec {spec!r}")
         if n.kind == "rolling":

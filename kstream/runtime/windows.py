@@ -40,6 +40,8 @@ class WindowOperator(Operator):
         aggregation: Aggregation,
         allowed_lateness_ms: int,
         metrics: dict[str, int],
+        emit: str = "final",
+        early_fire_ms: int | None = None,
     ) -> None:
         super().__init__(name)
         self.prefix = f"n{node_id}"
@@ -49,6 +51,13 @@ class WindowOperator(Operator):
         self.metrics = metrics
         self.meta = self.table("meta")
         self.wm: int = self.meta.get(("wm",), MIN_TS)
+        # emit="update": every change is emitted as it happens, nothing at firing.
+        self.updates = emit == "update"
+        # Early firing ("final" windows): windows changed since the last early firing,
+        # by (end, start, key); in memory only (see kstream.api.windows).
+        self.early_ms = early_fire_ms
+        self.early: dict[tuple[int, int, Any], None] = {}
+        self._next_early: int | None = None
 
     def table(self, name: str) -> Any:
         return self.backend.table(TableSpec(f"{self.prefix}.{name}"))
@@ -76,6 +85,27 @@ class WindowOperator(Operator):
     def _emit_results(self, results: list[WindowResult]) -> None:
         if results:
             self.emit([r.key for r in results], results, [r.end - 1 for r in results])
+
+    def on_processing_time(self, now_ms: int) -> None:
+        if self.early_ms is None:
+            return
+        if self._next_early is None:
+            self._next_early = now_ms + self.early_ms
+        if now_ms < self._next_early:
+            return
+        self._next_early = now_ms + self.early_ms
+        due = sorted(wk for wk in self.early if wk[0] > self.wm)  # fired ones are final
+        self.early = {}
+        results: dict[tuple[Any, int, int], WindowResult] = {}
+        for e, s, k in due:
+            r = self._current(e, s, k)  # a session may have grown: one result per window
+            if r is not None and r.end > self.wm:
+                results[(r.key, r.start, r.end)] = r
+        self._emit_results(list(results.values()))
+
+    def _current(self, end: int, start: int, key: Any) -> WindowResult | None:
+        """The current result of a window changed since the last early firing."""
+        raise NotImplementedError
 
     def advance(self, watermark: int) -> None:
         if watermark <= self.wm:
@@ -109,8 +139,12 @@ class FixedWindowOperator(WindowOperator):
         aggregation: Aggregation,
         allowed_lateness_ms: int,
         metrics: dict[str, int],
+        emit: str = "final",
+        early_fire_ms: int | None = None,
     ) -> None:
-        super().__init__(name, node_id, backend, aggregation, allowed_lateness_ms, metrics)
+        super().__init__(
+            name, node_id, backend, aggregation, allowed_lateness_ms, metrics, emit, early_fire_ms
+        )
         self.size = spec.size_ms
         self.advance_ms = spec.advance_ms if isinstance(spec, Hopping) else spec.size_ms
         self.offset = spec.offset_ms
@@ -121,6 +155,7 @@ class FixedWindowOperator(WindowOperator):
         acc_get, add, first = self.acc.get, self.agg.add, self._first
         local: dict[tuple[int, int, Any], Any] = {}
         late: list[int] = []
+        updates: list[WindowResult] | None = [] if self.updates else None
         for i, (k, v, t) in enumerate(zip(keys, values, stamps, strict=True)):
             s = t - (t - off) % adv
             accepted = False
@@ -131,7 +166,9 @@ class FixedWindowOperator(WindowOperator):
                     a = local.get(wk, _MISSING)
                     if a is _MISSING:
                         a = acc_get(wk, _MISSING)
-                    local[wk] = first(v) if a is _MISSING else add(a, v)
+                    a = local[wk] = first(v) if a is _MISSING else add(a, v)
+                    if updates is not None:
+                        updates.append(WindowResult(k, s, e, a))
                     accepted = True
                 s -= adv
             if not accepted:
@@ -140,9 +177,18 @@ class FixedWindowOperator(WindowOperator):
         for wk, a in local.items():
             put(wk, a)
         wm = self.wm
-        refire = sorted(wk for wk in local if wk[0] <= wm)
-        self._emit_results([WindowResult(k, s, e, local[(e, s, k)]) for e, s, k in refire])
+        if updates is not None:
+            self._emit_results(updates)
+        else:
+            refire = sorted(wk for wk in local if wk[0] <= wm)
+            self._emit_results([WindowResult(k, s, e, local[(e, s, k)]) for e, s, k in refire])
+            if self.early_ms is not None:
+                self.early.update(dict.fromkeys(wk for wk in local if wk[0] > wm))
         self._late(keys, values, stamps, late)
+
+    def _current(self, end: int, start: int, key: Any) -> WindowResult | None:
+        a = self.acc.get((end, start, key), _MISSING)
+        return None if a is _MISSING else WindowResult(key, start, end, a)
 
     def _ends_between(self, lo: int, hi: int) -> bool:
         """Whether a window end lies in ``(lo, hi]``: ends are ``offset + size`` modulo
@@ -153,11 +199,13 @@ class FixedWindowOperator(WindowOperator):
     def _fire(self, old: int, new: int) -> None:
         if not self._ends_between(old, new):
             return
-        # Lazily scanned: nothing downstream writes this operator's table.
-        fired = self.acc.scan_range((old + 1,), (new + 1,))
-        new_result = tuple.__new__  # WindowResult(...) without its Python-level __new__
-        while chunk := list(islice(fired, FIRE_BATCH)):
-            self._emit_results([new_result(WindowResult, (k[2], k[1], k[0], a)) for k, a in chunk])
+        if not self.updates:  # with emit="update" every change went out already
+            # Lazily scanned: nothing downstream writes this operator's table.
+            fired = self.acc.scan_range((old + 1,), (new + 1,))
+            new_result = tuple.__new__  # WindowResult(...) without its Python-level __new__
+            while chunk := list(islice(fired, FIRE_BATCH)):
+                rows = [new_result(WindowResult, (k[2], k[1], k[0], a)) for k, a in chunk]
+                self._emit_results(rows)
         if self.allowed == 0:  # no lateness: a window expires when it fires (see _expire)
             self.acc.delete_range((old + 1,), (new + 1,))
 
@@ -183,8 +231,12 @@ class SessionWindowOperator(WindowOperator):
         aggregation: Aggregation,
         allowed_lateness_ms: int,
         metrics: dict[str, int],
+        emit: str = "final",
+        early_fire_ms: int | None = None,
     ) -> None:
-        super().__init__(name, node_id, backend, aggregation, allowed_lateness_ms, metrics)
+        super().__init__(
+            name, node_id, backend, aggregation, allowed_lateness_ms, metrics, emit, early_fire_ms
+        )
         self.gap = spec.gap_ms
         self.sessions = self.table("sessions")
         self.timers = self.table("timers")
@@ -197,6 +249,7 @@ class SessionWindowOperator(WindowOperator):
         sessions, timers = self.sessions, self.timers
         late: list[int] = []
         refire: dict[tuple[Any, int], None] = {}
+        updates: list[WindowResult] | None = [] if self.updates else None
         for i, (k, v, t) in enumerate(zip(keys, values, stamps, strict=True)):
             start, end = t, t + gap
             touching = [
@@ -213,10 +266,18 @@ class SessionWindowOperator(WindowOperator):
                 sessions.delete((k, s))
                 timers.delete((ext[0], k, s))
                 refire.pop((k, s), None)
+                if updates is not None and (s, ext[0]) != (start, end):
+                    updates.append(WindowResult(k, s, ext[0], None))  # merged away
             sessions.put((k, start), [end, acc])
             timers.put((end, k, start), 0)
-            if end <= wm:
+            if updates is not None:
+                updates.append(WindowResult(k, start, end, acc))
+            elif end <= wm:
                 refire[(k, start)] = None
+            elif self.early_ms is not None:
+                self.early[(end, start, k)] = None
+        if updates is not None:
+            self._emit_results(updates)
         results = []
         for k, s in refire:
             ext = sessions.get((k, s))
@@ -224,7 +285,13 @@ class SessionWindowOperator(WindowOperator):
         self._emit_results(sorted(results, key=lambda r: (r.end, r.start)))
         self._late(keys, values, stamps, late)
 
+    def _current(self, end: int, start: int, key: Any) -> WindowResult | None:
+        ext = self.sessions.get((key, start))  # the session may have grown since
+        return None if ext is None else WindowResult(key, start, ext[0], ext[1])
+
     def _fire(self, old: int, new: int) -> None:
+        if self.updates:
+            return
         results = []
         for (end, k, s), _ in list(self.timers.scan_range((old + 1,), (new + 1,))):
             ext = self.sessions.get((k, s))
@@ -251,8 +318,12 @@ class SlidingWindowOperator(WindowOperator):
         aggregation: Aggregation,
         allowed_lateness_ms: int,
         metrics: dict[str, int],
+        emit: str = "final",
+        early_fire_ms: int | None = None,
     ) -> None:
-        super().__init__(name, node_id, backend, aggregation, allowed_lateness_ms, metrics)
+        super().__init__(
+            name, node_id, backend, aggregation, allowed_lateness_ms, metrics, emit, early_fire_ms
+        )
         self.size = spec.size_ms
         self.buffer = self.table("buffer")
         self.timers = self.table("timers")
@@ -263,6 +334,7 @@ class SlidingWindowOperator(WindowOperator):
         buf, timers = self.buffer, self.timers
         late: list[int] = []
         refire: dict[tuple[int, Any], None] = {}
+        updates: list[WindowResult] | None = [] if self.updates else None
         for i, (k, v, t) in enumerate(zip(keys, values, stamps, strict=True)):
             if t + 1 + allowed <= wm:
                 late.append(i)
@@ -274,14 +346,29 @@ class SlidingWindowOperator(WindowOperator):
                 self.gc.put((t + size, k, t), 0)
             else:
                 buf.put((k, t), [*held, v])
+            if updates is not None:  # its window and every live later one containing t
+                updates.append(self._result(t + 1, k))
+                for (_, t2), _vals in buf.scan_range((k, t + 1), (k, t + size)):
+                    if t2 + 1 + allowed > wm:
+                        updates.append(self._result(t2 + 1, k))
+                continue
             if t + 1 <= wm:
                 refire[(t + 1, k)] = None
-            if wm > MIN_TS:  # fired windows of later timestamps that now contain t
+            elif self.early_ms is not None:
+                self.early[(t + 1, t + 1 - size, k)] = None
+            if wm > MIN_TS or self.early_ms is not None:  # later windows that now contain t
                 for (_, t2), _vals in buf.scan_range((k, t + 1), (k, t + size)):
                     if t2 + 1 <= wm and t2 + 1 + allowed > wm:
                         refire[(t2 + 1, k)] = None
+                    elif t2 + 1 > wm and self.early_ms is not None:
+                        self.early[(t2 + 1, t2 + 1 - size, k)] = None
+        if updates is not None:
+            self._emit_results(updates)
         self._emit_results([self._result(e, k) for e, k in sorted(refire, key=lambda x: x[0])])
         self._late(keys, values, stamps, late)
+
+    def _current(self, end: int, start: int, key: Any) -> WindowResult | None:
+        return self._result(end, key)
 
     def _result(self, end: int, key: Any) -> WindowResult:
         acc: Any = _MISSING
@@ -292,6 +379,8 @@ class SlidingWindowOperator(WindowOperator):
         return WindowResult(key, end - self.size, end, acc)
 
     def _fire(self, old: int, new: int) -> None:
+        if self.updates:
+            return
         fired = list(self.timers.scan_range((old + 1,), (new + 1,)))
         self._emit_results([self._result(e, k) for (e, k), _ in fired])
 
