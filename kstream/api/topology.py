@@ -46,7 +46,8 @@ class Node:
 
     ``kind`` is one of: source, table, map, filter, flat_map, key_by, window,
     join_table, join_window, sink. ``parents`` are ``(node, port)`` pairs; port 0 is
-    the main output, port 1 a window's late-record side output.
+    the main output, port 1 a window's late-record side output (a join's: port 1
+    late left, port 2 late right records).
     """
 
     id: int
@@ -335,27 +336,63 @@ class KeyedStream(Stream):
         other: KeyedStream,
         joiner: Callable[[Any, Any], Any],
         *,
-        within_ms: int,
+        within_ms: int | None = None,
+        before_ms: int | None = None,
+        after_ms: int | None = None,
+        how: str = "inner",
         allowed_lateness_ms: int = 0,
         name: str | None = None,
-    ) -> KeyedStream:
-        """Windowed inner join: every pair ``(l, r)`` with equal keys and
-        ``|l.ts - r.ts| <= within_ms`` yields ``joiner(l.value, r.value)`` with
-        timestamp ``max(l.ts, r.ts)``, emitted when the second of the pair arrives.
-        A record more than ``allowed_lateness_ms`` behind the watermark is late
-        (dropped and counted). Both inputs must be co-partitioned.
+    ) -> JoinedStream:
+        """Windowed stream-stream join: every pair ``(l, r)`` with equal keys and
+        ``l.ts - before_ms <= r.ts <= l.ts + after_ms`` yields ``joiner(l.value,
+        r.value)`` with timestamp ``max(l.ts, r.ts)``, emitted when the second of the
+        pair arrives. ``within_ms=w`` is ``before_ms=after_ms=w`` (Kafka Streams'
+        ``JoinWindows``; Flink's ``between(-before, after)``); bounds may be negative
+        as long as ``before_ms + after_ms >= 0``.
+
+        ``how="left"`` also emits ``joiner(l.value, None)`` for each left record that
+        matched nothing, ``how="outer"`` that and ``joiner(None, r.value)`` for each
+        such right record — when its window closes, i.e. once the watermark is past
+        ``ts + after_ms + allowed_lateness_ms`` (right: ``ts + before_ms + ...``), with
+        its own timestamp. A record more than ``allowed_lateness_ms`` behind the
+        watermark is late: dropped and counted, or sent to ``.late("left"|"right")``.
+        Both inputs must be co-partitioned.
         """
-        if within_ms < 0:
-            raise ValueError(f"within_ms must be >= 0, got {within_ms}")
+        if within_ms is not None:
+            if before_ms is not None or after_ms is not None:
+                raise ValueError("give either within_ms or before_ms/after_ms, not both")
+            if within_ms < 0:
+                raise ValueError(f"within_ms must be >= 0, got {within_ms}")
+            before_ms = after_ms = within_ms
+        if before_ms is None or after_ms is None:
+            raise ValueError("join needs within_ms, or both before_ms and after_ms")
+        if before_ms + after_ms < 0:
+            raise ValueError(
+                f"empty join interval: before_ms + after_ms must be >= 0, got {before_ms} + {after_ms}"
+            )
+        if how not in ("inner", "left", "outer"):
+            raise ValueError(f'how must be "inner", "left" or "outer", got {how!r}')
         node = self.topology._add(
             "join_window",
             [(self.node, self.port), (other.node, other.port)],
             name,
             joiner=joiner,
-            within_ms=within_ms,
+            before_ms=before_ms,
+            after_ms=after_ms,
+            how=how,
             allowed_lateness_ms=allowed_lateness_ms,
         )
-        return KeyedStream(self.topology, node)
+        return JoinedStream(self.topology, node)
+
+
+class JoinedStream(KeyedStream):
+    """The output of a windowed join; ``late(side)`` is its side output of late records."""
+
+    def late(self, side: str) -> Stream:
+        """Late records of the ``"left"`` or ``"right"`` input (original key, value, time)."""
+        if side not in ("left", "right"):
+            raise ValueError(f'side must be "left" or "right", got {side!r}')
+        return Stream(self.topology, self.node, port=1 if side == "left" else 2)
 
 
 class Table:

@@ -1,11 +1,12 @@
-"""Join operators: stream-table (lookup) and windowed stream-stream (interval)."""
+"""Join operators: stream-table (lookup) and windowed stream-stream (interval: inner,
+left or outer, symmetric or asymmetric bounds)."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from typing import Any
 
-from kstream.runtime.events import MIN_TS
+from kstream.runtime.events import MAX_TS, MIN_TS
 from kstream.runtime.operators import Keys, Operator, Stamps, Values
 from kstream.state.base import KeyedStateBackend, TableSpec
 
@@ -64,9 +65,15 @@ class TableJoinOperator(Operator):
 
 
 class IntervalJoinOperator(Operator):
-    """Port 0: left, port 1: right. Buffers ``(key, ts) -> [values]`` per side and
-    an expiry index ``(ts, key)``; a buffered record is dropped once no non-late
-    record can match it (``ts + within + allowed_lateness < watermark``)."""
+    """Port 0: left, port 1: right. A pair matches when ``l.ts - before <= r.ts <= l.ts
+    + after``. Buffers ``(key, ts) -> [values]`` per side and an expiry index ``(ts,
+    key)``; a buffered record expires once no non-late record of the other side can
+    match it (left: ``ts + after + allowed_lateness < watermark``; right: ``ts + before
+    + allowed_lateness < watermark``). Outer sides (``left``: the left one, ``outer``:
+    both) also keep ``(key, ts, index) -> 0`` for each buffered record not matched
+    yet; those still unmatched when they expire are emitted as ``joiner(l, None)`` /
+    ``joiner(None, r)`` with their own timestamp. Late records go to output port 1
+    (left) / 2 (right) when wired, else they are dropped and counted."""
 
     stateful = True
 
@@ -76,11 +83,14 @@ class IntervalJoinOperator(Operator):
         node_id: int,
         backend: KeyedStateBackend,
         joiner: Callable[[Any, Any], Any],
-        within_ms: int,
+        before_ms: int,
+        after_ms: int,
         allowed_lateness_ms: int,
         metrics: dict[str, int],
+        how: str = "inner",
     ) -> None:
         super().__init__(name)
+        self.children.append([])  # port 2: late right records
         p = f"n{node_id}"
         self.buffers = [
             backend.table(TableSpec(f"{p}.left")),
@@ -90,49 +100,100 @@ class IntervalJoinOperator(Operator):
             backend.table(TableSpec(f"{p}.left_exp")),
             backend.table(TableSpec(f"{p}.right_exp")),
         ]
+        outer = (how in ("left", "outer"), how == "outer")
+        self.unmatched = [
+            backend.table(TableSpec(f"{p}.{side}_un")) if o else None
+            for side, o in zip(("left", "right"), outer, strict=True)
+        ]
         self.meta = backend.table(TableSpec(f"{p}.meta"))
         self.wm: int = self.meta.get(("wm",), MIN_TS)
-        self.joiner, self.within, self.allowed, self.metrics = (
-            joiner,
-            within_ms,
-            allowed_lateness_ms,
-            metrics,
-        )
+        self.joiner, self.allowed, self.metrics = joiner, allowed_lateness_ms, metrics
+        # Partners of a record at t on side 0 lie in [t - before, t + after] on side 1,
+        # of a record on side 1 in [t - after, t + before] on side 0.
+        self.reach = [(before_ms, after_ms), (after_ms, before_ms)]
 
     def push(self, keys: Keys, values: Values, stamps: Stamps, port: int) -> None:
         mine, other, exp = self.buffers[port], self.buffers[1 - port], self.expiry[port]
-        w, joiner, oldest = self.within, self.joiner, self.wm - self.allowed
+        mine_un, other_un = self.unmatched[port], self.unmatched[1 - port]
+        lo, hi = self.reach[port]
+        joiner, oldest = self.joiner, self.wm - self.allowed
         ok: list[Any] = []
         ov: list[Any] = []
         ot: list[int] = []
-        late = 0
-        for k, v, t in zip(keys, values, stamps, strict=True):
+        late: list[int] = []
+        for i, (k, v, t) in enumerate(zip(keys, values, stamps, strict=True)):
             if t < oldest:
-                late += 1
+                late.append(i)
                 continue
-            for (_, t2), partners in other.scan_range((k, t - w), (k, t + w + 1)):
+            matched = False
+            for (_, t2), partners in other.scan_range((k, t - lo), (k, t + hi + 1)):
                 ts = t if t > t2 else t2
-                for v2 in partners:
+                for j, v2 in enumerate(partners):
                     ok.append(k)
                     ov.append(joiner(v, v2) if port == 0 else joiner(v2, v))
                     ot.append(ts)
+                    if other_un is not None:
+                        other_un.delete((k, t2, j))
+                matched = True
             held = mine.get((k, t))
             if held is None:
                 mine.put((k, t), [v])
                 exp.put((t, k), 0)
             else:
                 mine.put((k, t), [*held, v])
-        self.metrics["late_dropped"] += late
-        self.late_dropped += late
+            if mine_un is not None and not matched:
+                mine_un.put((k, t, 0 if held is None else len(held)), 0)
+        self._late(keys, values, stamps, late, port)
         self.emit(ok, ov, ot)
+
+    def _late(self, keys: Keys, values: Values, stamps: Stamps, idx: list[int], side: int) -> None:
+        if not idx:
+            return
+        if self.children[1 + side]:
+            self.emit(
+                [keys[i] for i in idx],
+                [values[i] for i in idx],
+                [stamps[i] for i in idx],
+                1 + side,
+            )
+            self.metrics["late_side_output"] += len(idx)
+            self.late_side_output += len(idx)
+        else:
+            self.metrics["late_dropped"] += len(idx)
+            self.late_dropped += len(idx)
 
     def advance(self, watermark: int) -> None:
         if watermark <= self.wm:
             return
-        horizon = watermark - self.within - self.allowed  # entries with ts < horizon expire
-        for side in (0, 1):
-            for (t, k), _ in list(self.expiry[side].scan_range((MIN_TS,), (horizon,))):
-                self.expiry[side].delete((t, k))
-                self.buffers[side].delete((k, t))
+        self._expire(watermark)
         self.wm = watermark
         self.meta.put(("wm",), watermark)
+
+    def finish(self) -> None:
+        """End of input: every buffered record expires (unmatched outer ones are
+        emitted); the stored watermark stays the last real one."""
+        self._expire(MAX_TS - 1)
+
+    def _expire(self, watermark: int) -> None:
+        ok: list[Any] = []
+        ov: list[Any] = []
+        ot: list[int] = []
+        for side in (0, 1):
+            # entries with ts < horizon can no longer match a non-late record
+            horizon = watermark - self.allowed - self.reach[side][1]
+            buf, un, exp = self.buffers[side], self.unmatched[side], self.expiry[side]
+            for (t, k), _ in list(exp.scan_range((MIN_TS,), (horizon,))):
+                exp.delete((t, k))
+                if un is not None:
+                    held = buf.get((k, t), [])
+                    for (_k, _t, j), _ in list(un.scan((k, t))):
+                        un.delete((k, t, j))
+                        ok.append(k)
+                        ov.append(
+                            self.joiner(held[j], None) if side == 0 else self.joiner(None, held[j])
+                        )
+                        ot.append(t)
+                buf.delete((k, t))
+        if ok:
+            order = sorted(range(len(ok)), key=ot.__getitem__)  # unmatched in time order
+            self.emit([ok[i] for i in order], [ov[i] for i in order], [ot[i] for i in order])

@@ -283,9 +283,11 @@ class Task:
                 n.id,
                 self.backend,
                 p["joiner"],
-                p["within_ms"],
+                p["before_ms"],
+                p["after_ms"],
                 p["allowed_lateness_ms"],
                 self.metrics,
+                p["how"],
             )
         raise TypeError(f"unknown operator kind {n.kind!r}")
 
