@@ -28,7 +28,7 @@ import click
 from benchmarks import generate, machine, recovery
 from benchmarks.generate import KEEP_FOREVER, Format, InputSpec
 from benchmarks.procstats import Child
-from benchmarks.verify import OutputStats, expected_stateless, read_output
+from benchmarks.verify import OutputStats, expected_dedup, expected_stateless, read_output
 from benchmarks.workloads import EndOffsets, Report
 from kstream.kafka.clients import TopicSpec, ensure_topics, make_admin
 
@@ -80,6 +80,7 @@ class Workload:
     contenders: tuple[Contender, ...]
     stateless: bool  # output checked exactly against expected_stateless()
     args: tuple[str, ...] = ()
+    dedup: bool = False  # output count checked exactly against expected_dedup()
 
 
 def workloads(window_ms: int) -> list[Workload]:
@@ -117,6 +118,17 @@ def workloads(window_ms: int) -> list[Workload]:
             False,
         ),
         Workload("w5", "5. workload 1 with Avro (fastavro) values", "avro", stateless("avro"), True),
+        Workload(
+            "w6",
+            "6. deduplication within an hour per key: process function (kstream) vs. stateful apply (Quix), RocksDB, at-least-once",
+            "json",
+            (
+                Contender("kstream", "kstream_dedup", args=(*w, *alo)),
+                Contender("quix", "quix_dedup", "quix", (*w, *alo)),
+            ),
+            False,
+            dedup=True,
+        ),
     ]  # fmt: skip
 
 
@@ -138,6 +150,7 @@ TARGETS = (
     Target("w1", "kstream", "raw_pipe", 0.6, "kstream workload 1 >= 0.6x the raw pipe"),
 )
 INFO_RATIOS = (
+    ("w6", "kstream", "quix"),
     ("w5", "kstream", "quix"),
     ("w1", "kstream", "raw_stateless"),
     ("w5", "kstream", "raw_stateless"),
@@ -233,6 +246,8 @@ class Harness:
                 valid, note = False, f"piped {got.records} of {spec.records} records"
             elif decode is not None and expected is not None and got != expected:
                 valid, note = False, f"output {got} != expected {expected}"
+            elif wl.dedup and got.records != expected_dedup(spec).records:
+                valid, note = False, f"kept {got.records}, expected {expected_dedup(spec).records}"
             seconds = report.t_end - report.t_first
             fed = FED_LINE.search(res.stderr_tail)
             return RunResult(
@@ -449,7 +464,7 @@ def ensure_quix_venv(install: bool) -> None:
     "--workload",
     "only",
     multiple=True,
-    type=click.Choice(["w1", "w2", "w3", "w4", "w5", "recovery"]),
+    type=click.Choice(["w1", "w2", "w3", "w4", "w5", "w6", "recovery"]),
     help="run only these (repeatable); default all",
 )
 @click.option("--timeout", default=1800.0, show_default=True, help="seconds per contender run")
@@ -548,7 +563,7 @@ def _bench(
     started: str,
 ) -> None:
     ensure_quix_venv(not no_quix_install)
-    selected = set(only) or {"w1", "w2", "w3", "w4", "w5", "recovery"}
+    selected = set(only) or {"w1", "w2", "w3", "w4", "w5", "w6", "recovery"}
     machine_lines = machine.describe(QUIX_PYTHON)  # load average before we add any
     with tempfile.TemporaryDirectory(prefix="kstream-bench-") as wd:
         h = Harness(bootstrap, partitions, Path(wd), timeout)

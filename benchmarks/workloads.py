@@ -24,6 +24,7 @@ KINDS: tuple[str, ...] = ("click", "view", "purchase", "signup")
 KIND_WEIGHTS: tuple[int, ...] = (50, 30, 15, 5)
 KEPT_KINDS: frozenset[str] = frozenset({"click", "purchase"})
 MIN_AMOUNT = 1.0
+DEDUP_WITHIN_MS = 3_600_000  # workload 6: a key's records within an hour are duplicates
 
 REPORT_PREFIX = "BENCH_REPORT "
 

@@ -9,8 +9,9 @@ Checkpoint barrier handling, in order (DESIGN §4, §5.4):
    inside a shared internal partition.
 2. When every live input delivered *n*, each barrier timestamp is applied to its
    input's watermark and the task watermark (minimum over inputs) advances: windows
-   ending at or before it fire, *before* the snapshot, so their results belong to
-   epoch *n*.
+   ending at or before it fire and timers due by it run, and operators emit what is
+   due per checkpoint (``before_snapshot``), all *before* the snapshot, so their
+   results belong to epoch *n*.
 3. ``SnapshotPoint`` is emitted and ``on_snapshot`` called while the state is
    exactly the checkpoint's (no post-barrier record processed yet); positions say
    where each input resumes (per upstream task for internal partitions).
