@@ -277,3 +277,20 @@ def test_examples_match_their_expected_output(name: str, batch_size: int) -> Non
     want = sorted(json.dumps(r, sort_keys=True) for r in module["expected_output"]({topic: rows}))
     assert got == want
     assert len(want) > 300
+
+
+def test_a_due_processing_timer_fires_once_after_a_restore(kit: type[Kit]) -> None:
+    """A processing-time timer registered before a checkpoint and fired after it (output
+    never published) fires again, once, in the restored task."""
+    plan = job(Recorder, {"n": ValueState()})
+    backend = MemoryBackend()
+    snap: dict[str, Any] = {}
+    task = kit.task(plan, backend=backend, on_snapshot=lambda p: snap.update(s=backend.snapshot()))
+    task.feed_source("in", 0, kit.records([("a", {"pt": 5_000}, 1)]), 0.0)
+    task.trigger_checkpoint(1, 0, 0.0)
+    task.tick(1.0, wall_ms=6_000)
+    assert [v[0] for _k, v, _t in kit.sink(task.drain(), "out")] == ["rec", "processing"]
+    restored = Task(plan, "stage0-0", MemoryBackend.restore(snap["s"]), attempt=1)
+    restored.tick(0.0, wall_ms=9_000)
+    restored.tick(0.1, wall_ms=9_500)
+    assert kit.sink(restored.drain(), "out") == [("a", ["processing", 5_000, 1], 5_000)]
