@@ -563,7 +563,8 @@ def test_a_worker_that_does_not_run_exactly_its_owned_tasks_causes_a_failover() 
     assert h2.c.phase is Phase.SUSPENDED
     # Described as the normal rejoin it is, not as a mismatch.
     assert h2.c.failover.failure_reason == (
-        "worker w1 rejoined without its tasks a of attempt 1: restoring them"
+        "worker w1 no longer runs its tasks a of attempt 1 (the group rebalanced or the "
+        "worker restarted): restoring them"
     )
     # A worker running tasks it does not own is a real mismatch.
     h3 = Harness(tasks=["a", "b"], history=[Resume(1, {"a": "w1", "b": "w2"})])

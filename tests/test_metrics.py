@@ -205,7 +205,7 @@ def test_restart_causes_of_every_failover_path() -> None:
     assert _restore_reason(c, 1.0) == "rebalance"
     c = running()
     c.handle(Heartbeat("w1", (), 3), 1.0)
-    assert _restore_reason(c, 1.0) == "worker_rejoined"
+    assert _restore_reason(c, 1.0) == "rebalance"  # a worker rejoined without its tasks
     c = running()
     c.handle(Heartbeat("w1", ("a", "b"), 3), 1.0)
     assert _restore_reason(c, 1.0) == "rebalance"

@@ -137,7 +137,7 @@ def test_status_of_a_running_job_as_json_and_text() -> None:
     assert text.startswith("app wc: running, attempt 2")
     assert "coordinator  triggered checkpoint 3, 1.5s ago" in text
     assert "s0-0, s0-1   heartbeat 0.5s ago" in text
-    assert "gone" in text and "(owns none)" in text
+    assert "gone" in text and "s0-9 (owns none)   silent: no heartbeat for 7.5s" in text
     assert "       3  in flight for 1.5s, 1 task(s) acknowledged" in text
     assert "task_failed         attempt 1 task s0-1    ValueError: bad" in text
     assert "  in[0]" in text and "lag         60" in text and "total lag 60" in text

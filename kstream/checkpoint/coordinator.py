@@ -316,10 +316,12 @@ class CheckpointCoordinator:
         previous = self.failover.generation
         self.failover.observe_generation(hb.generation)
         if previous >= 0 and hb.generation > previous and self.phase is Phase.RUNNING:
+            # A worker joined or left the group (scaling, a restart): normal operation.
             return self._fail_over(
                 f"consumer group generation changed {previous} -> {hb.generation} "
                 "(partitions were reassigned)",
                 now,
+                normal=True,
             )
         owners = self.failover.owners
         if self.phase is Phase.RUNNING and owners:
@@ -330,8 +332,9 @@ class CheckpointCoordinator:
                 # A worker that restarted (or rejoined after a rebalance) runs nothing until
                 # the next restore names it an owner again: the normal way back in.
                 return self._fail_over(
-                    f"worker {hb.member} rejoined without its tasks {', '.join(sorted(owned))} "
-                    f"of attempt {self.attempt}: restoring them",
+                    f"worker {hb.member} no longer runs its tasks {', '.join(sorted(owned))} "
+                    f"of attempt {self.attempt} (the group rebalanced or the worker restarted): "
+                    "restoring them",
                     now,
                     normal=True,
                 )

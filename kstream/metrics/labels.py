@@ -27,7 +27,6 @@ RESTART_CAUSES = (
     "task_failed",
     "worker_lost",
     "rebalance",
-    "worker_rejoined",
     "restore_timeout",
     "coordinator_restarted",
     "other",
@@ -56,7 +55,7 @@ _RESTART_PATTERNS = tuple(
         (r"restore of attempt \d+ not finished within ", "restore_timeout"),
         (r"task \S+ failed on ", "task_failed"),
         (r"worker \S+ lost: ", "worker_lost"),
-        (r"worker \S+ rejoined", "worker_rejoined"),
+        (r"worker \S+ no longer runs its tasks", "rebalance"),
         (r"consumer group generation changed", "rebalance"),
         (r"worker \S+ runs tasks ", "rebalance"),
     )

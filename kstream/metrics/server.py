@@ -54,6 +54,6 @@ def serve_metrics(
         except OSError as e:
             last = e
             continue
-        log.info("metrics at http://%s:%d/metrics", host, port)
+        log.debug("metrics at http://%s:%d/metrics", host, port)
         return port
     raise OSError(f"no free metrics port in {spec.low}-{spec.high} on {host}: {last}")

@@ -18,6 +18,7 @@ from kstream.store.metadata import CheckpointMetadata
 RECENT_CHECKPOINTS = 5
 RECENT_EVENTS = 10
 WORKER_GONE_AFTER_S = 60.0  # a member silent this long is no longer listed
+WORKER_SILENT_AFTER_S = 5.0  # workers heartbeat every second: silent for 5 s is notable
 
 
 @dataclass(frozen=True)
@@ -142,7 +143,12 @@ class JobStatus:
         for w in self.workers:
             tasks = ", ".join(w.tasks) or "none"
             note = "" if set(w.tasks) == set(w.owns) else f" (owns {', '.join(w.owns) or 'none'})"
-            out.append(f"  {w.member:<40} {tasks}{note}   heartbeat {w.last_seen_s:.1f}s ago")
+            seen = (
+                f"silent: no heartbeat for {w.last_seen_s:.1f}s"
+                if w.last_seen_s > WORKER_SILENT_AFTER_S
+                else f"heartbeat {w.last_seen_s:.1f}s ago"
+            )
+            out.append(f"  {w.member:<40} {tasks}{note}   {seen}")
         out += ["", "checkpoints"]
         for n, age, acked in self.in_flight:
             out.append(f"  {n:>6}  in flight for {age:.1f}s, {acked} task(s) acknowledged")
