@@ -202,6 +202,7 @@ def test_executor_exports_checkpoint_metrics_and_keeps_the_failure_history(
     tmp_path: Path,
 ) -> None:
     events: list[Event] = []
+
     # Task b acknowledges only odd checkpoints: every even one times out after 3 s.
     def answer(m: Message) -> list[Message]:
         if isinstance(m, TriggerCheckpoint):

@@ -42,13 +42,13 @@ def test_compose_runs_prometheus_and_grafana_with_their_mounted_files() -> None:
     assert jobs["kstream-coordinator"]["static_configs"][0]["targets"] == [f"coordinator:{port}"]
     dns = jobs["kstream-worker"]["dns_sd_configs"][0]
     assert (dns["names"], dns["type"], str(dns["port"])) == (["worker"], "A", port)
-    ds = yaml.safe_load(
-        (DOCKER / "grafana/provisioning/datasources/prometheus.yml").read_text()
-    )["datasources"][0]
+    ds = yaml.safe_load((DOCKER / "grafana/provisioning/datasources/prometheus.yml").read_text())[
+        "datasources"
+    ][0]
     assert (ds["uid"], ds["url"]) == ("prometheus", "http://prometheus:9090")
-    provider = yaml.safe_load(
-        (DOCKER / "grafana/provisioning/dashboards/kstream.yml").read_text()
-    )["providers"][0]
+    provider = yaml.safe_load((DOCKER / "grafana/provisioning/dashboards/kstream.yml").read_text())[
+        "providers"
+    ][0]
     assert provider["options"]["path"] == "/var/lib/grafana/dashboards"
 
 
