@@ -103,8 +103,10 @@ def test_metrics_equal_the_jobs_exact_counts_and_status_describes_it(
         procs.append(proc)
         found = _wait(
             f"{name}'s metrics endpoint",
-            lambda: proc.poll() is None
-            and re.search(r"metrics at http://127\.0\.0\.1:(\d+)/metrics", log.read_text()),
+            lambda: (
+                proc.poll() is None
+                and re.search(r"metrics at http://127\.0\.0\.1:(\d+)/metrics", log.read_text())
+            ),
         )
         return proc, log, int(found.group(1))
 
@@ -126,10 +128,12 @@ def test_metrics_equal_the_jobs_exact_counts_and_status_describes_it(
         total = GOOD + BAD
         w = _wait(
             "every record read and the watermark past the first window",
-            lambda: (s := _scrape(worker_port))
-            and _value(s, "kstream_records_in_total", task="stage0-0", topic=src) == total
-            and _value(s, "kstream_event_time_lag_seconds", task="stage1-0") > 0
-            and s,
+            lambda: (
+                (s := _scrape(worker_port))
+                and _value(s, "kstream_records_in_total", task="stage0-0", topic=src) == total
+                and _value(s, "kstream_event_time_lag_seconds", task="stage1-0") > 0
+                and s
+            ),
         )
         # 2. Late records: their window [T0, T0+60s) fired long ago.
         for i in range(LATE):
@@ -178,9 +182,10 @@ def test_metrics_equal_the_jobs_exact_counts_and_status_describes_it(
         assert _value(s, "kstream_records_in_total", task="stage0-0", topic=src) == total
         assert _value(s, "kstream_dead_letters_total", topic=src, reason="deserialize") == BAD
         assert sum(v for (n, _), v in s.items() if n == "kstream_dead_letters_total") == BAD
-        assert _value(
-            s, "kstream_late_records_dropped_total", task="stage1-0", operator=operator[0]
-        ) == LATE
+        assert (
+            _value(s, "kstream_late_records_dropped_total", task="stage1-0", operator=operator[0])
+            == LATE
+        )
         internal = f"{app}.stage0.repartition"
         good_in = GOOD + LATE
         assert _value(s, "kstream_records_out_total", task="stage0-0", topic=internal) == good_in

@@ -18,6 +18,8 @@ record's key (the same object for every call: never keep it beyond the call):
 * ``state.register_processing_timer(ms)`` / ``state.delete_processing_timer(ms)``:
   call ``on_timer`` once the wall clock (epoch ms, as the worker reports it) reaches
   ``ms``. After a restore, processing-time timers that are already due fire at once.
+  At end of input (bounded runs) every event-time timer fires; processing-time
+  timers do not.
 * ``state.key``, ``state.timestamp`` (the record's, or the timer's), ``state.watermark``,
   ``state.processing_time`` (epoch ms; ``None`` before the worker first reported it)
   and, in ``on_timer``, ``state.time_domain`` (``"event"`` or ``"processing"``).
