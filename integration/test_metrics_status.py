@@ -26,8 +26,15 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from integration.e2e.harness import REPO
 from kstream.checkpoint.messages import CheckpointAborted, CheckpointCompleted, Restore
-from kstream.kafka.clients import TopicSpec, ensure_topics, make_admin, make_producer
+from kstream.kafka.clients import (
+    TopicSpec,
+    committed_group_offsets,
+    ensure_topics,
+    make_admin,
+    make_producer,
+)
 from kstream.kafka.control import ControlReader
+from kstream.names import group_id
 
 CLI = [sys.executable, "-c", "from kstream.cli import main; main()"]
 T0 = 1_767_225_600_000  # 2026-01-01T00:00:00Z, a window boundary
@@ -221,3 +228,58 @@ def test_metrics_equal_the_jobs_exact_counts_and_status_describes_it(
             if p.poll() is None:
                 p.kill()
                 p.wait()
+
+
+def test_status_of_a_job_without_checkpoints_shows_lag_from_committed_offsets(
+    kafka_bootstrap: str, unique_name: Callable[[str], str], tmp_path: Path
+) -> None:
+    src, dst, app = unique_name("in"), unique_name("out"), unique_name("app")
+    ensure_topics(make_admin(kafka_bootstrap), [TopicSpec(src, 1), TopicSpec(dst, 1)])
+    topology = tmp_path / "upper.py"
+    topology.write_text(
+        "from kstream.api import Topology\n"
+        f"topology = Topology({app!r})\n"
+        f"topology.source({src!r}, value_serde='str').map(str.upper).to({dst!r}, "
+        "value_serde='str')\n"
+    )
+    producer = make_producer(kafka_bootstrap)
+    for i in range(50):
+        producer.produce(src, f"r{i}".encode())
+    assert producer.flush(30) == 0
+    # Checkpointing off: the worker commits the group's offsets about every second.
+    log = tmp_path / "worker.log"
+    worker = subprocess.Popen(
+        [*CLI, "-v", "worker", str(topology), "--bootstrap", kafka_bootstrap, "--app-id", app,
+         "--no-checkpointing", "--store", f"file://{tmp_path}/store",
+         "--state-dir", str(tmp_path / "state")],
+        stdout=log.open("wb"), stderr=subprocess.STDOUT, cwd=REPO,
+    )  # fmt: skip
+    try:
+        admin = make_admin(kafka_bootstrap)
+        _wait(
+            "the worker to commit offset 50",
+            lambda: (
+                worker.poll() is None
+                and committed_group_offsets(admin, group_id(app)) == {(src, 0): 50}
+            ),
+        )
+        worker.send_signal(signal.SIGTERM)
+        assert worker.wait(timeout=60) == 0, log.read_text()[-3000:]
+    finally:
+        if worker.poll() is None:
+            worker.kill()
+            worker.wait()
+    for i in range(50, 60):  # 10 more, not read by anyone
+        producer.produce(src, f"r{i}".encode())
+    assert producer.flush(30) == 0
+    out = subprocess.run(
+        [*CLI, "status", app, "--bootstrap", kafka_bootstrap, "--store",
+         f"file://{tmp_path}/store", "--json"],
+        capture_output=True, text=True, cwd=REPO, timeout=60,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr[-3000:]
+    st = json.loads(out.stdout)
+    assert (st["phase"], st["lag_basis"], st["checkpoints"]) == ("not started", "committed", [])
+    assert st["lag"] == [
+        {"topic": src, "partition": 0, "checkpoint_offset": 50, "end_offset": 60, "lag": 10}
+    ]

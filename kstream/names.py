@@ -22,6 +22,11 @@ def control_reader_group(app_id: str) -> str:
     return f"{app_id}.control-reader"
 
 
+def status_reader_group(app_id: str) -> str:
+    """The group id of `kstream status`'s reader (offset look-ups only: never joins)."""
+    return f"{app_id}.status"
+
+
 def coordinator_transactional_id(app_id: str) -> str:
     """The fixed transactional id of ``app_id``'s coordinator."""
     return f"{app_id}.coordinator"
@@ -50,3 +55,9 @@ def dlq_topic(app_id: str) -> str:
 def repartition_topic(app_id: str, stage: str, index: int = 0) -> str:
     """The internal topic of ``stage``'s ``index``-th key_by: ``<app>.<stage>.repartition[<i>]``."""
     return f"{app_id}.{stage}.repartition{index or ''}"
+
+
+def is_repartition_topic(app_id: str, topic: str) -> bool:
+    """Whether ``topic`` is one of ``app_id``'s internal repartition topics."""
+    head, _, tail = topic.rpartition(".")
+    return head.startswith(f"{app_id}.") and tail.startswith("repartition")

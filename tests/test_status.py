@@ -15,8 +15,14 @@ from kstream.checkpoint.messages import (
     TriggerCheckpoint,
 )
 from kstream.monitor.history import history_rows
-from kstream.monitor.status import LagRow, build_status, source_positions
+from kstream.monitor.status import (
+    LagRow,
+    build_status,
+    committed_source_positions,
+    source_positions,
+)
 from kstream.monitor.view import ControlView, Phase
+from kstream.names import is_repartition_topic
 from kstream.store.history import CheckpointFailure, RestartRecord
 from kstream.store.metadata import CheckpointMetadata, TaskSnapshot
 
@@ -149,4 +155,24 @@ def test_status_before_the_first_checkpoint() -> None:
     assert (st.phase, st.tasks_ready) == ("restoring", 1)
     text = "\n".join(st.render())
     assert "restoring to checkpoint None: 1 task(s) ready" in text
-    assert "  none yet" in text and "unknown: no completed checkpoint yet" in text
+    assert "  none yet" in text
+    assert "unknown: no completed checkpoint and no committed offset yet" in text
+
+
+def test_status_of_a_job_without_checkpoints_uses_the_groups_committed_offsets() -> None:
+    committed = {("in", 0): 90, ("in", 1): 5, ("wc.stage0.repartition", 0): 70}
+    positions = committed_source_positions("wc", committed)
+    assert positions == {("in", 0): 90, ("in", 1): 5}  # internal topics left out
+    lag = [LagRow(t, p, o, 100) for (t, p), o in positions.items()]
+    st = build_status("wc", ControlView(), [], [], lag, T0, lag_basis="committed")
+    doc = st.to_dict()
+    assert (doc["phase"], doc["lag_basis"], doc["total_lag"]) == ("not started", "committed", 105)
+    text = "\n".join(st.render())
+    assert "source lag (records after the group's committed offsets)" in text
+    assert (
+        "  in[1]                          committed          5  end        100  lag         95"
+        in text
+    )
+    assert is_repartition_topic("wc", "wc.stage1.repartition2")
+    assert not is_repartition_topic("wc", "other.stage1.repartition")
+    assert not is_repartition_topic("wc", "wc.control")

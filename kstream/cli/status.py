@@ -9,11 +9,24 @@ import time
 import click
 
 from kstream.cli.options import bootstrap_option
-from kstream.kafka.clients import make_admin, make_consumer, partition_counts, watermark_offsets
-from kstream.kafka.control import ControlReader, control_topic
+from kstream.kafka.clients import (
+    committed_group_offsets,
+    make_admin,
+    make_consumer,
+    partition_counts,
+    watermark_offsets,
+)
+from kstream.kafka.control import ControlReader
 from kstream.monitor.history import history_rows
-from kstream.monitor.status import JobStatus, LagRow, build_status, source_positions
+from kstream.monitor.status import (
+    JobStatus,
+    LagRow,
+    build_status,
+    committed_source_positions,
+    source_positions,
+)
 from kstream.monitor.view import ControlView
+from kstream.names import control_topic, group_id, status_reader_group
 from kstream.store.base import CheckpointStore
 from kstream.store.history import list_failures, list_restarts
 from kstream.store.metadata import list_checkpoints
@@ -27,10 +40,11 @@ class StatusReader:
 
     def __init__(self, bootstrap: str, app_id: str, store: CheckpointStore) -> None:
         self.app_id = app_id
+        self._admin = make_admin(bootstrap)
         self.store = store
         self.view = ControlView()
         self._reader = ControlReader(bootstrap, app_id)
-        self._consumer = make_consumer(bootstrap, f"{app_id}.status")
+        self._consumer = make_consumer(bootstrap, status_reader_group(app_id))
 
     def read(self) -> JobStatus:
         for ts, msg in self._reader.read_to_end_timed():
@@ -38,12 +52,18 @@ class StatusReader:
         completed = list_checkpoints(self.store, self.app_id)
         rows = history_rows(completed, list_failures(self.store, self.app_id))
         positions = source_positions(completed[-1] if completed else None)
+        basis = "checkpoint"
+        if not positions:  # checkpointing off (or not yet): the group's committed offsets
+            committed = committed_group_offsets(self._admin, group_id(self.app_id))
+            positions, basis = committed_source_positions(self.app_id, committed), "committed"
         lag = [
             LagRow(topic, part, pos, watermark_offsets(self._consumer, topic, part, 10.0)[1])
             for (topic, part), pos in positions.items()
         ]
         restarts = list_restarts(self.store, self.app_id)
-        return build_status(self.app_id, self.view, rows, restarts, lag, time.time())
+        return build_status(
+            self.app_id, self.view, rows, restarts, lag, time.time(), lag_basis=basis
+        )
 
     def close(self) -> None:
         self._reader.close()

@@ -15,6 +15,7 @@ from typing import Any
 from confluent_kafka import (
     OFFSET_BEGINNING,
     Consumer,
+    ConsumerGroupTopicPartitions,
     KafkaError,
     KafkaException,
     Producer,
@@ -31,6 +32,7 @@ __all__ = [
     "Producer",
     "TopicPartition",
     "TopicSpec",
+    "committed_group_offsets",
     "ensure_topics",
     "is_fenced",
     "kafka_error",
@@ -279,3 +281,18 @@ def delete_records_before(admin: AdminClient, offsets: Mapping[tuple[str, int], 
         return
     for fut in admin.delete_records(wanted, operation_timeout=10.0).values():
         fut.result()
+
+
+def committed_group_offsets(
+    admin: AdminClient, group: str, timeout: float = 10.0
+) -> dict[tuple[str, int], int]:
+    """Every offset ``group`` has committed, by (topic, partition) (empty: none)."""
+    futures = admin.list_consumer_group_offsets(
+        [ConsumerGroupTopicPartitions(group)], request_timeout=timeout
+    )
+    result = futures[group].result(timeout)
+    return {
+        (tp.topic, tp.partition): tp.offset
+        for tp in (result.topic_partitions or [])
+        if tp.offset is not None and tp.offset >= 0
+    }

@@ -12,6 +12,7 @@ from typing import Any
 
 from kstream.monitor.history import HistoryRow, render_list, when
 from kstream.monitor.view import ControlView, Event
+from kstream.names import is_repartition_topic
 from kstream.store.history import RestartRecord
 from kstream.store.metadata import CheckpointMetadata
 
@@ -34,6 +35,14 @@ class LagRow:
     def lag(self) -> int:
         """Records after the latest completed checkpoint (all of them without one)."""
         return max(0, self.end_offset - (self.checkpoint_offset or 0))
+
+
+def committed_source_positions(
+    app_id: str, committed: dict[tuple[str, int], int]
+) -> dict[tuple[str, int], int]:
+    """The group's committed offsets of source partitions (checkpointing off: the only
+    record of progress; the internal repartition topics are left out)."""
+    return {tp: o for tp, o in committed.items() if not is_repartition_topic(app_id, tp[0])}
 
 
 def source_positions(meta: CheckpointMetadata | None) -> dict[tuple[str, int], int]:
@@ -76,6 +85,7 @@ class JobStatus:
     in_flight: list[tuple[int, float, int]]  # (id, age s, tasks acknowledged)
     events: list[Event]
     lag: list[LagRow]
+    lag_basis: str = "checkpoint"  # checkpoint | committed (checkpointing off)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -125,6 +135,7 @@ class JobStatus:
                 for r in self.lag
             ],
             "total_lag": sum(r.lag for r in self.lag),
+            "lag_basis": self.lag_basis,
         }
 
     def render(self) -> list[str]:
@@ -169,14 +180,17 @@ class JobStatus:
             out.append(f"  {when(e.time)}  {e.kind:<19} {where:<22} {e.reason}")
         if not self.events:
             out.append("  none")
-        out += ["", "source lag (records after the latest completed checkpoint)"]
+        committed = self.lag_basis == "committed"
+        basis = "the group's committed offsets" if committed else "the latest completed checkpoint"
+        out += ["", f"source lag (records after {basis})"]
         if not self.lag:
-            out.append("  unknown: no completed checkpoint yet")
+            out.append("  unknown: no completed checkpoint and no committed offset yet")
         for r in self.lag:
             pos = "-" if r.checkpoint_offset is None else str(r.checkpoint_offset)
             out.append(
                 f"  {r.topic}[{r.partition}]".ljust(32)
-                + f" checkpoint {pos:>10}  end {r.end_offset:>10}  lag {r.lag:>10}"
+                + f" {'committed' if committed else 'checkpoint'} {pos:>10}  "
+                + f"end {r.end_offset:>10}  lag {r.lag:>10}"
             )
         if self.lag:
             out.append(f"  total lag {sum(r.lag for r in self.lag)}")
@@ -190,6 +204,7 @@ def build_status(
     restarts: list[RestartRecord],
     lag: list[LagRow],
     now: float,
+    lag_basis: str = "checkpoint",
 ) -> JobStatus:
     """The status of ``app_id`` at ``now`` from what was read."""
     workers = [
@@ -230,4 +245,5 @@ def build_status(
         in_flight=in_flight,
         events=sorted(events, key=lambda e: e.time)[-RECENT_EVENTS:],
         lag=sorted(lag, key=lambda r: (r.topic, r.partition)),
+        lag_basis=lag_basis,
     )
