@@ -280,3 +280,25 @@ def test_executor_exports_checkpoint_metrics_and_keeps_the_failure_history(
     assert "checkpoint 2 failed (attempt 0)" in failed.output
     assert "reason     checkpoint 2 timed out after 3s" in failed.output
     assert "  b                    (no acknowledgement)" in failed.output
+
+
+def test_a_restarted_coordinator_exports_the_attempt_and_latest_checkpoint_at_once(
+    tmp_path: Path,
+) -> None:
+    events: list[Event] = []
+    transport = FakeTransport(events, acking("a", "b"))
+    assert run(tmp_path, transport, events, until=6) == 0  # checkpoints 1..3 complete
+    registry = CollectorRegistry()
+    again = FakeTransport([], acking("a", "b"))
+    run_coordinator(
+        job(),
+        frozenset({"a", "b"}),
+        transport=again,
+        store=FileStore(tmp_path),
+        clock=lambda: again.now,
+        should_stop=lambda: True,  # stops before its first trigger
+        metrics=Metrics(registry),
+    )
+    assert registry.get_sample_value("kstream_last_completed_checkpoint_id") == 3
+    assert registry.get_sample_value("kstream_job_attempt") == 0
+    assert registry.get_sample_value("kstream_checkpoints_completed_total") == 0

@@ -116,6 +116,14 @@ class CommandExecutor:
 
     # ---- history and metrics (informational: never decides anything) ----------------------
 
+    def recovered(self) -> None:
+        """The gauges a restarted coordinator continues from (attempt, latest checkpoint)."""
+        self.metrics.job_attempt.set(self.coordinator.attempt)
+        latest = self.coordinator.latest_completed
+        if latest is not None:
+            self.metrics.last_checkpoint_id.set(latest.checkpoint_id)
+            self.metrics.last_checkpoint_time.set(latest.complete_time)
+
     def _restarted(self, msg: Restore) -> None:
         reason = self.coordinator.failover.failure_reason
         self.metrics.job_restarts.labels(restart_cause(reason)).inc()
@@ -255,6 +263,7 @@ def run_coordinator(
             metrics=metrics,
         )
         skipped = getattr(channel, "skipped", 0)
+        executor.recovered()
         failure = executor.execute(coordinator.start(clock()))
         # 3. The loop.
         while failure is None and not should_stop():
