@@ -59,11 +59,16 @@ class ValueHandle(_Handle):
     """One value for the current key."""
 
     def get(self, default: Any = None) -> Any:
+        if self.ttl is None:  # the hot path: one table lookup
+            return self.table.get((self.scope.key,), default)
         v = self._read((self.scope.key,))
         return default if v is _MISSING else v
 
     def set(self, value: Any) -> None:
-        self._write((self.scope.key,), value)
+        if self.ttl is None:
+            self.table.put((self.scope.key,), value)
+        else:
+            self._write((self.scope.key,), value)
 
     def clear(self) -> None:
         self.table.delete((self.scope.key,))
