@@ -27,6 +27,9 @@ record's key (the same object for every call: never keep it beyond the call):
 ``out(value, timestamp=None)`` emits a record with the current key and the given
 timestamp (default: the record's, or the timer's).
 
+No record is dropped as late before a process function: it sees every record,
+and can compare ``timestamp`` with ``state.watermark`` to treat late ones itself.
+
 State and timers live in the task's keyed state, so they are part of every
 checkpoint: after a restore, state is exactly the checkpoint's and each timer fires
 exactly once in the output an exactly-once sink publishes. Keep all state in state
