@@ -5,7 +5,15 @@ from __future__ import annotations
 
 from kstream.api import Topology, Tumbling
 from kstream.plan import plan_job
-from kstream.runtime import Barrier, EndOfInput, InternalEvent, InternalRecord, SnapshotPoint
+from kstream.runtime import (
+    Barrier,
+    EndOfInput,
+    InternalEvent,
+    InternalRecord,
+    Output,
+    OutputBatch,
+    SnapshotPoint,
+)
 from kstream.state.memory import MemoryBackend
 
 TOPIC = "r.stage0.repartition"
@@ -22,6 +30,10 @@ def plan():
         .to("out")
     )
     return plan_job(t, "r", {"words": 2})
+
+
+def keys_to(outputs: list[Output], topic: str) -> list[bytes | None]:
+    return [k for o in outputs if isinstance(o, OutputBatch) and o.topic == topic for k in o.keys]
 
 
 def rec(up: str, attempt: int, off: int, ts: int) -> InternalRecord:
@@ -110,3 +122,41 @@ def test_restored_window_watermark_does_not_refire(kit):
     restored.end_input("in", 0, 0.0)
     assert kit.sink(restored.drain(), "out") == [("k", ["k", 20, 2], 29)]
     assert restored.metrics["late_dropped"] == 1
+
+
+def test_a_rewound_consumer_never_makes_a_task_process_an_offset_twice(kit):
+    """integration/test_bounded_run.py's re-count: the worker seeks a freshly assigned
+    partition to its restored position, then librdkafka's own start-offset lookup
+    resets the fetch to the earliest offset, so records below the position arrive
+    again — even inside one batch. The task skips every offset it already holds."""
+    # Source side: restored at offset 2 of "words"[0].
+    source = kit.task(plan(), "stage0-0", restore_positions={("words", 0): 2})
+    words = [(None, w.encode(), 100, off) for off, w in enumerate(["x", "y", "a", "b"])]
+    source.feed_source("words", 0, [words[2], words[0], words[1], words[2], words[3]], 0.0)
+    source.feed_source("words", 0, words, 0.0)
+    assert keys_to(source.drain(), TOPIC) == [b'"a"', b'"b"']
+    assert source.metrics["restored_skipped"] == 3 + 4
+    # Internal side: per upstream, below each one's position.
+    task = kit.task(
+        plan(), "stage1-0", restore_positions={(TOPIC, 0): {"stage0-0": 1, "stage0-1": 2}}
+    )
+    log = [rec("stage0-0", 0, 0, 100), rec("stage0-1", 0, 1, 200), rec("stage0-0", 0, 2, 300)]
+    end = [
+        InternalEvent("stage0-0", 0, 3, EndOfInput()),
+        InternalEvent("stage0-1", 0, 4, EndOfInput()),
+    ]
+    task.feed_internal(TOPIC, 0, [log[2], *log, *end], 0.0)
+    assert kit.sink(task.drain(), "out") == [("a", ["a", 0, 1], 999)]
+    assert task.metrics["restored_skipped"] == 3
+
+
+def test_a_bounded_task_ignores_input_after_its_end(kit):
+    """Records fetched past a bounded run's end offsets are the next run's input."""
+    task = kit.task(plan(), "stage0-0", bounded=True)
+    task.feed_source("words", 0, [(None, b"a", 100, 0)], 0.0)
+    task.end_input("words", 0, 0.0)
+    task.feed_source("words", 0, [(None, b"b", 100, 1)], 0.0)
+    outs = task.drain()
+    assert keys_to(outs, TOPIC) == [b'"a"']
+    (final,) = [o for o in outs if isinstance(o, SnapshotPoint)]
+    assert final.positions == {("words", 0): 1}

@@ -25,8 +25,9 @@ class Channel:
     last_active: float
     watermark: int = MIN_TS
     ended: bool = False
-    position: int | None = None  # next offset to read (per upstream for internal)
-    skip_below: int | None = None  # restored: this upstream's records below are in the state
+    # Next offset to process (per upstream for internal): anything below it is in the
+    # state already (restored, or delivered again by a rewound consumer) and skipped.
+    position: int | None = None
     blocked_on: int | None = None  # checkpoint id whose barrier this channel delivered
     barrier_timestamp: int = MIN_TS
     barrier_position: int | None = None

@@ -37,6 +37,8 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping, Sequence
+from itertools import islice
+from operator import lt
 from typing import Any, NamedTuple
 
 from kstream.api.time import WatermarkStrategy
@@ -149,6 +151,33 @@ class _Reader:
             values.append(v)
             stamps.append(t)
         return keys, values, stamps, failures
+
+
+def _unseen(
+    records: Sequence[SourceRecord], position: int | None, metrics: dict[str, int]
+) -> Sequence[SourceRecord]:
+    """``records`` without those at offsets the channel already processed.
+
+    A task never processes an offset twice, whatever its consumer delivers: a seek
+    raced by the client's own start-offset lookup of a freshly assigned partition
+    (librdkafka resets the fetch position to the group's committed offset or
+    ``auto.offset.reset`` after the seek) delivers records again from below the
+    restored position, even within one batch. The common case (increasing offsets
+    from ``position`` on) is one pass in C.
+    """
+    offsets = [r[3] for r in records]
+    if (position is None or offsets[0] >= position) and all(
+        map(lt, offsets, islice(offsets, 1, None))
+    ):
+        return records
+    kept: list[SourceRecord] = []
+    nxt = -1 if position is None else position
+    for r in records:
+        if r[3] >= nxt:
+            kept.append(r)
+            nxt = r[3] + 1
+    metrics["restored_skipped"] += len(records) - len(kept)
+    return kept
 
 
 class Task:
@@ -309,7 +338,7 @@ class Task:
                 for up in inp.upstream_tasks:
                     c = Channel(inp.topic, inp.partition, inp.kind, up, internal_idle, now)
                     if isinstance(pos, Mapping) and up in pos:
-                        c.position = c.skip_below = pos[up]
+                        c.position = pos[up]
                     self._channels[(inp.topic, inp.partition, up)] = c
             else:
                 strategy = strategies.get(inp.topic)
@@ -449,6 +478,9 @@ class Task:
         return c
 
     def _source_batch(self, c: Channel, records: Sequence[SourceRecord]) -> None:
+        if c.ended:
+            return  # bounded: past the end offsets; the next run reads them from the position
+        records = _unseen(records, c.position, self.metrics)
         if not records:
             return
         reader = self._readers[c.topic]
@@ -476,8 +508,10 @@ class Task:
             c = channels.get((topic, partition, it.upstream)) or self._channel(
                 topic, partition, it.upstream
             )
-            if c.skip_below is not None and it.offset < c.skip_below:
-                self.metrics["restored_skipped"] += 1  # already in the restored state
+            if c.position is not None and it.offset < c.position:
+                # Already in the state: below the restored position, or delivered again
+                # by a consumer that rewound (see _unseen).
+                self.metrics["restored_skipped"] += 1
                 continue
             if it.attempt < attempt:
                 self.metrics["stale_dropped"] += 1  # a failed attempt's output
