@@ -135,3 +135,16 @@ def test_a_large_firing_emits_every_window_in_order_in_bounded_batches(kit, tmp_
     assert sizes == [FIRE_BATCH, FIRE_BATCH, 7]
     task.end_input("events", 0, 0.0)
     assert kit.sink(task.drain(), "out") == [("z", ["z", 1000, 2000, 1], 1999)]
+
+
+def test_tumbling_windows_of_kafkas_largest_timestamps(kit):
+    """A window ending past 2**63 - 1 fires at the end of input and is stamped 2**63 - 1;
+    one ending near 2**62 fires on the watermark."""
+    top, big = 2**63 - 1, 2**62 + 1
+    task = kit.task(kit.window_job(Tumbling(1000)))
+    task.feed_source("events", 0, kit.records([("a", 1, big), ("a", 1, top), ("a", 1, top)]), 0.0)
+    first = big - big % 1000
+    assert kit.sink(task.drain(), "out") == [("a", ["a", first, first + 1000, 1], first + 999)]
+    task.end_input("events", 0, 0.0)
+    last = top - top % 1000
+    assert kit.sink(task.drain(), "out") == [("a", ["a", last, last + 1000, 2], top)]

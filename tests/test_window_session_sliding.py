@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import pytest
+
 from kstream.api import Session, Sliding
+from kstream.state.memory import MemoryBackend
+from kstream.state.rocksdb import RocksDBBackend
 
 
 def test_sliding_in_order_one_window_per_timestamp(kit):
@@ -86,3 +90,48 @@ def test_session_allowed_lateness_refires_merged_session(kit):
     assert kit.sink(task.drain(), "out") == [("a", ["a", 100, 600, 1], 599)]
     task.feed_source("events", 0, kit.records([("a", 1, 300)], 2), 0.0)
     assert kit.sink(task.drain(), "out") == [("a", ["a", 100, 800, 2], 799)]
+
+
+def test_touching_sessions_merge_whatever_other_keys_do(kit):
+    """Gap semantics: records at most ``gap`` apart share a session (Flink's merging of
+    ``[t, t + gap)`` windows that intersect or touch; Kafka Streams' ``<= gap``)."""
+    alone = kit.task(kit.window_job(Session(10)))
+    alone.feed_source("events", 0, kit.records([("A", 1, 0), ("A", 1, 10)]), 0.0)
+    alone.end_input("events", 0, 0.0)
+    with_b = kit.task(kit.window_job(Session(10)))
+    with_b.feed_source("events", 0, kit.records([("A", 1, 0), ("B", 1, 10), ("A", 1, 10)]), 0.0)
+    with_b.end_input("events", 0, 0.0)
+    assert kit.sink(alone.drain(), "out") == [("A", ["A", 0, 20, 2], 19)]
+    assert sorted(kit.sink(with_b.drain(), "out")) == [
+        ("A", ["A", 0, 20, 2], 19),
+        ("B", ["B", 10, 20, 1], 19),
+    ]
+
+
+def test_a_session_fires_and_expires_only_once_the_watermark_passed_its_end(kit):
+    task = kit.task(kit.window_job(Session(10)))
+    task.feed_source("events", 0, kit.records([("A", 1, 0), ("B", 1, 10)]), 0.0)
+    assert kit.sink(task.drain(), "out") == []  # watermark 10 == end of A's [0, 10)
+    task.feed_source("events", 0, kit.records([("A", 1, 10)], 2), 0.0)  # not late: joins
+    task.feed_source("events", 0, kit.records([("B", 1, 21)], 3), 0.0)  # watermark 21
+    assert kit.sink(task.drain(), "out") == [
+        ("A", ["A", 0, 20, 2], 19),
+        ("B", ["B", 10, 20, 1], 19),
+    ]
+    task.feed_source("events", 0, kit.records([("A", 1, 5)], 4), 0.0)  # [5, 15): expired
+    assert task.metrics["late_dropped"] == 1
+
+
+@pytest.mark.parametrize("rocksdb", [False, True])
+def test_timestamps_up_to_kafkas_largest_fire_and_expire(kit, tmp_path, rocksdb):
+    """Event times near 2**62 and 2**63 - 1 (Kafka's largest) are windowed exactly; a
+    result whose end lies beyond Kafka's range is stamped 2**63 - 1."""
+    big, top = 2**62 + 5, 2**63 - 1
+    backend = RocksDBBackend(tmp_path / "db") if rocksdb else MemoryBackend()
+    task = kit.task(kit.window_job(Session(10)), backend=backend)
+    task.feed_source("events", 0, kit.records([("a", 1, big), ("a", 1, big + 10)]), 0.0)
+    task.feed_source("events", 0, kit.records([("b", 1, top - 3), ("b", 1, top)], 2), 0.0)
+    assert kit.sink(task.drain(), "out") == [("a", ["a", big, big + 20, 2], big + 19)]
+    task.end_input("events", 0, 0.0)
+    assert kit.sink(task.drain(), "out") == [("b", ["b", top - 3, top + 10, 2], top)]
+    assert task.metrics["late_dropped"] == 0

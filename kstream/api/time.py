@@ -6,6 +6,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from kstream.api.windows import check_duration
+
 TimestampExtractor = Callable[[Any, int], int]
 """``extractor(value, kafka_timestamp_ms) -> event_time_ms``."""
 
@@ -23,9 +25,6 @@ class WatermarkStrategy:
     idle_timeout_s: float | None = None
 
     def __post_init__(self) -> None:
-        if self.max_out_of_orderness_ms < 0:
-            raise ValueError(
-                f"max_out_of_orderness_ms must be >= 0, got {self.max_out_of_orderness_ms}"
-            )
+        check_duration("max_out_of_orderness_ms", self.max_out_of_orderness_ms)
         if self.idle_timeout_s is not None and self.idle_timeout_s <= 0:
             raise ValueError(f"idle_timeout_s must be > 0 or None, got {self.idle_timeout_s}")

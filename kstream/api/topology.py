@@ -26,7 +26,7 @@ from typing import Any, Literal, overload
 
 from kstream.api.process import StateSpec, resolve_process
 from kstream.api.time import TimestampExtractor, WatermarkStrategy
-from kstream.api.windows import COUNT, Aggregation, Session, WindowSpec
+from kstream.api.windows import COUNT, Aggregation, Session, WindowSpec, check_duration
 from kstream.config import Guarantee
 from kstream.serde import Serde, serde_by_name
 
@@ -212,8 +212,7 @@ class Stream:
         value as it happens and nothing when it fires (see ``kstream.api.windows``).
         Only valid on a keyed stream; the planner rejects it otherwise.
         """
-        if allowed_lateness_ms < 0:
-            raise ValueError(f"allowed_lateness_ms must be >= 0, got {allowed_lateness_ms}")
+        check_duration("allowed_lateness_ms", allowed_lateness_ms)
         if emit not in ("final", "update"):
             raise ValueError(f'emit must be "final" or "update", got {emit!r}')
         if early_fire_ms is not None and (emit != "final" or early_fire_ms <= 0):
@@ -361,8 +360,7 @@ class KeyedStream(Stream):
         if within_ms is not None:
             if before_ms is not None or after_ms is not None:
                 raise ValueError("give either within_ms or before_ms/after_ms, not both")
-            if within_ms < 0:
-                raise ValueError(f"within_ms must be >= 0, got {within_ms}")
+            check_duration("within_ms", within_ms)
             before_ms = after_ms = within_ms
         if before_ms is None or after_ms is None:
             raise ValueError("join needs within_ms, or both before_ms and after_ms")
@@ -372,6 +370,7 @@ class KeyedStream(Stream):
             )
         if how not in ("inner", "left", "outer"):
             raise ValueError(f'how must be "inner", "left" or "outer", got {how!r}')
+        check_duration("allowed_lateness_ms", allowed_lateness_ms)
         node = self.topology._add(
             "join_window",
             [(self.node, self.port), (other.node, other.port)],

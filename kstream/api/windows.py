@@ -7,14 +7,24 @@
 * ``Sliding(size_ms)`` - in the Kafka Streams sense: one window per distinct record
   timestamp ``t`` of a key, covering ``(t - size_ms, t]``, i.e. ``[t - size + 1,
   t + 1)``; it holds the aggregate over the key's records in that span.
-* ``Session(gap_ms)`` - per key, records closer than ``gap_ms`` form one session
-  ``[first, last + gap)``; sessions that touch or overlap merge.
+* ``Session(gap_ms)`` - per key, records at most ``gap_ms`` apart belong to one
+  session ``[first, last + gap)`` (each record opens ``[t, t + gap)``; sessions that
+  overlap or touch merge, as in Flink; Kafka Streams' ``<= gap`` rule, which reports
+  the inclusive end ``last``). Whether two records share a session depends on their
+  timestamps only, never on the order of arrival or on other keys.
 
-A window *fires* (emits once) when the watermark reaches its end (``end <=
-watermark``); it is kept ``allowed_lateness_ms`` longer, and a record that still
-lands in a fired window makes it emit again with the updated value. A record whose
-every window is past ``end + allowed_lateness`` is *late*: dropped and counted, or
-sent to the window's ``late()`` side output.
+A watermark ``W`` says no record with a timestamp below ``W`` is still to come. A
+fixed or sliding window *fires* (emits once) when ``end <= W``; a session, which a
+record at its ``end`` still extends, when ``end < W``. A window is kept
+``allowed_lateness_ms`` longer, and a record that still lands in a fired window makes
+it emit again with the updated value. A record whose every window is past ``end +
+allowed_lateness`` is *late*: dropped and counted, or sent to the window's ``late()``
+side output.
+
+Bounds: event times are Kafka timestamps, ``0 .. 2**63 - 1`` (validated at the
+source); sizes, gaps, advances, lateness and join bounds at most ``2**63 - 1`` ms.
+Window arithmetic is exact over that whole range (Python integers); a result whose
+end lies beyond ``2**63 - 1`` carries the timestamp ``2**63 - 1``.
 
 Emission (``window(spec, emit=..., early_fire_ms=...)``):
 
@@ -42,6 +52,17 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
+MAX_DURATION_MS = 2**63 - 1
+"""The longest window size, advance, gap, lateness or join bound (Kafka's longest
+timestamp): with event times in ``0 .. 2**63 - 1`` every end computed from them stays
+exact (see ``kstream.runtime.events.MAX_TS``)."""
+
+
+def check_duration(what: str, ms: int, minimum: int = 0) -> None:
+    """ValueError unless ``ms`` is an int in ``minimum .. MAX_DURATION_MS``."""
+    if type(ms) is not int or not minimum <= ms <= MAX_DURATION_MS:
+        raise ValueError(f"{what} must be an int in {minimum}..2**63-1 ms, got {ms!r}")
+
 
 class WindowResult(NamedTuple):
     """One fired window: the key, ``[start, end)`` in ms, and the aggregate."""
@@ -60,8 +81,8 @@ class Tumbling:
     offset_ms: int = 0
 
     def __post_init__(self) -> None:
-        if self.size_ms <= 0:
-            raise ValueError(f"Tumbling window size must be > 0 ms, got {self.size_ms}")
+        check_duration("Tumbling window size", self.size_ms, 1)
+        check_duration("Tumbling window offset", self.offset_ms)
 
 
 @dataclass(frozen=True)
@@ -73,7 +94,9 @@ class Hopping:
     offset_ms: int = 0
 
     def __post_init__(self) -> None:
-        if self.size_ms <= 0 or self.advance_ms <= 0 or self.advance_ms > self.size_ms:
+        check_duration("Hopping window size", self.size_ms, 1)
+        check_duration("Hopping window offset", self.offset_ms)
+        if self.advance_ms <= 0 or self.advance_ms > self.size_ms:
             raise ValueError(
                 f"Hopping window needs 0 < advance_ms <= size_ms, got size={self.size_ms} advance={self.advance_ms}"
             )
@@ -86,8 +109,7 @@ class Sliding:
     size_ms: int
 
     def __post_init__(self) -> None:
-        if self.size_ms <= 0:
-            raise ValueError(f"Sliding window size must be > 0 ms, got {self.size_ms}")
+        check_duration("Sliding window size", self.size_ms, 1)
 
 
 @dataclass(frozen=True)
@@ -97,8 +119,7 @@ class Session:
     gap_ms: int
 
     def __post_init__(self) -> None:
-        if self.gap_ms <= 0:
-            raise ValueError(f"Session gap must be > 0 ms, got {self.gap_ms}")
+        check_duration("Session gap", self.gap_ms, 1)
 
 
 WindowSpec = Tumbling | Hopping | Sliding | Session

@@ -11,10 +11,16 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-MIN_TS = -(2**62)
-"""Event time before every record (the watermark of an input that said nothing yet)."""
-MAX_TS = 2**62
-"""Event time after every record (the watermark of an ended input)."""
+MAX_TIMESTAMP = 2**63 - 1
+"""The largest timestamp Kafka allows (event times are ``0 .. MAX_TIMESTAMP``)."""
+MIN_TS = -(2**66)
+"""Event time before every record and watermark (the watermark of an input that said
+nothing yet). Watermarks reach down to ``-max_out_of_orderness_ms``."""
+MAX_TS = 2**66
+"""Event time after every window end (the watermark of an ended input). Event times are
+at most ``2**63 - 1`` and window sizes, gaps, lateness and join bounds below ``2**63``,
+so every window end and expiry time computed from them lies below it: Python's
+integers do not overflow, and a record near ``2**63`` fires like any other."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -13,7 +13,7 @@ from itertools import islice
 from typing import Any
 
 from kstream.api.windows import Aggregation, Hopping, Session, Sliding, Tumbling, WindowResult
-from kstream.runtime.events import MAX_TS, MIN_TS
+from kstream.runtime.events import MAX_TIMESTAMP, MAX_TS, MIN_TS
 from kstream.runtime.operators import Keys, Operator, Stamps, Values
 from kstream.state.base import KeyedStateBackend, TableSpec
 
@@ -83,8 +83,14 @@ class WindowOperator(Operator):
             self.late_dropped += len(idx)
 
     def _emit_results(self, results: list[WindowResult]) -> None:
+        # A result's timestamp is its last instant, ``end - 1``, kept within Kafka's
+        # timestamp range (a window of a record near 2**63 ends beyond it).
         if results:
-            self.emit([r.key for r in results], results, [r.end - 1 for r in results])
+            self.emit(
+                [r.key for r in results],
+                results,
+                [r.end - 1 if r.end <= MAX_TIMESTAMP else MAX_TIMESTAMP for r in results],
+            )
 
     def on_processing_time(self, now_ms: int) -> None:
         if self.early_ms is None:
@@ -257,7 +263,7 @@ class SessionWindowOperator(WindowOperator):
             ]
             for s, ext in touching:
                 start, end = min(start, s), max(end, ext[0])
-            if end + allowed <= wm:
+            if end + allowed < wm:  # the merged session expired already
                 late.append(i)
                 continue
             acc = self._first(v)
@@ -272,7 +278,7 @@ class SessionWindowOperator(WindowOperator):
             timers.put((end, k, start), 0)
             if updates is not None:
                 updates.append(WindowResult(k, start, end, acc))
-            elif end <= wm:
+            elif end < wm:  # fired already: fire again with the new value
                 refire[(k, start)] = None
             elif self.early_ms is not None:
                 self.early[(end, start, k)] = None
@@ -289,17 +295,21 @@ class SessionWindowOperator(WindowOperator):
         ext = self.sessions.get((key, start))  # the session may have grown since
         return None if ext is None else WindowResult(key, start, ext[0], ext[1])
 
+    # A record at a session's end still joins it (touching sessions merge), so a
+    # session is complete once the watermark has passed its end: it fires at
+    # ``end < watermark`` and expires at ``end + allowed < watermark``.
+
     def _fire(self, old: int, new: int) -> None:
         if self.updates:
             return
         results = []
-        for (end, k, s), _ in list(self.timers.scan_range((old + 1,), (new + 1,))):
+        for (end, k, s), _ in list(self.timers.scan_range((old,), (new,))):
             ext = self.sessions.get((k, s))
             results.append(WindowResult(k, s, end, ext[1]))
         self._emit_results(results)
 
     def _expire(self, upto: int) -> None:
-        for (end, k, s), _ in list(self.timers.scan_range((MIN_TS,), (upto + 1,))):
+        for (end, k, s), _ in list(self.timers.scan_range((MIN_TS,), (upto,))):
             self.timers.delete((end, k, s))
             self.sessions.delete((k, s))
 
