@@ -33,7 +33,7 @@ def test_builder_records_nodes_and_keyedness():
         (lambda: Tumbling(0), r"size must be an int in 1\.\.2\*\*63-1"),
         (lambda: Tumbling(2**63), r"size must be an int in 1\.\.2\*\*63-1"),
         (lambda: Hopping(10, 20), "advance_ms <= size_ms"),
-        (lambda: Sliding(-1), r"size must be an int in 1\.\."),
+        (lambda: Sliding(-1), r"time difference must be an int in 0\.\."),
         (lambda: Session(0), r"gap must be an int in 1\.\."),
         (lambda: Session(1.5), r"gap must be an int in 1\.\."),  # type: ignore[arg-type]
         (lambda: WatermarkStrategy(-5), r"max_out_of_orderness_ms must be an int in 0\.\."),

@@ -68,11 +68,16 @@ def test_sliding_update_emits_every_window_containing_the_record(kit: type[Kit])
     task = kit.task(job(Sliding(1000), allowed=200))
     task.feed_source("events", 0, kit.records([("a", 1, 1000), ("a", 2, 1500)]), 0)
     task.feed_source("events", 0, kit.records([("a", 4, 1400)], 2), 0)  # wm 1500, allowed
+    # Kafka Streams' sliding windows (time difference 1000): left windows [t - 1000, t]
+    # and non-empty right windows [t + 1, t + 1001], reported with end one past.
     assert kit.sink(task.drain(), "out") == [
-        ("a", ["a", 1, 1001, 1], 1000),
-        ("a", ["a", 501, 1501, 3], 1500),
-        ("a", ["a", 401, 1401, 5], 1400),
-        ("a", ["a", 501, 1501, 7], 1500),
+        ("a", ["a", 0, 1001, 1], 1000),
+        ("a", ["a", 500, 1501, 3], 1500),
+        ("a", ["a", 1001, 2002, 2], 2001),  # right window of 1000
+        ("a", ["a", 400, 1401, 5], 1400),
+        ("a", ["a", 500, 1501, 7], 1500),
+        ("a", ["a", 1001, 2002, 6], 2001),
+        ("a", ["a", 1401, 2402, 2], 2401),  # right window of 1400
     ]
 
 
@@ -111,7 +116,7 @@ def test_early_firing_of_sessions_and_sliding_windows(kit: type[Kit], spec: Wind
     want = (
         [["a", 1000, 1150, 3]]
         if isinstance(spec, Session)
-        else [["a", 1, 1001, 1], ["a", 51, 1051, 3]]
+        else [["a", 0, 1001, 1], ["a", 50, 1051, 3], ["a", 1001, 2002, 2]]  # + right window
     )
     assert got == want
 

@@ -42,17 +42,23 @@ def test_hopping_count(kit, rows, cuts):
     )
 
 
+def kafka_streams_sliding(rows: list[tuple[str, int]], d: int) -> Counter:
+    """Kafka Streams' sliding windows by definition: per distinct timestamp t of a key
+    the left window [t - d, t] and, when non-empty, the right window [t + 1, t + 1 + d];
+    as (key, start, exclusive end, count)."""
+    out: set[tuple[str, int, int, int]] = set()
+    for k, t in set(rows):
+        for start in (t - d, t + 1):
+            n = sum(1 for k2, t2 in rows if k2 == k and start <= t2 <= start + d)
+            if n:
+                out.add((k, start, start + d + 1, n))
+    return Counter(dict.fromkeys(out, 1))
+
+
 @SETTINGS
 @given(rows=rows_st, cuts=cuts_st)
 def test_sliding_count(kit, rows, cuts):
-    size = 700
-    expected = Counter(
-        {
-            (k, t - size + 1, t + 1, sum(1 for k2, t2 in rows if k2 == k and t - size < t2 <= t)): 1
-            for k, t in set(rows)
-        }
-    )
-    assert run(kit, Sliding(size), rows, cuts) == expected
+    assert run(kit, Sliding(700), rows, cuts) == kafka_streams_sliding(rows, 700)
 
 
 @SETTINGS

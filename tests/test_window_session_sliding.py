@@ -9,44 +9,58 @@ from kstream.state.memory import MemoryBackend
 from kstream.state.rocksdb import RocksDBBackend
 
 
-def test_sliding_in_order_one_window_per_timestamp(kit):
-    task = kit.task(kit.window_job(Sliding(1000)))
-    task.feed_source("events", 0, kit.records([("a", 1, 1000), ("a", 1, 1500), ("a", 1, 2600)]), 0)
-    assert kit.sink(task.drain(), "out") == [
-        ("a", ["a", 1, 1001, 1], 1000),
-        ("a", ["a", 501, 1501, 2], 1500),
+def test_sliding_windows_of_the_kafka_streams_javadoc_example(kit):
+    """SlidingWindows' javadoc (time difference 5000 ms; A@8000, A@9200, A@12400): five
+    windows, [3000;8000] [4200;9200] [7400;12400] and right windows [8001;13001]
+    [9201;14201] — here as [start, end) with end one past."""
+    task = kit.task(kit.window_job(Sliding(5000)))
+    task.feed_source("events", 0, kit.records([("A", 1, 8000), ("A", 1, 9200), ("A", 1, 12400)]), 0)
+    assert kit.sink(task.drain(), "out") == [  # watermark 12400
+        ("A", ["A", 3000, 8001, 1], 8000),
+        ("A", ["A", 4200, 9201, 2], 9200),
     ]
     task.end_input("events", 0, 0.0)
-    assert kit.sink(task.drain(), "out") == [("a", ["a", 1601, 2601, 1], 2600)]
+    assert kit.sink(task.drain(), "out") == [
+        ("A", ["A", 7400, 12401, 3], 12400),
+        ("A", ["A", 8001, 13002, 2], 13001),
+        ("A", ["A", 9201, 14202, 1], 14201),
+    ]
 
 
-def test_sliding_out_of_order(kit):
-    task = kit.task(kit.window_job(Sliding(1000), out_of_orderness_ms=600))
+def test_sliding_out_of_order_record_fills_a_right_window(kit):
+    task = kit.task(kit.window_job(Sliding(1000), out_of_orderness_ms=5000))
     task.feed_source("events", 0, kit.records([("a", 1, 1500)]), 0.0)
     task.feed_source("events", 0, kit.records([("a", 1, 1000), ("b", 1, 1200)], 1), 0.0)
-    assert kit.sink(task.drain(), "out") == []
-    task.feed_source("events", 0, kit.records([("a", 1, 2600)], 3), 0.0)  # wm 2000
+    task.end_input("events", 0, 0.0)
     assert kit.sink(task.drain(), "out") == [
-        ("a", ["a", 1, 1001, 1], 1000),
-        ("b", ["b", 201, 1201, 1], 1200),
-        ("a", ["a", 501, 1501, 2], 1500),
+        ("a", ["a", 0, 1001, 1], 1000),
+        ("b", ["b", 200, 1201, 1], 1200),
+        ("a", ["a", 500, 1501, 2], 1500),
+        ("a", ["a", 1001, 2002, 1], 2001),  # right window of 1000 holds 1500
     ]
 
 
 def test_sliding_late_and_allowed_lateness(kit):
-    task = kit.task(kit.window_job(Sliding(1000), allowed_lateness_ms=300))
+    task = kit.task(kit.window_job(Sliding(999), allowed_lateness_ms=300))
     task.feed_source("events", 0, kit.records([("a", 1, 1000), ("b", 1, 1200)]), 0.0)
     assert kit.sink(task.drain(), "out") == [("a", ["a", 1, 1001, 1], 1000)]
-    # 900 is behind the watermark (1200) but its window ends at 901 + 300 > 1200: kept;
-    # it also lands in the fired window ending at 1001, which fires again.
+    # 900 is behind the watermark (1200): its left window [-99, 901) ends within the
+    # lateness (901 + 300 > 1200) and fires at once; the fired window ending at 1001
+    # fires again with it; its right window [901, 1901) is not due yet.
     task.feed_source("events", 0, kit.records([("a", 1, 900)], 2), 0.0)
     assert kit.sink(task.drain(), "out") == [
         ("a", ["a", -99, 901, 1], 900),
         ("a", ["a", 1, 1001, 2], 1000),
     ]
-    task.feed_source("events", 0, kit.records([("a", 1, 800)], 3), 0.0)  # 801 + 300 <= 1200
+    # Every window that could hold -200 ends by -200 + 1000 <= 1200 - 300: late.
+    task.feed_source("events", 0, kit.records([("a", 1, -200)], 3), 0.0)
     assert kit.sink(task.drain(), "out") == []
     assert task.metrics["late_dropped"] == 1
+    task.end_input("events", 0, 0.0)
+    assert kit.sink(task.drain(), "out") == [
+        ("b", ["b", 201, 1201, 1], 1200),
+        ("a", ["a", 901, 1901, 1], 1900),
+    ]
 
 
 def test_session_in_order(kit):

@@ -4,9 +4,13 @@
   to ``offset_ms`` (epoch by default).
 * ``Hopping(size_ms, advance_ms)`` - fixed windows of ``size_ms`` starting every
   ``advance_ms``; a record belongs to ``size_ms / advance_ms`` windows.
-* ``Sliding(size_ms)`` - in the Kafka Streams sense: one window per distinct record
-  timestamp ``t`` of a key, covering ``(t - size_ms, t]``, i.e. ``[t - size + 1,
-  t + 1)``; it holds the aggregate over the key's records in that span.
+* ``Sliding(time_difference_ms)`` - Kafka Streams' sliding windows: a window holds
+  records at most ``d = time_difference_ms`` apart. Per distinct record timestamp
+  ``t`` of a key there is the *left* window ``[t - d, t]`` and, if any record of the
+  key lies in it, the *right* window ``[t + 1, t + 1 + d]`` (inclusive ends, as in
+  Kafka Streams; a result's ``[start, end)`` has ``end`` one past: ``[t - d, t + 1)``).
+  Windows with equal bounds are one window. Unlike Kafka Streams, windows of records
+  before ``d`` are not clipped to start at 0.
 * ``Session(gap_ms)`` - per key, records at most ``gap_ms`` apart belong to one
   session ``[first, last + gap)`` (each record opens ``[t, t + gap)``; sessions that
   overlap or touch merge, as in Flink; Kafka Streams' ``<= gap`` rule, which reports
@@ -104,12 +108,15 @@ class Hopping:
 
 @dataclass(frozen=True)
 class Sliding:
-    """One window per distinct record timestamp ``t``: ``(t - size_ms, t]``."""
+    """Kafka Streams' ``SlidingWindows.ofTimeDifference(time_difference_ms)``: windows
+    of records at most ``time_difference_ms`` apart — per distinct record timestamp
+    ``t`` of a key, ``[t - d, t]`` and, when it holds a record, ``[t + 1, t + 1 + d]``
+    (both ends inclusive; as results ``[start, end)`` with ``end`` one past)."""
 
-    size_ms: int
+    time_difference_ms: int
 
     def __post_init__(self) -> None:
-        check_duration("Sliding window size", self.size_ms, 1)
+        check_duration("Sliding window time difference", self.time_difference_ms)
 
 
 @dataclass(frozen=True)

@@ -315,9 +315,14 @@ class SessionWindowOperator(WindowOperator):
 
 
 class SlidingWindowOperator(WindowOperator):
-    """Sliding windows: values buffered ``(key, ts) -> [values]``; one window per
-    distinct timestamp with timer ``(ts + 1, key)``; buffer entries are collected
-    through ``(ts + size, key, ts)`` once no live window can contain them."""
+    """Kafka Streams' sliding windows over ``span = time_difference + 1`` ms: for each
+    distinct timestamp ``t`` of a key its *left* window ``[t - d, t + 1)`` and, when it
+    holds a record, its *right* window ``[t + 1, t + 1 + span)``; a window is known by
+    its end, so a right window that equals a later record's left window is one window.
+
+    State: values buffered ``(key, ts) -> [values]``, one timer ``(end, key)`` per
+    window, and ``(ts + span, key, ts)`` to collect a buffer entry once no window that
+    contains it (their ends lie in ``(ts, ts + span]``) can change any more."""
 
     def __init__(
         self,
@@ -334,44 +339,61 @@ class SlidingWindowOperator(WindowOperator):
         super().__init__(
             name, node_id, backend, aggregation, allowed_lateness_ms, metrics, emit, early_fire_ms
         )
-        self.size = spec.size_ms
+        self.span = spec.time_difference_ms + 1
         self.buffer = self.table("buffer")
         self.timers = self.table("timers")
         self.gc = self.table("gc")
 
     def push(self, keys: Keys, values: Values, stamps: Stamps, port: int) -> None:
-        size, wm, allowed = self.size, self.wm, self.allowed
+        span, wm = self.span, self.wm
+        live = wm - self.allowed  # windows ending after this may still change
         buf, timers = self.buffer, self.timers
         late: list[int] = []
         refire: dict[tuple[int, Any], None] = {}
         updates: list[WindowResult] | None = [] if self.updates else None
         for i, (k, v, t) in enumerate(zip(keys, values, stamps, strict=True)):
-            if t + 1 + allowed <= wm:
+            if t + span <= live:  # every window containing t expired
                 late.append(i)
                 continue
             held = buf.get((k, t))
-            if held is None:
+            new = held is None
+            if new:
                 buf.put((k, t), [v])
-                timers.put((t + 1, k), 0)
-                self.gc.put((t + size, k, t), 0)
+                self.gc.put((t + span, k, t), 0)
             else:
                 buf.put((k, t), [*held, v])
-            if updates is not None:  # its window and every live later one containing t
-                updates.append(self._result(t + 1, k))
-                for (_, t2), _vals in buf.scan_range((k, t + 1), (k, t + size)):
-                    if t2 + 1 + allowed > wm:
-                        updates.append(self._result(t2 + 1, k))
-                continue
-            if t + 1 <= wm:
-                refire[(t + 1, k)] = None
-            elif self.early_ms is not None:
-                self.early[(t + 1, t + 1 - size, k)] = None
-            if wm > MIN_TS or self.early_ms is not None:  # later windows that now contain t
-                for (_, t2), _vals in buf.scan_range((k, t + 1), (k, t + size)):
-                    if t2 + 1 <= wm and t2 + 1 + allowed > wm:
-                        refire[(t2 + 1, k)] = None
-                    elif t2 + 1 > wm and self.early_ms is not None:
-                        self.early[(t2 + 1, t2 + 1 - size, k)] = None
+            # Windows containing t end in (t, t + span]: right windows of earlier
+            # timestamps t1 (end t1 + 1 + span) and left windows of t2 >= t (end t2 + 1).
+            # A later t2 also makes the new timestamp's own right window non-empty.
+            changed: list[int] = []
+            later = False
+            for (_, t2), _vals in buf.scan_range((k, t - span), (k, t + span + 1)):
+                if t2 < t:
+                    e = t2 + 1 + span
+                    if e > live:
+                        timers.put((e, k), 0)  # may be new: its first record
+                elif t2 == t:
+                    e = t + 1
+                    if new and e > live:
+                        timers.put((e, k), 0)
+                else:
+                    later = True
+                    if t2 == t + span:
+                        continue  # only in t's right window
+                    e = t2 + 1
+                if e > live:
+                    changed.append(e)
+            if new and later:
+                e = t + 1 + span
+                timers.put((e, k), 0)
+                changed.append(e)
+            for e in sorted(changed):
+                if updates is not None:
+                    updates.append(self._result(e, k))
+                elif e <= wm:
+                    refire[(e, k)] = None
+                elif self.early_ms is not None:
+                    self.early[(e, e - span, k)] = None
         if updates is not None:
             self._emit_results(updates)
         self._emit_results([self._result(e, k) for e, k in sorted(refire, key=lambda x: x[0])])
@@ -383,10 +405,10 @@ class SlidingWindowOperator(WindowOperator):
     def _result(self, end: int, key: Any) -> WindowResult:
         acc: Any = _MISSING
         add = self.agg.add
-        for _, vals in self.buffer.scan_range((key, end - self.size), (key, end)):
+        for _, vals in self.buffer.scan_range((key, end - self.span), (key, end)):
             for v in vals:
                 acc = self._first(v) if acc is _MISSING else add(acc, v)
-        return WindowResult(key, end - self.size, end, acc)
+        return WindowResult(key, end - self.span, end, acc)
 
     def _fire(self, old: int, new: int) -> None:
         if self.updates:
