@@ -23,9 +23,13 @@ an internal input's comes from ``Watermark``/``Barrier`` events of its upstream
 task; idle inputs are skipped (a source partition after its strategy's
 ``idle_timeout_s`` without records; an internal input after the largest source
 idle timeout of the topology without records or events); table inputs never hold
-time back; the task watermark never goes back. Records are processed with the
-watermark in force at the start of their batch. Downstream gets ``Watermark``
-events at most every ``watermark_interval_s`` and on every forwarded barrier.
+time back; the task watermark never goes back. Watermarks are per record: a source
+partition's advances record by record within a batch (a running maximum), an
+internal input's at each ``Watermark`` event among its records, and each record's
+lateness is decided against the task watermark just before it (see
+``_emit_timed``). Downstream gets a ``Watermark`` event after every call that wrote
+internal records (and before a record that was behind the watermark), every
+``watermark_interval_s`` otherwise, and on every forwarded barrier.
 
 Bounded mode: when every input ended, all windows fire, ``EndOfInput`` goes to
 every output and the final state is handed over once (``SnapshotPoint(final=True)``,
@@ -37,7 +41,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping, Sequence
-from itertools import islice
+from itertools import accumulate, islice
 from operator import lt
 from typing import Any, NamedTuple
 
@@ -72,6 +76,7 @@ from kstream.runtime.records import (
     InternalEvent,
     InternalRecord,
     Output,
+    OutputBatch,
     OutputEvent,
     Position,
     SnapshotPoint,
@@ -492,11 +497,55 @@ class Task:
         self.metrics["records_in"] += len(records)
         c.position = records[-1][3] + 1
         c.last_active = self._now
-        reader.entry.emit(keys, values, stamps)
         if stamps and c.kind is InputKind.SOURCE:
-            wm = max(stamps) - self._ooo.get(c.topic, 0)
-            if wm > c.watermark:
-                c.watermark = wm
+            self._emit_timed(c, reader.entry, keys, values, stamps)
+        else:
+            reader.entry.emit(keys, values, stamps)
+
+    def _emit_timed(
+        self, c: Channel, entry: Operator, keys: list[Any], values: list[Any], stamps: list[int]
+    ) -> None:
+        """Process a source batch with per-record watermarks.
+
+        The partition's watermark before record *i* is ``max(its watermark before the
+        batch, max(stamps[:i]) - out_of_orderness)`` (a running maximum, computed in C),
+        and the task's is the minimum of that and the other inputs'. A record at or
+        after the task watermark just before it is treated alike under any older
+        watermark (each window containing it ends after it, so none has fired), so
+        only a record *behind* it needs that exact watermark: the batch is cut there,
+        the task advances (windows fire, downstream gets a ``Watermark``) and goes on.
+        In-order input and disorder within the bound make no cut.
+        """
+        ooo = self._ooo.get(c.topic, 0)
+        running = list(accumulate(stamps, max))
+        start_wm = c.watermark
+        if running[-1] - ooo > start_wm:
+            c.watermark = running[-1] - ooo
+        # Record i >= 1 is behind its partition's running watermark when
+        # stamps[i] + ooo < running[i - 1].
+        lifted = stamps if ooo == 0 else [t + ooo for t in stamps]
+        if not any(map(lt, islice(lifted, 1, None), running)):
+            entry.emit(keys, values, stamps)
+            return
+        now = self._now
+        others = [
+            x.watermark
+            for x in self._time_channels
+            if x is not c and not x.ended and not x.idle(now)
+        ]
+        cap = min(others) if others else MAX_TS
+        lo = 0
+        for i in range(1, len(stamps)):
+            if lifted[i] >= running[i - 1]:
+                continue
+            before = min(cap, max(start_wm, running[i - 1] - ooo))
+            if stamps[i] >= before or before <= self.watermark:
+                continue  # not behind the task watermark, or the task is there already
+            entry.emit(keys[lo:i], values[lo:i], stamps[lo:i])
+            lo = i
+            self._advance(before)
+            self._emit_watermark()
+        entry.emit(keys[lo:], values[lo:], stamps[lo:])
 
     def _internal_items(
         self, topic: str, partition: int, items: Sequence[InternalRecord | InternalEvent]
@@ -546,6 +595,8 @@ class Task:
         if isinstance(event, Watermark):
             if event.timestamp > c.watermark:
                 c.watermark = event.timestamp
+                # The records after it are judged against it (per-record watermarks).
+                self._update_watermark(emit=False)
         elif isinstance(event, EndOfInput):
             c.ended = True
             self._after_end()
@@ -666,17 +717,30 @@ class Task:
         else:
             active = [c.watermark for c in live if not c.idle(now)]
             new = min(active) if active else self.watermark
+        self._advance(new)
+        # Downstream keeps up with the data: a watermark follows every call that wrote
+        # internal records, and the timer covers progress without data (idleness).
+        if (
+            emit
+            and self.watermark > self._emitted_wm
+            and (
+                now - self._last_wm_emit >= self.watermark_interval_s
+                or any(type(o) is OutputBatch and o.internal for o in self._out)
+            )
+        ):
+            self._emit_watermark()
+
+    def _advance(self, new: int) -> None:
+        """The task watermark moves up to ``new`` (never back): operators fire."""
         if new > self.watermark:
             self.watermark = new
             for op in self._stateful:
                 op.advance(new)
-        if (
-            emit
-            and self.watermark > self._emitted_wm
-            and now - self._last_wm_emit >= self.watermark_interval_s
-        ):
+
+    def _emit_watermark(self) -> None:
+        if self.watermark > self._emitted_wm:
             self._emitted_wm = self.watermark
-            self._last_wm_emit = now
+            self._last_wm_emit = self._now
             self._broadcast(Watermark(self.watermark))
 
     def _after_end(self) -> None:

@@ -161,6 +161,7 @@ class FixedWindowOperator(WindowOperator):
         acc_get, add, first = self.acc.get, self.agg.add, self._first
         local: dict[tuple[int, int, Any], Any] = {}
         late: list[int] = []
+        wm = self.wm
         updates: list[WindowResult] | None = [] if self.updates else None
         for i, (k, v, t) in enumerate(zip(keys, values, stamps, strict=True)):
             s = t - (t - off) % adv
@@ -173,23 +174,21 @@ class FixedWindowOperator(WindowOperator):
                     if a is _MISSING:
                         a = acc_get(wk, _MISSING)
                     a = local[wk] = first(v) if a is _MISSING else add(a, v)
+                    accepted = True
                     if updates is not None:
                         updates.append(WindowResult(k, s, e, a))
-                    accepted = True
+                    elif e <= wm:  # each record in a fired window fires it again, at once
+                        self._emit_results([WindowResult(k, s, e, a)])
                 s -= adv
             if not accepted:
                 late.append(i)
         put = self.acc.put
         for wk, a in local.items():
             put(wk, a)
-        wm = self.wm
         if updates is not None:
             self._emit_results(updates)
-        else:
-            refire = sorted(wk for wk in local if wk[0] <= wm)
-            self._emit_results([WindowResult(k, s, e, local[(e, s, k)]) for e, s, k in refire])
-            if self.early_ms is not None:
-                self.early.update(dict.fromkeys(wk for wk in local if wk[0] > wm))
+        elif self.early_ms is not None:
+            self.early.update(dict.fromkeys(wk for wk in local if wk[0] > wm))
         self._late(keys, values, stamps, late)
 
     def _current(self, end: int, start: int, key: Any) -> WindowResult | None:
@@ -254,7 +253,6 @@ class SessionWindowOperator(WindowOperator):
         gap, wm, allowed = self.gap, self.wm, self.allowed
         sessions, timers = self.sessions, self.timers
         late: list[int] = []
-        refire: dict[tuple[Any, int], None] = {}
         updates: list[WindowResult] | None = [] if self.updates else None
         for i, (k, v, t) in enumerate(zip(keys, values, stamps, strict=True)):
             start, end = t, t + gap
@@ -271,24 +269,18 @@ class SessionWindowOperator(WindowOperator):
                 acc = self.merge(ext[1], acc)
                 sessions.delete((k, s))
                 timers.delete((ext[0], k, s))
-                refire.pop((k, s), None)
                 if updates is not None and (s, ext[0]) != (start, end):
                     updates.append(WindowResult(k, s, ext[0], None))  # merged away
             sessions.put((k, start), [end, acc])
             timers.put((end, k, start), 0)
             if updates is not None:
                 updates.append(WindowResult(k, start, end, acc))
-            elif end < wm:  # fired already: fire again with the new value
-                refire[(k, start)] = None
+            elif end < wm:  # fired already: each record fires it again, at once
+                self._emit_results([WindowResult(k, start, end, acc)])
             elif self.early_ms is not None:
                 self.early[(end, start, k)] = None
         if updates is not None:
             self._emit_results(updates)
-        results = []
-        for k, s in refire:
-            ext = sessions.get((k, s))
-            results.append(WindowResult(k, s, ext[0], ext[1]))
-        self._emit_results(sorted(results, key=lambda r: (r.end, r.start)))
         self._late(keys, values, stamps, late)
 
     def _current(self, end: int, start: int, key: Any) -> WindowResult | None:
@@ -349,7 +341,6 @@ class SlidingWindowOperator(WindowOperator):
         live = wm - self.allowed  # windows ending after this may still change
         buf, timers = self.buffer, self.timers
         late: list[int] = []
-        refire: dict[tuple[int, Any], None] = {}
         updates: list[WindowResult] | None = [] if self.updates else None
         for i, (k, v, t) in enumerate(zip(keys, values, stamps, strict=True)):
             if t + span <= live:  # every window containing t expired
@@ -387,16 +378,18 @@ class SlidingWindowOperator(WindowOperator):
                 e = t + 1 + span
                 timers.put((e, k), 0)
                 changed.append(e)
+            refire: list[int] = []
             for e in sorted(changed):
                 if updates is not None:
                     updates.append(self._result(e, k))
                 elif e <= wm:
-                    refire[(e, k)] = None
+                    refire.append(e)
                 elif self.early_ms is not None:
                     self.early[(e, e - span, k)] = None
+            if refire:  # each record in fired windows fires them again, at once
+                self._emit_results([self._result(e, k) for e in refire])
         if updates is not None:
             self._emit_results(updates)
-        self._emit_results([self._result(e, k) for e, k in sorted(refire, key=lambda x: x[0])])
         self._late(keys, values, stamps, late)
 
     def _current(self, end: int, start: int, key: Any) -> WindowResult | None:

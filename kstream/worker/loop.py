@@ -26,6 +26,7 @@ from kstream.kafka.control import ControlClient
 from kstream.kafka.dlq import DeadLetterWriter
 from kstream.kafka.source import RawRecord, SourceConsumer
 from kstream.metrics.worker import WorkerMetrics, sink_buffers
+from kstream.runtime.lateness import late_summary
 from kstream.store.urls import open_store
 from kstream.worker.bounded import Bounded
 from kstream.worker.checkpointed import Checkpointed
@@ -250,6 +251,10 @@ class Worker:
         self.metrics.sync({r.task_id: r.task for r in running}, self.source.lag())
 
     def close(self) -> None:
+        runners = sorted(self.tasks.runners.items())
+        summary = late_summary((t, r.task.late_counts()) for t, r in runners)
+        if summary:  # visible at the default log level: late input is lost input
+            log.warning("late records since the tasks started, per operator:\n%s", summary)
         self.tasks.stop_all()
         self.producer.flush(10)
         self.dlq.close()

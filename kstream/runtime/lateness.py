@@ -1,0 +1,27 @@
+"""The log summary of late records per operator.
+
+A record is *late* at a window or windowed join when every window (or join interval)
+it could still change is past the watermark plus the allowed lateness (see
+``kstream.api.windows``); it is dropped, or sent to the window's ``late()`` side
+output. Each such operator counts them (``Operator.late_dropped`` and
+``late_side_output``); ``Task.late_counts()`` lists them by operator name — what the
+Prometheus metrics export (``kstream.metrics``) and what a worker logs with
+``late_summary`` when it stops. ``Task.metrics`` holds the task-wide totals.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+
+
+def late_summary(per_task: Iterable[tuple[str, Mapping[str, tuple[int, int]]]]) -> str | None:
+    """One line per operator with late records (``None`` when there were none), from
+    ``(task id, Task.late_counts())`` pairs, e.g. ``stage1-0 window: 12 late (10
+    dropped, 2 to the late output)``."""
+    lines = [
+        f"{task} {op}: {dropped + side} late ({dropped} dropped, {side} to the late output)"
+        for task, counts in per_task
+        for op, (dropped, side) in sorted(counts.items())
+        if dropped + side
+    ]
+    return "\n".join(lines) if lines else None
