@@ -1,0 +1,206 @@
+"""Window, session, lateness and join cases from the peers' own tests, run on kstream.
+
+Each test names the peer test whose case it mirrors (the documented semantics, not
+their code) and maps the peer's conventions onto kstream's:
+
+* Flink's watermark ``W`` means "no more records at or below ``W``"; kstream's ``W``
+  means "none below ``W``", so Flink's ``W`` is kstream's ``W + 1``. Both window
+  ends are exclusive and both fire a late element's window once per element.
+* Kafka Streams' stream time is the largest timestamp seen, its grace is kstream's
+  ``allowed_lateness_ms`` with out-of-orderness 0; final results are what Kafka
+  Streams emits with ``EmitStrategy.onWindowClose()``/``suppress(untilWindowCloses)``.
+  Session and sliding windows report inclusive ends there (kstream: see each case).
+* Quix Streams' ``grace_ms`` closes a window at ``latest timestamp - grace``: kstream's
+  ``max_out_of_orderness_ms`` with no allowed lateness.
+
+Where kstream differs on purpose, the README's "Windows compared with the peers"
+lists it and the case here asserts kstream's documented behaviour.
+"""
+
+from __future__ import annotations
+
+import itertools
+from typing import Any
+
+from kstream.api import Hopping, Session, Sliding, Topology, Tumbling, WatermarkStrategy
+from kstream.plan import plan_job
+from kstream.runtime import Task
+
+TICK = "~"  # a key whose records only move the watermark; its windows are ignored
+
+
+def results(kit: Any, task: Task) -> list[tuple[Any, ...]]:
+    return [tuple(v) for k, v, _ in kit.sink(task.drain(), "out") if k != TICK]
+
+
+_offsets = itertools.count()
+
+
+def feed(kit: Any, task: Task, rows: list[tuple[str, Any, int]]) -> None:
+    """One record per batch (the peers' tests process element by element)."""
+    for r in rows:
+        task.feed_source("events", 0, kit.records([r], next(_offsets)), 0.0)
+
+
+# ---- Flink: WindowOperatorTest ---------------------------------------------------------
+
+
+def test_flink_tumbling_event_time_windows(kit: Any) -> None:
+    """WindowOperatorTest#testTumblingEventTimeWindows: size 3 s, out-of-order elements;
+    watermark 2999 (Flink) fires [0, 3000) for both keys, the rest fires later."""
+    task = kit.task(kit.window_job(Tumbling(3000), out_of_orderness_ms=4000, agg="sum"))
+    feed(kit, task, [("key2", 1, 3999), ("key2", 1, 3000), ("key1", 1, 20), ("key1", 1, 0)])
+    feed(kit, task, [("key1", 1, 999), ("key2", 1, 1998), ("key2", 1, 1999), ("key2", 1, 1000)])
+    assert results(kit, task) == []
+    feed(kit, task, [(TICK, 0, 7000)])  # kstream watermark 3000 = Flink's 2999
+    assert sorted(results(kit, task)) == [("key1", 0, 3000, 3), ("key2", 0, 3000, 3)]
+    task.end_input("events", 0, 0.0)
+    assert results(kit, task) == [("key2", 3000, 6000, 2)]
+
+
+def test_flink_session_windows_merge_when_they_touch(kit: Any) -> None:
+    """WindowOperatorTest#testSessionWindows (gap 3 s, sum): each element opens
+    [t, t + gap) and windows that intersect merge — TimeWindow.intersects is inclusive,
+    so sessions that only touch merge too (key3)."""
+    task = kit.task(kit.window_job(Session(3000), out_of_orderness_ms=10_000, agg="sum"))
+    feed(kit, task, [("key2", 1, 0), ("key2", 2, 1000), ("key2", 3, 2500)])
+    feed(kit, task, [("key1", 1, 10), ("key1", 2, 1000)])
+    feed(kit, task, [("key3", 1, 0), ("key3", 1, 3000)])  # touching: [0, 3000) + [3000, 6000)
+    feed(kit, task, [("key2", 4, 5501)])  # 5501 > 2500 + 3000: a new session
+    task.end_input("events", 0, 0.0)
+    assert sorted(results(kit, task)) == [
+        ("key1", 10, 4000, 3),
+        ("key2", 0, 5500, 6),
+        ("key2", 5501, 8501, 4),
+        ("key3", 0, 6000, 2),
+    ]
+
+
+def test_flink_allowed_lateness_fires_per_late_element_then_drops(kit: Any) -> None:
+    """WindowOperatorTest#testLateness / #testSideOutputDueToLatenessTumbling: tumbling
+    2 s, allowed lateness 500 ms. A late element within the lateness fires its window
+    again (once per element); after the window's cleanup time (max timestamp + lateness
+    <= watermark) an element for it goes to the late side output."""
+    task = kit.task(kit.window_job(Tumbling(2000), allowed_lateness_ms=500, late_output=True))
+    feed(kit, task, [("k", 1, 500), (TICK, 0, 2000)])  # Flink watermark 1999
+    assert results(kit, task) == [("k", 0, 2000, 1)]
+    feed(kit, task, [("k", 1, 1000), ("k", 1, 1200)])
+    assert results(kit, task) == [("k", 0, 2000, 2), ("k", 0, 2000, 3)]
+    feed(kit, task, [(TICK, 0, 2500)])  # Flink watermark 2499: cleanup of [0, 2000)
+    feed(kit, task, [("k", 1, 1500)])
+    out = task.drain()
+    assert kit.sink(out, "late") == [("k", 1, 1500)] and kit.sink(out, "out") == []
+    assert task.metrics["late_side_output"] == 1
+
+
+# ---- Kafka Streams ---------------------------------------------------------------------
+
+GAP = 300_000
+
+
+def test_kafka_streams_multiple_sessions_and_merging(kit: Any) -> None:
+    """KStreamSessionWindowAggregateProcessorTest#shouldHandleMultipleSessionsAndMerging
+    (gap 5 min, count). Kafka Streams reports [first, last] (inclusive); kstream reports
+    [first, last + gap), so each end below is the peer's last + GAP."""
+    task = kit.task(kit.window_job(Session(GAP), out_of_orderness_ms=GAP))
+    feed(kit, task, [("a", 1, 0), ("b", 1, 0), ("c", 1, 0), ("d", 1, 0), ("d", 1, GAP // 2)])
+    feed(kit, task, [("a", 1, GAP + 1), ("b", 1, GAP + 1)])
+    feed(kit, task, [("a", 1, GAP + 1 + GAP // 2), ("c", 1, GAP + 1 + GAP // 2)])
+    task.end_input("events", 0, 0.0)
+    assert sorted(results(kit, task)) == [
+        ("a", 0, 0 + GAP, 1),
+        ("a", GAP + 1, GAP + 1 + GAP // 2 + GAP, 2),
+        ("b", 0, 0 + GAP, 1),
+        ("b", GAP + 1, GAP + 1 + GAP, 1),
+        ("c", 0, 0 + GAP, 1),
+        ("c", GAP + 1 + GAP // 2, GAP + 1 + GAP // 2 + GAP, 1),
+        ("d", 0, GAP // 2 + GAP, 2),
+    ]
+
+
+def test_kafka_streams_late_session_record_differs_on_purpose(kit: Any) -> None:
+    """KStreamSessionWindowAggregateProcessorTest#shouldLogAndMeterWhenSkippingLate
+    RecordWithZeroGrace: gap 10 ms, grace 0, stream time 1; Kafka Streams drops a
+    record at 0 (its session [0, 0] ends before stream time). kstream keeps it: its
+    session [0, 10) is still open at watermark 1 (Flink's rule; see the README)."""
+    task = kit.task(kit.window_job(Session(10)))
+    feed(kit, task, [("dummy", 1, 0), ("OnTime1", 1, 0), ("dummy", 1, 1), ("Late1", 1, 0)])
+    task.end_input("events", 0, 0.0)
+    assert ("Late1", 0, 10, 1) in results(kit, task)
+    assert task.metrics["late_dropped"] == 0
+
+
+def test_kafka_streams_tumbling_grace_drops_expired_windows(kit: Any) -> None:
+    """KStreamWindowAggregateTest#shouldLogAndMeterWhenSkippingExpiredWindowByGrace:
+    windows of 10 ms with grace 90 ms; a record is dropped once its window's end +
+    grace is at or below stream time (the largest timestamp seen)."""
+    task = kit.task(kit.window_job(Tumbling(10), allowed_lateness_ms=90))
+    feed(kit, task, [("k", 1, 100), ("k", 1, 0)])  # window [0, 10): 10 + 90 <= 100
+    feed(kit, task, [("k", 1, 1)])
+    feed(kit, task, [("k", 1, 13)])  # window [10, 20): 20 + 90 > 100, kept (fires at once)
+    assert results(kit, task) == [("k", 10, 20, 1)]
+    assert task.metrics["late_dropped"] == 2
+
+
+def test_kafka_streams_stream_stream_join_window_is_inclusive(kit: Any) -> None:
+    """KStreamKStreamJoinTest#testWindowing: JoinWindows of 100 ms join records at most
+    100 ms apart, on both sides, inclusive; the result carries the larger timestamp."""
+    t = Topology("j")
+    left = t.source("left", keyed=True, watermark=WatermarkStrategy(10_000))
+    right = t.source("right", keyed=True, watermark=WatermarkStrategy(10_000))
+    left.join(right, lambda a, b: f"{a}+{b}", within_ms=100).to("out")
+    task = kit.task(plan_job(t, "j", {"left": 1, "right": 1}))
+    task.feed_source("left", 0, kit.records([("0", "L", 1000)]), 0.0)
+    right_rows = [
+        ("0", "r-101", 899),
+        ("0", "r-100", 900),
+        ("0", "r+100", 1100),
+        ("0", "r+101", 1101),
+    ]
+    task.feed_source("right", 0, kit.records(right_rows), 0.0)
+    assert kit.sink(task.drain(), "out") == [("0", "L+r-100", 1000), ("0", "L+r+100", 1100)]
+
+
+def test_kafka_streams_sliding_windows_created_and_dropped_out(kit: Any) -> None:
+    """KStreamSlidingWindowAggregateTest (and the SlidingWindows javadoc): time difference
+    10; a window for each record entering (left) and each record dropping out (right,
+    when non-empty). Kafka Streams reports [start, end] inclusive; kstream's end is
+    one past. Records before the time difference are not clipped to start at 0 here
+    (see the README)."""
+    task = kit.task(kit.window_job(Sliding(10), out_of_orderness_ms=100))
+    feed(kit, task, [("A", 1, 15), ("A", 1, 20), ("A", 1, 30)])
+    task.end_input("events", 0, 0.0)
+    assert results(kit, task) == [
+        ("A", 5, 16, 1),  # [5;15]
+        ("A", 10, 21, 2),  # [10;20]
+        ("A", 16, 27, 1),  # [16;26]: 15 dropped out (right window of 15)
+        ("A", 20, 31, 2),  # [20;30]
+        ("A", 21, 32, 1),  # [21;31]: 20 dropped out
+    ]
+
+
+# ---- Quix Streams ----------------------------------------------------------------------
+
+
+def test_quix_tumbling_grace_closes_windows_and_drops_late_records(kit: Any) -> None:
+    """test_tumbling.py (final() with grace_ms): tumbling 10 ms, grace 5 ms; the window
+    closes when the latest timestamp minus grace reaches its end, and a record for a
+    closed window is dropped."""
+    task = kit.task(kit.window_job(Tumbling(10), out_of_orderness_ms=5))
+    feed(kit, task, [("k", 1, 0), ("k", 1, 9)])
+    assert results(kit, task) == []
+    feed(kit, task, [("k", 1, 15)])  # 15 - 5 = 10: [0, 10) closes
+    assert results(kit, task) == [("k", 0, 10, 2)]
+    feed(kit, task, [("k", 1, 4), ("k", 1, 11)])  # 4: late; 11: [10, 20)
+    task.end_input("events", 0, 0.0)
+    assert results(kit, task) == [("k", 10, 20, 2)]
+    assert task.metrics["late_dropped"] == 1
+
+
+def test_quix_hopping_windows_of_one_record(kit: Any) -> None:
+    """test_hopping.py: a hopping window of 10 ms stepping 5 ms puts a record at 7 into
+    [0, 10) and [5, 15)."""
+    task = kit.task(kit.window_job(Hopping(10, 5)))
+    feed(kit, task, [("k", 1, 7)])
+    task.end_input("events", 0, 0.0)
+    assert results(kit, task) == [("k", 0, 10, 1), ("k", 5, 15, 1)]
