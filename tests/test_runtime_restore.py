@@ -3,9 +3,12 @@ the same result as a run without failure (exactly-once state)."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from kstream.api import Topology, Tumbling
 from kstream.plan import plan_job
 from kstream.runtime import (
+    MIN_TS,
     Barrier,
     EndOfInput,
     InternalEvent,
@@ -13,6 +16,7 @@ from kstream.runtime import (
     Output,
     OutputBatch,
     SnapshotPoint,
+    Watermark,
 )
 from kstream.state.memory import MemoryBackend
 
@@ -160,3 +164,41 @@ def test_a_bounded_task_ignores_input_after_its_end(kit):
     assert keys_to(outs, TOPIC) == [b'"a"']
     (final,) = [o for o in outs if isinstance(o, SnapshotPoint)]
     assert final.positions == {("words", 0): 1}
+
+
+def test_a_restored_task_resumes_its_input_watermarks(kit):
+    """Input watermarks are part of the snapshot: after a restore, a record read again is
+    judged against the watermarks the failure-free run had there, not fresh ones."""
+    backend = MemoryBackend()
+    states: list[dict] = []
+    task = kit.task(
+        plan(),
+        "stage1-0",
+        backend=backend,
+        on_snapshot=lambda _p: states.append(backend.snapshot()),
+    )
+    before = [
+        InternalEvent("stage0-0", 0, 0, Watermark(2500)),
+        InternalEvent("stage0-0", 0, 1, Barrier(1, 0, MIN_TS)),
+        InternalEvent("stage0-1", 0, 2, Barrier(1, 0, MIN_TS)),
+    ]
+    after = [
+        InternalEvent("stage0-1", 0, 3, Watermark(3000)),  # the task watermark: 2500
+        rec("stage0-0", 0, 4, 500),  # its window [0, 1000) ended: late
+        InternalEvent("stage0-0", 0, 5, EndOfInput()),
+        InternalEvent("stage0-1", 0, 6, EndOfInput()),
+    ]
+    task.feed_internal(TOPIC, 0, before + after, 0.0)
+    (point,) = [o for o in task.drain() if isinstance(o, SnapshotPoint)]
+    assert task.metrics["late_dropped"] == 1
+    restored = kit.task(
+        plan(), "stage1-0", backend=MemoryBackend.restore(states[0]), attempt=1,
+        restore_positions=point.positions,
+    )  # fmt: skip
+    restored.feed_internal(TOPIC, 0, [replace_attempt(i, 1) for i in after], 0.0)
+    assert kit.sink(restored.drain(), "out") == []
+    assert restored.metrics["late_dropped"] == 1
+
+
+def replace_attempt(item: InternalEvent | InternalRecord, attempt: int) -> Any:
+    return item._replace(attempt=attempt)

@@ -16,6 +16,7 @@ from kstream.kafka.source import RawRecord, SourceConsumer, SourceError
 from kstream.plan import JobPlan, TaskSpec
 from kstream.runtime.events import Barrier, EndOfInput, StreamEvent, Watermark
 from kstream.runtime.records import InternalEvent, InternalRecord
+from kstream.runtime.watermark_alignment import PartitionTime, WatermarkAligner
 from kstream.worker.runner import RunnerContext, TaskRunner, open_runner
 from kstream.worker.settings import WorkerError
 
@@ -49,6 +50,13 @@ class WorkerTasks:
         }
         self.internal_parts = plan.internal_topic_partitions
         self._paused: set[TP] = set()
+        self.aligner = WatermarkAligner(
+            {
+                n.params["topic"]: n.params["watermark"].max_drift_ms
+                for n in plan.topology.nodes
+                if n.kind == "source" and n.params["watermark"].max_drift_ms is not None
+            }
+        )
 
     # ---- which tasks ----------------------------------------------------------------------
 
@@ -161,6 +169,7 @@ class WorkerTasks:
                 want |= r.inputs()
             else:
                 want |= set(r.task.paused_inputs())
+        want |= self._aligned_pauses()
         assigned = self.source.assignment
         want |= {tp for tp in assigned if self.task_of.get(tp) not in self.runners}
         if draining:
@@ -172,6 +181,19 @@ class WorkerTasks:
         if drop:
             self.source.resume(drop)
         self._paused = want
+
+    def _aligned_pauses(self) -> frozenset[TP]:
+        """Source partitions too far ahead of their source's slowest (watermark alignment)."""
+        if not self.aligner.max_drift_ms:
+            return frozenset()
+        marks: dict[TP, tuple[int, bool]] = {}
+        for r in self.runners.values():
+            if r.running:
+                marks.update(r.task.source_watermarks())
+        backlog = self.source.backlog(marks)
+        return self.aligner.paused(
+            {tp: PartitionTime(wm, backlog.get(tp, True), end) for tp, (wm, end) in marks.items()}
+        )
 
     # ---- decoding --------------------------------------------------------------------------
 
