@@ -266,26 +266,6 @@ class SourceConsumer:
                 out[tp] = max(0, high - pos)
         return out
 
-    def backlog(self, tps: Iterable[TP]) -> dict[TP, bool]:
-        """Whether records are left to read in each of ``tps``: the position is below the
-        end offset the last fetch reported (True while either is unknown). Local: no
-        broker request."""
-        wanted = sorted(tps)
-        if not wanted:
-            return {}
-        got = self._consumer.position([TopicPartition(t, p) for t, p in wanted])
-        out = {}
-        for x in got:
-            tp = (x.topic, x.partition)
-            try:
-                _low, high = self._consumer.get_watermark_offsets(
-                    TopicPartition(x.topic, x.partition), cached=True
-                )
-            except KafkaException:
-                high = -1
-            out[tp] = x.offset < 0 or high < 0 or x.offset < high
-        return out
-
     def commit(self, offsets: Mapping[TP, int]) -> None:
         """Commit ``offsets`` (next offset to read) to the group, synchronously.
 

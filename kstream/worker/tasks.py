@@ -23,6 +23,7 @@ from kstream.worker.settings import WorkerError
 log = logging.getLogger(__name__)
 
 TP = tuple[str, int]
+ALIGN_EVERY_S = 0.05
 
 
 def from_wire(ev: WireEvent) -> StreamEvent:
@@ -50,6 +51,8 @@ class WorkerTasks:
         }
         self.internal_parts = plan.internal_topic_partitions
         self._paused: set[TP] = set()
+        self._aligned: frozenset[TP] = frozenset()
+        self._next_align = 0.0
         self.aligner = WatermarkAligner(
             {
                 n.params["topic"]: n.params["watermark"].max_drift_ms
@@ -183,17 +186,23 @@ class WorkerTasks:
         self._paused = want
 
     def _aligned_pauses(self) -> frozenset[TP]:
-        """Source partitions too far ahead of their source's slowest (watermark alignment)."""
+        """Source partitions too far ahead of their source's slowest (watermark alignment),
+        decided at most every ALIGN_EVERY_S (it reads every partition's position)."""
         if not self.aligner.max_drift_ms:
             return frozenset()
+        now = time.monotonic()
+        if now < self._next_align:
+            return self._aligned
+        self._next_align = now + ALIGN_EVERY_S
         marks: dict[TP, tuple[int, bool]] = {}
         for r in self.runners.values():
             if r.running:
                 marks.update(r.task.source_watermarks())
-        backlog = self.source.backlog(marks)
-        return self.aligner.paused(
-            {tp: PartitionTime(wm, backlog.get(tp, True), end) for tp, (wm, end) in marks.items()}
+        lag = self.source.lag()  # unknown (nothing read yet): records may be left
+        self._aligned = self.aligner.paused(
+            {tp: PartitionTime(wm, lag.get(tp, 1) > 0, end) for tp, (wm, end) in marks.items()}
         )
+        return self._aligned
 
     # ---- decoding --------------------------------------------------------------------------
 
