@@ -95,3 +95,15 @@ def configure_logging(level: int, fmt: str = "text") -> None:
         root.removeHandler(h)
     root.addHandler(handler)
     root.setLevel(level)
+
+
+def log_at_least(level: int) -> None:
+    """Lower the root level to ``level`` unless it is already lower (``-vv`` keeps DEBUG).
+
+    The processes that run a job log at INFO by default, as Flink and Kafka Streams do:
+    their state changes, checkpoint outcomes and restore progress are what an operator
+    reads.
+    """
+    root = logging.getLogger()
+    if root.level > level or root.level == logging.NOTSET:
+        root.setLevel(level)

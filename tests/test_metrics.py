@@ -26,7 +26,7 @@ from kstream.checkpoint.messages import (
 )
 from kstream.checkpoint.recovery import recover
 from kstream.config import CheckpointingConfig, RestartStrategy
-from kstream.logs import JsonFormatter, TextFormatter, ctx
+from kstream.logs import JsonFormatter, TextFormatter, ctx, log_at_least
 from kstream.metrics import Metrics, MetricsPortError, PortSpec, serve_metrics
 from kstream.metrics.labels import (
     CHECKPOINT_REASONS,
@@ -329,3 +329,17 @@ def test_progress_lines_for_long_work_only() -> None:
     q.advance(10)
     q.finish()
     assert quick == []
+
+
+def test_job_processes_log_at_info_at_least() -> None:
+    root = logging.getLogger()
+    before = root.level
+    try:
+        root.setLevel(logging.WARNING)
+        log_at_least(logging.INFO)
+        assert root.level == logging.INFO
+        root.setLevel(logging.DEBUG)  # -vv keeps debug
+        log_at_least(logging.INFO)
+        assert root.level == logging.DEBUG
+    finally:
+        root.setLevel(before)

@@ -48,7 +48,13 @@ class _LazyGroup(click.Group):
     context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100},
 )
 @click.version_option(__version__, prog_name="kstream")
-@click.option("-v", "--verbose", count=True, help="More log output (-v info, -vv debug).")
+@click.option(
+    "-v",
+    "--verbose",
+    count=True,
+    help="More log output (-v info, -vv debug). worker, coordinator and run log at info "
+    "by default.",
+)
 @click.option(
     "--log-format",
     type=click.Choice(["text", "json"]),

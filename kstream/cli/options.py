@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import sys
 from collections.abc import Callable
 from typing import Any
@@ -18,7 +19,7 @@ from kstream.config import (
     RestartStrategy,
 )
 from kstream.job import Job, ensure_job_topics, load_topology, plan_live
-from kstream.logs import set_app
+from kstream.logs import log_at_least, set_app
 from kstream.metrics import METRICS, MetricsPortError, serve_metrics
 
 F = Callable[..., Any]
@@ -266,7 +267,9 @@ def metrics_options(f: F) -> F:
 
 
 def start_observability(app_id: str, role: str, metrics_port: str, metrics_host: str) -> None:
-    """Name the app in every log line and serve this process's metrics (exit 2 on a bad port)."""
+    """Log at INFO at least, name the app in every log line, serve this process's metrics
+    (exit 2 on a bad port)."""
+    log_at_least(logging.INFO)
     set_app(app_id)
     METRICS.info.info({"app_id": app_id, "role": role, "version": __version__})
     try:
