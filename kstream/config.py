@@ -78,6 +78,36 @@ class RestartStrategy:
 
 
 @dataclass(frozen=True)
+class StartFrom:
+    """Where a job's state comes from when it first starts (job upgrades, blue/green).
+
+    ``checkpoint``: ``ID`` (a completed checkpoint of this app) or ``APP:ID`` (of
+    another app); ``savepoint``: the store path of a savepoint (``<app>/savepoints/<name>``).
+    ``allow_non_restored_state``: restore even if the state has operators this
+    topology no longer has (their state is dropped).
+    """
+
+    checkpoint: str | None = None
+    savepoint: str | None = None
+    allow_non_restored_state: bool = False
+
+    def __post_init__(self) -> None:
+        if self.checkpoint is not None and self.savepoint is not None:
+            raise ConfigError("give --from-checkpoint or --from-savepoint, not both")
+        if self.checkpoint is not None:
+            _app, _, n = self.checkpoint.rpartition(":")
+            if not n.isdigit():
+                raise ConfigError(
+                    f"--from-checkpoint takes ID or APP:ID (a checkpoint number), got "
+                    f"{self.checkpoint!r}"
+                )
+
+    @property
+    def given(self) -> bool:
+        return self.checkpoint is not None or self.savepoint is not None
+
+
+@dataclass(frozen=True)
 class JobConfig:
     """Everything one deployed job (one app id) needs to run."""
 
@@ -89,6 +119,7 @@ class JobConfig:
     restart: RestartStrategy = field(default_factory=RestartStrategy)
     on_bad_record: OnBadRecord = OnBadRecord.DEAD_LETTER
     bounded: bool = False
+    start: StartFrom = field(default_factory=StartFrom)
     kafka: dict[str, str] = field(default_factory=dict)  # extra librdkafka settings
 
     def __post_init__(self) -> None:

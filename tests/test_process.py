@@ -150,7 +150,10 @@ def test_ttl_is_event_time_and_sweeps_expired_entries(kit: type[Kit]) -> None:
         [None, []],
     ]
     tables = backend.tables()
-    assert [len(list(tables[n].scan())) for n in ("n1.s.v", "n1.s.m", "n1.ttl")] == [0, 0, 0]
+    assert [
+        len(list(tables[n].scan()))
+        for n in ("stage0.process0.s.v", "stage0.process0.s.m", "stage0.process0.ttl")
+    ] == [0, 0, 0]
     # a rewrite renews: the old index entry is skipped
     task.feed_source(
         "in", 0, kit.records([("k", "w", 1500), ("k", "w", 2300), ("k", "r", 2600)], 4), 0

@@ -24,7 +24,7 @@ from kstream.runtime import (
 from kstream.state.memory import MemoryBackend
 
 TOPIC = "j.stage0.repartition"
-WIN = ("n2.acc", (1000, 0, "a"))
+WIN = ("stage1.window0.acc", (1000, 0, "a"))
 
 
 def two_stage(partitions: int = 2, idle_timeout_s: float | None = None):

@@ -44,7 +44,7 @@ def test_late_record_is_dropped_and_counted(kit):
     assert kit.sink(out, "out") == [("a", ["a", 0, 1000, 1], 999)]
     assert task.metrics["late_dropped"] == 1
     (op,) = task.late_counts()  # counted per operator too (the late-records metric)
-    assert op.startswith("window") and task.late_counts()[op] == (1, 0)
+    assert op == "stage0.window0" and task.late_counts()[op] == (1, 0)
     task.end_input("events", 0, 0.0)
     assert kit.sink(task.drain(), "out") == [("a", ["a", 1000, 2000, 2], 1999)]
 

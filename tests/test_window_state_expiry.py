@@ -9,8 +9,8 @@ from kstream.state.memory import MemoryBackend
 
 
 def _windows(backend: MemoryBackend) -> list[tuple[int, int, str]]:
-    """The (end, start, key) accumulators held by the window operator (node 1)."""
-    return [k for k, _ in backend.tables()["n1.acc"].scan()]
+    """The (end, start, key) accumulators held by the window operator (stage0.window0)."""
+    return [k for k, _ in backend.tables()["stage0.window0.acc"].scan()]
 
 
 def test_offset_tumbling_drops_each_window_when_it_fires(kit):

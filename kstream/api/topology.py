@@ -55,6 +55,7 @@ class Node:
     name: str
     parents: list[tuple[Node, int]] = field(default_factory=list)
     params: dict[str, Any] = field(default_factory=dict)
+    named: bool = False  # the user gave ``name=`` (a stateful operator's stable id)
 
     def __repr__(self) -> str:
         return f"Node({self.id}, {self.kind}, {self.name!r})"
@@ -71,7 +72,8 @@ class Topology:
     def _add(
         self, kind: str, parents: list[tuple[Node, int]], name: str | None = None, **params: Any
     ) -> Node:
-        node = Node(len(self.nodes), kind, name or f"{kind}{len(self.nodes)}", parents, params)
+        default = f"{kind}{len(self.nodes)}"
+        node = Node(len(self.nodes), kind, name or default, parents, params, name is not None)
         self.nodes.append(node)
         return node
 

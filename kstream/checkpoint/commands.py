@@ -47,10 +47,28 @@ class ApplyRetention:
 
 
 @dataclass(frozen=True)
+class CreateSavepoint:
+    """Make savepoint ``name`` of the completed checkpoint ``metadata`` (its metadata is
+    written: the copy of its manifests is safe from retention)."""
+
+    name: str
+    metadata: CheckpointMetadata
+
+
+@dataclass(frozen=True)
+class Finish:
+    """The job stopped on request (stop with a savepoint): the coordinator exits 0."""
+
+    reason: str
+
+
+@dataclass(frozen=True)
 class Fail:
     """Hard failure: the coordinator stops and exits non-zero with ``reason``."""
 
     reason: str
 
 
-Command = Send | WriteMetadata | CleanupCheckpoint | ApplyRetention | Fail
+Command = (
+    Send | WriteMetadata | CleanupCheckpoint | ApplyRetention | CreateSavepoint | Finish | Fail
+)

@@ -9,11 +9,15 @@ milliseconds with a fake clock.
 from __future__ import annotations
 
 import logging
+from dataclasses import replace
+from typing import Any
 
 from kstream.checkpoint.commands import (
     ApplyRetention,
     CleanupCheckpoint,
     Command,
+    CreateSavepoint,
+    Finish,
     Send,
     WriteMetadata,
 )
@@ -29,6 +33,8 @@ from kstream.checkpoint.messages import (
     JobFailed,
     Message,
     Restore,
+    SavepointRequest,
+    StopJob,
     TaskFailed,
     TaskReady,
     TriggerCheckpoint,
@@ -60,6 +66,7 @@ class CheckpointCoordinator:
         *,
         heartbeat_timeout: float = 10.0,
         recovered: RecoveredState | None = None,
+        description: dict[str, Any] | None = None,
     ) -> None:
         if not expected_tasks:
             raise ValueError("a coordinator needs at least one task that must acknowledge")
@@ -72,6 +79,12 @@ class CheckpointCoordinator:
         self.failures = CheckpointFailureManager(checkpointing.tolerable_failures)
         self.pending: dict[int, PendingCheckpoint] = {}
         self.latest_completed: CheckpointMetadata | None = rec.latest_completed
+        # What the plan's state means (kstream.plan.operators.describe): in every
+        # checkpoint's metadata, so a later plan can check it may restore it.
+        self.description = description
+        # A savepoint asked for: made of the first checkpoint with an id above ``after``.
+        self._savepoint: SavepointRequest | None = None
+        self._savepoint_after = 0
         self.ignored_messages = 0
         self._recovered = rec
         self._next_id = rec.max_checkpoint_id + 1
@@ -186,6 +199,8 @@ class CheckpointCoordinator:
                     log.info("checkpoint requested by %s: %s", msg.member, msg.reason)
                     self._requested = True
                 return []
+            case SavepointRequest():
+                return self._on_savepoint_request(msg)
             case TaskFailed():
                 if msg.attempt != self.attempt:
                     return []  # a failure of a superseded attempt is already handled
@@ -243,8 +258,35 @@ class CheckpointCoordinator:
         # A completed checkpoint subsumes older ones still in flight (not failures).
         for p in [p for n, p in self.pending.items() if n < checkpoint_id]:
             cmds += self._abort(p, f"subsumed by checkpoint {checkpoint_id}", now, counts=False)
+        sp = self._savepoint
+        if sp is not None and checkpoint_id > self._savepoint_after:
+            # The savepoint's manifests are copied before retention may delete them.
+            self._savepoint = None
+            cmds.append(CreateSavepoint(sp.name, meta))
         cmds.append(ApplyRetention(self.config.retained))
+        if sp is not None and sp.stop and self._savepoint is None:
+            cmds.append(Finish(f"stopped with savepoint {sp.name} (checkpoint {checkpoint_id})"))
         return cmds
+
+    def _on_savepoint_request(self, msg: SavepointRequest) -> list[Command]:
+        """Savepoint ``msg.name`` of the next checkpoint; with ``stop`` the workers stop
+        reading input first (``StopJob`` precedes that checkpoint's trigger on the control
+        topic, so it covers everything they read) and the coordinator finishes after it."""
+        if self.phase is not Phase.RUNNING or self._savepoint is not None:
+            busy = "another savepoint is pending" if self._savepoint else f"job {self.phase}"
+            log.warning("savepoint %s from %s refused: %s", msg.name, msg.requester, busy)
+            return []
+        self._savepoint, self._savepoint_after = msg, self._next_id - 1
+        self._requested = True
+        log.info(
+            "savepoint %s requested by %s%s",
+            msg.name,
+            msg.requester,
+            " (then stop)" if msg.stop else "",
+        )
+        if msg.stop:
+            return [Send(StopJob(self.attempt, f"stop with savepoint {msg.name}"))]
+        return []
 
     def metadata_failed(self, checkpoint_id: int, error: str, now: float) -> list[Command]:
         """Writing the metadata of ``checkpoint_id`` failed: the checkpoint failed."""
@@ -307,7 +349,7 @@ class CheckpointCoordinator:
         # Every task acknowledged: the metadata is written first; the announcement
         # follows only once the adapter confirms the write (metadata_written).
         del self.pending[p.checkpoint_id]
-        meta = p.to_metadata(now)
+        meta = replace(p.to_metadata(now), description=self.description)
         self._completing[p.checkpoint_id] = meta
         return [WriteMetadata(meta)]
 

@@ -9,9 +9,10 @@ frozen dataclasses below from plain JSON values, nothing more.
 Who writes what:
 
 * coordinator: TriggerCheckpoint, CheckpointCompleted, CheckpointAborted,
-  Restore, Resume, JobFailed;
+  Restore, Resume, JobFailed, StopJob;
 * workers: AcknowledgeCheckpoint, DeclineCheckpoint, TaskReady, Heartbeat,
-  TaskFailed, CheckpointRequest.
+  TaskFailed, CheckpointRequest;
+* ``kstream savepoint``: SavepointRequest.
 
 Receivers must be idempotent: ``CheckpointCompleted`` may repeat or arrive late
 (a later one subsumes earlier ones). During a restore a worker re-sends
@@ -152,6 +153,25 @@ class CheckpointRequest:
     reason: str
 
 
+@dataclass(frozen=True)
+class SavepointRequest:
+    """``kstream savepoint`` → coordinator: make savepoint ``name`` of the next checkpoint;
+    with ``stop``, stop every worker gracefully first so that checkpoint is the last."""
+
+    name: str
+    stop: bool
+    requester: str
+
+
+@dataclass(frozen=True)
+class StopJob:
+    """Coordinator → workers: stop gracefully (read no more input; exit once a checkpoint
+    triggered after this message completed and its output is published)."""
+
+    attempt: int
+    reason: str
+
+
 Message = (
     TriggerCheckpoint
     | AcknowledgeCheckpoint
@@ -165,6 +185,8 @@ Message = (
     | Heartbeat
     | TaskFailed
     | CheckpointRequest
+    | SavepointRequest
+    | StopJob
 )
 
 MESSAGE_TYPES: dict[str, type[Any]] = {
@@ -182,6 +204,8 @@ MESSAGE_TYPES: dict[str, type[Any]] = {
         Heartbeat,
         TaskFailed,
         CheckpointRequest,
+        SavepointRequest,
+        StopJob,
     )
 }
 
@@ -250,6 +274,9 @@ def _coerce(value: Any, hint: Any, where: str) -> Any:
     if hint is type(None):
         if value is None:
             return None
+    elif hint is bool:
+        if isinstance(value, bool):
+            return value
     elif hint is int:
         if isinstance(value, int) and not isinstance(value, bool):
             return value

@@ -18,6 +18,7 @@ from kstream.cli.options import (
 )
 from kstream.config import ConfigError
 from kstream.job import load_topology, plan_live
+from kstream.plan.operators import describe
 from kstream.process.coordinator import EXIT_USAGE, run_coordinator
 
 
@@ -67,10 +68,12 @@ def coordinator(
                 raise ConfigError("--tasks needs --app-id")
             cfg = build_job_config(opts, bootstrap=bootstrap, default_app_id=opts["app_id"])
             expected = frozenset(t.strip() for t in tasks.split(",") if t.strip())
+            description = None  # no plan: restored state is not checked
         elif topology:
             topo = load_topology(topology)
             cfg = build_job_config(opts, bootstrap=bootstrap, default_app_id=topo.name)
-            expected = plan_live(topo, cfg).plan.expected_tasks
+            plan = plan_live(topo, cfg).plan
+            expected, description = plan.expected_tasks, describe(plan)
         else:
             raise click.UsageError("give TOPOLOGY or --tasks")
     except ConfigError as e:
@@ -87,6 +90,10 @@ def coordinator(
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
     code = run_coordinator(
-        cfg, expected, heartbeat_timeout=heartbeat_timeout, should_stop=lambda: stop
+        cfg,
+        expected,
+        heartbeat_timeout=heartbeat_timeout,
+        should_stop=lambda: stop,
+        description=description,
     )
     sys.exit(code)

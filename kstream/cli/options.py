@@ -17,6 +17,7 @@ from kstream.config import (
     JobConfig,
     OnBadRecord,
     RestartStrategy,
+    StartFrom,
 )
 from kstream.job import Job, ensure_job_topics, load_topology, plan_live
 from kstream.logs import log_at_least, set_app
@@ -136,6 +137,26 @@ _OPTIONS: list[Callable[[F], F]] = [
         show_default=True,
         help="Undecodable input: send to <app>.dlq with the reason, or stop the job.",
     ),
+    click.option(
+        "--from-checkpoint",
+        default=None,
+        metavar="[APP:]ID",
+        help="Start the job from completed checkpoint ID (of app APP: blue/green) instead of "
+        "its own latest; applied once, at the job's first start with it.",
+    ),
+    click.option(
+        "--from-savepoint",
+        default=None,
+        metavar="PATH",
+        help="Start the job from the savepoint at PATH in the store (as printed by `kstream "
+        "savepoint`, e.g. APP/savepoints/NAME); applied once.",
+    ),
+    click.option(
+        "--allow-non-restored-state",
+        is_flag=True,
+        help="Restore even if the state has operators this topology no longer has (their state "
+        "is dropped).",
+    ),
 ]
 
 JOB_KEYS = (
@@ -155,6 +176,9 @@ JOB_KEYS = (
     "restart_delay",
     "restore_timeout",
     "on_bad_record",
+    "from_checkpoint",
+    "from_savepoint",
+    "allow_non_restored_state",
 )
 
 
@@ -181,6 +205,9 @@ def build_job_config(
         state_dir=opts["state_dir"],
         bounded=bounded,
         on_bad_record=OnBadRecord(opts["on_bad_record"]),
+        start=StartFrom(
+            opts["from_checkpoint"], opts["from_savepoint"], opts["allow_non_restored_state"]
+        ),
         checkpointing=CheckpointingConfig(
             enabled=opts["checkpointing"] and not bounded,
             interval=opts["interval"],

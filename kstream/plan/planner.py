@@ -30,6 +30,7 @@ from kstream.plan.model import (
     StageSpec,
     TaskSpec,
 )
+from kstream.plan.operators import operator_ids
 from kstream.serde import JsonSerde, Serde
 
 _STATEFUL = frozenset({"window", "join_table", "join_window", "process", "rolling"})
@@ -273,7 +274,7 @@ def plan_job(
                 inputs.append(InputSpec(topic, part, kind, upstream))
             tasks.append(TaskSpec(f"{name}-{part}", name, part, tuple(inputs), tuple(outs)))
 
-    return JobPlan(
+    plan = JobPlan(
         app_id=app_id,
         topology=topology,
         stages=tuple(stages),
@@ -283,3 +284,5 @@ def plan_job(
         source_partitions=tuple(sorted((t, partition_counts[t]) for t in user_topics)),
         expected_tasks=frozenset(t.task_id for t in tasks),
     )
+    operator_ids(plan)  # stable state ids must be unique (PlanError otherwise)
+    return plan

@@ -12,25 +12,28 @@ import logging
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
-from typing import Protocol
+from typing import Any, Protocol
 
 from kstream.checkpoint.commands import (
     ApplyRetention,
     CleanupCheckpoint,
     Command,
+    CreateSavepoint,
     Fail,
+    Finish,
     Send,
     WriteMetadata,
 )
 from kstream.checkpoint.coordinator import CheckpointCoordinator
 from kstream.checkpoint.messages import Message, Restore
-from kstream.checkpoint.recovery import recover
+from kstream.checkpoint.recovery import RecoveredState, recover
 from kstream.config import JobConfig
 from kstream.kafka.clients import delete_records_before, make_admin
 from kstream.kafka.control import ControlError, CoordinatorChannel, CoordinatorFenced
 from kstream.logs import ctx
 from kstream.metrics import METRICS, Metrics
 from kstream.metrics.labels import checkpoint_reason, restart_cause
+from kstream.plan.compat import IncompatibleStateError
 from kstream.state.retention import apply_retention
 from kstream.store.base import CheckpointStore, StoreError
 from kstream.store.history import (
@@ -42,12 +45,15 @@ from kstream.store.history import (
 )
 from kstream.store.metadata import (
     CheckpointMetadata,
+    MetadataError,
     completed_ids,
     latest_completed,
     list_checkpoints,
     purgeable_offsets,
     write_metadata,
 )
+from kstream.store.savepoints import create_savepoint
+from kstream.store.startfrom import check_state, import_start
 from kstream.store.urls import open_store
 
 log = logging.getLogger(__name__)
@@ -85,6 +91,7 @@ class CommandExecutor:
         self.store = store
         self.app_id = app_id
         self.clock = clock
+        self.finished: str | None = None  # why the job stopped on request (exit 0)
 
     def execute(self, cmds: list[Command]) -> str | None:
         """Run ``cmds``; returns the hard-failure reason if one was among them."""
@@ -107,6 +114,10 @@ class CommandExecutor:
                     self._cleanup(n, handles)
                 case ApplyRetention(retained=k):
                     self._apply_retention(k)
+                case CreateSavepoint(name=name, metadata=meta):
+                    self._create_savepoint(name, meta)
+                case Finish(reason=reason):
+                    self.finished = reason
                 case Fail(reason=reason):
                     failure = reason
         self._flush(outbox)
@@ -177,6 +188,14 @@ class CommandExecutor:
         self._completed(cmd.metadata)
         return self.coordinator.metadata_written(n, self.clock())
 
+    def _create_savepoint(self, name: str, meta: CheckpointMetadata) -> None:
+        try:
+            path = create_savepoint(self.store, self.app_id, name, meta)
+        except (StoreError, ValueError) as e:  # `kstream savepoint` times out and says so
+            log.error("savepoint %s of checkpoint %d failed: %s", name, meta.checkpoint_id, e)
+            return
+        log.info("savepoint %s: checkpoint %d at %s", name, meta.checkpoint_id, path)
+
     def _cleanup(self, n: int, handles: tuple[str, ...]) -> None:
         for handle in handles:
             try:
@@ -216,11 +235,17 @@ def run_coordinator(
     should_stop: Callable[[], bool] = lambda: False,
     poll_timeout: float = 0.05,
     metrics: Metrics | None = None,
+    description: dict[str, Any] | None = None,
 ) -> int:
     """Coordinate ``job``'s checkpoints until a hard failure or ``should_stop``; the exit code.
 
-    0: stopped on request (or checkpointing is disabled: nothing to coordinate);
-    1: the job failed hard, or another coordinator took over (the reason is logged).
+    0: stopped on request, or after a stop with a savepoint (or checkpointing is
+    disabled: nothing to coordinate); 1: the job failed hard, or another coordinator
+    took over (the reason is logged); 2: the state to restore does not fit the plan.
+
+    ``description`` (:func:`kstream.plan.operators.describe`) is the plan's: checkpoints
+    carry it, and the checkpoint restored at start — the job's latest, or the one
+    ``job.start`` names — must be restorable under it (:mod:`kstream.plan.compat`).
     """
     if not job.checkpointing.enabled:
         log.warning(
@@ -239,12 +264,15 @@ def run_coordinator(
         recovered = recover(
             history, completed_ids(store, job.app_id), latest_completed(store, job.app_id)
         )
+        if description is not None:
+            recovered = _start_state(store, job, history, recovered, description, clock())
         coordinator = CheckpointCoordinator(
             expected_tasks,
             job.checkpointing,
             job.restart,
             heartbeat_timeout=heartbeat_timeout,
             recovered=recovered,
+            description=description,
         )
         log.info(
             "coordinator for %r: %d tasks, next checkpoint %d, attempt %d",
@@ -266,7 +294,7 @@ def run_coordinator(
         executor.recovered()
         failure = executor.execute(coordinator.start(clock()))
         # 3. The loop.
-        while failure is None and not should_stop():
+        while failure is None and executor.finished is None and not should_stop():
             for msg in channel.poll(poll_timeout):
                 failure = failure or executor.execute(coordinator.handle(msg, clock()))
             now_skipped = getattr(channel, "skipped", 0)  # malformed control records
@@ -277,7 +305,12 @@ def run_coordinator(
         if failure is not None:
             log.error("kstream: %s", failure)
             return EXIT_FAILED
+        if executor.finished is not None:
+            log.info("coordinator of %r: %s", job.app_id, executor.finished)
         return EXIT_OK
+    except (IncompatibleStateError, MetadataError) as e:
+        log.error("kstream: %s", e)
+        return EXIT_USAGE
     except CoordinatorFenced as e:
         log.error("kstream: %s; this coordinator exits", e)
         return EXIT_FAILED
@@ -286,6 +319,39 @@ def run_coordinator(
         return EXIT_FAILED
     finally:
         channel.close()
+
+
+def _start_state(
+    store: CheckpointStore,
+    job: JobConfig,
+    history: list[Message],
+    recovered: RecoveredState,
+    description: dict[str, Any],
+    now: float,
+) -> RecoveredState:
+    """The recovered state once ``job.start``'s checkpoint or savepoint is imported (if
+    any); IncompatibleStateError if the state the job restores does not fit its plan."""
+    imported = import_start(
+        store,
+        job.app_id,
+        job.start,
+        next_id=recovered.max_checkpoint_id + 1,
+        attempt=recovered.attempt,
+        description=description,
+        now=now,
+    )
+    if imported is not None:
+        # Restored like the job's latest checkpoint, by a new attempt (restore at start).
+        return recover(history, completed_ids(store, job.app_id), imported)
+    latest = recovered.latest_completed
+    if latest is not None:
+        check_state(
+            latest,
+            f"checkpoint {latest.checkpoint_id}",
+            description,
+            job.start.allow_non_restored_state,
+        )
+    return recovered
 
 
 def _internal_purger(job: JobConfig) -> Callable[[dict[tuple[str, int], int]], None]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 
+from kstream.plan.operators import describe
 from kstream.process.coordinator import run_coordinator
 from kstream.worker.loop import Worker
 
@@ -21,7 +22,10 @@ def run_embedded(worker: Worker) -> int:
         thread = threading.Thread(
             target=lambda: codes.append(
                 run_coordinator(
-                    cfg, worker.plan.expected_tasks, should_stop=worker.stop_event.is_set
+                    cfg,
+                    worker.plan.expected_tasks,
+                    should_stop=worker.stop_event.is_set,
+                    description=describe(worker.plan),
                 )
             ),
             name="coordinator",

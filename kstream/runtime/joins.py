@@ -24,14 +24,14 @@ class TableJoinOperator(Operator):
     def __init__(
         self,
         name: str,
-        node_id: int,
+        state_id: str,
         backend: KeyedStateBackend,
         joiner: Callable[[Any, Any], Any],
         left: bool,
         metrics: dict[str, int],
     ) -> None:
         super().__init__(name)
-        self.table = backend.table(TableSpec(f"n{node_id}.table"))
+        self.table = backend.table(TableSpec(f"{state_id}.table"))
         self.joiner, self.left, self.metrics = joiner, left, metrics
 
     def push(self, keys: Keys, values: Values, stamps: Stamps, port: int) -> None:
@@ -80,7 +80,7 @@ class IntervalJoinOperator(Operator):
     def __init__(
         self,
         name: str,
-        node_id: int,
+        state_id: str,
         backend: KeyedStateBackend,
         joiner: Callable[[Any, Any], Any],
         before_ms: int,
@@ -91,7 +91,7 @@ class IntervalJoinOperator(Operator):
     ) -> None:
         super().__init__(name)
         self.children.append([])  # port 2: late right records
-        p = f"n{node_id}"
+        p = state_id
         self.buffers = [
             backend.table(TableSpec(f"{p}.left")),
             backend.table(TableSpec(f"{p}.right")),

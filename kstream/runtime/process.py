@@ -53,14 +53,14 @@ class ProcessOperator(Operator):
     def __init__(
         self,
         name: str,
-        node_id: int,
+        state_id: str,
         backend: KeyedStateBackend,
         fn: Any,
         state: Mapping[str, StateSpec],
     ) -> None:
         super().__init__(name)
         self.process_fn, self.on_timer = resolve_process(fn)
-        prefix = f"n{node_id}"
+        prefix = state_id
         self.scope = KeyScope(prefix, backend, state)
         self.scope.timers_allowed = self.on_timer is not None
         self.out = Collector(self.scope)

@@ -28,13 +28,13 @@ class RollingOperator(Operator):
     def __init__(
         self,
         name: str,
-        node_id: int,
+        state_id: str,
         backend: KeyedStateBackend,
         aggregation: Aggregation,
         emit: str,
     ) -> None:
         super().__init__(name)
-        self.acc = backend.table(TableSpec(f"n{node_id}.acc"))
+        self.acc = backend.table(TableSpec(f"{state_id}.acc"))
         self.agg = aggregation
         self.per_change = emit == "change"
         self.changed: dict[Any, tuple[Any, int]] = {}

@@ -49,6 +49,7 @@ from kstream.api.time import WatermarkStrategy
 from kstream.api.topology import Node
 from kstream.api.windows import Hopping, Session, Sliding, Tumbling
 from kstream.plan.model import InputKind, JobPlan, OutputKind, TaskSpec
+from kstream.plan.operators import operator_ids
 from kstream.runtime.channels import Channel
 from kstream.runtime.events import (
     MAX_TS,
@@ -255,6 +256,7 @@ class Task:
         stage = self.spec.stage
         nodes = plan.nodes_of(stage)
         internal_by_keyby = {t.key_by_node: t for t in plan.internal_topics}
+        self._state_ids = operator_ids(plan)
         ops: dict[int, Operator] = {}
         internal_inputs: dict[int, Operator] = {}
         for n in nodes:
@@ -293,34 +295,34 @@ class Task:
             return KeyByOp(n.name, p["fn"], t.name, t.partitions, t.key_serde, self._out)
         if n.kind == "sink":
             return SinkOp(n.name, p["topic"], p["key_serde"], p["value_serde"], self._out)
+        # Stateful operators are named by their stable id; their state lives under it.
+        sid = self._state_ids.get(n.id, n.name)
         if n.kind == "window":
             spec, agg, allowed = p["spec"], p["aggregation"], p["allowed_lateness_ms"]
             trigger = (p.get("emit", "final"), p.get("early_fire_ms"))
             if isinstance(spec, (Tumbling, Hopping)):
                 return FixedWindowOperator(
-                    n.name, n.id, self.backend, spec, agg, allowed, self.metrics, *trigger
+                    sid, sid, self.backend, spec, agg, allowed, self.metrics, *trigger
                 )
             if isinstance(spec, Session):
                 return SessionWindowOperator(
-                    n.name, n.id, self.backend, spec, agg, allowed, self.metrics, *trigger
+                    sid, sid, self.backend, spec, agg, allowed, self.metrics, *trigger
                 )
             if isinstance(spec, Sliding):
                 return SlidingWindowOperator(
-                    n.name, n.id, self.backend, spec, agg, allowed, self.metrics, *trigger
+                    sid, sid, self.backend, spec, agg, allowed, self.metrics, *trigger
                 )
             raise TypeError(f"unknown window spec {spec!r}")
         if n.kind == "rolling":
-            return RollingOperator(n.name, n.id, self.backend, p["aggregation"], p["emit"])
+            return RollingOperator(sid, sid, self.backend, p["aggregation"], p["emit"])
         if n.kind == "process":
-            return ProcessOperator(n.name, n.id, self.backend, p["fn"], p["state"])
+            return ProcessOperator(sid, sid, self.backend, p["fn"], p["state"])
         if n.kind == "join_table":
-            return TableJoinOperator(
-                n.name, n.id, self.backend, p["joiner"], p["left"], self.metrics
-            )
+            return TableJoinOperator(sid, sid, self.backend, p["joiner"], p["left"], self.metrics)
         if n.kind == "join_window":
             return IntervalJoinOperator(
-                n.name,
-                n.id,
+                sid,
+                sid,
                 self.backend,
                 p["joiner"],
                 p["before_ms"],

@@ -35,7 +35,7 @@ class WindowOperator(Operator):
     def __init__(
         self,
         name: str,
-        node_id: int,
+        state_id: str,
         backend: KeyedStateBackend,
         aggregation: Aggregation,
         allowed_lateness_ms: int,
@@ -44,7 +44,7 @@ class WindowOperator(Operator):
         early_fire_ms: int | None = None,
     ) -> None:
         super().__init__(name)
-        self.prefix = f"n{node_id}"
+        self.prefix = state_id
         self.backend = backend
         self.agg = aggregation
         self.allowed = allowed_lateness_ms
@@ -139,7 +139,7 @@ class FixedWindowOperator(WindowOperator):
     def __init__(
         self,
         name: str,
-        node_id: int,
+        state_id: str,
         backend: KeyedStateBackend,
         spec: Tumbling | Hopping,
         aggregation: Aggregation,
@@ -149,7 +149,7 @@ class FixedWindowOperator(WindowOperator):
         early_fire_ms: int | None = None,
     ) -> None:
         super().__init__(
-            name, node_id, backend, aggregation, allowed_lateness_ms, metrics, emit, early_fire_ms
+            name, state_id, backend, aggregation, allowed_lateness_ms, metrics, emit, early_fire_ms
         )
         self.size = spec.size_ms
         self.advance_ms = spec.advance_ms if isinstance(spec, Hopping) else spec.size_ms
@@ -230,7 +230,7 @@ class SessionWindowOperator(WindowOperator):
     def __init__(
         self,
         name: str,
-        node_id: int,
+        state_id: str,
         backend: KeyedStateBackend,
         spec: Session,
         aggregation: Aggregation,
@@ -240,7 +240,7 @@ class SessionWindowOperator(WindowOperator):
         early_fire_ms: int | None = None,
     ) -> None:
         super().__init__(
-            name, node_id, backend, aggregation, allowed_lateness_ms, metrics, emit, early_fire_ms
+            name, state_id, backend, aggregation, allowed_lateness_ms, metrics, emit, early_fire_ms
         )
         self.gap = spec.gap_ms
         self.sessions = self.table("sessions")
@@ -319,7 +319,7 @@ class SlidingWindowOperator(WindowOperator):
     def __init__(
         self,
         name: str,
-        node_id: int,
+        state_id: str,
         backend: KeyedStateBackend,
         spec: Sliding,
         aggregation: Aggregation,
@@ -329,7 +329,7 @@ class SlidingWindowOperator(WindowOperator):
         early_fire_ms: int | None = None,
     ) -> None:
         super().__init__(
-            name, node_id, backend, aggregation, allowed_lateness_ms, metrics, emit, early_fire_ms
+            name, state_id, backend, aggregation, allowed_lateness_ms, metrics, emit, early_fire_ms
         )
         self.span = spec.time_difference_ms + 1
         self.buffer = self.table("buffer")

@@ -7,8 +7,8 @@ finds again, never a dangling reference):
 1. metadata of older completed checkpoints;
 2. task manifests (``chk-<n>``) with ``n`` below the newest completed checkpoint
    that no retained checkpoint references — non-retained or aborted checkpoints.
-   Manifests at or above it (in flight) and savepoint manifests (other labels)
-   are kept;
+   Manifests at or above it (in flight) and savepoint manifests (other labels,
+   and ``<app>/savepoints/``) are kept;
 3. shared files no remaining manifest references and whose modification time is
    older than ``grace_seconds``.
 
@@ -42,6 +42,7 @@ from kstream.store.layout import (
     tasks_prefix,
 )
 from kstream.store.metadata import MetadataError, completed_ids, read_metadata
+from kstream.store.savepoints import savepoint_manifests
 
 log = logging.getLogger(__name__)
 
@@ -119,6 +120,7 @@ def apply_retention(
             report.deleted_manifests.append(path)
         else:
             remaining.append(path)
+    remaining += savepoint_manifests(store, app_id)  # savepoints are outside retention
 
     # 3. Shared files no remaining manifest references, once past the grace period.
     referenced: set[str] = set()

@@ -19,6 +19,16 @@
     (:mod:`kstream.store.history`): informational records written by the coordinator,
     read by ``kstream checkpoints list`` and ``kstream status``; the newest few kept.
 
+``<app>/savepoints/<name>/_metadata.json``, ``<app>/savepoints/<name>/tasks/<task_id>.json``
+    Savepoint ``name`` (:mod:`kstream.store.savepoints`): a completed checkpoint
+    kept outside retention — copies of its task manifests (their shared files stay
+    in ``<app>/shared``, which retention keeps while a savepoint names them) and its
+    metadata, written last. ``<app>/savepoints/<name>`` is the savepoint's path.
+``<app>/imports/<sha256>.json``
+    Written once when a job first starts from a given checkpoint or savepoint
+    (``--from-checkpoint``/``--from-savepoint``), so a restarted coordinator does not
+    roll the job back to it again.
+
 Nothing else builds or parses these paths.
 """
 
@@ -102,3 +112,34 @@ def history_record(path: str) -> tuple[str, int] | None:
     """``(kind, n)`` of a history record path; None for anything else."""
     m = _HISTORY.match(path.rsplit("/", 1)[-1])
     return (m.group(1), int(m.group(2))) if m else None
+
+
+def savepoints_prefix(app_id: str) -> str:
+    """Folder of every savepoint of ``app_id``."""
+    return f"{app_id}/savepoints"
+
+
+def savepoint_path(app_id: str, name: str) -> str:
+    """The path of savepoint ``name`` (what ``--from-savepoint`` takes)."""
+    return f"{savepoints_prefix(app_id)}/{name}"
+
+
+def savepoint_metadata_path(path: str) -> str:
+    """The metadata file of the savepoint at ``path``."""
+    return f"{path}/_metadata.json"
+
+
+def savepoint_manifest_path(path: str, task_id: str) -> str:
+    """Task ``task_id``'s manifest in the savepoint at ``path``."""
+    return f"{path}/tasks/{task_id}.json"
+
+
+def savepoint_of(path: str) -> str | None:
+    """The savepoint path a ``.../_metadata.json`` path belongs to; None for other files."""
+    head, _, tail = path.rpartition("/")
+    return head if tail == "_metadata.json" else None
+
+
+def import_marker_path(app_id: str, digest: str) -> str:
+    """The marker of ``app_id`` having started from the state with hash ``digest``."""
+    return f"{app_id}/imports/{digest}.json"

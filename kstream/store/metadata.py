@@ -48,6 +48,9 @@ class CheckpointMetadata:
     trigger_time: float
     complete_time: float
     tasks: dict[str, TaskSnapshot]
+    # What the plan's state means (kstream.plan.operators.describe); None: not recorded.
+    description: dict[str, Any] | None = None
+    origin: str | None = None  # the checkpoint/savepoint this one was imported from
 
     @property
     def duration_ms(self) -> float:
@@ -76,6 +79,10 @@ class CheckpointMetadata:
             "uploaded_size": self.uploaded_size,
             "tasks": {name: asdict(t) for name, t in sorted(self.tasks.items())},
         }
+        if self.description is not None:
+            body["description"] = self.description
+        if self.origin is not None:
+            body["origin"] = self.origin
         return json.dumps(body, indent=1, sort_keys=True).encode()
 
     @classmethod
@@ -89,6 +96,8 @@ class CheckpointMetadata:
                 trigger_time=float(obj["trigger_time"]),
                 complete_time=float(obj["complete_time"]),
                 tasks={str(k): TaskSnapshot(**v) for k, v in obj["tasks"].items()},
+                description=dict(obj["description"]) if obj.get("description") else None,
+                origin=str(obj["origin"]) if obj.get("origin") else None,
             )
         except (ValueError, KeyError, TypeError, AttributeError) as e:
             raise MetadataError(f"{where} is not valid checkpoint metadata: {e}") from e

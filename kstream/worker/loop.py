@@ -202,6 +202,8 @@ class Worker:
                 code = mode.stop(now)
             if code is not None:
                 return code
+            if mode.draining:  # a stop (signal or StopJob) just now: read no more user input
+                tasks.sync_pauses(draining=True)
             batch = self.source.consume_batch(self.batch_size, 0.05)
             if self._assignment_changed:
                 self._assignment_changed = False

@@ -37,6 +37,7 @@ from kstream.checkpoint.messages import (
     Message,
     Restore,
     Resume,
+    StopJob,
     TaskFailed,
     TaskReady,
     TriggerCheckpoint,
@@ -240,6 +241,9 @@ class WorkerProtocol:
                 self.last_input, self.drained = now, False
                 return []
             case StopRequested():
+                return self._stop_requested(now)
+            case StopJob() if event.attempt == self.attempt:
+                log.info("the coordinator stops the job: %s", event.reason)
                 return self._stop_requested(now)
             case TaskStopped():
                 self.tasks.discard(event.task_id)

@@ -76,7 +76,8 @@ def checkpoint_handle(
     """The manifest of ``task_id`` in completed checkpoint ``checkpoint_id`` (None: none)."""
     if checkpoint_id is None:
         return None
-    return read_metadata(store, app_id, checkpoint_id).tasks[task_id].handle
+    snap = read_metadata(store, app_id, checkpoint_id).tasks.get(task_id)
+    return snap.handle if snap is not None and snap.handle else None  # a new task starts empty
 
 
 def final_manifests(store: CheckpointStore, app_id: str, task_id: str) -> dict[int, str]:
@@ -150,7 +151,11 @@ def open_runner(ctx: RunnerContext, spec: TaskSpec, attempt: int, handle: str | 
             ctx.store, cfg.app_id, spec.task_id, handle, local, allow_fallback=not cfg.bounded
         )
         positions = decode_positions(manifest.positions)
-        if SINK_BLOB in manifest.blobs:
+        if manifest.app_id != cfg.app_id:
+            # Another app's state (blue/green): its sinks' buffered output is that app's
+            # to publish (`kstream savepoint --stop` waits for it), never this one's.
+            log.info("task %s starts from app %s's state", spec.task_id, manifest.app_id)
+        elif SINK_BLOB in manifest.blobs:
             blob = read_blob(ctx.store, manifest, SINK_BLOB)
         downloaded = rstats.bytes_downloaded
         log.info(

@@ -1,0 +1,95 @@
+"""May a checkpoint taken under one plan be restored under another? (job upgrades)
+
+The rule, per stateful operator keyed by its stable id
+(:mod:`kstream.plan.operators`), comparing the checkpoint's description with the
+restoring plan's:
+
+1. An operator of the checkpoint that the new plan does not have: its state would
+   be dropped — refused unless ``allow_non_restored_state``.
+2. An operator present in both whose kind, key serde, window spec, aggregation or
+   process state declarations changed: refused, naming the operator and what
+   changed (its state would be read as something it is not).
+3. A stage whose partition count changed (a source topic's or an internal
+   topic's): refused (state is partitioned by key; rescaling is not supported).
+4. Operators new in the plan start empty; stateless operators (map, filter,
+   flat_map, sinks) and function bodies may change freely.
+
+A checkpoint without a description (taken before descriptions existed) is
+restorable as before: its state is addressed as it was.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+__all__ = ["IncompatibleStateError", "check_restorable"]
+
+_COMPARED = ("kind", "key serde", "window", "aggregation", "state")
+
+
+class IncompatibleStateError(ValueError):
+    """A checkpoint's state cannot be restored under this plan; the message says why."""
+
+
+def incompatibilities(
+    saved: Mapping[str, Any], current: Mapping[str, Any], *, allow_non_restored_state: bool = False
+) -> list[str]:
+    """Every reason (in words) why state described by ``saved`` cannot be restored under
+    the plan described by ``current``; empty when it can (module doc)."""
+    problems: list[str] = []
+    old_ops: Mapping[str, Mapping[str, str]] = saved.get("operators") or {}
+    new_ops: Mapping[str, Mapping[str, str]] = current.get("operators") or {}
+    for sid in sorted(old_ops.keys() - new_ops.keys()):
+        if not allow_non_restored_state:
+            problems.append(
+                f"operator {sid!r} ({old_ops[sid].get('kind', '?')}) has state in the checkpoint "
+                f"but is not in this topology: its state would be dropped (keep the operator, "
+                f"give it its old name=..., or pass --allow-non-restored-state)"
+            )
+    for sid in sorted(old_ops.keys() & new_ops.keys()):
+        old, new = old_ops[sid], new_ops[sid]
+        for what in _COMPARED:
+            if old.get(what) != new.get(what):
+                problems.append(
+                    f"operator {sid!r}: its {what} changed from {old.get(what)!r} to "
+                    f"{new.get(what)!r}; its state cannot be read as the new one (give the "
+                    f"changed operator a new name=... to start it empty)"
+                )
+    old_stages: Mapping[str, int] = saved.get("stages") or {}
+    new_stages: Mapping[str, int] = current.get("stages") or {}
+    for stage in sorted(old_stages.keys() & new_stages.keys()):
+        if old_stages[stage] != new_stages[stage]:
+            problems.append(
+                f"{stage} has {new_stages[stage]} partitions but the checkpoint has "
+                f"{old_stages[stage]}: state is partitioned by key, so a changed partition "
+                f"count cannot be restored"
+            )
+    old_topics: Mapping[str, int] = saved.get("internal_topics") or {}
+    new_topics: Mapping[str, int] = current.get("internal_topics") or {}
+    for topic in sorted(old_topics.keys() & new_topics.keys()):
+        if old_topics[topic] != new_topics[topic]:
+            problems.append(
+                f"internal topic <app>.{topic} has {new_topics[topic]} partitions but "
+                f"{old_topics[topic]} in the checkpoint: changing an internal topic's partition "
+                f"count is not supported (state is partitioned by key)"
+            )
+    return problems
+
+
+def check_restorable(
+    saved: Mapping[str, Any] | None,
+    current: Mapping[str, Any],
+    *,
+    what: str = "the checkpoint",
+    allow_non_restored_state: bool = False,
+) -> None:
+    """Raise :class:`IncompatibleStateError` listing every reason ``saved`` (``what``'s
+    description, None: taken before descriptions existed) cannot be restored."""
+    if saved is None:
+        return
+    problems = incompatibilities(saved, current, allow_non_restored_state=allow_non_restored_state)
+    if problems:
+        raise IncompatibleStateError(
+            f"{what} cannot be restored under this topology: " + "; ".join(problems)
+        )
