@@ -24,6 +24,9 @@ SUBCOMMANDS = {
     "coordinator": "kstream.cli.coordinator:coordinator",
     "checkpoints": "kstream.cli.checkpoints:checkpoints",
     "status": "kstream.cli.status:status",
+    "savepoint": "kstream.cli.savepoints:savepoint",
+    "savepoints": "kstream.cli.savepoints:savepoints",
+    "state": "kstream.cli.state:state",
 }
 
 
