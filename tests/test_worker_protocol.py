@@ -10,6 +10,7 @@ from kstream.checkpoint.messages import (
     JobFailed,
     Restore,
     Resume,
+    StopJob,
     TaskFailed,
     TaskReady,
     TriggerCheckpoint,
@@ -217,3 +218,16 @@ def test_a_late_worker_learns_the_attempt_from_the_history() -> None:
     assert p.handle(Assigned("m1", 7, ("stage0-0",), True), 1.0)[1] == Send(
         TaskFailed("stage0-0", "m1", 2, REASSIGNED)
     )
+
+
+def test_stop_job_then_a_trigger_in_the_same_poll_is_the_final_checkpoint() -> None:
+    """`kstream savepoint --stop`: the coordinator's StopJob precedes the savepoint's
+    trigger; both may arrive in one poll (same ``now``), before any input is read."""
+    p = running(protocol(), now=0.0)
+    assert p.handle(StopJob(0, "stop with savepoint x"), 5.0) == []  # another attempt
+    assert not p.stopping
+    assert p.handle(StopJob(1, "stop with savepoint x"), 5.0) == []
+    assert p.stopping
+    assert p.handle(TriggerCheckpoint(7, 1, 0), 5.0) == [TriggerTasks(7, 1)]
+    assert p.handle(CheckpointCompleted(7, 1), 6.0) == [CommitSinks(7)]
+    assert p.tick(6.1) == [Exit(0, "stopping: the final checkpoint completed")]

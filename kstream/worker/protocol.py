@@ -289,7 +289,10 @@ class WorkerProtocol:
         self.stopping_since = now
         if self.restoring or not self.running:
             return [Exit(0, "stopping: nothing runs here, so nothing is left to commit")]
-        self.last_input, self.drained = now, False
+        # Input is read only after the control messages of a loop iteration, so a
+        # trigger handled at this same ``now`` (e.g. right after a StopJob) covers
+        # everything read: it counts as the final checkpoint.
+        self.last_input, self.drained = now - 1e-6, False
         log.info("stopping: waiting for a final checkpoint of everything read")
         return []
 
