@@ -9,14 +9,13 @@ import pytest
 from integration.edge_tools import read_all
 from kstream.kafka.clients import AdminClient, TopicSpec, ensure_topics, make_producer
 from kstream.kafka.internal import (
-    EventKind,
-    InternalEvent,
     RecordOrigin,
     data_headers,
     decode_event,
     produce_event,
     read_origin,
 )
+from kstream.runtime.events import Barrier, EndOfInput, Watermark
 
 pytestmark = pytest.mark.integration
 
@@ -30,11 +29,9 @@ def test_events_reach_every_partition_after_the_data(
     headers = data_headers("stage0-1", 4)
     for p in range(3):
         producer.produce(topic, value=f"d{p}".encode(), key=b"k", partition=p, headers=headers)
-    barrier = InternalEvent(EventKind.BARRIER, "stage0-1", 4, checkpoint_id=11, timestamp=1_234)
-    watermark = InternalEvent(EventKind.WATERMARK, "stage0-1", 4, timestamp=1_500)
-    end = InternalEvent(EventKind.END_OF_INPUT, "stage0-1", 4)
+    barrier, watermark, end = Barrier(11, 4, 1_234), Watermark(1_500), EndOfInput()
     for ev in (barrier, watermark, end):
-        produce_event(producer, topic, 3, ev)
+        produce_event(producer, topic, 3, "stage0-1", 4, ev)
     assert producer.flush(20.0) == 0
 
     got = read_all(kafka_bootstrap, topic)

@@ -8,16 +8,18 @@ import pytest
 
 from kstream.kafka.internal import (
     EventKind,
-    InternalEvent,
     InternalRecordError,
     RecordOrigin,
     data_headers,
     decode_event,
+    decode_records,
     encode_event,
     is_stale,
     produce_event,
     read_origin,
 )
+from kstream.runtime.events import Barrier, EndOfInput, StreamEvent, Watermark
+from kstream.runtime.records import InternalEvent, InternalRecord
 
 
 def test_data_headers_name_task_and_attempt() -> None:
@@ -32,32 +34,47 @@ def test_user_headers_are_ignored_by_origin() -> None:
 
 
 @pytest.mark.parametrize(
-    ("event", "value"),
+    ("attempt", "event", "kind", "value"),
     [
         (
-            InternalEvent(
-                EventKind.BARRIER, "s-1", 2, checkpoint_id=9, timestamp=1_700_000_000_000
-            ),
+            2,
+            Barrier(9, 2, 1_700_000_000_000),
+            EventKind.BARRIER,
             b'{"v":1,"attempt":2,"checkpoint_id":9,"timestamp":1700000000000}',
         ),
-        (
-            InternalEvent(EventKind.WATERMARK, "s-1", 2, timestamp=5),
-            b'{"v":1,"attempt":2,"timestamp":5}',
-        ),
-        (InternalEvent(EventKind.END_OF_INPUT, "s-1", 0), b'{"v":1,"attempt":0}'),
+        (2, Watermark(5), EventKind.WATERMARK, b'{"v":1,"attempt":2,"timestamp":5}'),
+        (0, EndOfInput(), EventKind.END_OF_INPUT, b'{"v":1,"attempt":0}'),
     ],
 )
-def test_events_encode_and_decode_exactly(event: InternalEvent, value: bytes) -> None:
-    headers, encoded = encode_event(event)
+def test_events_encode_and_decode_exactly(
+    attempt: int, event: StreamEvent, kind: EventKind, value: bytes
+) -> None:
+    headers, encoded = encode_event("s-1", attempt, event)
     assert encoded == value
     assert headers == [
         ("ks.task", b"s-1"),
-        ("ks.attempt", str(event.attempt).encode()),
-        ("ks.event", event.kind.value.encode()),
+        ("ks.attempt", str(attempt).encode()),
+        ("ks.event", kind.value.encode()),
     ]
     origin = read_origin(headers)
-    assert origin.event is event.kind
+    assert origin.event is kind
     assert decode_event(origin, encoded) == event
+
+
+def test_records_decode_into_the_runtimes_items_and_malformed_ones_are_named() -> None:
+    headers, value = encode_event("s-1", 2, Barrier(9, 2, 7))
+    records: list[tuple[bytes | None, bytes | None, int | None, int, Any]] = [
+        (b"k", b"v", 5, 10, data_headers("s-0", 2)),
+        (None, value, 6, 11, headers),
+        (b"k", b"v", 7, 12, [("ks.task", b"s-0")]),
+    ]
+    items, bad = decode_records(records)
+    assert items == [
+        InternalRecord("s-0", 2, 10, b"k", b"v", 5),
+        InternalEvent("s-1", 2, 11, Barrier(9, 2, 7)),
+    ]
+    assert bad == [(2, "malformed internal record: internal record lacks ks.task/ks.attempt "
+                       "headers (has ['ks.task']): not written by a kstream task")]  # fmt: skip
 
 
 def test_only_barriers_require_pipelined_execution() -> None:
@@ -65,12 +82,17 @@ def test_only_barriers_require_pipelined_execution() -> None:
 
 
 def test_event_fields_must_match_the_kind() -> None:
+    def origin(kind: EventKind) -> RecordOrigin:
+        return RecordOrigin("s-1", 0, kind)
+
     with pytest.raises(InternalRecordError, match="barrier event needs a checkpoint_id"):
-        InternalEvent(EventKind.BARRIER, "s-1", 0, timestamp=1)
+        decode_event(origin(EventKind.BARRIER), b'{"v":1,"attempt":0,"timestamp":1}')
     with pytest.raises(InternalRecordError, match="watermark event must not have a checkpoint_id"):
-        InternalEvent(EventKind.WATERMARK, "s-1", 0, checkpoint_id=1, timestamp=1)
+        decode_event(
+            origin(EventKind.WATERMARK), b'{"v":1,"attempt":0,"checkpoint_id":1,"timestamp":1}'
+        )
     with pytest.raises(InternalRecordError, match="end_of_input event must not have a timestamp"):
-        InternalEvent(EventKind.END_OF_INPUT, "s-1", 0, timestamp=1)
+        decode_event(origin(EventKind.END_OF_INPUT), b'{"v":1,"attempt":0,"timestamp":1}')
     with pytest.raises(InternalRecordError, match="attempt must be >= 0"):
         data_headers("s-1", -1)
 
@@ -140,10 +162,10 @@ class FakeProducer:
 
 def test_produce_event_writes_every_partition() -> None:
     p = FakeProducer()
-    ev = InternalEvent(EventKind.WATERMARK, "s-2", 1, timestamp=42)
-    produce_event(p, "app.s.repartition", 3, ev)
-    headers, value = encode_event(ev)
+    ev = Watermark(42)
+    produce_event(p, "app.s.repartition", 3, "s-2", 1, ev)
+    headers, value = encode_event("s-2", 1, ev)
     assert p.sent == [("app.s.repartition", i, None, value, headers) for i in range(3)]
     assert p.polls == 1
     with pytest.raises(ValueError, match="at least one partition"):
-        produce_event(p, "t", 0, ev)
+        produce_event(p, "t", 0, "s-2", 1, ev)

@@ -12,6 +12,7 @@ import os
 import random
 import sys
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 
 from integration.e2e.crash import EXACTLY_ONCE_PLAN, run_job
@@ -24,27 +25,44 @@ MUTANTS = {
 }
 
 
-def main() -> int:
-    bootstrap = os.environ.get("KSTREAM_TEST_BOOTSTRAP", "127.0.0.1:19092")
-    seed = int(sys.argv[1]) if len(sys.argv) > 1 else 440776
-    unnoticed = []
+@dataclass(frozen=True)
+class Verdict:
+    """What the crash test saw of one broken sink."""
+
+    mutant: str
+    symptom: str
+    comparison: str
+    caught: bool
+
+
+def check(bootstrap: str, seed: int, workdir: Path) -> list[Verdict]:
+    """Run the exactly-once word-count crash test once per broken sink."""
+    verdicts = []
     for name, symptom in MUTANTS.items():
         scenario = wordcount(random.Random(seed))
         preamble = f"from integration.e2e.mutants import {name}; {name}()"
+        (workdir / name).mkdir(parents=True, exist_ok=True)
         result = run_job(
             bootstrap,
             scenario,
-            Path(tempfile.mkdtemp(prefix=f"kstream-teeth-{name}-")),
+            workdir / name,
             seed=seed,
             settings=JobSettings(preamble=preamble),
             plan=EXACTLY_ONCE_PLAN,
         )
         cmp = Comparison.of(scenario.expected, scenario.actual([r.value for r in result.sink]))
         caught = sum(getattr(cmp, symptom).values()) > 0
-        print(f"[teeth] {name}: {cmp.describe()} -> {'caught' if caught else 'UNNOTICED'}")
-        if not caught:
-            unnoticed.append(name)
-    return 1 if unnoticed else 0
+        verdicts.append(Verdict(name, symptom, cmp.describe(), caught))
+    return verdicts
+
+
+def main() -> int:
+    bootstrap = os.environ.get("KSTREAM_TEST_BOOTSTRAP", "127.0.0.1:19092")
+    seed = int(sys.argv[1]) if len(sys.argv) > 1 else 440776
+    verdicts = check(bootstrap, seed, Path(tempfile.mkdtemp(prefix="kstream-teeth-")))
+    for v in verdicts:
+        print(f"[teeth] {v.mutant}: {v.comparison} -> {'caught' if v.caught else 'UNNOTICED'}")
+    return 1 if any(not v.caught for v in verdicts) else 0
 
 
 if __name__ == "__main__":

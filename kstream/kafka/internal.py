@@ -13,12 +13,11 @@ extra ``ks.event`` header naming the kind, a null key and a small JSON value::
 An event is written to EVERY partition of the internal topic
 (:func:`produce_event`), so each downstream task sees it on each of its inputs.
 
-Decoding is validated: a malformed header or value raises
-:class:`InternalRecordError` with the reason, which the worker can log or send to
-the dead-letter topic. Nothing read here is ever executed or unpickled.
-
-The dataclasses are neutral on purpose; ``kstream.runtime`` maps them onto its
-own event classes.
+The events are the runtime's own (:mod:`kstream.runtime.events`): this module encodes
+them and decodes records into the runtime's ``InternalRecord``/``InternalEvent``
+(:func:`decode_records`). Decoding is validated: a malformed header or value raises
+:class:`InternalRecordError` with the reason, and :func:`decode_records` hands such a
+record back for the dead-letter topic. Nothing read here is ever executed or unpickled.
 """
 
 from __future__ import annotations
@@ -29,17 +28,20 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
+from kstream.runtime.events import Barrier, EndOfInput, StreamEvent, Watermark
+from kstream.runtime.records import InternalEvent, InternalRecord
+
 __all__ = [
     "HEADER_ATTEMPT",
     "HEADER_EVENT",
     "HEADER_TASK",
     "EventKind",
     "Headers",
-    "InternalEvent",
     "InternalRecordError",
     "RecordOrigin",
     "data_headers",
     "decode_event",
+    "decode_records",
     "encode_event",
     "is_stale",
     "produce_event",
@@ -71,37 +73,23 @@ class EventKind(StrEnum):
     @property
     def requires_pipelined(self) -> bool:
         """Whether meeting this event in a bounded (batch) run is a misconfiguration."""
-        return self is EventKind.BARRIER
+        return _EVENT_CLASS[self].requires_pipelined
+
+    @classmethod
+    def of(cls, event: StreamEvent) -> EventKind:
+        """The kind of a runtime stream event."""
+        if isinstance(event, Barrier):
+            return cls.BARRIER
+        if isinstance(event, Watermark):
+            return cls.WATERMARK
+        return cls.END_OF_INPUT
 
 
-@dataclass(frozen=True, slots=True)
-class InternalEvent:
-    """A stream event as written by task ``task`` in its attempt ``attempt``.
-
-    ``checkpoint_id`` is set for barriers only; ``timestamp`` (epoch ms) for
-    barriers (the watermark it carries) and watermarks.
-    """
-
-    kind: EventKind
-    task: str
-    attempt: int
-    checkpoint_id: int | None = None
-    timestamp: int | None = None
-
-    def __post_init__(self) -> None:
-        _check_id(self.task)
-        if self.attempt < 0:
-            raise InternalRecordError(f"attempt must be >= 0, got {self.attempt}")
-        needs_cp = self.kind is EventKind.BARRIER
-        if needs_cp != (self.checkpoint_id is not None):
-            raise InternalRecordError(
-                f"{self.kind} event {'needs' if needs_cp else 'must not have'} a checkpoint_id"
-            )
-        needs_ts = self.kind in (EventKind.BARRIER, EventKind.WATERMARK)
-        if needs_ts != (self.timestamp is not None):
-            raise InternalRecordError(
-                f"{self.kind} event {'needs' if needs_ts else 'must not have'} a timestamp"
-            )
+_EVENT_CLASS: dict[EventKind, type[StreamEvent]] = {
+    EventKind.BARRIER: Barrier,
+    EventKind.WATERMARK: Watermark,
+    EventKind.END_OF_INPUT: EndOfInput,
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -129,13 +117,17 @@ def data_headers(task: str, attempt: int) -> list[tuple[str, bytes]]:
     return [(HEADER_TASK, task.encode()), (HEADER_ATTEMPT, str(attempt).encode())]
 
 
-def encode_event(event: InternalEvent) -> tuple[list[tuple[str, bytes]], bytes]:
-    """Headers and value of the record that carries ``event`` (key is null)."""
-    headers = [*data_headers(event.task, event.attempt), (HEADER_EVENT, event.kind.value.encode())]
-    body: dict[str, Any] = {"v": FORMAT_VERSION, "attempt": event.attempt}
-    if event.checkpoint_id is not None:
+def encode_event(
+    task: str, attempt: int, event: StreamEvent
+) -> tuple[list[tuple[str, bytes]], bytes]:
+    """Headers and value of the record that carries ``event``, written by ``task`` in
+    ``attempt`` (key is null). A barrier is of the writer's attempt."""
+    kind = EventKind.of(event)
+    headers = [*data_headers(task, attempt), (HEADER_EVENT, kind.value.encode())]
+    body: dict[str, Any] = {"v": FORMAT_VERSION, "attempt": attempt}
+    if isinstance(event, Barrier):
         body["checkpoint_id"] = event.checkpoint_id
-    if event.timestamp is not None:
+    if isinstance(event, Barrier | Watermark):
         body["timestamp"] = event.timestamp
     return headers, json.dumps(body, separators=(",", ":")).encode()
 
@@ -191,7 +183,7 @@ def read_origin(headers: Headers | None) -> RecordOrigin:
     return RecordOrigin(task, attempt, event)
 
 
-def decode_event(origin: RecordOrigin, value: bytes | None) -> InternalEvent:
+def decode_event(origin: RecordOrigin, value: bytes | None) -> StreamEvent:
     """The event carried by a record whose headers gave ``origin`` (with ``event`` set).
 
     Raises InternalRecordError on a malformed value or one that disagrees with the
@@ -224,13 +216,46 @@ def decode_event(origin: RecordOrigin, value: bytes | None) -> InternalEvent:
                 f"event {name} must be an integer (checkpoint ids >= 0), got {v!r}"
             )
         fields[name] = v
-    return InternalEvent(
-        origin.event,
-        origin.task,
-        origin.attempt,
-        checkpoint_id=fields["checkpoint_id"],
-        timestamp=fields["timestamp"],
-    )
+    kind, checkpoint_id, timestamp = origin.event, fields["checkpoint_id"], fields["timestamp"]
+    needs_cp = kind is EventKind.BARRIER
+    if needs_cp != (checkpoint_id is not None):
+        raise InternalRecordError(
+            f"{kind} event {'needs' if needs_cp else 'must not have'} a checkpoint_id"
+        )
+    needs_ts = kind in (EventKind.BARRIER, EventKind.WATERMARK)
+    if needs_ts != (timestamp is not None):
+        raise InternalRecordError(
+            f"{kind} event {'needs' if needs_ts else 'must not have'} a timestamp"
+        )
+    if kind is EventKind.BARRIER:
+        assert checkpoint_id is not None and timestamp is not None
+        return Barrier(checkpoint_id, origin.attempt, timestamp)
+    if kind is EventKind.WATERMARK:
+        assert timestamp is not None
+        return Watermark(timestamp)
+    return EndOfInput()
+
+
+def decode_records(
+    records: Sequence[tuple[bytes | None, bytes | None, int | None, int, Headers | None]],
+) -> tuple[list[InternalRecord | InternalEvent], list[tuple[int, str]]]:
+    """The records and events of one internal partition's batch of ``(key, value,
+    timestamp, offset, headers)``, and the malformed ones as ``(index, reason)``."""
+    items: list[InternalRecord | InternalEvent] = []
+    bad: list[tuple[int, str]] = []
+    for i, (key, value, ts, offset, headers) in enumerate(records):
+        try:
+            origin = read_origin(headers)
+            if origin.event is None:
+                items.append(
+                    InternalRecord(origin.task, origin.attempt, offset, key, value, ts or 0)
+                )
+            else:
+                event = decode_event(origin, value)
+                items.append(InternalEvent(origin.task, origin.attempt, offset, event))
+        except InternalRecordError as e:
+            bad.append((i, f"malformed internal record: {e}"))
+    return items, bad
 
 
 def is_stale(record_attempt: int, current_attempt: int) -> bool:
@@ -241,8 +266,11 @@ def is_stale(record_attempt: int, current_attempt: int) -> bool:
     return record_attempt < current_attempt
 
 
-def produce_event(producer: Any, topic: str, partitions: int, event: InternalEvent) -> None:
-    """Queue ``event`` on every one of the ``partitions`` partitions of ``topic``.
+def produce_event(
+    producer: Any, topic: str, partitions: int, task: str, attempt: int, event: StreamEvent
+) -> None:
+    """Queue ``event`` of ``task`` in ``attempt`` on every one of the ``partitions``
+    partitions of ``topic``.
 
     Delivery is the producer's: flush it (at the barrier) to know the event is
     written. Events go through the same producer as the task's data records, so
@@ -250,7 +278,7 @@ def produce_event(producer: Any, topic: str, partitions: int, event: InternalEve
     """
     if partitions < 1:
         raise ValueError(f"topic {topic} needs at least one partition, got {partitions}")
-    headers, value = encode_event(event)
+    headers, value = encode_event(task, attempt, event)
     for p in range(partitions):
         producer.produce(topic, value=value, key=None, partition=p, headers=headers)
     producer.poll(0)

@@ -11,10 +11,9 @@ from kstream.checkpoint.messages import DeclineCheckpoint, Message
 from kstream.config import Guarantee
 from kstream.kafka.clients import Producer, produce_with_retry
 from kstream.kafka.dlq import DeadLetterWriter
-from kstream.kafka.internal import EventKind, InternalEvent, produce_event
+from kstream.kafka.internal import produce_event
 from kstream.kafka.sink import Sink
 from kstream.metrics.worker import WorkerMetrics
-from kstream.runtime.events import Barrier, StreamEvent, Watermark
 from kstream.runtime.records import AlignmentAborted, DeadLetter, Output, OutputBatch, OutputEvent
 
 
@@ -28,21 +27,6 @@ class TaskRoute:
     headers: list[Any]
     sinks: dict[Guarantee, Sink] = field(default_factory=dict)
     sink_topics: dict[str, Guarantee] = field(default_factory=dict)
-
-
-def to_wire(event: StreamEvent, task: str, attempt: int) -> InternalEvent:
-    """The internal-topic record form of a runtime stream event."""
-    if isinstance(event, Barrier):
-        return InternalEvent(
-            EventKind.BARRIER,
-            task,
-            attempt,
-            checkpoint_id=event.checkpoint_id,
-            timestamp=event.timestamp,
-        )
-    if isinstance(event, Watermark):
-        return InternalEvent(EventKind.WATERMARK, task, attempt, timestamp=event.timestamp)
-    return InternalEvent(EventKind.END_OF_INPUT, task, attempt)
 
 
 class Router:
@@ -80,7 +64,9 @@ class Router:
                         self.producer,
                         out.topic,
                         self.internal_partitions[out.topic],
-                        to_wire(out.event, task.task_id, task.attempt),
+                        task.task_id,
+                        task.attempt,
+                        out.event,
                     )
             elif isinstance(out, DeadLetter):
                 self.dlq.handle(

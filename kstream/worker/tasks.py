@@ -10,11 +10,9 @@ from concurrent.futures import ThreadPoolExecutor
 
 from kstream.kafka.clients import OFFSET_BEGINNING
 from kstream.kafka.dlq import DeadLetterWriter
-from kstream.kafka.internal import EventKind, InternalRecordError, decode_event, read_origin
-from kstream.kafka.internal import InternalEvent as WireEvent
+from kstream.kafka.internal import decode_records
 from kstream.kafka.source import RawRecord, SourceConsumer, SourceError
 from kstream.plan import JobPlan, TaskSpec
-from kstream.runtime.events import Barrier, EndOfInput, StreamEvent, Watermark
 from kstream.runtime.records import InternalEvent, InternalRecord
 from kstream.runtime.watermark_alignment import PartitionTime, WatermarkAligner
 from kstream.worker.runner import RunnerContext, TaskRunner, open_runner
@@ -24,17 +22,6 @@ log = logging.getLogger(__name__)
 
 TP = tuple[str, int]
 ALIGN_EVERY_S = 0.05
-
-
-def from_wire(ev: WireEvent) -> StreamEvent:
-    """The runtime stream event of an internal-topic event record."""
-    if ev.kind is EventKind.BARRIER:
-        assert ev.checkpoint_id is not None and ev.timestamp is not None
-        return Barrier(ev.checkpoint_id, ev.attempt, ev.timestamp)
-    if ev.kind is EventKind.WATERMARK:
-        assert ev.timestamp is not None
-        return Watermark(ev.timestamp)
-    return EndOfInput()
 
 
 class WorkerTasks:
@@ -211,19 +198,9 @@ class WorkerTasks:
     ) -> list[InternalRecord | InternalEvent]:
         """The records and events of an internal partition's batch; a malformed one goes
         to the dead-letter topic with the reason."""
-        items: list[InternalRecord | InternalEvent] = []
-        for key, value, ts, offset, headers in records:
-            try:
-                origin = read_origin(headers)
-                if origin.event is None:
-                    items.append(
-                        InternalRecord(origin.task, origin.attempt, offset, key, value, ts or 0)
-                    )
-                else:
-                    ev = decode_event(origin, value)
-                    items.append(InternalEvent(origin.task, origin.attempt, offset, from_wire(ev)))
-            except InternalRecordError as e:
-                reason = f"malformed internal record: {e}"
-                dlq.handle(tp[0], tp[1], offset, ts, key, value, reason)
-                self.ctx.metrics.dead_letter(tp[0], reason)
+        items, bad = decode_records(records)
+        for i, reason in bad:
+            key, value, ts, offset, _headers = records[i]
+            dlq.handle(tp[0], tp[1], offset, ts, key, value, reason)
+            self.ctx.metrics.dead_letter(tp[0], reason)
         return items
