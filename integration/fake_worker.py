@@ -27,6 +27,7 @@ from kstream.checkpoint.messages import (
     TriggerCheckpoint,
 )
 from kstream.kafka.control import ControlClient
+from kstream.store.metadata import TaskSnapshot
 
 
 @click.command()
@@ -63,10 +64,12 @@ def main(
                                     n,
                                     task,
                                     a,
-                                    f"{app_id}/fake/{task}/{n}",
-                                    {f"in:{task}": n},
-                                    state_size=10,
-                                    member=member,
+                                    TaskSnapshot(
+                                        f"{app_id}/fake/{task}/{n}",
+                                        {f"in:{task}": n},
+                                        state_size=10,
+                                        member=member,
+                                    ),
                                 )
                             )
                             print(f"acked {n} {task}", flush=True)

@@ -37,7 +37,7 @@ from kstream.checkpoint.messages import (
 from kstream.checkpoint.recovery import recover
 from kstream.config import CheckpointingConfig, RestartStrategy
 from kstream.store.file import FileStore
-from kstream.store.metadata import completed_ids, latest_completed, write_metadata
+from kstream.store.metadata import TaskSnapshot, completed_ids, latest_completed, write_metadata
 
 
 class Harness:
@@ -105,7 +105,10 @@ class Harness:
         self, n: int, task: str, now: float, attempt: int = 0, handle: str = ""
     ) -> list[Command]:
         ack = AcknowledgeCheckpoint(
-            n, task, attempt, handle or f"h/{task}/{n}", {f"in:{task}": n * 10}, state_size=100
+            n,
+            task,
+            attempt,
+            TaskSnapshot(handle or f"h/{task}/{n}", {f"in:{task}": n * 10}, state_size=100),
         )
         return self.send(ack, now)
 
@@ -190,7 +193,7 @@ def test_completion_is_announced_only_after_the_metadata_is_written() -> None:
     h.start(0.0)
     h.tick(1.0)
     # The state machine alone: the last ack yields ONLY the metadata write.
-    cmds = h.c.handle(AcknowledgeCheckpoint(1, "a", 0, "h"), 1.2)
+    cmds = h.c.handle(AcknowledgeCheckpoint(1, "a", 0, TaskSnapshot("h")), 1.2)
     assert [type(c) for c in cmds] == [WriteMetadata]
     assert h.c.tick(1.3) == []  # nothing announced while the write is outstanding
     after = h.c.metadata_written(1, 1.4)
@@ -487,7 +490,7 @@ def test_ids_and_attempts_continue_after_a_restart_from_persisted_state(tmp_path
     first.ack(2, "a", 3.25, attempt=1)
     first.tick(4.0)  # checkpoint 3 triggered, never acknowledged: the coordinator "dies"
     assert triggers(first.executed) == [1, 2, 3]
-    history = [*first.sent(), AcknowledgeCheckpoint(3, "a", 1, "h/a/3")]
+    history = [*first.sent(), AcknowledgeCheckpoint(3, "a", 1, TaskSnapshot("h/a/3"))]
 
     second = Harness(tasks=["a"], store=store, history=history)
     assert second.start(10.0) == [

@@ -27,6 +27,7 @@ from kstream.store.base import StoreError
 from kstream.store.file import FileStore
 from kstream.store.history import list_failures
 from kstream.store.layout import metadata_path
+from kstream.store.metadata import TaskSnapshot
 
 Event = tuple[str, object]
 
@@ -86,7 +87,9 @@ def acking(*tasks: str) -> Callable[[Message], list[Message]]:
     def answer(m: Message) -> list[Message]:
         if isinstance(m, TriggerCheckpoint):
             return [
-                AcknowledgeCheckpoint(m.checkpoint_id, t, m.attempt, f"app/m/{t}/{m.checkpoint_id}")
+                AcknowledgeCheckpoint(
+                    m.checkpoint_id, t, m.attempt, TaskSnapshot(f"app/m/{t}/{m.checkpoint_id}")
+                )
                 for t in tasks
             ]
         return []
@@ -208,10 +211,7 @@ def test_executor_exports_checkpoint_metrics_and_keeps_the_failure_history(
         if isinstance(m, TriggerCheckpoint):
             tasks = ("a", "b") if m.checkpoint_id % 2 else ("a",)
             return [
-                AcknowledgeCheckpoint(
-                    m.checkpoint_id, t, m.attempt, f"app/m/{t}", state_size=1000, uploaded_size=10,
-                    alignment_ms=2.0, sync_ms=1.0, async_ms=3.0, member=f"w-{t}",
-                )
+                AcknowledgeCheckpoint(m.checkpoint_id, t, m.attempt, TaskSnapshot(f"app/m/{t}", state_size=1000, uploaded_size=10, alignment_ms=2.0, sync_ms=1.0, async_ms=3.0, member=f"w-{t}"))
                 for t in tasks
             ]  # fmt: skip
         return []

@@ -25,6 +25,7 @@ from kstream.checkpoint.messages import (
     decode,
     encode,
 )
+from kstream.store.metadata import TaskSnapshot
 
 ALL: list[Message] = [
     TriggerCheckpoint(7, 2, 1_700_000_000_123),
@@ -32,14 +33,16 @@ ALL: list[Message] = [
         7,
         "s1-0",
         2,
-        "app/tasks/s1-0/m-7.json",
-        {"in:0": 42, "in:1": 17},
-        state_size=1000,
-        uploaded_size=200,
-        alignment_ms=1.5,
-        sync_ms=2.0,
-        async_ms=30.0,
-        member="w1",
+        TaskSnapshot(
+            "app/tasks/s1-0/m-7.json",
+            {"in:0": 42, "in:1": 17},
+            state_size=1000,
+            uploaded_size=200,
+            alignment_ms=1.5,
+            sync_ms=2.0,
+            async_ms=30.0,
+            member="w1",
+        ),
     ),
     DeclineCheckpoint(7, "s1-0", 2, "disk full"),
     CheckpointCompleted(7, 2),
@@ -71,8 +74,8 @@ def test_wire_form_has_type_and_version() -> None:
 
 def test_optional_ack_fields_default() -> None:
     raw = {"v": 1, "type": "AcknowledgeCheckpoint", "checkpoint_id": 1, "task_id": "t"}
-    raw |= {"attempt": 0, "handle": "h"}
-    assert decode(json.dumps(raw).encode()) == AcknowledgeCheckpoint(1, "t", 0, "h")
+    raw |= {"attempt": 0, "snapshot": {"handle": "h"}}
+    assert decode(json.dumps(raw).encode()) == AcknowledgeCheckpoint(1, "t", 0, TaskSnapshot("h"))
 
 
 @pytest.mark.parametrize(

@@ -42,6 +42,7 @@ from kstream.runtime.events import MIN_TS
 from kstream.runtime.task import _Reader
 from kstream.serde import serde_by_name
 from kstream.store.history import CheckpointStatus
+from kstream.store.metadata import TaskSnapshot
 
 ALLOWED_LABELS = {"task", "topic", "partition", "operator", "reason", "cause", "source"}
 
@@ -124,7 +125,7 @@ def _coordinator(history: list[Message] | None = None, **cfg: Any) -> Checkpoint
 
 
 def _ack(n: int, task: str, attempt: int = 0) -> AcknowledgeCheckpoint:
-    return AcknowledgeCheckpoint(n, task, attempt, f"h/{task}/{n}")
+    return AcknowledgeCheckpoint(n, task, attempt, TaskSnapshot(f"h/{task}/{n}"))
 
 
 def test_checkpoint_reasons_of_every_abort_path() -> None:

@@ -42,8 +42,8 @@ HISTORY: list[tuple[float, Message]] = [
     (0.6, TaskReady(1, "s0-1", "w2", 1)),
     (0.7, Resume(1, {"s0-0": "w1", "s0-1": "w2"})),
     (1.0, TriggerCheckpoint(1, 1, 0)),
-    (1.2, AcknowledgeCheckpoint(1, "s0-0", 1, "h")),
-    (1.3, AcknowledgeCheckpoint(1, "s0-1", 1, "h")),
+    (1.2, AcknowledgeCheckpoint(1, "s0-0", 1, TaskSnapshot("h"))),
+    (1.3, AcknowledgeCheckpoint(1, "s0-1", 1, TaskSnapshot("h"))),
     (1.4, CheckpointCompleted(1, 1)),
     (2.0, TaskFailed("s0-1", "w2", 1, "ValueError: bad")),
     (2.0, CheckpointAborted(2, "job failover: task s0-1 failed on w2: ValueError: bad")),
@@ -54,7 +54,7 @@ HISTORY: list[tuple[float, Message]] = [
     (3.0, Heartbeat("w1", ("s0-0", "s0-1"), 2)),
     (3.0, Heartbeat("gone", ("s0-9",), 1)),
     (9.0, TriggerCheckpoint(3, 2, 0)),
-    (9.5, AcknowledgeCheckpoint(3, "s0-0", 2, "h")),
+    (9.5, AcknowledgeCheckpoint(3, "s0-0", 2, TaskSnapshot("h"))),
     (10.0, Heartbeat("w1", ("s0-0", "s0-1"), 2)),
 ]
 

@@ -487,7 +487,7 @@ def report(job: JobUnderTest, control: ControlLog) -> RunReport:
             durations.append(read_metadata(store, job.app, n).duration_ms)
         except StoreError as e:  # reported, not fatal: the statistics are best effort
             print(f"[e2e] metadata of checkpoint {n} unreadable: {e}")
-    alignment = [m.alignment_ms for _t, m in control.of(AcknowledgeCheckpoint)]
+    alignment = [m.snapshot.alignment_ms for _t, m in control.of(AcknowledgeCheckpoint)]
     restore_ms = []
     for p in job.procs:
         for ln in p.lines_with("restored checkpoint"):

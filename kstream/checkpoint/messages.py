@@ -24,8 +24,10 @@ from __future__ import annotations
 
 import json
 import types
-from dataclasses import MISSING, asdict, dataclass, field, fields
+from dataclasses import MISSING, asdict, dataclass, fields, is_dataclass
 from typing import Any, Union, get_args, get_origin, get_type_hints
+
+from kstream.store.metadata import TaskSnapshot
 
 SCHEMA_VERSION = 1
 MAX_MESSAGE_BYTES = 256 * 1024  # an ack with many partition offsets stays far below this
@@ -48,21 +50,15 @@ class TriggerCheckpoint:
 class AcknowledgeCheckpoint:
     """Task → coordinator: my snapshot for ``checkpoint_id`` is durable in the store.
 
-    ``handle`` is the store path of the task's snapshot manifest; ``offsets`` the
-    task's input positions (a JSON object); sizes in bytes, durations in ms.
+    ``snapshot`` describes it as the completed checkpoint's metadata lists it: the store
+    path of the task's manifest (``handle``), its input positions, sizes and times (the
+    coordinator adds only the acknowledgement's delay).
     """
 
     checkpoint_id: int
     task_id: str
     attempt: int
-    handle: str
-    offsets: dict[str, Any] = field(default_factory=dict)
-    state_size: int = 0
-    uploaded_size: int = 0
-    alignment_ms: float = 0.0
-    sync_ms: float = 0.0
-    async_ms: float = 0.0
-    member: str = ""
+    snapshot: TaskSnapshot
 
 
 @dataclass(frozen=True)
@@ -209,9 +205,7 @@ MESSAGE_TYPES: dict[str, type[Any]] = {
     )
 }
 
-_HINTS: dict[str, dict[str, Any]] = {
-    name: get_type_hints(cls) for name, cls in MESSAGE_TYPES.items()
-}
+_HINTS: dict[type[Any], dict[str, Any]] = {}
 
 
 def encode(msg: Message) -> bytes:
@@ -247,18 +241,32 @@ def decode(data: bytes | None) -> Message:
     name = obj.get("type")
     if not isinstance(name, str) or name not in MESSAGE_TYPES:
         raise ProtocolError(f"unknown message type {name!r}")
-    cls, hints = MESSAGE_TYPES[name], _HINTS[name]
-    extra = set(obj) - {f.name for f in fields(cls)} - {"v", "type"}
+    body = {k: v for k, v in obj.items() if k not in ("v", "type")}
+    message: Message = _build(MESSAGE_TYPES[name], body, name)
+    return message
+
+
+def _build(cls: type[Any], obj: dict[str, Any], where: str) -> Any:
+    """An instance of the dataclass ``cls`` from the JSON object ``obj``, every field
+    checked against its type; ProtocolError on a missing, extra or mistyped field."""
+    hints = _hints(cls)
+    extra = set(obj) - {f.name for f in fields(cls)}
     if extra:
-        raise ProtocolError(f"{name}: unexpected fields {sorted(extra)}")
+        raise ProtocolError(f"{where}: unexpected fields {sorted(extra)}")
     kwargs: dict[str, Any] = {}
     for f in fields(cls):
         if f.name in obj:
-            kwargs[f.name] = _coerce(obj[f.name], hints[f.name], f"{name}.{f.name}")
+            kwargs[f.name] = _coerce(obj[f.name], hints[f.name], f"{where}.{f.name}")
         elif f.default is MISSING and f.default_factory is MISSING:
-            raise ProtocolError(f"{name}: missing field {f.name!r}")
-    message: Message = cls(**kwargs)
-    return message
+            raise ProtocolError(f"{where}: missing field {f.name!r}")
+    return cls(**kwargs)
+
+
+def _hints(cls: type[Any]) -> dict[str, Any]:
+    hints = _HINTS.get(cls)
+    if hints is None:
+        hints = _HINTS[cls] = get_type_hints(cls)
+    return hints
 
 
 def _coerce(value: Any, hint: Any, where: str) -> Any:
@@ -294,6 +302,9 @@ def _coerce(value: Any, hint: Any, where: str) -> Any:
         _key, val = get_args(hint)
         if isinstance(value, dict):
             return {k: _coerce(v, val, f"{where}[{k!r}]") for k, v in value.items()}
+    elif isinstance(hint, type) and is_dataclass(hint):
+        if isinstance(value, dict):
+            return _build(hint, value, where)
     elif hint is Any:
         return value  # any JSON value (e.g. offsets); it is data, never code
     raise ProtocolError(f"{where}: {value!r} is not {getattr(hint, '__name__', hint)}")

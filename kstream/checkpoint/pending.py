@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from enum import StrEnum
 
 from kstream.checkpoint.messages import AcknowledgeCheckpoint
@@ -34,16 +35,8 @@ class PendingCheckpoint:
             return AckOutcome.UNEXPECTED_TASK
         if ack.task_id in self.acks:
             return AckOutcome.DUPLICATE
-        self.acks[ack.task_id] = TaskSnapshot(
-            handle=ack.handle,
-            offsets=dict(ack.offsets),
-            state_size=ack.state_size,
-            uploaded_size=ack.uploaded_size,
-            alignment_ms=ack.alignment_ms,
-            sync_ms=ack.sync_ms,
-            async_ms=ack.async_ms,
-            ack_delay_ms=round((now - self.trigger_time) * 1000.0, 3),
-            member=ack.member,
+        self.acks[ack.task_id] = replace(
+            ack.snapshot, ack_delay_ms=round((now - self.trigger_time) * 1000.0, 3)
         )
         return AckOutcome.ACCEPTED
 

@@ -66,7 +66,7 @@ def recover(
                 st.max_checkpoint_id = max(st.max_checkpoint_id, n)
                 st.attempt = max(st.attempt, a)
                 if n in st.in_flight:
-                    st.in_flight[n].add(msg.handle)
+                    st.in_flight[n].add(msg.snapshot.handle)
             case DeclineCheckpoint(checkpoint_id=n, attempt=a):
                 st.max_checkpoint_id = max(st.max_checkpoint_id, n)
                 st.attempt = max(st.attempt, a)

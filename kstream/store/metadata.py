@@ -26,7 +26,8 @@ class MetadataError(StoreError):
 
 @dataclass(frozen=True)
 class TaskSnapshot:
-    """One task's part of a completed checkpoint (from its acknowledgement)."""
+    """One task's part of a completed checkpoint: its snapshot as the task acknowledged it
+    (``AcknowledgeCheckpoint.snapshot``), plus the delay of that acknowledgement."""
 
     handle: str
     offsets: dict[str, Any] = field(default_factory=dict)

@@ -37,7 +37,7 @@ from kstream.store.layout import (
     snapshot_label,
     task_prefix,
 )
-from kstream.store.metadata import read_metadata
+from kstream.store.metadata import TaskSnapshot, read_metadata
 from kstream.worker.routing import Router, TaskRoute
 from kstream.worker.settings import DebugPause, PausePoint
 
@@ -318,21 +318,17 @@ class TaskRunner:
                 h.bytes_total,
             )
             self.ctx.metrics.snapshot_acked(self.task_id, h.bytes_total)
-            out.append(
-                AcknowledgeCheckpoint(
-                    u.checkpoint_id,
-                    self.task_id,
-                    u.attempt,
-                    h.manifest_path,
-                    offsets=u.positions,
-                    state_size=h.bytes_total,
-                    uploaded_size=h.bytes_uploaded,
-                    alignment_ms=u.alignment_ms,
-                    sync_ms=h.sync_ms,
-                    async_ms=h.upload_ms,
-                    member=member,
-                )
+            snapshot = TaskSnapshot(
+                handle=h.manifest_path,
+                offsets=u.positions,
+                state_size=h.bytes_total,
+                uploaded_size=h.bytes_uploaded,
+                alignment_ms=u.alignment_ms,
+                sync_ms=h.sync_ms,
+                async_ms=h.upload_ms,
+                member=member,
             )
+            out.append(AcknowledgeCheckpoint(u.checkpoint_id, self.task_id, u.attempt, snapshot))
         self.uploads = keep
         return out
 
