@@ -4,7 +4,7 @@ outputs, build single-task window jobs."""
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import pytest
@@ -92,8 +92,67 @@ class Kit:
         return plan_job(t, "w", {"events": 1})
 
     @staticmethod
-    def task(plan: JobPlan, task_id: str = "stage0-0", **kw: Any) -> Task:
-        return Task(plan, task_id, kw.pop("backend", None) or MemoryBackend(), **kw)
+    def task(
+        plan: JobPlan,
+        task_id: str = "stage0-0",
+        *,
+        on_snapshot: Callable[[SnapshotPoint], None] | None = None,
+        **kw: Any,
+    ) -> DrivenTask:
+        """The task, driven as the worker's runner drives it (see ``DrivenTask``)."""
+        task = Task(plan, task_id, kw.pop("backend", None) or MemoryBackend(), **kw)
+        return DrivenTask(task, on_snapshot)
+
+
+class DrivenTask:
+    """A task driven as :class:`kstream.worker.runner.TaskRunner` drives it: after every
+    call its outputs are collected; at each ``SnapshotPoint`` the snapshot is taken
+    (``on_snapshot`` sees the state exactly at the point) and the task continues.
+    ``drain()`` returns everything collected since the last drain, points included."""
+
+    def __init__(self, task: Task, on_snapshot: Callable[[SnapshotPoint], None] | None) -> None:
+        self.task = task
+        self.on_snapshot = on_snapshot
+        self._out: list[Output] = []
+
+    def _collect(self) -> None:
+        while True:
+            out = self.task.drain()
+            self._out.extend(out)
+            points = [o for o in out if isinstance(o, SnapshotPoint)]
+            if not points:
+                return
+            assert len(points) == 1 and not self.task.drain()  # the task holds at a point
+            if self.on_snapshot is not None:
+                self.on_snapshot(points[0])
+            self.task.snapshot_taken()
+
+    def feed_source(self, topic: str, partition: int, records: Any, now: float) -> None:
+        self.task.feed_source(topic, partition, records, now)
+        self._collect()
+
+    def feed_internal(self, topic: str, partition: int, items: Any, now: float) -> None:
+        self.task.feed_internal(topic, partition, items, now)
+        self._collect()
+
+    def end_input(self, topic: str, partition: int, now: float) -> None:
+        self.task.end_input(topic, partition, now)
+        self._collect()
+
+    def trigger_checkpoint(self, checkpoint_id: int, attempt: int, now: float) -> None:
+        self.task.trigger_checkpoint(checkpoint_id, attempt, now)
+        self._collect()
+
+    def tick(self, now: float) -> None:
+        self.task.tick(now)
+        self._collect()
+
+    def drain(self) -> list[Output]:
+        out, self._out = self._out, []
+        return out
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.task, name)
 
 
 @pytest.fixture

@@ -39,7 +39,7 @@ from kstream.metrics.labels import (
 from kstream.metrics.worker import WorkerMetrics
 from kstream.progress import Progress
 from kstream.runtime.events import MIN_TS
-from kstream.runtime.task import _Reader
+from kstream.runtime.graph import Reader
 from kstream.serde import serde_by_name
 from kstream.store.history import CheckpointStatus
 from kstream.store.metadata import TaskSnapshot
@@ -227,7 +227,7 @@ def test_restart_causes_of_every_failover_path() -> None:
 
 def test_dead_letter_reasons_from_the_task_reader() -> None:
     def reasons(extractor: Any, raw: list[tuple[Any, Any, int]]) -> list[str]:
-        reader = _Reader(None, serde_by_name("str"), serde_by_name("json"), extractor)  # type: ignore[arg-type]
+        reader = Reader(None, serde_by_name("str"), serde_by_name("json"), extractor)  # type: ignore[arg-type]
         return [dead_letter_reason(r) for _i, r in reader.decode(raw)[3]]
 
     assert reasons(None, [(b"k", b"{bad", 1), (b"\xff", b"1", 1)]) == ["deserialize"] * 2

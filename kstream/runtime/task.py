@@ -12,11 +12,15 @@ Checkpoint barrier handling, in order (DESIGN §4, §5.4):
    ending at or before it fire and timers due by it run, and operators emit what is
    due per checkpoint (``before_snapshot``), all *before* the snapshot, so their
    results belong to epoch *n*.
-3. ``SnapshotPoint`` is emitted and ``on_snapshot`` called while the state is
-   exactly the checkpoint's (no post-barrier record processed yet); positions say
-   where each input resumes (per upstream task for internal partitions).
+3. ``SnapshotPoint`` is output: the state is exactly the checkpoint's (no
+   post-barrier record processed yet); positions say where each input resumes (per
+   upstream task for internal partitions).
 4. The barrier is forwarded to every output (internal topics and sinks).
-5. Inputs are released and their buffers replayed.
+5. The task holds everything that arrives until its runner took the snapshot and
+   calls :meth:`Task.snapshot_taken`; then the inputs' buffers are replayed.
+
+The channels, what they hold back and where they resume are the input gate's
+(:mod:`kstream.runtime.gate`); the operators are built by :mod:`kstream.runtime.graph`.
 
 Watermarks: a source partition's watermark is ``max timestamp - out_of_orderness``;
 an internal input's comes from ``Watermark``/``Barrier`` events of its upstream
@@ -40,16 +44,12 @@ run continues from that state.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from itertools import accumulate, islice
 from operator import lt
-from typing import Any, NamedTuple
+from typing import Any
 
-from kstream.api.time import WatermarkStrategy
-from kstream.api.topology import Node
-from kstream.api.windows import Hopping, Session, Sliding, Tumbling
 from kstream.plan.model import InputKind, JobPlan, OutputKind, TaskSpec
-from kstream.plan.operators import operator_ids
 from kstream.runtime.channels import Channel
 from kstream.runtime.events import (
     MAX_TS,
@@ -60,17 +60,9 @@ from kstream.runtime.events import (
     StreamEvent,
     Watermark,
 )
-from kstream.runtime.joins import IntervalJoinOperator, TableJoinOperator
-from kstream.runtime.operators import (
-    FilterOp,
-    FlatMapOp,
-    KeyByOp,
-    MapOp,
-    Operator,
-    Passthrough,
-    SinkOp,
-)
-from kstream.runtime.process import ProcessOperator
+from kstream.runtime.gate import InputGate, QueuedBarrier, unseen
+from kstream.runtime.graph import build_graph
+from kstream.runtime.operators import Operator
 from kstream.runtime.records import (
     AlignmentAborted,
     DeadLetter,
@@ -83,13 +75,6 @@ from kstream.runtime.records import (
     SnapshotPoint,
     SourceRecord,
 )
-from kstream.runtime.rolling import RollingOperator
-from kstream.runtime.windows import (
-    FixedWindowOperator,
-    SessionWindowOperator,
-    SlidingWindowOperator,
-)
-from kstream.serde import JsonSerde, Serde, SerdeError
 from kstream.state.base import KeyedStateBackend, TableSpec
 
 log = logging.getLogger(__name__)
@@ -99,91 +84,6 @@ _INTERNAL_FIELDS = (
     InternalRecord._fields.index("value"),
     InternalRecord._fields.index("timestamp"),
 )
-_EXTRACTOR_ERRORS = (KeyError, TypeError, ValueError, IndexError, AttributeError)
-
-
-class _QueuedBarrier(NamedTuple):
-    """A checkpoint trigger that met a held-back source input, with its position."""
-
-    barrier: Barrier
-    position: int | None
-
-
-class _Reader:
-    """Decodes one input topic's batches (per batch; per record only on failure)."""
-
-    def __init__(
-        self,
-        entry: Operator,
-        key_serde: Serde,
-        value_serde: Serde,
-        extractor: Callable[[Any, int], int] | None,
-    ) -> None:
-        self.entry = entry
-        self.kd = key_serde.deserialize
-        self.vd = value_serde.deserialize
-        self.extractor = extractor
-
-    def decode(
-        self, raw: Sequence[Sequence[Any]], fields: tuple[int, int, int] = (0, 1, 2)
-    ) -> tuple[list[Any], list[Any], list[int], list[tuple[int, str]]]:
-        """``(keys, values, timestamps, failures)`` from the ``fields`` (key, value,
-        timestamp indexes) of each raw record; failures are ``(index, reason)``."""
-        kd, vd, ex = self.kd, self.vd, self.extractor
-        ki, vi, ti = fields
-        try:
-            keys = [kd(r[ki]) for r in raw]
-            values = [vd(r[vi]) for r in raw]
-            stamps = (
-                [r[ti] for r in raw]
-                if ex is None
-                else [ex(v, r[ti]) for v, r in zip(values, raw, strict=True)]
-            )
-            return keys, values, stamps, []
-        except (SerdeError, *_EXTRACTOR_ERRORS):
-            pass  # slow path below finds which records fail and why
-        keys, values, stamps, failures = [], [], [], []
-        for i, r in enumerate(raw):
-            try:
-                k, v = kd(r[ki]), vd(r[vi])
-                t = r[ti] if ex is None else ex(v, r[ti])
-            except SerdeError as e:
-                failures.append((i, str(e)))
-                continue
-            except _EXTRACTOR_ERRORS as e:
-                failures.append((i, f"timestamp extractor failed: {type(e).__name__}: {e}"))
-                continue
-            keys.append(k)
-            values.append(v)
-            stamps.append(t)
-        return keys, values, stamps, failures
-
-
-def _unseen(
-    records: Sequence[SourceRecord], position: int | None, metrics: dict[str, int]
-) -> Sequence[SourceRecord]:
-    """``records`` without those at offsets the channel already processed.
-
-    A task never processes an offset twice, whatever its consumer delivers: a seek
-    raced by the client's own start-offset lookup of a freshly assigned partition
-    (librdkafka resets the fetch position to the group's committed offset or
-    ``auto.offset.reset`` after the seek) delivers records again from below the
-    restored position, even within one batch. The common case (increasing offsets
-    from ``position`` on) is one pass in C.
-    """
-    offsets = [r[3] for r in records]
-    if (position is None or offsets[0] >= position) and all(
-        map(lt, offsets, islice(offsets, 1, None))
-    ):
-        return records
-    kept: list[SourceRecord] = []
-    nxt = -1 if position is None else position
-    for r in records:
-        if r[3] >= nxt:
-            kept.append(r)
-            nxt = r[3] + 1
-    metrics["restored_skipped"] += len(records) - len(kept)
-    return kept
 
 
 class Task:
@@ -192,9 +92,9 @@ class Task:
     ``attempt`` is the job attempt this task runs in (records of older attempts on
     internal inputs are dropped). ``restore_positions`` (from a ``SnapshotPoint``)
     makes the task skip internal records that its restored state already holds.
-    ``on_snapshot`` is called at each snapshot point, synchronously, while the state
-    is exactly the snapshot's; the worker takes the synchronous part of its snapshot
-    there. ``bounded=True`` runs a batch job: inputs end with ``EndOfInput``/
+    After a ``SnapshotPoint`` output the task holds all input until
+    :meth:`snapshot_taken`: its state stays exactly the snapshot's while its runner
+    takes it. ``bounded=True`` runs a batch job: inputs end with ``EndOfInput``/
     ``end_input``, barriers are an error.
     """
 
@@ -207,7 +107,6 @@ class Task:
         attempt: int = 0,
         bounded: bool = False,
         restore_positions: Mapping[tuple[str, int], Position] | None = None,
-        on_snapshot: Callable[[SnapshotPoint], None] | None = None,
         watermark_interval_s: float = 0.2,
         now: float = 0.0,
     ) -> None:
@@ -217,7 +116,6 @@ class Task:
         self.backend = backend
         self.attempt = attempt
         self.bounded = bounded
-        self.on_snapshot = on_snapshot
         self.watermark_interval_s = watermark_interval_s
         self.watermark = MIN_TS
         self.finished = False
@@ -235,144 +133,22 @@ class Task:
         self._now = now
         self._last_wm_emit = now
         self._emitted_wm = MIN_TS
-        self._pending: int | None = None
-        self._readers: dict[str, _Reader] = {}
-        self._ops: list[Operator] = []
-        self._build(plan)
-        self._channels: dict[tuple[str, int, str | None], Channel] = {}
+        self._graph = build_graph(plan, self.spec, backend, self.metrics, self._out)
+        self._gate = InputGate(plan, self.spec, now, restore_positions or {})
+        # Input watermarks are part of the state (see _snapshot).
         self._marks = backend.table(TableSpec("task.watermarks"))
-        self._build_channels(plan, now, restore_positions or {})
         for (topic, partition, up), wm in self._marks.scan(()):
-            c = self._channels.get((topic, partition, up or None))
+            c = self._gate.channels.get((topic, partition, up or None))
             if c is not None:
                 c.watermark = wm
-        self._time_channels = [c for c in self._channels.values() if c.holds_time]
-        self._source_channels = [c for c in self._channels.values() if c.upstream is None]
-        self._has_internal = any(c.upstream is not None for c in self._channels.values())
 
-    # ---- construction -------------------------------------------------------------
-
-    def _build(self, plan: JobPlan) -> None:
-        stage = self.spec.stage
-        nodes = plan.nodes_of(stage)
-        internal_by_keyby = {t.key_by_node: t for t in plan.internal_topics}
-        self._state_ids = operator_ids(plan)
-        ops: dict[int, Operator] = {}
-        internal_inputs: dict[int, Operator] = {}
-        for n in nodes:
-            op = self._operator(n, internal_by_keyby)
-            ops[n.id] = op
-            self._ops.append(op)
-            if n.kind in ("source", "table"):
-                self._readers[n.params["topic"]] = _Reader(
-                    op, n.params["key_serde"], n.params["value_serde"], n.params.get("timestamp")
-                )
-            for in_port, (parent, port) in enumerate(n.parents):
-                if parent.id in ops:
-                    ops[parent.id].connect(port, op, in_port)
-                    continue
-                # A key_by of an upstream stage: read its repartition topic.
-                topic = internal_by_keyby[parent.id]
-                if parent.id not in internal_inputs:
-                    entry = Passthrough(topic.name)
-                    internal_inputs[parent.id] = entry
-                    self._readers[topic.name] = _Reader(entry, topic.key_serde, JsonSerde(), None)
-                internal_inputs[parent.id].connect(0, op, in_port)
-        self._stateful = [op for op in self._ops if op.stateful]
-
-    def _operator(self, n: Node, internal_by_keyby: Mapping[int, Any]) -> Operator:
-        p = n.params
-        if n.kind in ("source", "table"):
-            return Passthrough(n.name)
-        if n.kind == "map":
-            return MapOp(n.name, p["fn"])
-        if n.kind == "filter":
-            return FilterOp(n.name, p["fn"])
-        if n.kind == "flat_map":
-            return FlatMapOp(n.name, p["fn"])
-        if n.kind == "key_by":
-            t = internal_by_keyby[n.id]
-            return KeyByOp(n.name, p["fn"], t.name, t.partitions, t.key_serde, self._out)
-        if n.kind == "sink":
-            return SinkOp(n.name, p["topic"], p["key_serde"], p["value_serde"], self._out)
-        # Stateful operators are named by their stable id; their state lives under it.
-        sid = self._state_ids.get(n.id, n.name)
-        if n.kind == "window":
-            spec, agg, allowed = p["spec"], p["aggregation"], p["allowed_lateness_ms"]
-            trigger = (p.get("emit", "final"), p.get("early_fire_ms"))
-            if isinstance(spec, (Tumbling, Hopping)):
-                return FixedWindowOperator(
-                    sid, sid, self.backend, spec, agg, allowed, self.metrics, *trigger
-                )
-            if isinstance(spec, Session):
-                return SessionWindowOperator(
-                    sid, sid, self.backend, spec, agg, allowed, self.metrics, *trigger
-                )
-            if isinstance(spec, Sliding):
-                return SlidingWindowOperator(
-                    sid, sid, self.backend, spec, agg, allowed, self.metrics, *trigger
-                )
-            raise TypeError(f"unknown window spec {spec!r}")
-        if n.kind == "rolling":
-            return RollingOperator(sid, sid, self.backend, p["aggregation"], p["emit"])
-        if n.kind == "process":
-            return ProcessOperator(sid, sid, self.backend, p["fn"], p["state"])
-        if n.kind == "join_table":
-            return TableJoinOperator(sid, sid, self.backend, p["joiner"], p["left"], self.metrics)
-        if n.kind == "join_window":
-            return IntervalJoinOperator(
-                sid,
-                sid,
-                self.backend,
-                p["joiner"],
-                p["before_ms"],
-                p["after_ms"],
-                p["allowed_lateness_ms"],
-                self.metrics,
-                p["how"],
-            )
-        raise TypeError(f"unknown operator kind {n.kind!r}")
-
-    def _build_channels(
-        self, plan: JobPlan, now: float, restore: Mapping[tuple[str, int], Position]
-    ) -> None:
-        strategies: dict[str, WatermarkStrategy] = {
-            n.params["topic"]: n.params["watermark"]
-            for n in plan.topology.nodes
-            if n.kind == "source"
-        }
-        self._ooo = {t: s.max_out_of_orderness_ms for t, s in strategies.items()}
-        timeouts = [s.idle_timeout_s for s in strategies.values() if s.idle_timeout_s]
-        internal_idle = max(timeouts) if timeouts else None
-        for inp in self.spec.inputs:
-            pos = restore.get((inp.topic, inp.partition))
-            if inp.kind is InputKind.INTERNAL:
-                for up in inp.upstream_tasks:
-                    c = Channel(inp.topic, inp.partition, inp.kind, up, internal_idle, now)
-                    if isinstance(pos, Mapping) and up in pos:
-                        c.position = pos[up]
-                    self._channels[(inp.topic, inp.partition, up)] = c
-            else:
-                strategy = strategies.get(inp.topic)
-                c = Channel(
-                    inp.topic,
-                    inp.partition,
-                    inp.kind,
-                    None,
-                    strategy.idle_timeout_s if strategy else None,
-                    now,
-                )
-                if isinstance(pos, int):
-                    c.position = pos
-                self._channels[(inp.topic, inp.partition, None)] = c
-
-    # ---- what the worker calls ----------------------------------------------------
+    # ---- what the runner calls ----------------------------------------------------
 
     def late_counts(self) -> dict[str, tuple[int, int]]:
         """Per operator that saw late records: (dropped, sent to the side output)."""
         return {
             op.name: (op.late_dropped, op.late_side_output)
-            for op in self._ops
+            for op in self._graph.ops
             if op.late_dropped or op.late_side_output
         }
 
@@ -384,40 +160,26 @@ class Task:
 
     def paused_inputs(self) -> frozenset[tuple[str, int]]:
         """Partitions to pause: every channel of them is held back by alignment."""
-        by_tp: dict[tuple[str, int], list[Channel]] = {}
-        for c in self._channels.values():
-            by_tp.setdefault(c.tp, []).append(c)
-        return frozenset(
-            tp
-            for tp, cs in by_tp.items()
-            if all(c.blocked_on is not None or c.ended for c in cs)
-            and any(c.blocked_on is not None for c in cs)
-        )
+        return self._gate.paused_inputs()
 
     def source_watermarks(self) -> dict[tuple[str, int], tuple[int, bool]]:
         """``(watermark, ended)`` of each user-topic source partition (not tables):
         what watermark alignment compares."""
-        return {c.tp: (c.watermark, c.ended) for c in self._source_channels if c.holds_time}
+        return {c.tp: (c.watermark, c.ended) for c in self._gate.source_channels if c.holds_time}
 
     def seek_positions(self) -> dict[tuple[str, int], int | None]:
         """Where the worker should start reading each input partition (``None``:
         the job's start position). Internal partitions start at the lowest restored
         upstream position; the task skips what each upstream had before its own."""
-        seek: dict[tuple[str, int], int | None] = {}
-        for c in self._channels.values():
-            if c.tp not in seek:
-                seek[c.tp] = c.position
-            elif seek[c.tp] is not None:
-                seek[c.tp] = None if c.position is None else min(seek[c.tp] or 0, c.position)
-        return seek
+        return self._gate.seek_positions()
 
     def feed_source(
         self, topic: str, partition: int, records: Sequence[SourceRecord], now: float
     ) -> None:
         """Process a batch of raw records from a user topic partition."""
         self._now = now
-        c = self._channel(topic, partition, None)
-        if c.blocked_on is not None or c.buffer:
+        c = self._gate.channel(topic, partition, None)
+        if self._gate.holds(c) or c.buffer:
             c.buffer.append(records)
             return
         self._source_batch(c, records)
@@ -438,8 +200,8 @@ class Task:
     def end_input(self, topic: str, partition: int, now: float) -> None:
         """A user topic partition is exhausted (bounded run reached its end offset)."""
         self._now = now
-        c = self._channel(topic, partition, None)
-        if c.blocked_on is not None or c.buffer:
+        c = self._gate.channel(topic, partition, None)
+        if self._gate.holds(c) or c.buffer:
             c.buffer.append(EndOfInput())
             return
         c.ended = True
@@ -450,10 +212,11 @@ class Task:
         task's user-topic inputs, recording their positions. No-op for tasks that
         only read internal topics (their barriers arrive from upstream)."""
         self._now = now
-        if not self._source_channels:
+        gate = self._gate
+        if not gate.source_channels:
             return
         if self.bounded:
-            c = self._source_channels[0]
+            c = gate.source_channels[0]
             raise PipelinedEventError(
                 Barrier(checkpoint_id, attempt, self.watermark), c.topic, c.partition, self.task_id
             )
@@ -461,46 +224,47 @@ class Task:
             self.metrics["stale_barriers"] += 1
             return
         barrier = Barrier(checkpoint_id, self.attempt, self.watermark)
-        live = [c for c in self._source_channels if not c.ended]
+        live = [c for c in gate.source_channels if not c.ended]
         if not live:
-            if not self._has_internal:
-                self._pending = checkpoint_id
+            if not gate.has_internal:
+                gate.pending = checkpoint_id
                 self._check_aligned()
             return
         for c in live:
-            if c.blocked_on is None and not c.buffer:
+            if not gate.holds(c) and not c.buffer:
                 self._on_barrier(c, barrier, c.position)
             else:  # still held by an earlier barrier: inject after what is buffered
-                c.buffer.append(_QueuedBarrier(barrier, self._buffered_end(c)))
+                c.buffer.append(QueuedBarrier(barrier, gate.buffered_end(c)))
+
+    def snapshot_taken(self) -> None:
+        """The snapshot at the last ``SnapshotPoint`` is taken: process what arrived since."""
+        gate = self._gate
+        if not gate.holding:
+            return
+        gate.holding = False
+        for c in list(gate.channels.values()):
+            if c.buffer:
+                self._replay(c)
+        self._update_watermark()
 
     def tick(self, now: float, wall_ms: int | None = None) -> None:
         """Let processing time pass: idleness and periodic watermark emission; with
         ``wall_ms`` (the wall clock, epoch ms) also processing-time timers and triggers."""
         self._now = now
-        if wall_ms is not None:
-            for op in self._stateful:
+        if wall_ms is not None and not self._gate.holding:
+            for op in self._graph.stateful:
                 op.on_processing_time(wall_ms)
         self._update_watermark()
 
     # ---- internals ----------------------------------------------------------------
 
-    def _channel(self, topic: str, partition: int, upstream: str | None) -> Channel:
-        c = self._channels.get((topic, partition, upstream))
-        if c is None:
-            who = "" if upstream is None else f" from upstream task {upstream!r}"
-            raise KeyError(
-                f"task {self.task_id} does not read {topic}[{partition}]{who}; "
-                f"it reads {sorted({(ch.topic, ch.partition) for ch in self._channels.values()})}"
-            )
-        return c
-
     def _source_batch(self, c: Channel, records: Sequence[SourceRecord]) -> None:
         if c.ended:
             return  # bounded: past the end offsets; the next run reads them from the position
-        records = _unseen(records, c.position, self.metrics)
+        records = unseen(records, c.position, self.metrics)
         if not records:
             return
-        reader = self._readers[c.topic]
+        reader = self._graph.readers[c.topic]
         keys, values, stamps, failures = reader.decode(records)
         for i, reason in failures:
             r = records[i]
@@ -528,7 +292,7 @@ class Task:
         the task advances (windows fire, downstream gets a ``Watermark``) and goes on.
         In-order input and disorder within the bound make no cut.
         """
-        ooo = self._ooo.get(c.topic, 0)
+        ooo = self._gate.out_of_orderness.get(c.topic, 0)
         running = list(accumulate(stamps, max))
         start_wm = c.watermark
         if running[-1] - ooo > start_wm:
@@ -542,7 +306,7 @@ class Task:
         now = self._now
         others = [
             x.watermark
-            for x in self._time_channels
+            for x in self._gate.time_channels
             if x is not c and not x.ended and not x.idle(now)
         ]
         cap = min(others) if others else MAX_TS
@@ -562,22 +326,23 @@ class Task:
     def _internal_items(
         self, topic: str, partition: int, items: Sequence[InternalRecord | InternalEvent]
     ) -> None:
-        channels = self._channels
+        gate = self._gate
+        channels = gate.channels
         run: list[InternalRecord] = []
         attempt = self.attempt
         for it in items:
-            c = channels.get((topic, partition, it.upstream)) or self._channel(
+            c = channels.get((topic, partition, it.upstream)) or gate.channel(
                 topic, partition, it.upstream
             )
             if c.position is not None and it.offset < c.position:
                 # Already in the state: below the restored position, or delivered again
-                # by a consumer that rewound (see _unseen).
+                # by a consumer that rewound (see gate.unseen).
                 self.metrics["restored_skipped"] += 1
                 continue
             if it.attempt < attempt:
                 self.metrics["stale_dropped"] += 1  # a failed attempt's output
                 continue
-            if c.blocked_on is not None:
+            if gate.holds(c):
                 c.buffer.append(it)
                 continue
             c.position = it.offset + 1
@@ -594,7 +359,7 @@ class Task:
     def _internal_run(self, topic: str, partition: int, run: list[InternalRecord]) -> None:
         if not run:
             return
-        reader = self._readers[topic]
+        reader = self._graph.readers[topic]
         keys, values, stamps, failures = reader.decode(run, _INTERNAL_FIELDS)
         for i, reason in failures:
             r = run[i]
@@ -618,77 +383,54 @@ class Task:
             self._on_barrier(c, event, None if offset is None else offset + 1)
 
     def _on_barrier(self, c: Channel, b: Barrier, position: int | None) -> None:
-        if self._pending is not None and b.checkpoint_id < self._pending:
+        pending = self._gate.pending
+        if pending is not None and b.checkpoint_id < pending:
             self.metrics["stale_barriers"] += 1  # an aborted checkpoint's straggler
             return
-        if self._pending is not None and b.checkpoint_id > self._pending:
+        if pending is not None and b.checkpoint_id > pending:
             self._abort_alignment(
                 f"barrier {b.checkpoint_id} arrived on {c.describe()} before barrier "
-                f"{self._pending} aligned"
+                f"{pending} aligned"
             )
-        self._pending = b.checkpoint_id
-        c.blocked_on = b.checkpoint_id
-        c.barrier_timestamp = b.timestamp
-        c.barrier_position = position
+        self._gate.block(c, b, position)
         self._check_aligned()
 
     def _abort_alignment(self, reason: str) -> None:
-        assert self._pending is not None
-        self._out.append(AlignmentAborted(self._pending, reason))
-        released = [c for c in self._channels.values() if c.blocked_on == self._pending]
-        self._pending = None
-        for c in released:
-            c.blocked_on = None
-        for c in released:
+        assert self._gate.pending is not None
+        self._out.append(AlignmentAborted(self._gate.pending, reason))
+        for c in self._gate.abort():
             self._replay(c)
 
     def _check_aligned(self) -> None:
-        n = self._pending
-        if n is None:
-            return
-        live = [c for c in self._channels.values() if not c.ended]
-        if any(c.blocked_on != n for c in live):
+        gate = self._gate
+        n = gate.pending
+        live = gate.aligned()
+        if n is None or live is None:
             return
         # (1) Barrier timestamps are watermarks: fire what they allow before the snapshot.
         for c in live:
             if c.barrier_timestamp > c.watermark:
                 c.watermark = c.barrier_timestamp
         self._update_watermark(emit=False)
-        for op in self._stateful:  # results due per checkpoint belong to epoch n
+        for op in self._graph.stateful:  # results due per checkpoint belong to epoch n
             op.before_snapshot()
         # (2) Snapshot point: state now is exactly checkpoint n's.
         self._snapshot(n, final=False)
         # (3) Forward the barrier downstream, carrying the task watermark.
         self._emitted_wm = max(self._emitted_wm, self.watermark)
         self._broadcast(Barrier(n, self.attempt, self.watermark))
-        # (4) Release the inputs and replay what arrived after their barrier.
-        self._pending = None
-        for c in live:
-            c.blocked_on = None
-        for c in live:
-            self._replay(c)
-        self._update_watermark()
+        # (4) Release the inputs; what arrived after their barrier waits for the snapshot.
+        gate.release(live)
 
     def _snapshot(self, checkpoint_id: int | None, *, final: bool) -> None:
         # Input watermarks belong to the state: a restored task judges the records it
         # reads again against the watermarks the failure-free run had there.
-        for key, c in self._channels.items():
+        for key, c in self._gate.channels.items():
             if c.watermark > MIN_TS:
                 self._marks.put((key[0], key[1], key[2] or ""), c.watermark)
-        positions: dict[tuple[str, int], Position] = {}
-        for c in self._channels.values():
-            pos = c.barrier_position if (c.blocked_on is not None and not final) else c.position
-            if c.upstream is None:
-                positions[c.tp] = pos
-            else:
-                per = positions.setdefault(c.tp, {})
-                assert isinstance(per, dict)
-                if pos is not None:
-                    per[c.upstream] = pos
-        point = SnapshotPoint(self.task_id, checkpoint_id, self.attempt, positions, final)
-        self._out.append(point)
-        if self.on_snapshot is not None:
-            self.on_snapshot(point)
+        positions = self._gate.positions(final=final)
+        self._out.append(SnapshotPoint(self.task_id, checkpoint_id, self.attempt, positions, final))
+        self._gate.holding = True  # until snapshot_taken()
 
     def _replay(self, c: Channel) -> None:
         pending, c.buffer = c.buffer, []
@@ -698,27 +440,16 @@ class Task:
             self._internal_items(c.topic, c.partition, pending)
             return
         for i, item in enumerate(pending):
-            if c.blocked_on is not None:
+            if self._gate.holds(c):
                 c.buffer.extend(pending[i:])
                 return
             if isinstance(item, EndOfInput):
                 c.ended = True
                 self._after_end()
-            elif isinstance(item, _QueuedBarrier):
+            elif isinstance(item, QueuedBarrier):
                 self._on_barrier(c, item.barrier, item.position)
             else:
                 self._source_batch(c, item)
-
-    @staticmethod
-    def _buffered_end(c: Channel) -> int | None:
-        """The position after everything buffered for source channel ``c``."""
-        for item in reversed(c.buffer):
-            if isinstance(item, _QueuedBarrier):
-                return item.position
-            if isinstance(item, list | tuple) and item:
-                last: int = item[-1][3]
-                return last + 1
-        return c.position
 
     def _broadcast(self, event: StreamEvent) -> None:
         for o in self.spec.outputs:
@@ -727,8 +458,10 @@ class Task:
                 self._out.append(OutputEvent(o.topic, internal, event))
 
     def _update_watermark(self, *, emit: bool = True) -> None:
+        if self._gate.holding:
+            return  # the state stays the snapshot's until it is taken
         now = self._now
-        live = [c for c in self._time_channels if not c.ended]
+        live = [c for c in self._gate.time_channels if not c.ended]
         if not live:
             new = self.watermark
         else:
@@ -751,7 +484,7 @@ class Task:
         """The task watermark moves up to ``new`` (never back): operators fire."""
         if new > self.watermark:
             self.watermark = new
-            for op in self._stateful:
+            for op in self._graph.stateful:
                 op.advance(new)
 
     def _emit_watermark(self) -> None:
@@ -763,7 +496,7 @@ class Task:
     def _after_end(self) -> None:
         if self.finished:
             return
-        if all(c.ended for c in self._channels.values()):
+        if self._gate.all_ended():
             self._finish()
         else:
             self._update_watermark()
@@ -772,7 +505,7 @@ class Task:
     def _finish(self) -> None:
         """All inputs ended: fire everything, tell downstream, hand over final state."""
         self.finished = True
-        for op in self._stateful:
+        for op in self._graph.stateful:
             op.finish()
         self._emitted_wm = MAX_TS
         self._broadcast(EndOfInput())

@@ -1,8 +1,9 @@
 """One task on this worker: its build or restore, its snapshots, and each snapshot's
 upload up to the acknowledgement (DESIGN §4, §5, §7).
 
-A runner is built before its task, so the task's snapshot hook is the runner's own
-method: nothing in the task refers back to the worker.
+The runner calls its task and writes what the task outputs; when the outputs hold a
+``SnapshotPoint`` the task holds still until the runner took the snapshot
+(:meth:`kstream.runtime.task.Task.snapshot_taken`). Nothing in the task refers back.
 """
 
 from __future__ import annotations
@@ -218,7 +219,6 @@ class TaskRunner:
             attempt=attempt,
             bounded=ctx.config.bounded,
             restore_positions=positions,
-            on_snapshot=self._on_snapshot,
             now=ctx.clock(),
         )
 
@@ -230,9 +230,22 @@ class TaskRunner:
         return {(i.topic, i.partition) for i in self.spec.inputs}
 
     def step(self, call: Callable[..., None], *args: Any) -> None:
-        """One call of the task, then its outputs written in order."""
+        """One call of the task, then its outputs written in order, each snapshot taken
+        where the task output its ``SnapshotPoint``."""
         call(*args)
-        self.ctx.router.route(self.route, self.task.drain())
+        route, task = self.ctx.router.route, self.task
+        while True:
+            out = task.drain()
+            at = next((i for i, o in enumerate(out) if isinstance(o, SnapshotPoint)), None)
+            if at is None:
+                route(self.route, out)
+                return
+            point = out[at]
+            assert isinstance(point, SnapshotPoint)
+            route(self.route, out[:at])
+            self._snapshot(point)
+            route(self.route, out[at + 1 :])
+            task.snapshot_taken()  # replays what arrived after the barrier: maybe another point
 
     def trigger(self, checkpoint_id: int, attempt: int, now: float) -> None:
         """Checkpoint ``checkpoint_id`` was triggered: barriers into the task's sources."""
@@ -241,19 +254,18 @@ class TaskRunner:
 
     # ---- snapshots ------------------------------------------------------------------------
 
-    def _on_snapshot(self, point: SnapshotPoint) -> None:
+    def _snapshot(self, point: SnapshotPoint) -> None:
         """The task's state is exactly checkpoint ``point``'s: take the synchronous part.
 
-        Order matters: (1) everything the task output before the point goes out or
-        into the sink's epoch, (2) the exactly-once sink seals that epoch so its buffer
-        belongs to this snapshot, at-least-once output and dead letters are flushed
-        (durable before the acknowledgement), (3) RocksDB checkpoint by hard links,
-        (4) the upload runs in the background; the ack is sent when it finished.
+        Order matters: (1) everything the task output before the point went out or
+        into the sink's epoch (the caller routed it), (2) the exactly-once sink seals
+        that epoch so its buffer belongs to this snapshot, at-least-once output and dead
+        letters are flushed (durable before the acknowledgement), (3) RocksDB checkpoint
+        by hard links, (4) the upload runs in the background; the ack is sent when it
+        finished.
         """
         ctx = self.ctx
         now = ctx.clock()
-        # 1.
-        ctx.router.route(self.route, self.task.drain())
         # 2.
         n = point.checkpoint_id if point.checkpoint_id is not None else self._next_final_id()
         blobs: dict[str, bytes] = {}

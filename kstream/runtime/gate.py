@@ -1,0 +1,206 @@
+"""A task's input gate: its channels, what they hold back, and where they resume.
+
+One channel per source/table partition, one per upstream task inside an internal
+partition (:mod:`kstream.runtime.channels`). Barrier alignment (DESIGN §4, §5.4) is
+kept here: a channel that delivered barrier *n* is blocked and buffers what arrives
+after it until every live channel delivered *n*; a newer barrier before that aborts
+*n*. While the task's snapshot is being taken (``holding``) every channel buffers.
+The task decides what the events mean and processes what the gate releases.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from itertools import islice
+from operator import lt
+from typing import NamedTuple
+
+from kstream.api.time import WatermarkStrategy
+from kstream.plan.model import InputKind, JobPlan, TaskSpec
+from kstream.runtime.channels import Channel
+from kstream.runtime.events import Barrier
+from kstream.runtime.records import Position, SourceRecord
+
+TP = tuple[str, int]
+
+
+class QueuedBarrier(NamedTuple):
+    """A checkpoint trigger that met a held-back source input, with its position."""
+
+    barrier: Barrier
+    position: int | None
+
+
+def unseen(
+    records: Sequence[SourceRecord], position: int | None, metrics: dict[str, int]
+) -> Sequence[SourceRecord]:
+    """``records`` without those at offsets the channel already processed.
+
+    A task never processes an offset twice, whatever its consumer delivers: a seek
+    raced by the client's own start-offset lookup of a freshly assigned partition
+    (librdkafka resets the fetch position to the group's committed offset or
+    ``auto.offset.reset`` after the seek) delivers records again from below the
+    restored position, even within one batch. The common case (increasing offsets
+    from ``position`` on) is one pass in C.
+    """
+    offsets = [r[3] for r in records]
+    if (position is None or offsets[0] >= position) and all(
+        map(lt, offsets, islice(offsets, 1, None))
+    ):
+        return records
+    kept: list[SourceRecord] = []
+    nxt = -1 if position is None else position
+    for r in records:
+        if r[3] >= nxt:
+            kept.append(r)
+            nxt = r[3] + 1
+    metrics["restored_skipped"] += len(records) - len(kept)
+    return kept
+
+
+class InputGate:
+    """The channels of one task, their alignment and their positions."""
+
+    def __init__(
+        self, plan: JobPlan, spec: TaskSpec, now: float, restore: Mapping[TP, Position]
+    ) -> None:
+        self.task_id = spec.task_id
+        strategies: dict[str, WatermarkStrategy] = {
+            n.params["topic"]: n.params["watermark"]
+            for n in plan.topology.nodes
+            if n.kind == "source"
+        }
+        self.out_of_orderness = {t: s.max_out_of_orderness_ms for t, s in strategies.items()}
+        timeouts = [s.idle_timeout_s for s in strategies.values() if s.idle_timeout_s]
+        internal_idle = max(timeouts) if timeouts else None
+        self.channels: dict[tuple[str, int, str | None], Channel] = {}
+        for inp in spec.inputs:
+            pos = restore.get((inp.topic, inp.partition))
+            if inp.kind is InputKind.INTERNAL:
+                for up in inp.upstream_tasks:
+                    c = Channel(inp.topic, inp.partition, inp.kind, up, internal_idle, now)
+                    if isinstance(pos, Mapping) and up in pos:
+                        c.position = pos[up]
+                    self.channels[(inp.topic, inp.partition, up)] = c
+            else:
+                strategy = strategies.get(inp.topic)
+                c = Channel(
+                    inp.topic,
+                    inp.partition,
+                    inp.kind,
+                    None,
+                    strategy.idle_timeout_s if strategy else None,
+                    now,
+                )
+                if isinstance(pos, int):
+                    c.position = pos
+                self.channels[(inp.topic, inp.partition, None)] = c
+        self.time_channels = [c for c in self.channels.values() if c.holds_time]
+        self.source_channels = [c for c in self.channels.values() if c.upstream is None]
+        self.has_internal = any(c.upstream is not None for c in self.channels.values())
+        self.pending: int | None = None  # the checkpoint being aligned
+        self.holding = False  # a snapshot is being taken: every channel buffers
+
+    def channel(self, topic: str, partition: int, upstream: str | None) -> Channel:
+        c = self.channels.get((topic, partition, upstream))
+        if c is None:
+            who = "" if upstream is None else f" from upstream task {upstream!r}"
+            raise KeyError(
+                f"task {self.task_id} does not read {topic}[{partition}]{who}; "
+                f"it reads {sorted({(ch.topic, ch.partition) for ch in self.channels.values()})}"
+            )
+        return c
+
+    def holds(self, c: Channel) -> bool:
+        """Whether what arrives on ``c`` now must wait in its buffer."""
+        return self.holding or c.blocked_on is not None
+
+    def live(self) -> list[Channel]:
+        return [c for c in self.channels.values() if not c.ended]
+
+    def all_ended(self) -> bool:
+        return all(c.ended for c in self.channels.values())
+
+    # ---- alignment ----------------------------------------------------------------------------
+
+    def block(self, c: Channel, barrier: Barrier, position: int | None) -> None:
+        """``c`` delivered ``barrier`` (resuming at ``position``): hold it back."""
+        self.pending = barrier.checkpoint_id
+        c.blocked_on = barrier.checkpoint_id
+        c.barrier_timestamp = barrier.timestamp
+        c.barrier_position = position
+
+    def aligned(self) -> list[Channel] | None:
+        """The live channels, if every one of them delivered the pending barrier."""
+        n = self.pending
+        if n is None:
+            return None
+        live = self.live()
+        if any(c.blocked_on != n for c in live):
+            return None
+        return live
+
+    def release(self, channels: list[Channel]) -> None:
+        """The pending checkpoint is done with ``channels``: they flow again."""
+        self.pending = None
+        for c in channels:
+            c.blocked_on = None
+
+    def abort(self) -> list[Channel]:
+        """Give up aligning the pending checkpoint; the channels it released."""
+        released = [c for c in self.channels.values() if c.blocked_on == self.pending]
+        self.release(released)
+        return released
+
+    @staticmethod
+    def buffered_end(c: Channel) -> int | None:
+        """The position after everything buffered for source channel ``c``."""
+        for item in reversed(c.buffer):
+            if isinstance(item, QueuedBarrier):
+                return item.position
+            if isinstance(item, list | tuple) and item:
+                last: int = item[-1][3]
+                return last + 1
+        return c.position
+
+    # ---- positions ------------------------------------------------------------------------------
+
+    def positions(self, *, final: bool) -> dict[TP, Position]:
+        """Where each input resumes from the state as it is now: at its barrier for a
+        blocked channel (a checkpoint), else after what was processed; per upstream task
+        for internal partitions."""
+        positions: dict[TP, Position] = {}
+        for c in self.channels.values():
+            pos = c.barrier_position if (c.blocked_on is not None and not final) else c.position
+            if c.upstream is None:
+                positions[c.tp] = pos
+            else:
+                per = positions.setdefault(c.tp, {})
+                assert isinstance(per, dict)
+                if pos is not None:
+                    per[c.upstream] = pos
+        return positions
+
+    def paused_inputs(self) -> frozenset[TP]:
+        """Partitions to pause: every channel of them is held back by alignment."""
+        by_tp: dict[TP, list[Channel]] = {}
+        for c in self.channels.values():
+            by_tp.setdefault(c.tp, []).append(c)
+        return frozenset(
+            tp
+            for tp, cs in by_tp.items()
+            if all(c.blocked_on is not None or c.ended for c in cs)
+            and any(c.blocked_on is not None for c in cs)
+        )
+
+    def seek_positions(self) -> dict[TP, int | None]:
+        """Where to start reading each input partition (``None``: the job's start
+        position). Internal partitions start at the lowest restored upstream position;
+        the task skips what each upstream had before its own."""
+        seek: dict[TP, int | None] = {}
+        for c in self.channels.values():
+            if c.tp not in seek:
+                seek[c.tp] = c.position
+            elif seek[c.tp] is not None:
+                seek[c.tp] = None if c.position is None else min(seek[c.tp] or 0, c.position)
+        return seek
