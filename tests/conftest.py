@@ -143,8 +143,8 @@ class DrivenTask:
         self.task.trigger_checkpoint(checkpoint_id, attempt, now)
         self._collect()
 
-    def tick(self, now: float) -> None:
-        self.task.tick(now)
+    def tick(self, now: float, wall_ms: int | None = None) -> None:
+        self.task.tick(now, wall_ms)
         self._collect()
 
     def drain(self) -> list[Output]:
