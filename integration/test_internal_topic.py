@@ -26,7 +26,7 @@ def test_events_reach_every_partition_after_the_data(
     topic = unique_name("app.stage1.repartition")
     ensure_topics(kafka_admin, [TopicSpec(topic, 3)])
     producer = make_producer(kafka_bootstrap)
-    headers = data_headers("stage0-1", 4)
+    headers: list[tuple[str, str | bytes | None]] = list(data_headers("stage0-1", 4))
     for p in range(3):
         producer.produce(topic, value=f"d{p}".encode(), key=b"k", partition=p, headers=headers)
     barrier, watermark, end = Barrier(11, 4, 1_234), Watermark(1_500), EndOfInput()

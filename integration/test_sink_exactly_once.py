@@ -34,7 +34,7 @@ class Job:
             for n in names
         ]
 
-    def output(self) -> list[bytes | None]:
+    def output(self) -> list[bytes]:
         return sorted(r.key for r in read_all(self.bootstrap, self.out) if r.key is not None)
 
     def markers(self) -> list[tuple[str, int, int]]:

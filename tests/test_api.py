@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import pytest
 
 from kstream.api import Hopping, Session, Sliding, Topology, Tumbling, WatermarkStrategy
 from kstream.api.topology import KeyedStream
 
 
-def test_builder_records_nodes_and_keyedness():
+def test_builder_records_nodes_and_keyedness() -> None:
     t = Topology("app")
     keyed = t.source("in", value_serde="str").map(str.upper).key_by(len).filter(bool)
     assert isinstance(keyed, KeyedStream)
@@ -40,12 +42,12 @@ def test_builder_records_nodes_and_keyedness():
         (lambda: WatermarkStrategy(0, 0.0), "idle_timeout_s must be > 0"),
     ],
 )
-def test_invalid_specs_are_rejected(make, message):
+def test_invalid_specs_are_rejected(make: Callable[[], object], message: str) -> None:
     with pytest.raises(ValueError, match=message):
         make()
 
 
-def test_negative_lateness_and_join_interval_are_rejected():
+def test_negative_lateness_and_join_interval_are_rejected() -> None:
     t = Topology("app")
     s = t.source("in", keyed=True)
     with pytest.raises(ValueError, match=r"allowed_lateness_ms must be an int in 0\.\."):

@@ -17,8 +17,14 @@ from hypothesis import strategies as st
 from kstream.api import Tumbling
 from kstream.plan import plan_job
 from kstream.runtime.local import run_bounded
+from tests.conftest import Kit
 
 TOPOLOGIES = Path(__file__).resolve().parent.parent / "topologies"
+
+
+def _json(value: bytes | None) -> Any:
+    assert value is not None
+    return json.loads(value)
 
 
 def load(name: str) -> dict[str, Any]:
@@ -37,7 +43,7 @@ def partitioned(rows: list[tuple[Any, Any, int]], n: int, rnd: random.Random) ->
     return parts
 
 
-def test_wordcount_bounded_run_matches_expected_output():
+def test_wordcount_bounded_run_matches_expected_output() -> None:
     mod = load("wordcount")
     rnd = random.Random(7)
     vocab = ["kafka", "stream", "window", "barrier", "state", "task"]
@@ -50,7 +56,7 @@ def test_wordcount_bounded_run_matches_expected_output():
     plan = plan_job(mod["topology"], "wordcount", {"lines": 3})
     result = run_bounded(plan, {"lines": [encode(p, "str") for p in parts]}, batch_size=17)
     got = sorted(
-        (json.loads(v) for _, v, _ in result.sinks["word-counts"]),
+        (_json(v) for _, v, _ in result.sinks["word-counts"]),
         key=lambda r: (r["start"], r["word"]),
     )
     assert got == mod["expected_output"]({"lines": rows})
@@ -61,7 +67,7 @@ def test_wordcount_bounded_run_matches_expected_output():
     assert sum(m["late_dropped"] for m in result.metrics.values()) == 0
 
 
-def test_sessionization_bounded_run_matches_expected_output():
+def test_sessionization_bounded_run_matches_expected_output() -> None:
     mod = load("sessionization")
     rnd = random.Random(11)
     users = [f"u{i}" for i in range(8)]
@@ -76,14 +82,14 @@ def test_sessionization_bounded_run_matches_expected_output():
     plan = plan_job(mod["topology"], "sessionization", {"clicks": 2})
     result = run_bounded(plan, {"clicks": [encode(p) for p in parts]}, batch_size=23)
     got = sorted(
-        (json.loads(v) for _, v, _ in result.sinks["sessions"]),
+        (_json(v) for _, v, _ in result.sinks["sessions"]),
         key=lambda r: (r["user"], r["start"]),
     )
     assert got == mod["expected_output"]({"clicks": rows})
     assert any(r["clicks"] > 1 for r in got)
 
 
-def test_orders_payments_bounded_run_matches_expected_output():
+def test_orders_payments_bounded_run_matches_expected_output() -> None:
     mod = load("orders_payments")
     rnd = random.Random(3)
     orders, payments = [], []
@@ -103,7 +109,7 @@ def test_orders_payments_bounded_run_matches_expected_output():
     }
     result = run_bounded(plan, inputs, batch_size=13)
     got = sorted(
-        (json.loads(v) for _, v, _ in result.sinks["paid-orders"]),
+        (_json(v) for _, v, _ in result.sinks["paid-orders"]),
         key=lambda r: (r["order_id"], r["order_ts"], r["payment_ts"]),
     )
     expected = mod["expected_output"]({"orders": orders, "payments": payments})
@@ -121,7 +127,9 @@ def test_orders_payments_bounded_run_matches_expected_output():
     cuts=st.lists(st.integers(0, 60), max_size=6),
     size=st.sampled_from([1, 7, 1000, 2500]),
 )
-def test_tumbling_count_equals_group_by_whatever_the_batches(kit, rows, cuts, size):
+def test_tumbling_count_equals_group_by_whatever_the_batches(
+    kit: type[Kit], rows: list[tuple[str, int]], cuts: list[int], size: int
+) -> None:
     task = kit.task(kit.window_job(Tumbling(size), out_of_orderness_ms=10_000))
     records = kit.records([(k, 0, ts) for k, ts in rows])
     bounds = sorted({0, len(records), *(c for c in cuts if c <= len(records))})

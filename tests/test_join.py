@@ -4,14 +4,21 @@ and alignment of a table input held back while the stream catches up."""
 from __future__ import annotations
 
 import json
+from typing import Any
 
 from kstream.api import Topology
-from kstream.plan import plan_job
-from kstream.runtime import Barrier, InternalEvent, InternalRecord, partition_for_key
+from kstream.plan import JobPlan, plan_job
+from kstream.runtime import Barrier, InternalEvent, InternalRecord, SnapshotPoint, partition_for_key
 from kstream.runtime.local import run_bounded
+from tests.conftest import Kit
 
 
-def table_job():
+def _json(value: bytes | None) -> Any:
+    assert value is not None
+    return json.loads(value)
+
+
+def table_job() -> JobPlan:
     t = Topology("tj")
     orders = t.source("orders").key_by(lambda o: o["customer"])
     customers = t.table("customers")
@@ -19,7 +26,7 @@ def table_job():
     return plan_job(t, "tj", {"orders": 1, "customers": 2})
 
 
-def test_stream_table_join_uses_the_table_key_serde_for_co_partitioning():
+def test_stream_table_join_uses_the_table_key_serde_for_co_partitioning() -> None:
     plan = table_job()
     assert plan.internal_topics[0].partitions == 2
     assert plan.internal_topics[0].key_serde.name == "str"
@@ -35,12 +42,12 @@ def test_stream_table_join_uses_the_table_key_serde_for_co_partitioning():
         for i, c in enumerate(["c1", "c2", "c3", "c9", "c1"])
     ]
     result = run_bounded(plan, {"orders": [orders], "customers": customers})
-    got = sorted(json.loads(v) for _, v, _ in result.sinks["enriched"])
+    got = sorted(_json(v) for _, v, _ in result.sinks["enriched"])
     assert got == [[0, "Ada"], [1, "Bob"], [4, "Ada"]]
     assert sum(m["join_unmatched"] for m in result.metrics.values()) == 2
 
 
-def test_table_input_is_held_back_until_the_stream_barrier_arrives(kit):
+def test_table_input_is_held_back_until_the_stream_barrier_arrives(kit: type[Kit]) -> None:
     plan = table_job()
     task = kit.task(plan, "stage1-0")
     topic = "tj.stage0.repartition"
@@ -56,12 +63,13 @@ def test_table_input_is_held_back_until_the_stream_barrier_arrives(kit):
     assert task.paused_inputs() == frozenset()
     out = task.drain()
     assert kit.trace(out) == ["snapshot:5", "event:enriched:Barrier"]
+    assert isinstance(out[0], SnapshotPoint)
     assert out[0].positions == {("customers", 0): 1, (topic, 0): {"stage0-0": 2}}
     task.feed_internal(topic, 0, [InternalRecord("stage0-0", 0, 2, b"c1", order, 6)], 0.0)
     assert kit.sink(task.drain(), "enriched") == [("c1", [1, "Eve"], 6)]
 
 
-def interval_job(allowed: int = 0):
+def interval_job(allowed: int = 0) -> JobPlan:
     t = Topology("ij")
     orders = t.source("orders", keyed=True)
     payments = t.source("payments", keyed=True)
@@ -71,7 +79,7 @@ def interval_job(allowed: int = 0):
     return plan_job(t, "ij", {"orders": 1, "payments": 1})
 
 
-def test_windowed_join_pairs_within_the_interval(kit):
+def test_windowed_join_pairs_within_the_interval(kit: type[Kit]) -> None:
     task = kit.task(interval_job())
     task.feed_source("orders", 0, kit.records([("k1", "o1", 1000), ("k2", "o2", 5000)]), 0.0)
     assert kit.sink(task.drain(), "paid") == []
@@ -97,7 +105,7 @@ def test_windowed_join_pairs_within_the_interval(kit):
     assert list(task.late_counts().values()) == [(3, 0)]
 
 
-def test_windowed_join_allowed_lateness_keeps_partners(kit):
+def test_windowed_join_allowed_lateness_keeps_partners(kit: type[Kit]) -> None:
     task = kit.task(interval_job(allowed=3000))
     task.feed_source("orders", 0, kit.records([("k1", "o1", 1000), ("k2", "o2", 5000)]), 0.0)
     task.feed_source("payments", 0, kit.records([("k2", "p2", 7000)]), 0.0)
@@ -106,7 +114,9 @@ def test_windowed_join_allowed_lateness_keeps_partners(kit):
     assert task.metrics["late_dropped"] == 0
 
 
-def test_second_trigger_while_held_back_is_injected_after_the_buffered_records(kit):
+def test_second_trigger_while_held_back_is_injected_after_the_buffered_records(
+    kit: type[Kit],
+) -> None:
     plan = table_job()
     task = kit.task(plan, "stage1-0")
     topic = "tj.stage0.repartition"
@@ -115,10 +125,10 @@ def test_second_trigger_while_held_back_is_injected_after_the_buffered_records(k
     task.feed_source("customers", 0, [(b"c1", b'{"name":"Eve"}', 2, 1)], 0.0)
     task.trigger_checkpoint(6, 0, 0.0)
     task.feed_internal(topic, 0, [InternalEvent("stage0-0", 0, 0, Barrier(5, 0, 0))], 0.0)
-    points = [o for o in task.drain() if type(o).__name__ == "SnapshotPoint"]
+    points = [o for o in task.drain() if isinstance(o, SnapshotPoint)]
     assert [(p.checkpoint_id, p.positions[("customers", 0)]) for p in points] == [(5, 1)]
     assert task.paused_inputs() == frozenset({("customers", 0)})  # now held by barrier 6
     task.feed_internal(topic, 0, [InternalEvent("stage0-0", 0, 1, Barrier(6, 0, 0))], 0.0)
-    points = [o for o in task.drain() if type(o).__name__ == "SnapshotPoint"]
+    points = [o for o in task.drain() if isinstance(o, SnapshotPoint)]
     assert [(p.checkpoint_id, p.positions[("customers", 0)]) for p in points] == [(6, 2)]
     assert task.paused_inputs() == frozenset()

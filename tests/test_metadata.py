@@ -76,7 +76,7 @@ def test_no_checkpoint(tmp_path: Path) -> None:
 
 def _with_offsets(n: int, offsets: dict[str, dict[str, object]]) -> CheckpointMetadata:
     tasks = {t: TaskSnapshot(f"app/m/{t}/{n}", o) for t, o in offsets.items()}
-    return CheckpointMetadata(n, 1, 0.0, 1.0, tasks)  # type: ignore[arg-type]
+    return CheckpointMetadata(n, 1, 0.0, 1.0, tasks)
 
 
 def test_purgeable_offsets_are_the_smallest_seek_of_every_retained_checkpoint() -> None:

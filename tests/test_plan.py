@@ -21,7 +21,7 @@ def wordcount() -> Topology:
     return t
 
 
-def test_wordcount_plan_layout():
+def test_wordcount_plan_layout() -> None:
     plan = plan_job(wordcount(), "app", {"lines": 3, "other": 9})
     assert [(s.name, s.partitions, s.inputs, s.outputs, s.stateful) for s in plan.stages] == [
         ("stage0", 3, ("lines",), ("app.stage0.repartition",), False),
@@ -48,7 +48,7 @@ def test_wordcount_plan_layout():
     assert plan.source_partitions == (("lines", 3),)
 
 
-def test_repartition_stage_takes_max_upstream_partitions_and_explicit_counts():
+def test_repartition_stage_takes_max_upstream_partitions_and_explicit_counts() -> None:
     t = Topology("j")
     a = t.source("a").key_by(lambda v: v["k"])
     b = t.source("b").key_by(lambda v: v["k"])
@@ -63,7 +63,7 @@ def test_repartition_stage_takes_max_upstream_partitions_and_explicit_counts():
     assert plan_job(t2, "j", {"a": 2}).internal_topic_partitions == {"j.stage0.repartition": 7}
 
 
-def test_default_guarantee_comes_from_the_topology_or_the_caller():
+def test_default_guarantee_comes_from_the_topology_or_the_caller() -> None:
     t = Topology("g", default_guarantee=Guarantee.AT_LEAST_ONCE)
     t.source("in").to("out")
     assert plan_job(t, "g", {"in": 1}).sinks[0].guarantee is Guarantee.AT_LEAST_ONCE
@@ -71,12 +71,12 @@ def test_default_guarantee_comes_from_the_topology_or_the_caller():
     assert plan.sinks[0].guarantee is Guarantee.EXACTLY_ONCE
 
 
-def test_unknown_source_topic():
+def test_unknown_source_topic() -> None:
     with pytest.raises(PlanError, match=r"source topic 'lines' does not exist \(known: \['x'\]\)"):
         plan_job(wordcount(), "wc", {"x": 1})
 
 
-def test_co_partitioning_violated_for_keyed_sources():
+def test_co_partitioning_violated_for_keyed_sources() -> None:
     t = Topology("j")
     t.source("a", keyed=True).join(t.source("b", keyed=True), lambda x, y: x, within_ms=1).to("o")
     with pytest.raises(
@@ -85,7 +85,7 @@ def test_co_partitioning_violated_for_keyed_sources():
         plan_job(t, "j", {"a": 2, "b": 3})
 
 
-def test_co_partitioning_violated_by_explicit_key_by_partitions():
+def test_co_partitioning_violated_by_explicit_key_by_partitions() -> None:
     t = Topology("j")
     s = t.source("s").key_by(lambda v: v, partitions=4)
     s.join_table(t.table("tbl"), lambda x, y: x).to("o")
@@ -93,7 +93,7 @@ def test_co_partitioning_violated_by_explicit_key_by_partitions():
         plan_job(t, "j", {"s": 1, "tbl": 2})
 
 
-def test_window_without_keyed_stream():
+def test_window_without_keyed_stream() -> None:
     t = Topology("w")
     t.source("in").window(Tumbling(10)).count().to("out")
     with pytest.raises(
@@ -102,7 +102,7 @@ def test_window_without_keyed_stream():
         plan_job(t, "w", {"in": 1})
 
 
-def test_window_without_aggregation():
+def test_window_without_aggregation() -> None:
     t = Topology("w")
     w = t.source("in", keyed=True).window(Tumbling(10))
     w.late().to("late")
@@ -110,7 +110,7 @@ def test_window_without_aggregation():
         plan_job(t, "w", {"in": 1})
 
 
-def test_join_needs_keyed_inputs():
+def test_join_needs_keyed_inputs() -> None:
     t = Topology("j")
     unkeyed = t.source("a")
     t.source("b", keyed=True).join(unkeyed, lambda x, y: x, within_ms=1).to("o")  # type: ignore[arg-type]
@@ -118,14 +118,14 @@ def test_join_needs_keyed_inputs():
         plan_job(t, "j", {"a": 1, "b": 1})
 
 
-def test_cycle_through_a_topic():
+def test_cycle_through_a_topic() -> None:
     t = Topology("c")
     t.source("loop").map(lambda v: v).to("loop")
     with pytest.raises(PlanError, match="cycle: sink topic 'loop' is also read"):
         plan_job(t, "c", {"loop": 1})
 
 
-def test_dangling_output_and_double_read():
+def test_dangling_output_and_double_read() -> None:
     t = Topology("d")
     t.source("in").map(lambda v: v)
     with pytest.raises(PlanError, match=r"output of map 'map1' goes nowhere: end it with \.to"):
@@ -137,7 +137,7 @@ def test_dangling_output_and_double_read():
         plan_job(t2, "d", {"in": 1})
 
 
-def test_session_aggregate_needs_merge():
+def test_session_aggregate_needs_merge() -> None:
     t = Topology("s")
     with pytest.raises(ValueError, match="merge"):
         t.source("in", keyed=True).window(Session(5)).aggregate(lambda: 0, lambda a, v: a + v)

@@ -4,11 +4,12 @@ restore filtering, dead letters, idleness and periodic watermarks."""
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import pytest
 
 from kstream.api import Topology, Tumbling, WatermarkStrategy
-from kstream.plan import plan_job
+from kstream.plan import JobPlan, plan_job
 from kstream.runtime import (
     AlignmentAborted,
     Barrier,
@@ -16,18 +17,22 @@ from kstream.runtime import (
     EndOfInput,
     InternalEvent,
     InternalRecord,
+    Output,
+    OutputBatch,
     OutputEvent,
     PipelinedEventError,
     SnapshotPoint,
     Watermark,
 )
+from kstream.runtime.events import StreamEvent
 from kstream.state.memory import MemoryBackend
+from tests.conftest import Kit
 
 TOPIC = "j.stage0.repartition"
 WIN = ("stage1.window0.acc", (1000, 0, "a"))
 
 
-def two_stage(partitions: int = 2, idle_timeout_s: float | None = None):
+def two_stage(partitions: int = 2, idle_timeout_s: float | None = None) -> JobPlan:
     t = Topology("j")
     (
         t.source("words", value_serde="str", watermark=WatermarkStrategy(0, idle_timeout_s))
@@ -46,7 +51,7 @@ def rec(up: str, off: int, word: str, ts: int, attempt: int = 0) -> InternalReco
     )
 
 
-def ev(up: str, off: int, event, attempt: int = 0) -> InternalEvent:
+def ev(up: str, off: int, event: StreamEvent, attempt: int = 0) -> InternalEvent:
     return InternalEvent(up, attempt, off, event)
 
 
@@ -67,7 +72,7 @@ def acc(state: dict) -> int | None:
     return state.get(WIN[0], {}).get(WIN[1])
 
 
-def test_skewed_upstreams_post_barrier_records_wait_for_the_snapshot(kit):
+def test_skewed_upstreams_post_barrier_records_wait_for_the_snapshot(kit: type[Kit]) -> None:
     plan = two_stage()
     backend = MemoryBackend()
     snaps = Snapshots(backend)
@@ -99,7 +104,7 @@ def test_skewed_upstreams_post_barrier_records_wait_for_the_snapshot(kit):
     assert out[1] == OutputEvent("out", False, Barrier(1, 0, 400))
 
 
-def test_single_upstream_partition_is_paused_until_aligned(kit):
+def test_single_upstream_partition_is_paused_until_aligned(kit: type[Kit]) -> None:
     plan = two_stage(partitions=1)
     task = kit.task(plan, "stage1-0")
     task.feed_internal(TOPIC, 0, [ev("stage0-0", 0, Barrier(3, 0, 10))], 0.0)
@@ -107,7 +112,7 @@ def test_single_upstream_partition_is_paused_until_aligned(kit):
     assert kit.trace(task.drain()) == ["snapshot:3", "event:out:Barrier"]
 
 
-def test_barrier_timestamps_fire_windows_before_the_snapshot(kit):
+def test_barrier_timestamps_fire_windows_before_the_snapshot(kit: type[Kit]) -> None:
     plan = two_stage()
     backend = MemoryBackend()
     snaps = Snapshots(backend)
@@ -132,7 +137,7 @@ def test_barrier_timestamps_fire_windows_before_the_snapshot(kit):
     assert task.metrics["late_dropped"] == 1  # the replayed 700 is behind barrier time
 
 
-def test_newer_barrier_aborts_unaligned_checkpoint(kit):
+def test_newer_barrier_aborts_unaligned_checkpoint(kit: type[Kit]) -> None:
     plan = two_stage()
     snaps = Snapshots(MemoryBackend())
     task = kit.task(plan, "stage1-0", on_snapshot=snaps)
@@ -144,7 +149,7 @@ def test_newer_barrier_aborts_unaligned_checkpoint(kit):
     assert [p.checkpoint_id for p in snaps.points] == [2]
 
 
-def test_source_task_trigger_records_positions_and_forwards_barrier(kit):
+def test_source_task_trigger_records_positions_and_forwards_barrier(kit: type[Kit]) -> None:
     plan = two_stage()
     task = kit.task(plan, "stage0-1")
     task.feed_source("words", 1, [(None, b"a", 500, 40), (None, b"b", 800, 41)], 0.0)
@@ -157,7 +162,7 @@ def test_source_task_trigger_records_positions_and_forwards_barrier(kit):
     ]
 
 
-def test_stale_attempt_records_are_dropped(kit):
+def test_stale_attempt_records_are_dropped(kit: type[Kit]) -> None:
     plan = two_stage(partitions=1)
     backend = MemoryBackend()
     task = kit.task(plan, "stage1-0", backend=backend, attempt=2)
@@ -171,7 +176,7 @@ def test_stale_attempt_records_are_dropped(kit):
     assert acc(backend.snapshot()) == 1
 
 
-def test_restore_skips_each_upstreams_records_below_its_barrier_offset(kit):
+def test_restore_skips_each_upstreams_records_below_its_barrier_offset(kit: type[Kit]) -> None:
     plan = two_stage()
     backend = MemoryBackend()
     task = kit.task(
@@ -195,7 +200,7 @@ def test_restore_skips_each_upstreams_records_below_its_barrier_offset(kit):
     assert acc(backend.snapshot()) == 2
 
 
-def test_undecodable_records_become_dead_letters(kit):
+def test_undecodable_records_become_dead_letters(kit: type[Kit]) -> None:
     t = Topology("d")
     t.source("in", keyed=True).window(Tumbling(10)).count().to("out")
     plan = plan_job(t, "d", {"in": 1})
@@ -219,7 +224,7 @@ def test_undecodable_records_become_dead_letters(kit):
     assert kit.sink(task.drain(), "out") == [("k", ["k", 0, 10, 2], 9)]
 
 
-def test_idle_upstream_does_not_stall_the_watermark(kit):
+def test_idle_upstream_does_not_stall_the_watermark(kit: type[Kit]) -> None:
     plan = two_stage(idle_timeout_s=5.0)
     task = kit.task(plan, "stage1-0", watermark_interval_s=0.0)
     task.feed_internal(
@@ -233,7 +238,7 @@ def test_idle_upstream_does_not_stall_the_watermark(kit):
     assert task.watermark == 2000
 
 
-def test_without_idleness_a_silent_upstream_holds_the_watermark(kit):
+def test_without_idleness_a_silent_upstream_holds_the_watermark(kit: type[Kit]) -> None:
     plan = two_stage()
     task = kit.task(plan, "stage1-0")
     task.feed_internal(
@@ -245,18 +250,21 @@ def test_without_idleness_a_silent_upstream_holds_the_watermark(kit):
     assert kit.sink(task.drain(), "out") == [("a", ["a", 0, 1], 999)]
 
 
-def test_watermarks_follow_the_data_and_the_interval_covers_the_rest(kit):
+def test_watermarks_follow_the_data_and_the_interval_covers_the_rest(kit: type[Kit]) -> None:
     """Downstream keeps up with the data: a Watermark follows every batch written to an
     internal topic and precedes a record that was behind the watermark; without data,
     progress (here: an idle partition) is sent every watermark_interval_s."""
     task = kit.task(two_stage(idle_timeout_s=5.0), "stage0-0", watermark_interval_s=1.0)
 
-    def events(outputs: list) -> list:
-        return [
-            (o.event.timestamp if isinstance(o, OutputEvent) else [t for t in o.timestamps])
-            for o in outputs
-            if isinstance(o, OutputEvent) or o.topic == TOPIC
-        ]
+    def events(outputs: list[Output]) -> list[Any]:
+        out: list[Any] = []
+        for o in outputs:
+            if isinstance(o, OutputEvent):
+                assert isinstance(o.event, Watermark | Barrier)
+                out.append(o.event.timestamp)
+            elif isinstance(o, OutputBatch) and o.topic == TOPIC:
+                out.append(list(o.timestamps))
+        return out
 
     task.feed_source("words", 0, [(None, b"a", 100, 0)], 0.5)
     assert events(task.drain()) == [[100], 100]
@@ -268,7 +276,7 @@ def test_watermarks_follow_the_data_and_the_interval_covers_the_rest(kit):
     assert events(task.drain()) == []  # the watermark did not move
 
 
-def test_bounded_task_fails_fast_on_a_barrier(kit):
+def test_bounded_task_fails_fast_on_a_barrier(kit: type[Kit]) -> None:
     plan = two_stage()
     task = kit.task(plan, "stage1-0", bounded=True)
     with pytest.raises(PipelinedEventError) as err:
@@ -278,14 +286,14 @@ def test_bounded_task_fails_fast_on_a_barrier(kit):
     assert f"{TOPIC}[0]" in msg and "stage1-0" in msg and "bounded" in msg
 
 
-def test_bounded_source_task_refuses_a_checkpoint_trigger(kit):
+def test_bounded_source_task_refuses_a_checkpoint_trigger(kit: type[Kit]) -> None:
     plan = two_stage()
     task = kit.task(plan, "stage0-1", bounded=True)
     with pytest.raises(PipelinedEventError, match=r"words\[1\]"):
         task.trigger_checkpoint(1, 0, 0.0)
 
 
-def test_end_of_input_from_every_upstream_fires_all_and_hands_over_state(kit):
+def test_end_of_input_from_every_upstream_fires_all_and_hands_over_state(kit: type[Kit]) -> None:
     plan = two_stage()
     snaps = Snapshots(MemoryBackend())
     task = kit.task(plan, "stage1-0", bounded=True, on_snapshot=snaps)

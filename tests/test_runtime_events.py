@@ -5,15 +5,16 @@ from __future__ import annotations
 from kstream.api import Topology, WatermarkStrategy
 from kstream.plan import plan_job
 from kstream.runtime import Barrier, EndOfInput, Watermark
+from tests.conftest import Kit
 
 
-def test_only_barriers_require_pipelined_execution():
+def test_only_barriers_require_pipelined_execution() -> None:
     assert Barrier(1, 0, 0).requires_pipelined
     assert not Watermark(5).requires_pipelined
     assert not EndOfInput().requires_pipelined
 
 
-def test_idle_source_partition_does_not_stall_a_join(kit):
+def test_idle_source_partition_does_not_stall_a_join(kit: type[Kit]) -> None:
     t = Topology("i")
     wm = WatermarkStrategy(0, idle_timeout_s=10.0)
     a = t.source("a", keyed=True, watermark=wm)

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from kstream.api import Topology, Tumbling
-from kstream.plan import plan_job
+from kstream.plan import JobPlan, plan_job
 from kstream.runtime import (
     MIN_TS,
     Barrier,
@@ -19,11 +19,12 @@ from kstream.runtime import (
     Watermark,
 )
 from kstream.state.memory import MemoryBackend
+from tests.conftest import Kit
 
 TOPIC = "r.stage0.repartition"
 
 
-def plan():
+def plan() -> JobPlan:
     t = Topology("r")
     (
         t.source("words", value_serde="str")
@@ -44,7 +45,7 @@ def rec(up: str, attempt: int, off: int, ts: int) -> InternalRecord:
     return InternalRecord(up, attempt, off, b'"a"', b'"a"', ts)
 
 
-def test_restored_task_matches_the_failure_free_run(kit):
+def test_restored_task_matches_the_failure_free_run(kit: type[Kit]) -> None:
     log = [
         rec("stage0-0", 0, 0, 100),
         rec("stage0-1", 0, 1, 200),
@@ -102,7 +103,7 @@ def test_restored_task_matches_the_failure_free_run(kit):
     assert kit.sink(clean.drain(), "out") == [("a", ["a", 0, 5], 999)]
 
 
-def test_restored_window_watermark_does_not_refire(kit):
+def test_restored_window_watermark_does_not_refire(kit: type[Kit]) -> None:
     t = Topology("w")
     t.source("in", keyed=True).window(Tumbling(10)).count().map(
         lambda r: [r.key, r.start, r.value]
@@ -128,7 +129,7 @@ def test_restored_window_watermark_does_not_refire(kit):
     assert restored.metrics["late_dropped"] == 1
 
 
-def test_a_rewound_consumer_never_makes_a_task_process_an_offset_twice(kit):
+def test_a_rewound_consumer_never_makes_a_task_process_an_offset_twice(kit: type[Kit]) -> None:
     """integration/test_bounded_run.py's re-count: the worker seeks a freshly assigned
     partition to its restored position, then librdkafka's own start-offset lookup
     resets the fetch to the earliest offset, so records below the position arrive
@@ -154,7 +155,7 @@ def test_a_rewound_consumer_never_makes_a_task_process_an_offset_twice(kit):
     assert task.metrics["restored_skipped"] == 3
 
 
-def test_a_bounded_task_ignores_input_after_its_end(kit):
+def test_a_bounded_task_ignores_input_after_its_end(kit: type[Kit]) -> None:
     """Records fetched past a bounded run's end offsets are the next run's input."""
     task = kit.task(plan(), "stage0-0", bounded=True)
     task.feed_source("words", 0, [(None, b"a", 100, 0)], 0.0)
@@ -166,7 +167,7 @@ def test_a_bounded_task_ignores_input_after_its_end(kit):
     assert final.positions == {("words", 0): 1}
 
 
-def test_a_restored_task_resumes_its_input_watermarks(kit):
+def test_a_restored_task_resumes_its_input_watermarks(kit: type[Kit]) -> None:
     """Input watermarks are part of the snapshot: after a restore, a record read again is
     judged against the watermarks the failure-free run had there, not fresh ones."""
     backend = MemoryBackend()
@@ -200,5 +201,5 @@ def test_a_restored_task_resumes_its_input_watermarks(kit):
     assert restored.metrics["late_dropped"] == 1
 
 
-def replace_attempt(item: InternalEvent | InternalRecord, attempt: int) -> Any:
+def replace_attempt(item: Any, attempt: int) -> Any:
     return item._replace(attempt=attempt)

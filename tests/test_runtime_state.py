@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -13,7 +15,9 @@ keys = st.tuples(st.integers(-5, 5), st.sampled_from(["a", "b", "c"]), st.intege
 
 
 @given(st.lists(st.tuples(keys, st.booleans())), keys, keys)
-def test_memory_table_behaves_like_a_sorted_dict(ops, lo, hi):
+def test_memory_table_behaves_like_a_sorted_dict(
+    ops: list[tuple[Any, bool]], lo: Any, hi: Any
+) -> None:
     table = MemoryBackend().table(TableSpec("t"))
     model: dict = {}
     for k, put in ops:
@@ -32,7 +36,7 @@ def test_memory_table_behaves_like_a_sorted_dict(ops, lo, hi):
     assert table.get(lo, "none") == model.get(lo, "none")
 
 
-def test_mixed_component_types_order_none_numbers_str_bytes():
+def test_mixed_component_types_order_none_numbers_str_bytes() -> None:
     table = MemoryBackend().table(TableSpec("t"))
     for k in [("x", b"b"), ("x", "s"), ("x", None), ("x", 3), (None, 1), (1, 1)]:
         table.put(k, 0)
@@ -40,7 +44,7 @@ def test_mixed_component_types_order_none_numbers_str_bytes():
     assert [k for k, _ in table.scan()][:2] == [(None, 1), (1, 1)]
 
 
-def test_snapshot_is_isolated_and_restorable():
+def test_snapshot_is_isolated_and_restorable() -> None:
     backend = MemoryBackend()
     t = backend.table(TableSpec("t"))
     t.put(("k",), [1])
@@ -51,7 +55,7 @@ def test_snapshot_is_isolated_and_restorable():
     assert set(restored.tables()) == {"t"}
 
 
-def test_typed_helpers():
+def test_typed_helpers() -> None:
     b = MemoryBackend()
     v, m = ValueState(b.table(TableSpec("v"))), MapState(b.table(TableSpec("m")))
     lst, r = ListState(b.table(TableSpec("l"))), ReducingState(b.table(TableSpec("r")), max)

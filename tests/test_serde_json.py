@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import pytest
 from hypothesis import given
@@ -18,7 +19,7 @@ json_values = st.recursive(
 
 
 @given(json_values.filter(lambda v: v is not None))  # None is a tombstone
-def test_serialize_is_compact_json_and_round_trips(value):
+def test_serialize_is_compact_json_and_round_trips(value: Any) -> None:
     serde = JsonSerde()
     data = serde.serialize(value)
     assert data == json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode()
@@ -26,13 +27,13 @@ def test_serialize_is_compact_json_and_round_trips(value):
 
 
 @given(st.integers())
-def test_integers_decode_exactly_as_json(n):
+def test_integers_decode_exactly_as_json(n: int) -> None:
     data = str(n).encode()
     assert JsonSerde().deserialize(data) == json.loads(data) == n
 
 
 @pytest.mark.parametrize("data", [b"007", b"01", b"", b"12a", b"\xd9\xa3"])
-def test_invalid_json_is_rejected(data):
+def test_invalid_json_is_rejected(data: bytes) -> None:
     with pytest.raises(SerdeError):
         JsonSerde().deserialize(data)
 
@@ -40,12 +41,12 @@ def test_invalid_json_is_rejected(data):
 @pytest.mark.parametrize(
     "text", ['  {"a": 1}', '{"a": 1}\n', " [1, 2] ", '"x"', "-3.5", "Infinity", "true", " 12 "]
 )
-def test_whitespace_and_scalars_decode_as_json_loads_does(text):
+def test_whitespace_and_scalars_decode_as_json_loads_does(text: str) -> None:
     assert JsonSerde().deserialize(text.encode()) == json.loads(text)
 
 
 @pytest.mark.parametrize("data", [b'{"a": 1} x', b"[1] [2]", b'{"a": 1', b"   "])
-def test_trailing_data_and_truncation_are_rejected(data):
+def test_trailing_data_and_truncation_are_rejected(data: bytes) -> None:
     with pytest.raises(SerdeError):
         JsonSerde().deserialize(data)
 
@@ -54,14 +55,14 @@ _shared = JsonSerde()
 
 
 @given(json_values.filter(lambda v: v is not None))
-def test_one_serde_reused_for_many_values_writes_what_json_dumps_writes(value):
+def test_one_serde_reused_for_many_values_writes_what_json_dumps_writes(value: Any) -> None:
     assert (
         _shared.serialize(value)
         == json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode()
     )
 
 
-def test_a_failed_serialization_leaves_the_serde_usable():
+def test_a_failed_serialization_leaves_the_serde_usable() -> None:
     serde = JsonSerde()
     record = {"a": [1, object()]}
     with pytest.raises(SerdeError, match="not JSON serializable"):

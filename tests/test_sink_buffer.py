@@ -6,13 +6,14 @@ import struct
 import zlib
 from collections.abc import Iterable
 from types import SimpleNamespace
-from typing import Any
+from typing import Any, cast
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kstream.config import Guarantee
+from kstream.kafka.clients import Producer
 from kstream.kafka.sink import (
     AtLeastOnceSink,
     CommitMarker,
@@ -170,7 +171,7 @@ _V2_BLOB = bytes.fromhex(
 
 def _contents(epochs: list[Epoch]) -> list[tuple[int | None, list[OutputRecord]]]:
     assert all(e.state is EpochState.SEALED for e in epochs)
-    return [(e.checkpoint_id, e.records) for e in epochs]
+    return [(e.checkpoint_id, list(e.records)) for e in epochs]
 
 
 def test_blob_round_trips_every_field_and_none_in_each() -> None:
@@ -192,8 +193,8 @@ def test_empty_blob_round_trips() -> None:
 
 
 def test_whole_columns_of_none_and_mixed_columns_round_trip() -> None:
-    all_none = [("t", None, None, None, None, None)] * 5
-    mixed = [
+    all_none: list[OutputRecord] = [("t", None, None, None, None, None)] * 5
+    mixed: list[OutputRecord] = [
         ("t", None, b"k", None, 1, None),
         ("u", 2, None, b"v", None, [("h", None)]),
         ("t", None, b"kk", b"", 3, []),  # an empty header list is stored as None
@@ -479,7 +480,7 @@ def _mixed_buffer() -> EpochBuffer:
     return buf
 
 
-_MIXED = [
+_MIXED: list[tuple[int, list[OutputRecord]]] = [
     (
         1,
         [
@@ -521,7 +522,8 @@ def test_a_column_batch_is_kept_by_reference_and_empty_ones_are_dropped() -> Non
     b = batch("out", 1, 2)
     e.append_columns(b)
     e.append_columns(ColumnBatch("out", [], [], []))
-    assert e.chunks == [b] and e.chunks[0].keys is b.keys and e.size == 2
+    assert e.chunks == [b] and isinstance(e.chunks[0], ColumnBatch)
+    assert e.chunks[0].keys is b.keys and e.size == 2
     with pytest.raises(ValueError, match="2 keys, 1 values and 2 timestamps"):
         ColumnBatch("out", [b"a", b"b"], [b"v"], [1, 2])
     e.seal(1)
@@ -678,7 +680,7 @@ def test_exactly_once_publishes_chunks_in_epoch_and_write_order() -> None:
     sink.on_barrier(2)
     sink.write_columns("out", [b"k9"], [b"v9"], [1009])  # open epoch: stays
     assert sink.on_checkpoint_completed(2) == 6
-    expected = [
+    expected: list[OutputRecord] = [
         rec(1),
         rec(2),
         rec(3),
@@ -722,7 +724,7 @@ def test_publishing_serves_the_producer_every_1000_records_across_chunks() -> No
 def test_at_least_once_write_columns_produces_at_once() -> None:
     p = FakeProducer(full=1)
     sink = AtLeastOnceSink.__new__(AtLeastOnceSink)  # a fake producer instead of a client
-    sink.task, sink.timeout, sink._producer = "sink-0", 1.0, p
+    sink.task, sink.timeout, sink._producer = "sink-0", 1.0, cast(Producer, p)
     sink.failed, sink.first_error, sink.produced = 0, None, 0
     sink.write_columns("out", [b"k1", None], [b"v1", b"v2"], [1001, 7])
     sink.write(rec(3))

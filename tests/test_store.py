@@ -67,6 +67,7 @@ def test_touch_refreshes_mtime_for_gc_grace(tmp_path: Path) -> None:
 
 def test_open_store_urls(tmp_path: Path) -> None:
     assert isinstance(open_store(f"file://{tmp_path}"), FileStore)
-    assert open_store(str(tmp_path)).root == tmp_path.resolve()
+    opened = open_store(str(tmp_path))
+    assert isinstance(opened, FileStore) and opened.root == tmp_path.resolve()
     with pytest.raises(StoreError, match="S3-compatible store is an adapter"):
         open_store("s3://bucket/prefix")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from kstream.api import Hopping, Tumbling
@@ -9,9 +11,10 @@ from kstream.runtime import OutputBatch
 from kstream.runtime.windows import FIRE_BATCH
 from kstream.state.memory import MemoryBackend
 from kstream.state.rocksdb import RocksDBBackend
+from tests.conftest import Kit
 
 
-def test_tumbling_in_order_fires_on_watermark(kit):
+def test_tumbling_in_order_fires_on_watermark(kit: type[Kit]) -> None:
     task = kit.task(kit.window_job(Tumbling(1000)))
     task.feed_source("events", 0, kit.records([("a", 1, 100), ("b", 1, 200), ("a", 1, 900)]), 0.0)
     assert kit.sink(task.drain(), "out") == []  # watermark 900 < end 1000
@@ -25,7 +28,7 @@ def test_tumbling_in_order_fires_on_watermark(kit):
     assert kit.sink(task.drain(), "out") == [("b", ["b", 2000, 3000, 1], 2999)]
 
 
-def test_tumbling_out_of_order_within_bound_is_counted(kit):
+def test_tumbling_out_of_order_within_bound_is_counted(kit: type[Kit]) -> None:
     task = kit.task(kit.window_job(Tumbling(1000), out_of_orderness_ms=500))
     task.feed_source("events", 0, kit.records([("a", 1, 1200)]), 0.0)  # wm 700
     task.feed_source("events", 0, kit.records([("a", 1, 800), ("a", 1, 1400)], 1), 0.0)  # wm 900
@@ -36,7 +39,7 @@ def test_tumbling_out_of_order_within_bound_is_counted(kit):
     assert kit.sink(task.drain(), "out") == [("a", ["a", 1000, 2000, 3], 1999)]
 
 
-def test_late_record_is_dropped_and_counted(kit):
+def test_late_record_is_dropped_and_counted(kit: type[Kit]) -> None:
     task = kit.task(kit.window_job(Tumbling(1000)))
     task.feed_source("events", 0, kit.records([("a", 1, 100), ("a", 1, 1500)]), 0.0)
     task.feed_source("events", 0, kit.records([("a", 1, 300), ("a", 1, 1600)], 2), 0.0)
@@ -49,7 +52,7 @@ def test_late_record_is_dropped_and_counted(kit):
     assert kit.sink(task.drain(), "out") == [("a", ["a", 1000, 2000, 2], 1999)]
 
 
-def test_late_record_goes_to_side_output(kit):
+def test_late_record_goes_to_side_output(kit: type[Kit]) -> None:
     task = kit.task(kit.window_job(Tumbling(1000), late_output=True))
     task.feed_source("events", 0, kit.records([("a", 1, 100), ("a", 1, 1500)]), 0.0)
     task.feed_source("events", 0, kit.records([("a", 7, 300)], 2), 0.0)
@@ -59,7 +62,7 @@ def test_late_record_goes_to_side_output(kit):
     assert list(task.late_counts().values()) == [(0, 1)]
 
 
-def test_allowed_lateness_refires_then_drops(kit):
+def test_allowed_lateness_refires_then_drops(kit: type[Kit]) -> None:
     task = kit.task(kit.window_job(Tumbling(1000), allowed_lateness_ms=500))
     task.feed_source("events", 0, kit.records([("a", 1, 100), ("a", 1, 1200)]), 0.0)
     assert kit.sink(task.drain(), "out") == [("a", ["a", 0, 1000, 1], 999)]
@@ -72,7 +75,7 @@ def test_allowed_lateness_refires_then_drops(kit):
     assert task.metrics["late_dropped"] == 1
 
 
-def test_hopping_assigns_every_overlapping_window(kit):
+def test_hopping_assigns_every_overlapping_window(kit: type[Kit]) -> None:
     task = kit.task(kit.window_job(Hopping(1000, 500), agg="sum"))
     task.feed_source(
         "events", 0, kit.records([("a", 1, 100), ("a", 10, 600), ("a", 100, 1100)]), 0.0
@@ -88,7 +91,7 @@ def test_hopping_assigns_every_overlapping_window(kit):
     ]
 
 
-def test_hopping_out_of_order_and_late(kit):
+def test_hopping_out_of_order_and_late(kit: type[Kit]) -> None:
     task = kit.task(kit.window_job(Hopping(1000, 500), out_of_orderness_ms=200))
     task.feed_source("events", 0, kit.records([("a", 1, 1300)]), 0.0)  # wm 1100
     assert kit.sink(task.drain(), "out") == []
@@ -103,14 +106,14 @@ def test_hopping_out_of_order_and_late(kit):
     ]
 
 
-def test_reduce_keeps_the_maximum(kit):
+def test_reduce_keeps_the_maximum(kit: type[Kit]) -> None:
     task = kit.task(kit.window_job(Tumbling(1000), agg="max"))
     task.feed_source("events", 0, kit.records([("a", 3, 1), ("a", 9, 2), ("a", 4, 3)]), 0.0)
     task.end_input("events", 0, 0.0)
     assert kit.sink(task.drain(), "out") == [("a", ["a", 0, 1000, 9], 999)]
 
 
-def test_window_fires_exactly_when_the_watermark_reaches_its_end(kit):
+def test_window_fires_exactly_when_the_watermark_reaches_its_end(kit: type[Kit]) -> None:
     task = kit.task(kit.window_job(Tumbling(1000)))
     task.feed_source("events", 0, kit.records([("a", 1, 0), ("a", 1, 999)]), 0.0)
     assert kit.sink(task.drain(), "out") == []  # watermark 999: [0, 1000) still open
@@ -119,7 +122,9 @@ def test_window_fires_exactly_when_the_watermark_reaches_its_end(kit):
 
 
 @pytest.mark.parametrize("backend", ["memory", "rocksdb"])
-def test_a_large_firing_emits_every_window_in_order_in_bounded_batches(kit, tmp_path, backend):
+def test_a_large_firing_emits_every_window_in_order_in_bounded_batches(
+    kit: type[Kit], tmp_path: Path, backend: str
+) -> None:
     n = 2 * FIRE_BATCH + 7
     state = MemoryBackend() if backend == "memory" else RocksDBBackend(tmp_path)
     task = kit.task(kit.window_job(Tumbling(1000)), backend=state)
@@ -137,7 +142,7 @@ def test_a_large_firing_emits_every_window_in_order_in_bounded_batches(kit, tmp_
     assert kit.sink(task.drain(), "out") == [("z", ["z", 1000, 2000, 1], 1999)]
 
 
-def test_tumbling_windows_of_kafkas_largest_timestamps(kit):
+def test_tumbling_windows_of_kafkas_largest_timestamps(kit: type[Kit]) -> None:
     """A window ending past 2**63 - 1 fires at the end of input and is stamped 2**63 - 1;
     one ending near 2**62 fires on the watermark."""
     top, big = 2**63 - 1, 2**62 + 1

@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import itertools
 from collections import Counter, defaultdict
+from typing import Any
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from kstream.api import Hopping, Session, Sliding, Tumbling
+from kstream.api import Hopping, Session, Sliding, Tumbling, WindowSpec
+from tests.conftest import Kit
 
 rows_st = st.lists(st.tuples(st.sampled_from(["a", "b", "c"]), st.integers(0, 5_000)), max_size=40)
 cuts_st = st.lists(st.integers(0, 40), max_size=5)
@@ -18,7 +20,10 @@ SETTINGS = settings(
 )
 
 
-def run(kit, spec, rows, cuts):
+Rows = list[tuple[str, int]]
+
+
+def run(kit: type[Kit], spec: WindowSpec, rows: Rows, cuts: list[int]) -> Counter[tuple[Any, ...]]:
     task = kit.task(kit.window_job(spec, out_of_orderness_ms=10_000))
     records = kit.records([(k, 0, ts) for k, ts in rows])
     bounds = sorted({0, len(records), *(c for c in cuts if c <= len(records))})
@@ -31,7 +36,7 @@ def run(kit, spec, rows, cuts):
 
 @SETTINGS
 @given(rows=rows_st, cuts=cuts_st)
-def test_hopping_count(kit, rows, cuts):
+def test_hopping_count(kit: type[Kit], rows: Rows, cuts: list[int]) -> None:
     size, adv = 1000, 250
     expected: Counter = Counter()
     for k, ts in rows:
@@ -57,13 +62,13 @@ def kafka_streams_sliding(rows: list[tuple[str, int]], d: int) -> Counter:
 
 @SETTINGS
 @given(rows=rows_st, cuts=cuts_st)
-def test_sliding_count(kit, rows, cuts):
+def test_sliding_count(kit: type[Kit], rows: Rows, cuts: list[int]) -> None:
     assert run(kit, Sliding(700), rows, cuts) == kafka_streams_sliding(rows, 700)
 
 
 @SETTINGS
 @given(rows=rows_st, cuts=cuts_st)
-def test_session_count(kit, rows, cuts):
+def test_session_count(kit: type[Kit], rows: Rows, cuts: list[int]) -> None:
     gap = 300
     by_key: dict[str, list[int]] = defaultdict(list)
     for k, ts in rows:
@@ -81,7 +86,9 @@ def test_session_count(kit, rows, cuts):
     assert run(kit, Session(gap), rows, cuts) == expected
 
 
-def outputs(kit, spec, rows, cuts, allowed):
+def outputs(
+    kit: type[Kit], spec: WindowSpec, rows: Rows, cuts: list[int] | None, allowed: int
+) -> tuple[Counter[tuple[Any, ...]], int]:
     """Results (as a multiset) and late count of ``rows`` fed in the batches ``cuts``
     makes (``None``: one record per batch)."""
     task = kit.task(kit.window_job(spec, out_of_orderness_ms=100, allowed_lateness_ms=allowed))
@@ -105,7 +112,9 @@ def outputs(kit, spec, rows, cuts, allowed):
     allowed=st.sampled_from([0, 150]),
     spec=st.sampled_from([Tumbling(1000), Hopping(1000, 250), Sliding(300), Session(200)]),
 )
-def test_lateness_does_not_depend_on_how_records_are_batched(kit, rows, cuts, allowed, spec):
+def test_lateness_does_not_depend_on_how_records_are_batched(
+    kit: type[Kit], rows: Rows, cuts: list[int], allowed: int, spec: WindowSpec
+) -> None:
     """Per-record watermarks: every record is judged against the watermark just before
     it, so a batch gives what the same records one at a time give (a catch-up reads
     big batches, a live run small ones)."""

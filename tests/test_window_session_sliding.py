@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from kstream.api import Session, Sliding
 from kstream.state.memory import MemoryBackend
 from kstream.state.rocksdb import RocksDBBackend
+from tests.conftest import Kit
 
 
-def test_sliding_windows_of_the_kafka_streams_javadoc_example(kit):
+def test_sliding_windows_of_the_kafka_streams_javadoc_example(kit: type[Kit]) -> None:
     """SlidingWindows' javadoc (time difference 5000 ms; A@8000, A@9200, A@12400): five
     windows, [3000;8000] [4200;9200] [7400;12400] and right windows [8001;13001]
     [9201;14201] — here as [start, end) with end one past."""
@@ -27,7 +30,7 @@ def test_sliding_windows_of_the_kafka_streams_javadoc_example(kit):
     ]
 
 
-def test_sliding_out_of_order_record_fills_a_right_window(kit):
+def test_sliding_out_of_order_record_fills_a_right_window(kit: type[Kit]) -> None:
     task = kit.task(kit.window_job(Sliding(1000), out_of_orderness_ms=5000))
     task.feed_source("events", 0, kit.records([("a", 1, 1500)]), 0.0)
     task.feed_source("events", 0, kit.records([("a", 1, 1000), ("b", 1, 1200)], 1), 0.0)
@@ -40,7 +43,7 @@ def test_sliding_out_of_order_record_fills_a_right_window(kit):
     ]
 
 
-def test_sliding_late_and_allowed_lateness(kit):
+def test_sliding_late_and_allowed_lateness(kit: type[Kit]) -> None:
     task = kit.task(kit.window_job(Sliding(999), allowed_lateness_ms=300))
     task.feed_source("events", 0, kit.records([("a", 1, 1000), ("b", 1, 1200)]), 0.0)
     assert kit.sink(task.drain(), "out") == [("a", ["a", 1, 1001, 1], 1000)]
@@ -63,7 +66,7 @@ def test_sliding_late_and_allowed_lateness(kit):
     ]
 
 
-def test_session_in_order(kit):
+def test_session_in_order(kit: type[Kit]) -> None:
     task = kit.task(kit.window_job(Session(500)))
     task.feed_source(
         "events",
@@ -79,7 +82,7 @@ def test_session_in_order(kit):
     assert kit.sink(task.drain(), "out") == [("a", ["a", 1000, 1500, 1], 1499)]
 
 
-def test_session_out_of_order_record_merges_two_sessions(kit):
+def test_session_out_of_order_record_merges_two_sessions(kit: type[Kit]) -> None:
     task = kit.task(kit.window_job(Session(500), out_of_orderness_ms=1000, agg="sum"))
     task.feed_source("events", 0, kit.records([("a", 1, 100), ("a", 10, 1000)]), 0.0)
     task.feed_source("events", 0, kit.records([("a", 100, 550)], 2), 0.0)
@@ -88,7 +91,7 @@ def test_session_out_of_order_record_merges_two_sessions(kit):
     assert kit.sink(task.drain(), "out") == [("a", ["a", 100, 1500, 111], 1499)]
 
 
-def test_session_late_record_dropped_but_touching_record_extends(kit):
+def test_session_late_record_dropped_but_touching_record_extends(kit: type[Kit]) -> None:
     task = kit.task(kit.window_job(Session(500)))
     task.feed_source("events", 0, kit.records([("a", 1, 100), ("a", 1, 2000)]), 0.0)
     assert kit.sink(task.drain(), "out") == [("a", ["a", 100, 600, 1], 599)]
@@ -98,7 +101,7 @@ def test_session_late_record_dropped_but_touching_record_extends(kit):
     assert kit.sink(task.drain(), "out") == [("a", ["a", 1800, 2500, 2], 2499)]
 
 
-def test_session_allowed_lateness_refires_merged_session(kit):
+def test_session_allowed_lateness_refires_merged_session(kit: type[Kit]) -> None:
     task = kit.task(kit.window_job(Session(500), allowed_lateness_ms=1000))
     task.feed_source("events", 0, kit.records([("a", 1, 100), ("b", 1, 1000)]), 0.0)
     assert kit.sink(task.drain(), "out") == [("a", ["a", 100, 600, 1], 599)]
@@ -106,7 +109,7 @@ def test_session_allowed_lateness_refires_merged_session(kit):
     assert kit.sink(task.drain(), "out") == [("a", ["a", 100, 800, 2], 799)]
 
 
-def test_touching_sessions_merge_whatever_other_keys_do(kit):
+def test_touching_sessions_merge_whatever_other_keys_do(kit: type[Kit]) -> None:
     """Gap semantics: records at most ``gap`` apart share a session (Flink's merging of
     ``[t, t + gap)`` windows that intersect or touch; Kafka Streams' ``<= gap``)."""
     alone = kit.task(kit.window_job(Session(10)))
@@ -122,7 +125,7 @@ def test_touching_sessions_merge_whatever_other_keys_do(kit):
     ]
 
 
-def test_a_session_fires_and_expires_only_once_the_watermark_passed_its_end(kit):
+def test_a_session_fires_and_expires_only_once_the_watermark_passed_its_end(kit: type[Kit]) -> None:
     task = kit.task(kit.window_job(Session(10)))
     task.feed_source("events", 0, kit.records([("A", 1, 0), ("B", 1, 10)]), 0.0)
     assert kit.sink(task.drain(), "out") == []  # watermark 10 == end of A's [0, 10)
@@ -137,7 +140,9 @@ def test_a_session_fires_and_expires_only_once_the_watermark_passed_its_end(kit)
 
 
 @pytest.mark.parametrize("rocksdb", [False, True])
-def test_timestamps_up_to_kafkas_largest_fire_and_expire(kit, tmp_path, rocksdb):
+def test_timestamps_up_to_kafkas_largest_fire_and_expire(
+    kit: type[Kit], tmp_path: Path, rocksdb: bool
+) -> None:
     """Event times near 2**62 and 2**63 - 1 (Kafka's largest) are windowed exactly; a
     result whose end lies beyond Kafka's range is stamped 2**63 - 1."""
     big, top = 2**62 + 5, 2**63 - 1

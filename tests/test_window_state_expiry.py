@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from kstream.api import Hopping, Tumbling
 from kstream.state.memory import MemoryBackend
+from tests.conftest import Kit
 
 
 def _windows(backend: MemoryBackend) -> list[tuple[int, int, str]]:
@@ -13,7 +14,7 @@ def _windows(backend: MemoryBackend) -> list[tuple[int, int, str]]:
     return [k for k, _ in backend.tables()["stage0.window0.acc"].scan()]
 
 
-def test_offset_tumbling_drops_each_window_when_it_fires(kit):
+def test_offset_tumbling_drops_each_window_when_it_fires(kit: type[Kit]) -> None:
     backend = MemoryBackend()
     task = kit.task(kit.window_job(Tumbling(1000, offset_ms=300)), backend=backend)
     task.feed_source("events", 0, kit.records([("a", 1, 250), ("b", 1, 280)]), 0.0)
@@ -38,7 +39,7 @@ def test_offset_tumbling_drops_each_window_when_it_fires(kit):
     assert _windows(backend) == [(5300, 4300, "a")]
 
 
-def test_hopping_with_lateness_keeps_windows_until_end_plus_lateness(kit):
+def test_hopping_with_lateness_keeps_windows_until_end_plus_lateness(kit: type[Kit]) -> None:
     backend = MemoryBackend()
     task = kit.task(kit.window_job(Hopping(1000, 400), allowed_lateness_ms=300), backend=backend)
     task.feed_source("events", 0, kit.records([("a", 1, 100)]), 0.0)

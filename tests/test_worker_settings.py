@@ -92,7 +92,9 @@ def test_route_hands_sink_batches_over_as_columns() -> None:
     changes a drained batch)."""
     sink = ExactlyOnceSink.__new__(ExactlyOnceSink)  # buffer only: no producer needed
     sink.buffer = EpochBuffer()
-    keys, values, stamps = [b"k1", b"k2"], [b"v1", None], [5, 6]
+    keys: list[bytes | None] = [b"k1", b"k2"]
+    values: list[bytes | None] = [b"v1", None]
+    stamps = [5, 6]
     route = TaskRoute(
         "stage0-0",
         1,

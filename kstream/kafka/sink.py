@@ -553,8 +553,8 @@ class AtLeastOnceSink(Sink):
                 f"undelivered after {self.timeout}s (first error: {first})"
             )
 
-    def buffer_blob(self) -> None:
-        return None
+    def buffer_blob(self) -> bytes | None:
+        return None  # at-least-once output is flushed at the barrier: nothing to keep
 
     def on_checkpoint_completed(self, checkpoint_id: int) -> int:
         return 0  # already produced and flushed at the barrier
