@@ -16,7 +16,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from kstream.plan import plan_job
-from kstream.runtime import SnapshotPoint, Task
+from kstream.runtime import SnapshotPoint
 from kstream.state.memory import MemoryBackend
 from tests.conftest import Kit
 
@@ -71,7 +71,7 @@ def _check(
     def on_snapshot(p: SnapshotPoint) -> None:
         saved["point"], saved["state"] = p, backend.snapshot()
 
-    task = Task(plan, "stage0-0", backend, on_snapshot=on_snapshot)
+    task = kit.task(plan, "stage0-0", backend=backend, on_snapshot=on_snapshot)
     before: list[tuple[Any, Any, int]] = []
     for lo, hi in itertools.pairwise(bounds):
         if lo == at:
@@ -84,7 +84,7 @@ def _check(
     task.end_input(topic, 0, 0.0)
     after_failure_free = kit.sink(task.drain(), sink)
 
-    restored = Task(plan, "stage0-0", MemoryBackend.restore(saved["state"]), attempt=1)
+    restored = kit.task(plan, "stage0-0", backend=MemoryBackend.restore(saved["state"]), attempt=1)
     position = saved["point"].positions[(topic, 0)] or 0
     for lo, hi in itertools.pairwise(sorted({position, n, *(b for b in bounds if b > position)})):
         restored.feed_source(topic, 0, records[lo:hi], 0.0)
