@@ -4,7 +4,7 @@ One channel per source/table partition, one per upstream task inside an internal
 partition (:mod:`kstream.runtime.channels`). Barrier alignment (DESIGN §4, §5.4) is
 kept here: a channel that delivered barrier *n* is blocked and buffers what arrives
 after it until every live channel delivered *n*; a newer barrier before that aborts
-*n*. While the task's snapshot is being taken (``holding``) every channel buffers.
+*n*. ``holding``: the task's snapshot is being taken (the task defers all work).
 The task decides what the events mean and processes what the gate releases.
 """
 
@@ -110,10 +110,6 @@ class InputGate:
                 f"it reads {sorted({(ch.topic, ch.partition) for ch in self.channels.values()})}"
             )
         return c
-
-    def holds(self, c: Channel) -> bool:
-        """Whether what arrives on ``c`` now must wait in its buffer."""
-        return self.holding or c.blocked_on is not None
 
     def live(self) -> list[Channel]:
         return [c for c in self.channels.values() if not c.ended]

@@ -16,8 +16,9 @@ Checkpoint barrier handling, in order (DESIGN §4, §5.4):
    post-barrier record processed yet); positions say where each input resumes (per
    upstream task for internal partitions).
 4. The barrier is forwarded to every output (internal topics and sinks).
-5. The task holds everything that arrives until its runner took the snapshot and
-   calls :meth:`Task.snapshot_taken`; then the inputs' buffers are replayed.
+5. Everything the task would do next (replaying the inputs' buffers, the rest of
+   the batch) waits, in order, until its runner took the snapshot and calls
+   :meth:`Task.snapshot_taken`; a call in between is refused.
 
 The channels, what they hold back and where they resume are the input gate's
 (:mod:`kstream.runtime.gate`); the operators are built by :mod:`kstream.runtime.graph`.
@@ -92,9 +93,8 @@ class Task:
     ``attempt`` is the job attempt this task runs in (records of older attempts on
     internal inputs are dropped). ``restore_positions`` (from a ``SnapshotPoint``)
     makes the task skip internal records that its restored state already holds.
-    After a ``SnapshotPoint`` output the task holds all input until
-    :meth:`snapshot_taken`: its state stays exactly the snapshot's while its runner
-    takes it. ``bounded=True`` runs a batch job: inputs end with ``EndOfInput``/
+    After a ``SnapshotPoint`` output the task holds still until :meth:`snapshot_taken`:
+    its state stays exactly the snapshot's while its runner takes it. ``bounded=True`` runs a batch job: inputs end with ``EndOfInput``/
     ``end_input``, barriers are an error.
     """
 
@@ -134,6 +134,9 @@ class Task:
         self._last_wm_emit = now
         self._emitted_wm = MIN_TS
         self._graph = build_graph(plan, self.spec, backend, self.metrics, self._out)
+        # What waits for the snapshot at the last SnapshotPoint, in order: the rest of
+        # a channel's items ("items") or a watermark update ("wm").
+        self._held: list[tuple[str, Channel | None, list[Any]]] = []
         self._gate = InputGate(plan, self.spec, now, restore_positions or {})
         # Input watermarks are part of the state (see _snapshot).
         self._marks = backend.table(TableSpec("task.watermarks"))
@@ -177,9 +180,9 @@ class Task:
         self, topic: str, partition: int, records: Sequence[SourceRecord], now: float
     ) -> None:
         """Process a batch of raw records from a user topic partition."""
-        self._now = now
+        self._enter(now)
         c = self._gate.channel(topic, partition, None)
-        if self._gate.holds(c) or c.buffer:
+        if c.blocked_on is not None or c.buffer:
             c.buffer.append(records)
             return
         self._source_batch(c, records)
@@ -193,15 +196,15 @@ class Task:
         now: float,
     ) -> None:
         """Process records and events from an internal-topic partition, in offset order."""
-        self._now = now
+        self._enter(now)
         self._internal_items(topic, partition, items)
         self._update_watermark()
 
     def end_input(self, topic: str, partition: int, now: float) -> None:
         """A user topic partition is exhausted (bounded run reached its end offset)."""
-        self._now = now
+        self._enter(now)
         c = self._gate.channel(topic, partition, None)
-        if self._gate.holds(c) or c.buffer:
+        if c.blocked_on is not None or c.buffer:
             c.buffer.append(EndOfInput())
             return
         c.ended = True
@@ -211,7 +214,7 @@ class Task:
         """Inject ``Barrier(checkpoint_id, attempt, current watermark)`` on the
         task's user-topic inputs, recording their positions. No-op for tasks that
         only read internal topics (their barriers arrive from upstream)."""
-        self._now = now
+        self._enter(now)
         gate = self._gate
         if not gate.source_channels:
             return
@@ -231,32 +234,48 @@ class Task:
                 self._check_aligned()
             return
         for c in live:
-            if not gate.holds(c) and not c.buffer:
+            if c.blocked_on is None and not c.buffer:
                 self._on_barrier(c, barrier, c.position)
             else:  # still held by an earlier barrier: inject after what is buffered
                 c.buffer.append(QueuedBarrier(barrier, gate.buffered_end(c)))
 
     def snapshot_taken(self) -> None:
-        """The snapshot at the last ``SnapshotPoint`` is taken: process what arrived since."""
+        """The snapshot at the last ``SnapshotPoint`` is taken: do, in order, what waited
+        for it (which may stop at the next snapshot point)."""
         gate = self._gate
         if not gate.holding:
             return
         gate.holding = False
-        for c in list(gate.channels.values()):
-            if c.buffer:
-                self._replay(c)
-        self._update_watermark()
+        queue, self._held = self._held, []
+        for i, (kind, c, items) in enumerate(queue):
+            if gate.holding:
+                self._held.extend(queue[i:])  # after what the new point deferred
+                return
+            if kind == "wm" or c is None:
+                self._update_watermark()
+            elif c.upstream is None:
+                self._source_items(c, items)
+            else:
+                self._internal_items(c.topic, c.partition, items)
 
     def tick(self, now: float, wall_ms: int | None = None) -> None:
         """Let processing time pass: idleness and periodic watermark emission; with
         ``wall_ms`` (the wall clock, epoch ms) also processing-time timers and triggers."""
-        self._now = now
-        if wall_ms is not None and not self._gate.holding:
+        self._enter(now)
+        if wall_ms is not None:
             for op in self._graph.stateful:
                 op.on_processing_time(wall_ms)
         self._update_watermark()
 
     # ---- internals ----------------------------------------------------------------
+
+    def _enter(self, now: float) -> None:
+        if self._gate.holding:
+            raise RuntimeError(
+                f"task {self.task_id} holds at a snapshot point: take the snapshot and call "
+                "snapshot_taken() first"
+            )
+        self._now = now
 
     def _source_batch(self, c: Channel, records: Sequence[SourceRecord]) -> None:
         if c.ended:
@@ -330,10 +349,13 @@ class Task:
         channels = gate.channels
         run: list[InternalRecord] = []
         attempt = self.attempt
-        for it in items:
+        for i, it in enumerate(items):
             c = channels.get((topic, partition, it.upstream)) or gate.channel(
                 topic, partition, it.upstream
             )
+            if gate.holding:  # a snapshot point came up: the rest waits for it, in order
+                self._held.append(("items", c, list(items[i:])))
+                break
             if c.position is not None and it.offset < c.position:
                 # Already in the state: below the restored position, or delivered again
                 # by a consumer that rewound (see gate.unseen).
@@ -342,7 +364,7 @@ class Task:
             if it.attempt < attempt:
                 self.metrics["stale_dropped"] += 1  # a failed attempt's output
                 continue
-            if gate.holds(c):
+            if c.blocked_on is not None:
                 c.buffer.append(it)
                 continue
             c.position = it.offset + 1
@@ -419,8 +441,12 @@ class Task:
         # (3) Forward the barrier downstream, carrying the task watermark.
         self._emitted_wm = max(self._emitted_wm, self.watermark)
         self._broadcast(Barrier(n, self.attempt, self.watermark))
-        # (4) Release the inputs; what arrived after their barrier waits for the snapshot.
+        # (4) Release the inputs and replay what arrived after their barrier: all of it
+        # waits, in order, until the snapshot is taken (snapshot_taken).
         gate.release(live)
+        for c in live:
+            self._replay(c)
+        self._update_watermark()
 
     def _snapshot(self, checkpoint_id: int | None, *, final: bool) -> None:
         # Input watermarks belong to the state: a restored task judges the records it
@@ -438,10 +464,17 @@ class Task:
             return
         if c.upstream is not None:
             self._internal_items(c.topic, c.partition, pending)
-            return
-        for i, item in enumerate(pending):
-            if self._gate.holds(c):
-                c.buffer.extend(pending[i:])
+        else:
+            self._source_items(c, pending)
+
+    def _source_items(self, c: Channel, items: list[Any]) -> None:
+        """A source channel's buffered batches, queued barriers and end of input."""
+        for i, item in enumerate(items):
+            if self._gate.holding:  # a snapshot point came up: the rest waits for it
+                self._held.append(("items", c, items[i:]))
+                return
+            if c.blocked_on is not None:
+                c.buffer.extend(items[i:])
                 return
             if isinstance(item, EndOfInput):
                 c.ended = True
@@ -458,8 +491,9 @@ class Task:
                 self._out.append(OutputEvent(o.topic, internal, event))
 
     def _update_watermark(self, *, emit: bool = True) -> None:
-        if self._gate.holding:
-            return  # the state stays the snapshot's until it is taken
+        if self._gate.holding:  # the state stays the snapshot's until it is taken
+            self._held.append(("wm", None, []))
+            return
         now = self._now
         live = [c for c in self._gate.time_channels if not c.ended]
         if not live:
