@@ -99,7 +99,7 @@ class InputGate:
         self.source_channels = [c for c in self.channels.values() if c.upstream is None]
         self.has_internal = any(c.upstream is not None for c in self.channels.values())
         self.pending: int | None = None  # the checkpoint being aligned
-        self.holding = False  # a snapshot is being taken: every channel buffers
+        self.holding = False  # a snapshot is being taken: the task defers all work
 
     def channel(self, topic: str, partition: int, upstream: str | None) -> Channel:
         c = self.channels.get((topic, partition, upstream))
