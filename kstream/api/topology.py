@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any, Literal, overload
+from typing import Any, Literal, Self, overload
 
 from kstream.api.process import StateSpec, resolve_process
 from kstream.api.time import TimestampExtractor, WatermarkStrategy
@@ -157,18 +157,18 @@ class Stream:
     def _then(self, kind: str, name: str | None = None, **params: Any) -> Node:
         return self.topology._add(kind, [(self.node, self.port)], name, **params)
 
-    def _wrap(self, node: Node) -> Stream:
+    def _wrap(self, node: Node) -> Self:
         return type(self)(self.topology, node)
 
-    def map(self, fn: Callable[[Any], Any], *, name: str | None = None) -> Stream:
+    def map(self, fn: Callable[[Any], Any], *, name: str | None = None) -> Self:
         """Replace each value by ``fn(value)``."""
         return self._wrap(self._then("map", name, fn=fn))
 
-    def filter(self, predicate: Callable[[Any], bool], *, name: str | None = None) -> Stream:
+    def filter(self, predicate: Callable[[Any], bool], *, name: str | None = None) -> Self:
         """Keep the records whose value satisfies ``predicate``."""
         return self._wrap(self._then("filter", name, fn=predicate))
 
-    def flat_map(self, fn: Callable[[Any], Iterable[Any]], *, name: str | None = None) -> Stream:
+    def flat_map(self, fn: Callable[[Any], Iterable[Any]], *, name: str | None = None) -> Self:
         """Replace each value by zero or more values (same key and timestamp)."""
         return self._wrap(self._then("flat_map", name, fn=fn))
 
