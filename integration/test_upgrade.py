@@ -17,6 +17,8 @@ from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 
+import pytest
+
 from integration.e2e.harness import REPO
 from integration.edge_tools import read_all
 from kstream.kafka.clients import TopicSpec, ensure_topics, make_admin, make_producer
@@ -26,11 +28,11 @@ from kstream.store.urls import open_store
 CLI = [sys.executable, "-c", "from kstream.cli import main; main()"]
 WORDS = ("apple", "berry", "cherry", "date", "elder")
 BASE = 1_600_000_000_000
-STEP_MS, WINDOW_MS = 10, 1_000
+STEP_MS, WINDOW_MS = 10, 1_000  # hopping windows of 2 s every 1 s: any cut is inside one
 END_TS = BASE + 10_000_000  # the end marker's event time: every data window fires
 
 TOPOLOGY = """
-from kstream.api import Topology, Tumbling, WatermarkStrategy
+from kstream.api import Hopping, Topology, WatermarkStrategy
 
 topology = Topology("wc")
 lines = topology.source(
@@ -41,7 +43,7 @@ lines = topology.source(
 counts = (
     lines.map(lambda v: v.split()[0])
     .key_by(lambda w: w, key_serde="str")
-    .window(Tumbling({window}))
+    .window(Hopping({window} * 2, {window}))
     .count()
     .map(lambda r: {{"word": r.key, "start": r.start, "count": r.value}})
 )
@@ -57,24 +59,30 @@ def _line(i: int) -> tuple[int, str]:
     return i % 2, f"{WORDS[(i * 7 + i // 3) % len(WORDS)]} {BASE + i * STEP_MS}"
 
 
+@pytest.mark.parametrize("green", [False, True], ids=["same-app", "blue-green"])
 def test_upgrade_from_a_savepoint_keeps_every_count(
-    kafka_bootstrap: str, unique_name: Callable[[str], str], tmp_path: Path
+    kafka_bootstrap: str, unique_name: Callable[[str], str], tmp_path: Path, green: bool
 ) -> None:
+    """``blue-green``: v2 runs under a new app id and writes a new topic; the two
+    outputs together are exact (v2's internal topics start empty; v1's buffered
+    output is v1's, published by its stop)."""
     src, dst, app = unique_name("lines"), unique_name("counts"), unique_name("wc")
-    ensure_topics(make_admin(kafka_bootstrap), [TopicSpec(src, 2), TopicSpec(dst, 2)])
+    dst2, app2 = (unique_name("counts2"), unique_name("wc2")) if green else (dst, app)
+    ensure_topics(
+        make_admin(kafka_bootstrap), [TopicSpec(t, 2) for t in dict.fromkeys((src, dst, dst2))]
+    )
     for version in (1, 2):
         (tmp_path / f"v{version}.py").write_text(
             TOPOLOGY.format(
                 src=src,
-                dst=dst,
+                dst=dst if version == 1 else dst2,
                 window=WINDOW_MS,
                 v2_filter=V2_FILTER if version == 2 else "",
                 v2_map=V2_MAP if version == 2 else "",
             )
         )
     store_url = f"file://{tmp_path}/store"
-    common = ["--bootstrap", kafka_bootstrap, "--app-id", app, "--store", store_url,
-              "--interval", "1", "--state-dir"]  # fmt: skip
+    common = ["--bootstrap", kafka_bootstrap, "--store", store_url, "--interval", "1"]
 
     # Input flows from a thread for the whole upgrade: ~400 records/s.
     produced = 0
@@ -95,8 +103,8 @@ def test_upgrade_from_a_savepoint_keeps_every_count(
     def start(name: str, *extra: str) -> tuple[subprocess.Popen[bytes], Path]:
         log = tmp_path / f"{name}.log"
         proc = subprocess.Popen(
-            [*CLI, "-v", "run", str(tmp_path / f"{name}.py"), *common, str(tmp_path / name),
-             *extra],
+            [*CLI, "-v", "run", str(tmp_path / f"{name}.py"), *common, "--state-dir",
+             str(tmp_path / name), "--app-id", app if name == "v1" else app2, *extra],
             stdout=log.open("wb"), stderr=subprocess.STDOUT, cwd=REPO,
         )  # fmt: skip
         return proc, log
@@ -155,16 +163,24 @@ def test_upgrade_from_a_savepoint_keeps_every_count(
     for i in range(produced):
         part, value = _line(i)
         word, ts = value.split()
-        window = (word, int(ts) - (int(ts) - BASE) % WINDOW_MS)
-        expected[window] += 1
-        if i // 2 < cut[f"{src}:{part}"]:  # offset of record i in its partition
-            v1_records[window] += 1
+        first = int(ts) - (int(ts) - BASE) % WINDOW_MS
+        for window in ((word, first - WINDOW_MS), (word, first)):  # hopping: 2 windows each
+            expected[window] += 1
+            if i // 2 < cut[f"{src}:{part}"]:  # offset of record i in its partition
+                v1_records[window] += 1
     rows = [json.loads(r.value) for r in read_all(kafka_bootstrap, dst) if r.value]
+    if green:
+        rows += [json.loads(r.value) for r in read_all(kafka_bootstrap, dst2) if r.value]
     keys = Counter((r["word"], r["start"]) for r in rows)
     assert [k for k, n in keys.items() if n > 1] == []  # no window emitted twice
     got = {(r["word"], r["start"]): r["count"] for r in rows}
     assert got == dict(expected)  # no count restarted at zero, none lost
     by_v2 = {(r["word"], r["start"]) for r in rows if r.get("v") == 2}
     straddling = {w for w in by_v2 if 0 < v1_records[w] < expected[w]}
-    assert straddling, "no window open across the savepoint was finished by v2"
+    assert straddling, (
+        f"no window open across the savepoint was finished by v2: cut {cut}, produced "
+        f"{produced}, {len(by_v2)} of {len(rows)} rows by v2, last v1 window "
+        f"{max((r['start'] for r in rows if 'v' not in r), default=None)}, first v2 window "
+        f"{min((r['start'] for r in rows if 'v' in r), default=None)}"
+    )
     assert len(by_v2) < len(rows)  # v1 emitted some windows, v2 the rest

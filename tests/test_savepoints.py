@@ -13,16 +13,19 @@ from kstream.api import Topology, Tumbling, WatermarkStrategy
 from kstream.checkpoint.commands import ApplyRetention, CreateSavepoint, Finish, Send, WriteMetadata
 from kstream.checkpoint.messages import (
     CheckpointCompleted,
+    Message,
+    Restore,
     SavepointRequest,
     StopJob,
     decode,
     encode,
 )
 from kstream.cli.state import dump_state
-from kstream.config import ConfigError, StartFrom
+from kstream.config import ConfigError, JobConfig, StartFrom
 from kstream.plan import plan_job
 from kstream.plan.compat import IncompatibleStateError
 from kstream.plan.operators import describe
+from kstream.process.coordinator import run_coordinator
 from kstream.runtime.task import Task
 from kstream.state.retention import apply_retention
 from kstream.state.rocksdb import RocksDBBackend
@@ -43,10 +46,11 @@ from kstream.store.savepoints import (
     list_savepoints,
     read_savepoint,
 )
-from kstream.store.startfrom import import_start
+from kstream.store.startfrom import import_start, validate_start
 from kstream.worker.protocol import Exit, StopRequested, WorkerProtocol
 from tests.conftest import Kit
 from tests.test_coordinator import Harness, messages, triggers
+from tests.test_coordinator_run import Event, FakeTransport
 
 DESC = {"version": 1, "operators": {"w": {"kind": "window"}}, "stages": {"stage0": 1}}
 
@@ -261,3 +265,59 @@ def test_state_dump_reads_an_operators_keyed_state_from_the_store(
     with pytest.raises(ValueError, match=r"no stateful operator 'nope' .*operators: counts"):
         dump_state(store, meta, "nope", None, tmp_path / "d3")
     backend.close()
+
+
+# -- the coordinator process: what it restores at start -----------------------------------
+
+
+def _run_coordinator(
+    tmp_path: Path, start: StartFrom, description: dict[str, object]
+) -> list[Message]:
+    events: list[Event] = []
+    transport = FakeTransport(events, lambda m: [])
+    code = run_coordinator(
+        JobConfig("app", "unused:9092", start=start),
+        frozenset({"stage0-0"}),
+        transport=transport,
+        store=FileStore(tmp_path),
+        clock=lambda: transport.now,
+        should_stop=lambda: transport.now > 1002.0,
+        poll_timeout=0.25,
+        description=description,
+    )
+    return [code, *transport.sent()]  # type: ignore[list-item]
+
+
+def test_the_coordinator_refuses_a_latest_checkpoint_of_an_incompatible_topology(
+    tmp_path: Path,
+) -> None:
+    store = FileStore(tmp_path)
+    meta = _checkpoint(store, "app", 3, {"s": b"x"})
+    store.delete("app/checkpoints/chk-3.json")
+    write_metadata(store, "app", replace(meta, description=_plan_description(1000)))
+    assert _run_coordinator(tmp_path, StartFrom(), _plan_description(2000)) == [2]  # nothing sent
+    code, *sent = _run_coordinator(tmp_path, StartFrom(), _plan_description(1000))
+    assert code == 0 and sent  # the same topology runs on
+
+
+def test_the_coordinator_restores_an_imported_savepoint_at_once(tmp_path: Path) -> None:
+    """The control topic says the (previous version's) job was running: the savepoint is
+    still restored at once, as the app's next checkpoint, by a new attempt."""
+    store = FileStore(tmp_path)
+    desc = _plan_description()
+    src = replace(_checkpoint(store, "app", 4, {"s": b"x"}), description=desc)
+    path = create_savepoint(store, "app", "v1", src)
+    code, *sent = _run_coordinator(tmp_path, StartFrom(savepoint=path), desc)
+    assert code == 0
+    assert sent[0] == Restore(1, 5)
+    assert read_metadata(store, "app", 5).origin == "savepoint app/savepoints/v1"
+
+
+def test_a_worker_refuses_an_incompatible_start_state_early(tmp_path: Path) -> None:
+    store = FileStore(tmp_path)
+    meta = _checkpoint(store, "app", 2, {"s": b"x"})
+    path = create_savepoint(store, "app", "old", replace(meta, description=_plan_description(10)))
+    with pytest.raises(IncompatibleStateError, match="operator 'counts': its window changed"):
+        validate_start(store, "app", StartFrom(savepoint=path), _plan_description())
+    validate_start(store, "app", StartFrom(savepoint="app/savepoints/gone"), _plan_description())
+    validate_start(store, "app", StartFrom(), _plan_description())

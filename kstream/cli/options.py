@@ -22,6 +22,10 @@ from kstream.config import (
 from kstream.job import Job, ensure_job_topics, load_topology, plan_live
 from kstream.logs import log_at_least, set_app
 from kstream.metrics import METRICS, MetricsPortError, serve_metrics
+from kstream.plan.compat import IncompatibleStateError
+from kstream.plan.operators import describe
+from kstream.store.startfrom import validate_start
+from kstream.store.urls import open_store
 
 F = Callable[..., Any]
 
@@ -266,8 +270,11 @@ def prepare_job(topology: str, bootstrap: str, opts: dict[str, Any], *, bounded:
         topo = load_topology(topology)
         cfg = build_job_config(opts, bootstrap=bootstrap, default_app_id=topo.name, bounded=bounded)
         job = plan_live(topo, cfg)
+        # Refuse at once a --from-checkpoint/--from-savepoint state this topology cannot
+        # restore (the coordinator imports it; kstream.plan.compat says why not).
+        validate_start(open_store(cfg.store_url), cfg.app_id, cfg.start, describe(job.plan))
         ensure_job_topics(job)
-    except ConfigError as e:
+    except (ConfigError, IncompatibleStateError) as e:
         click.echo(f"kstream: {e}", err=True)
         sys.exit(2)
     return job

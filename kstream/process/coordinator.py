@@ -341,8 +341,13 @@ def _start_state(
         now=now,
     )
     if imported is not None:
-        # Restored like the job's latest checkpoint, by a new attempt (restore at start).
-        return recover(history, completed_ids(store, job.app_id), imported)
+        # Restored like the job's latest checkpoint, by a new attempt at once — also when
+        # the control topic says the job was running (its previous version's attempt).
+        rec = recover(history, completed_ids(store, job.app_id), imported)
+        rec.unhandled_failure = f"starting from {imported.origin}"
+        # Never announced: no running sink may publish an epoch up to the imported id.
+        rec.announced_id = imported.checkpoint_id
+        return rec
     latest = recovered.latest_completed
     if latest is not None:
         check_state(

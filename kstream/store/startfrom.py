@@ -27,12 +27,17 @@ from kstream.config import StartFrom
 from kstream.plan.compat import IncompatibleStateError, check_restorable
 from kstream.store.base import CheckpointStore, ObjectExists
 from kstream.store.layout import import_marker_path
-from kstream.store.metadata import CheckpointMetadata, read_metadata, write_metadata
+from kstream.store.metadata import (
+    CheckpointMetadata,
+    MetadataError,
+    read_metadata,
+    write_metadata,
+)
 from kstream.store.savepoints import read_savepoint
 
 log = logging.getLogger(__name__)
 
-__all__ = ["check_state", "import_start", "resolve_start"]
+__all__ = ["check_state", "import_start", "resolve_start", "validate_start"]
 
 
 def resolve_start(
@@ -104,3 +109,19 @@ def import_start(
         store.put_bytes(marker, json.dumps({"from": label, "as": next_id}).encode(), exclusive=True)
     log.info("starting from %s, imported as checkpoint %d", label, next_id)
     return meta
+
+
+def validate_start(
+    store: CheckpointStore, app_id: str, start: StartFrom, description: Mapping[str, Any]
+) -> None:
+    """A worker's early check of ``start`` (the coordinator imports it): raises
+    IncompatibleStateError if the state does not fit this plan; a state that cannot be
+    read is left to the coordinator (it may have been imported and deleted since)."""
+    if not start.given:
+        return
+    try:
+        label, source = resolve_start(store, app_id, start)
+    except MetadataError as e:
+        log.warning("cannot check the state to start from here: %s", e)
+        return
+    check_state(source, label, description, start.allow_non_restored_state)
