@@ -38,7 +38,7 @@ def wordcount(
     s = t.source("lines", value_serde="str", watermark=WatermarkStrategy(0))
     if v2:
         s = s.filter(lambda line: not line.startswith("#"))
-    k = s.flat_map(str.split).key_by(lambda w: w, key_serde=key_serde, partitions=partitions)
+    k: Any = s.flat_map(str.split).key_by(lambda w: w, key_serde=key_serde, partitions=partitions)
     if v2:
         k = k.filter(lambda w: w != "ignored")
     w = k.window(window or Tumbling(1000), name=name)

@@ -8,6 +8,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from click.testing import CliRunner
 
 from kstream.api import Topology, Tumbling, WatermarkStrategy
 from kstream.checkpoint.commands import ApplyRetention, CreateSavepoint, Finish, Send, WriteMetadata
@@ -20,6 +21,7 @@ from kstream.checkpoint.messages import (
     decode,
     encode,
 )
+from kstream.cli import main
 from kstream.cli.state import dump_state
 from kstream.config import ConfigError, JobConfig, StartFrom
 from kstream.plan import plan_job
@@ -321,3 +323,42 @@ def test_a_worker_refuses_an_incompatible_start_state_early(tmp_path: Path) -> N
         validate_start(store, "app", StartFrom(savepoint=path), _plan_description())
     validate_start(store, "app", StartFrom(savepoint="app/savepoints/gone"), _plan_description())
     validate_start(store, "app", StartFrom(), _plan_description())
+
+
+def test_savepoints_and_state_dump_commands(tmp_path: Path, kit: type[Kit]) -> None:
+    t = Topology("wc")
+    t.source("in", keyed=True, watermark=WatermarkStrategy(0)).window(
+        Tumbling(1000), name="counts"
+    ).count().map(lambda r: r.value).to("out")
+    plan = plan_job(t, "wc", {"in": 1})
+    backend = RocksDBBackend(tmp_path / "task")
+    Task(plan, "stage0-0", backend).feed_source("in", 0, kit.records([("k", 1, 5)]), 0.0)
+    backend.flush()
+    store = FileStore(tmp_path / "store")
+    up = SnapshotUploader(store, "wc", "stage0-0").upload(backend.snapshot_sync(1)).result(30)
+    backend.close()
+    meta = CheckpointMetadata(
+        3, 0, 1.0, 2.0, {"stage0-0": TaskSnapshot(up.manifest_path)}, describe(plan)
+    )
+    write_metadata(store, "wc", meta)
+    create_savepoint(store, "wc", "before-v2", meta)
+    url = f"file://{tmp_path / 'store'}"
+    runner = CliRunner()
+    listed = runner.invoke(main, ["savepoints", "list", "wc", "--store", url])
+    assert listed.exit_code == 0 and listed.output.startswith(
+        "wc/savepoints/before-v2  checkpoint 3  "
+    )
+    for where in (["--checkpoint", "3"], ["--savepoint", "wc/savepoints/before-v2"], []):
+        dumped = runner.invoke(
+            main,
+            ["state", "dump", "wc", "--store", url, "--operator", "counts", "--key", "k", *where],
+        )
+        assert dumped.exit_code == 0, dumped.output
+        assert dumped.stdout.splitlines() == [
+            '{"key": [1000, 0, "k"], "table": "acc", "task": "stage0-0", "value": 1}'
+        ]
+    bad = runner.invoke(main, ["state", "dump", "wc", "--store", url, "--operator", "x"])
+    assert bad.exit_code == 2 and "operators: counts" in bad.output
+    gone = runner.invoke(main, ["savepoints", "delete", "wc/savepoints/before-v2", "--store", url])
+    assert gone.exit_code == 0
+    assert list_savepoints(store, "wc") == []
