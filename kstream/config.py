@@ -5,6 +5,7 @@ The CLI and environment variables map onto these; nothing else reads ``os.enviro
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 
@@ -77,6 +78,158 @@ class RestartStrategy:
     restore_timeout: float = 120.0
 
 
+# Client settings kstream sets itself because a guarantee depends on them. A user
+# setting among these is refused (never silently overridden); the value says why.
+OWNED_SETTINGS: Mapping[str, str] = {
+    "bootstrap.servers": "give the brokers with --bootstrap (or KSTREAM_BOOTSTRAP)",
+    "metadata.broker.list": "give the brokers with --bootstrap (or KSTREAM_BOOTSTRAP)",
+    "group.id": "the consumer group is the app id (--app-id)",
+    "transactional.id": "kstream gives the coordinator and each exactly-once sink task one "
+    "fixed transactional id; fencing depends on it",
+    "isolation.level": "kstream reads read_committed wherever exactly-once depends on it",
+    "enable.auto.commit": "source offsets are part of kstream's checkpoints (or committed by "
+    "kstream after the output is flushed)",
+    "enable.auto.offset.store": "source offsets are part of kstream's checkpoints",
+    "auto.offset.reset": "kstream positions every consumer itself",
+    "enable.partition.eof": "kstream's control and marker readers depend on it",
+    "delivery.report.only.error": "kstream's sinks choose which delivery reports they need",
+    "enable.idempotence": "producers that carry a guarantee are idempotent (only 'true' is "
+    "accepted)",
+    "acks": "producers that carry a guarantee use acks=all (only 'all' or '-1' is accepted)",
+    "request.required.acks": "producers that carry a guarantee use acks=all (only 'all' or '-1' "
+    "is accepted)",
+}
+# Owned settings a user may repeat with exactly kstream's own value.
+_OWNED_ALLOWED: Mapping[str, frozenset[str]] = {
+    "enable.idempotence": frozenset({"true"}),
+    "acks": frozenset({"all", "-1"}),
+    "request.required.acks": frozenset({"all", "-1"}),
+}
+_SECRET_MARKS = (
+    "password",
+    "secret",
+    "jaas",
+    "key.pem",
+    "token",
+    "credential",
+    "oauthbearer.config",
+)
+MASK = "***"
+
+
+def is_secret(name: str) -> bool:
+    """Whether the client setting ``name`` holds a secret (never logged, printed or shown)."""
+    name = name.lower()
+    return any(mark in name for mark in _SECRET_MARKS)
+
+
+class KafkaSettings(Mapping[str, str]):
+    """The user's librdkafka client settings, applied to every client a job creates.
+
+    Immutable. Refuses the settings kstream owns (``OWNED_SETTINGS``) with the
+    reason, naming where each came from (``origins``: name -> "-X", a file, ...).
+    Its ``repr`` masks secret values, so a logged or printed config shows no secret.
+    """
+
+    __slots__ = ("_items", "_origins")
+
+    def __init__(
+        self,
+        items: Mapping[str, object] | None = None,
+        origins: Mapping[str, str] | None = None,
+    ) -> None:
+        values = {str(k).strip(): _setting_value(v) for k, v in (items or {}).items()}
+        origins = dict(origins or {})
+        for name, value in values.items():
+            if not name:
+                raise ConfigError("a Kafka client setting has an empty name")
+            reason = OWNED_SETTINGS.get(name)
+            if reason is None or value.lower() in _OWNED_ALLOWED.get(name, frozenset()):
+                continue
+            where = f" (from {origins[name]})" if name in origins else ""
+            raise ConfigError(f"Kafka client setting {name}{where} is set by kstream: {reason}")
+        self._items = values
+        self._origins = {k: v for k, v in origins.items() if k in values}
+
+    def __getitem__(self, key: str) -> str:
+        return self._items[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._items)
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def __hash__(self) -> int:
+        return hash(tuple(sorted(self._items.items())))
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Mapping) and dict(self._items) == dict(other)
+
+    def __repr__(self) -> str:
+        return f"KafkaSettings({self.masked()!r})"
+
+    def masked(self) -> dict[str, str]:
+        """The settings with every secret value replaced by ``***``."""
+        return {k: (MASK if is_secret(k) else v) for k, v in self._items.items()}
+
+    def origin(self, name: str) -> str | None:
+        """Where setting ``name`` came from (``-X``, the environment, a file), if known."""
+        return self._origins.get(name)
+
+    def redact(self, text: str) -> str:
+        """``text`` with every secret value of these settings replaced by ``***``."""
+        return redact(text, self._items)
+
+
+def redact(text: str, settings: Mapping[str, object]) -> str:
+    """``text`` with the value of every secret setting in ``settings`` replaced by ``***``."""
+    for name, value in settings.items():
+        if isinstance(value, str) and value and is_secret(name):
+            text = text.replace(value, MASK)
+    return text
+
+
+def _setting_value(value: object) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
+
+@dataclass(frozen=True)
+class Replication:
+    """Replication of the topics kstream creates.
+
+    ``factor=-1`` and ``min_insync_replicas=None`` take the cluster's defaults
+    (``default.replication.factor``, ``min.insync.replicas``).
+    """
+
+    factor: int = -1
+    min_insync_replicas: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.factor == 0 or self.factor < -1:
+            raise ConfigError(
+                f"replication factor must be >= 1 (or -1: the cluster's default), got {self.factor}"
+            )
+        if self.min_insync_replicas is not None:
+            if self.min_insync_replicas < 1:
+                raise ConfigError(
+                    f"min.insync.replicas must be >= 1, got {self.min_insync_replicas}"
+                )
+            if self.factor != -1 and self.min_insync_replicas > self.factor:
+                raise ConfigError(
+                    f"min.insync.replicas ({self.min_insync_replicas}) exceeds the replication "
+                    f"factor ({self.factor}): no write could ever succeed"
+                )
+
+    def topic_config(self) -> dict[str, str]:
+        """Topic-level configs these choices add to a topic kstream creates."""
+        if self.min_insync_replicas is None:
+            return {}
+        return {"min.insync.replicas": str(self.min_insync_replicas)}
+
+
 @dataclass(frozen=True)
 class StartFrom:
     """Where a job's state comes from when it first starts (job upgrades, blue/green).
@@ -120,9 +273,17 @@ class JobConfig:
     on_bad_record: OnBadRecord = OnBadRecord.DEAD_LETTER
     bounded: bool = False
     start: StartFrom = field(default_factory=StartFrom)
-    kafka: dict[str, str] = field(default_factory=dict)  # extra librdkafka settings
+    kafka: KafkaSettings = field(default_factory=KafkaSettings)  # the user's client settings
+    replication: Replication = field(default_factory=Replication)
+    # Seconds the brokers may stay unreachable (a full outage) before the job fails;
+    # shorter outages are retried with backoff and the job resumes by itself.
+    max_outage: float = 300.0
 
     def __post_init__(self) -> None:
+        if not isinstance(self.kafka, KafkaSettings):
+            object.__setattr__(self, "kafka", KafkaSettings(self.kafka))
+        if self.max_outage <= 0:
+            raise ConfigError(f"max outage must be > 0 seconds, got {self.max_outage}")
         if not self.app_id or any(c in self.app_id for c in " /\\:"):
             raise ConfigError(
                 f"app id must be a non-empty name without spaces, '/', '\\' or ':': {self.app_id!r}"

@@ -14,9 +14,9 @@ from pathlib import Path
 from kstream.api.topology import Topology
 from kstream.config import ConfigError, JobConfig
 from kstream.kafka.clients import TopicSpec, ensure_topics, make_admin, partition_counts
+from kstream.kafka.control import control_topic_spec
 from kstream.kafka.dlq import dlq_topic_spec
 from kstream.kafka.sink import commits_topic_spec
-from kstream.names import control_topic
 from kstream.plan import JobPlan, PlanError, plan_job
 
 
@@ -37,7 +37,7 @@ def source_topics(topology: Topology) -> set[str]:
     return {n.params["topic"] for n in topology.nodes if n.kind in ("source", "table")}
 
 
-INTERNAL_TOPIC_CONFIG = {"retention.ms": "-1"}
+INTERNAL_TOPIC_CONFIG = {"retention.ms": "-1", "cleanup.policy": "delete"}
 
 
 @dataclass(frozen=True)
@@ -81,10 +81,12 @@ def plan_live(topology: Topology, config: JobConfig, *, wait_s: float = 0.0) -> 
 
 
 def ensure_job_topics(job: Job) -> None:
-    """Create the internal, sink, control, commit-marker and dead-letter topics if missing.
+    """Create the internal, sink, control, commit-marker and dead-letter topics if missing,
+    replicated as the job says (by default: as the cluster's defaults say).
 
-    An existing sink or internal topic with a partition count other than planned is an
-    error, not a surprise at run time.
+    An existing topic that conflicts with the plan (an internal topic's partition
+    count, the control topic's single partition, a cleanup policy) is a ConfigError
+    naming the topic and the conflict, not a surprise at run time.
     """
     cfg, plan = job.config, job.plan
     admin = make_admin(cfg.bootstrap_servers, cfg.kafka)
@@ -95,25 +97,19 @@ def ensure_job_topics(job: Job) -> None:
     # Internal records keep their event-time timestamps; time-based retention would
     # delete old-event-time records before they are read (or re-read after a
     # restore), so internal topics are never expired by time (as Kafka Streams does).
-    specs = [TopicSpec(name, n, config=INTERNAL_TOPIC_CONFIG) for name, n in internal.items()]
+    # Their partition count is the plan's, and compaction would drop records.
+    specs = [
+        TopicSpec(name, n, config=INTERNAL_TOPIC_CONFIG, exact_partitions=True)
+        for name, n in internal.items()
+    ]
     specs += [
         TopicSpec(name, n, {"cleanup.policy": "compact"} if name in compacted else None)
         for name, n in sinks.items()
         if name not in internal
     ]
     specs += [
-        TopicSpec(control_topic(cfg.app_id), 1),
+        control_topic_spec(cfg.app_id),
         commits_topic_spec(cfg.app_id),
         dlq_topic_spec(cfg.app_id),
     ]
-    ensure_topics(admin, specs)
-    counts = partition_counts(admin, internal)
-    wrong = {t: (counts[t], n) for t, n in internal.items() if counts.get(t) != n}
-    if wrong:
-        detail = ", ".join(
-            f"{t} has {have} partitions, plan needs {need}" for t, (have, need) in wrong.items()
-        )
-        raise ConfigError(
-            f"internal topics do not match the plan: {detail}. The plan is fixed per deployment; "
-            "delete the internal topics or use a new app id to re-plan"
-        )
+    ensure_topics(admin, specs, replication=cfg.replication)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from dataclasses import replace
 from typing import Any
 
@@ -57,21 +57,17 @@ def test_internal_topics_are_created_without_time_retention(
     created: list[TopicSpec] = []
     monkeypatch.setattr(jobmod, "make_admin", lambda *_a, **_k: object())
 
-    def ensure(_admin: Any, specs: Iterable[TopicSpec]) -> None:
+    def ensure(_admin: Any, specs: Iterable[TopicSpec], **_kw: Any) -> None:
         created.extend(specs)
 
-    def counts(_admin: Any, topics: Mapping[str, int] | Iterable[str]) -> dict[str, int]:
-        return {t.name: t.partitions for t in plan.internal_topics}
-
     monkeypatch.setattr(jobmod, "ensure_topics", ensure)
-    monkeypatch.setattr(jobmod, "partition_counts", counts)
     ensure_job_topics(Job(cfg, plan))
     internal = {t.name for t in plan.internal_topics}
     assert internal == {"wc.stage0.repartition"}
     assert {s.name: s.config for s in created if s.name in internal} == {
         "wc.stage0.repartition": INTERNAL_TOPIC_CONFIG
     }
-    assert INTERNAL_TOPIC_CONFIG == {"retention.ms": "-1"}
+    assert INTERNAL_TOPIC_CONFIG == {"retention.ms": "-1", "cleanup.policy": "delete"}
 
 
 def test_plan_live_applies_the_default_guarantee(monkeypatch: pytest.MonkeyPatch) -> None:

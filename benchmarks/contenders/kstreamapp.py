@@ -24,7 +24,7 @@ from typing import Any
 
 from benchmarks.workloads import Progress, Report, forever_store_dir
 from kstream.api import Topology
-from kstream.config import CheckpointingConfig, Guarantee, JobConfig
+from kstream.config import CheckpointingConfig, Guarantee, JobConfig, KafkaSettings
 from kstream.job import Job, ensure_job_topics, plan_live
 from kstream.kafka.source import RawRecord
 from kstream.process.embedded import run_embedded
@@ -65,7 +65,7 @@ def job_config(a: argparse.Namespace) -> JobConfig:
             interval=a.commit_interval,
             guarantee=guarantee(a),
         ),
-        kafka=kafka,
+        kafka=KafkaSettings(kafka),
     )
 
 

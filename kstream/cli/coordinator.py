@@ -10,7 +10,9 @@ from typing import Any
 import click
 
 from kstream.cli.options import (
+    bootstrap_option,
     build_job_config,
+    connect,
     job_options,
     metrics_options,
     pop_job_options,
@@ -24,13 +26,7 @@ from kstream.process.coordinator import EXIT_USAGE, run_coordinator
 
 @click.command()
 @click.argument("topology", required=False, type=click.Path(exists=True, dir_okay=False))
-@click.option(
-    "--bootstrap",
-    "-b",
-    envvar="KSTREAM_BOOTSTRAP",
-    required=True,
-    help="Kafka bootstrap servers [env KSTREAM_BOOTSTRAP].",
-)
+@bootstrap_option()
 @job_options
 @click.option(
     "--tasks",
@@ -47,7 +43,7 @@ from kstream.process.coordinator import EXIT_USAGE, run_coordinator
 @metrics_options
 def coordinator(
     topology: str | None,
-    bootstrap: str,
+    bootstrap: str | None,
     tasks: str | None,
     heartbeat_timeout: float,
     metrics_port: str,
@@ -69,9 +65,11 @@ def coordinator(
             cfg = build_job_config(opts, bootstrap=bootstrap, default_app_id=opts["app_id"])
             expected = frozenset(t.strip() for t in tasks.split(",") if t.strip())
             description = None  # no plan: restored state is not checked
+            connect(cfg)
         elif topology:
             topo = load_topology(topology)
             cfg = build_job_config(opts, bootstrap=bootstrap, default_app_id=topo.name)
+            connect(cfg)
             plan = plan_live(topo, cfg).plan
             expected, description = plan.expected_tasks, describe(plan)
         else:

@@ -10,16 +10,19 @@ from typing import Any
 import click
 
 from kstream import __version__
+from kstream.cli.clientsettings import collect_settings, kafka_options
 from kstream.config import (
     CheckpointingConfig,
     ConfigError,
     Guarantee,
     JobConfig,
     OnBadRecord,
+    Replication,
     RestartStrategy,
     StartFrom,
 )
 from kstream.job import Job, ensure_job_topics, load_topology, plan_live
+from kstream.kafka.clients import KafkaUnreachable, check_cluster
 from kstream.logs import log_at_least, set_app
 from kstream.metrics import METRICS, MetricsPortError, serve_metrics
 from kstream.plan.compat import IncompatibleStateError
@@ -161,6 +164,30 @@ _OPTIONS: list[Callable[[F], F]] = [
         help="Restore even if the state has operators this topology no longer has (their state "
         "is dropped).",
     ),
+    click.option(
+        "--replication-factor",
+        type=int,
+        default=-1,
+        show_default=True,
+        help="Replication factor of the topics kstream creates (-1: the cluster's "
+        "default.replication.factor).",
+    ),
+    click.option(
+        "--min-insync-replicas",
+        type=int,
+        default=None,
+        help="min.insync.replicas of the topics kstream creates [default: the cluster's].",
+    ),
+    click.option(
+        "--max-outage",
+        type=float,
+        default=300.0,
+        show_default=True,
+        metavar="SECONDS",
+        help="How long the brokers may stay unreachable before the job fails; shorter "
+        "outages are retried with backoff and the job resumes by itself.",
+    ),
+    kafka_options,
 ]
 
 JOB_KEYS = (
@@ -183,6 +210,11 @@ JOB_KEYS = (
     "from_checkpoint",
     "from_savepoint",
     "allow_non_restored_state",
+    "replication_factor",
+    "min_insync_replicas",
+    "max_outage",
+    "kafka_settings",
+    "kafka_config",
 )
 
 
@@ -199,12 +231,31 @@ def pop_job_options(kwargs: dict[str, Any]) -> dict[str, Any]:
 
 
 def build_job_config(
-    opts: dict[str, Any], *, bootstrap: str, default_app_id: str, bounded: bool = False
+    opts: dict[str, Any],
+    *,
+    bootstrap: str | None,
+    default_app_id: str,
+    bounded: bool = False,
+    default_bootstrap: Callable[[], str] | None = None,
 ) -> JobConfig:
-    """JobConfig from the job options (ConfigError on invalid values)."""
+    """JobConfig from the job options (ConfigError on invalid values).
+
+    The bootstrap is ``bootstrap`` (``--bootstrap``/``KSTREAM_BOOTSTRAP``), else the
+    ``bootstrap.servers`` of ``--kafka-config``, else ``default_bootstrap()``.
+    """
+    settings, file_bootstrap = collect_settings(opts["kafka_settings"], opts["kafka_config"])
+    bootstrap = bootstrap or file_bootstrap or (default_bootstrap() if default_bootstrap else None)
+    if not bootstrap:
+        raise ConfigError(
+            "no bootstrap servers: give --bootstrap HOST:PORT (or KSTREAM_BOOTSTRAP, or "
+            "bootstrap.servers in --kafka-config)"
+        )
     return JobConfig(
         app_id=opts["app_id"] or default_app_id,
         bootstrap_servers=bootstrap,
+        kafka=settings,
+        replication=Replication(opts["replication_factor"], opts["min_insync_replicas"]),
+        max_outage=opts["max_outage"],
         store_url=opts["store_url"],
         state_dir=opts["state_dir"],
         bounded=bounded,
@@ -231,15 +282,24 @@ def build_job_config(
     )
 
 
-def bootstrap_option(*, required: bool, help_default: str = "") -> Callable[[F], F]:
-    """``--bootstrap/-b`` (env ``KSTREAM_BOOTSTRAP``)."""
+def bootstrap_option(*, required: bool = False, help_default: str = "") -> Callable[[F], F]:
+    """``--bootstrap/-b`` (env ``KSTREAM_BOOTSTRAP``); for job commands, when absent,
+    ``bootstrap.servers`` of ``--kafka-config`` (``build_job_config`` resolves it)."""
+    if required:
+        return click.option(
+            "--bootstrap",
+            "-b",
+            envvar="KSTREAM_BOOTSTRAP",
+            required=True,
+            help=f"Kafka bootstrap servers [env KSTREAM_BOOTSTRAP{help_default}].",
+        )
     return click.option(
         "--bootstrap",
         "-b",
         envvar="KSTREAM_BOOTSTRAP",
-        required=required,
         default=None,
-        help=f"Kafka bootstrap servers [env KSTREAM_BOOTSTRAP{help_default}].",
+        help="Kafka bootstrap servers [env KSTREAM_BOOTSTRAP; else bootstrap.servers of "
+        f"--kafka-config{help_default}].",
     )
 
 
@@ -261,14 +321,29 @@ def run_options(f: F) -> F:
     )(f)
 
 
-def prepare_job(topology: str, bootstrap: str, opts: dict[str, Any], *, bounded: bool) -> Job:
+def prepare_job(
+    topology: str,
+    bootstrap: str | None,
+    opts: dict[str, Any],
+    *,
+    bounded: bool,
+    default_bootstrap: Callable[[], str] | None = None,
+) -> Job:
     """Load and plan TOPOLOGY against the live topics and create the job's topics.
 
-    A configuration problem is printed as ``kstream: ...`` and exits 2.
+    A configuration problem is printed as ``kstream: ...`` and exits 2; a cluster
+    that does not answer (or refuses the credentials) exits 1, with one line.
     """
     try:
         topo = load_topology(topology)
-        cfg = build_job_config(opts, bootstrap=bootstrap, default_app_id=topo.name, bounded=bounded)
+        cfg = build_job_config(
+            opts,
+            bootstrap=bootstrap,
+            default_app_id=topo.name,
+            bounded=bounded,
+            default_bootstrap=default_bootstrap,
+        )
+        connect(cfg)
         job = plan_live(topo, cfg)
         # Refuse at once a --from-checkpoint/--from-savepoint state this topology cannot
         # restore (the coordinator imports it; kstream.plan.compat says why not).
@@ -313,3 +388,12 @@ def start_observability(app_id: str, role: str, metrics_port: str, metrics_host:
         sys.exit(2)
     if port is not None:
         click.echo(f"metrics at http://{metrics_host}:{port}/metrics", err=True)
+
+
+def connect(cfg: JobConfig, timeout: float = 10.0) -> None:
+    """Exit 1 with one line unless the job's cluster answers within ``timeout`` seconds."""
+    try:
+        check_cluster(cfg.bootstrap_servers, cfg.kafka, timeout)
+    except KafkaUnreachable as e:
+        click.echo(f"kstream: {e}", err=True)
+        sys.exit(1)

@@ -31,8 +31,7 @@ log = logging.getLogger(__name__)
 @click.command()
 @click.argument("topology", type=click.Path(exists=True, dir_okay=False))
 @bootstrap_option(
-    required=False,
-    help_default="; default: the local broker of `kstream dev kafka`, started if not running",
+    help_default="; else the local broker of `kstream dev kafka`, started if not running",
 )
 @job_options
 @run_options
@@ -52,7 +51,11 @@ def run(
     processes with the same app id: state and progress are in the checkpoint store.
     """
     job = prepare_job(
-        topology, bootstrap or _local_broker(), pop_job_options(kwargs), bounded=bounded
+        topology,
+        bootstrap,
+        pop_job_options(kwargs),
+        bounded=bounded,
+        default_bootstrap=_local_broker,
     )
     start_observability(job.config.app_id, "worker+coordinator", metrics_port, metrics_host)
     w = Worker(job, stop_when_idle=stop_when_idle)

@@ -24,7 +24,7 @@ from kstream.worker.settings import PausePoint, WorkerSettings
 
 @click.command()
 @click.argument("topology", type=click.Path(exists=True, dir_okay=False))
-@bootstrap_option(required=True)
+@bootstrap_option()
 @job_options
 @run_options
 @metrics_options
@@ -45,7 +45,7 @@ from kstream.worker.settings import PausePoint, WorkerSettings
 )
 def worker(
     topology: str,
-    bootstrap: str,
+    bootstrap: str | None,
     bounded: bool,
     stop_when_idle: float | None,
     metrics_port: str,

@@ -1,16 +1,24 @@
 """Creation and configuration of every Kafka client kstream uses.
 
-No other module builds a ``confluent_kafka`` client. Settings given by the user
-(``JobConfig.kafka``) are applied last and win, except the few this module must
-control for a guarantee (transactional ids, isolation level), which it says so.
+No other module builds a ``confluent_kafka`` client. Every client's settings are,
+in this order (later wins): kstream's defaults, the caller's tuning and the user's
+settings (``JobConfig.kafka``, passed as ``extra``), then the few settings a guarantee
+depends on (transactional id, isolation level, auto-commit, group id), which
+``KafkaSettings`` refuses from the user instead of overriding them silently.
+
+librdkafka's own log lines (a connection refused, every few seconds per client
+while a broker is down) go to the Python logger ``kstream.kafka.librdkafka`` at
+DEBUG: what a user needs to know arrives as errors, and kstream logs those once
+per change of state.
 """
 
 from __future__ import annotations
 
+import logging
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from confluent_kafka import (
     OFFSET_BEGINNING,
@@ -21,7 +29,9 @@ from confluent_kafka import (
     Producer,
     TopicPartition,
 )
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
+
+from kstream.config import ConfigError, Replication, redact
 
 __all__ = [
     "OFFSET_BEGINNING",
@@ -29,9 +39,11 @@ __all__ = [
     "Consumer",
     "KafkaError",
     "KafkaException",
+    "KafkaUnreachable",
     "Producer",
     "TopicPartition",
     "TopicSpec",
+    "check_cluster",
     "committed_group_offsets",
     "ensure_topics",
     "is_fenced",
@@ -47,12 +59,36 @@ __all__ = [
 
 @dataclass(frozen=True)
 class TopicSpec:
-    """A topic kstream may create: name, partitions, topic-level configs, replication factor."""
+    """A topic kstream may create: name, partitions, topic-level configs.
+
+    ``exact_partitions``: an existing topic with another partition count is a
+    conflict (the plan depends on it). A ``cleanup.policy`` in ``config`` must
+    also be the existing topic's. Replication comes from the job
+    (``ensure_topics(..., replication=)``; by default the cluster's).
+    """
 
     name: str
     partitions: int = 1
     config: Mapping[str, str] | None = None
-    replication_factor: int = 1
+    exact_partitions: bool = False
+
+
+class KafkaUnreachable(RuntimeError):
+    """The cluster did not answer, or refused our credentials; the message says which."""
+
+
+_librdkafka_log = logging.getLogger("kstream.kafka.librdkafka")
+
+
+class _LibrdkafkaLog:
+    """librdkafka's log lines, forwarded to ``kstream.kafka.librdkafka`` at DEBUG."""
+
+    def log(self, _level: int, msg: str, *args: object) -> None:
+        _librdkafka_log.debug(msg, *args)
+
+
+_LOG = _LibrdkafkaLog()
+_C = TypeVar("_C")
 
 
 _FENCED_CODES = frozenset(
@@ -104,10 +140,20 @@ def produce_with_retry(
 
 
 def _base(bootstrap: str, extra: Mapping[str, Any] | None) -> dict[str, Any]:
-    conf: dict[str, Any] = {"bootstrap.servers": bootstrap}
+    conf: dict[str, Any] = {"bootstrap.servers": bootstrap, "logger": _LOG}
     if extra:
         conf.update(extra)
     return conf
+
+
+def _create(kind: Callable[[dict[str, Any]], _C], conf: dict[str, Any]) -> _C:
+    """``kind(conf)``; a setting librdkafka rejects is a ConfigError (secrets masked)."""
+    try:
+        return kind(conf)
+    except (KafkaException, ValueError, TypeError) as e:
+        err = e.args[0] if e.args else e
+        text = err.str() if isinstance(err, KafkaError) else str(err)
+        raise ConfigError(f"Kafka client settings rejected: {redact(text, conf)}") from None
 
 
 def make_producer(
@@ -121,10 +167,14 @@ def make_producer(
     The caller of a transactional producer must call ``init_transactions`` — that
     call is what fences a previous owner of the same id.
     """
-    conf = _base(bootstrap, {"linger.ms": 5, "enable.idempotence": True, **(extra or {})})
+    conf = _base(bootstrap, {"linger.ms": 5, **(extra or {})})
+    # Every producer carries a guarantee (exactly-once, at-least-once, control
+    # messages): acknowledged by all in-sync replicas, no duplicates on retry.
+    conf["enable.idempotence"] = True
+    conf["acks"] = "all"
     if transactional_id is not None:
         conf["transactional.id"] = transactional_id  # fixed: fencing depends on it
-    return Producer(conf)
+    return _create(Producer, conf)
 
 
 def init_transactions(producer: Producer, timeout: float) -> None:
@@ -153,21 +203,68 @@ def make_consumer(
     """A consumer in ``group_id``; ``read_committed`` by default (transactional output)."""
     conf = _base(
         bootstrap,
-        {
-            "group.id": group_id,
-            "enable.auto.commit": auto_commit,
-            "auto.offset.reset": "earliest",
-            "enable.partition.eof": False,
-            **(extra or {}),
-        },
+        {"auto.offset.reset": "earliest", "enable.partition.eof": False, **(extra or {})},
     )
+    conf["group.id"] = group_id
+    conf["enable.auto.commit"] = auto_commit
     conf["isolation.level"] = "read_committed" if read_committed else "read_uncommitted"
-    return Consumer(conf)
+    return _create(Consumer, conf)
 
 
 def make_admin(bootstrap: str, extra: Mapping[str, Any] | None = None) -> AdminClient:
     """An admin client."""
-    return AdminClient(_base(bootstrap, extra))
+    return _create(AdminClient, _base(bootstrap, extra))
+
+
+# Errors after which asking again cannot help: the cluster refused who we are.
+_REFUSED = frozenset(
+    {
+        KafkaError._AUTHENTICATION,
+        KafkaError._SSL,
+        KafkaError.SASL_AUTHENTICATION_FAILED,
+        KafkaError.CLUSTER_AUTHORIZATION_FAILED,
+        KafkaError.TOPIC_AUTHORIZATION_FAILED,
+    }
+)
+
+
+def check_cluster(
+    bootstrap: str, extra: Mapping[str, Any] | None = None, timeout: float = 10.0
+) -> None:
+    """Return once the cluster at ``bootstrap`` answers a metadata request.
+
+    Raises KafkaUnreachable with one line naming the address, what was tried and
+    the last connection error: at once when the cluster refuses our credentials
+    (SASL or TLS: asking again cannot help), else after ``timeout`` seconds.
+    Secret settings never appear in the message.
+    """
+    errors: list[KafkaError] = []
+    admin = make_admin(bootstrap, {**(extra or {}), "error_cb": errors.append})
+    deadline = time.monotonic() + timeout
+    protocol = (extra or {}).get("security.protocol", "PLAINTEXT")
+    while True:
+        try:
+            admin.list_topics(timeout=min(1.0, max(0.1, deadline - time.monotonic())))
+            return
+        except KafkaException as e:
+            errors.append(e.args[0])
+        admin.poll(0)  # serves error_cb
+        refused = [e for e in errors if e.code() in _REFUSED]
+        if refused:
+            raise KafkaUnreachable(
+                f"Kafka at {bootstrap} refused the connection ({protocol}): "
+                f"{redact(refused[-1].str(), extra or {})}"
+            )
+        if time.monotonic() >= deadline:
+            last = next(
+                (e for e in reversed(errors) if e.code() not in (KafkaError._TIMED_OUT,)),
+                errors[-1] if errors else None,
+            )
+            detail = redact(last.str(), extra or {}) if last is not None else "no answer"
+            raise KafkaUnreachable(
+                f"cannot reach Kafka at {bootstrap}: no metadata answer within {timeout:g}s "
+                f"({protocol}; last error: {detail})"
+            )
 
 
 def partition_counts(
@@ -183,13 +280,30 @@ def partition_counts(
     return out
 
 
-def ensure_topics(admin: AdminClient, specs: Iterable[TopicSpec], timeout: float = 30.0) -> None:
+def ensure_topics(
+    admin: AdminClient,
+    specs: Iterable[TopicSpec],
+    timeout: float = 30.0,
+    *,
+    replication: Replication | None = None,
+) -> None:
     """Create the topics that do not exist yet and wait until their metadata is visible.
 
-    An existing topic is left as it is (its partition count is checked by the planner).
+    New topics get ``replication`` (default: the cluster's replication factor and
+    min.insync.replicas). An existing topic that conflicts with its spec (partition
+    count, cleanup policy) is a ConfigError naming the topic and the conflict,
+    raised before anything is created.
     """
     specs = list(specs)
+    replication = replication or Replication()
     existing = partition_counts(admin, [s.name for s in specs])
+    conflicts = topic_conflicts(admin, [s for s in specs if s.name in existing], existing)
+    if conflicts:
+        raise ConfigError(
+            "existing topics conflict with what the job needs: "
+            + "; ".join(conflicts)
+            + ". Fix or delete these topics, or use another app id"
+        )
     missing = [s for s in specs if s.name not in existing]
     if missing:
         futures = admin.create_topics(
@@ -197,8 +311,8 @@ def ensure_topics(admin: AdminClient, specs: Iterable[TopicSpec], timeout: float
                 NewTopic(
                     s.name,
                     num_partitions=s.partitions,
-                    replication_factor=s.replication_factor,
-                    config=dict(s.config or {}),
+                    replication_factor=replication.factor,
+                    config={**replication.topic_config(), **(s.config or {})},
                 )
                 for s in missing
             ],
@@ -221,6 +335,43 @@ def ensure_topics(admin: AdminClient, specs: Iterable[TopicSpec], timeout: float
         if time.monotonic() > deadline:
             raise TimeoutError(f"topics without a leader after {timeout}s: {not_ready}")
         time.sleep(0.1)
+
+
+def topic_conflicts(
+    admin: AdminClient, specs: list[TopicSpec], partitions: Mapping[str, int]
+) -> list[str]:
+    """One line per conflict between an existing topic and its spec.
+
+    ``partitions``: the existing topics' partition counts. Checked: the partition
+    count where the spec requires it, and the cleanup policy where the spec sets one.
+    """
+    out = [
+        f"{s.name} has {partitions[s.name]} partitions, the job needs {s.partitions}"
+        for s in specs
+        if s.exact_partitions and partitions[s.name] != s.partitions
+    ]
+    policed = [s for s in specs if s.config and "cleanup.policy" in s.config]
+    if not policed:
+        return out
+    futures = admin.describe_configs(
+        [ConfigResource(ConfigResource.Type.TOPIC, s.name) for s in policed]
+    )
+    by_name = {res.name: fut for res, fut in futures.items()}
+    for s in policed:
+        assert s.config is not None
+        want = _policy(s.config["cleanup.policy"])
+        entry = by_name[s.name].result(timeout=30.0).get("cleanup.policy")
+        have = _policy(entry.value if entry is not None and entry.value else "delete")
+        if have != want:
+            out.append(
+                f"{s.name} has cleanup.policy={','.join(sorted(have))}, "
+                f"the job needs {','.join(sorted(want))}"
+            )
+    return out
+
+
+def _policy(value: str) -> frozenset[str]:
+    return frozenset(p.strip() for p in value.split(",") if p.strip())
 
 
 def _without_leader(admin: AdminClient, names: list[str]) -> list[str]:

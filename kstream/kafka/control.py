@@ -33,6 +33,7 @@ from kstream.checkpoint.messages import (
     decode,
     encode,
 )
+from kstream.config import Replication
 from kstream.kafka.clients import (
     KafkaError,
     KafkaException,
@@ -67,11 +68,21 @@ class CoordinatorFenced(ControlError):
     """Another coordinator with the same app id took over; this one must stop."""
 
 
+def control_topic_spec(app_id: str) -> TopicSpec:
+    """``<app>.control``: exactly one partition (every reader sees one total order)."""
+    return TopicSpec(control_topic(app_id), 1, exact_partitions=True)
+
+
 def ensure_control_topic(
-    bootstrap: str, app_id: str, extra: Mapping[str, Any] | None = None
+    bootstrap: str,
+    app_id: str,
+    extra: Mapping[str, Any] | None = None,
+    replication: Replication | None = None,
 ) -> None:
     """Create ``<app>.control`` with one partition if it does not exist."""
-    ensure_topics(make_admin(bootstrap, extra), [TopicSpec(control_topic(app_id), 1)])
+    ensure_topics(
+        make_admin(bootstrap, extra), [control_topic_spec(app_id)], replication=replication
+    )
 
 
 class ControlReader:
@@ -93,7 +104,7 @@ class ControlReader:
             read_committed=True,
             # A short fetch wait: an empty fetch (the end of the topic) is answered in
             # 50 ms, so reading the history to its end does not wait 500 ms per fetch.
-            extra={**(extra or {}), "enable.partition.eof": True, "fetch.wait.max.ms": 50},
+            extra={"fetch.wait.max.ms": 50, **(extra or {}), "enable.partition.eof": True},
         )
         start = OFFSET_END
         if from_beginning:
@@ -169,15 +180,21 @@ class CoordinatorChannel:
     """The coordinator's end: fenced transactional writes, read_committed reads."""
 
     def __init__(
-        self, bootstrap: str, app_id: str, *, extra: Mapping[str, Any] | None = None
+        self,
+        bootstrap: str,
+        app_id: str,
+        *,
+        extra: Mapping[str, Any] | None = None,
+        replication: Replication | None = None,
     ) -> None:
         self.app_id = app_id
         self._bootstrap = bootstrap
         self._extra = dict(extra or {})
+        self._replication = replication
         self._producer = make_producer(
             bootstrap,
             transactional_id=coordinator_transactional_id(app_id),
-            extra={**self._extra, "transaction.timeout.ms": 60000},
+            extra={"transaction.timeout.ms": 60000, **self._extra},
         )
         self._reader: ControlReader | None = None
         self._unseen: Counter[bytes] = Counter()  # our committed writes not read back yet
@@ -196,7 +213,7 @@ class CoordinatorChannel:
            we read next.
         3. Read the topic from the beginning to its end (read_committed).
         """
-        ensure_control_topic(self._bootstrap, self.app_id, self._extra)
+        ensure_control_topic(self._bootstrap, self.app_id, self._extra, self._replication)
         try:
             init_transactions(self._producer, timeout)
         except KafkaException as e:
@@ -269,7 +286,7 @@ class ControlClient:
     ) -> None:
         self.topic = control_topic(app_id)
         self._reader = ControlReader(bootstrap, app_id, from_beginning=from_beginning, extra=extra)
-        self._producer = make_producer(bootstrap, extra={**(extra or {}), "linger.ms": 0})
+        self._producer = make_producer(bootstrap, extra={"linger.ms": 0, **(extra or {})})
         self._errors: list[str] = []
 
     @property

@@ -244,7 +244,8 @@ class ExactlyOnceSink(Sink):
         self.transactional_id = sink_transactional_id(app, task)
         self.commits_topic = commits_topic(app)
         self.timeout = timeout
-        self._producer_config = {"linger.ms": 20, **(producer_config or {})}
+        self._client_config = dict(producer_config or {})  # the user's settings
+        self._producer_config = {"linger.ms": 20, **self._client_config}
         self._producer: Any = None
         self.attempt: int | None = None
         self.buffer = EpochBuffer()
@@ -425,6 +426,7 @@ class ExactlyOnceSink(Sink):
             self.bootstrap,
             marker_reader_group(self.app, self.task),  # never joins or commits: assign() only
             read_committed=True,
+            extra=self._client_config,
         )
         try:
             parts = self._marker_partitions()
@@ -435,7 +437,7 @@ class ExactlyOnceSink(Sink):
             # Reading read_committed up to the high watermark waits for such
             # transactions to finish instead of missing our marker (which would
             # publish the buffer twice).
-            low, high = _high_watermark(self.bootstrap, tp, self.timeout)
+            low, high = _high_watermark(self.bootstrap, tp, self.timeout, self._client_config)
             if high <= low:
                 return None
             consumer.assign([TopicPartition(tp.topic, tp.partition, low)])
@@ -473,9 +475,11 @@ class ExactlyOnceSink(Sink):
             self._producer = None
 
 
-def _high_watermark(bootstrap: str, tp: TopicPartition, timeout: float) -> tuple[int, int]:
+def _high_watermark(
+    bootstrap: str, tp: TopicPartition, timeout: float, extra: Mapping[str, Any] | None
+) -> tuple[int, int]:
     """(low, high watermark) of ``tp``, as a read_uncommitted reader sees them."""
-    c = make_consumer(bootstrap, "kstream.watermark-query", read_committed=False)
+    c = make_consumer(bootstrap, "kstream.watermark-query", read_committed=False, extra=extra)
     try:
         return watermark_offsets(c, tp.topic, tp.partition, timeout)
     finally:

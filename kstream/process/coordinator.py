@@ -255,7 +255,9 @@ def run_coordinator(
         )
         return EXIT_OK
     store = store or open_store(job.store_url)
-    channel = transport or CoordinatorChannel(job.bootstrap_servers, job.app_id, extra=job.kafka)
+    channel = transport or CoordinatorChannel(
+        job.bootstrap_servers, job.app_id, extra=job.kafka, replication=job.replication
+    )
     try:
         # 1. Fence the predecessor and read the control topic to its end;
         # 2. read the store's completed checkpoints — why both: ids continue above
