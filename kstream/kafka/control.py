@@ -9,6 +9,12 @@ non-transactionally (visible to read_committed readers at once).
 
 Records are decoded with :func:`kstream.checkpoint.messages.decode`; a record
 that is not a valid message is logged, counted in ``skipped`` and skipped.
+
+While the brokers are unreachable, every send (a coordinator's transaction, a
+worker's acknowledgement, heartbeat or report) is retried with backoff and the
+process stays up; the outage is logged once when it starts and once when it
+ends (:mod:`kstream.kafka.reachability`), and a send fails only when the outage
+outlasts the job's bound (``BrokerOutage``, a ControlError).
 """
 
 from __future__ import annotations
@@ -46,6 +52,7 @@ from kstream.kafka.clients import (
     make_producer,
     watermark_offsets,
 )
+from kstream.kafka.reachability import Backoff, BrokerOutage, Reachability
 from kstream.names import control_reader_group, control_topic, coordinator_transactional_id
 
 log = logging.getLogger(__name__)
@@ -62,6 +69,43 @@ _COORDINATOR_MESSAGES = (
 
 class ControlError(RuntimeError):
     """The control topic could not be read or written; the message says what failed."""
+
+
+class OutageExceeded(ControlError):
+    """The brokers stayed unreachable longer than the job's bound (``--max-outage``)."""
+
+
+DEFAULT_MAX_OUTAGE = 300.0
+# Errors a retry can cure: the brokers (or a partition's leader) are away for now.
+_TRANSIENT = frozenset(
+    {
+        KafkaError._ALL_BROKERS_DOWN,
+        KafkaError._TRANSPORT,
+        KafkaError._TIMED_OUT,
+        KafkaError._MSG_TIMED_OUT,
+        KafkaError._RESOLVE,
+        KafkaError.REQUEST_TIMED_OUT,
+        KafkaError.NOT_ENOUGH_REPLICAS,
+        KafkaError.NOT_ENOUGH_REPLICAS_AFTER_APPEND,
+        KafkaError.LEADER_NOT_AVAILABLE,
+        KafkaError.NOT_LEADER_FOR_PARTITION,
+        KafkaError.NOT_COORDINATOR,
+        KafkaError.COORDINATOR_NOT_AVAILABLE,
+        KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
+        KafkaError.CONCURRENT_TRANSACTIONS,
+    }
+)
+
+
+def _transient(err: KafkaError) -> bool:
+    return err.code() in _TRANSIENT or (err.retriable() and not err.fatal())
+
+
+def _check(reach: Reachability) -> None:
+    try:
+        reach.check()
+    except BrokerOutage as e:
+        raise OutageExceeded(str(e)) from None
 
 
 class CoordinatorFenced(ControlError):
@@ -95,8 +139,11 @@ class ControlReader:
         *,
         from_beginning: bool = True,
         extra: Mapping[str, Any] | None = None,
+        reachability: Reachability | None = None,
     ) -> None:
         self.topic = control_topic(app_id)
+        self.reach = reachability or Reachability(DEFAULT_MAX_OUTAGE)
+        self._reported: set[int] = set()  # error codes logged since the last record
         # No group membership and no commits: the partition is assigned directly.
         self._consumer: Consumer = make_consumer(
             bootstrap,
@@ -138,8 +185,19 @@ class ControlReader:
                     continue
                 if err.fatal():
                     raise ControlError(f"reading {self.topic} failed: {err.str()}")
-                log.warning("reading %s: %s", self.topic, err.str())
+                if err.code() == KafkaError._ALL_BROKERS_DOWN:
+                    self.reach.failed(f"reading {self.topic}: {err.str()}")
+                elif err.code() not in self._reported:  # once per kind until a record comes
+                    self._reported.add(err.code())
+                    log.log(
+                        logging.INFO if _transient(err) else logging.WARNING,
+                        "reading %s: %s",
+                        self.topic,
+                        err.str(),
+                    )
                 continue
+            self._reported.clear()
+            self.reach.ok()
             self.last_offset = rec.offset() or 0
             value = rec.value()
             try:
@@ -186,15 +244,21 @@ class CoordinatorChannel:
         *,
         extra: Mapping[str, Any] | None = None,
         replication: Replication | None = None,
+        max_outage: float = DEFAULT_MAX_OUTAGE,
     ) -> None:
         self.app_id = app_id
         self._bootstrap = bootstrap
         self._extra = dict(extra or {})
         self._replication = replication
+        self.reach = Reachability(max_outage)
+        # A transaction left open by an outage must outlive it: the broker aborts
+        # (and fences) one older than this, and the retried commit would then look
+        # like a successor's fencing. 15 min is the brokers' default maximum.
+        txn_timeout = min(900_000, max(60_000, int((max_outage + 60) * 1000)))
         self._producer = make_producer(
             bootstrap,
             transactional_id=coordinator_transactional_id(app_id),
-            extra={"transaction.timeout.ms": 60000, **self._extra},
+            extra={"transaction.timeout.ms": txn_timeout, **self._extra},
         )
         self._reader: ControlReader | None = None
         self._unseen: Counter[bytes] = Counter()  # our committed writes not read back yet
@@ -218,13 +282,16 @@ class CoordinatorChannel:
             init_transactions(self._producer, timeout)
         except KafkaException as e:
             raise ControlError(f"fencing the previous coordinator of {self.app_id!r}: {e}") from e
-        self._reader = ControlReader(self._bootstrap, self.app_id, extra=self._extra)
+        self._reader = ControlReader(
+            self._bootstrap, self.app_id, extra=self._extra, reachability=self.reach
+        )
         return self._reader.read_to_end(timeout)
 
     def poll(self, timeout: float) -> list[Message]:
         """Control messages (workers' and our own) arriving within ``timeout`` seconds."""
         if self._reader is None:
             raise ControlError("CoordinatorChannel.open() was not called")
+        _check(self.reach)
         out = []
         for raw, msg in self._reader.poll_records(timeout):
             if isinstance(msg, _COORDINATOR_MESSAGES):
@@ -239,29 +306,80 @@ class CoordinatorChannel:
             out.append(msg)
         return out
 
-    def send(self, messages: Sequence[Message], timeout: float = 30.0) -> None:
-        """Write ``messages`` in one transaction; CoordinatorFenced if another took over."""
+    def send(self, messages: Sequence[Message], timeout: float = 10.0) -> None:
+        """Write ``messages`` in one transaction; CoordinatorFenced if another took over.
+
+        While the brokers are unreachable the commit is retried with backoff (a
+        transaction that must be aborted is aborted and written again: its records
+        were never visible); OutageExceeded once the outage outlasts the bound.
+        """
         if not messages:
             return
         topic = control_topic(self.app_id)
-        try:
-            self._producer.begin_transaction()
-            values = [encode(msg) for msg in messages]
-            for msg, value in zip(messages, values, strict=True):
-                self._producer.produce(topic, value, key=type(msg).__name__)
-            self._producer.commit_transaction(timeout)
-            self._unseen.update(values)
-        except KafkaException as e:
-            err = e.args[0]
-            if is_fenced(err) or err.fatal():
-                raise CoordinatorFenced(
-                    f"another coordinator took over app {self.app_id!r} "
-                    f"(transactional id {coordinator_transactional_id(self.app_id)!r} "
-                    f"was fenced: {err.str()})"
-                ) from e
-            if err.txn_requires_abort():
+        values = [encode(msg) for msg in messages]
+        backoff = Backoff()
+        while True:
+            try:
+                self._producer.begin_transaction()
+            except KafkaException as e:
+                err = self._raise_unless_transient(e, topic)
+                self.reach.failed(f"beginning a transaction on {topic}: {err.str()}")
+                _check(self.reach)
+                time.sleep(backoff.next())
+                continue
+            try:
+                for msg, value in zip(messages, values, strict=True):
+                    self._producer.produce(topic, value, key=type(msg).__name__)
+            except KafkaException as e:
+                self._raise_unless_transient(e, topic)
+                self._abort(topic, timeout, backoff)
+                continue
+            if self._commit(topic, timeout, backoff):
+                self._unseen.update(values)
+                self.reach.ok()
+                return
+            # The transaction was aborted: write it again.
+
+    def _commit(self, topic: str, timeout: float, backoff: Backoff) -> bool:
+        """Commit the open transaction, retrying while the brokers are away; False if it
+        had to be aborted instead (nothing of it is visible)."""
+        while True:
+            try:
+                self._producer.commit_transaction(timeout)
+                return True
+            except KafkaException as e:
+                err = self._raise_unless_transient(e, topic)
+                self.reach.failed(f"committing to {topic}: {err.str()}")
+                _check(self.reach)
+                time.sleep(backoff.next())
+                if err.txn_requires_abort():
+                    self._abort(topic, timeout, backoff)
+                    return False
+                # retriable: commit_transaction may be called again
+
+    def _abort(self, topic: str, timeout: float, backoff: Backoff) -> None:
+        while True:
+            try:
                 self._producer.abort_transaction(timeout)
-            raise ControlError(f"writing to {topic} failed: {err.str()}") from e
+                return
+            except KafkaException as e:
+                err = self._raise_unless_transient(e, topic)
+                self.reach.failed(f"aborting a transaction on {topic}: {err.str()}")
+                _check(self.reach)
+                time.sleep(backoff.next())
+
+    def _raise_unless_transient(self, e: KafkaException, topic: str) -> KafkaError:
+        """The error of ``e`` if retrying (or aborting and retrying) can cure it."""
+        err: KafkaError = e.args[0]
+        if is_fenced(err) or err.fatal():
+            raise CoordinatorFenced(
+                f"another coordinator took over app {self.app_id!r} "
+                f"(transactional id {coordinator_transactional_id(self.app_id)!r} "
+                f"was fenced: {err.str()})"
+            ) from e
+        if err.txn_requires_abort() or _transient(err):
+            return err
+        raise ControlError(f"writing to {topic} failed: {err.str()}") from e
 
     def close(self) -> None:
         if self._reader is not None:
@@ -283,11 +401,15 @@ class ControlClient:
         *,
         from_beginning: bool = True,
         extra: Mapping[str, Any] | None = None,
+        reachability: Reachability | None = None,
     ) -> None:
         self.topic = control_topic(app_id)
-        self._reader = ControlReader(bootstrap, app_id, from_beginning=from_beginning, extra=extra)
+        self.reach = reachability or Reachability(DEFAULT_MAX_OUTAGE)
+        self._reader = ControlReader(
+            bootstrap, app_id, from_beginning=from_beginning, extra=extra, reachability=self.reach
+        )
         self._producer = make_producer(bootstrap, extra={"linger.ms": 0, **(extra or {})})
-        self._errors: list[str] = []
+        self._errors: list[KafkaError] = []
 
     @property
     def skipped(self) -> int:
@@ -303,21 +425,46 @@ class ControlClient:
         """Every message up to the topic's current end (a late worker's catch-up)."""
         return self._reader.read_to_end(timeout)
 
+    def check_outage(self) -> None:
+        """OutageExceeded if the brokers have been unreachable for longer than the bound."""
+        _check(self.reach)
+
     def send(self, msg: Message, *, flush_timeout: float = 10.0) -> None:
-        """Write ``msg`` and wait until it is acknowledged by the broker."""
+        """Write ``msg`` and wait until it is acknowledged by the broker.
+
+        While the brokers are unreachable this waits (librdkafka retries the
+        produce; a produce that expires is produced again, with backoff); after
+        ``flush_timeout`` seconds without delivery the outage is logged once.
+        OutageExceeded once it outlasts the bound; ControlError for a refusal no
+        retry can cure (e.g. authorization).
+        """
+        name = type(msg).__name__
+        value = encode(msg)
+        backoff = Backoff()
 
         def delivered(err: KafkaError | None, _rec: object) -> None:
             if err is not None:
-                self._errors.append(err.str())
+                self._errors.append(err)
 
-        self._producer.produce(
-            self.topic, encode(msg), key=type(msg).__name__, on_delivery=delivered
-        )
-        if self._producer.flush(flush_timeout) > 0:
-            raise ControlError(f"{type(msg).__name__} not delivered within {flush_timeout:g}s")
-        if self._errors:
+        while True:
+            self._producer.produce(self.topic, value, key=name, on_delivery=delivered)
+            waited = 0.0
+            while self._producer.flush(1.0) > 0:
+                waited += 1.0
+                if waited >= flush_timeout:
+                    self.reach.failed(f"{name} not delivered to {self.topic} within {waited:g}s")
+                _check(self.reach)
+            if not self._errors:
+                self.reach.ok()
+                return
             errors, self._errors = self._errors, []
-            raise ControlError(f"writing {type(msg).__name__} to {self.topic} failed: {errors}")
+            if not all(_transient(e) for e in errors):
+                raise ControlError(
+                    f"writing {name} to {self.topic} failed: {[e.str() for e in errors]}"
+                )
+            self.reach.failed(f"writing {name} to {self.topic}: {errors[-1].str()}")
+            _check(self.reach)
+            time.sleep(backoff.next())
 
     def close(self) -> None:
         self._reader.close()

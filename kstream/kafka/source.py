@@ -28,6 +28,7 @@ from typing import Any
 from confluent_kafka import OFFSET_INVALID, TIMESTAMP_NOT_AVAILABLE, TopicPartition
 
 from kstream.kafka.clients import KafkaError, KafkaException, make_consumer, watermark_offsets
+from kstream.kafka.reachability import Reachability
 
 __all__ = [
     "TP",
@@ -103,8 +104,13 @@ class SourceConsumer:
         on_revoke: RevokeCallback | None = None,
         read_committed: bool = True,
         extra: Mapping[str, Any] | None = None,
+        reachability: Reachability | None = None,
     ) -> None:
         self.group_id = group_id
+        # "No broker answers" is reported there (logged once per outage); other
+        # transient errors are logged once per kind until records flow again.
+        self.reach = reachability
+        self._reported: set[int] = set()
         self.topics = sorted(set(topics))
         self._on_assign = on_assign
         self._on_revoke = on_revoke
@@ -205,8 +211,14 @@ class SourceConsumer:
                     KafkaError.TOPIC_AUTHORIZATION_FAILED,
                 ):
                     raise SourceError(f"group {self.group_id}: consumer error: {err}")
-                log.warning("group %s: transient consumer error: %s", self.group_id, err)
+                if err.code() == KafkaError._ALL_BROKERS_DOWN and self.reach is not None:
+                    self.reach.failed(f"group {self.group_id}: {err.str()}")
+                elif err.code() not in self._reported:
+                    self._reported.add(err.code())
+                    log.warning("group %s: transient consumer error: %s", self.group_id, err)
                 continue
+            if self._reported:
+                self._reported.clear()
             ts_type, ts = msg.timestamp()
             key = (msg.topic(), msg.partition())
             batch = out.get(key)

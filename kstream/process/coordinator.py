@@ -256,7 +256,11 @@ def run_coordinator(
         return EXIT_OK
     store = store or open_store(job.store_url)
     channel = transport or CoordinatorChannel(
-        job.bootstrap_servers, job.app_id, extra=job.kafka, replication=job.replication
+        job.bootstrap_servers,
+        job.app_id,
+        extra=job.kafka,
+        replication=job.replication,
+        max_outage=job.max_outage,
     )
     try:
         # 1. Fence the predecessor and read the control topic to its end;

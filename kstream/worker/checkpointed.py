@@ -66,6 +66,7 @@ class Checkpointed(Mode):
         self.protocol.learn(self.control.read_to_end())
 
     def begin(self, now: float) -> int | None:
+        self.control.check_outage()  # OutageExceeded past --max-outage: the job fails
         for msg in self.control.poll(0):
             code = self._handle(msg, now)
             if code is not None:

@@ -22,8 +22,9 @@ from pathlib import Path
 from kstream.config import Guarantee, JobConfig
 from kstream.job import Job
 from kstream.kafka.clients import Producer, make_producer
-from kstream.kafka.control import ControlClient
+from kstream.kafka.control import ControlClient, ControlError
 from kstream.kafka.dlq import DeadLetterWriter
+from kstream.kafka.reachability import Reachability
 from kstream.kafka.source import RawRecord, SourceConsumer
 from kstream.metrics.worker import WorkerMetrics, sink_buffers
 from kstream.runtime.lateness import late_summary
@@ -61,6 +62,9 @@ def open_clients(
 ) -> WorkerClients:
     """The clients of a worker of ``cfg`` reading ``topics`` (its group membership)."""
     checkpointed = cfg.checkpointing.enabled and not cfg.bounded
+    # One view of the brokers for the source and the control client: an outage is
+    # logged once and bounded by --max-outage (kstream.kafka.reachability).
+    reachability = Reachability(cfg.max_outage)
     return WorkerClients(
         source=SourceConsumer(
             cfg.bootstrap_servers,
@@ -68,6 +72,7 @@ def open_clients(
             topics,
             on_assign=on_assign,
             on_revoke=on_revoke,
+            reachability=reachability,
             extra={
                 "session.timeout.ms": int(settings.session_timeout_s * 1000),
                 "heartbeat.interval.ms": min(1000, int(settings.session_timeout_s * 250)),
@@ -79,7 +84,9 @@ def open_clients(
             cfg.app_id, cfg.bootstrap_servers, cfg.on_bad_record, producer_config=cfg.kafka
         ),
         control=(
-            ControlClient(cfg.bootstrap_servers, cfg.app_id, extra=cfg.kafka)
+            ControlClient(
+                cfg.bootstrap_servers, cfg.app_id, extra=cfg.kafka, reachability=reachability
+            )
             if checkpointed
             else None
         ),
@@ -183,6 +190,9 @@ class Worker:
         try:
             self.mode.start()
             return self._loop()
+        except ControlError as e:  # an outage past --max-outage, a refused write: the reason
+            log.error("kstream: job failed: %s", e)
+            return 1
         finally:
             self.close()
 
