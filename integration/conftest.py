@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from kstream.dev.localbroker import KAFKA_VERSION, LocalBroker, LocalBrokerError, free_port
+from kstream.dev.localcluster import LocalCluster
 from kstream.kafka.clients import AdminClient, KafkaException, make_admin
 
 DOCKER_IMAGE = f"apache/kafka:{KAFKA_VERSION}"
@@ -125,6 +126,46 @@ def kafka_bootstrap(
         yield broker.bootstrap
     finally:
         broker.stop()
+
+
+SASL_USER = "kstream_test"
+
+
+@pytest.fixture(scope="session")
+def sasl_user() -> tuple[str, str]:
+    """(user, password) of the SASL/PLAIN listener of ``kafka_cluster``."""
+    return SASL_USER, f"pw-{uuid.uuid4().hex}"
+
+
+@pytest.fixture(scope="session")
+def kafka_cluster(
+    request: pytest.FixtureRequest,
+    tmp_path_factory: pytest.TempPathFactory,
+    sasl_user: tuple[str, str],
+) -> Iterator[LocalCluster]:
+    """A real three-node KRaft cluster from the project's launcher (one per session),
+    each node with a plain and a SASL_PLAINTEXT (PLAIN, ``sasl_user``) listener.
+
+    Tests that fail brokers must leave every node running (and in sync) when done.
+    """
+    user, password = sasl_user
+    cluster = LocalCluster(
+        tmp_path_factory.mktemp("kafka-cluster"), size=3, sasl_users={user: password}
+    )
+    try:
+        cluster.start()
+    except LocalBrokerError as e:
+        _unavailable(f"local 3-node cluster could not start: {e}")
+    _announce(
+        request.config,
+        f"Kafka {cluster.kafka_version} 3-node cluster (kstream.dev.localcluster) at "
+        f"{cluster.bootstrap}, SASL at {cluster.sasl_bootstrap}, data {cluster.data_dir}",
+    )
+    try:
+        yield cluster
+    finally:
+        for node in range(cluster.size):  # throw-away data: no controlled shutdown
+            cluster.kill(node)
 
 
 def _wait_reachable(bootstrap: str, timeout: float) -> None:

@@ -91,8 +91,15 @@ def run_job(
     gate_late: bool = True,
     drain_timeout: float = 150.0,
     on_running: Callable[[JobUnderTest], None] | None = None,
+    during: Callable[[JobUnderTest, ControlLog | None], None] | None = None,
+    pre_create: Callable[[str, dict[str, str]], None] | None = None,
 ) -> RunResult:
-    """Run ``scenario`` under ``plan``'s kills; SIGTERM everything once drained."""
+    """Run ``scenario`` under ``plan``'s kills; SIGTERM everything once drained.
+
+    ``pre_create(app, renames)`` runs before the job starts (e.g. to place topics on
+    chosen brokers); ``during(job, control)`` runs with the input flowing, after the
+    kill plan (e.g. broker failures).
+    """
     rng = random.Random(seed)
     suffix = uuid.uuid4().hex[:8]
     app = f"e2e-{scenario.name.replace('_', '-')}-{suffix}"
@@ -104,6 +111,8 @@ def run_job(
         bootstrap,
         {renames[t]: n for t, n in scenario.sources.items()} | {renames[scenario.sink]: 3},
     )
+    if pre_create is not None:
+        pre_create(app, renames)
     topo = write_renamed_topology(scenario.topology_file, renames, workdir / "topology.py")
     job = JobUnderTest(bootstrap, app, topo, workdir, settings)
     control: ControlLog | None = None
@@ -162,6 +171,8 @@ def run_job(
             else:
                 assert control is not None, "targeted kills need checkpointing"
                 targeted.append(_targeted_kill(job, control, rng, step, bootstrap))
+        if during is not None:
+            during(job, control)
         print(
             f"[e2e] kill plan done; generator at {gen.produced}/{len(scenario.records)}", flush=True
         )

@@ -37,7 +37,6 @@ from kstream.checkpoint.messages import (
     decode,
 )
 from kstream.kafka.clients import (
-    KafkaError,
     TopicPartition,
     TopicSpec,
     ensure_topics,
@@ -138,9 +137,9 @@ class ControlWatcher(threading.Thread):
             for rec in self._consumer.consume(200, 0.2):
                 err = rec.error()
                 if err is not None:
-                    if err.code() != KafkaError._PARTITION_EOF:
+                    if err.fatal():
                         raise HarnessError(f"reading the control topic: {err.str()}")
-                    continue
+                    continue  # end of partition, or brokers away (broker-failure tests)
                 try:
                     msg = decode(rec.value())
                 except ProtocolError:
@@ -166,6 +165,7 @@ class JobSettings:
     heartbeat_timeout: float = 4.0
     restart_delay: float = 0.2
     workers: int = 3
+    extra_args: tuple[str, ...] = ()  # more options for every process (e.g. --max-outage)
     # Python run before the CLI in every process (teeth checks with a mutant module)
     preamble: str = ""
 
@@ -218,7 +218,7 @@ class JobUnderTest:
             args.append("--no-checkpointing")
         if s.guarantee:
             args += ["--guarantee", s.guarantee]
-        return args
+        return [*args, *s.extra_args]
 
     def _start(self, role: str, argv: list[str]) -> Proc:
         self._n += 1

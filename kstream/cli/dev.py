@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import io
 import os
+import secrets
 import signal
 import stat
 import sys
@@ -21,6 +22,7 @@ from typing import IO
 import click
 
 from kstream.dev.localbroker import BrokerRecord, LocalBroker, LocalBrokerError, stop_pid
+from kstream.dev.localcluster import LocalCluster
 from kstream.kafka.clients import (
     KafkaException,
     TopicSpec,
@@ -102,7 +104,7 @@ def kafka() -> None:
     show_default=True,
     help="KRaft controller port; 0 picks a free one.",
 )
-@click.option("--heap", default="512m", show_default=True, help="JVM heap (-Xms/-Xmx).")
+@click.option("--heap", default="512m", show_default=True, help="JVM heap (-Xms/-Xmx) per broker.")
 @click.option(
     "--timeout",
     type=float,
@@ -115,8 +117,29 @@ def kafka() -> None:
     is_flag=True,
     help="Run attached: stop the broker on Ctrl-C/SIGTERM instead of detaching.",
 )
+@click.option(
+    "--brokers",
+    type=click.IntRange(1, 9),
+    default=1,
+    show_default=True,
+    help="Nodes of a KRaft cluster (one process each, free loopback ports; internal topics "
+    "at replication factor N, min ISR N-1; --port/--controller-port are for one broker).",
+)
+@click.option(
+    "--sasl",
+    is_flag=True,
+    help="Also open a SASL_PLAINTEXT (PLAIN) listener with a generated user; its client "
+    "settings go to STATE_DIR/client.properties (use with --kafka-config).",
+)
 def kafka_start(
-    state_dir: Path, port: int, controller_port: int, heap: str, timeout: float, foreground: bool
+    state_dir: Path,
+    port: int,
+    controller_port: int,
+    heap: str,
+    timeout: float,
+    foreground: bool,
+    brokers: int,
+    sasl: bool,
 ) -> None:
     """Start the broker and print its bootstrap address (detached unless --foreground).
 
@@ -126,16 +149,32 @@ def kafka_start(
     existing = BrokerRecord.read(state_dir)
     if existing is not None and existing.is_running():
         click.echo(existing.bootstrap)
-        click.echo(f"already running (pid {existing.pid})", err=True)
+        click.echo(f"already running (pids {' '.join(map(str, existing.pids))})", err=True)
         return
-    broker = LocalBroker(
-        state_dir / "data",
-        port=port,
-        controller_port=controller_port,
-        heap=heap,
-        start_timeout=timeout,
-        detach=not foreground,
-    )
+    broker: LocalBroker | LocalCluster
+    if brokers == 1 and not sasl:
+        broker = LocalBroker(
+            state_dir / "data",
+            port=port,
+            controller_port=controller_port,
+            heap=heap,
+            start_timeout=timeout,
+            detach=not foreground,
+        )
+    else:
+        if port or controller_port:
+            raise click.UsageError(
+                "--port/--controller-port pick one broker's ports: not with --brokers or --sasl"
+            )
+        user = "kstream"
+        broker = LocalCluster(
+            state_dir / f"cluster-{brokers}",
+            size=brokers,
+            heap=heap if heap != "512m" or brokers == 1 else "320m",
+            start_timeout=max(timeout, 60.0 * brokers),
+            sasl_users={user: secrets.token_urlsafe(18)} if sasl else None,
+            detach=not foreground,
+        )
     try:
         broker.start()
     except LocalBrokerError as e:
@@ -144,10 +183,19 @@ def kafka_start(
     record.write(state_dir)
     click.echo(broker.bootstrap)
     click.echo(
-        f"Kafka {broker.kafka_version} running at {broker.bootstrap} (pid {record.pid}, "
-        f"log {broker.log_file})",
+        f"Kafka {broker.kafka_version} running at {broker.bootstrap} (pids "
+        f"{' '.join(map(str, record.pids))}, log {record.log_file})",
         err=True,
     )
+    if isinstance(broker, LocalCluster) and broker.sasl_users:
+        props = state_dir / "client.properties"
+        props.touch(mode=0o600)
+        props.write_text(broker.client_properties("kstream"))
+        click.echo(
+            f"SASL_PLAINTEXT at {broker.sasl_bootstrap}; client settings in {props} "
+            f"(kstream run TOPOLOGY --kafka-config {props})",
+            err=True,
+        )
     if not foreground:
         return
 
@@ -155,9 +203,10 @@ def kafka_start(
         raise KeyboardInterrupt
 
     signal.signal(signal.SIGTERM, on_term)
+    first = broker if isinstance(broker, LocalBroker) else broker.nodes[0]
     try:
-        code = broker.wait()
-        click.echo(f"broker exited with code {code}; log {broker.log_file}", err=True)
+        code = first.wait()
+        click.echo(f"broker exited with code {code}; log {record.log_file}", err=True)
     except KeyboardInterrupt:
         click.echo("stopping broker", err=True)
     finally:
@@ -174,13 +223,14 @@ def kafka_stop(state_dir: Path) -> None:
         click.echo(f"not running (no broker recorded in {state_dir})")
         return
     try:
-        stopped = stop_pid(record.pid)
+        stopped = [stop_pid(pid) for pid in record.pids]
     except LocalBrokerError as e:
         BrokerRecord.clear(state_dir)  # the recorded pid now belongs to something else
         click.echo(f"not running (stale record: {e})")
         return
     BrokerRecord.clear(state_dir)
-    click.echo(f"stopped (pid {record.pid})" if stopped else "not running (stale record removed)")
+    pids = " ".join(str(p) for p, done in zip(record.pids, stopped, strict=True) if done)
+    click.echo(f"stopped (pid {pids})" if pids else "not running (stale record removed)")
 
 
 @kafka.command("status")
@@ -190,7 +240,8 @@ def kafka_status(state_dir: Path) -> None:
     record = BrokerRecord.read(state_dir)
     if record is not None and record.is_running():
         click.echo(
-            f"running at {record.bootstrap} (pid {record.pid}, Kafka {record.kafka_version}, "
+            f"running at {record.bootstrap} (pid {' '.join(map(str, record.pids))}, "
+            f"Kafka {record.kafka_version}, "
             f"log {record.log_file})"
         )
         return

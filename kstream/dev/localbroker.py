@@ -385,6 +385,7 @@ class BrokerRecord:
     data_dir: str
     log_file: str
     kafka_version: str
+    more_pids: tuple[int, ...] = ()  # the other nodes of a local cluster
 
     FILE = "broker.json"
     BOOTSTRAP_FILE = "bootstrap"
@@ -404,6 +405,7 @@ class BrokerRecord:
         if not path.is_file():
             return None
         data = json.loads(path.read_text())
+        data["more_pids"] = tuple(data.get("more_pids", ()))
         return cls(**data)
 
     @classmethod
@@ -412,9 +414,14 @@ class BrokerRecord:
         for name in (cls.FILE, cls.BOOTSTRAP_FILE):
             (state_dir / name).unlink(missing_ok=True)
 
+    @property
+    def pids(self) -> tuple[int, ...]:
+        """Every recorded broker pid (one per node)."""
+        return (self.pid, *self.more_pids)
+
     def is_running(self) -> bool:
-        """Whether the recorded pid is still a live Kafka JVM."""
-        return _pid_alive(self.pid) and _is_kafka_process(self.pid)
+        """Whether every recorded pid is still a live Kafka JVM."""
+        return all(_pid_alive(p) and _is_kafka_process(p) for p in self.pids)
 
 
 class LocalBroker:
@@ -436,7 +443,14 @@ class LocalBroker:
         start_timeout: float = 90.0,
         detach: bool = False,
         env: Mapping[str, str] | None = None,
+        overrides: Mapping[str, str] | None = None,
+        cluster_id: str | None = None,
     ) -> None:
+        # ``overrides``: server.properties entries that replace or add to the
+        # single-node ones (a cluster node's id, quorum and replication; a SASL
+        # listener); ``cluster_id``: the KRaft cluster id every node is formatted with.
+        self.overrides = dict(overrides or {})
+        self.cluster_id = cluster_id
         self.data_dir = Path(data_dir).resolve()
         self.host = host
         self.port = port
@@ -494,6 +508,17 @@ class LocalBroker:
         Steps, in order: check Java, get the jars, check ports, write configs,
         format storage (first start of this data dir only), start the JVM, wait.
         """
+        self.launch()
+        try:
+            self.wait_ready()
+        except BaseException:
+            self.stop()
+            raise
+        return self.bootstrap
+
+    def launch(self) -> None:
+        """Start the JVM without waiting for it to serve (``wait_ready`` does): the
+        nodes of a cluster must all run before any of them answers."""
         if self._proc is not None:
             raise LocalBrokerError(f"broker already started (pid {self._proc.pid})")
         java, _ = find_java(self._env)
@@ -510,11 +535,8 @@ class LocalBroker:
 
         self.data_dir.mkdir(parents=True, exist_ok=True)
         props_file = self.data_dir / "server.properties"
-        props_file.write_text(
-            render_properties(
-                broker_properties(self.data_dir, self.port, self.controller_port, self.host)
-            )
-        )
+        props = broker_properties(self.data_dir, self.port, self.controller_port, self.host)
+        props_file.write_text(render_properties({**props, **self.overrides}))
         log4j_file = self.data_dir / "log4j2.properties"
         log4j_file.write_text(log4j2_properties(self.log_file))
         classpath = f"{self.libs}/*"
@@ -530,7 +552,14 @@ class LocalBroker:
                 "kafka.tools.StorageTool",
             ]
             fmt = subprocess.run(
-                [*storage_tool, "format", "-t", new_cluster_id(), "-c", str(props_file)],
+                [
+                    *storage_tool,
+                    "format",
+                    "-t",
+                    self.cluster_id or new_cluster_id(),
+                    "-c",
+                    str(props_file),
+                ],
                 capture_output=True,
                 text=True,
                 env=self._env,
@@ -556,14 +585,10 @@ class LocalBroker:
             )
         if not self.detach:
             atexit.register(self.stop)
-        try:
-            self._wait_ready()
-        except BaseException:
-            self.stop()
-            raise
-        return self.bootstrap
 
-    def _wait_ready(self) -> None:
+    def wait_ready(self) -> None:
+        """Return once the launched broker answers a metadata request (LocalBrokerError
+        if it exits or does not answer within ``start_timeout``)."""
         assert self._proc is not None
         deadline = time.monotonic() + self.start_timeout
         admin = None
@@ -611,6 +636,16 @@ class LocalBroker:
             except subprocess.TimeoutExpired:
                 _signal_group(proc.pid, signal.SIGKILL)
                 proc.wait(10)
+
+    def kill(self) -> None:
+        """SIGKILL the broker at once (a crash, for failure tests); idempotent."""
+        proc, self._proc = self._proc, None
+        if proc is None:
+            return
+        with contextlib.suppress(ValueError):
+            atexit.unregister(self.stop)
+        _signal_group(proc.pid, signal.SIGKILL)
+        proc.wait(10)
 
     def wait(self) -> int:
         """Block until the broker process exits; its exit code."""

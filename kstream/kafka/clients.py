@@ -353,21 +353,41 @@ def topic_conflicts(
     policed = [s for s in specs if s.config and "cleanup.policy" in s.config]
     if not policed:
         return out
-    futures = admin.describe_configs(
-        [ConfigResource(ConfigResource.Type.TOPIC, s.name) for s in policed]
-    )
-    by_name = {res.name: fut for res, fut in futures.items()}
+    have = _cleanup_policies(admin, [s.name for s in policed])
     for s in policed:
         assert s.config is not None
         want = _policy(s.config["cleanup.policy"])
-        entry = by_name[s.name].result(timeout=30.0).get("cleanup.policy")
-        have = _policy(entry.value if entry is not None and entry.value else "delete")
-        if have != want:
+        if have[s.name] != want:
             out.append(
-                f"{s.name} has cleanup.policy={','.join(sorted(have))}, "
+                f"{s.name} has cleanup.policy={','.join(sorted(have[s.name]))}, "
                 f"the job needs {','.join(sorted(want))}"
             )
     return out
+
+
+def _cleanup_policies(
+    admin: AdminClient, names: list[str], timeout: float = 30.0
+) -> dict[str, frozenset[str]]:
+    """Each topic's cleanup.policy. A topic another process has just created may not be
+    known to the broker asked yet (UNKNOWN_TOPIC_OR_PART): asked again until ``timeout``."""
+    out: dict[str, frozenset[str]] = {}
+    deadline = time.monotonic() + timeout
+    while True:
+        pending = [n for n in names if n not in out]
+        futures = admin.describe_configs(
+            [ConfigResource(ConfigResource.Type.TOPIC, n) for n in pending]
+        )
+        for res, fut in futures.items():
+            try:
+                entry = fut.result(timeout=timeout).get("cleanup.policy")
+            except KafkaException as e:
+                if e.args[0].code() not in _RETRIABLE_OFFSET_ERRORS or time.monotonic() > deadline:
+                    raise
+                continue
+            out[res.name] = _policy(entry.value if entry is not None and entry.value else "delete")
+        if len(out) == len(names):
+            return out
+        time.sleep(0.2)
 
 
 def _policy(value: str) -> frozenset[str]:

@@ -1,0 +1,311 @@
+"""Local Kafka beyond one plain broker: a SASL listener, and a cluster of several nodes.
+
+For tests and demos of production settings on one machine, from the same cached
+Maven Central jars as :class:`~kstream.dev.localbroker.LocalBroker`:
+
+- ``sasl_users``: each node also listens with ``SASL_PLAINTEXT`` (mechanism
+  PLAIN), its users in the JAAS line of the broker's own configuration
+  (``listener.name.sasl_plaintext.plain.sasl.jaas.config``). Brokers talk to
+  each other over the plain listener, which readiness checks use too.
+- :class:`LocalCluster`: N KRaft nodes (each broker and controller, the quorum
+  of all N) as N processes on loopback ports, the brokers' internal topics at
+  replication factor N and min ISR N-1, new topics at N replicas by default.
+  Sized for a small shared machine (small heaps, few threads, C1 only).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+
+from kstream.dev.localbroker import (
+    BrokerRecord,
+    LocalBroker,
+    LocalBrokerError,
+    free_port,
+    new_cluster_id,
+)
+from kstream.kafka.clients import KafkaException, make_admin
+
+SASL_MECHANISM = "PLAIN"
+_SASL = "SASL_PLAINTEXT"
+
+
+def sasl_properties(
+    host: str, port: int, sasl_port: int, controller_port: int, users: Mapping[str, str]
+) -> dict[str, str]:
+    """server.properties entries adding a SASL_PLAINTEXT (PLAIN) listener for ``users``."""
+    for name, password in users.items():
+        if not name.isidentifier() or '"' in password or "\\" in password:
+            raise LocalBrokerError(
+                f"SASL user {name!r}: use a name of letters, digits and '_' and a password without quotes"
+            )
+    jaas = " ".join(f'user_{name}="{password}"' for name, password in users.items())
+    return {
+        "listeners": f"PLAINTEXT://{host}:{port},{_SASL}://{host}:{sasl_port},"
+        f"CONTROLLER://{host}:{controller_port}",
+        "advertised.listeners": f"PLAINTEXT://{host}:{port},{_SASL}://{host}:{sasl_port}",
+        "listener.security.protocol.map": f"PLAINTEXT:PLAINTEXT,{_SASL}:{_SASL},"
+        "CONTROLLER:PLAINTEXT",
+        "sasl.enabled.mechanisms": SASL_MECHANISM,
+        "listener.name.sasl_plaintext.plain.sasl.jaas.config": (
+            f"org.apache.kafka.common.security.plain.PlainLoginModule required {jaas};"
+        ),
+    }
+
+
+def client_settings(bootstrap: str, user: str, password: str) -> dict[str, str]:
+    """Client settings (a client.properties' content) for the SASL listener as ``user``."""
+    return {
+        "bootstrap.servers": bootstrap,
+        "security.protocol": _SASL,
+        "sasl.mechanism": SASL_MECHANISM,
+        "sasl.username": user,
+        "sasl.password": password,
+    }
+
+
+def cluster_properties(node_id: int, voters: str, size: int) -> dict[str, str]:
+    """server.properties entries of node ``node_id`` in a KRaft cluster of ``size`` nodes."""
+    min_isr = str(max(1, size - 1))
+    return {
+        "node.id": str(node_id),
+        "controller.quorum.voters": voters,
+        "default.replication.factor": str(size),
+        "min.insync.replicas": min_isr,
+        "offsets.topic.replication.factor": str(size),
+        "transaction.state.log.replication.factor": str(size),
+        "transaction.state.log.min.isr": min_isr,
+        "share.coordinator.state.topic.replication.factor": str(size),
+        "share.coordinator.state.topic.min.isr": min_isr,
+        "num.replica.fetchers": "1",
+        # A restarted node takes its partitions' leadership back soon (rolling restarts).
+        "leader.imbalance.check.interval.seconds": "10",
+        "controlled.shutdown.enable": "true",
+        "unclean.leader.election.enable": "false",
+    }
+
+
+class LocalCluster:
+    """``size`` KRaft nodes on loopback; ``sasl_users`` adds a SASL listener to each.
+
+    ``start`` launches every node, then waits until each answers and the cluster
+    reports all of them. ``kill(i)`` / ``stop_node(i)`` / ``start_node(i)`` act on one
+    node (same ports and data directory on restart).
+    """
+
+    def __init__(
+        self,
+        data_dir: Path | str,
+        *,
+        size: int = 3,
+        host: str = "127.0.0.1",
+        heap: str = "320m",
+        start_timeout: float = 180.0,
+        sasl_users: Mapping[str, str] | None = None,
+        detach: bool = False,
+        env: Mapping[str, str] | None = None,
+    ) -> None:
+        if size < 1:
+            raise LocalBrokerError(f"a cluster needs at least one node, got {size}")
+        self.data_dir = Path(data_dir).resolve()
+        self.size = size
+        self.host = host
+        self.sasl_users = dict(sasl_users or {})
+        ports = _distinct_ports(host, 3 * size)
+        self.ports = ports[:size]
+        self.controller_ports = ports[size : 2 * size]
+        self.sasl_ports = ports[2 * size :] if self.sasl_users else []
+        voters = ",".join(f"{i + 1}@{host}:{p}" for i, p in enumerate(self.controller_ports))
+        cluster_id = new_cluster_id()
+        self.nodes: list[LocalBroker] = []
+        for i in range(size):
+            overrides = cluster_properties(i + 1, voters, size) if size > 1 else {}
+            if self.sasl_users:
+                overrides |= sasl_properties(
+                    host,
+                    self.ports[i],
+                    self.sasl_ports[i],
+                    self.controller_ports[i],
+                    self.sasl_users,
+                )
+            self.nodes.append(
+                LocalBroker(
+                    self.data_dir / f"node-{i + 1}",
+                    port=self.ports[i],
+                    controller_port=self.controller_ports[i],
+                    host=host,
+                    heap=heap,
+                    start_timeout=start_timeout,
+                    detach=detach,
+                    env=env,
+                    overrides=overrides,
+                    cluster_id=cluster_id,
+                )
+            )
+        self.start_timeout = start_timeout
+
+    @property
+    def bootstrap(self) -> str:
+        """Every node's plain listener, comma-separated."""
+        return ",".join(f"{self.host}:{p}" for p in self.ports)
+
+    @property
+    def sasl_bootstrap(self) -> str:
+        """Every node's SASL listener, comma-separated ('' without SASL)."""
+        return ",".join(f"{self.host}:{p}" for p in self.sasl_ports)
+
+    @property
+    def kafka_version(self) -> str:
+        return self.nodes[0].kafka_version
+
+    def record(self) -> BrokerRecord:
+        """A record of the running cluster (``kstream dev kafka stop`` stops every node)."""
+        pids = [n.pid for n in self.nodes]
+        if None in pids:
+            raise LocalBrokerError("cluster is not started")
+        return BrokerRecord(
+            bootstrap=self.bootstrap,
+            pid=int(pids[0] or 0),
+            data_dir=str(self.data_dir),
+            log_file=str(self.nodes[0].log_file),
+            kafka_version=self.kafka_version,
+            more_pids=tuple(int(p or 0) for p in pids[1:]),
+        )
+
+    def client_properties(self, user: str) -> str:
+        """A client.properties for the SASL listener as ``user`` (contains the password)."""
+        settings = client_settings(self.sasl_bootstrap, user, self.sasl_users[user])
+        return "".join(f"{k}={v}\n" for k, v in settings.items())
+
+    def start(self) -> str:
+        """Start every node; the bootstrap once all answer and see each other."""
+        try:
+            for node in self.nodes:
+                node.launch()
+            for node in self.nodes:
+                node.wait_ready()
+            self.wait_brokers(self.size, self.start_timeout)
+        except BaseException:
+            self.stop()
+            raise
+        return self.bootstrap
+
+    def stop(self) -> None:
+        """Stop every node (SIGTERM, then SIGKILL); idempotent."""
+        for node in self.nodes:
+            node.stop()
+
+    def __enter__(self) -> LocalCluster:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    # ---- one node
+
+    def kill(self, index: int) -> None:
+        """SIGKILL node ``index`` (0-based): a crash."""
+        self.nodes[index].kill()
+
+    def stop_node(self, index: int, timeout: float = 60.0) -> None:
+        """SIGTERM node ``index`` and wait until it exited (a controlled shutdown)."""
+        self.nodes[index].stop(timeout)  # SIGKILL only if it did not stop within timeout
+
+    def start_node(self, index: int) -> None:
+        """Start node ``index`` again (same ports and data) and wait until it answers."""
+        self.nodes[index].start()
+
+    def running(self) -> list[int]:
+        """Indexes of the nodes whose process runs."""
+        return [i for i, n in enumerate(self.nodes) if n.pid is not None]
+
+    # ---- what the cluster says
+
+    def node_of(self, broker_id: int) -> int:
+        """The index of the node with broker id ``broker_id``."""
+        return broker_id - 1
+
+    def leader(self, topic: str, partition: int = 0, timeout: float = 30.0) -> int:
+        """Index of the node that leads ``topic``'s ``partition`` now."""
+        deadline = time.monotonic() + timeout
+        admin = make_admin(self._live_bootstrap(), {"log_level": 0})
+        while True:
+            try:
+                md = admin.list_topics(topic, timeout=5.0)
+                t = md.topics.get(topic)
+                if t is not None and t.error is None and partition in t.partitions:
+                    leader = t.partitions[partition].leader
+                    if leader >= 0:
+                        return self.node_of(leader)
+            except KafkaException:
+                pass
+            if time.monotonic() > deadline:
+                raise LocalBrokerError(f"{topic}[{partition}] has no leader after {timeout}s")
+            time.sleep(0.2)
+
+    def wait_brokers(self, count: int, timeout: float = 60.0) -> None:
+        """Wait until the cluster's metadata lists ``count`` brokers."""
+        deadline = time.monotonic() + timeout
+        admin = make_admin(self._live_bootstrap(), {"log_level": 0})
+        seen = 0
+        while True:
+            try:
+                seen = len(admin.list_topics(timeout=5.0).brokers)
+                if seen >= count:
+                    return
+            except KafkaException:
+                pass
+            if time.monotonic() > deadline:
+                raise LocalBrokerError(f"{seen} of {count} brokers after {timeout}s")
+            time.sleep(0.2)
+
+    def wait_in_sync(self, topics: Iterable[str] | None = None, timeout: float = 120.0) -> None:
+        """Wait until every partition of ``topics`` (default: all) has all replicas in sync."""
+        deadline = time.monotonic() + timeout
+        admin = make_admin(self._live_bootstrap(), {"log_level": 0})
+        wanted = set(topics) if topics is not None else None
+        behind: list[str] = []
+        while True:
+            try:
+                md = admin.list_topics(timeout=5.0)
+                behind = [
+                    f"{name}[{p.id}] isr={sorted(p.isrs)} replicas={sorted(p.replicas)}"
+                    for name, t in md.topics.items()
+                    if wanted is None or name in wanted
+                    for p in t.partitions.values()
+                    if set(p.isrs) != set(p.replicas) or p.leader < 0
+                ]
+                if not behind:
+                    return
+            except KafkaException as e:
+                behind = [str(e)]
+            if time.monotonic() > deadline:
+                raise LocalBrokerError(
+                    f"replicas not in sync after {timeout}s: {', '.join(behind[:5])}"
+                )
+            time.sleep(0.5)
+
+    def _live_bootstrap(self) -> str:
+        live = self.running() or list(range(self.size))
+        return ",".join(f"{self.host}:{self.ports[i]}" for i in live)
+
+
+def _distinct_ports(host: str, n: int) -> list[int]:
+    ports: list[int] = []
+    while len(ports) < n:
+        p = free_port(host)
+        if p not in ports:
+            ports.append(p)
+    return ports
+
+
+__all__ = [
+    "SASL_MECHANISM",
+    "LocalCluster",
+    "client_settings",
+    "cluster_properties",
+    "sasl_properties",
+]
