@@ -445,11 +445,13 @@ class LocalBroker:
         env: Mapping[str, str] | None = None,
         overrides: Mapping[str, str] | None = None,
         cluster_id: str | None = None,
+        jvm_extra: tuple[str, ...] = (),
     ) -> None:
         # ``overrides``: server.properties entries that replace or add to the
         # single-node ones (a cluster node's id, quorum and replication; a SASL
         # listener); ``cluster_id``: the KRaft cluster id every node is formatted with.
         self.overrides = dict(overrides or {})
+        self.jvm_extra = jvm_extra  # more JVM flags (a cluster's nodes: less JIT work)
         self.cluster_id = cluster_id
         self.data_dir = Path(data_dir).resolve()
         self.host = host
@@ -571,7 +573,15 @@ class LocalBroker:
                     f"(exit {fmt.returncode}):\n{_tail(fmt.stdout + fmt.stderr)}"
                 )
 
-        cmd = [java, *jvm_options(self.heap), *log_opts, "-cp", classpath, "kafka.Kafka"]
+        cmd = [
+            java,
+            *jvm_options(self.heap),
+            *self.jvm_extra,
+            *log_opts,
+            "-cp",
+            classpath,
+            "kafka.Kafka",
+        ]
         with open(self.stdout_file, "ab") as out:
             self._proc = subprocess.Popen(
                 [*cmd, str(props_file)],

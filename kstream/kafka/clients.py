@@ -415,6 +415,8 @@ _RETRIABLE_OFFSET_ERRORS = frozenset(
         KafkaError.NOT_LEADER_FOR_PARTITION,
         KafkaError.LEADER_NOT_AVAILABLE,
         KafkaError.UNKNOWN_TOPIC_OR_PART,
+        KafkaError._UNKNOWN_PARTITION,  # a new topic this client's metadata does not know yet
+        KafkaError._UNKNOWN_TOPIC,
         KafkaError._TRANSPORT,
         KafkaError._TIMED_OUT,
     }
