@@ -76,6 +76,7 @@ class OutageExceeded(ControlError):
 
 
 DEFAULT_MAX_OUTAGE = 300.0
+STALL_S = 10.0  # a reader without a record for this long, below the end, is reconnected
 # Errors a retry can cure: the brokers (or a partition's leader) are away for now.
 _TRANSIENT = frozenset(
     {
@@ -144,21 +145,28 @@ class ControlReader:
         self.topic = control_topic(app_id)
         self.reach = reachability or Reachability(DEFAULT_MAX_OUTAGE)
         self._reported: set[int] = set()  # error codes logged since the last record
-        # No group membership and no commits: the partition is assigned directly.
-        self._consumer: Consumer = make_consumer(
-            bootstrap,
-            control_reader_group(app_id),
-            read_committed=True,
-            # A short fetch wait: an empty fetch (the end of the topic) is answered in
-            # 50 ms, so reading the history to its end does not wait 500 ms per fetch.
-            extra={"fetch.wait.max.ms": 50, **(extra or {}), "enable.partition.eof": True},
-        )
+
+        def connect() -> Consumer:
+            # No group membership and no commits: the partition is assigned directly.
+            return make_consumer(
+                bootstrap,
+                control_reader_group(app_id),
+                read_committed=True,
+                # A short fetch wait: an empty fetch (the end of the topic) is answered
+                # in 50 ms, so reading the history to its end does not wait 500 ms per fetch.
+                extra={"fetch.wait.max.ms": 50, **(extra or {}), "enable.partition.eof": True},
+            )
+
+        self._connect = connect
+        self._consumer: Consumer = connect()
         start = OFFSET_END
         if from_beginning:
             # An explicit offset: librdkafka resolves the logical OFFSET_BEGINNING with
             # a lookup that delays the first fetch by ~0.5 s (every worker start).
             start, _high = watermark_offsets(self._consumer, self.topic, 0)
         self._consumer.assign([TopicPartition(self.topic, 0, start)])
+        self._progress_at = time.monotonic()  # when a record or the end was last read
+        self._next_stall_check = 0.0
         self.skipped = 0
         self.eof_count = 0  # how often the reader reached the end of the partition
         self.last_offset = -1  # offset of the newest record read
@@ -182,6 +190,7 @@ class ControlReader:
             if err is not None:
                 if err.code() == KafkaError._PARTITION_EOF:
                     self.eof_count += 1
+                    self._progress_at = time.monotonic()
                     continue
                 if err.fatal():
                     raise ControlError(f"reading {self.topic} failed: {err.str()}")
@@ -198,6 +207,7 @@ class ControlReader:
                 continue
             self._reported.clear()
             self.reach.ok()
+            self._progress_at = time.monotonic()
             self.last_offset = rec.offset() or 0
             value = rec.value()
             try:
@@ -207,7 +217,43 @@ class ControlReader:
                 log.warning(
                     "skipping control record at %s offset %s: %s", self.topic, rec.offset(), e
                 )
+        if not out:
+            self._unstall()
         return out
+
+    def _unstall(self) -> None:
+        """Reconnect the reader if it stopped fetching although the partition holds more.
+
+        librdkafka's assign()ed consumers can stop fetching a partition for good after
+        every broker restarted (librdkafka issue #5153; seen after full outages here).
+        Checked at most every ``STALL_S`` seconds, only after that long without a
+        record; a new consumer continues at the same position (nothing lost, nothing
+        read twice), said in one log line.
+        """
+        now = time.monotonic()
+        if now - self._progress_at < STALL_S or now < self._next_stall_check:
+            return
+        self._next_stall_check = now + STALL_S
+        tp = TopicPartition(self.topic, 0)
+        try:
+            (pos,) = self._consumer.position([tp])
+            _low, high = self._consumer.get_watermark_offsets(tp, timeout=2.0, cached=False)
+        except KafkaException:
+            return  # the brokers are away: nothing to judge
+        if pos.offset < 0 or high <= pos.offset:
+            return  # at the end (or nothing read yet): not stalled
+        log.warning(
+            "reading %s: no record for %.0fs at offset %d although the partition ends at %d; "
+            "reconnecting the reader",
+            self.topic,
+            now - self._progress_at,
+            pos.offset,
+            high,
+        )
+        self._consumer.close()
+        self._consumer = self._connect()
+        self._consumer.assign([TopicPartition(self.topic, 0, pos.offset)])
+        self._progress_at = now
 
     def read_to_end(self, timeout: float = 30.0) -> list[Message]:
         """Everything up to the current end of the topic, and possibly a few messages more.
