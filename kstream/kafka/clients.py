@@ -256,8 +256,11 @@ def check_cluster(
                 f"{redact(refused[-1].str(), extra or {})}"
             )
         if time.monotonic() >= deadline:
+            # The most telling error: one naming what was tried (a refused connect, an
+            # unknown host) rather than "all brokers down" or a timeout.
+            vague = (KafkaError._TIMED_OUT, KafkaError._ALL_BROKERS_DOWN)
             last = next(
-                (e for e in reversed(errors) if e.code() not in (KafkaError._TIMED_OUT,)),
+                (e for e in reversed(errors) if e.code() not in vague),
                 errors[-1] if errors else None,
             )
             detail = redact(last.str(), extra or {}) if last is not None else "no answer"
