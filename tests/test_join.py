@@ -134,7 +134,7 @@ def test_second_trigger_while_held_back_is_injected_after_the_buffered_records(
     assert task.paused_inputs() == frozenset()
 
 
-def test_records_delivered_again_by_the_consumer_are_processed_once(kit):
+def test_records_delivered_again_by_the_consumer_are_processed_once(kit: type[Kit]) -> None:
     """After every broker restarted, a consumer whose fetch position was reset delivers
     records again that the task already processed: they are dropped, not counted twice
     (seen in the full-outage test on a three-broker cluster)."""
