@@ -23,7 +23,7 @@ _MISSING = object()
 # before CPython's default young-generation collection (every 700 allocations) moves
 # them on to generations that full collections rescan. Firing 1 M windows with the
 # default GC thresholds: 2.2 s in batches of 256 vs 3.6 s in one batch; with a
-# worker's thresholds (worker.tune_gc) 2.1 s vs 2.4 s.
+# worker's thresholds (kstream.process.tuning.tune_gc) 2.1 s vs 2.4 s.
 FIRE_BATCH = 256
 
 
