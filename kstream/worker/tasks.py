@@ -39,6 +39,7 @@ class WorkerTasks:
         self.internal_parts = plan.internal_topic_partitions
         self._paused: set[TP] = set()
         self._aligned: frozenset[TP] = frozenset()
+        self._aligned_for: frozenset[int] = frozenset()  # the running runners it is for
         self._next_align = 0.0
         self.aligner = WatermarkAligner(
             {
@@ -174,17 +175,20 @@ class WorkerTasks:
 
     def _aligned_pauses(self) -> frozenset[TP]:
         """Source partitions too far ahead of their source's slowest (watermark alignment),
-        decided at most every ALIGN_EVERY_S (it reads every partition's position)."""
+        decided at most every ALIGN_EVERY_S (it reads every partition's position) — and at
+        once when the running tasks changed: restored tasks that run ahead must be paused
+        before their first fetch, or each restart lets one batch past the drift bound."""
         if not self.aligner.max_drift_ms:
             return frozenset()
+        running = [r for r in self.runners.values() if r.running]
+        ids = frozenset(id(r) for r in running)
         now = time.monotonic()
-        if now < self._next_align:
+        if now < self._next_align and ids == self._aligned_for:
             return self._aligned
-        self._next_align = now + ALIGN_EVERY_S
+        self._next_align, self._aligned_for = now + ALIGN_EVERY_S, ids
         marks: dict[TP, tuple[int, bool]] = {}
-        for r in self.runners.values():
-            if r.running:
-                marks.update(r.task.source_watermarks())
+        for r in running:
+            marks.update(r.task.source_watermarks())
         lag = self.source.lag()  # unknown (nothing read yet): records may be left
         self._aligned = self.aligner.paused(
             {tp: PartitionTime(wm, lag.get(tp, 1) > 0, end) for tp, (wm, end) in marks.items()}
