@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from itertools import islice
-from operator import lt
+from operator import itemgetter, lt
 from typing import NamedTuple
 
 from kstream.api.time import WatermarkStrategy
@@ -31,6 +31,9 @@ class QueuedBarrier(NamedTuple):
     position: int | None
 
 
+_OFFSET = itemgetter(3)
+
+
 def unseen(
     records: Sequence[SourceRecord], position: int | None, metrics: dict[str, int]
 ) -> Sequence[SourceRecord]:
@@ -43,7 +46,7 @@ def unseen(
     restored position, even within one batch. The common case (increasing offsets
     from ``position`` on) is one pass in C.
     """
-    offsets = [r[3] for r in records]
+    offsets = list(map(_OFFSET, records))
     if (position is None or offsets[0] >= position) and all(
         map(lt, offsets, islice(offsets, 1, None))
     ):

@@ -47,7 +47,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping, Sequence
 from itertools import accumulate, islice
-from operator import lt
+from operator import le, lt
 from typing import Any
 
 from kstream.plan.model import InputKind, JobPlan, OutputKind, TaskSpec
@@ -312,8 +312,13 @@ class Task:
         In-order input and disorder within the bound make no cut.
         """
         ooo = self._gate.out_of_orderness.get(c.topic, 0)
-        running = list(accumulate(stamps, max))
         start_wm = c.watermark
+        if all(map(le, stamps, islice(stamps, 1, None))):  # in order: nothing behind
+            if stamps[-1] - ooo > start_wm:
+                c.watermark = stamps[-1] - ooo
+            entry.emit(keys, values, stamps)
+            return
+        running = list(accumulate(stamps, max))
         if running[-1] - ooo > start_wm:
             c.watermark = running[-1] - ooo
         # Record i >= 1 is behind its partition's running watermark when
