@@ -48,7 +48,8 @@ from kstream.kafka.clients import (
     make_consumer,
     make_producer,
 )
-from kstream.store.metadata import latest_completed
+from kstream.store.base import CheckpointStore
+from kstream.store.metadata import CheckpointMetadata, latest_completed
 from kstream.store.urls import open_store
 
 RECOVERY_WINDOW_MS = 3_600_000
@@ -134,10 +135,10 @@ def wait_group_committed(
     wait_committed(bootstrap, group, topic, ends, job, timeout)
 
 
-def checkpoint_offsets(store_dir: Path, app_id: str, topic: str) -> dict[int, int]:
-    """Input positions of ``topic`` in the latest completed kstream checkpoint in the file
-    store at ``store_dir`` (partition -> next offset to read); empty when there is none."""
-    meta = latest_completed(open_store(f"file://{store_dir.resolve()}"), app_id)
+def checkpoint_offsets(store: CheckpointStore, app_id: str, topic: str) -> dict[int, int]:
+    """Input positions of ``topic`` in the latest completed kstream checkpoint in ``store``
+    (partition -> next offset to read); empty when there is none."""
+    meta = latest_completed(store, app_id)
     covered: dict[int, int] = {}
     if meta is None:
         return covered
@@ -160,11 +161,52 @@ def wait_checkpointed(
 ) -> None:
     """``BuildWait`` for a kstream job (app id = ``group``): its checkpoint store (next to
     ``state_dir``, see ``kstreamapp.store_dir``) has a completed checkpoint covering ``ends``."""
-    store = forever_store_dir(state_dir)
+    where = forever_store_dir(state_dir)
+
+    def store_of() -> CheckpointStore | None:
+        return open_store(f"file://{where.resolve()}") if where.is_dir() else None
+
+    _wait_covered(store_of, None, group, topic, ends, job, timeout)
+
+
+def wait_checkpointed_in(
+    store_of: Callable[[], CheckpointStore | None],
+    on_covered: Callable[[CheckpointMetadata], None] | None = None,
+) -> BuildWait:
+    """A ``BuildWait`` polling the store ``store_of()`` returns (None: not created yet);
+    ``on_covered`` gets the metadata of the checkpoint that covers the input."""
+
+    def wait(
+        _bootstrap: str,
+        group: str,
+        topic: str,
+        ends: dict[int, int],
+        job: Child,
+        timeout: float,
+        _state_dir: Path,
+    ) -> None:
+        _wait_covered(store_of, on_covered, group, topic, ends, job, timeout)
+
+    return wait
+
+
+def _wait_covered(
+    store_of: Callable[[], CheckpointStore | None],
+    on_covered: Callable[[CheckpointMetadata], None] | None,
+    group: str,
+    topic: str,
+    ends: dict[int, int],
+    job: Child,
+    timeout: float,
+) -> None:
     deadline = time.monotonic() + timeout
     while True:
-        seen = checkpoint_offsets(store, group, topic) if store.is_dir() else {}
-        if all(seen.get(p, -1) >= o for p, o in ends.items()):
+        store = store_of()
+        seen = checkpoint_offsets(store, group, topic) if store is not None else {}
+        if store is not None and all(seen.get(p, -1) >= o for p, o in ends.items()):
+            meta = latest_completed(store, group)
+            if on_covered is not None and meta is not None:
+                on_covered(meta)
             return
         if not job.running:
             raise RuntimeError(f"job exited during the build phase:\n{job.result().stderr_tail}")

@@ -152,4 +152,8 @@ def contender_parser(description: str) -> argparse.ArgumentParser:
     p.add_argument("--state-dir", default="", help="local state directory for this run")
     p.add_argument("--instance-id", default="", help="static group membership id (recovery)")
     p.add_argument("--forever", action="store_true", help="do not stop at the end offsets")
+    p.add_argument("--store-url", default="", help="kstream: checkpoint store URL (s3://...)")
+    p.add_argument(
+        "--store-option", action="append", default=[], help="kstream: object-store KEY=VALUE"
+    )
     return p

@@ -18,8 +18,10 @@ from pathlib import Path
 
 import pytest
 
+from integration.s3server import S3Server
 from kstream.dev.localbroker import KAFKA_VERSION, LocalBroker, LocalBrokerError, free_port
 from kstream.dev.localcluster import LocalCluster
+from kstream.dev.s3proxy import S3ProxyError
 from kstream.kafka.clients import AdminClient, KafkaException, make_admin
 
 DOCKER_IMAGE = f"apache/kafka:{KAFKA_VERSION}"
@@ -53,6 +55,31 @@ def _announce(config: pytest.Config, line: str) -> None:
     reporter = config.pluginmanager.get_plugin("terminalreporter")
     if reporter is not None:
         reporter.write_line(f"\nkstream integration: {line}")
+
+
+def _s3_unavailable(reason: str) -> None:
+    if os.environ.get("CI", "").lower() == "true":
+        pytest.fail(f"no S3 server for integration tests under CI: {reason}", pytrace=False)
+    pytest.skip(f"no S3 server for integration tests: {reason}")
+
+
+@pytest.fixture(scope="session")
+def s3_server(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[S3Server]:
+    """A real S3-compatible server (S3Proxy via ``kstream.dev.s3proxy``) for the session.
+
+    Tests that stop it (an outage) must start it again before they end."""
+    server = S3Server(tmp_path_factory.mktemp("s3"))
+    try:
+        server.start()
+    except (S3ProxyError, RuntimeError) as e:
+        _s3_unavailable(f"S3Proxy could not start: {e}")
+    _announce(request.config, f"S3Proxy at {server.endpoint}, buckets {server.bucket_dir.parent}")
+    try:
+        yield server
+    finally:
+        server.stop()
 
 
 def _unavailable(reason: str) -> None:

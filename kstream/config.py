@@ -278,6 +278,7 @@ class JobConfig:
     # Seconds the brokers may stay unreachable (a full outage) before the job fails;
     # shorter outages are retried with backoff and the job resumes by itself.
     max_outage: float = 300.0
+    store_options: dict[str, str] = field(default_factory=dict)  # --store-option key=value
 
     def __post_init__(self) -> None:
         if not isinstance(self.kafka, KafkaSettings):

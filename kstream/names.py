@@ -61,3 +61,13 @@ def is_repartition_topic(app_id: str, topic: str) -> bool:
     """Whether ``topic`` is one of ``app_id``'s internal repartition topics."""
     head, _, tail = topic.rpartition(".")
     return head.startswith(f"{app_id}.") and tail.startswith("repartition")
+
+
+def election_topic(app_id: str) -> str:
+    """The one-partition topic whose owner in :func:`election_group` hosts the coordinator."""
+    return f"{app_id}.coordinator-election"
+
+
+def election_group(app_id: str) -> str:
+    """The consumer group of the coordinator candidates (workers with ``--coordinator auto``)."""
+    return f"{app_id}.coordinator"

@@ -26,7 +26,7 @@ from kstream.process.coordinator import run_coordinator
 from kstream.store.base import StoreError
 from kstream.store.file import FileStore
 from kstream.store.history import list_failures
-from kstream.store.layout import metadata_path
+from kstream.store.layout import index_path, metadata_path
 from kstream.store.metadata import TaskSnapshot
 
 Event = tuple[str, object]
@@ -125,9 +125,10 @@ def test_metadata_is_in_the_store_before_completion_is_announced(tmp_path: Path)
     events: list[Event] = []
     transport = FakeTransport(events, acking("a", "b"))
     assert run(tmp_path, transport, events, until=4) == 0
-    assert events[:4] == [
+    assert events[:5] == [
         ("send", TriggerCheckpoint(1, 0, 1_001_000)),
         ("write", metadata_path("app", 1)),
+        ("write", index_path("app")),  # the index after the metadata: a hint, never first
         ("send", CheckpointCompleted(1, 0)),
         ("send", TriggerCheckpoint(2, 0, 1_002_000)),
     ]

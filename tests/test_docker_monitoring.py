@@ -30,16 +30,18 @@ def _exported_names() -> set[str]:
 def test_compose_runs_prometheus_and_grafana_with_their_mounted_files() -> None:
     compose: dict[str, Any] = yaml.safe_load((DOCKER / "compose.yml").read_text())
     services = compose["services"]
-    assert {"kafka", "coordinator", "worker", "prometheus", "grafana"} <= services.keys()
+    # No coordinator service: the workers elect it (its metrics are the host worker's).
+    assert {"kafka", "minio", "worker", "prometheus", "grafana"} <= services.keys()
+    assert "coordinator" not in services
     port = services["worker"]["environment"]["KSTREAM_METRICS_PORT"]
-    assert port == services["coordinator"]["environment"]["KSTREAM_METRICS_PORT"] == "9250"
+    assert port == "9250"
     for svc in ("prometheus", "grafana"):
         for volume in services[svc]["volumes"]:
             src = volume.split(":")[0]
             assert (DOCKER / src).exists(), f"{svc} mounts missing {src}"
     prom: dict[str, Any] = yaml.safe_load((DOCKER / "prometheus" / "prometheus.yml").read_text())
     jobs = {j["job_name"]: j for j in prom["scrape_configs"]}
-    assert jobs["kstream-coordinator"]["static_configs"][0]["targets"] == [f"coordinator:{port}"]
+    assert set(jobs) == {"kstream-worker"}
     dns = jobs["kstream-worker"]["dns_sd_configs"][0]
     assert (dns["names"], dns["type"], str(dns["port"])) == (["worker"], "A", port)
     ds = yaml.safe_load((DOCKER / "grafana/provisioning/datasources/prometheus.yml").read_text())[

@@ -6,17 +6,20 @@ from pathlib import Path
 
 import pytest
 
-from kstream.store.base import ObjectExists
+from kstream.store.base import ObjectExists, StoreError
 from kstream.store.file import FileStore
-from kstream.store.layout import metadata_path
+from kstream.store.layout import index_path, metadata_path
 from kstream.store.metadata import (
+    INDEX_LENGTH,
     CheckpointMetadata,
     MetadataError,
     TaskSnapshot,
     completed_ids,
+    known_completed,
     latest_completed,
     list_checkpoints,
     purgeable_offsets,
+    read_index,
     read_metadata,
     write_metadata,
 )
@@ -61,10 +64,65 @@ def test_listing_is_numeric_and_latest_skips_corrupt(tmp_path: Path) -> None:
     assert completed_ids(store, "app") == [2, 9, 10]
     assert [m.checkpoint_id for m in list_checkpoints(store, "app")] == [2, 9, 10]
     store.put_bytes(metadata_path("app", 11), b"{garbage")
-    latest = latest_completed(store, "app")
+    latest = latest_completed(store, "app", known=completed_ids(store, "app"))
     assert latest is not None and latest.checkpoint_id == 10
     with pytest.raises(MetadataError, match="not valid checkpoint metadata"):
         read_metadata(store, "app", 11)
+
+
+class NoListing(FileStore):
+    """A store whose listing fails: the checkpoint path must never list."""
+
+    def list(self, prefix: str) -> list[str]:
+        raise AssertionError(f"listed {prefix!r}")
+
+
+def test_latest_is_found_from_the_index_and_candidates_without_listing(tmp_path: Path) -> None:
+    store = NoListing(tmp_path)
+    for n in (2, 9, 10):
+        write_metadata(store, "app", _meta(n))
+    assert read_index(store, "app") == [2, 9, 10]
+    assert known_completed(store, "app") == [2, 9, 10]
+    latest = latest_completed(store, "app")
+    assert latest is not None and latest.checkpoint_id == 10
+    # A coordinator died between metadata and index: the control topic names the id.
+    store.put_bytes(metadata_path("app", 12), _meta(12).to_json(), exclusive=True)
+    assert known_completed(store, "app") == [2, 9, 10]
+    assert known_completed(store, "app", [12, 13]) == [2, 9, 10, 12]  # 13 never completed
+    latest = latest_completed(store, "app", known_completed(store, "app", [12]))
+    assert latest is not None and latest.checkpoint_id == 12
+    # Retention deleted 2's metadata: the index still names it, the reader drops it.
+    store.delete(metadata_path("app", 2))
+    assert known_completed(store, "app") == [9, 10]
+    # A corrupt newest checkpoint falls back to the next one.
+    store.put_bytes(metadata_path("app", 14), b"{garbage")
+    latest = latest_completed(store, "app", known_completed(store, "app", [14]))
+    assert latest is not None and latest.checkpoint_id == 10
+
+
+def test_the_index_keeps_the_newest_ids_and_tolerates_garbage(tmp_path: Path) -> None:
+    store = FileStore(tmp_path)
+    for n in range(1, INDEX_LENGTH + 6):
+        write_metadata(store, "app", _meta(n))
+    assert read_index(store, "app") == list(range(6, INDEX_LENGTH + 6))
+    store.put_bytes(index_path("app"), b"not json")
+    assert read_index(store, "app") == []
+    write_metadata(store, "app", _meta(100))  # rewrites a valid index
+    assert read_index(store, "app") == [100]
+
+
+class IndexWriteFails(FileStore):
+    def put_bytes(self, path: str, data: bytes, *, exclusive: bool = False) -> None:
+        if path.endswith("index.json"):
+            raise StoreError("store is down")
+        super().put_bytes(path, data, exclusive=exclusive)
+
+
+def test_a_failed_index_write_does_not_fail_the_checkpoint(tmp_path: Path) -> None:
+    store = IndexWriteFails(tmp_path)
+    assert write_metadata(store, "app", _meta(3)) == metadata_path("app", 3)
+    assert read_index(store, "app") == []
+    assert known_completed(store, "app", [3]) == [3]
 
 
 def test_no_checkpoint(tmp_path: Path) -> None:

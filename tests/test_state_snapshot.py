@@ -270,7 +270,7 @@ def test_half_written_checkpoint_is_never_taken_as_complete(tmp_path: Path) -> N
     assert store.list(f"{APP}/tasks/{TASK}") == [handles[0].manifest_path, handles[1].manifest_path]
     # There is no manifest, so checkpoint 3 cannot be restored, and the coordinator never
     # completed it: the latest completed checkpoint is still 2.
-    with pytest.raises(CorruptSnapshotError, match="missing or unreadable"):
+    with pytest.raises(CorruptSnapshotError, match="is missing"):
         restore_backend(store, APP, TASK, f"{APP}/tasks/{TASK}/chk-3.json", tmp_path / "x")
     restored, manifest = restore_backend(store, APP, TASK, handles[1].manifest_path, tmp_path / "y")
     assert manifest.checkpoint_id == 2
@@ -320,3 +320,41 @@ def test_local_snapshots_are_pruned_only_after_upload(tmp_path: Path) -> None:
     assert dirs() == ["chk-3", "chk-4", "chk-5"]
     backend.close()
     uploader.close()
+
+
+class UnreachableStore(CountingStore):
+    """Every read fails as an unreachable object store's does (no FileNotFoundError cause)."""
+
+    def get_file(self, path: str, local: Path) -> None:
+        raise StoreError(f"downloading {path} failed: connection refused")
+
+
+def test_an_unreachable_store_is_not_taken_for_a_corrupt_checkpoint(tmp_path: Path) -> None:
+    store, handles, _ = _two_checkpoints(tmp_path)
+    down = UnreachableStore(store.root)
+    with pytest.raises(StoreError, match="connection refused") as err:
+        restore_state(
+            down, APP, TASK, handles[1].manifest_path, tmp_path / "fresh", allow_fallback=True
+        )
+    # No fallback to checkpoint 1: the store being down says nothing about checkpoint 2.
+    assert not isinstance(err.value, CorruptSnapshotError)
+    assert not (tmp_path / "fresh" / "db").exists()
+
+
+def test_a_restore_downloads_in_parallel_and_logs_progress(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    store, handles, states = _two_checkpoints(tmp_path)
+    store.concurrency = 3
+    caplog.set_level("INFO", logger="kstream.state.restore")
+    restored, _, stats = restore_state(
+        store, APP, TASK, handles[1].manifest_path, tmp_path / "fresh"
+    )
+    assert contents(restored) == states[1]
+    restored.close()
+    files = read_manifest(store, handles[1].manifest_path).files
+    assert stats.files_downloaded == len(files)
+    assert sorted(store.downloaded) == sorted(f.path for f in files)
+    total = sum(f.size for f in files)
+    assert f"downloading {len(files)} files ({total} bytes), 0 reused locally" in caplog.text
+    assert stats.bytes_downloaded == total

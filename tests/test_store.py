@@ -10,6 +10,7 @@ import pytest
 
 from kstream.store.base import ObjectExists, StoreError
 from kstream.store.file import FileStore
+from kstream.store.objectstore import ObjectStore
 from kstream.store.urls import open_store
 
 
@@ -69,5 +70,9 @@ def test_open_store_urls(tmp_path: Path) -> None:
     assert isinstance(open_store(f"file://{tmp_path}"), FileStore)
     opened = open_store(str(tmp_path))
     assert isinstance(opened, FileStore) and opened.root == tmp_path.resolve()
-    with pytest.raises(StoreError, match="S3-compatible store is an adapter"):
-        open_store("s3://bucket/prefix")
+    s3 = open_store("s3://bucket/prefix", {"endpoint": "http://127.0.0.1:9", "region": "x"})
+    assert isinstance(s3, ObjectStore) and s3.url == "s3://bucket/prefix"
+    with pytest.raises(StoreError, match="use s3://bucket/prefix"):
+        open_store("ftp://host/dir")
+    with pytest.raises(StoreError, match="apply to object stores"):
+        open_store(str(tmp_path), {"region": "x"})

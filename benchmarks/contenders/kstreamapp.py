@@ -30,6 +30,7 @@ from kstream.kafka.source import RawRecord
 from kstream.process.embedded import run_embedded
 from kstream.process.signals import install_signal_handlers
 from kstream.process.tuning import tune_gc
+from kstream.store.objectstore import parse_store_options
 from kstream.worker.loop import Worker
 
 
@@ -58,7 +59,8 @@ def job_config(a: argparse.Namespace) -> JobConfig:
     return JobConfig(
         app_id=a.group,
         bootstrap_servers=a.bootstrap,
-        store_url=f"file://{store_dir(a).resolve()}",
+        store_url=a.store_url or f"file://{store_dir(a).resolve()}",
+        store_options=parse_store_options(a.store_option),
         state_dir=str(Path(a.state_dir) / "state"),
         checkpointing=CheckpointingConfig(
             enabled=a.checkpointing == "on",

@@ -36,7 +36,6 @@ from integration.edge_tools import markers
 from kstream.checkpoint.messages import CheckpointCompleted, Restore, Resume
 from kstream.store.base import StoreError
 from kstream.store.metadata import read_metadata
-from kstream.store.urls import open_store
 
 # A kill plan is a list of steps: "worker" (random worker, random time), "coordinator",
 # "after-snapshot" / "before-sink-commit" (targeted, via the worker's debug pause).
@@ -120,8 +119,9 @@ def run_job(
     gen: Generator | None = None
     targeted: list[TargetedKill] = []
     sink_topic = renames[scenario.sink]
+    auto = settings.coordinator == "auto"
     try:
-        if settings.checkpointing:
+        if settings.checkpointing and not auto:
             job.start_coordinator()
         for slot in range(settings.workers):
             job.start_worker(slot)
@@ -131,7 +131,9 @@ def run_job(
                 "the coordinator announces the first completed checkpoint",
                 lambda: _first_completion(job),
                 60.0,
-                lambda: "\n".join(job.current["coordinator"].text().splitlines()[-5:]),
+                lambda: "\n".join(
+                    job.current["worker-0" if auto else "coordinator"].text().splitlines()[-5:]
+                ),
             )
             watcher = ControlWatcher(bootstrap, app)
             watcher.start()
@@ -165,6 +167,18 @@ def run_job(
                 slot = rng.randrange(settings.workers)
                 job.kill(f"worker-{slot}", "random worker at a random time")
                 job.start_worker(slot)
+            elif step == "coordinator" and auto:
+                # After an earlier kill the next election takes up to a session timeout.
+                wait_until(
+                    "a live worker hosts the elected coordinator",
+                    lambda: job.coordinator_host() is not None,
+                    60.0,
+                    lambda: f"live: {sorted(job.current)}",
+                )
+                host = job.coordinator_host()
+                assert host is not None
+                job.kill(host, "the worker hosting the elected coordinator")
+                job.start_worker(int(host.removeprefix("worker-")))
             elif step == "coordinator":
                 job.kill("coordinator", "the coordinator")
                 job.start_coordinator()
@@ -209,7 +223,7 @@ def _first_completion(job: JobUnderTest) -> bool:
     try:
         from kstream.store.metadata import completed_ids
 
-        return bool(completed_ids(open_store(job.store_url), job.app))
+        return bool(completed_ids(job.store(), job.app))
     except StoreError:
         return False
 
@@ -234,7 +248,7 @@ def _targeted_kill(
 
 def _completed_in_store(job: JobUnderTest, n: int) -> bool:
     try:
-        read_metadata(open_store(job.store_url), job.app, n)
+        read_metadata(job.store(), job.app, n)
         return True
     except StoreError:
         return False
@@ -250,7 +264,7 @@ def _wait_drained(
 ) -> None:
     """Drained: a completed checkpoint covers the whole input, and the committed output
     did not change over two further completed checkpoints without a restore between."""
-    store = open_store(job.store_url)
+    store = job.store()
     cover: list[int] = []
 
     def covered() -> bool:

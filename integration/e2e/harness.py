@@ -45,7 +45,7 @@ from kstream.kafka.clients import (
     make_producer,
 )
 from kstream.names import control_topic
-from kstream.store.base import StoreError
+from kstream.store.base import CheckpointStore, StoreError
 from kstream.store.metadata import CheckpointMetadata, read_metadata
 from kstream.store.urls import open_store
 
@@ -168,6 +168,13 @@ class JobSettings:
     extra_args: tuple[str, ...] = ()  # more options for every process (e.g. --max-outage)
     # Python run before the CLI in every process (teeth checks with a mutant module)
     preamble: str = ""
+    # The checkpoint store: "" is a file:// directory in the workdir; else a URL
+    # (s3://...) with its --store-option settings.
+    store_url: str = ""
+    store_options: Mapping[str, str] = field(default_factory=dict)
+    # "external": the harness runs `kstream coordinator`; "auto": the workers elect one
+    # of them to host it (no coordinator process).
+    coordinator: str = "external"
 
 
 class JobUnderTest:
@@ -186,11 +193,13 @@ class JobUnderTest:
         self.topology_file = topology_file
         self.workdir = workdir
         self.settings = settings
-        self.store_url = f"file://{workdir / 'store'}"
+        self.store_url = settings.store_url or f"file://{workdir / 'store'}"
         self.procs: list[Proc] = []  # every incarnation, in start order
         self.current: dict[str, Proc] = {}  # role -> live incarnation
         self.kills: list[tuple[float, str, str]] = []  # (wall time, role, why)
         self._n = 0
+        # Command prefix per role (e.g. `ip netns exec <ns>`: a worker on another "host").
+        self.prefix: dict[str, list[str]] = {}
 
     def _job_args(self) -> list[str]:
         s = self.settings
@@ -201,6 +210,7 @@ class JobUnderTest:
             self.app,
             "--store",
             self.store_url,
+            *[f"--store-option={k}={v}" for k, v in s.store_options.items()],
             "--interval",
             str(s.interval),
             "--timeout",
@@ -220,12 +230,16 @@ class JobUnderTest:
             args += ["--guarantee", s.guarantee]
         return [*args, *s.extra_args]
 
+    def store(self) -> CheckpointStore:
+        """The job's checkpoint store, opened as the job opens it."""
+        return open_store(self.store_url, self.settings.store_options)
+
     def _start(self, role: str, argv: list[str]) -> Proc:
         self._n += 1
         log = self.workdir / f"{self._n:02d}-{role}.log"
         fh = log.open("wb")
         code = f"{self.settings.preamble}\nfrom kstream.cli import main; main()"
-        cmd = [sys.executable, "-c", code, "-v", *argv]
+        cmd = [*self.prefix.get(role, []), sys.executable, "-c", code, "-v", *argv]
         popen = subprocess.Popen(
             cmd, cwd=REPO, stdout=fh, stderr=subprocess.STDOUT, env={**os.environ}
         )
@@ -247,8 +261,10 @@ class JobUnderTest:
             ],
         )
 
-    def start_worker(self, slot: int, pause_at: str | None = None) -> Proc:
-        state = self.workdir / f"state-{slot}"
+    def start_worker(
+        self, slot: int, pause_at: str | None = None, state: Path | None = None
+    ) -> Proc:
+        state = state or self.workdir / f"state-{slot}"
         argv = [
             "worker",
             str(self.topology_file),
@@ -257,10 +273,27 @@ class JobUnderTest:
             str(state),
             "--session-timeout",
             str(self.settings.session_timeout),
+            "--coordinator",
+            self.settings.coordinator,
+            "--heartbeat-timeout",
+            str(self.settings.heartbeat_timeout),
         ]
         if pause_at:
             argv += ["--debug-pause-at", pause_at]
         return self._start(f"worker-{slot}", argv)
+
+    def coordinator_host(self) -> str | None:
+        """With an elected coordinator: the role of the live worker hosting it now."""
+        for role, p in self.current.items():
+            lines = [
+                line
+                for line in p.text().splitlines()
+                if "coordinator election: elected" in line
+                or "coordinator election: our coordinator ended" in line
+            ]
+            if lines and "elected (" in lines[-1]:
+                return role
+        return None
 
     def kill(self, role: str, why: str) -> Proc:
         """SIGKILL the live incarnation of ``role`` and reap it."""
@@ -479,7 +512,7 @@ class RunReport:
 
 def report(job: JobUnderTest, control: ControlLog) -> RunReport:
     """Statistics from the control topic, the store's metadata and the worker logs."""
-    store = open_store(job.store_url)
+    store = job.store()
     completed = control.completed_ids()
     durations = []
     for n in completed:

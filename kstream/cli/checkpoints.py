@@ -22,6 +22,7 @@ from kstream.monitor.history import (
 )
 from kstream.store.history import CheckpointFailure, failure_of, list_failures
 from kstream.store.metadata import MetadataError, list_checkpoints, read_metadata
+from kstream.store.objectstore import parse_store_options
 from kstream.store.urls import open_store
 
 
@@ -37,21 +38,35 @@ _store = click.option(
     default="file://./.kstream/checkpoints",
     show_default=True,
 )
+_store_option = click.option(
+    "--store-option",
+    "store_options",
+    multiple=True,
+    metavar="KEY=VALUE",
+    help="Object-store setting (repeatable), as for the job commands.",
+)
 _app = click.option("--app-id", envvar="KSTREAM_APP_ID", required=True)
 
 
 @checkpoints.command("list")
 @_store
+@_store_option
 @_app
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per checkpoint.")
 @click.option("--completed-only", is_flag=True, help="Leave out failed and aborted checkpoints.")
-def list_(store_url: str, app_id: str, as_json: bool, completed_only: bool) -> None:
+def list_(
+    store_url: str,
+    store_options: tuple[str, ...],
+    app_id: str,
+    as_json: bool,
+    completed_only: bool,
+) -> None:
     """One line per checkpoint: status, time, duration, sizes, alignment, slowest task or reason.
 
     Failed checkpoints count towards --tolerable-failures (timeouts, declines); aborted
     ones do not (subsumed by a newer completion, cancelled by a failover).
     """
-    store = open_store(store_url)
+    store = open_store(store_url, parse_store_options(store_options))
     ended = [] if completed_only else list_failures(store, app_id)
     rows = history_rows(list_checkpoints(store, app_id), ended)
     if as_json:
@@ -67,12 +82,20 @@ def list_(store_url: str, app_id: str, as_json: bool, completed_only: bool) -> N
 @checkpoints.command("show")
 @click.argument("checkpoint_id", type=int)
 @_store
+@_store_option
 @_app
 @click.option("--json", "as_json", is_flag=True, help="Print the stored record as it is.")
 @click.option("--tasks", "per_task", is_flag=True, help="A table of per-task statistics.")
-def show(checkpoint_id: int, store_url: str, app_id: str, as_json: bool, per_task: bool) -> None:
+def show(
+    checkpoint_id: int,
+    store_url: str,
+    store_options: tuple[str, ...],
+    app_id: str,
+    as_json: bool,
+    per_task: bool,
+) -> None:
     """Everything about one checkpoint: per task handle, offsets, sizes and times."""
-    store = open_store(store_url)
+    store = open_store(store_url, parse_store_options(store_options))
     try:
         m = read_metadata(store, app_id, checkpoint_id)
     except MetadataError as e:

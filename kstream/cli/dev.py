@@ -21,6 +21,7 @@ from typing import IO
 
 import click
 
+from kstream.cli.devs3 import s3
 from kstream.dev.localbroker import BrokerRecord, LocalBroker, LocalBrokerError, stop_pid
 from kstream.dev.localcluster import LocalCluster
 from kstream.kafka.clients import (
@@ -74,10 +75,13 @@ def _resolve_bootstrap(bootstrap: str | None, state_dir: Path) -> str:
 
 @click.group()
 def dev() -> None:
-    """Developer tools: a local Kafka broker and topic helpers.
+    """Developer tools: a local Kafka broker, a local S3 server and topic helpers.
 
     For demos and tests; not for production clusters.
     """
+
+
+dev.add_command(s3)
 
 
 # ---------------------------------------------------------------- kafka

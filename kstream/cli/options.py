@@ -29,6 +29,7 @@ from kstream.plan.compat import IncompatibleStateError
 from kstream.plan.operators import describe
 from kstream.store.startfrom import validate_start
 from kstream.store.urls import open_store
+from kstream.store.objectstore import parse_store_options
 
 F = Callable[..., Any]
 
@@ -45,7 +46,16 @@ _OPTIONS: list[Callable[[F], F]] = [
         envvar="KSTREAM_STORE_URL",
         default="file://./.kstream/checkpoints",
         show_default=True,
-        help="Checkpoint store URL (file://DIR; a shared volume for several machines).",
+        help="Checkpoint store URL: s3://BUCKET/PREFIX (also gs://, az://) for several "
+        "machines, or file://DIR (one machine or a shared volume).",
+    ),
+    click.option(
+        "--store-option",
+        "store_options",
+        multiple=True,
+        metavar="KEY=VALUE",
+        help="Object-store setting (repeatable), e.g. endpoint=http://host:9000, region=..., "
+        "concurrency=8; credentials come from the standard environment (AWS_ACCESS_KEY_ID, ...).",
     ),
     click.option(
         "--state-dir",
@@ -193,6 +203,7 @@ _OPTIONS: list[Callable[[F], F]] = [
 JOB_KEYS = (
     "app_id",
     "store_url",
+    "store_options",
     "state_dir",
     "checkpointing",
     "interval",
@@ -257,6 +268,7 @@ def build_job_config(
         replication=Replication(opts["replication_factor"], opts["min_insync_replicas"]),
         max_outage=opts["max_outage"],
         store_url=opts["store_url"],
+        store_options=_store_options(opts.get("store_options") or ()),
         state_dir=opts["state_dir"],
         bounded=bounded,
         on_bad_record=OnBadRecord(opts["on_bad_record"]),
@@ -397,3 +409,11 @@ def connect(cfg: JobConfig, timeout: float = 10.0) -> None:
     except KafkaUnreachable as e:
         click.echo(f"kstream: {e}", err=True)
         sys.exit(1)
+
+
+def _store_options(pairs: tuple[str, ...]) -> dict[str, str]:
+    """``--store-option k=v`` pairs as a dict (ConfigError on a malformed pair)."""
+    try:
+        return parse_store_options(pairs)
+    except ValueError as e:
+        raise ConfigError(str(e)) from e

@@ -16,6 +16,7 @@ from kstream.cli.options import (
     run_options,
     start_observability,
 )
+from kstream.process.election import ElectedCoordinator
 from kstream.process.signals import install_signal_handlers
 from kstream.process.tuning import tune_gc
 from kstream.worker.loop import Worker
@@ -37,6 +38,23 @@ from kstream.worker.settings import PausePoint, WorkerSettings
     help="Consumer-group session timeout: how soon a dead worker's partitions move on.",
 )
 @click.option(
+    "--coordinator",
+    type=click.Choice(["auto", "external"]),
+    default="auto",
+    show_default=True,
+    envvar="KSTREAM_COORDINATOR",
+    help="auto: the workers elect one of them (through Kafka) to host the coordinator, so a "
+    "deployment is N identical workers; external: a `kstream coordinator` process is deployed.",
+)
+@click.option(
+    "--heartbeat-timeout",
+    type=float,
+    default=10.0,
+    show_default=True,
+    metavar="SECONDS",
+    help="With --coordinator auto: how long the coordinator waits for a worker's heartbeat.",
+)
+@click.option(
     "--debug-pause-at",
     type=click.Choice(["after-snapshot", "before-sink-commit"]),
     default=None,
@@ -51,14 +69,18 @@ def worker(
     metrics_port: str,
     metrics_host: str,
     session_timeout: float,
+    coordinator: str,
+    heartbeat_timeout: float,
     debug_pause_at: str | None,
     **kwargs: Any,
 ) -> None:
     """Run a job's tasks as one consumer-group worker.
 
-    Start any number of workers (and one `kstream coordinator` when checkpointing is
-    on); partitions are spread over them, and any change rolls the job back to the
-    last completed checkpoint. Exits 1 with the reason when the job fails.
+    Start any number of workers; partitions are spread over them, and any change
+    rolls the job back to the last completed checkpoint. With checkpointing on, one
+    of them hosts the coordinator (elected; another takes over within the session
+    timeout when it dies) unless --coordinator external says a `kstream coordinator`
+    runs. Exits 1 with the reason when the job fails.
     """
     job = prepare_job(topology, bootstrap, pop_job_options(kwargs), bounded=bounded)
     start_observability(job.config.app_id, "worker", metrics_port, metrics_host)
@@ -67,4 +89,19 @@ def worker(
     w = Worker(job, stop_when_idle=stop_when_idle, settings=settings)
     install_signal_handlers(w)
     tune_gc()
-    sys.exit(w.run())
+    election = None
+    if coordinator == "auto" and w.checkpointed and not w.cfg.bounded:
+        election = ElectedCoordinator(
+            w.cfg,
+            w.plan.expected_tasks,
+            session_timeout=session_timeout,
+            heartbeat_timeout=heartbeat_timeout,
+            restart_delay=w.cfg.restart.delay,
+        )
+        election.start()
+    code = w.run()
+    if election is not None:
+        election.stop()  # after the worker: its graceful stop may need our coordinator
+        if code == 0 and election.job_failed.is_set():
+            code = 1
+    sys.exit(code)

@@ -512,6 +512,19 @@ class ControlClient:
             _check(self.reach)
             time.sleep(backoff.next())
 
+    def report(self, msg: Message) -> bool:
+        """Send a worker's report best effort: one that cannot be delivered (this worker
+        is cut off from the broker) is logged and dropped, and False returned. Reports
+        carry no authority: a lost acknowledgement fails its checkpoint, a lost ready or
+        failure makes the coordinator restore again or notice the silence — never a
+        reason for the worker to die."""
+        try:
+            self.send(msg)
+        except ControlError as e:
+            log.warning("control report %s dropped: %s", type(msg).__name__, e)
+            return False
+        return True
+
     def close(self) -> None:
         self._reader.close()
         self._producer.flush(5.0)

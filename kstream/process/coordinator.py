@@ -46,7 +46,7 @@ from kstream.store.history import (
 from kstream.store.metadata import (
     CheckpointMetadata,
     MetadataError,
-    completed_ids,
+    known_completed,
     latest_completed,
     list_checkpoints,
     purgeable_offsets,
@@ -59,6 +59,8 @@ from kstream.store.urls import open_store
 log = logging.getLogger(__name__)
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+# With ``detailed=True`` (the elected coordinator), why a run ended besides a job failure:
+EXIT_FENCED, EXIT_UNAVAILABLE = 3, 4
 
 
 class CoordinatorTransport(Protocol):
@@ -213,7 +215,11 @@ class CommandExecutor:
             return
         # Internal topics are kept forever by time (their records carry event times);
         # what no retained checkpoint can restore from is deleted here instead.
-        offsets = purgeable_offsets(list_checkpoints(self.store, self.app_id))
+        try:
+            offsets = purgeable_offsets(list_checkpoints(self.store, self.app_id))
+        except StoreError as e:  # the store is down: purging waits for the next completion
+            log.warning("reading retained checkpoints for purging failed: %s", e)
+            return
         due = {tp: o for tp, o in offsets.items() if o > self._purged.get(tp, 0)}
         if not due:
             return
@@ -236,6 +242,7 @@ def run_coordinator(
     poll_timeout: float = 0.05,
     metrics: Metrics | None = None,
     description: dict[str, Any] | None = None,
+    detailed: bool = False,
 ) -> int:
     """Coordinate ``job``'s checkpoints until a hard failure or ``should_stop``; the exit code.
 
@@ -246,6 +253,8 @@ def run_coordinator(
     ``description`` (:func:`kstream.plan.operators.describe`) is the plan's: checkpoints
     carry it, and the checkpoint restored at start — the job's latest, or the one
     ``job.start`` names — must be restorable under it (:mod:`kstream.plan.compat`).
+    With ``detailed``: 3 (another coordinator took over) and 4 (Kafka or the store
+    failed it) instead of 1 for those.
     """
     if not job.checkpointing.enabled:
         log.warning(
@@ -254,7 +263,7 @@ def run_coordinator(
             job.app_id,
         )
         return EXIT_OK
-    store = store or open_store(job.store_url)
+    store = store or open_store(job.store_url, job.store_options)
     channel = transport or CoordinatorChannel(
         job.bootstrap_servers,
         job.app_id,
@@ -267,9 +276,8 @@ def run_coordinator(
         # 2. read the store's completed checkpoints — why both: ids continue above
         #    every id either of them has seen, and a lost announcement is repeated.
         history = channel.open()
-        recovered = recover(
-            history, completed_ids(store, job.app_id), latest_completed(store, job.app_id)
-        )
+        known = known_completed(store, job.app_id, _candidate_ids(history))
+        recovered = recover(history, known, latest_completed(store, job.app_id, known))
         if description is not None:
             recovered = _start_state(store, job, history, recovered, description, clock())
         coordinator = CheckpointCoordinator(
@@ -319,12 +327,19 @@ def run_coordinator(
         return EXIT_USAGE
     except CoordinatorFenced as e:
         log.error("kstream: %s; this coordinator exits", e)
-        return EXIT_FAILED
-    except ControlError as e:
+        return EXIT_FENCED if detailed else EXIT_FAILED
+    except (ControlError, StoreError) as e:
         log.error("kstream: coordinator of %r stopped: %s", job.app_id, e)
-        return EXIT_FAILED
+        return EXIT_UNAVAILABLE if detailed else EXIT_FAILED
     finally:
         channel.close()
+
+
+def _candidate_ids(history: Sequence[Message]) -> set[int]:
+    """Checkpoint ids the control topic says may have completed: the newest announced one
+    and those triggered after it (their metadata may exist, the announcement lost)."""
+    st = recover(history, (), None)
+    return {*st.in_flight, *([st.announced_id] if st.announced_id else [])}
 
 
 def _start_state(
@@ -349,7 +364,8 @@ def _start_state(
     if imported is not None:
         # Restored like the job's latest checkpoint, by a new attempt at once — also when
         # the control topic says the job was running (its previous version's attempt).
-        rec = recover(history, completed_ids(store, job.app_id), imported)
+        known = known_completed(store, job.app_id, _candidate_ids(history))
+        rec = recover(history, known, imported)
         rec.unhandled_failure = f"starting from {imported.origin}"
         # Never announced: no running sink may publish an epoch up to the imported id.
         rec.announced_id = imported.checkpoint_id

@@ -4,7 +4,8 @@ Every file is checked against the manifest's SHA-256. A file the task still has
 locally (in ``<local_dir>/snapshots/*/``, hard links of earlier snapshots) with a
 matching checksum is reused — task-local recovery — and only the rest is
 downloaded. A missing or corrupt file raises ``CorruptSnapshotError`` naming the
-file and the checkpoint; with ``allow_fallback`` the restore logs it loudly and
+file and the checkpoint (a store that cannot be reached raises ``StoreError``
+instead: that says nothing about the checkpoint, and falling back would be wrong); with ``allow_fallback`` the restore logs it loudly and
 tries the task's snapshot in the previous retained completed checkpoint, and so
 on. The restored DB is built in a staging directory and swapped in at the end,
 so a failed restore never leaves a half-built DB behind.
@@ -18,6 +19,7 @@ import os
 import shutil
 import time
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -32,7 +34,7 @@ from kstream.state.snapshot import (
 )
 from kstream.store.base import CheckpointStore, StoreError
 from kstream.store.layout import CHECKPOINT_LABEL, manifest_path, numbered_manifest
-from kstream.store.metadata import MetadataError, completed_ids, read_metadata
+from kstream.store.metadata import MetadataError, known_completed, read_metadata
 
 log = logging.getLogger(__name__)
 
@@ -87,14 +89,21 @@ def _restore_one(
     t0 = time.perf_counter()
     try:
         manifest = read_manifest(store, manifest_path)
-    except (StoreError, ValueError) as e:
+    except StoreError as e:
+        if not isinstance(e.__cause__, FileNotFoundError):
+            raise  # the store is unreachable: no property of this checkpoint
+        raise CorruptSnapshotError(
+            f"snapshot manifest {store.url}/{manifest_path} is missing: {e}",
+            manifest_path=manifest_path,
+        ) from e
+    except ValueError as e:
         raise CorruptSnapshotError(
             f"snapshot manifest {store.url}/{manifest_path} is missing or unreadable: {e}",
             manifest_path=manifest_path,
         ) from e
     stage = local_dir / f".restore-{uuid.uuid4().hex}"
     stage.mkdir(parents=True)
-    reused = downloaded = downloaded_bytes = 0
+    reused = 0
     progress = Progress(
         f"restore of task {manifest.task_id} from {manifest.label}",
         total_items=len(manifest.files),
@@ -102,39 +111,30 @@ def _restore_one(
         log=log,
     )
     try:
+        to_fetch: list[FileEntry] = []
         for entry in manifest.files:
-            dst = stage / entry.name
             # 1. Task-local recovery: a local file whose checksum matches.
             for cand in _local_candidates(local_dir, entry.name, entry.size, manifest.label):
                 if sha256_file(cand) == entry.sha256:
-                    _place(cand, dst, entry)
+                    _place(cand, stage / entry.name, entry)
                     reused += 1
+                    progress.advance(1, entry.size)
                     break
             else:
-                # 2. Download and verify.
-                where = (
-                    f"file {entry.name} ({store.url}/{entry.path}) of snapshot "
-                    f"{manifest.label} of task {manifest.task_id} ({manifest_path})"
-                )
-                try:
-                    store.get_file(entry.path, dst)
-                except StoreError as e:
-                    raise CorruptSnapshotError(
-                        f"{where} is missing from the store",
-                        manifest_path=manifest_path,
-                        file=entry.name,
-                    ) from e
-                actual = sha256_file(dst)
-                if actual != entry.sha256 or dst.stat().st_size != entry.size:
-                    raise CorruptSnapshotError(
-                        f"{where} is corrupt: sha256 {actual}, size {dst.stat().st_size}; "
-                        f"manifest says sha256 {entry.sha256}, size {entry.size}",
-                        manifest_path=manifest_path,
-                        file=entry.name,
-                    )
-                downloaded += 1
-                downloaded_bytes += entry.size
-            progress.advance(1, entry.size)
+                to_fetch.append(entry)
+        # 2. Download the rest, in parallel (bounded by the store), verifying each.
+        downloaded, downloaded_bytes = len(to_fetch), sum(e.size for e in to_fetch)
+        if to_fetch:
+            log.info(
+                "task %s: restoring %s: downloading %d files (%d bytes), %d reused locally",
+                manifest.task_id, manifest_path, downloaded, downloaded_bytes, reused,
+            )  # fmt: skip
+        workers = max(1, min(store.concurrency, len(to_fetch)))
+        with ThreadPoolExecutor(workers, thread_name_prefix=f"get-{manifest.task_id}") as pool:
+            for entry in pool.map(
+                lambda e: _download(store, manifest, manifest_path, e, stage), to_fetch
+            ):
+                progress.advance(1, entry.size)
         progress.finish()
         # 3. Swap the staged DB in and open it. Keep the staged copy as this
         #    snapshot's local copy too, so the next restore can reuse it.
@@ -170,10 +170,40 @@ def _restore_one(
     return backend, manifest, stats
 
 
+def _download(
+    store: CheckpointStore, manifest: SnapshotManifest, mpath: str, entry: FileEntry, stage: Path
+) -> FileEntry:
+    """Fetch one snapshot file into ``stage`` and verify it; CorruptSnapshotError if it is
+    missing or its checksum or size differs from the manifest's (a store that cannot be
+    reached raises StoreError: that says nothing about the checkpoint)."""
+    dst = stage / entry.name
+    where = (
+        f"file {entry.name} ({store.url}/{entry.path}) of snapshot "
+        f"{manifest.label} of task {manifest.task_id} ({mpath})"
+    )
+    try:
+        store.get_file(entry.path, dst)
+    except StoreError as e:
+        if not isinstance(e.__cause__, FileNotFoundError):
+            raise
+        raise CorruptSnapshotError(
+            f"{where} is missing from the store", manifest_path=mpath, file=entry.name
+        ) from e
+    actual = sha256_file(dst)
+    if actual != entry.sha256 or dst.stat().st_size != entry.size:
+        raise CorruptSnapshotError(
+            f"{where} is corrupt: sha256 {actual}, size {dst.stat().st_size}; "
+            f"manifest says sha256 {entry.sha256}, size {entry.size}",
+            manifest_path=mpath,
+            file=entry.name,
+        )
+    return entry
+
+
 def _fallback_manifests(store: CheckpointStore, app_id: str, task_id: str, below: int) -> list[str]:
     """The task's manifests in retained completed checkpoints older than ``below``, newest first."""
     out = []
-    for n in reversed(completed_ids(store, app_id)):
+    for n in reversed(known_completed(store, app_id)):
         if n >= below:
             continue
         try:
@@ -270,6 +300,8 @@ def read_blob(store: CheckpointStore, manifest: SnapshotManifest, name: str) -> 
     try:
         data = store.get_bytes(entry.path)
     except StoreError as e:
+        if not isinstance(e.__cause__, FileNotFoundError):
+            raise  # the store is unreachable: no property of this checkpoint
         raise CorruptSnapshotError(f"{where} is missing", manifest_path=mpath, file=name) from e
     if hashlib.sha256(data).hexdigest() != entry.sha256:
         raise CorruptSnapshotError(f"{where} is corrupt", manifest_path=mpath, file=name)

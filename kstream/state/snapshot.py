@@ -173,14 +173,21 @@ class SnapshotUploader:
             local_of[entry.path] = local
         # 2. Upload what the store lacks; touch what it has, so a concurrent GC
         #    (which only deletes unreferenced files older than its grace period)
-        #    leaves it alone until our manifest references it.
-        for entry in files:
+        #    leaves it alone until our manifest references it. Files in parallel,
+        #    bounded by the store's concurrency; any failure fails the upload.
+        def put_missing(entry: FileEntry) -> bool:
             if store.exists(entry.path):
                 store.touch(entry.path)
-            else:
-                store.put_file(entry.path, local_of[entry.path])
-                uploaded_bytes += entry.size
-                uploaded_files += 1
+                return False
+            store.put_file(entry.path, local_of[entry.path])
+            return True
+
+        workers = max(1, min(store.concurrency, len(files)))
+        with ThreadPoolExecutor(workers, thread_name_prefix=f"put-{self.task_id}") as pool:
+            for entry, uploaded in zip(files, pool.map(put_missing, files), strict=True):
+                if uploaded:
+                    uploaded_bytes += entry.size
+                    uploaded_files += 1
         blob_entries: dict[str, FileEntry] = {}
         blob_data: dict[str, bytes] = {}
         for name, data in sorted((blobs or {}).items()):

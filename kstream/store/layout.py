@@ -14,6 +14,10 @@
     Completed checkpoint n's metadata (:mod:`kstream.store.metadata`), written by
     the coordinator; it names each task's manifest. A checkpoint is complete iff it
     exists.
+``<app>/checkpoints/index.json``
+    The ids of the newest completed checkpoints (:mod:`kstream.store.metadata`): how
+    readers find checkpoints without listing the store. The one object that is
+    rewritten, and only as a hint: every id it names is verified by its metadata.
 ``<app>/history/chk-<n>.json``, ``<app>/history/attempt-<k>.json``
     Failed or aborted checkpoint n, and why attempt k started
     (:mod:`kstream.store.history`): informational records written by the coordinator,
@@ -86,6 +90,11 @@ def checkpoints_prefix(app_id: str) -> str:
 def metadata_path(app_id: str, checkpoint_id: int) -> str:
     """Store path of checkpoint ``checkpoint_id``'s metadata."""
     return f"{checkpoints_prefix(app_id)}/{snapshot_label(CHECKPOINT_LABEL, checkpoint_id)}.json"
+
+
+def index_path(app_id: str) -> str:
+    """Store path of the index of the newest completed checkpoint ids (a hint, rewritten)."""
+    return f"{checkpoints_prefix(app_id)}/index.json"
 
 
 def metadata_id(path: str) -> int | None:

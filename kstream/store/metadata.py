@@ -5,19 +5,31 @@ coordinator exclusively (never overwritten, DESIGN §5.9) BEFORE
 ``CheckpointCompleted(n)`` is announced, so a reader that sees the announcement
 always finds the file. It lists, per task, the snapshot handle (manifest path),
 input offsets, sizes and the task's alignment/sync/async times.
+
+Finding checkpoints never lists the store (listing is slow and may lag on object
+stores): after each metadata file the coordinator rewrites the small index
+(:func:`kstream.store.layout.index_path`) with the ids of the newest completed
+checkpoints. The index is a hint, not the truth: a reader verifies every id it
+names by its metadata, and adds the ids the control topic names (a coordinator
+that died between the metadata and the index leaves its checkpoint announced or in
+flight there). Only garbage collection and ``kstream checkpoints list`` list the
+store (:func:`completed_ids`).
 """
 
 from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from kstream.store.base import CheckpointStore, StoreError
-from kstream.store.layout import checkpoints_prefix, metadata_id, metadata_path
+from kstream.store.layout import checkpoints_prefix, index_path, metadata_id, metadata_path
 
 log = logging.getLogger(__name__)
+
+INDEX_LENGTH = 32  # ids kept in the index: more than any sensible number of retained checkpoints
 
 
 class MetadataError(StoreError):
@@ -105,10 +117,43 @@ class CheckpointMetadata:
 
 
 def write_metadata(store: CheckpointStore, app_id: str, meta: CheckpointMetadata) -> str:
-    """Create the metadata file exclusively; ObjectExists if that id was already completed."""
+    """Create the metadata file exclusively (ObjectExists if that id was already completed),
+    then add its id to the index."""
     path = metadata_path(app_id, meta.checkpoint_id)
+    # 1. The metadata, exclusively: it alone makes the checkpoint complete.
     store.put_bytes(path, meta.to_json(), exclusive=True)
+    # 2. The index, a hint for readers: failing to write it only delays what they learn
+    #    from it (they also check the ids the control topic names).
+    try:
+        ids = sorted({*read_index(store, app_id), meta.checkpoint_id})[-INDEX_LENGTH:]
+        store.put_bytes(index_path(app_id), json.dumps({"completed": ids}).encode())
+    except StoreError as e:
+        log.warning("checkpoint %d: updating the index failed: %s", meta.checkpoint_id, e)
     return path
+
+
+def read_index(store: CheckpointStore, app_id: str) -> list[int]:
+    """Ids the index names (unverified), ascending; [] if there is no valid index."""
+    try:
+        data = store.get_bytes(index_path(app_id))
+    except StoreError as e:
+        if not isinstance(e.__cause__, FileNotFoundError):
+            raise
+        return []
+    try:
+        return sorted({int(n) for n in json.loads(data)["completed"]})
+    except (ValueError, KeyError, TypeError) as e:
+        log.error("ignoring invalid checkpoint index %s/%s: %s", store.url, index_path(app_id), e)
+        return []
+
+
+def known_completed(
+    store: CheckpointStore, app_id: str, candidates: Iterable[int] = ()
+) -> list[int]:
+    """Ids of completed checkpoints among the index and ``candidates``, ascending, without
+    listing the store: each id is checked by the existence of its metadata."""
+    ids = {*read_index(store, app_id), *candidates}
+    return sorted(n for n in ids if store.exists(metadata_path(app_id, n)))
 
 
 def read_metadata(store: CheckpointStore, app_id: str, checkpoint_id: int) -> CheckpointMetadata:
@@ -142,9 +187,13 @@ def list_checkpoints(store: CheckpointStore, app_id: str) -> list[CheckpointMeta
     return out
 
 
-def latest_completed(store: CheckpointStore, app_id: str) -> CheckpointMetadata | None:
-    """The newest readable completed checkpoint, or None (restore to start positions)."""
-    for n in reversed(completed_ids(store, app_id)):
+def latest_completed(
+    store: CheckpointStore, app_id: str, known: Iterable[int] | None = None
+) -> CheckpointMetadata | None:
+    """The newest readable completed checkpoint among ``known`` (default: the index's), or
+    None (restore to start positions)."""
+    ids = known_completed(store, app_id) if known is None else sorted(known)
+    for n in reversed(ids):
         try:
             return read_metadata(store, app_id, n)
         except MetadataError as e:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import logging
 
-from kstream.checkpoint.messages import AcknowledgeCheckpoint
+from kstream.checkpoint.messages import AcknowledgeCheckpoint, TaskReady
 from kstream.kafka.control import ControlClient
 from kstream.kafka.sink import SinkFencedError
 from kstream.kafka.source import SourceConsumer
@@ -89,7 +89,7 @@ class Checkpointed(Mode):
         member = self.member
         for r in list(self.tasks.runners.values()):
             for msg in r.finished_uploads(member):
-                self.control.send(msg)
+                self.control.report(msg)
                 if isinstance(msg, AcknowledgeCheckpoint):
                     self.stats.checkpoints_acked += 1
         return self._apply(self.protocol.tick(now), now)
@@ -111,12 +111,15 @@ class Checkpointed(Mode):
         return self._apply(self.protocol.handle(event, now), now)
 
     def _apply(self, actions: list[Action], now: float) -> int | None:
+        failed: dict[str, str] = {}  # tasks whose restore failed: never reported ready
         for a in actions:
             match a:
+                case Send(message=TaskReady(task_id=task)) if task in failed:
+                    pass
                 case Send():
-                    self.control.send(a.message)
+                    self.control.report(a.message)
                 case RestoreTasks():
-                    self._restore(a.attempt, a.checkpoint_id)
+                    failed = self._restore(a.attempt, a.checkpoint_id)
                 case StopTasks():
                     self.tasks.stop_all()
                 case ResumeTasks():
@@ -132,15 +135,17 @@ class Checkpointed(Mode):
                     else:
                         log.error("kstream: %s", a.reason)
                     return a.code
+        for task, reason in failed.items():  # reported failed: the coordinator restores again
+            self._handle(TaskStopped(task, self.protocol.attempt, reason), now)
         return None
 
-    def _restore(self, attempt: int, checkpoint_id: int | None) -> None:
+    def _restore(self, attempt: int, checkpoint_id: int | None) -> dict[str, str]:
         specs = self.tasks.assigned()
 
         def handle_of(task_id: str) -> str | None:
             return checkpoint_handle(self.store, self.app_id, task_id, checkpoint_id)
 
-        self.tasks.restore(specs, attempt, handle_of)
+        failed = self.tasks.restore(specs, attempt, handle_of)
         self.stats.restores += 1
         log.info(
             "attempt %d: restored %d task(s) to checkpoint %s (generation %s)",
@@ -150,6 +155,7 @@ class Checkpointed(Mode):
             self.source.generation,
             extra=ctx(attempt=attempt),
         )
+        return failed
 
     def _resume(self, owned: frozenset[str]) -> None:
         for task_id, r in list(self.tasks.runners.items()):

@@ -127,12 +127,12 @@ class Worker:
         )
         self.source, self.producer, self.dlq = clients.source, clients.producer, clients.dlq
         self.control = clients.control
-        store = open_store(self.cfg.store_url)
+        store = open_store(self.cfg.store_url, self.cfg.store_options)
         self.router = Router(
             self.producer,
             self.dlq,
             self.plan.internal_topic_partitions,
-            send=None if self.control is None else self.control.send,
+            send=None if self.control is None else self.control.report,
             metrics=self.metrics,
         )
         context = RunnerContext(

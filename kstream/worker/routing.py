@@ -38,7 +38,7 @@ class Router:
         producer: Producer,
         dlq: DeadLetterWriter,
         internal_partitions: dict[str, int],
-        send: Callable[[Message], None] | None = None,
+        send: Callable[[Message], object] | None = None,
         metrics: WorkerMetrics | None = None,
     ) -> None:
         self.metrics = metrics or WorkerMetrics()

@@ -15,6 +15,8 @@ from kstream.kafka.source import RawRecord, SourceConsumer, SourceError
 from kstream.plan import JobPlan, TaskSpec
 from kstream.runtime.records import InternalEvent, InternalRecord
 from kstream.runtime.watermark_alignment import PartitionTime, WatermarkAligner
+from kstream.sinkbuffer.epochs import SinkError
+from kstream.store.base import StoreError
 from kstream.worker.runner import RunnerContext, TaskRunner, open_runner
 from kstream.worker.settings import WorkerError
 
@@ -86,26 +88,39 @@ class WorkerTasks:
 
     def restore(
         self, specs: list[TaskSpec], attempt: int, handle_of: Callable[[str], str | None]
-    ) -> None:
+    ) -> dict[str, str]:
         """Every one of ``specs`` at ``attempt`` from the manifest ``handle_of(task)``, not
-        running, inputs paused and sought to where the restored tasks resume."""
+        running, inputs paused and sought to where the restored tasks resume.
+
+        Returns the tasks that could not be restored because the checkpoint store or the
+        broker could not be reached, with the reason: they fail, not the worker (the
+        coordinator restores again). Any other failure propagates."""
         self.stop_all()
         # Pause before seeking: nothing may be read for a task until it resumes.
         self.pause({(i.topic, i.partition) for s in specs for i in s.inputs})
         # Tasks restore in parallel: downloads, RocksDB opens and sink fencing
         # (init_transactions, marker reads) wait on I/O and release the GIL.
+        def build(spec: TaskSpec) -> TaskRunner:
+            return open_runner(self.ctx, spec, attempt, handle_of(spec.task_id))
+
         with ThreadPoolExecutor(max_workers=min(8, max(1, len(specs)))) as pool:
-            futures = [
-                pool.submit(open_runner, self.ctx, spec, attempt, handle_of(spec.task_id))
-                for spec in specs
-            ]
+            futures = [pool.submit(build, spec) for spec in specs]
         for spec, fut in zip(specs, futures, strict=True):
             if fut.exception() is None:  # kept even if another failed: closed with the rest
                 self.runners[spec.task_id] = fut.result()
+        unreachable = {
+            spec.task_id: f"restore failed (store or broker unreachable): {e}"
+            for spec, fut in zip(specs, futures, strict=True)
+            if isinstance(e := fut.exception(), (StoreError, SinkError))
+        }
         for fut in futures:
-            fut.result()  # the first failure, if any, propagates
+            if not isinstance(fut.exception(), (StoreError, SinkError)):
+                fut.result()  # any other failure propagates
+        for task_id, reason in unreachable.items():
+            log.error("task %s: %s", task_id, reason)
         for runner in self.runners.values():
             self.seek_restored(runner)
+        return unreachable
 
     def remove(self, task_id: str) -> None:
         """Stop and forget one task (it failed, or another worker owns it now)."""
