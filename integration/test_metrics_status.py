@@ -122,8 +122,9 @@ def test_metrics_equal_the_jobs_exact_counts_and_status_describes_it(
             "coordinator", "coordinator", str(topology), "--heartbeat-timeout", "600"
         )
         worker, worker_log, worker_port = start(
-            "worker", "worker", str(topology), "--state-dir", str(tmp_path / "state")
-        )
+            "worker", "worker", str(topology), "--state-dir", str(tmp_path / "state"),
+            "--coordinator", "external",  # the coordinator above is deployed on its own
+        )  # fmt: skip
         producer = make_producer(kafka_bootstrap)
         # 1. Good records over 5 minutes of event time, with undecodable ones among them.
         for i in range(GOOD):

@@ -175,6 +175,8 @@ class JobSettings:
     # "external": the harness runs `kstream coordinator`; "auto": the workers elect one
     # of them to host it (no coordinator process).
     coordinator: str = "external"
+    # Successive failed checkpoints the job tolerates (a store outage fails one per interval).
+    tolerable_failures: int = 50
 
 
 class JobUnderTest:
@@ -220,7 +222,7 @@ class JobUnderTest:
             "--max-restarts",
             "200",
             "--tolerable-failures",
-            "50",
+            str(s.tolerable_failures),
             "--retained",
             "100000",  # keep every checkpoint's metadata for the statistics
         ]

@@ -554,11 +554,12 @@ class LocalBroker:
                 "kafka.tools.StorageTool",
             ]
             fmt = subprocess.run(
+                # "--cluster-id=ID" in one argument: an id may start with "-" (base64url),
+                # which the tool's argument parser would take for an option.
                 [
                     *storage_tool,
                     "format",
-                    "-t",
-                    self.cluster_id or new_cluster_id(),
+                    f"--cluster-id={self.cluster_id or new_cluster_id()}",
                     "-c",
                     str(props_file),
                 ],
