@@ -52,7 +52,13 @@ from integration.e2e.harness import (
 from integration.e2e.scenarios import wordcount
 from integration.netns import Host, NetLab, missing_capability
 from integration.s3server import S3Server
-from kstream.checkpoint.messages import CheckpointAborted, CheckpointCompleted, Restore, Resume
+from kstream.checkpoint.messages import (
+    CheckpointAborted,
+    CheckpointCompleted,
+    Restore,
+    Resume,
+    TriggerCheckpoint,
+)
 from kstream.dev.localbroker import LocalBroker, LocalBrokerError
 from kstream.store.base import StoreError
 from kstream.store.metadata import known_completed
@@ -314,6 +320,12 @@ def test_workers_on_separate_hosts_survive_kill_cut_link_and_store_outage(
             sum(cmp.unexpected.values()),
         ) == (0, 0, 0), cmp.describe()
         assert set(codes.values()) == {0}, codes
+        # Three coordinators at least (the first, after the kill, after the cut), and
+        # checkpoint ids never reused across them.
+        hosts = {p.log for p in job.procs if p.lines_with("coordinator election: elected")}
+        assert len(hosts) >= 2, hosts
+        triggers = [m.checkpoint_id for _t, m in control.of(TriggerCheckpoint)]
+        assert triggers == sorted(set(triggers)), "checkpoint ids are never reused"
     finally:
         if gen is not None:
             gen.halt()

@@ -167,18 +167,6 @@ def run_job(
                 slot = rng.randrange(settings.workers)
                 job.kill(f"worker-{slot}", "random worker at a random time")
                 job.start_worker(slot)
-            elif step == "coordinator" and auto:
-                # After an earlier kill the next election takes up to a session timeout.
-                wait_until(
-                    "a live worker hosts the elected coordinator",
-                    lambda: job.coordinator_host() is not None,
-                    60.0,
-                    lambda: f"live: {sorted(job.current)}",
-                )
-                host = job.coordinator_host()
-                assert host is not None
-                job.kill(host, "the worker hosting the elected coordinator")
-                job.start_worker(int(host.removeprefix("worker-")))
             elif step == "coordinator":
                 job.kill("coordinator", "the coordinator")
                 job.start_coordinator()
