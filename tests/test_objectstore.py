@@ -12,7 +12,14 @@ from kstream.cli import main
 from kstream.store.base import StoreError
 from kstream.store.objectstore import ObjectStore, is_object_store_url, parse_store_options
 
-ENDPOINT = {"endpoint": "http://127.0.0.1:9", "region": "us-east-1"}
+# Explicit (dummy) credentials: without them the library's credential chain would ask
+# the cloud instance-metadata endpoint, an address these tests must never contact.
+ENDPOINT = {
+    "endpoint": "http://127.0.0.1:9",
+    "region": "us-east-1",
+    "access_key_id": "test",
+    "secret_access_key": "test",
+}
 
 
 def test_urls() -> None:

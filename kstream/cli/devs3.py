@@ -31,7 +31,7 @@ state_dir_option = click.option(
 
 @click.group("s3")
 def s3() -> None:
-    """Run a real S3-compatible server (S3Proxy, filesystem backend) on this machine.
+    """Run a real S3-compatible server (S3Proxy, file-system backend) on this machine.
 
     Needs Java 17+. Jars are downloaded once from Maven Central with `mvn` into
     $XDG_CACHE_HOME/kstream (default ~/.cache). A bucket is a directory under
