@@ -82,7 +82,7 @@ def test_snapshots_restore_and_gc_through_s3(s3_server: S3Server, tmp_path: Path
     for n in (1, 2, 3):
         table = backend.table(SPEC)
         for i in range(2000):
-            table.put(f"k{i}", i * n)
+            table.put(("k", i), i * n)
         states.append(sorted(backend.table(SPEC).scan()))
         h = uploader.upload_now(backend.snapshot_sync(n), positions={"in:0": n * 10})
         meta = CheckpointMetadata(n, 0, 1.0, 2.0, {"s-0": TaskSnapshot(h.manifest_path)})

@@ -27,9 +27,9 @@ from kstream.logs import log_at_least, set_app
 from kstream.metrics import METRICS, MetricsPortError, serve_metrics
 from kstream.plan.compat import IncompatibleStateError
 from kstream.plan.operators import describe
+from kstream.store.objectstore import parse_store_options
 from kstream.store.startfrom import validate_start
 from kstream.store.urls import open_store
-from kstream.store.objectstore import parse_store_options
 
 F = Callable[..., Any]
 
