@@ -222,7 +222,13 @@ def test_a_late_task_makes_the_first_checkpoint_time_out_and_the_next_completes(
         )
     )
     late.wait_line("started")
-    coord = procs(coordinator_args(kafka_bootstrap, app, tmp_path, "src-0,late-0", timeout=3.0))
+    # Every completed checkpoint is retained, so retention cannot delete checkpoint 2
+    # before the listing below reads it (checkpoints complete every 0.3 s meanwhile).
+    coord = procs(
+        coordinator_args(
+            kafka_bootstrap, app, tmp_path, "src-0,late-0", timeout=3.0, retained=1000
+        )
+    )
     log.wait_for(lambda m: isinstance(m, TriggerCheckpoint) and m.checkpoint_id == 1, "trigger 1")
     completed = log.wait_for(lambda m: isinstance(m, CheckpointCompleted), "a completion")
     assert completed == CheckpointCompleted(2, 1)
