@@ -86,7 +86,7 @@ def main() -> int:
                     results.append(result)
                 rows.append(_row(kind, results, metas, a.keys))
     print(f"\nState of {a.keys:,} keys, {a.partitions} partitions, 1 process; "
-          f"S3 = S3Proxy 2.6.0 (filesystem backend) on loopback.\n")  # fmt: skip
+          f"S3 = S3Proxy 2.6.0 (filesystem-nio2 backend) on loopback.\n")  # fmt: skip
     print(
         "| store | runs | checkpoint covering the input: duration ms | uploaded bytes "
         "| state bytes | kill -9 → first output, s (median) | min - max | restored / expected |"
