@@ -24,6 +24,9 @@ lint: $(STAMP)
 
 # Any failing step fails the target; pytest's own exit code is kept, so "no tests
 # collected" (exit 5) fails too.
+# Tests never ask a cloud instance-metadata service for credentials (obstore's AWS
+# credential chain would, if a test gave none): such a lookup goes to loopback.
+test: export AWS_METADATA_ENDPOINT = http://127.0.0.1:9
 test: lint
 	$(BIN)/python -m pytest tests integration benchmarks/tests --ignore=benchmarks/tests/test_smoke_broker.py --durations=10
 
