@@ -19,7 +19,8 @@ from pathlib import Path
 import pytest
 
 from integration.s3server import S3Server
-from kstream.dev.localbroker import KAFKA_VERSION, LocalBroker, LocalBrokerError, free_port
+from kstream.dev.jvm import free_port
+from kstream.dev.localbroker import KAFKA_VERSION, LocalBroker, LocalBrokerError
 from kstream.dev.localcluster import LocalCluster
 from kstream.dev.s3proxy import S3ProxyError
 from kstream.kafka.clients import AdminClient, KafkaException, make_admin

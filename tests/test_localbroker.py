@@ -16,20 +16,21 @@ from pathlib import Path
 
 import pytest
 
+from kstream.dev.jvm import find_java, render_properties
 from kstream.dev.localbroker import (
+    KAFKA,
     BrokerRecord,
     LocalBroker,
     LocalBrokerError,
     broker_properties,
-    find_java,
+    kafka_jars,
     kafka_version_of,
     log4j2_properties,
     new_cluster_id,
-    render_properties,
-    resolution_pom,
     resolve_libs,
     stop_pid,
 )
+from kstream.dev.maven import resolution_pom
 
 SYSTEM_PATH = "/usr/bin:/bin"  # sh utilities for the fake tools; fakes come first
 JAVA17 = """*-version*) echo 'openjdk version "17.0.2" 2022-01-18' >&2 ;;"""
@@ -98,7 +99,7 @@ def test_log4j2_config_writes_to_the_given_file(tmp_path: Path) -> None:
 
 def test_resolution_pom_names_kafka_and_the_slf4j_binding() -> None:
     ns = {"m": "http://maven.apache.org/POM/4.0.0"}
-    root = ET.fromstring(resolution_pom("4.1.1"))
+    root = ET.fromstring(resolution_pom(kafka_jars("4.1.1")))
     deps = [
         tuple(d.find(f"m:{f}", ns).text for f in ("groupId", "artifactId", "version"))  # type: ignore[union-attr]
         for d in root.iterfind("m:dependencies/m:dependency", ns)
@@ -140,20 +141,20 @@ def test_broker_record_round_trip(tmp_path: Path) -> None:
 
 def test_no_java_on_path(tmp_path: Path) -> None:
     with pytest.raises(LocalBrokerError, match=r"no Java runtime found.*Java 17\+"):
-        find_java({"PATH": str(tmp_path)})
+        find_java(KAFKA, {"PATH": str(tmp_path)})
 
 
 def test_java_8_is_rejected(tmp_path: Path) -> None:
     _script(tmp_path, "java", """echo 'java version "1.8.0_392"' >&2""")
     with pytest.raises(LocalBrokerError, match=r"is Java 8; Kafka 4.1.1 needs Java 17\+"):
-        find_java({"PATH": str(tmp_path)})
+        find_java(KAFKA, {"PATH": str(tmp_path)})
 
 
 def test_java_home_wins_over_path(tmp_path: Path) -> None:
     _script(tmp_path / "path", "java", """echo 'openjdk version "11.0.2"' >&2""")
     jh = _script(tmp_path / "jdk" / "bin", "java", """echo 'openjdk version "21.0.1"' >&2""")
     env = {"PATH": str(tmp_path / "path"), "JAVA_HOME": str(tmp_path / "jdk")}
-    assert find_java(env) == (str(jh), 21)
+    assert find_java(KAFKA, env) == (str(jh), 21)
 
 
 # ------------------------------------------------------------------ jars
@@ -266,7 +267,7 @@ def test_storage_format_failure_is_reported(tmp_path: Path) -> None:
 def test_stop_pid_refuses_a_process_that_is_not_kafka() -> None:
     proc = subprocess.Popen(["sleep", "30"])
     try:
-        with pytest.raises(LocalBrokerError, match=f"pid {proc.pid} is not a Kafka broker"):
+        with pytest.raises(LocalBrokerError, match=f"pid {proc.pid} is not the Kafka broker"):
             stop_pid(proc.pid)
         assert proc.poll() is None
     finally:

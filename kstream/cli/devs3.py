@@ -77,7 +77,7 @@ def s3_start(
     )
     try:
         server.start()
-    except (S3ProxyError, RuntimeError) as e:
+    except S3ProxyError as e:
         raise click.ClickException(str(e)) from e
     record = server.record()
     record.write(state_dir)

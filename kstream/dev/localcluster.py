@@ -19,13 +19,8 @@ import time
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
-from kstream.dev.localbroker import (
-    BrokerRecord,
-    LocalBroker,
-    LocalBrokerError,
-    free_port,
-    new_cluster_id,
-)
+from kstream.dev.jvm import free_port
+from kstream.dev.localbroker import BrokerRecord, LocalBroker, LocalBrokerError, new_cluster_id
 from kstream.kafka.clients import KafkaException, make_admin
 
 SASL_MECHANISM = "PLAIN"

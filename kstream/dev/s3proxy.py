@@ -3,45 +3,42 @@
 S3Proxy (``org.gaul:s3proxy`` on Maven Central) serves the S3 REST API over a
 jclouds blob store; with ``jclouds.provider=filesystem-nio2`` a bucket is a
 directory under the data directory's ``buckets/`` (the older ``filesystem``
-provider is deprecated and 5-10x slower per request: it hashes a file on every HEAD). Needs Java 17+; the jars are resolved
-once with ``mvn`` and cached under ``$XDG_CACHE_HOME/kstream/s3proxy-<version>``.
+provider is deprecated and 5-10x slower per request: it hashes a file on every
+HEAD). Needs Java 17+; the jars are resolved once from Maven Central and cached
+under ``$XDG_CACHE_HOME/kstream/s3proxy-<version>`` (:mod:`kstream.dev.maven`).
 
-Lifecycle as :class:`kstream.dev.localbroker.LocalBroker`: :meth:`S3Proxy.start`
-writes the configuration, creates the buckets, starts the JVM in its own process
-group and returns once the server answers HTTP; :meth:`S3Proxy.stop` sends
-SIGTERM, waits, then SIGKILL. An attached server dies with its Python parent; a
-detached one (``kstream dev s3 start``) is found again through
-:class:`S3ProxyRecord`. Every failure is an :class:`S3ProxyError` saying what to do.
+Lifecycle as :class:`kstream.dev.localbroker.LocalBroker`'s, on the same JVM
+process (:mod:`kstream.dev.jvm`): :meth:`S3Proxy.start` writes the configuration,
+creates the buckets, starts the JVM and returns once the server answers HTTP;
+:meth:`S3Proxy.stop` sends SIGTERM, waits, then SIGKILL. A detached server
+(``kstream dev s3 start``) is found again through :class:`S3ProxyRecord`. Every
+failure is an :class:`S3ProxyError` saying what to do.
 """
 
 from __future__ import annotations
 
-import atexit
-import contextlib
-import fcntl
-import json
 import os
-import shutil
-import signal
-import subprocess
-import tempfile
-import time
 import urllib.error
 import urllib.request
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
+from typing import ClassVar
 
-from kstream.dev.localbroker import (
-    _check_port_free,
-    _die_with_parent,
-    _pid_alive,
-    _signal_group,
-    _tail,
-    cache_dir,
+from kstream.dev.jvm import (
+    DevServerError,
+    ServerKind,
+    ServerProcess,
+    ServerRecord,
+    check_port_free,
     find_java,
     free_port,
+    jvm_options,
+    render_properties,
+    stop_server,
+    tail,
 )
+from kstream.dev.maven import Jars, resolve
 
 S3PROXY_VERSION = "2.6.0"
 MAIN_CLASS = "org.gaul.s3proxy.Main"
@@ -50,7 +47,6 @@ DEFAULT_BUCKET = "kstream"
 # network namespace bridge) and holds throw-away data.
 DEV_ACCESS_KEY = "kstream-dev"
 DEV_SECRET_KEY = "kstream-dev-secret"
-_MARKER = ".complete"
 LOGBACK_XML = """<configuration>
   <appender name="OUT" class="ch.qos.logback.core.ConsoleAppender">
     <encoder><pattern>%d{HH:mm:ss.SSS} %-5level %logger{36} - %msg%n</pattern></encoder>
@@ -61,65 +57,30 @@ LOGBACK_XML = """<configuration>
 """
 
 
-class S3ProxyError(RuntimeError):
+class S3ProxyError(DevServerError):
     """The local S3 server could not be obtained, started or stopped; the message says why."""
 
 
-def resolution_pom(version: str = S3PROXY_VERSION) -> str:
-    """A throw-away Maven pom whose runtime dependencies are S3Proxy's complete classpath."""
-    return (
-        '<project xmlns="http://maven.apache.org/POM/4.0.0">\n'
-        "  <modelVersion>4.0.0</modelVersion>\n"
-        "  <groupId>kstream.local</groupId><artifactId>s3proxy-server</artifactId>"
-        "<version>1</version>\n"
-        "  <dependencies>\n"
-        f"    <dependency><groupId>org.gaul</groupId><artifactId>s3proxy</artifactId>"
-        f"<version>{version}</version></dependency>\n"
-        "  </dependencies>\n</project>\n"
+S3PROXY = ServerKind(
+    name="S3Proxy",
+    main_class=MAIN_CLASS,
+    error=S3ProxyError,
+    needs=f"S3Proxy {S3PROXY_VERSION}",
+    alternative="point --store at an existing S3-compatible service (AWS_ENDPOINT_URL)",
+    stop_command="kstream dev s3 stop",
+)
+
+
+def s3proxy_jars(version: str = S3PROXY_VERSION) -> Jars:
+    """S3Proxy's complete classpath on Maven Central."""
+    return Jars(
+        name="s3proxy",
+        version=version,
+        dependencies=(("org.gaul", "s3proxy", version),),
+        proof="s3proxy-*.jar",
+        what=f"S3Proxy {version}",
+        alternative=S3PROXY.alternative,
     )
-
-
-def resolve_jars(env: Mapping[str, str] | None = None, version: str = S3PROXY_VERSION) -> Path:
-    """A directory of jars that runs S3Proxy; downloads once with ``mvn``, then reuses the cache."""
-    env = os.environ if env is None else env
-    home = cache_dir(env) / f"s3proxy-{version}"
-    libs = home / "libs"
-    if (home / _MARKER).is_file():
-        return libs
-    home.mkdir(parents=True, exist_ok=True)
-    with open(home / ".lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)  # another process may be resolving right now
-        if (home / _MARKER).is_file():
-            return libs
-        mvn = shutil.which("mvn", path=env.get("PATH", ""))
-        if mvn is None:
-            raise S3ProxyError(
-                f"S3Proxy {version} is not cached in {home} and Maven ('mvn') is not on PATH "
-                f"to download it. Install Maven, or point --store at an existing S3-compatible "
-                f"service (AWS_ENDPOINT_URL)."
-            )
-        shutil.rmtree(libs, ignore_errors=True)
-        with tempfile.TemporaryDirectory(prefix="kstream-mvn-") as work:
-            (Path(work) / "pom.xml").write_text(resolution_pom(version))
-            cmd = [
-                mvn,
-                "-q",
-                "-B",
-                "dependency:copy-dependencies",
-                "-DincludeScope=runtime",
-                f"-DoutputDirectory={libs}",
-            ]
-            proc = subprocess.run(
-                cmd, cwd=work, capture_output=True, text=True, env=dict(env), check=False
-            )
-        if proc.returncode != 0 or not any(libs.glob("s3proxy-*.jar")):
-            raise S3ProxyError(
-                f"resolving S3Proxy {version} from Maven Central failed (exit "
-                f"{proc.returncode}; needs access to Maven Central). Last lines of mvn's "
-                f"output:\n{_tail(proc.stdout + proc.stderr)}"
-            )
-        (home / _MARKER).write_text(f"{version}\n")
-    return libs
 
 
 def s3proxy_properties(
@@ -144,32 +105,15 @@ def s3proxy_properties(
     }
 
 
-def _is_s3proxy_process(pid: int) -> bool:
-    """Whether ``pid`` is an S3Proxy JVM (guards against signalling a recycled pid)."""
-    with contextlib.suppress(OSError):
-        return MAIN_CLASS.encode() in Path(f"/proc/{pid}/cmdline").read_bytes()
-    return False
-
-
 def stop_pid(pid: int, timeout: float = 15.0) -> bool:
     """Stop the S3Proxy JVM ``pid`` and its process group; False if none was running."""
-    if not _pid_alive(pid):
-        return False
-    if not _is_s3proxy_process(pid):
-        raise S3ProxyError(f"pid {pid} is not an S3Proxy server; not stopping it")
-    _signal_group(pid, signal.SIGTERM)
-    deadline = time.monotonic() + timeout
-    while _pid_alive(pid):
-        if time.monotonic() > deadline:
-            _signal_group(pid, signal.SIGKILL)
-            deadline = time.monotonic() + 5.0
-        time.sleep(0.05)
-    return True
+    return stop_server(S3PROXY, pid, timeout)
 
 
 @dataclass(frozen=True)
-class S3ProxyRecord:
-    """What a running server leaves in its state directory so other commands find it."""
+class S3ProxyRecord(ServerRecord):
+    """What a running server leaves in its state directory so other commands find it:
+    ``s3proxy.json`` and an ``env`` file of ``export`` lines (for shells)."""
 
     endpoint: str
     pid: int
@@ -180,8 +124,14 @@ class S3ProxyRecord:
     secret_key: str
     version: str
 
-    FILE = "s3proxy.json"
-    ENV_FILE = "env"
+    KIND: ClassVar[ServerKind] = S3PROXY
+    FILE: ClassVar[str] = "s3proxy.json"
+    ENV_FILE: ClassVar[str] = "env"
+    COMPANIONS: ClassVar[tuple[str, ...]] = (ENV_FILE,)
+
+    @property
+    def pids(self) -> tuple[int, ...]:
+        return (self.pid,)
 
     def environment(self) -> dict[str, str]:
         """The standard S3 client environment that reaches this server."""
@@ -193,32 +143,9 @@ class S3ProxyRecord:
             "AWS_ALLOW_HTTP": "true",
         }
 
-    def write(self, state_dir: Path) -> None:
-        """Write ``s3proxy.json`` and an ``env`` file of ``export`` lines (for shells)."""
-        state_dir.mkdir(parents=True, exist_ok=True)
-        tmp = state_dir / (self.FILE + ".tmp")
-        tmp.write_text(json.dumps(asdict(self), indent=2) + "\n")
-        tmp.replace(state_dir / self.FILE)
+    def companion_texts(self) -> dict[str, str]:
         lines = [f"export {k}={v}" for k, v in self.environment().items()]
-        (state_dir / self.ENV_FILE).write_text("\n".join(lines) + "\n")
-
-    @classmethod
-    def read(cls, state_dir: Path) -> S3ProxyRecord | None:
-        """The record in ``state_dir``, or None if there is none."""
-        path = state_dir / cls.FILE
-        if not path.is_file():
-            return None
-        return cls(**json.loads(path.read_text()))
-
-    @classmethod
-    def clear(cls, state_dir: Path) -> None:
-        """Remove the record (the server is gone)."""
-        for name in (cls.FILE, cls.ENV_FILE):
-            (state_dir / name).unlink(missing_ok=True)
-
-    def is_running(self) -> bool:
-        """Whether the recorded pid is still a live S3Proxy JVM."""
-        return _pid_alive(self.pid) and _is_s3proxy_process(self.pid)
+        return {self.ENV_FILE: "\n".join(lines) + "\n"}
 
 
 class S3Proxy:
@@ -253,7 +180,7 @@ class S3Proxy:
         self.start_timeout = start_timeout
         self.detach = detach
         self._env = dict(os.environ if env is None else env)
-        self._proc: subprocess.Popen[bytes] | None = None
+        self._process = ServerProcess(S3PROXY)
 
     @property
     def endpoint(self) -> str:
@@ -268,7 +195,7 @@ class S3Proxy:
     @property
     def pid(self) -> int | None:
         """The JVM's pid while started."""
-        return self._proc.pid if self._proc is not None else None
+        return self._process.pid
 
     def bucket_dir(self, bucket: str = DEFAULT_BUCKET) -> Path:
         """The directory holding ``bucket``'s objects."""
@@ -280,11 +207,11 @@ class S3Proxy:
 
     def record(self) -> S3ProxyRecord:
         """An :class:`S3ProxyRecord` describing this running server."""
-        if self._proc is None:
+        if self.pid is None:
             raise S3ProxyError("S3Proxy is not started")
         return S3ProxyRecord(
             endpoint=self.endpoint,
-            pid=self._proc.pid,
+            pid=self.pid,
             data_dir=str(self.data_dir),
             log_file=str(self.log_file),
             bucket=self.buckets[0] if self.buckets else "",
@@ -306,19 +233,11 @@ class S3Proxy:
         Steps: check Java, get the jars, check the port, write the configuration,
         create the bucket directories, start the JVM, wait until it answers.
         """
-        if self._proc is not None:
-            raise S3ProxyError(f"S3Proxy already started (pid {self._proc.pid})")
-        try:
-            java, _ = find_java(self._env)
-        except RuntimeError as e:
-            raise S3ProxyError(f"S3Proxy needs Java 17+: {e}") from e
-        libs = resolve_jars(self._env)
+        java, _ = find_java(S3PROXY, self._env)
+        libs = resolve(s3proxy_jars(), self._env, error=S3ProxyError)
         if self.port == 0:
             self.port = free_port(self.host)
-        try:
-            _check_port_free(self.host, self.port, "S3Proxy")
-        except RuntimeError as e:
-            raise S3ProxyError(str(e)) from e
+        check_port_free(S3PROXY, self.host, self.port, "S3Proxy")
         buckets_dir = self.data_dir / "buckets"
         for bucket in self.buckets:
             (buckets_dir / bucket).mkdir(parents=True, exist_ok=True)
@@ -326,87 +245,52 @@ class S3Proxy:
         props = s3proxy_properties(
             buckets_dir, self.host, self.port, self.access_key, self.secret_key
         )
-        conf.write_text("".join(f"{k}={v}\n" for k, v in props.items()))
+        conf.write_text(render_properties(props))
         # S3Proxy ships no logging configuration: logback's default logs every request
         # at DEBUG (hundreds of MB, and a much slower server).
         logback = self.data_dir / "logback.xml"
         logback.write_text(LOGBACK_XML)
-        cmd = [
-            java,
-            f"-Xmx{self.heap}",
-            "-XX:+UseSerialGC",
-            "-XX:+ExitOnOutOfMemoryError",
-            f"-Dlogback.configurationFile={logback}",
-            "-cp",
-            f"{libs}/*",
-            MAIN_CLASS,
-            "--properties",
-            str(conf),
-        ]
-        with open(self.log_file, "ab") as out:
-            self._proc = subprocess.Popen(
-                cmd,
-                stdin=subprocess.DEVNULL,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                cwd=self.data_dir,
-                env=self._env,
-                start_new_session=True,  # own process group: stop() signals the whole tree
-                preexec_fn=None if self.detach else _die_with_parent,
-            )
-        if not self.detach:
-            atexit.register(self.stop)
+        self._process.start(
+            [
+                java,
+                *jvm_options(self.heap),
+                f"-Dlogback.configurationFile={logback}",
+                "-cp",
+                f"{libs}/*",
+                MAIN_CLASS,
+                "--properties",
+                str(conf),
+            ],
+            output=self.log_file,
+            cwd=self.data_dir,
+            env=self._env,
+            detach=self.detach,
+        )
         try:
-            self._wait_ready()
+            self._process.wait_ready(
+                lambda: answers(self.endpoint),
+                address=self.endpoint,
+                timeout=self.start_timeout,
+                log_file=self.log_file,
+                log_tail=self._log_tail,
+            )
         except BaseException:
             self.stop()
             raise
         return self.endpoint
 
-    def _wait_ready(self) -> None:
-        assert self._proc is not None
-        deadline = time.monotonic() + self.start_timeout
-        while True:
-            code = self._proc.poll()
-            if code is not None:
-                raise S3ProxyError(
-                    f"S3Proxy exited with code {code} during start-up. Log: {self.log_file}\n"
-                    f"{self._log_tail()}"
-                )
-            if answers(self.endpoint):
-                return
-            if time.monotonic() > deadline:
-                raise S3ProxyError(
-                    f"S3Proxy did not answer on {self.endpoint} within {self.start_timeout:g}s. "
-                    f"Log: {self.log_file}\n{self._log_tail()}"
-                )
-            time.sleep(0.1)
-
     def _log_tail(self, lines: int = 25) -> str:
         if self.log_file.is_file() and self.log_file.stat().st_size:
-            return _tail(self.log_file.read_text(errors="replace"), lines)
+            return tail(self.log_file.read_text(errors="replace"), lines)
         return "(no log output)"
 
     def stop(self, timeout: float = 15.0) -> None:
         """Stop the server (SIGTERM, then SIGKILL after ``timeout``); idempotent."""
-        proc, self._proc = self._proc, None
-        if proc is None:
-            return
-        with contextlib.suppress(ValueError):
-            atexit.unregister(self.stop)
-        if proc.poll() is None:
-            _signal_group(proc.pid, signal.SIGTERM)
-            try:
-                proc.wait(timeout)
-            except subprocess.TimeoutExpired:
-                _signal_group(proc.pid, signal.SIGKILL)
-                proc.wait(10)
+        self._process.stop(timeout)
 
     def wait(self) -> int:
         """Block until the server exits; its exit code."""
-        if self._proc is None:
-            raise S3ProxyError("S3Proxy is not started")
-        return self._proc.wait()
+        return self._process.wait()
 
 
 def answers(endpoint: str, timeout: float = 1.0) -> bool:
