@@ -196,41 +196,55 @@ def test_a_reused_file_deleted_by_a_racing_gc_is_uploaded_again(tmp_path: Path) 
 def test_concurrent_gc_never_deletes_a_file_a_retained_checkpoint_references(
     tmp_path: Path,
 ) -> None:
+    """GC runs in a loop beside checkpoints being uploaded and completed.
+
+    The grace period is the time an upload may take from its first file to its
+    manifest (production: 10 minutes). GC here reads the time from ``gc_now``, set
+    when each checkpoint starts: an upload takes no time on GC's clock, so however
+    slowly a busy machine runs it, the grace covers it (a fixed 0.3 s did not), while
+    the files of earlier unretained checkpoints age as the loop goes on. Whether GC
+    never deletes what a checkpoint references is then down to what it reads and in
+    which order, not to scheduling.
+    """
     store = FileStore(tmp_path / "store")
     backend = RocksDBBackend(tmp_path / "task")
     uploader = SnapshotUploader(store, APP, TASK)
     stop = threading.Event()
     deleted: list[str] = []
     failures: list[BaseException] = []
+    grace = 0.2
+    gc_now = [time.time()]
 
     def gc_loop() -> None:
         try:
             while not stop.is_set():
-                deleted.extend(
-                    apply_retention(store, APP, retained=2, grace_seconds=0.3).deleted_files
+                report = apply_retention(
+                    store, APP, retained=2, grace_seconds=grace, clock=lambda: gc_now[0]
                 )
+                deleted.extend(report.deleted_files)
         except BaseException as e:  # surfaced by the assertion below
             failures.append(e)
 
     gc = threading.Thread(target=gc_loop)
     gc.start()
     n = 0
-    deadline = time.monotonic() + 20
+    deadline = time.monotonic() + 120  # generous: only a machine that stalls needs it
     try:
-        while (n < 10 or not deleted) and time.monotonic() < deadline:
+        while (n < 10 or not deleted) and time.monotonic() < deadline and not failures:
             n += 1
+            gc_now[0] = time.time() - 0.05  # file times may lag the clock by a tick
             t = backend.table(SPEC)
             for i in range(0, 600, 3):
                 t.put((i + n % 3,), {"n": n})
-            handle = uploader.upload(backend.snapshot_sync(n)).result(timeout=30)
+            handle = uploader.upload(backend.snapshot_sync(n)).result(timeout=60)
             complete(store, n, {TASK: handle.manifest_path})
             for path in read_manifest(store, handle.manifest_path).shared_paths():
                 assert store.exists(path), f"checkpoint {n} references deleted {path}"
     finally:
         stop.set()
-        gc.join(timeout=30)
+        gc.join(timeout=60)
     assert not failures, failures
-    assert deleted, "GC never deleted anything: the test did not exercise it"
+    assert deleted, f"GC deleted nothing in {n} checkpoints: the test did not exercise it"
     final = apply_retention(store, APP, retained=2, grace_seconds=0.3)
     assert final.retained == [n - 1, n]
     for m in (n - 1, n):
