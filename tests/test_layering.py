@@ -1,0 +1,162 @@
+"""The package's layers: no import cycle between its packages, and the README's Layout
+section names every package and module of ``kstream/`` in the order calls go.
+
+The import graph is read from the source (every ``import`` statement, also those
+inside functions), at the level of the README's entries: a sub-package of
+``kstream`` (``kstream/worker/``) or a top-level module (``kstream/job.py``).
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from graphlib import CycleError, TopologicalSorter
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGE = ROOT / "kstream"
+
+
+def unit_of(module: str, package: Path) -> str | None:
+    """The layout entry of a dotted name in the package (None: a name of the package's
+    face, ``kstream/__init__.py``, which only holds the version)."""
+    parts = module.split(".")
+    if len(parts) < 2:
+        return None
+    if (package / parts[1] / "__init__.py").is_file():
+        return f"{package.name}/{parts[1]}/"
+    if (package / f"{parts[1]}.py").is_file():
+        return f"{package.name}/{parts[1]}.py"
+    return None
+
+
+def imported_modules(tree: ast.Module, module: str, is_package: bool) -> set[str]:
+    """Dotted names of what ``module`` imports (``from a import b`` also counts ``a.b``:
+    ``b`` may be a module)."""
+    out: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            out |= {a.name for a in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = module.split(".")
+                base = base[: len(base) - node.level + (1 if is_package else 0)]
+                prefix = ".".join([*base, *([node.module] if node.module else [])])
+            else:
+                prefix = node.module or ""
+            out.add(prefix)
+            out |= {f"{prefix}.{a.name}" for a in node.names}
+    return out
+
+
+def import_graph(package: Path) -> dict[str, set[str]]:
+    """Layout entry -> the entries it imports (itself left out)."""
+    graph: dict[str, set[str]] = {}
+    for path in sorted(package.rglob("*.py")):
+        rel = path.relative_to(package.parent).with_suffix("")
+        is_package = rel.name == "__init__"
+        module = ".".join(rel.parts[:-1] if is_package else rel.parts)
+        src = unit_of(module, package)
+        if src is None:
+            continue
+        deps = graph.setdefault(src, set())
+        tree = ast.parse(path.read_text(), str(path))
+        for name in imported_modules(tree, module, is_package):
+            if name.split(".")[0] != package.name:
+                continue
+            dst = unit_of(name, package)
+            if dst is not None and dst != src:
+                deps.add(dst)
+    return graph
+
+
+def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    """One import cycle of ``graph`` (its entries in order), or None."""
+    try:
+        TopologicalSorter(graph).prepare()
+    except CycleError as e:
+        return list(e.args[1])
+    return None
+
+
+def layout_entries(readme: str, package: str) -> list[str]:
+    """The ``kstream/...`` entries of the README's Layout block, top to bottom."""
+    section = readme.split("\n## Layout\n", 1)[1].split("\n## ", 1)[0]
+    block = section.split("```", 2)[1]
+    return re.findall(rf"(?<![\w/]){package}/[\w]+(?:/|\.py)", block)
+
+
+def test_no_import_cycle_between_packages() -> None:
+    graph = import_graph(PACKAGE)
+    assert len(graph) > 15  # the walk found the package
+    assert find_cycle(graph) is None, f"import cycle: {' -> '.join(find_cycle(graph) or [])}"
+
+
+def test_the_readme_layout_names_every_package_and_module_in_the_order_calls_go() -> None:
+    entries = layout_entries((ROOT / "README.md").read_text(), "kstream")
+    assert len(entries) == len(set(entries)), f"named twice: {entries}"
+    on_disk = {
+        f"kstream/{p.name}/" if p.is_dir() else f"kstream/{p.name}"
+        for p in PACKAGE.iterdir()
+        if (p.is_dir() and (p / "__init__.py").is_file())
+        or (p.suffix == ".py" and p.name != "__init__.py")
+    }
+    assert set(entries) == on_disk, (
+        f"not in the README's Layout: {sorted(on_disk - set(entries))}; "
+        f"in it but not in kstream/: {sorted(set(entries) - on_disk)}"
+    )
+    rank = {e: i for i, e in enumerate(entries)}
+    upward = sorted(
+        f"{src} imports {dst}"
+        for src, deps in import_graph(PACKAGE).items()
+        for dst in deps
+        if rank[dst] < rank[src]
+    )
+    assert not upward, "calls must go down the README's Layout list:\n" + "\n".join(upward)
+
+
+# ---- the checks themselves can fail ----------------------------------------------------------
+
+
+def _package(tmp_path: Path, files: dict[str, str]) -> Path:
+    for name, text in files.items():
+        path = tmp_path / "kstream" / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    return tmp_path / "kstream"
+
+
+def test_a_cycle_through_an_import_inside_a_function_is_found(tmp_path: Path) -> None:
+    pkg = _package(
+        tmp_path,
+        {
+            "__init__.py": "",
+            "a/__init__.py": "",
+            "a/x.py": "from kstream.b import y\n",
+            "b/__init__.py": "",
+            "b/y.py": "def f():\n    from ..c import z\n",
+            "c/__init__.py": "from . import z\n",
+            "c/z.py": "def g():\n    import kstream.a.x\n",
+            "names.py": "",
+        },
+    )
+    graph = import_graph(pkg)
+    assert graph["kstream/c/"] == {"kstream/a/"}  # relative, package and in-function imports
+    cycle = find_cycle(graph)
+    assert cycle is not None and set(cycle) == {"kstream/a/", "kstream/b/", "kstream/c/"}
+    graph["kstream/c/"].clear()
+    assert find_cycle(graph) is None
+
+
+def test_layout_entries_are_read_from_the_layout_block_in_order() -> None:
+    readme = (
+        "# x\n\nkstream/before/\n\n## Layout\n\ntext kstream/prose/\n\n```\n"
+        "kstream/cli/  the command\n"
+        "kstream/job.py  a job   kstream/names.py  names (not kstream.names.x)\n"
+        "```\n\n## Next\n\n```\nkstream/after/\n```\n"
+    )
+    assert layout_entries(readme, "kstream") == [
+        "kstream/cli/",
+        "kstream/job.py",
+        "kstream/names.py",
+    ]
