@@ -9,7 +9,6 @@ from hypothesis import strategies as st
 
 from kstream.state import TableSpec
 from kstream.state.memory import MemoryBackend
-from kstream.state.typed import ListState, MapState, ReducingState, ValueState
 
 keys = st.tuples(st.integers(-5, 5), st.sampled_from(["a", "b", "c"]), st.integers(0, 3))
 
@@ -53,24 +52,3 @@ def test_snapshot_is_isolated_and_restorable() -> None:
     restored = MemoryBackend.restore(snap)
     assert restored.table(TableSpec("t")).get(("k",)) == [1]
     assert set(restored.tables()) == {"t"}
-
-
-def test_typed_helpers() -> None:
-    b = MemoryBackend()
-    v, m = ValueState(b.table(TableSpec("v"))), MapState(b.table(TableSpec("m")))
-    lst, r = ListState(b.table(TableSpec("l"))), ReducingState(b.table(TableSpec("r")), max)
-    v.set("k", 1)
-    m.put("k", "b", 2)
-    m.put("k", "a", 1)
-    lst.append("k", "x")
-    lst.append("k", "y")
-    assert [r.add("k", x) for x in (3, 1, 5)] == [3, 3, 5]
-    assert (v.get("k"), list(m.items("k")), lst.get("k"), r.get("k")) == (
-        1,
-        [("a", 1), ("b", 2)],
-        ["x", "y"],
-        5,
-    )
-    v.clear("k")
-    lst.clear("k")
-    assert (v.get("k"), lst.get("k")) == (None, [])

@@ -170,9 +170,9 @@ def test_behaves_like_an_ordered_dict_whatever_the_cache_size(
     b.close()
 
 
-typed_ops = st.lists(
+handle_ops = st.lists(
     st.tuples(
-        st.sampled_from(["value", "map_put", "map_del", "list", "reduce", "clear"]),
+        st.sampled_from(["value", "map_put", "map_del", "list", "extend", "ttl", "clear"]),
         st.one_of(st.none(), st.integers(-5, 5), st.sampled_from(["a", "b"]), st.just(b"k")),
         st.one_of(st.integers(0, 3), st.sampled_from(["x", "y"])),
         st.integers(0, 50),
@@ -184,42 +184,57 @@ typed_ops = st.lists(
 @settings(
     max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
-@given(ops=typed_ops)
-def test_typed_state_runs_identically_on_memory_and_rocksdb(
+@given(ops=handle_ops)
+def test_process_function_state_runs_identically_on_memory_and_rocksdb(
     tmp_path_factory: pytest.TempPathFactory, ops: list
 ) -> None:
+    """The state handles a process function gets (value, map, list, with TTL) store the
+    same entries on both backends, the RocksDB one with a write cache smaller than the
+    workload."""
+    from kstream.api.process import ListState, MapState, StateSpec, ValueState
+    from kstream.runtime.keyedstate import KeyScope
     from kstream.state.memory import MemoryBackend
-    from kstream.state.typed import ListState, MapState, ReducingState, ValueState
 
+    specs: dict[str, StateSpec] = {
+        "value": ValueState(),
+        "map": MapState(),
+        "list": ListState(),
+        "ttl": ValueState(ttl_ms=20),
+    }
     backends = [MemoryBackend(), RocksDBBackend(tmp_path_factory.mktemp("db"), cache_entries=3)]
-    views = []
-    for b in backends:
-        views.append(
-            (
-                ValueState(b.table(TableSpec("value"))),
-                MapState(b.table(TableSpec("map"))),
-                ListState(b.table(TableSpec("list"))),
-                ReducingState(b.table(TableSpec("sum")), lambda a, c: a + c),
-            )
-        )
+    scopes = [KeyScope("n1", b, specs) for b in backends]
     for kind, key, map_key, n in ops:
-        for value, mapping, lst, total in views:
+        for scope in scopes:
+            scope.key, scope.timestamp = key, n
             if kind == "value":
-                value.set(key, n)
+                scope["value"].set(n)
             elif kind == "map_put":
-                mapping.put(key, map_key, n)
+                scope["map"].put(map_key, n)
             elif kind == "map_del":
-                mapping.delete(key, map_key)
+                scope["map"].delete(map_key)
             elif kind == "list":
-                lst.append(key, n)
-            elif kind == "reduce":
-                total.add(key, n)
+                scope["list"].append(n)
+            elif kind == "extend":
+                scope["list"].extend([n, map_key])
+            elif kind == "ttl":
+                scope["ttl"].set(n)
+                scope.watermark = max(scope.watermark, n)
+                scope.expire(scope.watermark)
             else:
-                value.clear(key)
-                lst.clear(key)
+                scope["value"].clear()
+                scope["list"].clear()
+                scope["map"].clear()
     mem, rdb = backends
-    for name in ("value", "map", "list", "sum"):
+    names = [f"n1.s.{name}" for name in specs] + ["n1.ttl"]
+    for name in names:
         assert list(rdb.table(TableSpec(name)).scan()) == list(mem.table(TableSpec(name)).scan())
+    for key in (None, -5, 0, 5, "a", "b", b"k"):
+        for scope in scopes:
+            scope.key = key
+        got = [
+            (s["value"].get(), s["map"].items(), s["list"].get(), s["ttl"].get()) for s in scopes
+        ]
+        assert got[0] == got[1]
     rdb.close()
 
 
