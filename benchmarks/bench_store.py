@@ -22,8 +22,8 @@ import time
 from pathlib import Path
 
 from benchmarks import recovery
+from benchmarks.lineup import REPO_DIR, Contender
 from benchmarks.procstats import Child
-from benchmarks.run import REPO_DIR, Contender
 from benchmarks.workloads import forever_store_dir
 from kstream.dev.localbroker import LocalBroker
 from kstream.dev.s3proxy import S3Proxy

@@ -10,8 +10,9 @@ import io
 import json
 import time
 import uuid
+import zlib
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 import fastavro
 
@@ -25,13 +26,44 @@ from benchmarks.workloads import (
 )
 from kstream.kafka.clients import KafkaError, TopicPartition, make_consumer
 
+#: How to check an output topic's values: workload 1's events in this format (their
+#: ``cents`` are summed) or window results ``{"start", "end", "value"}`` (digested).
+Decode = Literal["json", "avro", "windows"]
+
 
 @dataclass(frozen=True)
 class OutputStats:
-    """Committed records in an output topic and, for workload 1, the sum of their ``cents``."""
+    """Committed records in an output topic; for workload 1 the sum of their ``cents``; for
+    window counts an order-independent digest of every (key, start, end, count)."""
 
     records: int
     cents: int | None = None
+    digest: int | None = None
+
+
+def window_digest(key: bytes, start: int, end: int, count: int) -> int:
+    """One window result's share of ``OutputStats.digest`` (the digest is their sum mod 2**64)."""
+    return zlib.crc32(b"%s|%d|%d|%d" % (key, start, end, count)) * 2654435761
+
+
+def expected_windows(spec: InputSpec, window_ms: int) -> OutputStats:
+    """Workloads 2/3's exact output for ``spec``: a count per key and tumbling window of
+    ``window_ms`` for every window that closed, i.e. whose end is at most the largest
+    timestamp of its key's partition (the watermark, no out-of-orderness allowed)."""
+    counts: dict[tuple[bytes, int, int], int] = {}
+    top: dict[int, int] = {}
+    for part, key, _, ts in events(spec):
+        start = ts - ts % window_ms
+        wk = (key, start, part)
+        counts[wk] = counts.get(wk, 0) + 1
+        if ts > top.get(part, -1):
+            top[part] = ts
+    n = digest = 0
+    for (key, start, part), c in counts.items():
+        if start + window_ms <= top[part]:
+            n += 1
+            digest += window_digest(key, start, start + window_ms, c)
+    return OutputStats(n, None, digest % 2**64)
 
 
 def expected_stateless(spec: InputSpec) -> OutputStats:
@@ -62,10 +94,11 @@ def read_output(
     topic: str,
     partitions: int,
     *,
-    decode: Format | None = None,
+    decode: Decode | None = None,
     timeout: float = 300.0,
 ) -> OutputStats:
-    """Read ``topic`` (read_committed) to its end; with ``decode`` also sum workload 1's ``cents``.
+    """Read ``topic`` (read_committed) to its end; with ``decode`` also sum workload 1's
+    ``cents`` or digest the window results (see ``OutputStats``).
 
     Raises TimeoutError if the end is not reached within ``timeout`` s.
     """
@@ -79,7 +112,7 @@ def read_output(
     consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
     at_end: set[int] = set()
     n = 0
-    cents = 0
+    cents = digest = 0
     deadline = time.monotonic() + timeout
     try:
         while len(at_end) < partitions:
@@ -97,10 +130,15 @@ def read_output(
                     raise RuntimeError(f"{topic}: consume error {err}")
                 at_end.discard(m.partition() or 0)  # more data after an EOF: not at end yet
                 n += 1
-                if decode is not None:
+                if decode == "windows":
+                    r = json.loads(m.value() or b"")
+                    digest += window_digest(m.key() or b"", r["start"], r["end"], r["value"])
+                elif decode is not None:
                     cents += _cents(m.value() or b"", decode, schema)
     finally:
         consumer.close()
+    if decode == "windows":
+        return OutputStats(n, None, digest % 2**64)
     return OutputStats(n, cents if decode is not None else None)
 
 

@@ -5,12 +5,11 @@ from __future__ import annotations
 
 import io
 import json
-from collections.abc import Callable
 from typing import Any
 
 import fastavro
 
-from benchmarks.contenders.rawloop import BatchHandler, run_raw
+from benchmarks.contenders.rawloop import BatchHandler, Output, consume_error, run_raw
 from benchmarks.workloads import (
     EVENT_SCHEMA_FILE,
     OUT_EVENT_SCHEMA_FILE,
@@ -26,9 +25,12 @@ def json_handler() -> BatchHandler:
     loads = json.loads
     dumps = json.JSONEncoder(separators=(",", ":")).encode
 
-    def handle(msgs: list[Any], produce: Callable[..., None]) -> int:
+    def handle(msgs: list[Any], out: Output) -> int:
+        produce = out.produce
         n = 0
         for m in msgs:
+            if m.error() is not None:
+                raise consume_error("raw_stateless", m)
             event = loads(m.value())
             if keep(event):
                 produce(dumps(transform(event)).encode(), m.key())
@@ -46,9 +48,12 @@ def avro_handler() -> BatchHandler:
     writer = fastavro.schemaless_writer
     BytesIO = io.BytesIO
 
-    def handle(msgs: list[Any], produce: Callable[..., None]) -> int:
+    def handle(msgs: list[Any], out: Output) -> int:
+        produce = out.produce
         n = 0
         for m in msgs:
+            if m.error() is not None:
+                raise consume_error("raw_stateless", m)
             event = reader(BytesIO(m.value()), in_schema, None)
             if keep(event):  # type: ignore[arg-type]
                 buf = BytesIO()

@@ -5,19 +5,10 @@ from __future__ import annotations
 import pytest
 
 from benchmarks.generate import InputSpec, partition_of
+from benchmarks.harness import FED_LINE, RunResult, Series
+from benchmarks.lineup import Contender, Workload
 from benchmarks.recovery import RECOVERY_WINDOW_MS, RecoveryResult, probe_key, window_bounds
-from benchmarks.run import (
-    FED_LINE,
-    Contender,
-    RunResult,
-    Series,
-    Workload,
-    commit_wait_lines,
-    ratio,
-    ratio_lines,
-    recovery_lines,
-    table,
-)
+from benchmarks.report import commit_wait_lines, ratio, ratio_lines, recovery_lines, table
 
 
 def _series(wl: str, name: str, rates: list[float], module: str = "m") -> Series:
@@ -47,23 +38,27 @@ def test_targets_report_losses_and_wins() -> None:
         _series("w1", "kstream", [150.0]),
         _series("w1", "quix", [100.0]),
         _series("w1", "raw_pipe", [200.0]),
-        _series("w4", "kstream_ckpt_1s", [95.0]),
+        _series("w2", "kstream", [300.0]),
+        _series("w2", "kafka_streams", [200.0]),
+        _series("w4", "kstream_ckpt_1s", [96.0]),
         _series("w4", "kstream_ckpt_off", [100.0]),
     ]
     rec: dict[str, list[RecoveryResult] | str] = {
         "kstream": [RecoveryResult(1, 1.0, 5, 5, 1, 1)],
         "quix": [RecoveryResult(1, 10.0, 5, 5, 1, 1)],
+        "kafka_streams": [RecoveryResult(1, 0.5, 5, 5, 1, 1)],
     }
     lines = ratio_lines(series, rec)
-    assert "| kstream >= 2x Quix Streams, workload 1 | 1.50x | MISSED |" in lines
-    assert "| kstream workload 1 >= 0.6x the raw pipe | 0.75x | met |" in lines
-    assert "| checkpoint overhead <= 10 % | 5.0 % | met |" in lines
-    assert "| recovery <= 0.2x Quix's recovery from its changelog (local state wiped) | 0.10x (1.0 s vs 10.0 s) | met |" in lines
+    assert "| w2 exactly-once: kstream >= 1.0x Kafka Streams exactly-once | 1.50x | met |" in lines
+    assert "| w1: kstream >= 3x Quix Streams | 1.50x | MISSED |" in lines
+    assert "| w1: kstream >= 0.8x the callback-free raw pipe | 0.75x | MISSED |" in lines
+    assert "| w4: checkpoint overhead at a 1 s interval <= 5 % | 4.0 % | met |" in lines
+    assert "| recovery, local state wiped: kstream <= 0.1x Quix Streams | 0.10x (1.0 s vs 10.0 s) | met |" in lines
+    assert "| recovery, local state wiped: kstream <= 1.0x Kafka Streams | 2.00x (1.0 s vs 0.5 s) | MISSED |" in lines
     assert not any("local state kept" in line for line in lines)  # the kept mode was not run
-    assert (
-        "| kstream >= 2x Quix Streams, workload 2 | n/a (kstream not run in w2) | not measured |"
-        in lines
-    )
+    assert "| w2: kstream >= 2x Quix Streams | n/a (quix not run in w2) | not measured |" in lines
+    assert "- w1: kstream / raw_pipe" not in lines  # a target, not an informational ratio
+    assert "- w3: kstream / kafka_streams = n/a (kstream not run in w3)" in lines
 
 
 def test_table_lists_unavailable_contenders_with_the_reason() -> None:
@@ -90,13 +85,22 @@ def test_recovery_state_fits_one_window_and_probes_hit_their_partition() -> None
 
 def test_recovery_target_says_why_it_was_not_measured() -> None:
     assert (
-        "| recovery <= 0.2x Quix's recovery from its changelog (local state wiped) | n/a (kstream: not run; quix: not run) "
+        "| recovery, local state wiped: kstream <= 0.1x Quix Streams | n/a (kstream: not run; quix: not run) "
         "| not measured |" in ratio_lines([], {})
     )
-    rec: dict[str, list[RecoveryResult] | str] = {"kstream": "not available: x", "quix": []}
+    rec: dict[str, list[RecoveryResult] | str] = {
+        "kstream": "not available: x",
+        "quix": [],
+        "kafka_streams": [RecoveryResult(1, 3.0, 5, 5, 1, 1)],
+    }
+    lines = ratio_lines([], rec)
     assert (
-        "| recovery <= 0.2x Quix's recovery from its changelog (local state wiped) | n/a (kstream: not available: x; "
-        "quix: no valid run) | not measured |" in ratio_lines([], rec)
+        "| recovery, local state wiped: kstream <= 0.1x Quix Streams | n/a (kstream: not available: x; "
+        "quix: no valid run) | not measured |" in lines
+    )
+    assert (
+        "| recovery, local state wiped: kstream <= 1.0x Kafka Streams | n/a (kstream: not available: x) "
+        "| not measured |" in lines
     )
 
 
@@ -110,12 +114,16 @@ def test_recovery_with_local_state_kept_is_compared_like_with_like() -> None:
             RecoveryResult(1, 9.0, 5, 5, 1, 1),
         ],
         "quix (local state kept)": [RecoveryResult(1, 4.0, 5, 5, 1, 1)],
+        "kafka_streams (local state kept)": [RecoveryResult(1, 8.0, 5, 5, 1, 1)],
     }
     lines = ratio_lines([], rec)
-    assert "| recovery <= 0.2x Quix's recovery from its changelog (local state wiped) | 0.30x (3.0 s vs 10.0 s) | MISSED |" in (
+    assert "| recovery, local state wiped: kstream <= 0.1x Quix Streams | 0.30x (3.0 s vs 10.0 s) | MISSED |" in (
         lines
     )
-    assert "| extra: recovery <= 0.2x Quix's with both local states kept (Quix skips its changelog) | 0.50x (2.0 s vs 4.0 s) | MISSED |" in (
+    assert "| extra: recovery with local state kept: kstream <= 0.2x Quix Streams | 0.50x (2.0 s vs 4.0 s) | MISSED |" in (
+        lines
+    )
+    assert "| extra: recovery with local state kept: kstream <= 1.0x Kafka Streams | 0.25x (2.0 s vs 8.0 s) | met |" in (
         lines
     )
     table = recovery_lines(rec, 5)
