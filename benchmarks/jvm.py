@@ -9,10 +9,10 @@ Two classpaths are used:
   broker's own ``ProducerPerformance`` / ``ConsumerPerformance`` (what
   ``kafka-producer-perf-test.sh`` / ``kafka-consumer-perf-test.sh`` run).
 
-Resolution is ``mvn dependency:copy-dependencies`` on a throw-away pom, as the local
-broker's jars are resolved (``kstream.dev.localbroker``); a marker file written after a
-complete resolution makes later calls skip Maven. Compiled classes are cached by a hash
-of the sources and the classpath's jar names.
+Resolution is ``kstream.dev.maven`` (the local broker's and S3Proxy's): a throw-away
+pom, ``mvn dependency:copy-dependencies`` once, a marker file after a complete
+resolution. Compiled classes are cached by a hash of the sources and the classpath's
+jar names.
 """
 
 from __future__ import annotations
@@ -22,12 +22,14 @@ import hashlib
 import os
 import shutil
 import subprocess
-import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from kstream.dev.localbroker import KAFKA_VERSION, cache_dir, find_java
+from kstream.dev import maven
+from kstream.dev.jvm import DevServerError, ServerKind, find_java
+from kstream.dev.localbroker import KAFKA_VERSION
+from kstream.dev.maven import Jars, cache_dir
 
 KAFKA_STREAMS_VERSION = "4.1.1"
 JACKSON_VERSION = "2.19.0"  # the version kafka-clients/kafka-tools 4.1 are built with
@@ -37,67 +39,49 @@ JAVA_MAIN = "kstreambench.BenchApp"
 _MARKER = ".complete"
 
 
-class JvmError(RuntimeError):
+class JvmError(DevServerError):
     """Java, Maven or javac is missing or failed; the message says what to do."""
 
 
-@dataclass(frozen=True)
-class Artifact:
-    """A Maven artifact ``group:artifact:version``."""
+#: Who needs Java here, for ``find_java``'s messages.
+BENCH_JAVA = ServerKind(
+    name="benchmark JVM",
+    main_class="kstreambench.BenchApp",
+    error=JvmError,
+    needs="The Kafka Streams contender and the broker's perf tools",
+    alternative="run without them (their rows say 'not available')",
+    stop_command="",
+)
 
-    group: str
-    artifact: str
-    version: str
-
-    def __str__(self) -> str:
-        return f"{self.group}:{self.artifact}:{self.version}"
-
-
-@dataclass(frozen=True)
-class JarSet:
-    """A named set of Maven artifacts whose runtime closure is one classpath."""
-
-    name: str
-    artifacts: tuple[Artifact, ...]
-
-    @property
-    def key(self) -> str:
-        """Cache directory name: the set's name and a hash of its coordinates."""
-        coords = "\n".join(sorted(str(a) for a in self.artifacts))
-        return f"{self.name}-{hashlib.sha256(coords.encode()).hexdigest()[:12]}"
-
-
-KAFKA_STREAMS = JarSet(
-    "bench-kafka-streams",
-    (
-        Artifact("org.apache.kafka", "kafka-streams", KAFKA_STREAMS_VERSION),
-        Artifact("com.fasterxml.jackson.core", "jackson-databind", JACKSON_VERSION),
-        Artifact("org.slf4j", "slf4j-simple", SLF4J_VERSION),
+KAFKA_STREAMS = Jars(
+    name="bench-kafka-streams",
+    version=KAFKA_STREAMS_VERSION,
+    dependencies=(
+        ("org.apache.kafka", "kafka-streams", KAFKA_STREAMS_VERSION),
+        ("com.fasterxml.jackson.core", "jackson-databind", JACKSON_VERSION),
+        ("org.slf4j", "slf4j-simple", SLF4J_VERSION),
     ),
+    proof="kafka-streams-*.jar",
+    what=f"Kafka Streams {KAFKA_STREAMS_VERSION}",
+    alternative="run the benchmark without the Kafka Streams rows",
 )
 
 
-def broker_tools(kafka_version: str = KAFKA_VERSION) -> JarSet:
+def broker_tools(kafka_version: str = KAFKA_VERSION) -> Jars:
     """``kafka-tools`` of the broker's Kafka version (the perf-test classes live there)."""
-    return JarSet(
-        "bench-kafka-tools", (Artifact("org.apache.kafka", "kafka-tools", kafka_version),)
+    return Jars(
+        name="bench-kafka-tools",
+        version=kafka_version,
+        dependencies=(("org.apache.kafka", "kafka-tools", kafka_version),),
+        proof="kafka-tools-*.jar",
+        what=f"kafka-tools {kafka_version}",
+        alternative="run the benchmark without the broker perf-tool rows",
     )
 
 
-def resolution_pom(jars: JarSet) -> str:
-    """A throw-away Maven pom whose runtime dependencies are ``jars``."""
-    body = "\n".join(
-        f"    <dependency><groupId>{a.group}</groupId><artifactId>{a.artifact}</artifactId>"
-        f"<version>{a.version}</version></dependency>"
-        for a in jars.artifacts
-    )
-    return (
-        '<project xmlns="http://maven.apache.org/POM/4.0.0">\n'
-        "  <modelVersion>4.0.0</modelVersion>\n"
-        f"  <groupId>kstream.local</groupId><artifactId>{jars.name}</artifactId>"
-        "<version>1</version>\n"
-        f"  <dependencies>\n{body}\n  </dependencies>\n</project>\n"
-    )
+def resolve(jars: Jars, env: Mapping[str, str] | None = None) -> Path:
+    """The directory of ``jars``' runtime closure (``kstream.dev.maven``, cached)."""
+    return maven.resolve(jars, env, error=JvmError)
 
 
 def classpath(*dirs: Path) -> str:
@@ -108,39 +92,6 @@ def classpath(*dirs: Path) -> str:
         jars = sorted(d.glob("*.jar"))
         parts += [str(j) for j in jars] if jars else [str(d)]
     return os.pathsep.join(parts)
-
-
-def resolve(jars: JarSet, env: Mapping[str, str] | None = None) -> Path:
-    """A directory holding the runtime closure of ``jars``; resolved once with ``mvn``."""
-    env = os.environ if env is None else env
-    home = cache_dir(env) / jars.key
-    libs = home / "libs"
-    if (home / _MARKER).is_file():
-        return libs
-    home.mkdir(parents=True, exist_ok=True)
-    with open(home / ".lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)  # another process may be resolving right now
-        if (home / _MARKER).is_file():
-            return libs
-        mvn = shutil.which("mvn", path=env.get("PATH", ""))
-        if mvn is None:
-            raise JvmError(f"{jars.name} is not cached in {home} and Maven ('mvn') is not on PATH")
-        shutil.rmtree(libs, ignore_errors=True)
-        with tempfile.TemporaryDirectory(prefix="kstream-mvn-") as work:
-            (Path(work) / "pom.xml").write_text(resolution_pom(jars))
-            proc = subprocess.run(
-                [mvn, "-q", "-B", "dependency:copy-dependencies", "-DincludeScope=runtime",
-                 f"-DoutputDirectory={libs}"],
-                cwd=work, capture_output=True, text=True, env=dict(env), check=False,
-            )  # fmt: skip
-        if proc.returncode != 0 or not any(libs.glob("*.jar")):
-            tail = "\n".join((proc.stdout + proc.stderr).strip().splitlines()[-30:])
-            raise JvmError(
-                f"resolving {', '.join(map(str, jars.artifacts))} from Maven Central failed "
-                f"(exit {proc.returncode}):\n{tail}"
-            )
-        (home / _MARKER).write_text("\n".join(map(str, jars.artifacts)) + "\n")
-    return libs
 
 
 def sources_key(sources: Sequence[Path], cp: str) -> str:
@@ -167,7 +118,7 @@ def compile_classes(
         fcntl.flock(lock, fcntl.LOCK_EX)
         if (out / _MARKER).is_file():
             return out
-        java, _ = find_java(env)
+        java, _ = find_java(BENCH_JAVA, env)
         javac = Path(java).resolve().parent / "javac"
         if not javac.exists():
             found = shutil.which("javac", path=env.get("PATH", ""))
@@ -201,11 +152,11 @@ def kafka_streams_app(env: Mapping[str, str] | None = None) -> JavaApp:
     libs = resolve(KAFKA_STREAMS, env)
     cp = classpath(libs)
     classes = compile_classes(sorted(JAVA_SOURCES.glob("*.java")), cp, env)
-    java, _ = find_java(env)
+    java, _ = find_java(BENCH_JAVA, env)
     return JavaApp(java, os.pathsep.join([str(classes), cp]))
 
 
 def broker_tools_app(env: Mapping[str, str] | None = None) -> JavaApp:
     """``kafka-tools`` of the broker's version: ``ProducerPerformance``, ``ConsumerPerformance``."""
-    java, _ = find_java(env)
+    java, _ = find_java(BENCH_JAVA, env)
     return JavaApp(java, classpath(resolve(broker_tools(), env)))

@@ -6,18 +6,9 @@ import os
 from pathlib import Path
 
 from benchmarks.contenders.kafkastreams import java_args
-from benchmarks.jvm import (
-    KAFKA_STREAMS,
-    Artifact,
-    JarSet,
-    JavaApp,
-    broker_tools,
-    classpath,
-    resolution_pom,
-    resolve,
-    sources_key,
-)
+from benchmarks.jvm import KAFKA_STREAMS, JavaApp, broker_tools, classpath, resolve, sources_key
 from benchmarks.workloads import contender_parser
+from kstream.dev.maven import resolution_pom
 
 
 def test_classpath_lists_jars_sorted_and_class_dirs_as_themselves(tmp_path: Path) -> None:
@@ -42,22 +33,12 @@ def test_pom_names_every_artifact_and_kafka_streams_brings_rocksdb_through_it() 
     assert "<artifactId>kafka-tools</artifactId><version>4.1.1</version>" in tools
 
 
-def test_jar_sets_are_cached_apart_by_their_coordinates() -> None:
-    a = JarSet("x", (Artifact("g", "a", "1"),))
-    b = JarSet("x", (Artifact("g", "a", "2"),))
-    assert a.key != b.key and a.key.startswith("x-")
-    assert JarSet("x", (Artifact("g", "a", "1"), Artifact("g", "b", "1"))).key == JarSet(
-        "x", (Artifact("g", "b", "1"), Artifact("g", "a", "1"))
-    ).key
-
-
 def test_a_resolved_set_is_found_in_the_cache_without_maven(tmp_path: Path) -> None:
-    jars = JarSet("t", (Artifact("g", "a", "1"),))
-    home = tmp_path / "kstream" / jars.key
+    home = tmp_path / "kstream" / "bench-kafka-tools-4.1.1"
     (home / "libs").mkdir(parents=True)
-    (home / ".complete").write_text("g:a:1\n")
+    (home / ".complete").write_text("4.1.1\n")
     env = {"XDG_CACHE_HOME": str(tmp_path), "PATH": ""}  # no mvn on PATH: must not be needed
-    assert resolve(jars, env) == home / "libs"
+    assert resolve(broker_tools("4.1.1"), env) == home / "libs"
 
 
 def test_compile_cache_key_follows_sources_and_jar_versions(tmp_path: Path) -> None:
