@@ -26,7 +26,8 @@ def test_stateless_and_recovery_rows_are_measured_and_verified(tmp_path: Path) -
     results = tmp_path / "RESULTS.md"
     args = [
         "--bootstrap", str(BOOTSTRAP), "--records", "2000", "--keys", "500", "--runs", "1",
-        "--recovery-keys", "2000", "--timeout", "180", "--results", str(results),
+        "--recovery-keys", "2000", "--recovery-local", "both", "--timeout", "180",
+        "--results", str(results),
         "--no-quix-install", "--workload", "w1", "--workload", "w5", "--workload", "recovery",
     ]  # fmt: skip
     out = CliRunner().invoke(main, args)
