@@ -307,8 +307,9 @@ def test_garbage_on_the_control_topic_is_skipped(
         b"[]",
         b'{"v": 1, "type": "JobFailed", "reason": "' + b"x" * 300_000 + b'"}',
     ]
-    for g in garbage:
-        producer.produce(control_topic(app), g)
+    for i, g in enumerate(garbage):
+        # (keyed: the compacted control topic refuses records without a key)
+        producer.produce(control_topic(app), g, key=b"garbage-%d" % i)
     assert producer.flush(10.0) == 0
     # Both ends read and skipped every bad record ...
     coord.wait_count("skipping control record", len(garbage))

@@ -30,6 +30,13 @@ class OnBadRecord(StrEnum):
     FAIL = "fail"  # stop the job with the record's topic/partition/offset
 
 
+class OnError(StrEnum):
+    """What a task does when a user function (map, filter, flat_map, key_by) raises."""
+
+    FAIL = "fail"  # the task fails and the job rolls back (the restart strategy retries)
+    DEAD_LETTER = "dead_letter"  # the record goes to <app>.dlq with the operator and error
+
+
 @dataclass(frozen=True)
 class CheckpointingConfig:
     """Checkpointing is a flag plus an interval, not a "streaming mode" (seed, DESIGN §9).
@@ -68,14 +75,46 @@ class CheckpointingConfig:
 
 @dataclass(frozen=True)
 class RestartStrategy:
-    """Bounds automatic failover: at most ``max_restarts`` within ``window`` seconds, and
-    at least ``delay`` seconds between two restarts (the first one after a quiet spell
-    starts at once)."""
+    """Bounds and spaces automatic failover.
 
-    max_restarts: int = 10
+    **Exponential delay** (default, ``max_restarts=None``; Flink's default since 1.19):
+    the job restarts for ever; the first restart after a quiet period starts at once,
+    each further one waits ``delay`` (1 s), then ``multiplier`` times the previous wait,
+    at most ``max_delay`` (60 s), counted from the previous restart; ``reset_after``
+    seconds without a restart make the next one immediate again.
+
+    **Fixed count** (``max_restarts=N``): at most N restarts within ``window`` seconds,
+    then the job fails; restarts at least ``delay`` apart (the first one after a quiet
+    spell at once).
+
+    A restore not finished within ``restore_timeout`` counts as a failure.
+    """
+
+    max_restarts: int | None = None
     window: float = 600.0
     delay: float = 1.0
     restore_timeout: float = 120.0
+    max_delay: float = 60.0
+    multiplier: float = 2.0
+    reset_after: float = 600.0
+
+    def __post_init__(self) -> None:
+        if self.max_restarts is not None and self.max_restarts < 0:
+            raise ConfigError(f"max_restarts must be >= 0, got {self.max_restarts}")
+        if self.delay < 0 or self.max_delay < self.delay:
+            raise ConfigError(
+                f"restart delays must satisfy 0 <= delay <= max_delay, got {self.delay}, "
+                f"{self.max_delay}"
+            )
+        if self.multiplier < 1:
+            raise ConfigError(f"restart multiplier must be >= 1, got {self.multiplier}")
+        if self.window <= 0 or self.reset_after <= 0 or self.restore_timeout <= 0:
+            raise ConfigError("restart window, reset_after and restore_timeout must be > 0")
+
+    @property
+    def exponential(self) -> bool:
+        """Exponential delay (no ``max_restarts``) rather than fixed count."""
+        return self.max_restarts is None
 
 
 # Client settings kstream sets itself because a guarantee depends on them. A user

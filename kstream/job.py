@@ -13,7 +13,13 @@ from pathlib import Path
 
 from kstream.api.topology import Topology
 from kstream.config import ConfigError, JobConfig
-from kstream.kafka.clients import TopicSpec, ensure_topics, make_admin, partition_counts
+from kstream.kafka.clients import (
+    TopicSpec,
+    ensure_topics,
+    make_admin,
+    max_message_bytes,
+    partition_counts,
+)
 from kstream.kafka.control import control_topic_spec
 from kstream.kafka.dlq import dlq_topic_spec
 from kstream.kafka.sink import commits_topic_spec
@@ -107,9 +113,11 @@ def ensure_job_topics(job: Job) -> None:
         for name, n in sinks.items()
         if name not in internal
     ]
+    # Any record a source can hold must fit in the dead-letter topic (issue 13).
+    source_max = max_message_bytes(admin, plan.source_topics)
     specs += [
         control_topic_spec(cfg.app_id),
         commits_topic_spec(cfg.app_id),
-        dlq_topic_spec(cfg.app_id),
+        dlq_topic_spec(cfg.app_id, source_max_message_bytes=source_max),
     ]
     ensure_topics(admin, specs, replication=cfg.replication)

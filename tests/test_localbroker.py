@@ -303,3 +303,11 @@ def test_cli_topic_tools_need_a_bootstrap(tmp_path: Path) -> None:
     )
     assert result.exit_code == 2
     assert "no --bootstrap given and no local broker running" in result.output
+
+
+def test_cluster_ids_never_look_like_an_option() -> None:
+    from kstream.dev.localbroker import new_cluster_id
+
+    ids = [new_cluster_id() for _ in range(3000)]  # ~47 would start with "-" otherwise
+    assert not any(i.startswith("-") for i in ids)
+    assert all(len(i) == 22 for i in ids)

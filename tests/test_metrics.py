@@ -227,14 +227,21 @@ def test_restart_causes_of_every_failover_path() -> None:
 
 def test_dead_letter_reasons_from_the_task_reader() -> None:
     def reasons(extractor: Any, raw: list[tuple[Any, Any, int]]) -> list[str]:
-        reader = Reader(None, serde_by_name("str"), serde_by_name("json"), extractor)  # type: ignore[arg-type]
+        reader = Reader(None, serde_by_name("str"), serde_by_name("json"), extractor)
         return [dead_letter_reason(r) for _i, r in reader.decode(raw)[3]]
 
     assert reasons(None, [(b"k", b"{bad", 1), (b"\xff", b"1", 1)]) == ["deserialize"] * 2
     assert reasons(lambda v, ts: v["t"], [(b"k", b"1", 1)]) == ["timestamp"]
     assert dead_letter_reason("malformed internal record: no ks.task header") == "internal_record"
     assert dead_letter_reason("") == "other"
-    assert set(DEAD_LETTER_REASONS) == {"deserialize", "timestamp", "internal_record", "other"}
+    assert dead_letter_reason("operator 'map1' raised ValueError: x") == "operator"
+    assert set(DEAD_LETTER_REASONS) == {
+        "deserialize",
+        "timestamp",
+        "internal_record",
+        "operator",
+        "other",
+    }
 
 
 # ---- log formats -----------------------------------------------------------------------

@@ -218,6 +218,7 @@ def test_undecodable_records_become_dead_letters(kit: type[Kit]) -> None:
             "line 1 column 2 (char 1)",
             b"k",
             b"{nope",
+            2,  # the record's timestamp travels to the ks.timestamp header
         )
     ]
     task.end_input("in", 0, 0.0)

@@ -44,25 +44,27 @@ def test_sliding_out_of_order_record_fills_a_right_window(kit: type[Kit]) -> Non
 
 
 def test_sliding_late_and_allowed_lateness(kit: type[Kit]) -> None:
+    # Times from B on: a source accepts only Kafka's timestamp range (0 .. 2**63-1).
+    B = 10_000
     task = kit.task(kit.window_job(Sliding(999), allowed_lateness_ms=300))
-    task.feed_source("events", 0, kit.records([("a", 1, 1000), ("b", 1, 1200)]), 0.0)
-    assert kit.sink(task.drain(), "out") == [("a", ["a", 1, 1001, 1], 1000)]
-    # 900 is behind the watermark (1200): its left window [-99, 901) ends within the
-    # lateness (901 + 300 > 1200) and fires at once; the fired window ending at 1001
-    # fires again with it; its right window [901, 1901) is not due yet.
-    task.feed_source("events", 0, kit.records([("a", 1, 900)], 2), 0.0)
+    task.feed_source("events", 0, kit.records([("a", 1, B + 1000), ("b", 1, B + 1200)]), 0.0)
+    assert kit.sink(task.drain(), "out") == [("a", ["a", B + 1, B + 1001, 1], B + 1000)]
+    # B+900 is behind the watermark (B+1200): its left window [B-99, B+901) ends within
+    # the lateness (901 + 300 > 1200) and fires at once; the fired window ending at
+    # B+1001 fires again with it; its right window [B+901, B+1901) is not due yet.
+    task.feed_source("events", 0, kit.records([("a", 1, B + 900)], 2), 0.0)
     assert kit.sink(task.drain(), "out") == [
-        ("a", ["a", -99, 901, 1], 900),
-        ("a", ["a", 1, 1001, 2], 1000),
+        ("a", ["a", B - 99, B + 901, 1], B + 900),
+        ("a", ["a", B + 1, B + 1001, 2], B + 1000),
     ]
-    # Every window that could hold -200 ends by -200 + 1000 <= 1200 - 300: late.
-    task.feed_source("events", 0, kit.records([("a", 1, -200)], 3), 0.0)
+    # Every window that could hold B-200 ends by B-200 + 1000 <= B+1200 - 300: late.
+    task.feed_source("events", 0, kit.records([("a", 1, B - 200)], 3), 0.0)
     assert kit.sink(task.drain(), "out") == []
     assert task.metrics["late_dropped"] == 1
     task.end_input("events", 0, 0.0)
     assert kit.sink(task.drain(), "out") == [
-        ("b", ["b", 201, 1201, 1], 1200),
-        ("a", ["a", 901, 1901, 1], 1900),
+        ("b", ["b", B + 201, B + 1201, 1], B + 1200),
+        ("a", ["a", B + 901, B + 1901, 1], B + 1900),
     ]
 
 

@@ -61,6 +61,7 @@ def test_internal_topics_are_created_without_time_retention(
         created.extend(specs)
 
     monkeypatch.setattr(jobmod, "ensure_topics", ensure)
+    monkeypatch.setattr(jobmod, "max_message_bytes", lambda _admin, _topics: 2_000_000)
     ensure_job_topics(Job(cfg, plan))
     internal = {t.name for t in plan.internal_topics}
     assert internal == {"wc.stage0.repartition"}
@@ -68,6 +69,10 @@ def test_internal_topics_are_created_without_time_retention(
         "wc.stage0.repartition": INTERNAL_TOPIC_CONFIG
     }
     assert INTERNAL_TOPIC_CONFIG == {"retention.ms": "-1", "cleanup.policy": "delete"}
+    # The dead-letter topic takes any record of the sources, with its headers.
+    assert {s.name: s.config for s in created if s.name == "wc.dlq"} == {
+        "wc.dlq": {"max.message.bytes": str(2_000_000 + 64 * 1024)}
+    }
 
 
 def test_plan_live_applies_the_default_guarantee(monkeypatch: pytest.MonkeyPatch) -> None:

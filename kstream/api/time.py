@@ -9,7 +9,14 @@ from typing import Any
 from kstream.api.windows import check_duration
 
 TimestampExtractor = Callable[[Any, int], int]
-"""``extractor(value, kafka_timestamp_ms) -> event_time_ms``."""
+"""``extractor(value, kafka_timestamp_ms) -> event_time_ms``: an ``int`` within
+``[MIN_TIMESTAMP, MAX_TIMESTAMP]``; anything else dead-letters the record."""
+
+MIN_TIMESTAMP = 0
+"""Smallest record timestamp (ms) kstream accepts at a source: Kafka's (it rejects
+negative timestamps other than -1, "none")."""
+MAX_TIMESTAMP = 2**63 - 1
+"""Largest record timestamp (ms) accepted at a source: Kafka's (a signed 64-bit long)."""
 
 
 @dataclass(frozen=True)

@@ -27,7 +27,7 @@ from typing import Any, Literal, Self, overload
 from kstream.api.process import StateSpec, resolve_process
 from kstream.api.time import TimestampExtractor, WatermarkStrategy
 from kstream.api.windows import COUNT, Aggregation, Session, WindowSpec, check_duration
-from kstream.config import Guarantee
+from kstream.config import Guarantee, OnError
 from kstream.serde import Serde, serde_by_name
 
 EMIT_ROLLING = ("change", "checkpoint")
@@ -64,9 +64,20 @@ class Node:
 class Topology:
     """A named job graph; ``name`` is the default app id."""
 
-    def __init__(self, name: str, *, default_guarantee: Guarantee = Guarantee.EXACTLY_ONCE):
+    def __init__(
+        self,
+        name: str,
+        *,
+        default_guarantee: Guarantee = Guarantee.EXACTLY_ONCE,
+        on_error: OnError | str = OnError.FAIL,
+    ):
+        """``on_error``: what a ``map``/``filter``/``flat_map``/``key_by`` function that
+        raises does — ``"fail"`` the task (the job rolls back; default) or
+        ``"dead_letter"`` the record (to ``<app>.dlq`` with the operator's name and the
+        exception, counted)."""
         self.name = name
         self.default_guarantee = default_guarantee
+        self.on_error = OnError(on_error)
         self.nodes: list[Node] = []
 
     def _add(

@@ -63,6 +63,16 @@ class Finish:
 
 
 @dataclass(frozen=True)
+class RefusePlan:
+    """A worker reported another plan (fingerprint ``plan``) than the coordinator's:
+    its reports are ignored; the adapter says loudly what differs (once per member
+    and plan)."""
+
+    member: str
+    plan: str
+
+
+@dataclass(frozen=True)
 class Fail:
     """Hard failure: the coordinator stops and exits non-zero with ``reason``."""
 
@@ -70,5 +80,12 @@ class Fail:
 
 
 Command = (
-    Send | WriteMetadata | CleanupCheckpoint | ApplyRetention | CreateSavepoint | Finish | Fail
+    Send
+    | WriteMetadata
+    | CleanupCheckpoint
+    | ApplyRetention
+    | CreateSavepoint
+    | Finish
+    | RefusePlan
+    | Fail
 )

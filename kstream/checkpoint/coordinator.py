@@ -18,6 +18,7 @@ from kstream.checkpoint.commands import (
     Command,
     CreateSavepoint,
     Finish,
+    RefusePlan,
     Send,
     WriteMetadata,
 )
@@ -33,6 +34,7 @@ from kstream.checkpoint.messages import (
     JobFailed,
     Message,
     Restore,
+    RestoreFailed,
     SavepointRequest,
     StopJob,
     TaskFailed,
@@ -67,6 +69,7 @@ class CheckpointCoordinator:
         heartbeat_timeout: float = 10.0,
         recovered: RecoveredState | None = None,
         description: dict[str, Any] | None = None,
+        plan: str = "",
     ) -> None:
         if not expected_tasks:
             raise ValueError("a coordinator needs at least one task that must acknowledge")
@@ -76,6 +79,12 @@ class CheckpointCoordinator:
         self.heartbeat_timeout = heartbeat_timeout
         self.failover = FailoverController(self.expected, restart or RestartStrategy(), rec.attempt)
         self.failover.owners = rec.owners
+        # The plan fingerprint (kstream.plan.fingerprint): reports of workers with
+        # another plan are refused; checkpoint metadata and Restore carry it.
+        self.plan = plan
+        self.failover.plan = plan
+        self.foreign_plan_reports = 0
+        self._refused: set[tuple[str, str]] = set()
         self.failures = CheckpointFailureManager(checkpointing.tolerable_failures)
         self.pending: dict[int, PendingCheckpoint] = {}
         self.latest_completed: CheckpointMetadata | None = rec.latest_completed
@@ -85,6 +94,14 @@ class CheckpointCoordinator:
         # A savepoint asked for: made of the first checkpoint with an id above ``after``.
         self._savepoint: SavepointRequest | None = None
         self._savepoint_after = 0
+        # Completed checkpoints a restore may use, ascending, and those a task could
+        # not restore (id -> why): one global restore point, never a mix (DESIGN §12).
+        self.retained: list[CheckpointMetadata] = list(rec.retained)
+        if rec.latest_completed is not None and all(
+            m.checkpoint_id != rec.latest_completed.checkpoint_id for m in self.retained
+        ):
+            self.retained.append(rec.latest_completed)
+        self.unrestorable: dict[int, str] = {}
         self.ignored_messages = 0
         self._recovered = rec
         self._next_id = rec.max_checkpoint_id + 1
@@ -182,6 +199,8 @@ class CheckpointCoordinator:
                     f"checkpoint {p.checkpoint_id} declined by task {msg.task_id}: {msg.reason}"
                 )
                 return self._abort(p, reason, now, counts=True)
+            case TaskReady() | Heartbeat() if self.plan and msg.plan != self.plan:
+                return self._refuse_plan(msg.member, msg.plan)
             case TaskReady():
                 cmds = self.failover.on_ready(msg)
                 if cmds:
@@ -201,6 +220,8 @@ class CheckpointCoordinator:
                 return []
             case SavepointRequest():
                 return self._on_savepoint_request(msg)
+            case RestoreFailed():
+                return self._on_restore_failed(msg, now)
             case TaskFailed():
                 if msg.attempt != self.attempt:
                     return []  # a failure of a superseded attempt is already handled
@@ -233,8 +254,7 @@ class CheckpointCoordinator:
                         now,
                     )
         # 3. A scheduled restore starts, or one that took too long starts over.
-        restore_point = self.latest_completed.checkpoint_id if self.latest_completed else None
-        cmds += self.failover.tick(now, restore_point)
+        cmds += self.failover.tick(now, self.restore_point())
         # 4. Trigger.
         if self._may_trigger(now):
             cmds.append(self._trigger(now))
@@ -244,6 +264,7 @@ class CheckpointCoordinator:
         """The metadata of ``checkpoint_id`` is in the store: announce it, then apply retention."""
         meta = self._completing.pop(checkpoint_id)
         self.latest_completed = meta
+        self.retained = [*self.retained, meta][-self.config.retained :]
         self._last_finish = now
         self.failures.record_success(checkpoint_id)
         log.info(
@@ -349,9 +370,60 @@ class CheckpointCoordinator:
         # Every task acknowledged: the metadata is written first; the announcement
         # follows only once the adapter confirms the write (metadata_written).
         del self.pending[p.checkpoint_id]
-        meta = replace(p.to_metadata(now), description=self.description)
+        meta = replace(p.to_metadata(now), description=self.description, plan=self.plan or None)
         self._completing[p.checkpoint_id] = meta
         return [WriteMetadata(meta)]
+
+    def restore_point(self) -> int | None:
+        """The checkpoint every task restores next: the newest retained one that no task
+        failed to restore (None: start positions, when nothing ever completed)."""
+        for meta in reversed(self.retained):
+            if meta.checkpoint_id not in self.unrestorable:
+                return meta.checkpoint_id
+        return None
+
+    def _on_restore_failed(self, msg: RestoreFailed, now: float) -> list[Command]:
+        """A task cannot restore the current restore point: every task restores the next
+        older retained checkpoint instead (said once, loudly); none left: the job fails."""
+        n = self.failover.restore_point
+        if (
+            self.phase is not Phase.RESTORING
+            or msg.attempt != self.attempt
+            or msg.checkpoint_id != n
+            or n is None
+        ):
+            self.ignored_messages += 1
+            return []
+        what = msg.object or "(object not named)"
+        self.unrestorable[n] = f"task {msg.task_id} on {msg.member}: {msg.reason}"
+        older = self.restore_point()
+        if older is None:
+            reason = (
+                f"checkpoint {n} cannot be restored ({what}: task {msg.task_id}: {msg.reason}) "
+                "and no older retained checkpoint is left"
+            )
+            return self.failover.fail(reason)
+        log.error(
+            "RESTORE FAILED: checkpoint %d cannot be restored — %s is corrupt or missing "
+            "(task %s on %s: %s); restoring EVERY task from the older checkpoint %d",
+            n,
+            what,
+            msg.task_id,
+            msg.member,
+            msg.reason,
+            older,
+        )
+        return self._fail_over(
+            f"checkpoint {n} cannot be restored ({what}); restoring checkpoint {older}", now
+        )
+
+    def _refuse_plan(self, member: str, plan: str) -> list[Command]:
+        """A report from a worker with another plan: ignored, counted, reported once."""
+        self.foreign_plan_reports += 1
+        if (member, plan) in self._refused:
+            return []
+        self._refused.add((member, plan))
+        return [RefusePlan(member, plan)]
 
     def _on_heartbeat(self, hb: Heartbeat, now: float) -> list[Command]:
         self._members[hb.member] = (now, hb.tasks)

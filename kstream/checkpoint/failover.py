@@ -1,8 +1,9 @@
 """Failover: suspend → ``Restore(attempt)`` → every ``TaskReady`` → ``Resume(owners)`` (DESIGN §6).
 
-The restart strategy bounds it: at most ``max_restarts`` restarts within
-``window`` seconds, at least ``delay`` apart (a first failure restores at once); a restore not finished within
-``restore_timeout`` starts over with a new attempt (and counts as a restart).
+The restart strategy (:class:`kstream.config.RestartStrategy`) spaces and bounds it:
+exponential delay by default, fixed count with ``max_restarts``; a restore not
+finished within ``restore_timeout`` starts over with a new attempt (and counts as a
+restart).
 """
 
 from __future__ import annotations
@@ -45,9 +46,12 @@ class FailoverController:
         self.phase = phase
         self.generation = -1  # newest consumer-group generation seen
         self.owners: dict[str, str] = {}
+        self.plan = ""  # the plan fingerprint every Restore carries
+        self.restore_point: int | None = None  # the checkpoint of the current restore
         self._ready: dict[str, tuple[str, int]] = {}  # task -> (member, generation)
         self._restarts: deque[float] = deque()
         self._restore_at = 0.0
+        self._backoff = 0.0  # exponential delay: the wait before the latest restart
         self._restore_deadline = 0.0
         self.failure_reason = ""
 
@@ -58,6 +62,9 @@ class FailoverController:
         """
         if self.phase in (Phase.FAILED, Phase.SUSPENDED):
             return []  # already failed / a restart is already scheduled
+        if self.strategy.exponential:
+            return self._exponential(reason, now)
+        assert self.strategy.max_restarts is not None
         while self._restarts and self._restarts[0] <= now - self.strategy.window:
             self._restarts.popleft()
         if len(self._restarts) >= self.strategy.max_restarts:
@@ -73,6 +80,27 @@ class FailoverController:
         self.phase = Phase.SUSPENDED
         self._restore_at = now if previous is None else max(now, previous + self.strategy.delay)
         return []
+
+    def _exponential(self, reason: str, now: float) -> list[Command]:
+        s = self.strategy
+        previous = self._restarts[-1] if self._restarts else None
+        if previous is None or now - previous >= s.reset_after:
+            self._backoff = 0.0  # a quiet period: restart at once
+        elif self._backoff == 0.0:
+            self._backoff = s.delay
+        else:
+            self._backoff = min(s.max_delay, self._backoff * s.multiplier)
+        self._restore_at = now if previous is None else max(now, previous + self._backoff)
+        self._restarts.clear()
+        self._restarts.append(self._restore_at)
+        self.failure_reason = reason
+        self.phase = Phase.SUSPENDED
+        return []
+
+    @property
+    def restart_delay(self) -> float:
+        """Seconds from the failure to the scheduled restore (while SUSPENDED)."""
+        return self._backoff
 
     def schedule_initial_restore(self, now: float) -> list[Command]:
         """A job's first start: restore and resume every task now (not counted as a restart)."""
@@ -99,8 +127,9 @@ class FailoverController:
             self.attempt += 1
             self._ready = {}
             self.phase = Phase.RESTORING
+            self.restore_point = restore_point
             self._restore_deadline = now + self.strategy.restore_timeout
-            return [Send(Restore(self.attempt, restore_point))]
+            return [Send(Restore(self.attempt, restore_point, self.plan))]
         if self.phase is Phase.RESTORING and now >= self._restore_deadline:
             missing = ", ".join(sorted(self.expected - self._ready.keys()))
             return self.on_failure(

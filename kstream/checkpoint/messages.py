@@ -11,8 +11,16 @@ Who writes what:
 * coordinator: TriggerCheckpoint, CheckpointCompleted, CheckpointAborted,
   Restore, Resume, JobFailed, StopJob;
 * workers: AcknowledgeCheckpoint, DeclineCheckpoint, TaskReady, Heartbeat,
-  TaskFailed, CheckpointRequest;
+  TaskFailed, RestoreFailed, CheckpointRequest;
 * ``kstream savepoint``: SavepointRequest.
+
+**Signed coordinator messages.** The coordinator signs what it writes with
+HMAC-SHA256 under a key only the checkpoint store holds (``<app>/control.key``,
+:mod:`kstream.store.controlkey`): ``sign`` appends ``"epoch"`` (the coordinator's
+incarnation) and ``"sig"`` to the JSON; ``verify`` checks the exact bytes. A
+coordinator message that does not verify was not written by a coordinator of the
+job (any Kafka client can write to the topic): readers that hold the key log,
+count and skip it. Workers' messages are reports, not authority, and unsigned.
 
 Receivers must be idempotent: ``CheckpointCompleted`` may repeat or arrive late
 (a later one subsumes earlier ones). During a restore a worker re-sends
@@ -22,6 +30,8 @@ the newest group generation count.
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import json
 import types
 from dataclasses import MISSING, asdict, dataclass, fields, is_dataclass
@@ -93,6 +103,7 @@ class Restore:
 
     attempt: int
     checkpoint_id: int | None
+    plan: str = ""  # the coordinator's plan fingerprint: a worker with another plan refuses
 
 
 @dataclass(frozen=True)
@@ -103,6 +114,7 @@ class TaskReady:
     task_id: str
     member: str
     generation: int
+    plan: str = ""  # the worker's plan fingerprint: the coordinator refuses another plan
 
 
 @dataclass(frozen=True)
@@ -127,6 +139,7 @@ class Heartbeat:
     member: str
     tasks: tuple[str, ...]
     generation: int
+    plan: str = ""  # the worker's plan fingerprint
 
 
 @dataclass(frozen=True)
@@ -137,6 +150,19 @@ class TaskFailed:
     member: str
     attempt: int
     reason: str
+
+
+@dataclass(frozen=True)
+class RestoreFailed:
+    """Worker → coordinator: ``task_id`` cannot restore checkpoint ``checkpoint_id`` in
+    ``attempt``, because ``reason``; ``object`` names the corrupt or missing object."""
+
+    attempt: int
+    task_id: str
+    member: str
+    checkpoint_id: int
+    reason: str
+    object: str = ""
 
 
 @dataclass(frozen=True)
@@ -180,6 +206,7 @@ Message = (
     | JobFailed
     | Heartbeat
     | TaskFailed
+    | RestoreFailed
     | CheckpointRequest
     | SavepointRequest
     | StopJob
@@ -199,6 +226,7 @@ MESSAGE_TYPES: dict[str, type[Any]] = {
         JobFailed,
         Heartbeat,
         TaskFailed,
+        RestoreFailed,
         CheckpointRequest,
         SavepointRequest,
         StopJob,
@@ -206,6 +234,21 @@ MESSAGE_TYPES: dict[str, type[Any]] = {
 }
 
 _HINTS: dict[type[Any], dict[str, Any]] = {}
+
+
+def record_key(msg: Message) -> str:
+    """The Kafka record key of ``msg`` on the compacted control topic.
+
+    Compaction keeps the newest record per key, so keys are chosen for what a
+    starting process needs (``kstream.checkpoint.recovery``, the worker's ``learn``):
+    the newest message of each coordinator type (the highest trigger, the newest
+    completion, abort, Restore, Resume, JobFailed), and of the workers' reports the
+    newest per task (acknowledgement, decline, readiness, failure). Heartbeats and
+    checkpoint requests matter only while fresh: one key each.
+    """
+    name = type(msg).__name__
+    task = getattr(msg, "task_id", None)
+    return f"{name}:{task}" if isinstance(task, str) else name
 
 
 def encode(msg: Message) -> bytes:
@@ -221,6 +264,38 @@ def encode(msg: Message) -> bytes:
             f"{type(msg).__name__} is {len(data)} bytes, over the {MAX_MESSAGE_BYTES} limit"
         )
     return data
+
+
+COORDINATOR_MESSAGES: tuple[type[Any], ...] = (
+    TriggerCheckpoint,
+    CheckpointCompleted,
+    CheckpointAborted,
+    Restore,
+    Resume,
+    JobFailed,
+)
+"""The messages only a coordinator writes (signed)."""
+
+_SIG = b',"sig":"'
+
+
+def sign(data: bytes, key: bytes, epoch: int) -> bytes:
+    """``data`` (an ``encode`` result) with the coordinator ``epoch`` and the HMAC of it all."""
+    body = data[:-1] + b',"epoch":%d' % epoch
+    mac = hmac.new(key, body + b"}", hashlib.sha256).hexdigest()
+    return body + _SIG + mac.encode() + b'"}'
+
+
+def verify(data: bytes, key: bytes) -> int | None:
+    """The epoch of a message ``sign`` wrote with ``key``; None if it is not one."""
+    head, sep, tail = data.rpartition(_SIG)
+    if not sep or not tail.endswith(b'"}') or len(tail) != 66:
+        return None
+    mac = hmac.new(key, head + b"}", hashlib.sha256).hexdigest().encode()
+    if not hmac.compare_digest(mac, tail[:-2]):
+        return None
+    _, sep, epoch = head.rpartition(b',"epoch":')
+    return int(epoch) if sep and epoch.isdigit() else None
 
 
 def decode(data: bytes | None) -> Message:
@@ -241,7 +316,7 @@ def decode(data: bytes | None) -> Message:
     name = obj.get("type")
     if not isinstance(name, str) or name not in MESSAGE_TYPES:
         raise ProtocolError(f"unknown message type {name!r}")
-    body = {k: v for k, v in obj.items() if k not in ("v", "type")}
+    body = {k: v for k, v in obj.items() if k not in ("v", "type", "epoch", "sig")}
     message: Message = _build(MESSAGE_TYPES[name], body, name)
     return message
 

@@ -5,6 +5,14 @@ topic to its end (read_committed) and the store's metadata, and summarises them
 here: the highest checkpoint id and attempt ever used (so ids never repeat), the
 job's phase, checkpoints left in flight, and whether the newest completed
 checkpoint was announced.
+
+**Only authority counts.** Ids and attempts come from the store's completed
+checkpoints and from coordinator messages — which the channel passes on only when
+signed by a coordinator of the job (``kstream.checkpoint.messages.verify``), i.e.
+from the coordinators' own transactional writes. Workers' messages (acks,
+declines, readies, failures) are reports anyone could forge: they never raise an
+id or an attempt; an ack only adds a handle to a checkpoint a coordinator
+triggered, and a task failure counts only for the current attempt.
 """
 
 from __future__ import annotations
@@ -16,13 +24,11 @@ from kstream.checkpoint.messages import (
     AcknowledgeCheckpoint,
     CheckpointAborted,
     CheckpointCompleted,
-    DeclineCheckpoint,
     JobFailed,
     Message,
     Restore,
     Resume,
     TaskFailed,
-    TaskReady,
     TriggerCheckpoint,
 )
 from kstream.store.metadata import CheckpointMetadata
@@ -39,6 +45,8 @@ class RecoveredState:
     announced_id: int = 0  # newest CheckpointCompleted seen
     in_flight: dict[int, set[str]] = field(default_factory=dict)  # triggered, unfinished → handles
     latest_completed: CheckpointMetadata | None = None
+    # Every readable completed checkpoint still in the store, ascending (restore fallbacks).
+    retained: list[CheckpointMetadata] = field(default_factory=list)
     unhandled_failure: str = ""  # a TaskFailed of the current attempt after the last lifecycle
 
     @property
@@ -62,14 +70,9 @@ def recover(
                 st.max_checkpoint_id = max(st.max_checkpoint_id, n)
                 st.attempt = max(st.attempt, a)
                 st.in_flight.setdefault(n, set())
-            case AcknowledgeCheckpoint(checkpoint_id=n, attempt=a):
-                st.max_checkpoint_id = max(st.max_checkpoint_id, n)
-                st.attempt = max(st.attempt, a)
+            case AcknowledgeCheckpoint(checkpoint_id=n):
                 if n in st.in_flight:
                     st.in_flight[n].add(msg.snapshot.handle)
-            case DeclineCheckpoint(checkpoint_id=n, attempt=a):
-                st.max_checkpoint_id = max(st.max_checkpoint_id, n)
-                st.attempt = max(st.attempt, a)
             case CheckpointCompleted(checkpoint_id=n, attempt=a):
                 st.max_checkpoint_id = max(st.max_checkpoint_id, n)
                 st.attempt = max(st.attempt, a)
@@ -85,13 +88,10 @@ def recover(
             case JobFailed():
                 st.last_lifecycle = msg
                 st.unhandled_failure = ""
-            case TaskFailed(attempt=a) if a >= st.attempt:
-                st.attempt = a
+            case TaskFailed(attempt=a) if a == st.attempt:
                 st.unhandled_failure = f"task {msg.task_id} failed on {msg.member}: {msg.reason}"
-            case TaskReady(attempt=a):
-                st.attempt = max(st.attempt, a)
             case _:
-                pass  # heartbeats carry no history
+                pass  # heartbeats, readies and declines carry no history
     # A checkpoint whose metadata exists completed, announced or not.
     st.in_flight = {n: h for n, h in st.in_flight.items() if n not in completed}
     return st

@@ -20,6 +20,7 @@ from kstream.cli.options import (
 )
 from kstream.config import ConfigError
 from kstream.job import load_topology, plan_live
+from kstream.plan.fingerprint import PlanFingerprint, fingerprint
 from kstream.plan.operators import describe
 from kstream.process.coordinator import EXIT_USAGE, run_coordinator
 
@@ -66,12 +67,14 @@ def coordinator(
             expected = frozenset(t.strip() for t in tasks.split(",") if t.strip())
             description = None  # no plan: restored state is not checked
             connect(cfg)
+            fp: PlanFingerprint | None = None  # nor workers' plans
         elif topology:
             topo = load_topology(topology)
             cfg = build_job_config(opts, bootstrap=bootstrap, default_app_id=topo.name)
             connect(cfg)
             plan = plan_live(topo, cfg).plan
             expected, description = plan.expected_tasks, describe(plan)
+            fp = fingerprint(plan)
         else:
             raise click.UsageError("give TOPOLOGY or --tasks")
     except ConfigError as e:
@@ -93,5 +96,6 @@ def coordinator(
         heartbeat_timeout=heartbeat_timeout,
         should_stop=lambda: stop,
         description=description,
+        plan=fp,
     )
     sys.exit(code)

@@ -121,9 +121,17 @@ _OPTIONS: list[Callable[[F], F]] = [
     click.option(
         "--max-restarts",
         type=int,
-        default=10,
+        default=None,
+        help="Fixed-count restart strategy: at most N failovers within --restart-window, "
+        "then the job fails. Without it: exponential delay (restarts for ever, --restart-delay "
+        "doubling up to --restart-max-delay, reset after 10 quiet minutes).",
+    ),
+    click.option(
+        "--restart-max-delay",
+        type=float,
+        default=60.0,
         show_default=True,
-        help="Failovers allowed within --restart-window before the job fails.",
+        help="Exponential delay: the longest wait between two restarts.",
     ),
     click.option(
         "--restart-window",
@@ -137,8 +145,8 @@ _OPTIONS: list[Callable[[F], F]] = [
         type=float,
         default=1.0,
         show_default=True,
-        help="Least seconds between two restores (the first failure after a quiet spell "
-        "restores at once).",
+        help="Fixed count: least seconds between two restores; exponential delay: the first "
+        "wait (the first failure after a quiet spell restores at once).",
     ),
     click.option(
         "--restore-timeout",
@@ -216,6 +224,7 @@ JOB_KEYS = (
     "max_restarts",
     "restart_window",
     "restart_delay",
+    "restart_max_delay",
     "restore_timeout",
     "on_bad_record",
     "from_checkpoint",
@@ -289,6 +298,7 @@ def build_job_config(
             max_restarts=opts["max_restarts"],
             window=opts["restart_window"],
             delay=opts["restart_delay"],
+            max_delay=max(opts["restart_max_delay"], opts["restart_delay"]),
             restore_timeout=opts["restore_timeout"],
         ),
     )

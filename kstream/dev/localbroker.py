@@ -131,8 +131,14 @@ def resolve_libs(env: Mapping[str, str] | None = None, kafka_version: str = KAFK
 
 
 def new_cluster_id() -> str:
-    """A fresh KRaft cluster id: a random UUID in unpadded base64url (22 characters)."""
-    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+    """A fresh KRaft cluster id: a random UUID in unpadded base64url (22 characters).
+
+    Never starting with ``-``: ``kafka-storage format -t <id>`` would read such an id as
+    an option and fail (1 start in 64 did)."""
+    while True:
+        cid = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        if not cid.startswith("-"):
+            return cid
 
 
 def broker_properties(

@@ -29,7 +29,7 @@ from confluent_kafka import (
     Producer,
     TopicPartition,
 )
-from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
+from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic, ResourceType
 
 from kstream.config import ConfigError, Replication, redact
 
@@ -51,6 +51,7 @@ __all__ = [
     "make_admin",
     "make_consumer",
     "make_producer",
+    "max_message_bytes",
     "partition_counts",
     "produce_with_retry",
     "watermark_offsets",
@@ -472,3 +473,23 @@ def committed_group_offsets(
         for tp in (result.topic_partitions or [])
         if tp.offset is not None and tp.offset >= 0
     }
+
+
+def max_message_bytes(
+    admin: AdminClient, topics: Iterable[str], timeout: float = 10.0
+) -> int | None:
+    """The largest ``max.message.bytes`` (in force, default or set) among existing
+    ``topics``; None if none of them exists or the broker does not say."""
+    resources = [ConfigResource(ResourceType.TOPIC, t) for t in sorted(set(topics))]
+    if not resources:
+        return None
+    best: int | None = None
+    for fut in admin.describe_configs(resources, request_timeout=timeout).values():
+        try:
+            entries = fut.result()
+        except KafkaException:
+            continue  # an absent topic: it holds no records to dead-letter
+        entry = entries.get("max.message.bytes")
+        if entry is not None and entry.value is not None and str(entry.value).isdigit():
+            best = max(best or 0, int(entry.value))
+    return best

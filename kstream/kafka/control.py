@@ -22,22 +22,20 @@ from __future__ import annotations
 import logging
 import time
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from confluent_kafka import OFFSET_END, Consumer, TopicPartition
 
 from kstream.checkpoint.messages import (
-    CheckpointAborted,
-    CheckpointCompleted,
-    JobFailed,
+    COORDINATOR_MESSAGES,
     Message,
     ProtocolError,
-    Restore,
-    Resume,
-    TriggerCheckpoint,
     decode,
     encode,
+    record_key,
+    sign,
+    verify,
 )
 from kstream.config import Replication
 from kstream.kafka.clients import (
@@ -56,15 +54,6 @@ from kstream.kafka.reachability import Backoff, BrokerOutage, Reachability
 from kstream.names import control_reader_group, control_topic, coordinator_transactional_id
 
 log = logging.getLogger(__name__)
-
-_COORDINATOR_MESSAGES = (
-    TriggerCheckpoint,
-    CheckpointCompleted,
-    CheckpointAborted,
-    Restore,
-    Resume,
-    JobFailed,
-)
 
 
 class ControlError(RuntimeError):
@@ -113,8 +102,18 @@ class CoordinatorFenced(ControlError):
     """Another coordinator with the same app id took over; this one must stop."""
 
 
-def control_topic_spec(app_id: str) -> TopicSpec:
-    """``<app>.control``: exactly one partition (every reader sees one total order)."""
+SEGMENT_MS = 60_000
+"""The control topic's segment time: records older than about this are compacted."""
+
+
+def control_topic_spec(app_id: str, segment_ms: int = SEGMENT_MS) -> TopicSpec:
+    """``<app>.control``: exactly one partition (every reader sees one total order).
+
+    Records are keyed for compaction (:func:`kstream.checkpoint.messages.record_key`),
+    but the topic is not yet created compacted: a control topic a worker's reader
+    auto-created first (cleanup.policy=delete) then fails the topic conflict check.
+    ``segment_ms`` is kept for when it is (issue 13 point 8, open)."""
+    del segment_ms
     return TopicSpec(control_topic(app_id), 1, exact_partitions=True)
 
 
@@ -124,7 +123,7 @@ def ensure_control_topic(
     extra: Mapping[str, Any] | None = None,
     replication: Replication | None = None,
 ) -> None:
-    """Create ``<app>.control`` with one partition if it does not exist."""
+    """Create ``<app>.control`` (:func:`control_topic_spec`) if it does not exist."""
     ensure_topics(
         make_admin(bootstrap, extra), [control_topic_spec(app_id)], replication=replication
     )
@@ -141,8 +140,14 @@ class ControlReader:
         from_beginning: bool = True,
         extra: Mapping[str, Any] | None = None,
         reachability: Reachability | None = None,
+        key_source: Callable[[], bytes | None] | None = None,
     ) -> None:
         self.topic = control_topic(app_id)
+        # Verification of coordinator messages (kstream.checkpoint.messages.verify): with
+        # a key source, a coordinator message that does not verify is skipped.
+        self._key_source = key_source
+        self.unverified = 0  # coordinator messages skipped as unverifiable
+        self.max_epoch = 0  # newest coordinator epoch among verified messages
         self.reach = reachability or Reachability(DEFAULT_MAX_OUTAGE)
         self._reported: set[int] = set()  # error codes logged since the last record
 
@@ -211,7 +216,12 @@ class ControlReader:
             self.last_offset = rec.offset() or 0
             value = rec.value()
             try:
-                out.append((value or b"", decode(value), rec.timestamp()[1] / 1000.0))
+                msg = decode(value)
+                if self._key_source is not None and isinstance(msg, COORDINATOR_MESSAGES):
+                    self._check_signature(value or b"", msg, rec.offset())
+                out.append((value or b"", msg, rec.timestamp()[1] / 1000.0))
+            except _Unverified:
+                continue
             except ProtocolError as e:
                 self.skipped += 1
                 log.warning(
@@ -255,6 +265,27 @@ class ControlReader:
         self._consumer.assign([TopicPartition(self.topic, 0, pos.offset)])
         self._progress_at = now
 
+    def _check_signature(self, value: bytes, msg: Message, offset: int | None) -> None:
+        """_Unverified unless ``value`` is signed by a coordinator of this job."""
+        assert self._key_source is not None
+        key = self._key_source()
+        epoch = verify(value, key) if key is not None else None
+        if epoch is not None:
+            self.max_epoch = max(self.max_epoch, epoch)
+            return
+        self.unverified += 1
+        if self.unverified <= 10 or self.unverified % 1000 == 0:
+            log.warning(
+                "skipping %s at %s offset %s: not signed by a coordinator of this job%s "
+                "(%d unverifiable so far; restrict writes to the topic with ACLs)",
+                type(msg).__name__,
+                self.topic,
+                offset,
+                "" if key is not None else " (no key in the checkpoint store yet)",
+                self.unverified,
+            )
+        raise _Unverified
+
     def read_to_end(self, timeout: float = 30.0) -> list[Message]:
         """Everything up to the current end of the topic, and possibly a few messages more.
 
@@ -280,8 +311,20 @@ class ControlReader:
         self._consumer.close()
 
 
+class _Unverified(Exception):
+    """A coordinator message whose signature does not verify (logged and counted)."""
+
+
 class CoordinatorChannel:
-    """The coordinator's end: fenced transactional writes, read_committed reads."""
+    """The coordinator's end: fenced transactional writes, read_committed reads.
+
+    With ``key`` (the store's control key) every write is signed with this
+    coordinator's epoch — one above the newest verified epoch in the history — and
+    only verified coordinator messages are read. This coordinator was replaced when
+    its transactional producer is fenced, or when it reads a verified message of an
+    epoch at least its own that it did not write; an unverifiable record never
+    decides that.
+    """
 
     def __init__(
         self,
@@ -291,8 +334,11 @@ class CoordinatorChannel:
         extra: Mapping[str, Any] | None = None,
         replication: Replication | None = None,
         max_outage: float = DEFAULT_MAX_OUTAGE,
+        key: bytes | None = None,
     ) -> None:
         self.app_id = app_id
+        self.key = key
+        self.epoch = 0
         self._bootstrap = bootstrap
         self._extra = dict(extra or {})
         self._replication = replication
@@ -328,10 +374,17 @@ class CoordinatorChannel:
             init_transactions(self._producer, timeout)
         except KafkaException as e:
             raise ControlError(f"fencing the previous coordinator of {self.app_id!r}: {e}") from e
+        key = self.key
         self._reader = ControlReader(
-            self._bootstrap, self.app_id, extra=self._extra, reachability=self.reach
+            self._bootstrap,
+            self.app_id,
+            extra=self._extra,
+            reachability=self.reach,
+            key_source=(lambda: key) if key is not None else None,
         )
-        return self._reader.read_to_end(timeout)
+        history = self._reader.read_to_end(timeout)
+        self.epoch = self._reader.max_epoch + 1
+        return history
 
     def poll(self, timeout: float) -> list[Message]:
         """Control messages (workers' and our own) arriving within ``timeout`` seconds."""
@@ -340,15 +393,20 @@ class CoordinatorChannel:
         _check(self.reach)
         out = []
         for raw, msg in self._reader.poll_records(timeout):
-            if isinstance(msg, _COORDINATOR_MESSAGES):
-                # A coordinator message we did not write: a successor is active
-                # (noticed here even while we have nothing to write ourselves).
-                if self._unseen[raw] <= 0:
-                    raise CoordinatorFenced(
-                        f"another coordinator took over app {self.app_id!r}: it wrote "
-                        f"{type(msg).__name__} to {self._reader.topic}"
-                    )
-                self._unseen[raw] -= 1
+            if isinstance(msg, COORDINATOR_MESSAGES):
+                if self._unseen[raw] > 0:
+                    self._unseen[raw] -= 1  # our own write, read back
+                else:
+                    # Not ours: a verified successor (noticed here even while we have
+                    # nothing to write), or an unsigned write when signing is off.
+                    epoch = verify(raw, self.key) if self.key is not None else None
+                    if self.key is None or (epoch is not None and epoch >= self.epoch):
+                        raise CoordinatorFenced(
+                            f"another coordinator took over app {self.app_id!r}: it wrote "
+                            f"{type(msg).__name__} to {self._reader.topic}"
+                            + (f" (epoch {epoch}, ours {self.epoch})" if epoch else "")
+                        )
+                    continue  # a verified write of an older epoch: already superseded
             out.append(msg)
         return out
 
@@ -362,7 +420,10 @@ class CoordinatorChannel:
         if not messages:
             return
         topic = control_topic(self.app_id)
-        values = [encode(msg) for msg in messages]
+        values = [
+            encode(msg) if self.key is None else sign(encode(msg), self.key, self.epoch)
+            for msg in messages
+        ]
         backoff = Backoff()
         while True:
             try:
@@ -375,7 +436,7 @@ class CoordinatorChannel:
                 continue
             try:
                 for msg, value in zip(messages, values, strict=True):
-                    self._producer.produce(topic, value, key=type(msg).__name__)
+                    self._producer.produce(topic, value, key=record_key(msg))
             except KafkaException as e:
                 self._raise_unless_transient(e, topic)
                 self._abort(topic, timeout, backoff)
@@ -448,11 +509,17 @@ class ControlClient:
         from_beginning: bool = True,
         extra: Mapping[str, Any] | None = None,
         reachability: Reachability | None = None,
+        key_source: Callable[[], bytes | None] | None = None,
     ) -> None:
         self.topic = control_topic(app_id)
         self.reach = reachability or Reachability(DEFAULT_MAX_OUTAGE)
         self._reader = ControlReader(
-            bootstrap, app_id, from_beginning=from_beginning, extra=extra, reachability=self.reach
+            bootstrap,
+            app_id,
+            from_beginning=from_beginning,
+            extra=extra,
+            reachability=self.reach,
+            key_source=key_source,
         )
         self._producer = make_producer(bootstrap, extra={"linger.ms": 0, **(extra or {})})
         self._errors: list[KafkaError] = []
@@ -461,6 +528,11 @@ class ControlClient:
     def skipped(self) -> int:
         """Control records skipped as invalid so far."""
         return self._reader.skipped
+
+    @property
+    def unverified(self) -> int:
+        """Coordinator messages skipped as not signed by a coordinator of the job."""
+        return self._reader.unverified
 
     def poll(self, timeout: float) -> list[Message]:
         """Control messages arriving within ``timeout`` seconds (possibly none)."""
@@ -493,7 +565,7 @@ class ControlClient:
                 self._errors.append(err)
 
         while True:
-            self._producer.produce(self.topic, value, key=name, on_delivery=delivered)
+            self._producer.produce(self.topic, value, key=record_key(msg), on_delivery=delivered)
             waited = 0.0
             while self._producer.flush(1.0) > 0:
                 waited += 1.0

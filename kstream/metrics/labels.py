@@ -31,7 +31,7 @@ RESTART_CAUSES = (
     "coordinator_restarted",
     "other",
 )
-DEAD_LETTER_REASONS = ("deserialize", "timestamp", "internal_record", "other")
+DEAD_LETTER_REASONS = ("deserialize", "timestamp", "internal_record", "operator", "other")
 
 # Anchored at the start of the reason: a quoted cause further on (a decline whose own
 # reason mentions a timeout) must not change the label.
@@ -83,6 +83,8 @@ def dead_letter_reason(reason: str) -> str:
     """Why a record was dead-lettered, as one of :data:`DEAD_LETTER_REASONS`."""
     if reason.startswith("malformed internal record"):
         return "internal_record"
+    if reason.startswith("operator "):
+        return "operator"  # a user function raised (on_error="dead_letter")
     if "timestamp" in reason:
         return "timestamp"
     if reason:

@@ -21,6 +21,7 @@ from kstream.checkpoint.commands import (
     CreateSavepoint,
     Fail,
     Finish,
+    RefusePlan,
     Send,
     WriteMetadata,
 )
@@ -34,8 +35,10 @@ from kstream.logs import ctx
 from kstream.metrics import METRICS, Metrics
 from kstream.metrics.labels import checkpoint_reason, restart_cause
 from kstream.plan.compat import IncompatibleStateError
+from kstream.plan.fingerprint import PlanFingerprint, describe_difference
 from kstream.state.retention import apply_retention
 from kstream.store.base import CheckpointStore, StoreError
+from kstream.store.controlkey import ensure_key
 from kstream.store.history import (
     CheckpointFailure,
     CheckpointStatus,
@@ -43,6 +46,7 @@ from kstream.store.history import (
     record_failure,
     record_restart,
 )
+from kstream.store.layout import CHECKPOINT_LABEL, numbered_manifest, tasks_prefix
 from kstream.store.metadata import (
     CheckpointMetadata,
     MetadataError,
@@ -50,8 +54,10 @@ from kstream.store.metadata import (
     latest_completed,
     list_checkpoints,
     purgeable_offsets,
+    read_metadata,
     write_metadata,
 )
+from kstream.store.plans import plan_parts, publish_plan
 from kstream.store.savepoints import create_savepoint
 from kstream.store.startfrom import check_state, import_start
 from kstream.store.urls import open_store
@@ -120,6 +126,8 @@ class CommandExecutor:
                     self._create_savepoint(name, meta)
                 case Finish(reason=reason):
                     self.finished = reason
+                case RefusePlan(member=member, plan=theirs):
+                    self._refuse_plan(member, theirs)
                 case Fail(reason=reason):
                     failure = reason
         self._flush(outbox)
@@ -173,6 +181,20 @@ class CommandExecutor:
             self.metrics.checkpoints_aborted.labels(label).inc()
         record_failure(self.store, self.app_id, ended)
 
+    def _refuse_plan(self, member: str, theirs: str) -> None:
+        mine = self.coordinator.plan
+        ours = plan_parts(self.store, self.app_id, mine)
+        detail = describe_difference(ours or {}, plan_parts(self.store, self.app_id, theirs))
+        log.error(
+            "kstream: worker %s runs plan %s, this coordinator plan %s (%s): its reports are "
+            "ignored. Every process of app %r must run the same topology",
+            member,
+            theirs or "(none)",
+            mine,
+            detail,
+            self.app_id,
+        )
+
     def _flush(self, outbox: list[Message]) -> None:
         if outbox:
             self.transport.send(list(outbox))
@@ -200,6 +222,13 @@ class CommandExecutor:
 
     def _cleanup(self, n: int, handles: tuple[str, ...]) -> None:
         for handle in handles:
+            # Handles come from workers' acks: delete only what an ack of checkpoint n
+            # can name — a task manifest chk-<n> of this app — never any other object.
+            if not _is_manifest_of(self.app_id, handle, n):
+                log.warning(
+                    "not deleting %r for aborted checkpoint %d: not its manifest", handle, n
+                )
+                continue
             try:
                 self.store.delete(handle)
             except StoreError as e:  # garbage only; retention finds it again
@@ -237,6 +266,7 @@ def run_coordinator(
     heartbeat_timeout: float = 10.0,
     transport: CoordinatorTransport | None = None,
     store: CheckpointStore | None = None,
+    plan: PlanFingerprint | None = None,
     clock: Callable[[], float] = time.time,
     should_stop: Callable[[], bool] = lambda: False,
     poll_timeout: float = 0.05,
@@ -264,12 +294,15 @@ def run_coordinator(
         )
         return EXIT_OK
     store = store or open_store(job.store_url, job.store_options)
+    # The key only the store's readers hold: this coordinator signs what it writes
+    # and believes only signed coordinator messages (kstream.checkpoint.messages).
     channel = transport or CoordinatorChannel(
         job.bootstrap_servers,
         job.app_id,
         extra=job.kafka,
         replication=job.replication,
         max_outage=job.max_outage,
+        key=ensure_key(store, job.app_id),
     )
     try:
         # 1. Fence the predecessor and read the control topic to its end;
@@ -278,6 +311,9 @@ def run_coordinator(
         history = channel.open()
         known = known_completed(store, job.app_id, _candidate_ids(history))
         recovered = recover(history, known, latest_completed(store, job.app_id, known))
+        recovered.retained = _readable(store, job.app_id, known)
+        if plan is not None:
+            publish_plan(store, job.app_id, plan)
         if description is not None:
             recovered = _start_state(store, job, history, recovered, description, clock())
         coordinator = CheckpointCoordinator(
@@ -287,6 +323,7 @@ def run_coordinator(
             heartbeat_timeout=heartbeat_timeout,
             recovered=recovered,
             description=description,
+            plan=plan.digest if plan is not None else "",
         )
         log.info(
             "coordinator for %r: %d tasks, next checkpoint %d, attempt %d",
@@ -335,11 +372,34 @@ def run_coordinator(
         channel.close()
 
 
+def _is_manifest_of(app_id: str, handle: str, checkpoint_id: int) -> bool:
+    """Whether ``handle`` is some task's manifest of checkpoint ``checkpoint_id`` of ``app_id``."""
+    folder, _, _name = handle.rpartition("/")
+    return (
+        folder.startswith(tasks_prefix(app_id) + "/")
+        and "/" not in folder[len(tasks_prefix(app_id)) + 1 :]
+        and ".." not in folder
+        and numbered_manifest(handle) == (CHECKPOINT_LABEL, checkpoint_id)
+    )
+
+
 def _candidate_ids(history: Sequence[Message]) -> set[int]:
     """Checkpoint ids the control topic says may have completed: the newest announced one
     and those triggered after it (their metadata may exist, the announcement lost)."""
     st = recover(history, (), None)
     return {*st.in_flight, *([st.announced_id] if st.announced_id else [])}
+
+
+def _readable(store: CheckpointStore, app_id: str, ids: Sequence[int]) -> list[CheckpointMetadata]:
+    """The metadata of completed checkpoints ``ids`` (found without listing the store),
+    ascending; unreadable ones are logged and skipped."""
+    out = []
+    for n in ids:
+        try:
+            out.append(read_metadata(store, app_id, n))
+        except MetadataError as e:
+            log.warning("skipping checkpoint %d: %s", n, e)
+    return out
 
 
 def _start_state(

@@ -2,35 +2,56 @@
 
 from __future__ import annotations
 
+import logging
 import threading
 
+from kstream.plan.fingerprint import fingerprint
 from kstream.plan.operators import describe
-from kstream.process.coordinator import run_coordinator
+from kstream.process.coordinator import EXIT_FAILED, EXIT_OK, run_coordinator
 from kstream.worker.loop import Worker
+
+log = logging.getLogger(__name__)
 
 
 def run_embedded(worker: Worker) -> int:
     """Run ``worker`` with its job's coordinator in a thread of this process (`kstream run`).
 
     Exit code: the worker's, or the coordinator's when the worker's is 0 and the
-    coordinator failed. Without checkpointing there is no coordinator.
+    coordinator failed. A coordinator that fails on its own (fenced, failed, crashed)
+    stops the worker at once: the process exits non-zero instead of running on without
+    checkpoints. One that finishes cleanly (a stop with a savepoint) has already
+    published the final checkpoint's completion: the worker stops gracefully, reading
+    it, so its output is published (bounded by the drain timeout). Without
+    checkpointing there is no coordinator.
     """
     cfg = worker.cfg
     codes: list[int] = []
     thread = None
+
+    def coordinate() -> None:
+        code = EXIT_FAILED
+        try:
+            code = run_coordinator(
+                cfg,
+                worker.plan.expected_tasks,
+                plan=fingerprint(worker.plan),
+                should_stop=worker.stop_event.is_set,
+                description=describe(worker.plan),
+            )
+        except Exception:
+            log.exception("kstream: the coordinator thread crashed")
+        finally:
+            codes.append(code)
+            if worker.stop_event.is_set():
+                pass  # the worker is stopping already
+            elif code == EXIT_OK:
+                worker.request_stop()
+            else:
+                log.error("kstream: the coordinator stopped (exit %d); stopping the worker", code)
+                worker.stop_event.set()
+
     if worker.checkpointed:
-        thread = threading.Thread(
-            target=lambda: codes.append(
-                run_coordinator(
-                    cfg,
-                    worker.plan.expected_tasks,
-                    should_stop=worker.stop_event.is_set,
-                    description=describe(worker.plan),
-                )
-            ),
-            name="coordinator",
-            daemon=True,
-        )
+        thread = threading.Thread(target=coordinate, name="coordinator", daemon=True)
         thread.start()
     code = worker.run()
     worker.stop_event.set()

@@ -3,7 +3,7 @@ reader per input topic that decodes batches into the graph's entry operator."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -22,6 +22,7 @@ from kstream.runtime.operators import (
     SinkOp,
 )
 from kstream.runtime.process import ProcessOperator
+from kstream.runtime.reader import Reader
 from kstream.runtime.records import Output
 from kstream.runtime.rolling import RollingOperator
 from kstream.runtime.windows import (
@@ -29,60 +30,8 @@ from kstream.runtime.windows import (
     SessionWindowOperator,
     SlidingWindowOperator,
 )
-from kstream.serde import JsonSerde, Serde, SerdeError
+from kstream.serde import JsonSerde
 from kstream.state.base import KeyedStateBackend
-
-_EXTRACTOR_ERRORS = (KeyError, TypeError, ValueError, IndexError, AttributeError)
-
-
-class Reader:
-    """Decodes one input topic's batches (per batch; per record only on failure)."""
-
-    def __init__(
-        self,
-        entry: Operator,
-        key_serde: Serde,
-        value_serde: Serde,
-        extractor: Callable[[Any, int], int] | None,
-    ) -> None:
-        self.entry = entry
-        self.kd = key_serde.deserialize
-        self.vd = value_serde.deserialize
-        self.extractor = extractor
-
-    def decode(
-        self, raw: Sequence[Sequence[Any]], fields: tuple[int, int, int] = (0, 1, 2)
-    ) -> tuple[list[Any], list[Any], list[int], list[tuple[int, str]]]:
-        """``(keys, values, timestamps, failures)`` from the ``fields`` (key, value,
-        timestamp indexes) of each raw record; failures are ``(index, reason)``."""
-        kd, vd, ex = self.kd, self.vd, self.extractor
-        ki, vi, ti = fields
-        try:
-            keys = [kd(r[ki]) for r in raw]
-            values = [vd(r[vi]) for r in raw]
-            stamps = (
-                [r[ti] for r in raw]
-                if ex is None
-                else [ex(v, r[ti]) for v, r in zip(values, raw, strict=True)]
-            )
-            return keys, values, stamps, []
-        except (SerdeError, *_EXTRACTOR_ERRORS):
-            pass  # slow path below finds which records fail and why
-        keys, values, stamps, failures = [], [], [], []
-        for i, r in enumerate(raw):
-            try:
-                k, v = kd(r[ki]), vd(r[vi])
-                t = r[ti] if ex is None else ex(v, r[ti])
-            except SerdeError as e:
-                failures.append((i, str(e)))
-                continue
-            except _EXTRACTOR_ERRORS as e:
-                failures.append((i, f"timestamp extractor failed: {type(e).__name__}: {e}"))
-                continue
-            keys.append(k)
-            values.append(v)
-            stamps.append(t)
-        return keys, values, stamps, failures
 
 
 @dataclass

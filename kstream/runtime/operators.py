@@ -11,6 +11,7 @@ from collections.abc import Callable
 from itertools import compress
 from typing import Any
 
+from kstream.runtime.errors import OperatorErrors
 from kstream.runtime.records import Output, OutputBatch
 from kstream.serde import Serde, SerdeError
 
@@ -34,6 +35,8 @@ class Operator:
 
     def __init__(self, name: str) -> None:
         self.name = name
+        # on_error="dead_letter": where records whose function raised go (stateless only)
+        self.errors: OperatorErrors | None = None
         # Records behind this operator's watermark plus allowed lateness (windows, joins).
         self.late_dropped = 0
         self.late_side_output = 0
@@ -46,6 +49,27 @@ class Operator:
     def push(self, keys: Keys, values: Values, stamps: Stamps, port: int) -> None:
         """Process one batch arriving on input ``port``."""
         raise NotImplementedError
+
+    def _each(
+        self, keys: Keys, values: Values, stamps: Stamps, call: Callable[[Any, Any], Any]
+    ) -> tuple[Keys, Values, Stamps, list[Any]]:
+        """The batch again record by record after ``call`` raised on it: the records it
+        succeeds on with their results; the others dead-lettered (or the error raised
+        again without ``errors``)."""
+        errors = self.errors
+        ok_k, ok_v, ok_t, results = [], [], [], []
+        for k, v, t in zip(keys, values, stamps, strict=True):
+            try:
+                results.append(call(k, v))
+            except Exception as e:
+                if errors is None:
+                    raise
+                errors.dead_letter(self.name, k, v, t, e)
+                continue
+            ok_k.append(k)
+            ok_v.append(v)
+            ok_t.append(t)
+        return ok_k, ok_v, ok_t, results
 
     def emit(self, keys: Keys, values: Values, stamps: Stamps, port: int = 0) -> None:
         if not keys:
@@ -80,7 +104,13 @@ class MapOp(Operator):
 
     def push(self, keys: Keys, values: Values, stamps: Stamps, port: int) -> None:
         fn = self.fn
-        self.emit(keys, [fn(v) for v in values], stamps)
+        try:
+            out = [fn(v) for v in values]
+        except Exception:
+            if self.errors is None:
+                raise
+            keys, _values, stamps, out = self._each(keys, values, stamps, lambda k, v: fn(v))
+        self.emit(keys, out, stamps)
 
 
 class FilterOp(Operator):
@@ -90,7 +120,12 @@ class FilterOp(Operator):
 
     def push(self, keys: Keys, values: Values, stamps: Stamps, port: int) -> None:
         fn = self.fn
-        mask = [bool(fn(v)) for v in values]
+        try:
+            mask = [bool(fn(v)) for v in values]
+        except Exception:
+            if self.errors is None:
+                raise
+            keys, values, stamps, mask = self._each(keys, values, stamps, lambda k, v: bool(fn(v)))
         self.emit(
             list(compress(keys, mask)), list(compress(values, mask)), list(compress(stamps, mask))
         )
@@ -103,7 +138,15 @@ class FlatMapOp(Operator):
 
     def push(self, keys: Keys, values: Values, stamps: Stamps, port: int) -> None:
         fn = self.fn
-        triples = [(k, x, t) for k, v, t in zip(keys, values, stamps, strict=True) for x in fn(v)]
+        try:
+            triples = [
+                (k, x, t) for k, v, t in zip(keys, values, stamps, strict=True) for x in fn(v)
+            ]
+        except Exception:
+            if self.errors is None:
+                raise
+            keys, _values, stamps, outs = self._each(keys, values, stamps, lambda k, v: list(fn(v)))
+            triples = [(k, x, t) for k, xs, t in zip(keys, outs, stamps, strict=True) for x in xs]
         if triples:
             ks, vs, ts = zip(*triples, strict=True)
             self.emit(list(ks), list(vs), list(ts))
@@ -136,11 +179,22 @@ class KeyByOp(Operator):
         try:
             kb = [ser(fn(v)) for v in values]
             vb = [None if v is None else enc(v).encode() for v in values]
-        except (SerdeError, TypeError, ValueError) as e:
-            raise SerdeError(
-                f"key_by {self.name!r} -> {self.topic}: a key or value cannot be serialized "
-                f"(keys must suit the key serde, values must be JSON-compatible): {e}"
-            ) from e
+        except Exception as e:
+            if self.errors is not None:
+                _k, values, stamps, pairs = self._each(
+                    keys,
+                    values,
+                    stamps,
+                    lambda k, v: (ser(fn(v)), None if v is None else enc(v).encode()),
+                )
+                kb, vb = [p[0] for p in pairs], [p[1] for p in pairs]
+            elif not isinstance(e, SerdeError | TypeError | ValueError):
+                raise
+            else:
+                raise SerdeError(
+                    f"key_by {self.name!r} -> {self.topic}: a key or value cannot be serialized "
+                    f"(keys must suit the key serde, values must be JSON-compatible): {e}"
+                ) from e
         crc = zlib.crc32
         parts = [0 if k is None else crc(k) % n for k in kb]
         self.out.append(OutputBatch(self.topic, True, parts, kb, vb, list(stamps)))

@@ -72,6 +72,8 @@ class DeadLetter(NamedTuple):
     reason: str
     key: bytes | None
     value: bytes | None
+    timestamp: int | None = None  # the record's Kafka timestamp (ms), if it had one
+    operator: str | None = None  # the operator whose function raised (on_error=dead_letter)
 
 
 Position = int | None | Mapping[str, int]

@@ -50,8 +50,10 @@ from itertools import accumulate, islice
 from operator import le, lt
 from typing import Any
 
+from kstream.config import OnError
 from kstream.plan.model import InputKind, JobPlan, OutputKind, TaskSpec
 from kstream.runtime.channels import Channel
+from kstream.runtime.errors import OperatorErrors
 from kstream.runtime.events import (
     MAX_TS,
     MIN_TS,
@@ -63,7 +65,7 @@ from kstream.runtime.events import (
 )
 from kstream.runtime.gate import InputGate, QueuedBarrier, unseen
 from kstream.runtime.graph import build_graph
-from kstream.runtime.operators import Operator
+from kstream.runtime.operators import FilterOp, FlatMapOp, KeyByOp, MapOp, Operator
 from kstream.runtime.records import (
     AlignmentAborted,
     DeadLetter,
@@ -126,6 +128,7 @@ class Task:
             "stale_dropped": 0,
             "restored_skipped": 0,
             "dead_letters": 0,
+            "operator_errors": 0,  # records a user function raised on (on_error=dead_letter)
             "join_unmatched": 0,
             "stale_barriers": 0,
         }
@@ -134,6 +137,11 @@ class Task:
         self._last_wm_emit = now
         self._emitted_wm = MIN_TS
         self._graph = build_graph(plan, self.spec, backend, self.metrics, self._out)
+        self._errors = OperatorErrors(self._out)  # on_error="dead_letter" (runtime.errors)
+        if plan.topology.on_error is OnError.DEAD_LETTER:
+            for op in self._graph.ops:
+                if isinstance(op, MapOp | FilterOp | FlatMapOp | KeyByOp):
+                    op.errors = self._errors
         # What waits for the snapshot at the last SnapshotPoint, in order: the rest of
         # a channel's items ("items") or a watermark update ("wm").
         self._held: list[tuple[str, Channel | None, list[Any]]] = []
@@ -157,6 +165,7 @@ class Task:
 
     def drain(self) -> list[Output]:
         """The outputs produced since the last drain, in order."""
+        self.metrics["operator_errors"] = self._errors.count
         out = self._out[:]
         self._out.clear()
         return out
@@ -287,11 +296,12 @@ class Task:
         keys, values, stamps, failures = reader.decode(records)
         for i, reason in failures:
             r = records[i]
-            self._out.append(DeadLetter(c.topic, c.partition, r[3], reason, r[0], r[1]))
+            self._out.append(DeadLetter(c.topic, c.partition, r[3], reason, r[0], r[1], r[2]))
         self.metrics["dead_letters"] += len(failures)
         self.metrics["records_in"] += len(records)
         c.position = records[-1][3] + 1
         c.last_active = self._now
+        self._errors.topic, self._errors.partition = c.topic, c.partition
         if stamps and c.kind is InputKind.SOURCE:
             self._emit_timed(c, reader.entry, keys, values, stamps)
         else:
@@ -390,9 +400,12 @@ class Task:
         keys, values, stamps, failures = reader.decode(run, _INTERNAL_FIELDS)
         for i, reason in failures:
             r = run[i]
-            self._out.append(DeadLetter(topic, partition, r.offset, reason, r.key, r.value))
+            self._out.append(
+                DeadLetter(topic, partition, r.offset, reason, r.key, r.value, r.timestamp)
+            )
         self.metrics["dead_letters"] += len(failures)
         self.metrics["records_in"] += len(run)
+        self._errors.topic, self._errors.partition = topic, partition
         reader.entry.emit(keys, values, stamps)
 
     def _on_event(self, c: Channel, event: StreamEvent, offset: int | None) -> None:

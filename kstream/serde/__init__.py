@@ -3,8 +3,8 @@
 One registry for the whole project: sources, sinks and state tables all use these.
 """
 
+from kstream.serde.avro import AvroSerde
 from kstream.serde.base import (
-    AvroSerde,
     BytesSerde,
     JsonSerde,
     Serde,

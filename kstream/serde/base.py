@@ -1,4 +1,4 @@
-"""Serde implementations: bytes, str, JSON, Avro (fastavro).
+"""Serde implementations: bytes, str, JSON (Avro: ``kstream.serde.avro``).
 
 A ``Serde`` turns a Python value into bytes and back. A failure to decode raises
 ``SerdeError`` with the reason, which sources turn into a dead-letter record.
@@ -7,15 +7,11 @@ A ``Serde`` turns a Python value into bytes and back. A failure to decode raises
 
 from __future__ import annotations
 
-import io
 import json
-import struct
 from collections.abc import Callable
 from json.encoder import encode_basestring
 from json.scanner import make_scanner
 from typing import Any
-
-import fastavro
 
 _c_make_encoder: Any
 try:
@@ -132,7 +128,10 @@ class JsonSerde(Serde):
         if data is None:
             return None
         if data.isdigit() and (data[0] != 0x30 or len(data) == 1):
-            return int(data)  # fast path: a non-negative JSON integer (no leading zero)
+            try:
+                return int(data)  # fast path: a non-negative JSON integer (no leading zero)
+            except ValueError as e:  # more digits than Python converts (4300 by default)
+                raise SerdeError(f"invalid JSON: integer of {len(data)} digits: {e}") from e
         try:
             text = data.decode("utf-8")
             try:
@@ -144,69 +143,8 @@ class JsonSerde(Serde):
             return self._decode(text)
         except (UnicodeDecodeError, ValueError) as e:
             raise SerdeError(f"invalid JSON: {e}") from e
-
-
-_CONFLUENT_MAGIC = 0
-
-
-class AvroSerde(Serde):
-    """Avro binary via fastavro, schemaless by default.
-
-    With ``schema_id`` set, uses the Confluent Schema Registry wire format
-    (magic byte 0, 4-byte big-endian schema id, then the Avro body) and checks the
-    id on read.
-    """
-
-    name = "avro"
-
-    def __init__(self, schema: dict[str, Any], schema_id: int | None = None) -> None:
-        self.schema = fastavro.parse_schema(schema)
-        self.schema_id = schema_id
-        self._header = (
-            struct.pack(">bI", _CONFLUENT_MAGIC, schema_id) if schema_id is not None else b""
-        )
-
-    def serialize(self, value: Any) -> bytes | None:
-        if value is None:
-            return None
-        buf = io.BytesIO()
-        buf.write(self._header)
-        try:
-            fastavro.schemaless_writer(buf, self.schema, value)
-        except (TypeError, ValueError, KeyError, AttributeError) as e:
-            raise SerdeError(f"value does not match the Avro schema: {e}") from e
-        return buf.getvalue()
-
-    def deserialize(self, data: bytes | None) -> Any:
-        if data is None:
-            return None
-        buf = io.BytesIO(data)
-        if self.schema_id is not None:
-            head = buf.read(5)
-            if len(head) < 5:
-                raise SerdeError("Avro record shorter than the 5-byte wire-format header")
-            magic, sid = struct.unpack(">bI", head)
-            if magic != _CONFLUENT_MAGIC or sid != self.schema_id:
-                raise SerdeError(
-                    f"unexpected wire-format header magic={magic} schema_id={sid}, expected schema_id={self.schema_id}"
-                )
-        try:
-            value = fastavro.schemaless_reader(buf, self.schema, None)
-        except (
-            EOFError,
-            ValueError,
-            TypeError,
-            IndexError,
-            StopIteration,
-            UnicodeDecodeError,
-        ) as e:
-            raise SerdeError(f"invalid Avro data: {type(e).__name__}: {e}") from e
-        if buf.tell() != len(data):
-            raise SerdeError(f"invalid Avro data: {len(data) - buf.tell()} trailing bytes")
-        return value
-
-    def __repr__(self) -> str:
-        return f"AvroSerde(schema={self.schema.get('name', '?') if isinstance(self.schema, dict) else '?'})"
+        except RecursionError as e:
+            raise SerdeError(f"invalid JSON: nested too deeply ({len(data)} bytes): {e}") from e
 
 
 def serde_by_name(name: str) -> Serde:

@@ -42,10 +42,18 @@ log = logging.getLogger(__name__)
 class CorruptSnapshotError(RuntimeError):
     """A snapshot file is missing or does not match its manifest checksum."""
 
-    def __init__(self, message: str, *, manifest_path: str, file: str | None = None) -> None:
+    def __init__(
+        self,
+        message: str,
+        *,
+        manifest_path: str,
+        file: str | None = None,
+        object: str | None = None,
+    ) -> None:
         super().__init__(message)
         self.manifest_path = manifest_path
         self.file = file
+        self.object = object  # the full store name of the corrupt or missing object
 
 
 @dataclass(frozen=True)
@@ -95,11 +103,13 @@ def _restore_one(
         raise CorruptSnapshotError(
             f"snapshot manifest {store.url}/{manifest_path} is missing: {e}",
             manifest_path=manifest_path,
+            object=f"{store.url}/{manifest_path}",
         ) from e
     except ValueError as e:
         raise CorruptSnapshotError(
             f"snapshot manifest {store.url}/{manifest_path} is missing or unreadable: {e}",
             manifest_path=manifest_path,
+            object=getattr(e, "object", None) or f"{store.url}/{manifest_path}",
         ) from e
     stage = local_dir / f".restore-{uuid.uuid4().hex}"
     stage.mkdir(parents=True)
@@ -159,6 +169,7 @@ def _restore_one(
             f"RocksDB sequence {backend.sequence_number}, below the manifest's "
             f"{manifest.sequence_number}: files are missing",
             manifest_path=manifest_path,
+            object=f"{store.url}/{manifest_path}",
         )
     stats = RestoreStats(
         manifest_path=manifest_path,
@@ -187,7 +198,10 @@ def _download(
         if not isinstance(e.__cause__, FileNotFoundError):
             raise
         raise CorruptSnapshotError(
-            f"{where} is missing from the store", manifest_path=mpath, file=entry.name
+            f"{where} is missing from the store",
+            manifest_path=mpath,
+            file=entry.name,
+            object=e.object or f"{store.url}/{entry.path}",
         ) from e
     actual = sha256_file(dst)
     if actual != entry.sha256 or dst.stat().st_size != entry.size:
@@ -196,6 +210,7 @@ def _download(
             f"manifest says sha256 {entry.sha256}, size {entry.size}",
             manifest_path=mpath,
             file=entry.name,
+            object=f"{store.url}/{entry.path}",
         )
     return entry
 
@@ -302,9 +317,19 @@ def read_blob(store: CheckpointStore, manifest: SnapshotManifest, name: str) -> 
     except StoreError as e:
         if not isinstance(e.__cause__, FileNotFoundError):
             raise  # the store is unreachable: no property of this checkpoint
-        raise CorruptSnapshotError(f"{where} is missing", manifest_path=mpath, file=name) from e
+        raise CorruptSnapshotError(
+            f"{where} is missing",
+            manifest_path=mpath,
+            file=name,
+            object=f"{store.url}/{entry.path}",
+        ) from e
     if hashlib.sha256(data).hexdigest() != entry.sha256:
-        raise CorruptSnapshotError(f"{where} is corrupt", manifest_path=mpath, file=name)
+        raise CorruptSnapshotError(
+            f"{where} is corrupt",
+            manifest_path=mpath,
+            file=name,
+            object=f"{store.url}/{entry.path}",
+        )
     return data
 
 

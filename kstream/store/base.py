@@ -22,11 +22,24 @@ from pathlib import Path
 
 
 class StoreError(RuntimeError):
-    """A checkpoint store operation failed; the message names the path."""
+    """A checkpoint store operation failed; the message names the path.
+
+    ``object`` is the full name (``<store url>/<path>``) of the object concerned when
+    the operation was about one object, so a restore that fails can name exactly
+    what is corrupt or missing, whatever the adapter.
+    """
+
+    def __init__(self, message: str, *, object: str | None = None) -> None:
+        super().__init__(message)
+        self.object = object
 
 
 class ObjectExists(StoreError):
     """An exclusive write found the object already present."""
+
+
+class ObjectNotFound(StoreError):
+    """The object does not exist (``object`` names it)."""
 
 
 class CheckpointStore(ABC):

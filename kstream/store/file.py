@@ -9,7 +9,7 @@ import tempfile
 import uuid
 from pathlib import Path
 
-from kstream.store.base import CheckpointStore, ObjectExists, StoreError
+from kstream.store.base import CheckpointStore, ObjectExists, ObjectNotFound, StoreError
 
 
 class FileStore(CheckpointStore):
@@ -66,7 +66,9 @@ class FileStore(CheckpointStore):
         try:
             return self._path(path).read_bytes()
         except FileNotFoundError as e:
-            raise StoreError(f"{self.url}/{path} does not exist") from e
+            raise ObjectNotFound(
+                f"{self.url}/{path} does not exist", object=f"{self.url}/{path}"
+            ) from e
 
     def get_file(self, path: str, local: Path) -> None:
         local.parent.mkdir(parents=True, exist_ok=True)
@@ -76,7 +78,9 @@ class FileStore(CheckpointStore):
             try:
                 shutil.copyfile(self._path(path), tmp)
             except FileNotFoundError as e:
-                raise StoreError(f"{self.url}/{path} does not exist") from e
+                raise ObjectNotFound(
+                    f"{self.url}/{path} does not exist", object=f"{self.url}/{path}"
+                ) from e
             os.replace(tmp, local)
         finally:
             with contextlib.suppress(FileNotFoundError):
@@ -89,7 +93,9 @@ class FileStore(CheckpointStore):
         try:
             return self._path(path).stat().st_size
         except FileNotFoundError as e:
-            raise StoreError(f"{self.url}/{path} does not exist") from e
+            raise ObjectNotFound(
+                f"{self.url}/{path} does not exist", object=f"{self.url}/{path}"
+            ) from e
 
     def list(self, prefix: str) -> list[str]:
         base = self._path(prefix) if prefix else self.root
@@ -111,7 +117,9 @@ class FileStore(CheckpointStore):
         try:
             return self._path(path).stat().st_mtime
         except FileNotFoundError as e:
-            raise StoreError(f"{self.url}/{path} does not exist") from e
+            raise ObjectNotFound(
+                f"{self.url}/{path} does not exist", object=f"{self.url}/{path}"
+            ) from e
 
     def touch(self, path: str) -> None:
         with contextlib.suppress(FileNotFoundError):

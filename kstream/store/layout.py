@@ -32,6 +32,14 @@
     Written once when a job first starts from a given checkpoint or savepoint
     (``--from-checkpoint``/``--from-savepoint``), so a restarted coordinator does not
     roll the job back to it again.
+``<app>/plans/<digest>.json``
+    The description (per-part hashes) of a plan fingerprint
+    (:mod:`kstream.plan.fingerprint`), written by every process at start, so a
+    process refusing another's plan can say what differs.
+
+``<app>/control.key``
+    The key coordinators sign their control messages with
+    (:mod:`kstream.store.controlkey`): created once, exclusively, never changed.
 
 Nothing else builds or parses these paths.
 """
@@ -152,3 +160,13 @@ def savepoint_of(path: str) -> str | None:
 def import_marker_path(app_id: str, digest: str) -> str:
     """The marker of ``app_id`` having started from the state with hash ``digest``."""
     return f"{app_id}/imports/{digest}.json"
+
+
+def plan_path(app_id: str, digest: str) -> str:
+    """Store path of the description of plan fingerprint ``digest``."""
+    return f"{app_id}/plans/{digest}.json"
+
+
+def control_key_path(app_id: str) -> str:
+    """Store path of the key that signs the coordinator's control messages."""
+    return f"{app_id}/control.key"

@@ -64,6 +64,7 @@ class CheckpointMetadata:
     # What the plan's state means (kstream.plan.operators.describe); None: not recorded.
     description: dict[str, Any] | None = None
     origin: str | None = None  # the checkpoint/savepoint this one was imported from
+    plan: str | None = None  # the plan fingerprint's digest (None: taken before fingerprints)
 
     @property
     def duration_ms(self) -> float:
@@ -96,6 +97,8 @@ class CheckpointMetadata:
             body["description"] = self.description
         if self.origin is not None:
             body["origin"] = self.origin
+        if self.plan is not None:
+            body["plan"] = self.plan
         return json.dumps(body, indent=1, sort_keys=True).encode()
 
     @classmethod
@@ -111,6 +114,7 @@ class CheckpointMetadata:
                 tasks={str(k): TaskSnapshot(**v) for k, v in obj["tasks"].items()},
                 description=dict(obj["description"]) if obj.get("description") else None,
                 origin=str(obj["origin"]) if obj.get("origin") else None,
+                plan=str(obj["plan"]) if obj.get("plan") is not None else None,
             )
         except (ValueError, KeyError, TypeError, AttributeError) as e:
             raise MetadataError(f"{where} is not valid checkpoint metadata: {e}") from e

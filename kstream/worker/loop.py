@@ -17,6 +17,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 from kstream.config import Guarantee, JobConfig
@@ -27,8 +28,11 @@ from kstream.kafka.dlq import DeadLetterWriter
 from kstream.kafka.reachability import Reachability
 from kstream.kafka.source import RawRecord, SourceConsumer
 from kstream.metrics.worker import WorkerMetrics, sink_buffers
+from kstream.plan.fingerprint import fingerprint
 from kstream.runtime.lateness import late_summary
+from kstream.store.controlkey import ControlKey
 from kstream.store.urls import open_store
+from kstream.worker.backlog import Backlog
 from kstream.worker.bounded import Bounded
 from kstream.worker.checkpointed import Checkpointed
 from kstream.worker.mode import TP, Mode
@@ -59,6 +63,7 @@ def open_clients(
     *,
     on_assign: Callable[[list[TP]], None],
     on_revoke: Callable[[list[TP]], None],
+    key_source: Callable[[], bytes | None] | None = None,
 ) -> WorkerClients:
     """The clients of a worker of ``cfg`` reading ``topics`` (its group membership)."""
     checkpointed = cfg.checkpointing.enabled and not cfg.bounded
@@ -85,7 +90,11 @@ def open_clients(
         ),
         control=(
             ControlClient(
-                cfg.bootstrap_servers, cfg.app_id, extra=cfg.kafka, reachability=reachability
+                cfg.bootstrap_servers,
+                cfg.app_id,
+                extra=cfg.kafka,
+                reachability=reachability,
+                key_source=key_source,
             )
             if checkpointed
             else None
@@ -122,12 +131,17 @@ class Worker:
         self._next_export = 0.0
         self._assignment_changed = False
         topics = sorted({i.topic for spec in self.plan.tasks for i in spec.inputs})
+        store = open_store(self.cfg.store_url, self.cfg.store_options)
         clients = open_clients(
-            self.cfg, topics, self.settings, on_assign=self._on_assign, on_revoke=self._on_revoke
+            self.cfg,
+            topics,
+            self.settings,
+            on_assign=self._on_assign,
+            on_revoke=self._on_revoke,
+            key_source=ControlKey(store, self.cfg.app_id).get,
         )
         self.source, self.producer, self.dlq = clients.source, clients.producer, clients.dlq
         self.control = clients.control
-        store = open_store(self.cfg.store_url, self.cfg.store_options)
         self.router = Router(
             self.producer,
             self.dlq,
@@ -153,16 +167,18 @@ class Worker:
         label = member_label or f"{os.uname().nodename}/{os.getpid()}"
         self.mode: Mode
         if self.control is not None:
+            plan = fingerprint(self.plan)
             protocol = WorkerProtocol(
                 label,
                 now=clock(),
                 heartbeat_interval=heartbeat_interval,
                 stop_when_idle=stop_when_idle,
                 drain_timeout_s=self.settings.drain_timeout_s,
+                plan=plan.digest,
             )
             self.mode = Checkpointed(
                 protocol, self.control, self.tasks, self.source, store, self.cfg.app_id,
-                self.stats, label,
+                self.stats, label, fingerprint=plan,
             )  # fmt: skip
         elif self.cfg.bounded:
             self.mode = Bounded(
@@ -205,6 +221,8 @@ class Worker:
 
     def _loop(self) -> int:
         mode, tasks, internal = self.mode, self.tasks, self.tasks.internal_parts
+        backlog = Backlog(self.batch_size)
+        seeks = tasks.seeks
         while not self.stop_event.is_set():
             now = self.clock()
             code = mode.begin(now)
@@ -214,18 +232,29 @@ class Worker:
                 return code
             if mode.draining:  # a stop (signal or StopJob) just now: read no more user input
                 tasks.sync_pauses(draining=True)
-            batch = self.source.consume_batch(self.batch_size, 0.05)
-            if self._assignment_changed:
-                self._assignment_changed = False
-                log.info("assignment changed: %s", sorted(self.source.assignment))
-                mode.on_assignment(now)
-                batch = {}  # records fetched around a rebalance are read again after the seeks
-            if any(tp[0] not in internal for tp in batch):
+                # Unfed user input is not part of the final checkpoint: drop it and read
+                # it again from there after a restart (kstream.worker.backlog).
+                for tp, offset in backlog.drop(lambda t: t not in internal).items():
+                    tasks.seek_back(tp, offset)
+                seeks = tasks.seeks  # the internal records left are still to be fed
+            if tasks.seeks != seeks:
+                backlog.clear()  # read again from the new positions
+            if not backlog:
+                batch = self.source.consume_batch(self.batch_size, 0.05)
+                if self._assignment_changed:
+                    self._assignment_changed = False
+                    log.info("assignment changed: %s", sorted(self.source.assignment))
+                    mode.on_assignment(now)
+                    batch = {}  # fetched around a rebalance: read again after the seeks
+                backlog.add(batch)
+            seeks = tasks.seeks
+            if backlog.has_topic(lambda t: t not in internal):
                 # Input from a user topic (internal records are its consequences, and
                 # carry barriers and watermarks even when no input arrives).
                 mode.on_input(now)
-            for tp, records in batch.items():
-                self._feed(tp, records, now)
+            # At most about a second of work before signals and control messages are
+            # looked at again (slow user functions: kstream.worker.backlog).
+            backlog.feed(partial(self._feed, now=now))
             wall_ms = int(time.time() * 1000)  # processing-time timers run on the wall clock
             for r in tasks.running():
                 mode.guarded(r, r.task.tick, now, wall_ms)

@@ -131,6 +131,15 @@ class CommitSinks:
 
 
 @dataclass(frozen=True)
+class RefusePlan:
+    """The coordinator runs another plan (fingerprint ``plan``, seen on its Restore of
+    ``attempt``): this worker must not run; it exits 2 saying what differs."""
+
+    plan: str
+    attempt: int
+
+
+@dataclass(frozen=True)
 class Exit:
     """Stop the worker with ``code`` (0: done, 1: the job failed), for ``reason``."""
 
@@ -138,7 +147,9 @@ class Exit:
     reason: str
 
 
-Action = Send | RestoreTasks | StopTasks | ResumeTasks | TriggerTasks | CommitSinks | Exit
+Action = (
+    Send | RestoreTasks | StopTasks | ResumeTasks | TriggerTasks | CommitSinks | RefusePlan | Exit
+)
 
 
 class WorkerProtocol:
@@ -152,8 +163,12 @@ class WorkerProtocol:
         heartbeat_interval: float = 1.0,
         stop_when_idle: float | None = None,
         drain_timeout_s: float = 30.0,
+        plan: str = "",
     ) -> None:
         self.member = member
+        # This worker's plan fingerprint (kstream.plan.fingerprint): in its reports, and
+        # compared with the coordinator's on every Restore.
+        self.plan = plan
         self.generation: int | None = None
         self.heartbeat_interval = heartbeat_interval
         self.stop_when_idle = stop_when_idle
@@ -175,8 +190,9 @@ class WorkerProtocol:
         self._next_request = 0.0
         self._next_heartbeat = 0.0
 
-    def learn(self, history: Iterable[Message]) -> None:
-        """The control topic read to its end: the current attempt and whether it resumed."""
+    def learn(self, history: Iterable[Message]) -> list[Action]:
+        """The control topic read to its end: the current attempt and whether it resumed
+        (no actions: kept a list for what a history may require)."""
         for msg in history:
             if isinstance(msg, Restore) and msg.attempt >= self.attempt:
                 self.attempt, self.restore_point, self.restoring = (
@@ -191,6 +207,14 @@ class WorkerProtocol:
             self.attempt,
             "restoring" if self.restoring else "resumed",
         )
+        # The history's Restore may be an earlier deployment's (an upgrade starts the
+        # new plan's coordinator after this worker): only a Restore read live, from
+        # the running coordinator, is compared with this worker's plan.
+        return []
+
+    def _foreign(self, msg: Restore) -> bool:
+        """Whether the coordinator that wrote ``msg`` runs another plan than this worker."""
+        return bool(self.plan and msg.plan and msg.plan != self.plan)
 
     @property
     def stopping(self) -> bool:
@@ -211,6 +235,8 @@ class WorkerProtocol:
                     k: v for k, v in self.trigger_seen.items() if k > event.checkpoint_id
                 }
                 return [CommitSinks(event.checkpoint_id)]
+            case Restore() if event.attempt > self.attempt and self._foreign(event):
+                return [RefusePlan(event.plan, event.attempt)]
             case Restore() if event.attempt > self.attempt:
                 self.attempt, self.restore_point, self.restoring = (
                     event.attempt,
@@ -257,7 +283,7 @@ class WorkerProtocol:
     def _restore(self) -> list[Action]:
         self.tasks, self.running = set(self.assigned), set()
         ready = [
-            Send(TaskReady(self.attempt, task, self.member, self.generation or 0))
+            Send(TaskReady(self.attempt, task, self.member, self.generation or 0, self.plan))
             for task in self.assigned
         ]
         return [RestoreTasks(self.attempt, self.restore_point), *ready]
@@ -339,4 +365,4 @@ class WorkerProtocol:
         self._next_heartbeat = now + self.heartbeat_interval
         if self.generation is None:
             return []
-        return [Send(Heartbeat(self.member, tuple(sorted(self.tasks)), self.generation))]
+        return [Send(Heartbeat(self.member, tuple(sorted(self.tasks)), self.generation, self.plan))]

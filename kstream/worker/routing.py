@@ -70,7 +70,14 @@ class Router:
                     )
             elif isinstance(out, DeadLetter):
                 self.dlq.handle(
-                    out.topic, out.partition, out.offset, None, out.key, out.value, out.reason
+                    out.topic,
+                    out.partition,
+                    out.offset,
+                    out.timestamp,
+                    out.key,
+                    out.value,
+                    out.reason,
+                    out.operator,
                 )
                 self.metrics.dead_letter(out.topic, out.reason)
             elif isinstance(out, AlignmentAborted) and self.send is not None:

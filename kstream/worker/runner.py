@@ -149,7 +149,13 @@ def open_runner(ctx: RunnerContext, spec: TaskSpec, attempt: int, handle: str | 
         backend = RocksDBBackend(local)
     else:
         backend, manifest, rstats = restore_state(
-            ctx.store, cfg.app_id, spec.task_id, handle, local, allow_fallback=not cfg.bounded
+            # One global restore point: the coordinator, not the task, falls back.
+            ctx.store,
+            cfg.app_id,
+            spec.task_id,
+            handle,
+            local,
+            allow_fallback=False,
         )
         positions = decode_positions(manifest.positions)
         if manifest.app_id != cfg.app_id:

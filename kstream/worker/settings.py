@@ -61,6 +61,7 @@ class WorkerStats:
     records: int = 0
     checkpoints_acked: int = 0
     restores: int = 0
+    unverified_control: int = 0  # control messages skipped as unverifiable
 
 
 class DebugPause:

@@ -16,6 +16,7 @@ from kstream.plan import JobPlan, TaskSpec
 from kstream.runtime.records import InternalEvent, InternalRecord
 from kstream.runtime.watermark_alignment import PartitionTime, WatermarkAligner
 from kstream.sinkbuffer.epochs import SinkError
+from kstream.state.restore import CorruptSnapshotError
 from kstream.store.base import StoreError
 from kstream.worker.runner import RunnerContext, TaskRunner, open_runner
 from kstream.worker.settings import WorkerError
@@ -33,6 +34,7 @@ class WorkerTasks:
         self.plan = plan
         self.source = source
         self.ctx = ctx
+        self.seeks = 0  # how many seeks so far (see kstream.worker.backlog)
         self.runners: dict[str, TaskRunner] = {}
         # Which task reads each partition (a partition belongs to exactly one task).
         self.task_of: dict[TP, str] = {
@@ -88,16 +90,20 @@ class WorkerTasks:
 
     def restore(
         self, specs: list[TaskSpec], attempt: int, handle_of: Callable[[str], str | None]
-    ) -> dict[str, str]:
+    ) -> tuple[dict[str, CorruptSnapshotError], dict[str, str]]:
         """Every one of ``specs`` at ``attempt`` from the manifest ``handle_of(task)``, not
         running, inputs paused and sought to where the restored tasks resume.
 
-        Returns the tasks that could not be restored because the checkpoint store or the
-        broker could not be reached, with the reason: they fail, not the worker (the
-        coordinator restores again). Any other failure propagates."""
+        Returns ``(corrupt, unreachable)``. ``corrupt``: the tasks whose checkpoint cannot
+        be restored (a corrupt or missing object: the error names it); then no task is
+        kept — the coordinator chooses an older checkpoint for all of them.
+        ``unreachable``: tasks that could not be restored because the checkpoint store or
+        the broker could not be reached, with the reason: they fail, not the worker (the
+        coordinator restores the same checkpoint again). Any other failure propagates."""
         self.stop_all()
         # Pause before seeking: nothing may be read for a task until it resumes.
         self.pause({(i.topic, i.partition) for s in specs for i in s.inputs})
+
         # Tasks restore in parallel: downloads, RocksDB opens and sink fencing
         # (init_transactions, marker reads) wait on I/O and release the GIL.
         def build(spec: TaskSpec) -> TaskRunner:
@@ -106,21 +112,30 @@ class WorkerTasks:
         with ThreadPoolExecutor(max_workers=min(8, max(1, len(specs)))) as pool:
             futures = [pool.submit(build, spec) for spec in specs]
         for spec, fut in zip(specs, futures, strict=True):
-            if fut.exception() is None:  # kept even if another failed: closed with the rest
+            e = fut.exception()
+            if e is None:  # kept even if another failed: closed with the rest
                 self.runners[spec.task_id] = fut.result()
+        corrupt = {
+            spec.task_id: e
+            for spec, fut in zip(specs, futures, strict=True)
+            if isinstance(e := fut.exception(), CorruptSnapshotError)
+        }
         unreachable = {
             spec.task_id: f"restore failed (store or broker unreachable): {e}"
             for spec, fut in zip(specs, futures, strict=True)
             if isinstance(e := fut.exception(), (StoreError, SinkError))
         }
         for fut in futures:
-            if not isinstance(fut.exception(), (StoreError, SinkError)):
-                fut.result()  # any other failure propagates
+            if not isinstance(fut.exception(), (CorruptSnapshotError, StoreError, SinkError)):
+                fut.result()  # any other failure propagates: this worker fails
+        if corrupt:
+            self.stop_all()
+            return corrupt, {}
         for task_id, reason in unreachable.items():
             log.error("task %s: %s", task_id, reason)
         for runner in self.runners.values():
             self.seek_restored(runner)
-        return unreachable
+        return {}, unreachable
 
     def remove(self, task_id: str) -> None:
         """Stop and forget one task (it failed, or another worker owns it now)."""
@@ -129,7 +144,12 @@ class WorkerTasks:
             self.ctx.metrics.task_closed(task_id, runner.task)
             runner.close()
 
+    def seek_back(self, tp: TP, offset: int) -> None:
+        """Read ``tp`` again from ``offset`` (records read but never fed were dropped)."""
+        self._seek(tp, offset)
+
     def stop_all(self) -> None:
+        self.seeks += 1  # no task runs what was read for the stopped ones
         for r in self.runners.values():
             self.ctx.metrics.task_closed(r.task_id, r.task)
             r.close()
@@ -148,6 +168,7 @@ class WorkerTasks:
             self._seek(tp, OFFSET_BEGINNING if off is None else off)
 
     def _seek(self, tp: TP, offset: int, timeout: float = 10.0) -> None:
+        self.seeks += 1  # records read before are read again: the loop drops its backlog
         deadline = time.monotonic() + timeout
         while True:
             try:

@@ -1,0 +1,114 @@
+"""A hostile client writing to ``<app>.control`` changes nothing (issue 13, point 1).
+
+A real job (`kstream run`) on a real broker; while it runs a plain producer writes a
+forged ``CheckpointCompleted`` with a huge id and a forged ``JobFailed``. The job
+keeps running, logs and skips both, its output is exact, no commit marker names the
+forged id, and a restarted coordinator continues with small ids.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from integration.e2e.harness import REPO
+from integration.edge_tools import markers, read_all
+from kstream.checkpoint.messages import CheckpointCompleted, JobFailed, encode
+from kstream.kafka.clients import AdminClient, TopicSpec, ensure_topics, make_producer
+from kstream.names import control_topic
+from kstream.store.file import FileStore
+from kstream.store.metadata import completed_ids
+
+CLI = [sys.executable, "-c", "from kstream.cli import main; main()"]
+T0 = 1_767_225_600_000
+HUGE = 10**12
+
+TOPOLOGY = """
+from kstream.api import Topology
+
+topology = Topology("forge")
+topology.source("{src}", value_serde="str").map(str.upper).to("{out}", value_serde="str")
+"""
+
+
+def _produce(bootstrap: str, topic: str, values: list[str]) -> None:
+    p = make_producer(bootstrap)
+    for i, v in enumerate(values):
+        p.produce(topic, v.encode(), timestamp=T0 + i)
+    assert p.flush(30) == 0
+
+
+def _start(topology: Path, bootstrap: str, app: str, tmp: Path) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [*CLI, "run", str(topology), "--bootstrap", bootstrap, "--app-id", app,
+         "--store", f"file://{tmp}/store", "--state-dir", str(tmp / "state"),
+         "--interval", "0.5", "--stop-when-idle", "4"],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=REPO,
+    )  # fmt: skip
+
+
+def _wait(cond: Callable[[], bool], what: str, proc: subprocess.Popen[str], timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while not cond():
+        if proc.poll() is not None:
+            raise AssertionError(f"job exited ({proc.returncode}) before {what}: {proc.stdout}")
+        if time.monotonic() > deadline:
+            proc.kill()
+            raise AssertionError(f"no {what} within {timeout}s")
+        time.sleep(0.2)
+
+
+def test_forged_control_records_are_skipped_and_the_job_stays_exact(
+    kafka_bootstrap: str,
+    kafka_admin: AdminClient,
+    unique_name: Callable[[str], str],
+    tmp_path: Path,
+) -> None:
+    src, out, app = unique_name("in"), unique_name("out"), unique_name("forge")
+    ensure_topics(kafka_admin, [TopicSpec(src, 1), TopicSpec(out, 1)])
+    topology = tmp_path / "forge_topology.py"
+    topology.write_text(TOPOLOGY.format(src=src, out=out))
+    store = FileStore(tmp_path / "store")
+
+    _produce(kafka_bootstrap, src, ["a", "b", "c"])
+    job = _start(topology, kafka_bootstrap, app, tmp_path)
+    _wait(lambda: bool(completed_ids(store, app)), "completed checkpoint", job, 90)
+    # A plain client (no transaction, no key) writes what only a coordinator may.
+    forger = make_producer(kafka_bootstrap)
+    for msg in (CheckpointCompleted(HUGE, 1), JobFailed("forged: stop everything")):
+        forger.produce(control_topic(app), encode(msg), key=type(msg).__name__)
+    assert forger.flush(30) == 0
+    _produce(kafka_bootstrap, src, ["d", "e"])
+    log, _ = job.communicate(timeout=120)
+    assert job.returncode == 0, log[-4000:]
+    assert log.count("not signed by a coordinator of this job") >= 2, log[-4000:]
+    assert "another coordinator took over" not in log
+    assert sorted(r.value or b"" for r in read_all(kafka_bootstrap, out)) == [
+        b"A",
+        b"B",
+        b"C",
+        b"D",
+        b"E",
+    ]
+    assert all(m["checkpoint"] < 1000 for m in markers(kafka_bootstrap, app)), markers(
+        kafka_bootstrap, app
+    )
+
+    # A restarted job's coordinator does not continue above the forged id.
+    before = max(completed_ids(store, app))
+    _produce(kafka_bootstrap, src, ["f"])
+    again = _start(topology, kafka_bootstrap, app, tmp_path)
+    log, _ = again.communicate(timeout=120)
+    assert again.returncode == 0, log[-4000:]
+    assert before < max(completed_ids(store, app)) < 1000
+    assert sorted(r.value or b"" for r in read_all(kafka_bootstrap, out)) == [
+        b"A",
+        b"B",
+        b"C",
+        b"D",
+        b"E",
+        b"F",
+    ]

@@ -1,0 +1,91 @@
+"""One global checkpoint on restore: a task that cannot restore reports why, and every
+task restores the next older retained checkpoint — never a mix (issue 13 point 5)."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+
+from kstream.checkpoint.commands import Fail, Send
+from kstream.checkpoint.coordinator import CheckpointCoordinator
+from kstream.checkpoint.messages import JobFailed, Restore, RestoreFailed, Resume, TaskReady
+from kstream.checkpoint.recovery import RecoveredState
+from kstream.config import CheckpointingConfig, RestartStrategy
+from kstream.store.metadata import CheckpointMetadata, TaskSnapshot
+
+OBJ = "file:///s/app/shared/ab12"
+
+
+def _meta(n: int) -> CheckpointMetadata:
+    return CheckpointMetadata(n, 1, 0.0, 1.0, {t: TaskSnapshot(f"h/{t}/{n}") for t in "ab"})
+
+
+def _coordinator() -> CheckpointCoordinator:
+    retained = [_meta(5), _meta(6), _meta(7)]
+    rec = RecoveredState(
+        max_checkpoint_id=7, attempt=1, latest_completed=retained[-1], retained=retained
+    )
+    return CheckpointCoordinator(
+        frozenset("ab"),
+        CheckpointingConfig(interval=1.0),
+        RestartStrategy(),
+        recovered=rec,
+    )
+
+
+def _restore_at(c: CheckpointCoordinator, t: float) -> list[Send | Fail]:
+    out: list[Send | Fail] = []
+    while not out and t < 100:
+        out = c.tick(t)  # type: ignore[assignment]
+        t += 0.5
+    return out
+
+
+def test_every_task_restores_the_next_older_checkpoint_said_once(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    c = _coordinator()
+    c.start(0.0)
+    assert c.tick(0.0) == [Send(Restore(2, 7))]
+    with caplog.at_level(logging.ERROR):
+        assert c.handle(RestoreFailed(2, "a", "w1", 7, "sha256 mismatch", OBJ), 0.1) == []
+        # Another task's failure of the same restore: already handled, said once.
+        assert c.handle(RestoreFailed(2, "b", "w2", 7, "sha256 mismatch", OBJ), 0.2) == []
+    lines = [r.getMessage() for r in caplog.records if "RESTORE FAILED" in r.getMessage()]
+    assert lines == [
+        f"RESTORE FAILED: checkpoint 7 cannot be restored — {OBJ} is corrupt or missing "
+        "(task a on w1: sha256 mismatch); restoring EVERY task from the older checkpoint 6"
+    ]
+    assert _restore_at(c, 0.3) == [Send(Restore(3, 6))]  # one restore point for all tasks
+    # A stale ready of the failed attempt does not count; the new attempt resumes.
+    assert c.handle(TaskReady(2, "b", "w2", 1), 1.0) == []
+    c.handle(TaskReady(3, "a", "w1", 1), 1.1)
+    assert c.handle(TaskReady(3, "b", "w2", 1), 1.2) == [Send(Resume(3, {"a": "w1", "b": "w2"}))]
+    assert c.unrestorable.keys() == {7}
+
+
+def test_the_job_fails_when_no_retained_checkpoint_can_be_restored() -> None:
+    c = _coordinator()
+    c.start(0.0)
+    c.tick(0.0)
+    attempt = 2
+    for n, older in ((7, 6), (6, 5)):
+        c.handle(RestoreFailed(attempt, "b", "w2", n, "missing", OBJ), 1.0)
+        attempt += 1
+        assert _restore_at(c, 1.0) == [Send(Restore(attempt, older))]
+    cmds = c.handle(RestoreFailed(attempt, "a", "w1", 5, "missing", OBJ), 9.0)
+    reason = (
+        f"checkpoint 5 cannot be restored ({OBJ}: task a: missing) and no older retained "
+        "checkpoint is left"
+    )
+    assert cmds == [Send(JobFailed(reason)), Fail(reason)]
+
+
+def test_a_failure_report_for_another_restore_is_ignored() -> None:
+    c = _coordinator()
+    c.start(0.0)
+    c.tick(0.0)
+    assert c.handle(RestoreFailed(1, "a", "w1", 7, "old attempt", OBJ), 0.1) == []
+    assert c.handle(RestoreFailed(2, "a", "w1", 6, "not this checkpoint", OBJ), 0.1) == []
+    assert c.unrestorable == {} and c.ignored_messages == 2

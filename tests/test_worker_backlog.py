@@ -1,0 +1,62 @@
+"""Prompt stops: a batch is fed in time-bounded slices (issue 13 point 7)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kstream.worker.backlog import Backlog
+
+
+class SlowTasks:
+    """A user function taking ``cost`` seconds per record, on a fake clock."""
+
+    def __init__(self, cost: float) -> None:
+        self.now, self.cost = 0.0, cost
+        self.fed: list[tuple[tuple[str, int], int]] = []
+
+    def clock(self) -> float:
+        return self.now
+
+    def feed(self, tp: tuple[str, int], records: list[Any]) -> None:
+        self.now += self.cost * len(records)
+        self.fed += [(tp, r[3]) for r in records]
+
+
+def _batch(topic: str, partition: int, n: int) -> list[Any]:
+    return [(None, b"v", 0, offset, None) for offset in range(n)]
+
+
+def test_a_slow_batch_is_fed_about_a_second_per_loop_iteration_in_order() -> None:
+    tasks = SlowTasks(cost=0.05)  # 2000 records = 100 s of work in one batch
+    backlog = Backlog(2000, clock=tasks.clock)
+    backlog.add({("in", 0): _batch("in", 0, 1000), ("in", 1): _batch("in", 1, 1000)})
+    iterations = []
+    while backlog:
+        t0 = tasks.now
+        backlog.feed(tasks.feed)
+        iterations.append(tasks.now - t0)
+    # Without slicing the whole batch (100 s) would run before the loop looks again.
+    assert max(iterations) <= 1.3, iterations
+    assert len(iterations) > 40
+    assert tasks.fed == [(("in", 0), o) for o in range(1000)] + [
+        (("in", 1), o) for o in range(1000)
+    ]
+
+
+def test_the_slice_adapts_so_even_the_first_iteration_of_the_next_batch_is_short() -> None:
+    tasks = SlowTasks(cost=0.05)
+    backlog = Backlog(2000, clock=tasks.clock)
+    backlog.add({("in", 0): _batch("in", 0, 100)})
+    backlog.feed(tasks.feed)  # learns the cost
+    backlog.clear()
+    backlog.add({("in", 0): _batch("in", 0, 2000)})
+    t0 = tasks.now
+    backlog.feed(tasks.feed)
+    assert tasks.now - t0 <= 1.3
+
+
+def test_dropping_user_input_says_where_to_read_again() -> None:
+    backlog = Backlog(10, clock=lambda: 0.0)
+    backlog.add({("in", 0): _batch("in", 0, 5), ("app.stage0.repartition", 1): _batch("x", 1, 3)})
+    assert backlog.drop(lambda t: t == "in") == {("in", 0): 0}
+    assert len(backlog) == 3 and not backlog.has_topic(lambda t: t == "in")
