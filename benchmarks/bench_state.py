@@ -148,8 +148,8 @@ def one_run(work: Path, n_keys: int, n_ops: int, seed: int) -> dict[str, float]:
     uploader.close()
 
     # 3. Restore: from the task-local copy, then on a "new machine" from the store.
-    _, _, local = restore_state(store, APP, TASK, second.manifest_path, work / "task")
-    _, _, remote = restore_state(store, APP, TASK, second.manifest_path, work / "elsewhere")
+    _, _, local = restore_state(store, second.manifest_path, work / "task")
+    _, _, remote = restore_state(store, second.manifest_path, work / "elsewhere")
     assert local.files_downloaded == 0 and remote.files_reused == 0
     out["restore_local_ms"] = local.restore_ms
     out["restore_store_ms"] = remote.restore_ms

@@ -1,10 +1,19 @@
-"""One global checkpoint on restore (issue 13 point 5, issue 12 point 6) on a real broker.
+"""One global checkpoint on restore (issue 13 point 5, issue 12 point 6) on a real broker,
+with the checkpoint store on the local file system and on a real S3 server (S3Proxy).
 
-A stateful job runs and completes checkpoints; one file that only the newest
-checkpoint of one task references is then corrupted in the store and the local
-state is removed (no task-local copy to reuse). On restart that task cannot restore
-the newest checkpoint: the coordinator says so once, naming the object, and every
-task restores the next older checkpoint — never a mix.
+A stateful exactly-once job (a running count per word, repartitioned) runs and
+completes checkpoints, then stops gracefully. One object of the newest checkpoint's
+snapshot of one task, shared by the newest checkpoints but not by an older retained
+one, is then overwritten with garbage through the store's own API, and the local state
+is removed (no task-local copy to reuse). More input arrives; on restart that task
+cannot restore the newest checkpoints: the coordinator says so once per checkpoint,
+naming the object, and every task restores the same older checkpoint — never a mix.
+
+The exact ``read_committed`` output proves it: per word, the first run emitted the
+counts 1..n1 and the second run the counts f+1..N, where f is the word's count in the
+input below the older checkpoint's source offsets and N its total count. A task
+restored from another checkpoint than its upstream task's (a mix) would skip or
+double-count input and change those counts.
 """
 
 from __future__ import annotations
@@ -14,77 +23,122 @@ import signal
 import subprocess
 import sys
 import time
+from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 
+import pytest
+
 from integration.e2e.harness import REPO
+from integration.edge_tools import read_all
 from kstream.kafka.clients import AdminClient, TopicSpec, ensure_topics, make_producer
 from kstream.state.snapshot import read_manifest
-from kstream.store.file import FileStore
+from kstream.store.base import CheckpointStore
 from kstream.store.metadata import completed_ids, read_metadata
+from kstream.store.urls import open_store
+
+pytestmark = pytest.mark.integration
 
 CLI = [sys.executable, "-c", "from kstream.cli import main; main()"]
-T0 = 1_767_225_600_000
+WORDS = ("apple", "berry", "cherry", "date", "elder", "fig")
+PARTITIONS = 2
 
 TOPOLOGY = """
-from kstream.api import Topology, Tumbling
+from kstream.api import Topology
 
 topology = Topology("restore")
 (
     topology.source("{src}", value_serde="str")
     .key_by(lambda w: w, key_serde="str")
-    .window(Tumbling(3_600_000))
     .count()
-    .map(lambda r: [r.key, r.value])
-    .to("{out}", value_serde="json")
+    .to("{out}", key_serde="str", value_serde="json")
 )
 """
 
 
-def _produce(bootstrap: str, topic: str, words: list[str], start: int) -> None:
-    p = make_producer(bootstrap)
-    for i, w in enumerate(words):
-        p.produce(topic, w.encode(), w.encode(), partition=i % 2, timestamp=T0 + start + i)
-    assert p.flush(30) == 0
+class Input:
+    """What was produced, per source partition in offset order."""
+
+    def __init__(self, bootstrap: str, topic: str) -> None:
+        self.producer = make_producer(bootstrap)
+        self.topic = topic
+        self.words: dict[int, list[str]] = {p: [] for p in range(PARTITIONS)}
+        self.n = 0
+
+    def send(self, count: int) -> None:
+        for _ in range(count):
+            word, part = WORDS[(self.n * 5 + self.n // 7) % len(WORDS)], self.n % PARTITIONS
+            self.producer.produce(self.topic, word.encode(), partition=part)
+            self.words[part].append(word)
+            self.n += 1
+        assert self.producer.flush(30) == 0
+
+    def counts(self, below: dict[int, int] | None = None) -> Counter[str]:
+        """Per word, the records below ``below[partition]`` (default: all of them)."""
+        out: Counter[str] = Counter()
+        for part, words in self.words.items():
+            out.update(words[: len(words) if below is None else below[part]])
+        return out
 
 
-def _job(topology: Path, bootstrap: str, app: str, tmp: Path, *extra: str) -> list[str]:
-    return [*CLI, "-v", "run", str(topology), "--bootstrap", bootstrap, "--app-id", app,
-            "--store", f"file://{tmp}/store", "--state-dir", str(tmp / "state"),
-            "--interval", "0.5", *extra]  # fmt: skip
+def _source_offsets(store: CheckpointStore, app: str, checkpoint: int, src: str) -> dict[int, int]:
+    """The source offsets checkpoint ``checkpoint`` restores to, per partition."""
+    offsets: dict[int, int] = {}
+    for snap in read_metadata(store, app, checkpoint).tasks.values():
+        for key, pos in snap.offsets.items():
+            topic, _, part = key.rpartition(":")
+            if topic == src:
+                offsets[int(part)] = 0 if pos is None else int(pos)  # None: the start
+    assert sorted(offsets) == list(range(PARTITIONS)), offsets
+    return offsets
 
 
+@pytest.mark.parametrize("kind", ["file", "s3"])
 def test_a_task_that_cannot_restore_makes_every_task_restore_one_older_checkpoint(
     kafka_bootstrap: str,
     kafka_admin: AdminClient,
     unique_name: Callable[[str], str],
     tmp_path: Path,
+    request: pytest.FixtureRequest,
+    kind: str,
 ) -> None:
     src, out, app = unique_name("in"), unique_name("out"), unique_name("restore")
-    ensure_topics(kafka_admin, [TopicSpec(src, 2), TopicSpec(out, 2)])
+    ensure_topics(kafka_admin, [TopicSpec(src, PARTITIONS), TopicSpec(out, PARTITIONS)])
     topology = tmp_path / "restore_topology.py"
     topology.write_text(TOPOLOGY.format(src=src, out=out))
-    store = FileStore(tmp_path / "store")
+    if kind == "s3":
+        s3 = request.getfixturevalue("s3_server")
+        url, options = s3.fresh_url("global-restore"), s3.options()
+        store_args = [*s3.cli_options()]
+    else:
+        url, options, store_args = f"file://{tmp_path}/store", {}, []
+    store = open_store(url, options)
 
-    # 1. Run while input flows until four checkpoints completed, then stop gracefully.
-    first_log_file = tmp_path / "first.log"
-    job = subprocess.Popen(
-        _job(topology, kafka_bootstrap, app, tmp_path),
-        stdout=first_log_file.open("w"), stderr=subprocess.STDOUT, text=True, cwd=REPO,
-    )  # fmt: skip
+    def job(*extra: str) -> list[str]:
+        return [*CLI, "-v", "run", str(topology), "--bootstrap", kafka_bootstrap,
+                "--app-id", app, "--store", url, *store_args,
+                "--state-dir", str(tmp_path / "state"), "--interval", "0.5", *extra]  # fmt: skip
+
+    # 1. Run while input flows until four checkpoints completed, then stop gracefully:
+    #    everything read is in the final checkpoint and its output is published.
+    data = Input(kafka_bootstrap, src)
+    first_log = tmp_path / "first.log"
+    proc = subprocess.Popen(
+        job(), stdout=first_log.open("w"), stderr=subprocess.STDOUT, text=True, cwd=REPO
+    )
     deadline = time.monotonic() + 120
-    batch = 0
     while max(completed_ids(store, app), default=0) < 4:
-        assert job.poll() is None, first_log_file.read_text()[-3000:]
+        assert proc.poll() is None, first_log.read_text()[-3000:]
         assert time.monotonic() < deadline, "no 4 completed checkpoints in 120 s"
-        _produce(kafka_bootstrap, src, [f"w{batch}-{i}" for i in range(20)], batch * 100)
-        batch += 1
-        time.sleep(0.7)
-    job.send_signal(signal.SIGTERM)
-    assert job.wait(timeout=60) == 0, first_log_file.read_text()[-3000:]
+        data.send(40)
+        time.sleep(0.5)  # input pacing, not synchronisation
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=90) == 0, first_log.read_text()[-3000:]
+    assert "stopping: the final checkpoint completed" in first_log.read_text()
+    first_run = data.counts()
 
-    # 2. Corrupt a file of the newest checkpoint of one stateful task that an older
-    #    retained checkpoint does not reference.
+    # 2. Corrupt an object of the newest checkpoint of one stateful task that an older
+    #    retained checkpoint does not reference (the newest ones all share it).
     task = "stage1-0"
     ids = completed_ids(store, app)
     files = {
@@ -96,17 +150,20 @@ def test_a_task_that_cannot_restore_makes_every_task_restore_one_older_checkpoin
     )
     fallback = max(n for n in ids if victim.sha256 not in hashes[n])
     unrestorable = [n for n in ids if n > fallback]  # all of them hold the victim
+    assert len(unrestorable) >= 1
     tasks = len(read_metadata(store, app, fallback).tasks)
-    (tmp_path / "store" / victim.path).write_bytes(b"corrupted")
+    cut = _source_offsets(store, app, fallback, src)  # read now: retention deletes it later
+    store.put_bytes(victim.path, b"corrupted")
+    assert store.get_bytes(victim.path) == b"corrupted"
     for d in (tmp_path / "state").glob("*"):
         subprocess.run(["rm", "-rf", str(d)], check=True)  # no task-local copy to reuse
+    data.send(200)  # input the second run reads beyond the first one's
 
     # 3. Restart: one loud line per checkpoint that cannot be restored, naming the
     #    object; every task restores the same older checkpoint.
     again = subprocess.run(
-        _job(topology, kafka_bootstrap, app, tmp_path, "--stop-when-idle", "3"),
-        capture_output=True, text=True, timeout=180, cwd=REPO,
-    )  # fmt: skip
+        job("--stop-when-idle", "3"), capture_output=True, text=True, timeout=240, cwd=REPO
+    )
     log = again.stdout + again.stderr
     assert again.returncode == 0, log[-4000:]
     loud = [line for line in log.splitlines() if "RESTORE FAILED" in line]
@@ -124,3 +181,18 @@ def test_a_task_that_cannot_restore_makes_every_task_restore_one_older_checkpoin
     assert [(int(n), int(c)) for _a, n, c in ready] == [(tasks, fallback)], ready
     resumed = re.findall(r"attempt (\d+) resumed", log)
     assert resumed == [ready[0][0]], resumed
+
+    # 4. The exact output: counts 1..n1 from the first run, f+1..N from the second.
+    below = data.counts(cut)
+    total = data.counts()
+    expected = Counter(
+        [(w, c) for w in WORDS for c in range(1, first_run[w] + 1)]
+        + [(w, c) for w in WORDS for c in range(below[w] + 1, total[w] + 1)]
+    )
+    rows = read_all(kafka_bootstrap, out)
+    got = Counter((r.key.decode() if r.key else "", int(r.value or b"0")) for r in rows)
+    assert sum(total.values()) == data.n
+    assert got == expected, (
+        f"fallback {fallback}: missing {sorted((expected - got).items())[:20]}, "
+        f"extra {sorted((got - expected).items())[:20]}"
+    )

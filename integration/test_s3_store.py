@@ -93,9 +93,7 @@ def test_snapshots_restore_and_gc_through_s3(s3_server: S3Server, tmp_path: Path
     assert known_completed(store, "app") == [1, 2, 3]
     latest = latest_completed(store, "app")
     assert latest is not None and latest.checkpoint_id == 3
-    restored, manifest, stats = restore_state(
-        store, "app", "s-0", latest.tasks["s-0"].handle, tmp_path / "fresh"
-    )
+    restored, manifest, stats = restore_state(store, latest.tasks["s-0"].handle, tmp_path / "fresh")
     assert sorted(restored.table(SPEC).scan()) == states[2]
     assert manifest.positions == {"in:0": 30} and stats.files_downloaded > 0
     restored.close()
@@ -108,7 +106,7 @@ def test_snapshots_restore_and_gc_through_s3(s3_server: S3Server, tmp_path: Path
     sst = next(f for f in m3.files if f.name.endswith(".sst"))
     store.delete(sst.path)
     with pytest.raises(CorruptSnapshotError, match="missing from the store") as err:
-        restore_state(store, "app", "s-0", latest.tasks["s-0"].handle, tmp_path / "fresh2")
+        restore_state(store, latest.tasks["s-0"].handle, tmp_path / "fresh2")
     assert err.value.file == sst.name and sst.path in str(err.value)
 
 

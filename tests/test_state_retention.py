@@ -82,7 +82,7 @@ def test_keeps_last_k_and_deletes_old_aborted_and_unreferenced(tmp_path: Path) -
     assert sorted(report.deleted_files) == sorted(before - refs)
     assert report.deleted_files  # there was garbage to collect
     assert report.bytes_freed > 0
-    restored, manifest = restore_backend(store, APP, TASK, handles[5].manifest_path, tmp_path / "r")
+    restored, manifest = restore_backend(store, handles[5].manifest_path, tmp_path / "r")
     assert manifest.checkpoint_id == 5 and restored.table(SPEC).get((249,)) == {"n": 5, "i": 249}
     restored.close()
     # A second run finds nothing more to delete.
@@ -168,7 +168,7 @@ def test_gc_racing_an_upload_keeps_the_files_it_reuses_because_they_were_touched
     assert shared_with_old and set(report.kept_young_files) == shared_with_old
     assert not set(report.deleted_files) & mine
     assert handle.files_uploaded == 0  # unchanged state: every file was already stored
-    restored, _ = restore_backend(store, APP, TASK, handle.manifest_path, tmp_path / "r")
+    restored, _ = restore_backend(store, handle.manifest_path, tmp_path / "r")
     assert restored.table(SPEC).get((99,)) == {"n": 1, "i": 99}
     restored.close()
     backend.close()
@@ -186,7 +186,7 @@ def test_a_reused_file_deleted_by_a_racing_gc_is_uploaded_again(tmp_path: Path) 
     assert set(report.deleted_files) == reused  # the race happened ...
     assert reused & mine
     assert all(store.exists(p) for p in mine)  # ... and the uploader healed it
-    restored, _ = restore_backend(store, APP, TASK, handle.manifest_path, tmp_path / "r")
+    restored, _ = restore_backend(store, handle.manifest_path, tmp_path / "r")
     assert restored.table(SPEC).get((99,)) == {"n": 1, "i": 99}
     restored.close()
     backend.close()
@@ -249,7 +249,7 @@ def test_concurrent_gc_never_deletes_a_file_a_retained_checkpoint_references(
     assert final.retained == [n - 1, n]
     for m in (n - 1, n):
         restored, manifest = restore_backend(
-            store, APP, TASK, f"{APP}/tasks/{TASK}/chk-{m}.json", tmp_path / f"r{m}"
+            store, f"{APP}/tasks/{TASK}/chk-{m}.json", tmp_path / f"r{m}"
         )
         assert manifest.checkpoint_id == m
         assert restored.table(SPEC).get((m % 3,)) == {"n": m}

@@ -103,9 +103,7 @@ def test_every_snapshot_restores_to_exactly_its_contents(
     backend.close()
     for i, (handle, (label, expected)) in enumerate(zip(handles, taken, strict=True)):
         assert handle.label == label
-        restored, manifest = restore_backend(
-            store, APP, TASK, handle.manifest_path, root / f"restore-{i}"
-        )
+        restored, manifest = restore_backend(store, handle.manifest_path, root / f"restore-{i}")
         assert manifest.positions == {"in-0": i + 1}
         assert contents(restored) == expected
         restored.close()
@@ -154,16 +152,14 @@ def test_local_copy_is_reused_and_nothing_is_downloaded(tmp_path: Path) -> None:
     expected = contents(backend)
     _fill(backend, 2_000, 2)  # changes after the snapshot are rolled back by the restore
     backend.close()
-    restored, manifest, stats = restore_state(
-        store, APP, TASK, handle.manifest_path, tmp_path / "task"
-    )
+    restored, manifest, stats = restore_state(store, handle.manifest_path, tmp_path / "task")
     assert store.downloaded == []
     assert stats.files_downloaded == 0
     assert stats.files_reused == len(manifest.files)
     assert contents(restored) == expected
     restored.close()
     # Elsewhere (another worker) everything is downloaded, with the same result.
-    other, _, stats2 = restore_state(store, APP, TASK, handle.manifest_path, tmp_path / "other")
+    other, _, stats2 = restore_state(store, handle.manifest_path, tmp_path / "other")
     assert stats2.files_reused == 0
     assert stats2.files_downloaded == len(manifest.files)
     assert contents(other) == expected
@@ -185,7 +181,7 @@ def test_a_tampered_local_copy_is_not_reused(tmp_path: Path) -> None:
     data[len(data) // 2] ^= 0xFF
     sst.unlink()  # break the hard link: tamper with the local copy only
     sst.write_bytes(bytes(data))
-    restored, _, stats = restore_state(store, APP, TASK, handle.manifest_path, tmp_path / "task")
+    restored, _, stats = restore_state(store, handle.manifest_path, tmp_path / "task")
     assert store.downloaded == [f"{APP}/shared/" + _sha_of(handle.manifest_path, store, sst.name)]
     assert stats.files_downloaded == 1
     assert contents(restored) == expected
@@ -212,9 +208,11 @@ def _two_checkpoints(tmp_path: Path) -> tuple[CountingStore, list[Any], list[dic
     return store, handles, states
 
 
-def test_corrupt_sst_is_detected_and_named_and_fallback_restores_previous(
+def test_corrupt_sst_is_detected_and_named_and_the_task_never_falls_back_by_itself(
     tmp_path: Path,
 ) -> None:
+    """A task reports the corrupt object; choosing an older checkpoint is the
+    coordinator's, for every task at once (kstream.checkpoint.failover)."""
     store, handles, states = _two_checkpoints(tmp_path)
     m1 = read_manifest(store, handles[0].manifest_path)
     m2 = read_manifest(store, handles[1].manifest_path)
@@ -225,34 +223,31 @@ def test_corrupt_sst_is_detected_and_named_and_fallback_restores_previous(
     victim.write_bytes(bytes(data))
 
     with pytest.raises(CorruptSnapshotError) as err:
-        restore_backend(store, APP, TASK, handles[1].manifest_path, tmp_path / "fresh")
+        restore_state(store, handles[1].manifest_path, tmp_path / "fresh")
     message = str(err.value)
     assert only_in_2.name in message and "chk-2" in message and "corrupt" in message
     assert err.value.file == only_in_2.name
+    assert err.value.object == f"{store.url}/{only_in_2.path}"
     assert not (tmp_path / "fresh" / "db").exists()  # no half-built DB left behind
+    assert store.downloaded.count(only_in_2.path) == 1  # no other checkpoint was tried
+    assert not any("chk-1" in p for p in store.downloaded)
 
-    restored, manifest, stats = restore_state(
-        store, APP, TASK, handles[1].manifest_path, tmp_path / "fresh", allow_fallback=True
-    )
-    assert manifest.checkpoint_id == 1
-    assert manifest.positions == {"p": 1}
-    assert stats.fell_back_from == (handles[1].manifest_path,)
+    # The older checkpoint, when the coordinator chooses it, restores exactly.
+    restored, manifest, _ = restore_state(store, handles[0].manifest_path, tmp_path / "fresh")
+    assert (manifest.checkpoint_id, manifest.positions) == (1, {"p": 1})
     assert contents(restored) == states[0]
     restored.close()
 
 
-def test_missing_file_is_reported_and_without_older_checkpoint_fallback_fails(
-    tmp_path: Path,
-) -> None:
+def test_a_missing_file_is_reported_naming_the_object(tmp_path: Path) -> None:
     store, handles, _ = _two_checkpoints(tmp_path)
-    for f in read_manifest(store, handles[0].manifest_path).files:
-        if f.name.endswith(".sst"):
-            store.delete(f.path)  # checkpoint 1 (the oldest) loses an SST
+    lost = next(
+        f for f in read_manifest(store, handles[0].manifest_path).files if f.name.endswith(".sst")
+    )
+    store.delete(lost.path)  # checkpoint 1 (the oldest) loses an SST
     with pytest.raises(CorruptSnapshotError, match="missing from the store") as err:
-        restore_backend(
-            store, APP, TASK, handles[0].manifest_path, tmp_path / "fresh", allow_fallback=True
-        )
-    assert "no older retained checkpoint" in str(err.value)
+        restore_backend(store, handles[0].manifest_path, tmp_path / "fresh")
+    assert err.value.object == f"{store.url}/{lost.path}"
 
 
 def test_half_written_checkpoint_is_never_taken_as_complete(tmp_path: Path) -> None:
@@ -271,8 +266,8 @@ def test_half_written_checkpoint_is_never_taken_as_complete(tmp_path: Path) -> N
     # There is no manifest, so checkpoint 3 cannot be restored, and the coordinator never
     # completed it: the latest completed checkpoint is still 2.
     with pytest.raises(CorruptSnapshotError, match="is missing"):
-        restore_backend(store, APP, TASK, f"{APP}/tasks/{TASK}/chk-3.json", tmp_path / "x")
-    restored, manifest = restore_backend(store, APP, TASK, handles[1].manifest_path, tmp_path / "y")
+        restore_backend(store, f"{APP}/tasks/{TASK}/chk-3.json", tmp_path / "x")
+    restored, manifest = restore_backend(store, handles[1].manifest_path, tmp_path / "y")
     assert manifest.checkpoint_id == 2
     assert contents(restored) == states[1]
     restored.close()
@@ -333,10 +328,8 @@ def test_an_unreachable_store_is_not_taken_for_a_corrupt_checkpoint(tmp_path: Pa
     store, handles, _ = _two_checkpoints(tmp_path)
     down = UnreachableStore(store.root)
     with pytest.raises(StoreError, match="connection refused") as err:
-        restore_state(
-            down, APP, TASK, handles[1].manifest_path, tmp_path / "fresh", allow_fallback=True
-        )
-    # No fallback to checkpoint 1: the store being down says nothing about checkpoint 2.
+        restore_state(down, handles[1].manifest_path, tmp_path / "fresh")
+    # Not a corrupt checkpoint: the store being down says nothing about checkpoint 2.
     assert not isinstance(err.value, CorruptSnapshotError)
     assert not (tmp_path / "fresh" / "db").exists()
 
@@ -347,9 +340,7 @@ def test_a_restore_downloads_in_parallel_and_logs_progress(
     store, handles, states = _two_checkpoints(tmp_path)
     store.concurrency = 3
     caplog.set_level("INFO", logger="kstream.state.restore")
-    restored, _, stats = restore_state(
-        store, APP, TASK, handles[1].manifest_path, tmp_path / "fresh"
-    )
+    restored, _, stats = restore_state(store, handles[1].manifest_path, tmp_path / "fresh")
     assert contents(restored) == states[1]
     restored.close()
     files = read_manifest(store, handles[1].manifest_path).files

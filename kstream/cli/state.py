@@ -87,9 +87,7 @@ def dump_state(
     for task_id, snap in sorted(meta.tasks.items()):
         if not snap.handle or not task_id.startswith(f"{stage}-"):
             continue
-        backend, _manifest = restore_backend(
-            store, manifest_app(snap.handle), task_id, snap.handle, workdir / task_id
-        )
+        backend, _manifest = restore_backend(store, snap.handle, workdir / task_id)
         try:
             for name in backend.stored_tables():
                 if not name.startswith(prefix):

@@ -4,11 +4,13 @@ Every file is checked against the manifest's SHA-256. A file the task still has
 locally (in ``<local_dir>/snapshots/*/``, hard links of earlier snapshots) with a
 matching checksum is reused — task-local recovery — and only the rest is
 downloaded. A missing or corrupt file raises ``CorruptSnapshotError`` naming the
-file and the checkpoint (a store that cannot be reached raises ``StoreError``
-instead: that says nothing about the checkpoint, and falling back would be wrong); with ``allow_fallback`` the restore logs it loudly and
-tries the task's snapshot in the previous retained completed checkpoint, and so
-on. The restored DB is built in a staging directory and swapped in at the end,
-so a failed restore never leaves a half-built DB behind.
+object and the checkpoint (a store that cannot be reached raises ``StoreError``
+instead: that says nothing about the checkpoint). A task never falls back to
+another checkpoint by itself: it reports the failure, and the coordinator restores
+every task from one older retained checkpoint (:mod:`kstream.checkpoint.failover`),
+so a job never runs a mix of checkpoints. The restored DB is built in a staging
+directory and swapped in at the end, so a failed restore never leaves a half-built
+DB behind.
 """
 
 from __future__ import annotations
@@ -33,8 +35,7 @@ from kstream.state.snapshot import (
     sha256_file,
 )
 from kstream.store.base import CheckpointStore, StoreError
-from kstream.store.layout import CHECKPOINT_LABEL, manifest_path, numbered_manifest
-from kstream.store.metadata import MetadataError, known_completed, read_metadata
+from kstream.store.layout import manifest_path
 
 log = logging.getLogger(__name__)
 
@@ -65,7 +66,6 @@ class RestoreStats:
     files_downloaded: int
     bytes_downloaded: int
     restore_ms: float
-    fell_back_from: tuple[str, ...] = ()
 
 
 def _local_candidates(local_dir: Path, name: str, size: int, label: str) -> list[Path]:
@@ -215,95 +215,33 @@ def _download(
     return entry
 
 
-def _fallback_manifests(store: CheckpointStore, app_id: str, task_id: str, below: int) -> list[str]:
-    """The task's manifests in retained completed checkpoints older than ``below``, newest first."""
-    out = []
-    for n in reversed(known_completed(store, app_id)):
-        if n >= below:
-            continue
-        try:
-            meta = read_metadata(store, app_id, n)
-        except MetadataError as e:
-            log.error("cannot fall back to checkpoint %d: %s", n, e)
-            continue
-        snap = meta.tasks.get(task_id)
-        if snap is not None and snap.handle:
-            out.append(snap.handle)
-    return out
-
-
 def restore_state(
     store: CheckpointStore,
-    app_id: str,
-    task_id: str,
     manifest_path: str,
     local_dir: Path | str,
-    *,
-    allow_fallback: bool = False,
     **backend_kwargs: Any,
 ) -> tuple[RocksDBBackend, SnapshotManifest, RestoreStats]:
-    """Restore like ``restore_backend`` and also say how (reuse/download counts, fallbacks)."""
+    """Restore like ``restore_backend`` and also say how (reuse/download counts, time)."""
     local = Path(local_dir)
     local.mkdir(parents=True, exist_ok=True)
-    try:
-        return _restore_one(store, manifest_path, local, backend_kwargs)
-    except CorruptSnapshotError as first:
-        if not allow_fallback:
-            raise
-        failed = [manifest_path]
-        log.error("RESTORE FAILED, falling back to an older checkpoint: %s", first)
-        below = _checkpoint_id_of(store, manifest_path)
-        for older in _fallback_manifests(store, app_id, task_id, below):
-            try:
-                backend, manifest, stats = _restore_one(store, older, local, backend_kwargs)
-            except CorruptSnapshotError as e:
-                log.error("RESTORE FAILED, falling back further: %s", e)
-                failed.append(older)
-                continue
-            log.error(
-                "task %s restored from the OLDER snapshot %s (checkpoint %d) because %s",
-                task_id,
-                older,
-                manifest.checkpoint_id,
-                ", ".join(failed),
-            )
-            return backend, manifest, _with_fallback(stats, failed)
-        raise CorruptSnapshotError(
-            f"{first}; no older retained checkpoint of task {task_id} could be restored "
-            f"(tried {', '.join(failed)})",
-            manifest_path=manifest_path,
-            file=first.file,
-        ) from first
+    return _restore_one(store, manifest_path, local, backend_kwargs)
 
 
 def restore_backend(
     store: CheckpointStore,
-    app_id: str,
-    task_id: str,
     manifest_path: str,
     local_dir: Path | str,
-    *,
-    allow_fallback: bool = False,
     **backend_kwargs: Any,
 ) -> tuple[RocksDBBackend, SnapshotManifest]:
-    """Rebuild task ``task_id``'s state from the snapshot at ``manifest_path``.
+    """Rebuild a task's state from the snapshot at ``manifest_path``.
 
     Returns the opened backend (its contents equal the snapshot exactly) and the
-    manifest actually used — with ``allow_fallback`` it may be an older retained
-    checkpoint's, so the caller must seek its inputs to ``manifest.positions``.
-    Raises CorruptSnapshotError naming the file and checkpoint otherwise.
+    manifest; the caller seeks its inputs to ``manifest.positions``. Raises
+    CorruptSnapshotError naming the object and checkpoint otherwise.
     ``backend_kwargs`` go to ``RocksDBBackend`` (cache size, clock, ...). Any backend
     open on ``local_dir`` must be closed first: its live DB is replaced.
     """
-    backend, manifest, _ = restore_state(
-        store,
-        app_id,
-        task_id,
-        manifest_path,
-        local_dir,
-        allow_fallback=allow_fallback,
-        **backend_kwargs,
-    )
+    backend, manifest, _ = restore_state(store, manifest_path, local_dir, **backend_kwargs)
     return backend, manifest
 
 
@@ -331,23 +269,3 @@ def read_blob(store: CheckpointStore, manifest: SnapshotManifest, name: str) -> 
             object=f"{store.url}/{entry.path}",
         )
     return data
-
-
-def _checkpoint_id_of(store: CheckpointStore, manifest_path: str) -> int:
-    """The checkpoint id of a manifest (from its content, else its ``chk-<n>`` name)."""
-    try:
-        return read_manifest(store, manifest_path).checkpoint_id
-    except (StoreError, ValueError):
-        numbered = numbered_manifest(manifest_path)
-        return numbered[1] if numbered and numbered[0] == CHECKPOINT_LABEL else 2**63
-
-
-def _with_fallback(stats: RestoreStats, failed: list[str]) -> RestoreStats:
-    return RestoreStats(
-        manifest_path=stats.manifest_path,
-        files_reused=stats.files_reused,
-        files_downloaded=stats.files_downloaded,
-        bytes_downloaded=stats.bytes_downloaded,
-        restore_ms=stats.restore_ms,
-        fell_back_from=tuple(failed),
-    )

@@ -148,15 +148,9 @@ def open_runner(ctx: RunnerContext, spec: TaskSpec, attempt: int, handle: str | 
         shutil.rmtree(local, ignore_errors=True)  # start positions: empty state
         backend = RocksDBBackend(local)
     else:
-        backend, manifest, rstats = restore_state(
-            # One global restore point: the coordinator, not the task, falls back.
-            ctx.store,
-            cfg.app_id,
-            spec.task_id,
-            handle,
-            local,
-            allow_fallback=False,
-        )
+        # One global restore point: a task never falls back by itself; the
+        # coordinator restores every task from one older checkpoint instead.
+        backend, manifest, rstats = restore_state(ctx.store, handle, local)
         positions = decode_positions(manifest.positions)
         if manifest.app_id != cfg.app_id:
             # Another app's state (blue/green): its sinks' buffered output is that app's
