@@ -49,6 +49,7 @@ from kstream.kafka.clients import (
     make_producer,
     watermark_offsets,
 )
+from kstream.kafka.control import control_topic_spec
 
 pytestmark = pytest.mark.integration
 
@@ -212,7 +213,12 @@ def test_kill_9_of_the_leader_of_control_commits_and_a_sink_partition(
         admin = make_admin(kafka_cluster.bootstrap)
         futures = admin.create_topics(
             [
-                NewTopic(f"{app}.control", num_partitions=1, replica_assignment=[ids]),
+                NewTopic(
+                    f"{app}.control",
+                    num_partitions=1,
+                    replica_assignment=[ids],
+                    config=dict(control_topic_spec(app).config or {}),
+                ),
                 NewTopic(
                     f"{app}.commits",
                     num_partitions=1,

@@ -68,6 +68,7 @@ def test_conflicting_existing_topics_stop_the_job_before_it_starts(
         ensure_job_topics(job)
     msg = str(e.value)
     assert f"{app}.control has 3 partitions, the job needs 1" in msg
+    assert f"{app}.control has cleanup.policy=delete, the job needs compact" in msg
     assert f"{app}.commits has cleanup.policy=delete, the job needs compact" in msg
     md = kafka_admin.list_topics(timeout=10.0)
     assert f"{app}.stage0.repartition" not in md.topics  # nothing created before the check

@@ -17,8 +17,9 @@ import time
 import click
 
 from kstream.checkpoint.messages import Heartbeat, SavepointRequest
-from kstream.kafka.control import ControlClient, ControlError
+from kstream.kafka.control import ControlClient, ControlError, control_topic_exists
 from kstream.monitor.history import when
+from kstream.names import control_topic
 from kstream.store.layout import savepoint_metadata_path, savepoint_path
 from kstream.store.metadata import MetadataError
 from kstream.store.savepoints import delete_savepoint, list_savepoints, read_savepoint
@@ -61,6 +62,10 @@ def savepoint(
         raise click.ClickException(f"savepoint {path} exists already: choose another --name")
     deadline = time.monotonic() + timeout
     requester = f"kstream-savepoint@{socket.gethostname()}/{os.getpid()}"
+    if not control_topic_exists(bootstrap, app_id):
+        raise click.ClickException(
+            f"no control topic {control_topic(app_id)}: is the job {app_id!r} running?"
+        )
     client = ControlClient(bootstrap, app_id, from_beginning=False)
     try:
         client.send(SavepointRequest(name, stop, requester))

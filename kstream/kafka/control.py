@@ -48,6 +48,7 @@ from kstream.kafka.clients import (
     make_admin,
     make_consumer,
     make_producer,
+    partition_counts,
     watermark_offsets,
 )
 from kstream.kafka.reachability import Backoff, BrokerOutage, Reachability
@@ -105,16 +106,30 @@ class CoordinatorFenced(ControlError):
 SEGMENT_MS = 60_000
 """The control topic's segment time: records older than about this are compacted."""
 
+NO_AUTO_CREATE = {"allow.auto.create.topics": False}
+"""Every control client's setting: reading or writing ``<app>.control`` never creates it
+(a broker's auto-creation would give it the delete policy and the broker's partition
+count, which the topic check then refuses); it is created by
+:func:`ensure_control_topic` or the job's topic setup, before any client opens it."""
+
 
 def control_topic_spec(app_id: str, segment_ms: int = SEGMENT_MS) -> TopicSpec:
-    """``<app>.control``: exactly one partition (every reader sees one total order).
-
-    Records are keyed for compaction (:func:`kstream.checkpoint.messages.record_key`),
-    but the topic is not yet created compacted: a control topic a worker's reader
-    auto-created first (cleanup.policy=delete) then fails the topic conflict check.
-    ``segment_ms`` is kept for when it is (issue 13 point 8, open)."""
-    del segment_ms
-    return TopicSpec(control_topic(app_id), 1, exact_partitions=True)
+    """``<app>.control``: exactly one partition (every reader sees one total order),
+    **compacted** with the keys of :func:`kstream.checkpoint.messages.record_key`,
+    ``segment_ms`` segments and an eager cleaner, so a starting process reads the newest
+    record per key plus the records of about the last segment — bounded by the job's
+    recent activity, not its age (heartbeats add a record per worker per second).
+    What a start needs beyond that is in the checkpoint store."""
+    return TopicSpec(
+        control_topic(app_id),
+        1,
+        exact_partitions=True,
+        config={
+            "cleanup.policy": "compact",
+            "segment.ms": str(segment_ms),
+            "min.cleanable.dirty.ratio": "0.01",
+        },
+    )
 
 
 def ensure_control_topic(
@@ -127,6 +142,15 @@ def ensure_control_topic(
     ensure_topics(
         make_admin(bootstrap, extra), [control_topic_spec(app_id)], replication=replication
     )
+
+
+def control_topic_exists(
+    bootstrap: str, app_id: str, extra: Mapping[str, Any] | None = None
+) -> bool:
+    """Whether ``<app>.control`` exists (a client that only talks to a running job checks
+    this first: opening a missing control topic never creates it)."""
+    topic = control_topic(app_id)
+    return topic in partition_counts(make_admin(bootstrap, extra), [topic])
 
 
 class ControlReader:
@@ -159,7 +183,12 @@ class ControlReader:
                 read_committed=True,
                 # A short fetch wait: an empty fetch (the end of the topic) is answered
                 # in 50 ms, so reading the history to its end does not wait 500 ms per fetch.
-                extra={"fetch.wait.max.ms": 50, **(extra or {}), "enable.partition.eof": True},
+                extra={
+                    "fetch.wait.max.ms": 50,
+                    **(extra or {}),
+                    "enable.partition.eof": True,
+                    **NO_AUTO_CREATE,
+                },
             )
 
         self._connect = connect
@@ -350,7 +379,7 @@ class CoordinatorChannel:
         self._producer = make_producer(
             bootstrap,
             transactional_id=coordinator_transactional_id(app_id),
-            extra={"transaction.timeout.ms": txn_timeout, **self._extra},
+            extra={"transaction.timeout.ms": txn_timeout, **self._extra, **NO_AUTO_CREATE},
         )
         self._reader: ControlReader | None = None
         self._unseen: Counter[bytes] = Counter()  # our committed writes not read back yet
@@ -521,7 +550,9 @@ class ControlClient:
             reachability=self.reach,
             key_source=key_source,
         )
-        self._producer = make_producer(bootstrap, extra={"linger.ms": 0, **(extra or {})})
+        self._producer = make_producer(
+            bootstrap, extra={"linger.ms": 0, **(extra or {}), **NO_AUTO_CREATE}
+        )
         self._errors: list[KafkaError] = []
 
     @property

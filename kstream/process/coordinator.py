@@ -326,11 +326,13 @@ def run_coordinator(
             plan=plan.digest if plan is not None else "",
         )
         log.info(
-            "coordinator for %r: %d tasks, next checkpoint %d, attempt %d",
+            "coordinator for %r: %d tasks, next checkpoint %d, attempt %d "
+            "(%d control messages read at start)",
             job.app_id,
             len(expected_tasks),
             coordinator.next_checkpoint_id,
             coordinator.attempt,
+            len(history),
         )
         executor = CommandExecutor(
             coordinator,

@@ -193,6 +193,7 @@ class WorkerProtocol:
     def learn(self, history: Iterable[Message]) -> list[Action]:
         """The control topic read to its end: the current attempt and whether it resumed
         (no actions: kept a list for what a history may require)."""
+        history = list(history)
         for msg in history:
             if isinstance(msg, Restore) and msg.attempt >= self.attempt:
                 self.attempt, self.restore_point, self.restoring = (
@@ -203,7 +204,8 @@ class WorkerProtocol:
             elif isinstance(msg, Resume) and msg.attempt == self.attempt:
                 self.restoring = False
         log.info(
-            "control history: attempt %d, %s",
+            "control history: %d messages read at start, attempt %d, %s",
+            len(history),
             self.attempt,
             "restoring" if self.restoring else "resumed",
         )
