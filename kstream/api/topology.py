@@ -71,10 +71,11 @@ class Topology:
         default_guarantee: Guarantee = Guarantee.EXACTLY_ONCE,
         on_error: OnError | str = OnError.FAIL,
     ):
-        """``on_error``: what a ``map``/``filter``/``flat_map``/``key_by`` function that
-        raises does — ``"fail"`` the task (the job rolls back; default) or
-        ``"dead_letter"`` the record (to ``<app>.dlq`` with the operator's name and the
-        exception, counted)."""
+        """``on_error``: what a user function that raises on a record does — ``"fail"``
+        the task (the job rolls back; default) or ``"dead_letter"`` the record (to
+        ``<app>.dlq`` with the operator's name and the exception, counted): ``map``,
+        ``filter``, ``flat_map``, ``key_by``, aggregations, joiners and process
+        functions (timer callbacks still fail; see :mod:`kstream.runtime.errors`)."""
         self.name = name
         self.default_guarantee = default_guarantee
         self.on_error = OnError(on_error)

@@ -1,15 +1,28 @@
 """User-function errors under ``on_error="dead_letter"`` (issue 13 point 4).
 
-A ``map``, ``filter``, ``flat_map`` or ``key_by`` function that raises on one record
-would fail the whole batch. With the topology's ``on_error="dead_letter"`` the
-operator runs that batch again record by record: the records whose function raises
-become :class:`~kstream.runtime.records.DeadLetter` outputs — the record as it
-entered the operator (key and value as JSON, bytes and text as they are), the input
-topic and partition of the batch, offset -1 (records are not tracked by offset past
-the source), the operator's name and the exception — and the others go on. As Kafka
-Streams' processing exception handler, it applies to stateless functions only: a
-stateful operator (windows, joins, process functions) that raised half-way through a
-batch would leave its state half-updated, so there the task still fails.
+A user function that raises on one record would fail the task. With the topology's
+``on_error="dead_letter"`` the record goes to the DLQ instead, as a
+:class:`~kstream.runtime.records.DeadLetter` — the record as it entered the operator
+(key and value as JSON, bytes and text as they are), the input topic and partition
+of the batch, offset -1 (records are not tracked by offset past the source), the
+operator's name and the exception — and the operator goes on with the others:
+
+* ``map``, ``filter``, ``flat_map``, ``key_by``: the batch runs again record by record
+  after the function raised on it;
+* rolling and window aggregations (``reduce``/``aggregate`` functions, and a session
+  window's ``merge``): a record whose function raises changes no accumulator (every
+  window of the record is computed before any is updated); a sliding window, which
+  aggregates its buffered values when it fires, drops the value its function raised
+  on from the buffer (windows computed before may include it);
+* joins: a record whose joiner raises on any of its pairs emits none of them and is
+  not buffered; an outer join's unmatched record whose joiner raises at expiry is
+  dead-lettered;
+* process functions: what the function emitted for the record is discarded; state it
+  wrote before raising stays written (as in Kafka Streams). Timer callbacks are not
+  attributable to a record: they still fail the task.
+
+A record buffered earlier (sliding windows, outer joins) is dead-lettered with no input
+topic (``""``, partition -1).
 """
 
 from __future__ import annotations
@@ -40,13 +53,15 @@ class OperatorErrors:
         self.topic, self.partition = "", -1  # the input of the batch being processed
         self.count = 0
 
-    def dead_letter(self, operator: str, key: Any, value: Any, ts: int, e: BaseException) -> None:
+    def dead_letter(
+        self, operator: str, key: Any, value: Any, ts: int, e: BaseException, *, in_batch: bool = True
+    ) -> None:
         self.count += 1
         reason = f"operator {operator!r} raised {describe_error(e)}"
         self.out.append(
             DeadLetter(
-                self.topic,
-                self.partition,
+                self.topic if in_batch else "",
+                self.partition if in_batch else -1,
                 -1,
                 reason,
                 _as_bytes(key),

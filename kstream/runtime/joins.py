@@ -44,24 +44,28 @@ class TableJoinOperator(Operator):
                     table.put((k,), v)
             return
         found = [table.get((k,), _MISSING) for k in keys]
-        joiner = self.joiner
         if self.left:
-            self.emit(
-                keys,
-                [
-                    joiner(v, None if f is _MISSING else f)
-                    for v, f in zip(values, found, strict=True)
-                ],
-                stamps,
-            )
-            return
-        idx = [i for i, f in enumerate(found) if f is not _MISSING]
-        self.metrics["join_unmatched"] += len(keys) - len(idx)
-        self.emit(
-            [keys[i] for i in idx],
-            [joiner(values[i], found[i]) for i in idx],
-            [stamps[i] for i in idx],
-        )
+            found = [None if f is _MISSING else f for f in found]
+            idx = list(range(len(keys)))
+        else:
+            idx = [i for i, f in enumerate(found) if f is not _MISSING]
+            self.metrics["join_unmatched"] += len(keys) - len(idx)
+        joiner = self.joiner
+        try:
+            joined = [joiner(values[i], found[i]) for i in idx]
+        except Exception:
+            if self.errors is None:
+                raise
+            joined, kept = [], []  # again record by record (on_error="dead_letter")
+            for i in idx:
+                try:
+                    joined.append(joiner(values[i], found[i]))
+                except Exception as e:
+                    self.failed(keys[i], values[i], stamps[i], e)
+                    continue
+                kept.append(i)
+            idx = kept
+        self.emit([keys[i] for i in idx], joined, [stamps[i] for i in idx])
 
 
 class IntervalJoinOperator(Operator):
@@ -125,16 +129,24 @@ class IntervalJoinOperator(Operator):
             if t < oldest:
                 late.append(i)
                 continue
-            matched = False
-            for (_, t2), partners in other.scan_range((k, t - lo), (k, t + hi + 1)):
-                ts = t if t > t2 else t2
-                for j, v2 in enumerate(partners):
-                    ok.append(k)
-                    ov.append(joiner(v, v2) if port == 0 else joiner(v2, v))
-                    ot.append(ts)
-                    if other_un is not None:
-                        other_un.delete((k, t2, j))
-                matched = True
+            # Every pair of the record first: a joiner that raises on one of them
+            # (on_error="dead_letter") emits none, and the record is not buffered.
+            pairs: list[tuple[Any, int, int, int]] = []  # (joined, ts, partner ts, index)
+            try:
+                for (_, t2), partners in other.scan_range((k, t - lo), (k, t + hi + 1)):
+                    ts = t if t > t2 else t2
+                    for j, v2 in enumerate(partners):
+                        pairs.append((joiner(v, v2) if port == 0 else joiner(v2, v), ts, t2, j))
+            except Exception as e:
+                self.failed(k, v, t, e)
+                continue
+            for joined, ts, t2, j in pairs:
+                ok.append(k)
+                ov.append(joined)
+                ot.append(ts)
+                if other_un is not None:
+                    other_un.delete((k, t2, j))
+            matched = bool(pairs)
             held = mine.get((k, t))
             if held is None:
                 mine.put((k, t), [v])
@@ -188,10 +200,17 @@ class IntervalJoinOperator(Operator):
                     held = buf.get((k, t), [])
                     for (_k, _t, j), _ in list(un.scan((k, t))):
                         un.delete((k, t, j))
+                        try:
+                            joined = (
+                                self.joiner(held[j], None)
+                                if side == 0
+                                else self.joiner(None, held[j])
+                            )
+                        except Exception as e:
+                            self.failed(k, held[j], t, e, in_batch=False)
+                            continue
                         ok.append(k)
-                        ov.append(
-                            self.joiner(held[j], None) if side == 0 else self.joiner(None, held[j])
-                        )
+                        ov.append(joined)
                         ot.append(t)
                 buf.delete((k, t))
         if ok:

@@ -35,7 +35,7 @@ class Operator:
 
     def __init__(self, name: str) -> None:
         self.name = name
-        # on_error="dead_letter": where records whose function raised go (stateless only)
+        # on_error="dead_letter": where records whose user function raised go
         self.errors: OperatorErrors | None = None
         # Records behind this operator's watermark plus allowed lateness (windows, joins).
         self.late_dropped = 0
@@ -70,6 +70,15 @@ class Operator:
             ok_v.append(v)
             ok_t.append(t)
         return ok_k, ok_v, ok_t, results
+
+    def failed(self, key: Any, value: Any, ts: int, error: Exception, *, in_batch: bool = True) -> None:
+        """A user function raised on one record (called in the ``except`` block): with
+        ``on_error="dead_letter"`` the record is dead-lettered and the caller goes on
+        without it; otherwise the error propagates. ``in_batch``: the record came in the
+        batch being pushed (else it was buffered earlier: no input topic to name)."""
+        if self.errors is None:
+            raise error
+        self.errors.dead_letter(self.name, key, value, ts, error, in_batch=in_batch)
 
     def emit(self, keys: Keys, values: Values, stamps: Stamps, port: int = 0) -> None:
         if not keys:

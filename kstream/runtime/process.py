@@ -39,6 +39,10 @@ class Collector:
         self.values.append(value)
         self.stamps.append(self.scope.timestamp if timestamp is None else int(timestamp))
 
+    def truncate(self, n: int) -> None:
+        """Forget what was collected after the first ``n`` records."""
+        del self.keys[n:], self.values[n:], self.stamps[n:]
+
     def take(self) -> tuple[Keys, Values, Stamps]:
         out = self.keys, self.values, self.stamps
         self.keys, self.values, self.stamps = [], [], []
@@ -74,7 +78,12 @@ class ProcessOperator(Operator):
         for k, v, t in zip(keys, values, stamps, strict=True):
             scope.key = k
             scope.timestamp = t
-            fn(k, v, t, scope, out)
+            emitted = len(out.keys)
+            try:
+                fn(k, v, t, scope, out)
+            except Exception as e:
+                self.failed(k, v, t, e)  # on_error="dead_letter": its output is discarded
+                out.truncate(emitted)
         self.emit(*out.take())
 
     def advance(self, watermark: int) -> None:

@@ -48,14 +48,22 @@ class RollingOperator(Operator):
 
         local: dict[Any, Any] = {}
         out: list[Any] = []
-        for k, v in zip(keys, values, strict=True):
+        failed: list[int] = []
+        for i, (k, v) in enumerate(zip(keys, values, strict=True)):
             a = local.get(k, _MISSING)
             if a is _MISSING:
                 a = get((k,), _MISSING)
-            # new, or deleted (None) earlier in this batch: start again
-            a = first(v) if a is _MISSING or a is None else add(a, v)
+            try:
+                # new, or deleted (None) earlier in this batch: start again
+                a = first(v) if a is _MISSING or a is None else add(a, v)
+            except Exception as e:
+                self.failed(k, v, stamps[i], e)  # on_error="dead_letter": the key is unchanged
+                failed.append(i)
+                continue
             local[k] = a
             out.append(a)
+        if failed:
+            keys, stamps = _without(keys, failed), _without(stamps, failed)
         for k, a in local.items():
             if a is None:
                 delete((k,))
@@ -80,3 +88,9 @@ class RollingOperator(Operator):
 
     def finish(self) -> None:
         self._flush()
+
+
+def _without(items: list[Any], drop: list[int]) -> list[Any]:
+    """``items`` without the positions in ``drop``."""
+    gone = set(drop)
+    return [x for i, x in enumerate(items) if i not in gone]

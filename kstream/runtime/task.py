@@ -65,7 +65,7 @@ from kstream.runtime.events import (
 )
 from kstream.runtime.gate import InputGate, QueuedBarrier, unseen
 from kstream.runtime.graph import build_graph
-from kstream.runtime.operators import FilterOp, FlatMapOp, KeyByOp, MapOp, Operator
+from kstream.runtime.operators import Operator
 from kstream.runtime.records import (
     AlignmentAborted,
     DeadLetter,
@@ -140,8 +140,7 @@ class Task:
         self._errors = OperatorErrors(self._out)  # on_error="dead_letter" (runtime.errors)
         if plan.topology.on_error is OnError.DEAD_LETTER:
             for op in self._graph.ops:
-                if isinstance(op, MapOp | FilterOp | FlatMapOp | KeyByOp):
-                    op.errors = self._errors
+                op.errors = self._errors  # operators without user functions never use it
         # What waits for the snapshot at the last SnapshotPoint, in order: the rest of
         # a channel's items ("items") or a watermark update ("wm").
         self._held: list[tuple[str, Channel | None, list[Any]]] = []

@@ -165,23 +165,30 @@ class FixedWindowOperator(WindowOperator):
         updates: list[WindowResult] | None = [] if self.updates else None
         for i, (k, v, t) in enumerate(zip(keys, values, stamps, strict=True)):
             s = t - (t - off) % adv
-            accepted = False
-            while s > t - size:
-                e = s + size
-                if e > live_after:
-                    wk = (e, s, k)
-                    a = local.get(wk, _MISSING)
-                    if a is _MISSING:
-                        a = acc_get(wk, _MISSING)
-                    a = local[wk] = first(v) if a is _MISSING else add(a, v)
-                    accepted = True
-                    if updates is not None:
-                        updates.append(WindowResult(k, s, e, a))
-                    elif e <= wm:  # each record in a fired window fires it again, at once
-                        self._emit_results([WindowResult(k, s, e, a)])
-                s -= adv
-            if not accepted:
+            # Every window of the record first, then the updates: a function that raises
+            # on one of them (on_error="dead_letter") leaves all of them unchanged.
+            changed: list[tuple[tuple[int, int, Any], Any]] = []
+            try:
+                while s > t - size:
+                    e = s + size
+                    if e > live_after:
+                        wk = (e, s, k)
+                        a = local.get(wk, _MISSING)
+                        if a is _MISSING:
+                            a = acc_get(wk, _MISSING)
+                        changed.append((wk, first(v) if a is _MISSING else add(a, v)))
+                    s -= adv
+            except Exception as exc:
+                self.failed(k, v, t, exc)
+                continue
+            if not changed:
                 late.append(i)
+            for wk, a in changed:
+                local[wk] = a
+                if updates is not None:
+                    updates.append(WindowResult(k, wk[1], wk[0], a))
+                elif wk[0] <= wm:  # each record in a fired window fires it again, at once
+                    self._emit_results([WindowResult(k, wk[1], wk[0], a)])
         put = self.acc.put
         for wk, a in local.items():
             put(wk, a)
@@ -264,9 +271,14 @@ class SessionWindowOperator(WindowOperator):
             if end + allowed < wm:  # the merged session expired already
                 late.append(i)
                 continue
-            acc = self._first(v)
+            try:  # the functions first: one that raises leaves every session unchanged
+                acc = self._first(v)
+                for _s, ext in touching:
+                    acc = self.merge(ext[1], acc)
+            except Exception as e:
+                self.failed(k, v, t, e)
+                continue
             for s, ext in touching:
-                acc = self.merge(ext[1], acc)
                 sessions.delete((k, s))
                 timers.delete((ext[0], k, s))
                 if updates is not None and (s, ext[0]) != (start, end):
@@ -381,13 +393,13 @@ class SlidingWindowOperator(WindowOperator):
             refire: list[int] = []
             for e in sorted(changed):
                 if updates is not None:
-                    updates.append(self._result(e, k))
+                    updates += self._results([(e, k)])
                 elif e <= wm:
                     refire.append(e)
                 elif self.early_ms is not None:
                     self.early[(e, e - span, k)] = None
             if refire:  # each record in fired windows fires them again, at once
-                self._emit_results([self._result(e, k) for e in refire])
+                self._emit_results(self._results([(e, k) for e in refire]))
         if updates is not None:
             self._emit_results(updates)
         self._late(keys, values, stamps, late)
@@ -395,19 +407,33 @@ class SlidingWindowOperator(WindowOperator):
     def _current(self, end: int, start: int, key: Any) -> WindowResult | None:
         return self._result(end, key)
 
-    def _result(self, end: int, key: Any) -> WindowResult:
+    def _result(self, end: int, key: Any) -> WindowResult | None:
+        """The window's result; None if every value in it was dead-lettered."""
         acc: Any = _MISSING
         add = self.agg.add
-        for _, vals in self.buffer.scan_range((key, end - self.span), (key, end)):
-            for v in vals:
-                acc = self._first(v) if acc is _MISSING else add(acc, v)
-        return WindowResult(key, end - self.span, end, acc)
+        bad: list[tuple[int, int]] = []  # (timestamp, index) of values a function raised on
+        for (_, t), vals in list(self.buffer.scan_range((key, end - self.span), (key, end))):
+            for j, v in enumerate(vals):
+                try:
+                    acc = self._first(v) if acc is _MISSING else add(acc, v)
+                except Exception as e:
+                    self.failed(key, v, t, e, in_batch=False)
+                    bad.append((t, j))
+        for t, j in reversed(bad):  # dead-lettered: aggregated no more
+            held = self.buffer.get((key, t))
+            self.buffer.put((key, t), held[:j] + held[j + 1 :])
+        return None if acc is _MISSING else WindowResult(key, end - self.span, end, acc)
+
+    def _results(self, windows: list[tuple[int, Any]]) -> list[WindowResult]:
+        """The results of windows ``(end, key)`` that have one."""
+        out = [self._result(e, k) for e, k in windows]
+        return [r for r in out if r is not None]
 
     def _fire(self, old: int, new: int) -> None:
         if self.updates:
             return
         fired = list(self.timers.scan_range((old + 1,), (new + 1,)))
-        self._emit_results([self._result(e, k) for (e, k), _ in fired])
+        self._emit_results(self._results([(e, k) for (e, k), _ in fired]))
 
     def _expire(self, upto: int) -> None:
         for key, _ in list(self.timers.scan_range((MIN_TS,), (upto + 1,))):
