@@ -318,12 +318,19 @@ class JobConfig:
     # shorter outages are retried with backoff and the job resumes by itself.
     max_outage: float = 300.0
     store_options: dict[str, str] = field(default_factory=dict)  # --store-option key=value
+    # Bytes of output one exactly-once sink task holds in memory per checkpoint interval
+    # before spilling it to local disk in its state directory (--sink-buffer-memory).
+    sink_buffer_memory: int = 64 * 1024 * 1024
 
     def __post_init__(self) -> None:
         if not isinstance(self.kafka, KafkaSettings):
             object.__setattr__(self, "kafka", KafkaSettings(self.kafka))
         if self.max_outage <= 0:
             raise ConfigError(f"max outage must be > 0 seconds, got {self.max_outage}")
+        if self.sink_buffer_memory <= 0:
+            raise ConfigError(
+                f"sink buffer memory must be > 0 bytes, got {self.sink_buffer_memory}"
+            )
         if not self.app_id or any(c in self.app_id for c in " /\\:"):
             raise ConfigError(
                 f"app id must be a non-empty name without spaces, '/', '\\' or ':': {self.app_id!r}"

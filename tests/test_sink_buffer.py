@@ -241,8 +241,8 @@ def test_blob_rejects_corruption_truncation_and_unknown_versions() -> None:
     blob = encode_blob([e])
     with pytest.raises(BlobFormatError, match="bad magic"):
         decode_blob(b"XXXX" + blob[4:])
-    with pytest.raises(BlobFormatError, match="version 3 is not supported"):
-        decode_blob(blob[:4] + b"\x03" + blob[5:])
+    with pytest.raises(BlobFormatError, match="version 4 is not supported"):
+        decode_blob(blob[:4] + b"\x04" + blob[5:])
     with pytest.raises(BlobFormatError, match="version 0 is not supported"):
         decode_blob(blob[:4] + b"\x00" + blob[5:])
     flipped = bytearray(blob)

@@ -205,6 +205,15 @@ _OPTIONS: list[Callable[[F], F]] = [
         help="How long the brokers may stay unreachable before the job fails; shorter "
         "outages are retried with backoff and the job resumes by itself.",
     ),
+    click.option(
+        "--sink-buffer-memory",
+        type=click.IntRange(min=1),
+        default=64,
+        show_default=True,
+        metavar="MIB",
+        help="Output of one checkpoint interval an exactly-once sink task keeps in memory; "
+        "past it the output is spilled to local disk in the task's state directory.",
+    ),
     kafka_options,
 ]
 
@@ -233,6 +242,7 @@ JOB_KEYS = (
     "replication_factor",
     "min_insync_replicas",
     "max_outage",
+    "sink_buffer_memory",
     "kafka_settings",
     "kafka_config",
 )
@@ -276,6 +286,7 @@ def build_job_config(
         kafka=settings,
         replication=Replication(opts["replication_factor"], opts["min_insync_replicas"]),
         max_outage=opts["max_outage"],
+        sink_buffer_memory=opts["sink_buffer_memory"] * 1024 * 1024,
         store_url=opts["store_url"],
         store_options=_store_options(opts.get("store_options") or ()),
         state_dir=opts["state_dir"],

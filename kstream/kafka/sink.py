@@ -10,8 +10,9 @@ Both implement :class:`Sink`, so the worker drives them alike:
 * ``recover(blob, attempt)`` once before the first record, and after each restore.
 
 **ExactlyOnceSink.** Output of epoch *n* (records written after barrier *n-1* and
-before barrier *n*) is held in memory, sealed at barrier *n* and kept in the
-snapshot of checkpoint *n*. Only when checkpoint *n* is complete is it produced,
+before barrier *n*) is held in memory — past the sink's memory budget, spilled to
+its spill directory on local disk (:mod:`kstream.sinkbuffer.spill`) — sealed at
+barrier *n* and kept in the snapshot of checkpoint *n*. Only when checkpoint *n* is complete is it produced,
 together with a commit marker ``(task, n)`` on the compacted ``<app>.commits``
 topic, in ONE Kafka transaction. A crash before the commit leaves nothing
 visible to ``read_committed`` readers and the buffer is in the snapshot; a crash
@@ -33,6 +34,7 @@ import zlib
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, NoReturn
 
 from kstream.config import Guarantee
@@ -58,6 +60,7 @@ from kstream.sinkbuffer.epochs import (
     SinkError,
     SinkStateError,
 )
+from kstream.sinkbuffer.spill import DEFAULT_MEMORY_BUDGET, SegmentedBlob, SpillDir
 
 __all__ = [
     "AtLeastOnceSink",
@@ -157,6 +160,10 @@ class Sink(ABC):
     def buffer_blob(self) -> bytes | None:
         """What the task's snapshot must keep for this sink (``None``: nothing)."""
 
+    def snapshot_blob(self) -> bytes | SegmentedBlob | None:
+        """``buffer_blob``, or a blob the upload thread writes (a spilled buffer's)."""
+        return self.buffer_blob()
+
     @abstractmethod
     def on_checkpoint_completed(self, checkpoint_id: int) -> int:
         """Checkpoint ``checkpoint_id`` is committed; returns the records published now."""
@@ -225,6 +232,9 @@ class ExactlyOnceSink(Sink):
 
     Call ``recover(blob, attempt)`` before anything is committed (``blob=None`` on
     a first start); it fences older producers of this task.
+
+    ``spill_dir``: where the buffer spills past ``memory_budget`` bytes (in the task's
+    state directory); ``None`` keeps everything in memory.
     """
 
     guarantee = Guarantee.EXACTLY_ONCE
@@ -237,6 +247,8 @@ class ExactlyOnceSink(Sink):
         *,
         producer_config: Mapping[str, Any] | None = None,
         timeout: float = 30.0,
+        spill_dir: Path | None = None,
+        memory_budget: int = DEFAULT_MEMORY_BUDGET,
     ) -> None:
         self.app = app
         self.task = task
@@ -248,8 +260,17 @@ class ExactlyOnceSink(Sink):
         self._producer_config = {"linger.ms": 20, **self._client_config}
         self._producer: Any = None
         self.attempt: int | None = None
-        self.buffer = EpochBuffer()
+        self.spill_dir = spill_dir
+        self.memory_budget = memory_budget
+        self.buffer = self._new_buffer(None)
         self.published = 0  # records published by this instance (monitoring)
+
+    def _new_buffer(self, blob: bytes | None) -> EpochBuffer:
+        """A buffer of the snapshot's ``blob`` (BlobFormatError if it is not valid),
+        spilling to a directory of its own under ``spill_dir``."""
+        if self.spill_dir is None:
+            return EpochBuffer.from_blob(blob)
+        return EpochBuffer.from_blob(blob, SpillDir(self.spill_dir), self.memory_budget)
 
     # ---- writing
 
@@ -276,6 +297,11 @@ class ExactlyOnceSink(Sink):
     def buffer_blob(self) -> bytes:
         """Sealed, uncommitted epochs; call after ``on_barrier(n)`` for checkpoint *n*'s snapshot."""
         return self.buffer.blob()
+
+    def snapshot_blob(self) -> bytes | SegmentedBlob:
+        """``buffer_blob``; once the buffer spilled, a blob the upload thread writes from
+        the spill files (what the worker's snapshot takes)."""
+        return self.buffer.snapshot_blob()
 
     # ---- committing
 
@@ -311,7 +337,8 @@ class ExactlyOnceSink(Sink):
             #    read_committed readers, and aborted if this process dies.
             p.begin_transaction()
             # 2. The buffered output, in epoch and write order.
-            _produce_chunks(p, (c for e in epochs for c in e.chunks))
+            #    Spilled segments are read back and decoded one at a time.
+            _produce_chunks(p, (c for e in epochs for c in e.iter_chunks()))
             count = sum(e.size for e in epochs)
             # 3. The marker in the SAME transaction: output and marker become
             #    visible together or not at all — that is what recovery reads.
@@ -371,7 +398,7 @@ class ExactlyOnceSink(Sink):
         Returns the number of records published now (epochs of the blob whose
         marker was missing). Raises SinkFencedError if a newer instance exists.
         """
-        buffer = EpochBuffer.from_blob(blob)  # validate before touching Kafka
+        buffer = self._new_buffer(blob)  # validate before touching Kafka
         self.close()
         self.attempt = attempt
         self._producer = make_producer(
@@ -469,7 +496,9 @@ class ExactlyOnceSink(Sink):
             consumer.close()
 
     def close(self) -> None:
-        """Drop the producer; an open transaction is aborted by the broker (or by the next fence)."""
+        """Drop the producer and the buffer's spill files; an open transaction is aborted
+        by the broker (or by the next fence). What the buffer held is in the snapshot."""
+        self.buffer.close()
         if self._producer is not None:
             self._producer.flush(0)
             self._producer = None

@@ -7,10 +7,10 @@ import struct
 import sys
 import zlib
 from array import array
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from itertools import repeat
 from operator import itemgetter
-from typing import Any, cast
+from typing import Any, BinaryIO, cast
 
 from kstream.sinkbuffer.epochs import (
     BlobFormatError,
@@ -20,6 +20,7 @@ from kstream.sinkbuffer.epochs import (
     EpochState,
     Header,
     OutputRecord,
+    Segment,
     SinkError,
     SinkStateError,
 )
@@ -60,6 +61,16 @@ from kstream.sinkbuffer.epochs import (
 # Topics are never null (mode CONST or FULL). Empty header lists are stored as
 # None, as in version 1.
 #
+# Version 3: segmented, for a buffer that spilled to disk
+# (:mod:`kstream.sinkbuffer.spill`): written as a stream from the spill files, never
+# decoded as a whole. Per epoch:
+#
+#   checkpoint_id i64 | nsegments u32 |
+#   per segment: nrecords u32 | length u64 | a version-2 blob of one epoch (id 0)
+#
+# Each segment carries its own CRC besides the frame's; it is decoded when it is
+# published, one at a time.
+#
 # Version 1: row-wise. Per epoch: checkpoint_id i64, nrecords u32,
 #   per record: flags u8, topic_index u16, partition i32, key_len u32,
 #               value_len u32, timestamp i64, nheaders u16, key, value,
@@ -72,6 +83,7 @@ _REC = struct.Struct("<BHiIIqH")
 _HDR = struct.Struct("<Hi")
 _HEADERED = struct.Struct("<IH")
 _EPOCH = struct.Struct("<qI")
+_SEGMENT = struct.Struct("<IQ")
 _U8 = struct.Struct("<B")
 _U16 = struct.Struct("<H")
 _U32 = struct.Struct("<I")
@@ -115,6 +127,65 @@ def encode_blob(epochs: Iterable[Epoch]) -> bytes:
     head.append(_U32.pack(len(epochs)))
     body = b"".join(head + out)
     return body + _U32.pack(zlib.crc32(body))
+
+
+def encode_segment(chunks: list[Chunk]) -> bytes:
+    """Chunks of one epoch as a segment: a version-2 blob of one epoch with id 0."""
+    return encode_blob([Epoch(0, EpochState.SEALED, chunks=chunks)])
+
+
+def decode_segment(data: bytes, records: int) -> Chunk:
+    """The chunk a segment of ``records`` records holds; BlobFormatError if it does not."""
+    epochs = decode_blob(data)
+    if len(epochs) != 1 or epochs[0].checkpoint_id != 0 or epochs[0].size != records:
+        raise BlobFormatError(
+            f"sink buffer segment is not one epoch of {records} records: {epochs!r}"
+        )
+    return epochs[0].chunks[0] if epochs[0].chunks else []
+
+
+class MemorySegment(Segment):
+    """An encoded segment held in memory (a version-3 blob's, read back on restore)."""
+
+    __slots__ = ("data",)
+
+    def __init__(self, records: int, data: bytes | memoryview) -> None:
+        super().__init__(records)
+        self.data = data
+
+    def load(self) -> Chunk:
+        return decode_segment(bytes(self.data), self.records)
+
+    def encoded(self) -> bytes:
+        return bytes(self.data)
+
+    def pin(self) -> MemorySegment:
+        return MemorySegment(self.records, self.data)
+
+    def release(self) -> None:
+        self.data = b""
+
+
+def write_segmented_blob(out: BinaryIO, epochs: Sequence[tuple[int, Sequence[Segment]]]) -> int:
+    """Write sealed epochs, each as (checkpoint id, segments), to ``out`` in blob format
+    version 3, one segment in memory at a time; returns the bytes written."""
+    crc, size = 0, 0
+
+    def put(data: bytes) -> None:
+        nonlocal crc, size
+        out.write(data)
+        crc = zlib.crc32(data, crc)
+        size += len(data)
+
+    put(_MAGIC + bytes([3]) + _U32.pack(len(epochs)))
+    for checkpoint_id, segments in epochs:
+        put(_EPOCH.pack(checkpoint_id, len(segments)))
+        for seg in segments:
+            data = seg.encoded()
+            put(_SEGMENT.pack(seg.records, len(data)))
+            put(data)
+    out.write(_U32.pack(crc))
+    return size + 4
 
 
 def _epoch_columns(chunks: list[Chunk], n: int, topics: dict[str, int], out: list[bytes]) -> None:
@@ -488,4 +559,23 @@ def _decode_body_v1(mv: memoryview) -> list[Epoch]:
     return epochs
 
 
-_DECODERS = {1: _decode_body_v1, 2: _decode_body_v2}
+def _decode_body_v3(mv: memoryview) -> list[Epoch]:
+    r = _Reader(mv, 5)
+    (nepochs,) = r.unpack(_U32, "epoch count")
+    epochs: list[Epoch] = []
+    for _ in range(nepochs):
+        cp, nsegments = r.unpack(_EPOCH, "epoch header")
+        epoch = Epoch(cp, EpochState.SEALED)
+        for _ in range(nsegments):
+            records, length = r.unpack(_SEGMENT, f"epoch {cp} segment header")
+            data = r.take(length, f"epoch {cp} segment")
+            if bytes(data[:4]) != _MAGIC or data[4] != _VERSION:
+                raise BlobFormatError(f"sink buffer blob epoch {cp}: a segment is not a v2 blob")
+            epoch.add_spilled(MemorySegment(records, data))
+        epochs.append(epoch)
+    if r.pos != r.end:
+        raise BlobFormatError(f"sink buffer blob has {r.end - r.pos} trailing bytes")
+    return epochs
+
+
+_DECODERS = {1: _decode_body_v1, 2: _decode_body_v2, 3: _decode_body_v3}

@@ -74,13 +74,41 @@ Chunk = ColumnBatch | list[OutputRecord]
 """A run of an epoch's records: a column batch, or general records (``write``/``write_batch``)."""
 
 
+class Segment:
+    """A run of an epoch's records kept out of Python objects: encoded, in a spill file on
+    local disk or in memory (:mod:`kstream.sinkbuffer.spill`). ``load`` decodes it."""
+
+    __slots__ = ("records",)
+
+    def __init__(self, records: int) -> None:
+        self.records = records
+
+    def load(self) -> Chunk:
+        """The segment's records, decoded (BlobFormatError if it is corrupt)."""
+        raise NotImplementedError
+
+    def encoded(self) -> bytes:
+        """The segment's encoded form (a version-2 blob of one epoch)."""
+        raise NotImplementedError
+
+    def pin(self) -> Segment:
+        """A segment with the same records that stays readable after ``release`` (what
+        a snapshot's blob holds: its upload may outlive the epoch's commit)."""
+        raise NotImplementedError
+
+    def release(self) -> None:
+        """The epoch is done with this segment (its spill file may go)."""
+
+
 class Epoch:
     """Output of one epoch as chunks in write order. ``checkpoint_id`` is set when it is sealed.
 
-    ``size`` counts the records; ``records`` shows them as ``OutputRecord`` tuples.
+    ``spilled`` are the epoch's first records, moved out of memory by the buffer when
+    it went past its budget; ``chunks`` the records written after the last spill.
+    ``size`` counts all records; ``records`` shows them as ``OutputRecord`` tuples.
     """
 
-    __slots__ = ("checkpoint_id", "chunks", "size", "state")
+    __slots__ = ("checkpoint_id", "chunks", "size", "spilled", "state")
 
     def __init__(
         self,
@@ -93,13 +121,40 @@ class Epoch:
         self.checkpoint_id = checkpoint_id
         self.state = state
         self.chunks: list[Chunk] = [c for c in (*chunks, list(records)) if len(c)]
+        self.spilled: list[Segment] = []
         self.size = sum(map(len, self.chunks))
 
     def __repr__(self) -> str:
         return (
             f"Epoch(checkpoint_id={self.checkpoint_id}, state={self.state}, "
-            f"size={self.size}, chunks={len(self.chunks)})"
+            f"size={self.size}, chunks={len(self.chunks)}, spilled={len(self.spilled)})"
         )
+
+    def iter_chunks(self) -> Iterator[Chunk]:
+        """Every chunk in write order, spilled segments decoded one at a time."""
+        for s in self.spilled:
+            yield s.load()
+        yield from self.chunks
+
+    def add_spilled(self, segment: Segment) -> None:
+        """Append an encoded segment (only before in-memory chunks, as the buffer spills)."""
+        if self.chunks:
+            raise SinkStateError("a spilled segment must not follow in-memory chunks")
+        self.spilled.append(segment)
+        self.size += segment.records
+
+    def spill_chunks(self, segment: Segment) -> None:
+        """Replace the in-memory chunks by ``segment``, which holds exactly their records."""
+        held = sum(map(len, self.chunks))
+        if segment.records != held:
+            raise SinkStateError(f"a segment of {segment.records} records for {held} in memory")
+        self.chunks = []
+        self.spilled.append(segment)
+
+    def release(self) -> None:
+        """Let go of the spilled segments (after commit, or when dropped)."""
+        for s in self.spilled:
+            s.release()
 
     @property
     def records(self) -> EpochRecords:
@@ -172,7 +227,7 @@ class EpochRecords(Sequence[OutputRecord]):
         return self._epoch.size
 
     def __iter__(self) -> Iterator[OutputRecord]:
-        for c in self._epoch.chunks:
+        for c in self._epoch.iter_chunks():
             if isinstance(c, ColumnBatch):
                 yield from zip(
                     repeat(c.topic), repeat(None), c.keys, c.values, c.timestamps, repeat(None)
@@ -187,7 +242,7 @@ class EpochRecords(Sequence[OutputRecord]):
     def __getitem__(self, i: slice) -> list[OutputRecord]: ...
 
     def __getitem__(self, i: int | slice) -> OutputRecord | list[OutputRecord]:
-        if isinstance(i, slice):
+        if isinstance(i, slice) or self._epoch.spilled:
             return list(self)[i]
         n = len(self)
         j = i + n if i < 0 else i

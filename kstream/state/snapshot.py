@@ -14,7 +14,7 @@ from collections.abc import Callable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO, Protocol
 
 from kstream.state.rocksdb import LocalSnapshot, mark_uploaded
 from kstream.store.base import CheckpointStore
@@ -30,6 +30,17 @@ def sha256_file(path: Path) -> str:
         while chunk := f.read(1 << 20):
             h.update(chunk)
     return h.hexdigest()
+
+
+class DeferredBlob(Protocol):
+    """A blob written on the upload thread rather than handed over as bytes (a sink
+    buffer spilled to disk): ``write_to`` writes it once, ``close`` frees what it holds."""
+
+    size: int
+
+    def write_to(self, out: BinaryIO) -> int: ...
+
+    def close(self) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -141,7 +152,7 @@ class SnapshotUploader:
         *,
         positions: Mapping[str, Any] | None = None,
         attempt: int = 0,
-        blobs: Mapping[str, bytes] | None = None,
+        blobs: Mapping[str, bytes | DeferredBlob] | None = None,
     ) -> Future[StateHandle]:
         """Upload ``snapshot`` in the background; the future's result is its StateHandle."""
         return self._executor.submit(
@@ -154,9 +165,28 @@ class SnapshotUploader:
         *,
         positions: Mapping[str, Any] | None = None,
         attempt: int = 0,
-        blobs: Mapping[str, bytes] | None = None,
+        blobs: Mapping[str, bytes | DeferredBlob] | None = None,
     ) -> StateHandle:
-        """Upload ``snapshot`` on the calling thread (what ``upload`` runs)."""
+        """Upload ``snapshot`` on the calling thread (what ``upload`` runs). A
+        ``DeferredBlob`` is written to a local file next to the snapshot first."""
+        temps: list[Path] = []
+        try:
+            return self._upload(snapshot, positions, attempt, blobs or {}, temps)
+        finally:
+            for b in (blobs or {}).values():
+                if not isinstance(b, bytes):
+                    b.close()
+            for t in temps:
+                t.unlink(missing_ok=True)
+
+    def _upload(
+        self,
+        snapshot: LocalSnapshot,
+        positions: Mapping[str, Any] | None,
+        attempt: int,
+        blobs: Mapping[str, bytes | DeferredBlob],
+        temps: list[Path],
+    ) -> StateHandle:
         t0 = time.perf_counter()
         store = self.store
         uploaded_bytes = 0
@@ -171,6 +201,7 @@ class SnapshotUploader:
             entry = FileEntry(local.name, local.stat().st_size, sha, shared_path(self.app_id, sha))
             files.append(entry)
             local_of[entry.path] = local
+
         # 2. Upload what the store lacks; touch what it has, so a concurrent GC
         #    (which only deletes unreferenced files older than its grace period)
         #    leaves it alone until our manifest references it. Files in parallel,
@@ -189,16 +220,24 @@ class SnapshotUploader:
                     uploaded_bytes += entry.size
                     uploaded_files += 1
         blob_entries: dict[str, FileEntry] = {}
-        blob_data: dict[str, bytes] = {}
-        for name, data in sorted((blobs or {}).items()):
-            sha = hashlib.sha256(data).hexdigest()
-            entry = FileEntry(name, len(data), sha, shared_path(self.app_id, sha))
+        blob_data: dict[str, bytes | Path] = {}
+        for name, data in sorted(blobs.items()):
+            if isinstance(data, bytes):
+                sha, size = hashlib.sha256(data).hexdigest(), len(data)
+                content: bytes | Path = data
+            else:
+                content = snapshot.directory.parent / f".blob-{snapshot.label}-{name}.tmp"
+                temps.append(content)
+                with open(content, "wb") as f:
+                    size = data.write_to(f)
+                sha = sha256_file(content)
+            entry = FileEntry(name, size, sha, shared_path(self.app_id, sha))
             blob_entries[name] = entry
-            blob_data[entry.path] = data
+            blob_data[entry.path] = content
             if store.exists(entry.path):
                 store.touch(entry.path)
             else:
-                store.put_bytes(entry.path, data)
+                _put(store, entry.path, content)
                 uploaded_bytes += entry.size
                 uploaded_files += 1
         manifest = SnapshotManifest(
@@ -224,7 +263,7 @@ class SnapshotUploader:
                 if p in local_of:
                     store.put_file(p, local_of[p])
                 else:
-                    store.put_bytes(p, blob_data[p])
+                    _put(store, p, blob_data[p])
         # 5. The local copy may now be pruned (once newer snapshots exist).
         mark_uploaded(snapshot.directory)
         return StateHandle(
@@ -252,6 +291,13 @@ class SnapshotUploader:
     def close(self, wait: bool = True) -> None:
         """Stop the background thread (after pending uploads when ``wait``)."""
         self._executor.shutdown(wait=wait)
+
+
+def _put(store: CheckpointStore, path: str, content: bytes | Path) -> None:
+    if isinstance(content, bytes):
+        store.put_bytes(path, content)
+    else:
+        store.put_file(path, content)
 
 
 def read_manifest(store: CheckpointStore, path: str) -> SnapshotManifest:

@@ -29,7 +29,7 @@ from kstream.runtime.records import Position, SnapshotPoint
 from kstream.runtime.task import Task
 from kstream.state.restore import read_blob, restore_state
 from kstream.state.rocksdb import RocksDBBackend
-from kstream.state.snapshot import SnapshotUploader, StateHandle
+from kstream.state.snapshot import DeferredBlob, SnapshotUploader, StateHandle
 from kstream.store.base import CheckpointStore
 from kstream.store.layout import (
     CHECKPOINT_LABEL,
@@ -46,6 +46,7 @@ log = logging.getLogger(__name__)
 
 TP = tuple[str, int]
 SINK_BLOB = "sink"
+SINK_SPILL_DIR = "sink-spill"  # in the task's state directory: the sink buffer past its budget
 
 
 # ---- positions <-> JSON (manifests and acknowledgements) --------------------------------
@@ -174,7 +175,12 @@ def open_runner(ctx: RunnerContext, spec: TaskSpec, attempt: int, handle: str | 
             route.sink_topics[o.topic] = ctx.sink_guarantee or o.guarantee or Guarantee.EXACTLY_ONCE
     if Guarantee.EXACTLY_ONCE in route.sink_topics.values():
         route.sinks[Guarantee.EXACTLY_ONCE] = ExactlyOnceSink(
-            cfg.app_id, spec.task_id, cfg.bootstrap_servers, producer_config=cfg.kafka
+            cfg.app_id,
+            spec.task_id,
+            cfg.bootstrap_servers,
+            producer_config=cfg.kafka,
+            spill_dir=local / SINK_SPILL_DIR,
+            memory_budget=cfg.sink_buffer_memory,
         )
     if Guarantee.AT_LEAST_ONCE in route.sink_topics.values():
         route.sinks[Guarantee.AT_LEAST_ONCE] = AtLeastOnceSink(
@@ -268,13 +274,13 @@ class TaskRunner:
         now = ctx.clock()
         # 2.
         n = point.checkpoint_id if point.checkpoint_id is not None else self._next_final_id()
-        blobs: dict[str, bytes] = {}
+        blobs: dict[str, bytes | DeferredBlob] = {}
         for s in self.sinks.values():
             s.on_barrier(n)
-            blob = s.buffer_blob()
+            blob = s.snapshot_blob()
             if blob is not None:
                 blobs[SINK_BLOB] = blob
-                self.sink_blob_bytes = len(blob)
+                self.sink_blob_bytes = len(blob) if isinstance(blob, bytes) else blob.size
         ctx.dlq.flush()
         # 3.
         label = snapshot_label(FINAL_LABEL if point.final else CHECKPOINT_LABEL, n)
