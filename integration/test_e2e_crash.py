@@ -86,6 +86,12 @@ SCENARIOS: dict[str, Callable[[random.Random], Scenario]] = {
 }
 
 
+#: Scenarios whose sink buffers spill to disk almost at once (a 2 KiB budget): the same
+#: kills and exact output with every epoch's output read back from its spill file and
+#: every snapshot's sink blob streamed from the spill files.
+SPILLING = {"wordcount", "order_states"}
+
+
 @pytest.mark.parametrize("name", list(SCENARIOS))
 def test_exactly_once_under_kills(
     kafka_bootstrap: str, tmp_path: Path, name: str, capsys: pytest.CaptureFixture[str]
@@ -93,12 +99,13 @@ def test_exactly_once_under_kills(
     seed = _seed()
     scenario: Scenario = SCENARIOS[name](random.Random(seed))
     check_topology_names(scenario)
+    spill = ("--sink-buffer-memory", "2KiB") if name in SPILLING else ()
     result = run_job(
         kafka_bootstrap,
         scenario,
         tmp_path,
         seed=seed,
-        settings=JobSettings(),
+        settings=JobSettings(extra_args=spill),
         plan=EXACTLY_ONCE_PLAN,
     )
     cmp = Comparison.of(scenario.expected, scenario.actual([r.value for r in result.sink]))
@@ -122,6 +129,9 @@ def test_exactly_once_under_kills(
         m["checkpoint"] for m in markers(kafka_bootstrap, result.app) if m["task"] == commit[0].task
     ]
     assert max(after) >= commit[0].checkpoint_id
+    if spill:  # the buffers really spilled (in workers killed later, too)
+        assert result.job is not None
+        assert any(p.lines_with("sink buffer past its memory budget") for p in result.job.procs)
     # 0 lost, 0 duplicated, nothing else.
     assert cmp.expected > 50, "the comparison must cover real output"
     assert (sum(cmp.lost.values()), sum(cmp.duplicated.values()), sum(cmp.unexpected.values())) == (

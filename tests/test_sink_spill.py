@@ -10,8 +10,11 @@ import sys
 import tracemalloc
 from pathlib import Path
 
+import click
 import pytest
 
+from kstream.cli.options import ByteSize
+from kstream.config import JobConfig
 from kstream.kafka.sink import ExactlyOnceSink
 from kstream.sinkbuffer.blob import decode_blob
 from kstream.sinkbuffer.buffer import EpochBuffer
@@ -219,3 +222,17 @@ def test_spill_dirs_of_dead_processes_are_removed(tmp_path: Path) -> None:
 def test_budget_must_be_positive(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="positive memory budget"):
         EpochBuffer(SpillDir(tmp_path), 0)
+
+
+def test_the_budget_setting_takes_sizes() -> None:
+    size = ByteSize()
+    assert [size.convert(v, None, None) for v in ("65536", "512KiB", "64MiB", "1GiB")] == [
+        65536,
+        512 << 10,
+        64 << 20,
+        1 << 30,
+    ]
+    for bad in ("0", "12MB", "-1KiB", "lots"):
+        with pytest.raises(click.BadParameter):
+            size.convert(bad, None, None)
+    assert JobConfig("app", "k:9092").sink_buffer_memory == 64 << 20

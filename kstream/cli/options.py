@@ -31,6 +31,24 @@ from kstream.store.objectstore import parse_store_options
 from kstream.store.startfrom import validate_start
 from kstream.store.urls import open_store
 
+
+class ByteSize(click.ParamType):
+    """A size in bytes: ``65536``, ``512KiB``, ``64MiB``, ``1GiB`` (> 0)."""
+
+    name = "size"
+    _UNITS = {"": 1, "b": 1, "kib": 1 << 10, "mib": 1 << 20, "gib": 1 << 30}
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> int:
+        if isinstance(value, int):
+            return value
+        text = str(value).strip()
+        digits = text.rstrip("bBkKmMgGiI")
+        unit = self._UNITS.get(text[len(digits) :].lower())
+        if not digits.isdigit() or unit is None or int(digits) <= 0:
+            self.fail(f"{value!r} is not a size like 65536, 512KiB, 64MiB or 1GiB", param, ctx)
+        return int(digits) * unit
+
+
 F = Callable[..., Any]
 
 _OPTIONS: list[Callable[[F], F]] = [
@@ -207,12 +225,13 @@ _OPTIONS: list[Callable[[F], F]] = [
     ),
     click.option(
         "--sink-buffer-memory",
-        type=click.IntRange(min=1),
-        default=64,
+        type=ByteSize(),
+        default="64MiB",
         show_default=True,
-        metavar="MIB",
-        help="Output of one checkpoint interval an exactly-once sink task keeps in memory; "
-        "past it the output is spilled to local disk in the task's state directory.",
+        metavar="SIZE",
+        help="Output an exactly-once sink task keeps in memory until its checkpoint "
+        "completes (bytes, or with KiB/MiB/GiB); past it the output is spilled to local "
+        "disk in the task's state directory.",
     ),
     kafka_options,
 ]
@@ -286,7 +305,7 @@ def build_job_config(
         kafka=settings,
         replication=Replication(opts["replication_factor"], opts["min_insync_replicas"]),
         max_outage=opts["max_outage"],
-        sink_buffer_memory=opts["sink_buffer_memory"] * 1024 * 1024,
+        sink_buffer_memory=opts["sink_buffer_memory"],
         store_url=opts["store_url"],
         store_options=_store_options(opts.get("store_options") or ()),
         state_dir=opts["state_dir"],

@@ -9,6 +9,7 @@ what this holds.
 from __future__ import annotations
 
 import io
+import logging
 from collections.abc import Iterable
 
 from kstream.sinkbuffer.blob import MemorySegment, decode_blob, encode_blob, encode_segment
@@ -21,6 +22,8 @@ from kstream.sinkbuffer.epochs import (
     SinkStateError,
 )
 from kstream.sinkbuffer.spill import SegmentedBlob, SpillDir
+
+log = logging.getLogger(__name__)
 
 #: Estimated Python memory of one buffered record besides its key and value bytes: list
 #: slots and object headers of a column batch's key, value and timestamp; a general
@@ -88,6 +91,12 @@ class EpochBuffer:
     def _held(self, cost: int) -> None:
         self.held += cost
         if self.spill is not None and self.budget is not None and self.held > self.budget:
+            if not self.spills:
+                log.info(
+                    "sink buffer past its memory budget (%d bytes): spilling to %s",
+                    self.budget,
+                    self.spill.path,
+                )
             for e in (*self.sealed, self.open):
                 self._spill_epoch(e)
             self.held = 0
