@@ -22,7 +22,11 @@ body would; values written before the flag existed (JSON digits) still decode.
 A *write cache* sits in front of RocksDB: ``put``/``delete`` land in a per-table
 dict of decoded Python objects; ``get`` looks there first. The cache is encoded
 into one WriteBatch and written when a table's cache exceeds ``cache_entries``
-entries, before that table is scanned, and before a snapshot. Writes skip the WAL:
+entries, before that table is scanned, and before a snapshot. The counters and
+deletions just written stay readable from memory (the *read cache*: the last flush's
+compact ints and tombstones, so at most ``cache_entries`` more entries) until the
+next flush or a range deletion: a snapshot every second must not turn every hot
+counter's next ``get`` into a RocksDB read and a decode (tables without TTL). Writes skip the WAL:
 durability comes from snapshots, never from the live DB (a crashed task restores
 from a snapshot, DESIGN §6.3).
 
@@ -133,6 +137,7 @@ class RocksDBTable(StateTable):
         self._compact_ints = type(self._serde) is JsonSerde
         self._ttl = spec.ttl
         self._dirty: dict[StateKey, Any] = {}
+        self._clean: dict[StateKey, Any] = {}  # the last flush's entries (no TTL only)
         self._limit = backend.cache_entries
 
     # -- encoding -------------------------------------------------------------
@@ -192,6 +197,9 @@ class RocksDBTable(StateTable):
                     return default
                 return entry.value
             return entry
+        entry = self._clean.get(key, _MISSING)
+        if entry is not _MISSING:
+            return default if entry is _TOMBSTONE else entry
         raw = self._cf.get(encode_key(key))
         if raw is None:
             return default
@@ -228,6 +236,7 @@ class RocksDBTable(StateTable):
             return
         if self._dirty:
             self._dirty = {k: v for k, v in self._dirty.items() if not lo <= encode_key(k) < hi}
+        self._clean = {}
         batch = rocksdict.WriteBatch(raw_mode=True)
         batch.delete_range(lo, hi, self._handle)
         self._backend._db.write(batch)
@@ -258,7 +267,11 @@ class RocksDBTable(StateTable):
                 yield decode_key(k), decode(raw, None)
 
     def flush(self) -> int:
-        """Write this table's cached entries to RocksDB in one batch; returns how many."""
+        """Write this table's cached entries to RocksDB in one batch; returns how many.
+
+        The compact ints and deletions written stay in the read cache: they read back
+        exactly as written (other values go through their serde, which may not
+        return an equal object), so the cache never changes what ``get`` returns."""
         dirty = self._dirty
         if not dirty:
             return 0
@@ -266,14 +279,18 @@ class RocksDBTable(StateTable):
         put, delete, handle = batch.put, batch.delete, self._handle
         encode = self._encode_value
         compact_ints = self._compact_ints and self._ttl is None
+        clean: dict[StateKey, Any] = {}
         for key, value in dirty.items():
             if type(value) is int and compact_ints:  # counters: inline, no serde
                 compact = _int_value(value)
                 if compact is not None:
                     put(encode_key(key), compact, handle)
+                    clean[key] = value
                     continue
             if value is _TOMBSTONE:
                 delete(encode_key(key), handle)
+                if self._ttl is None:
+                    clean[key] = value
             elif type(value) is _Timed:
                 put(encode_key(key), encode(value.value, value.at), handle)
             else:
@@ -282,10 +299,12 @@ class RocksDBTable(StateTable):
         n = len(dirty)
         self._backend._db.write(batch)
         self._dirty = {}
+        self._clean = clean
         return n
 
     def _detach(self) -> None:
         """Drop the column-family handles (they keep the DB open); the table is unusable after."""
+        self._clean = {}
         self._cf = None
         self._handle = None
 
