@@ -1,6 +1,8 @@
 # kstream developer entry points.
 #   make test   venv + ruff + mypy + pytest tests integration (integration starts its own broker)
 #   make demo   venv + local Kafka broker + the word-count example job
+#   make bench  RESULTS.md (benchmarks.run) and SCALING.md + plots (benchmarks.scaling);
+#               QUICK=1 for the quick mode of both (see benchmarks/README.md)
 # Variables: PYTHON (default python3), VENV (default .venv).
 
 PYTHON ?= python3
@@ -8,7 +10,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: test demo venv lint clean
+.PHONY: test demo venv lint clean bench
 
 venv: $(STAMP)
 
@@ -29,6 +31,14 @@ lint: $(STAMP)
 test: export AWS_METADATA_ENDPOINT = http://127.0.0.1:9
 test: lint
 	$(BIN)/python -m pytest tests integration benchmarks/tests --ignore=benchmarks/tests/test_smoke_broker.py --durations=10
+
+# The benchmarks (about 45 min on 2 cores; QUICK=1: a few minutes). Each command starts
+# its own local broker. matplotlib (the `bench` extra) draws the plots.
+BENCH_FLAGS := $(if $(QUICK),--quick,)
+bench: $(STAMP)
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[test,bench]'
+	$(BIN)/python -m benchmarks.run $(BENCH_FLAGS)
+	$(BIN)/python -m benchmarks.scaling $(BENCH_FLAGS)
 
 demo: $(STAMP)
 	KSTREAM=$(BIN)/kstream scripts/demo.sh

@@ -1,0 +1,346 @@
+"""Scaling curves: how kstream's cost grows with keys, state, output, workers and the
+checkpoint interval. Writes ``benchmarks/SCALING.md`` (each curve's table, the date,
+machine and command) and ``benchmarks/plots/*.png`` (matplotlib, the ``bench`` extra).
+
+    python -m benchmarks.scaling            # full: about 15 min on 2 cores
+    python -m benchmarks.scaling --quick    # small sizes: a couple of minutes
+
+Without ``--bootstrap`` (or ``KSTREAM_TEST_BOOTSTRAP``) a local broker is started for
+the run. The measurements are in ``benchmarks/scaling_runs.py``.
+"""
+
+from __future__ import annotations
+
+import shlex
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, TypeVar
+
+import click
+
+from benchmarks import machine, scaling_plots
+from benchmarks.scaling_runs import (
+    MIB,
+    UNBOUNDED,
+    Env,
+    LatencyRow,
+    OutputRow,
+    StateRow,
+    ThroughputRow,
+    latency,
+    rss_vs_output,
+    state_curve,
+    throughput_vs_keys,
+    throughput_workers,
+)
+
+BENCH_DIR = Path(__file__).resolve().parent
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class Sizes:
+    """What one mode measures."""
+
+    keys: tuple[int, ...]  # w2 throughput vs keys
+    keys_min_records: int
+    state_keys: tuple[int, ...]  # checkpoint and recovery vs state size
+    state_keys_kept: tuple[int, ...]  # recovery with local state kept
+    worker_records: int
+    worker_keys: int
+    intervals: tuple[float, ...]
+    latency_rate: int
+    latency_min_s: float
+    outputs: tuple[int, ...]  # peak RSS vs output per interval
+
+
+FULL = Sizes(
+    keys=(10_000, 100_000, 1_000_000, 10_000_000),
+    keys_min_records=1_000_000,
+    state_keys=(100_000, 1_000_000, 10_000_000),
+    state_keys_kept=(100_000, 1_000_000),
+    worker_records=2_000_000,
+    worker_keys=100_000,
+    intervals=(0.2, 1.0, 5.0),
+    latency_rate=2_000,
+    latency_min_s=10.0,
+    outputs=(100_000, 1_000_000),
+)
+QUICK = Sizes(
+    keys=(1_000, 10_000, 100_000),
+    keys_min_records=100_000,
+    state_keys=(10_000, 100_000),
+    state_keys_kept=(10_000,),
+    worker_records=300_000,
+    worker_keys=10_000,
+    intervals=(0.2, 1.0, 5.0),
+    latency_rate=1_000,
+    latency_min_s=4.0,
+    outputs=(20_000, 100_000),
+)
+
+
+@dataclass
+class Results:
+    keys: list[ThroughputRow] = field(default_factory=list)
+    workers: list[ThroughputRow] = field(default_factory=list)
+    state: list[StateRow] = field(default_factory=list)
+    latency: list[LatencyRow] = field(default_factory=list)
+    outputs: list[OutputRow] = field(default_factory=list)
+    failures: list[str] = field(default_factory=list)
+
+
+def _attempt(env: Env, res: Results, what: str, fn: Callable[[], T]) -> T | None:
+    """Run one point; a failure is reported (in SCALING.md too), not fatal."""
+    env.say(f"{what} ...")
+    t0 = time.monotonic()
+    try:
+        row = fn()
+    except Exception as e:  # one point failing must not lose the others
+        res.failures.append(f"{what}: {str(e)[:400]}")
+        env.say(f"{what}: FAILED after {time.monotonic() - t0:.0f} s: {e}")
+        return None
+    env.say(f"{what}: {row} ({time.monotonic() - t0:.0f} s)")
+    return row
+
+
+def measure(env: Env, sizes: Sizes, budget_s: float) -> Results:
+    res = Results()
+    t_start = time.monotonic()
+
+    def over(what: str) -> bool:
+        if time.monotonic() - t_start > budget_s:
+            res.failures.append(
+                f"{what}: skipped, the run's time budget ({budget_s:.0f} s) was spent"
+            )
+            env.say(f"{what}: skipped (time budget)")
+            return True
+        return False
+
+    for procs in (1, 2):
+        what = f"w2 with {procs} worker process(es)"
+        r = _attempt(env, res, what, lambda p=procs: throughput_workers(env, p, sizes.worker_records, sizes.worker_keys))  # type: ignore[misc]  # fmt: skip
+        if r:
+            res.workers.append(r)
+    for interval in sizes.intervals:
+        seconds = max(sizes.latency_min_s, 3 * interval)
+        r2 = _attempt(env, res, f"latency, checkpoints every {interval} s", lambda i=interval, s=seconds: latency(env, i, sizes.latency_rate, s))  # type: ignore[misc]  # fmt: skip
+        if r2:
+            res.latency.append(r2)
+    for n in sizes.outputs:
+        for budget in (64 * MIB, UNBOUNDED):
+            label = "unbounded" if budget == UNBOUNDED else f"{budget // MIB} MiB"
+            r3 = _attempt(env, res, f"peak RSS, {n:,} output records in one interval, sink buffer {label}", lambda n=n, b=budget: rss_vs_output(env, n, b))  # type: ignore[misc]  # fmt: skip
+            if r3:
+                res.outputs.append(r3)
+    for k in sizes.keys:
+        what = f"w2 throughput, {k:,} keys"
+        if over(what):
+            continue
+        r4 = _attempt(env, res, what, lambda k=k: throughput_vs_keys(env, k, max(k, sizes.keys_min_records)))  # type: ignore[misc]  # fmt: skip
+        if r4:
+            res.keys.append(r4)
+    for k in sizes.state_keys:
+        for wipe in (True, False):
+            if not wipe and k not in sizes.state_keys_kept:
+                continue
+            what = f"state of {k:,} keys: 1 % changed, recovery with local state {'wiped' if wipe else 'kept'}"
+            if over(what):
+                continue
+            r5 = _attempt(env, res, what, lambda k=k, w=wipe: state_curve(env, k, w, change=0.01 if w else 0.0))  # type: ignore[misc]  # fmt: skip
+            if r5:
+                res.state.append(r5)
+    return res
+
+
+# ------------------------------------------------------------------ report
+
+
+def _table(header: list[str], rows: list[list[Any]]) -> list[str]:
+    return [
+        "| " + " | ".join(header) + " |",
+        "|" + "---|" * len(header),
+        *("| " + " | ".join(str(c) for c in row) + " |" for row in rows),
+    ]
+
+
+def report(
+    res: Results, sizes: Sizes, header: list[str], plots: dict[str, str | None]
+) -> list[str]:
+    def plot(name: str) -> list[str]:
+        p = plots.get(name)
+        return (
+            [f"![{name}](plots/{p})", ""] if p else ["(no plot: matplotlib is not installed)", ""]
+        )
+
+    lines = [*header]
+    lines += ["## w2 throughput vs keys", ""]
+    lines += [
+        "Workload 2 (keyed tumbling-window count, RocksDB, exactly-once, checkpoints every "
+        "1 s, one process), `max(keys, "
+        f"{sizes.keys_min_records:,})` records drawn uniformly from the keys, a window half "
+        "the input's event-time span (the first window's state holds about every key and "
+        "fires mid-run, its results go through the exactly-once sink). Peak RSS is the "
+        "process's.",
+        "",
+    ]
+    lines += _table(
+        ["keys", "records", "window s", "records/s", "s", "CPU s", "peak RSS MB", "output records"],
+        [[f"{r.keys:,}", f"{r.records:,}", f"{r.window_ms / 1000:.0f}", f"{r.rate:,.0f}",
+          f"{r.seconds:.1f}", f"{r.cpu_s:.1f}", f"{r.peak_rss_mb:.0f}", f"{r.output:,}"]
+         for r in res.keys],
+    )  # fmt: skip
+    lines += ["", *plot("keys")]
+    lines += ["## Checkpoint duration and uploaded bytes vs state size (1 % of keys changed)", ""]
+    lines += [
+        "Workload 4's recovery job (one record per key, all in one 1-hour window, checkpoints "
+        "every 1 s into a `file://` store): once a checkpoint covers the input, after one "
+        "more checkpoint with nothing changed, 1 % of the keys (every 100th) get one more "
+        "record. Uploaded bytes: everything the checkpoints after that idle one uploaded "
+        "until one covered the change (incremental: new SST files and the sink blob); "
+        "duration: trigger to the last acknowledgement, the longest of them.",
+        "",
+    ]
+    changed = [r for r in res.state if r.wipe]
+    lines += _table(
+        ["keys", "state bytes", "uploaded for 1 % changed", "uploaded / state",
+         "checkpoint ms (1 % changed)", "checkpoint ms (nothing changed)"],
+        [[f"{r.keys:,}", f"{r.state_bytes:,}", f"{r.changed_uploaded_bytes:,}",
+          f"{100 * r.changed_uploaded_bytes / r.state_bytes:.1f} %" if r.state_bytes else "n/a",
+          f"{r.changed_duration_ms:.0f}", f"{r.idle_duration_ms:.0f}"] for r in changed],
+    )  # fmt: skip
+    lines += ["", *plot("checkpoint")]
+    lines += ["## Recovery time vs state size", ""]
+    lines += [
+        "kill -9 → first output readable with read_committed (`benchmarks/recovery.py`: the "
+        "restart restores the state, a probe closes the window, every key's result is "
+        "published). Local state wiped (restored from the checkpoint store) or kept "
+        "(task-local recovery). Restored = window results read back (must equal keys).",
+        "",
+    ]
+    lines += _table(
+        ["keys", "local state", "kill → first output s", "restored", "build s", "restart peak RSS MB"],
+        [[f"{r.keys:,}", "wiped" if r.wipe else "kept", f"{r.recovery_s:.2f}",
+          f"{r.restored:,}/{r.keys:,}", f"{r.build_s:.1f}", f"{r.restart_peak_rss_mb:.0f}"]
+         for r in res.state],
+    )  # fmt: skip
+    lines += ["", *plot("recovery")]
+    lines += ["## Throughput with 1 and 2 worker processes", ""]
+    lines += [
+        f"Workload 2 (60 s windows, exactly-once, checkpoints every 1 s), {sizes.worker_records:,} "
+        f"records over {sizes.worker_keys:,} keys, 4 partitions, `kstream worker` processes "
+        "electing their coordinator. records/s from the completed checkpoints' input offsets "
+        "over their completion times (from the first past 5 % of the input to the one covering "
+        "it: start-up and group joins excluded). CPU s and peak RSS summed over the processes.",
+        "",
+    ]
+    lines += _table(
+        ["worker processes", "records/s", "s", "CPU s", "peak RSS MB (sum)", "output records"],
+        [[r.workers, f"{r.rate:,.0f}", f"{r.seconds:.1f}", f"{r.cpu_s:.1f}",
+          f"{r.peak_rss_mb:.0f}", f"{r.output:,}"] for r in res.workers],
+    )  # fmt: skip
+    lines += ["", *plot("workers")]
+    lines += ["## End-to-end latency vs checkpoint interval", ""]
+    lines += [
+        "Workload 1's stateless job, exactly-once, one process, fed live records at a steady "
+        "rate, each stamped with the wall clock when produced; latency = when a read_committed "
+        "consumer sees its output - that stamp (one host, one clock).",
+        "",
+    ]
+    lines += _table(
+        ["checkpoint interval s", "records/s in", "records", "p50 ms", "p99 ms", "max ms", "p99 / interval"],
+        [[f"{r.interval_s:g}", r.rate, f"{r.records:,}", f"{r.p50_ms:.0f}", f"{r.p99_ms:.0f}",
+          f"{r.max_ms:.0f}", f"{r.p99_ms / 1000 / r.interval_s:.2f}"] for r in res.latency],
+    )  # fmt: skip
+    lines += ["", *plot("latency")]
+    lines += ["## Peak RSS vs output per interval", ""]
+    lines += [
+        "Workload 2's job on N keys (one record each, one window) and one probe per partition "
+        "that closes the window: all N results are fired, buffered by the exactly-once sink "
+        "and published in one checkpoint interval. The sink buffer spills to local disk past "
+        "its budget (`--sink-buffer-memory`, default 64 MiB per sink task); 'unbounded' keeps "
+        "everything in memory (the behaviour before the bound). Peak RSS vs keys: the first "
+        "table.",
+        "",
+    ]
+    lines += _table(
+        ["output records in one interval", "sink buffer budget", "peak RSS MB", "s", "published"],
+        [[f"{r.output:,}", "unbounded" if r.budget_mb is None else f"{r.budget_mb:.0f} MiB",
+          f"{r.peak_rss_mb:.0f}", f"{r.seconds:.1f}", f"{r.published:,}"] for r in res.outputs],
+    )  # fmt: skip
+    lines += ["", *plot("rss")]
+    if res.failures:
+        lines += ["## Not measured", "", *(f"- {f}" for f in res.failures), ""]
+    return lines
+
+
+@click.command()
+@click.option("--bootstrap", envvar="KSTREAM_TEST_BOOTSTRAP", default=None,
+              help="Kafka to use; without it a local broker is started for the run.")  # fmt: skip
+@click.option("--quick", is_flag=True, help="small sizes (a couple of minutes)")
+@click.option("--partitions", default=4, show_default=True)
+@click.option("--timeout", default=600.0, show_default=True, help="seconds per point")
+@click.option("--budget", default=None, type=float,
+              help="seconds after which the largest points are skipped [full: 900, quick: 240]")  # fmt: skip
+@click.option("--out", type=click.Path(path_type=Path), default=BENCH_DIR / "SCALING.md",
+              show_default=True)  # fmt: skip
+def main(
+    bootstrap: str | None, quick: bool, partitions: int, timeout: float, budget: float | None,
+    out: Path,
+) -> None:  # fmt: skip
+    """Measure the scaling curves; write SCALING.md and the plots."""
+    argv = ["python", "-m", "benchmarks.scaling", *sys.argv[1:]]
+    started = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
+    sizes = QUICK if quick else FULL
+    budget_s = budget if budget is not None else (240.0 if quick else 900.0)
+    machine_lines = machine.describe(None)
+    t0 = time.monotonic()
+    with tempfile.TemporaryDirectory(prefix="kstream-scaling-") as wd:
+        if bootstrap is None:
+            from kstream.dev.localbroker import LocalBroker
+
+            with LocalBroker(Path(wd) / "kafka") as broker:
+                click.echo(f"started a local broker at {broker.bootstrap}")
+                res = _run(broker.bootstrap, partitions, Path(wd), timeout, sizes, budget_s)
+                broker_text = f"local broker started by the command (Kafka {broker.kafka_version})"
+        else:
+            res = _run(bootstrap, partitions, Path(wd), timeout, sizes, budget_s)
+            broker_text = f"existing broker at {bootstrap}"
+    minutes = (time.monotonic() - t0) / 60
+    plots = scaling_plots.draw(res, out.parent / "plots")
+    header = [
+        "# kstream scaling curves",
+        "",
+        f"Run {started} ({'quick' if quick else 'full'} mode, {minutes:.1f} min). Command "
+        "(from the repository root):",
+        "",
+        f"    {shlex.join(argv)}",
+        "",
+        "## Machine",
+        "",
+        *machine_lines,
+        f"- Kafka: {broker_text}; {partitions} partitions per topic",
+        "",
+        "One run per point (no medians: the curves' shape is the point; compare ratios "
+        "between rows of one run). Targets and ratios against other contenders: "
+        "[RESULTS.md](RESULTS.md); checkpoint overhead, profile: [PROFILE.md](PROFILE.md).",
+        "",
+    ]
+    text = "\n".join(report(res, sizes, header, plots))
+    out.write_text(text)
+    click.echo("\n" + text + f"\nwritten to {out}")
+
+
+def _run(bootstrap: str, partitions: int, workdir: Path, timeout: float, sizes: Sizes,
+         budget_s: float) -> Results:  # fmt: skip
+    env = Env(bootstrap, partitions, workdir, timeout, say=click.echo, python=sys.executable)
+    return measure(env, sizes, budget_s)
+
+
+if __name__ == "__main__":
+    main()

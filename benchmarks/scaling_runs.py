@@ -1,0 +1,479 @@
+"""The measurements behind the scaling curves (``benchmarks/scaling.py``): each function
+runs kstream as separate OS processes on a broker and returns one row per point.
+
+Every job is workload 2's window count (``benchmarks/scaling_job.py``) except the
+latency curve, which runs workload 1's stateless job (``contenders/kstream_stateless``)
+exactly-once on records produced live.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import statistics
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from benchmarks import generate, recovery
+from benchmarks.generate import KEEP_FOREVER, START_TS_MS, InputSpec, partition_of
+from benchmarks.procstats import Child
+from benchmarks.verify import read_output
+from benchmarks.workloads import Report, forever_store_dir
+from kstream.kafka.clients import (
+    TopicPartition,
+    TopicSpec,
+    ensure_topics,
+    make_admin,
+    make_consumer,
+    make_producer,
+)
+from kstream.store.metadata import CheckpointMetadata, latest_completed
+from kstream.store.urls import open_store
+
+REPO_DIR = Path(__file__).resolve().parent.parent
+UNBOUNDED = 1 << 40  # a sink buffer budget nothing reaches: everything stays in memory
+MIB = 1024 * 1024
+
+
+@dataclass
+class Env:
+    """Where and how the measurements run."""
+
+    bootstrap: str
+    partitions: int
+    workdir: Path
+    timeout: float
+    say: Callable[[str], None] = print
+    python: str = "python"
+    notes: list[str] = field(default_factory=list)
+
+
+def _job_argv(env: Env, module: str, *args: str) -> list[str]:
+    return [env.python, "-m", module, "--bootstrap", env.bootstrap, *args]
+
+
+def _fresh_topics(env: Env, *names: str) -> None:
+    ensure_topics(
+        make_admin(env.bootstrap), [TopicSpec(n, env.partitions, KEEP_FOREVER) for n in names]
+    )
+
+
+def _cleanup(env: Env, group: str, topics: list[str], dirs: list[Path]) -> None:
+    for t in [*topics, *recovery.topics_of_group(env.bootstrap, group)]:
+        try:
+            generate.delete_topic(env.bootstrap, t)
+        except Exception as e:  # cleanup must not hide the measurement
+            env.say(f"  (could not delete topic {t}: {e})")
+    for d in dirs:
+        shutil.rmtree(d, ignore_errors=True)
+
+
+# ------------------------------------------------------------------ w2 throughput vs keys
+
+
+@dataclass(frozen=True)
+class ThroughputRow:
+    keys: int
+    records: int
+    window_ms: int
+    rate: float  # records/s, t_first to committed output (as benchmarks/run.py)
+    seconds: float
+    cpu_s: float
+    peak_rss_mb: float
+    output: int
+    workers: int = 1
+
+
+def throughput_vs_keys(env: Env, keys: int, records: int) -> ThroughputRow:
+    """Workload 2 (exactly-once, checkpoints every 1 s) on ``records`` over ``keys`` keys,
+    with a window half the input's event-time span: the first window's state holds
+    about every key (``keys`` ≤ ``records``), and it fires mid-run."""
+    spec = InputSpec(records, keys, env.partitions)
+    window_ms = spec.event_span_ms // 2 + 1
+    ends = generate.load(env.bootstrap, spec, log=False)
+    rid = uuid.uuid4().hex[:8]
+    group, out = f"scale-keys-{rid}", f"scale.out.keys.{rid}"
+    state = env.workdir / f"state-{group}"
+    _fresh_topics(env, out)
+    try:
+        child = Child(
+            _job_argv(
+                env, "benchmarks.scaling_job", "--input", spec.topic, "--output", out,
+                "--group", group, "--end-offsets", ends.to_json(), "--state-dir", str(state),
+                "--guarantee", "exactly-once", "--commit-interval", "1",
+                "--window-ms", str(window_ms),
+            ),
+            cwd=REPO_DIR, log_dir=env.workdir, name=group,
+        )  # fmt: skip
+        res = child.wait(env.timeout)
+        if res.returncode != 0:
+            raise RuntimeError(f"exit code {res.returncode}:\n{res.stderr_tail}")
+        report = Report.parse(res.stdout)
+        if report.records_in != records:
+            raise RuntimeError(f"processed {report.records_in} of {records} records")
+        got = read_output(env.bootstrap, out, env.partitions, timeout=env.timeout)
+        seconds = report.t_end - report.t_first
+        return ThroughputRow(
+            keys, records, window_ms, records / seconds, seconds, res.cpu_s, res.peak_rss_mb,
+            got.records,
+        )  # fmt: skip
+    finally:
+        _cleanup(env, group, [out], [state])
+
+
+# ------------------------------------------------------------------ 1 and 2 worker processes
+
+_TOPOLOGY = """\
+from kstream.api import Topology, Tumbling, WatermarkStrategy
+
+topology = Topology({app!r})
+(
+    topology.source({topic!r}, key_serde="bytes", value_serde="json",
+                    watermark=WatermarkStrategy(max_out_of_orderness_ms=0), keyed=True)
+    .window(Tumbling({window_ms}))
+    .count()
+    .map(lambda r: {{"start": r.start, "end": r.end, "value": r.value}})
+    .to({output!r}, key_serde="bytes", value_serde="json")
+)
+"""
+
+
+def throughput_workers(env: Env, workers: int, records: int, keys: int) -> ThroughputRow:
+    """Workload 2 (60 s windows, exactly-once, checkpoints every 1 s) run by ``workers``
+    ``kstream worker`` processes that elect their coordinator, as deployed. The rate is
+    read off the completed checkpoints (input offsets they cover over their completion
+    times), from the first checkpoint past 5 % of the input to the one covering all of it,
+    so start-up and group joins are not counted."""
+    spec = InputSpec(records, keys, env.partitions)
+    ends = generate.load(env.bootstrap, spec, log=False)
+    total = sum(ends.ends.values())
+    rid = uuid.uuid4().hex[:8]
+    app, out = f"scale-procs-{rid}", f"scale.out.procs.{rid}"
+    _fresh_topics(env, out)
+    topo = env.workdir / f"{app}.py"
+    topo.write_text(_TOPOLOGY.format(app=app, topic=spec.topic, window_ms=60_000, output=out))
+    store_dir = env.workdir / f"{app}.store"
+    store_url = f"file://{store_dir}"
+    kstream = str(Path(env.python).with_name("kstream"))
+    procs: list[Child] = []
+    samples: list[tuple[float, int]] = []  # (checkpoint completion time, input offsets covered)
+    states = [env.workdir / f"state-{app}-{i}" for i in range(workers)]
+    try:
+        for i in range(workers):
+            procs.append(Child(
+                [kstream, "worker", str(topo), "-b", env.bootstrap, "--store", store_url,
+                 "--state-dir", str(states[i]), "--interval", "1", "--coordinator", "auto"],
+                cwd=REPO_DIR, log_dir=env.workdir, name=f"{app}-{i}",
+            ))  # fmt: skip
+        deadline = time.monotonic() + env.timeout
+        seen: set[int] = set()
+        while not samples or samples[-1][1] < total:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{workers} workers covered {samples[-1:]} of {total}")
+            for p in procs:
+                if not p.running:
+                    raise RuntimeError(f"a worker exited:\n{p.result().stderr_tail}")
+            meta = latest_completed(open_store(store_url), app) if store_dir.is_dir() else None
+            if meta is not None and meta.checkpoint_id not in seen:
+                seen.add(meta.checkpoint_id)
+                samples.append((meta.complete_time, _covered(meta, spec.topic)))
+            time.sleep(0.1)  # polling the store for a condition, with a deadline
+        start = next(s for s in samples if s[1] >= total * 0.05)
+        end = samples[-1]
+        stats = [p.stop() for p in procs]
+        rate = (end[1] - start[1]) / max(end[0] - start[0], 1e-9)
+        got = read_output(env.bootstrap, out, env.partitions, timeout=env.timeout)
+        return ThroughputRow(
+            keys, records, 60_000, rate, end[0] - start[0], sum(s.cpu_s for s in stats),
+            sum(s.peak_rss_mb for s in stats), got.records, workers,
+        )  # fmt: skip
+    finally:
+        for p in procs:
+            p.stop()
+        _cleanup(env, app, [out], [*states, store_dir])
+
+
+def _covered(meta: CheckpointMetadata, topic: str) -> int:
+    return sum(
+        pos
+        for task in meta.tasks.values()
+        for where, pos in task.offsets.items()
+        if where.rpartition(":")[0] == topic and isinstance(pos, int)
+    )
+
+
+# ------------------------------------------------------------------ state size: checkpoints, recovery
+
+
+@dataclass(frozen=True)
+class StateRow:
+    keys: int
+    wipe: bool
+    recovery_s: float
+    restored: int
+    build_s: float
+    restart_peak_rss_mb: float
+    state_bytes: int = 0  # the checkpoint's full state
+    changed_uploaded_bytes: int = 0  # uploaded for 1 % of the keys changed
+    changed_duration_ms: float = 0.0
+    idle_duration_ms: float = 0.0  # a checkpoint with nothing changed
+
+
+def state_curve(env: Env, keys: int, wipe: bool, change: float = 0.01) -> StateRow:
+    """Workload 4's recovery run (``benchmarks/recovery.py``) on a state of ``keys``
+    keys; with ``change`` > 0, after the build and before the kill, ``change`` of the keys
+    get one more record: the checkpoints that cover it are what a 1 % change costs."""
+    measured: dict[str, float] = {}
+
+    def built(
+        bootstrap: str, group: str, topic: str, ends: dict[int, int], job: Child,
+        timeout: float, state_dir: Path,
+    ) -> None:  # fmt: skip
+        recovery.wait_checkpointed(bootstrap, group, topic, ends, job, timeout, state_dir)
+        if change <= 0:
+            return
+        store = open_store(f"file://{forever_store_dir(state_dir).resolve()}")
+        base = latest_completed(store, group)
+        assert base is not None
+        idle = _next_checkpoints(store, group, base.checkpoint_id, 1, job, timeout)
+        n = _change_keys(bootstrap, topic, keys, change, env.partitions)
+        new_ends = generate.end_offsets(bootstrap, topic, env.partitions).ends
+        recovery.wait_checkpointed(bootstrap, group, topic, new_ends, job, timeout, state_dir)
+        last = latest_completed(store, group)
+        assert last is not None
+        metas = _metas_between(store, group, idle[-1].checkpoint_id, last.checkpoint_id)
+        measured.update(
+            state=last.state_size,
+            uploaded=sum(m.uploaded_size for m in metas),
+            duration=max(m.duration_ms for m in metas),
+            idle=idle[-1].duration_ms,
+            changed=n,
+        )
+
+    def argv(topic_in: str, topic_out: str, group: str, state: Path, member: str) -> list[str]:
+        return _job_argv(
+            env, "benchmarks.scaling_job", "--input", topic_in, "--output", topic_out,
+            "--group", group, "--state-dir", str(state), "--instance-id", member,
+            "--guarantee", "exactly-once", "--commit-interval", "1",
+            "--window-ms", str(recovery.RECOVERY_WINDOW_MS), "--forever",
+        )  # fmt: skip
+
+    r = recovery.measure_recovery(
+        env.bootstrap, argv, name="scale", keys=keys, partitions=env.partitions,
+        workdir=env.workdir, cwd=REPO_DIR, wipe=wipe, timeout=env.timeout, wait_built=built,
+    )  # fmt: skip
+    return StateRow(
+        keys, wipe, r.recovery_s, r.restored, r.build_s, r.restart_peak_rss_mb,
+        int(measured.get("state", 0)), int(measured.get("uploaded", 0)),
+        measured.get("duration", 0.0), measured.get("idle", 0.0),
+    )  # fmt: skip
+
+
+def _next_checkpoints(
+    store: Any, app: str, after: int, n: int, job: Child, timeout: float
+) -> list[CheckpointMetadata]:
+    """The next ``n`` completed checkpoints after id ``after`` (waits for them)."""
+    out: list[CheckpointMetadata] = []
+    deadline = time.monotonic() + timeout
+    while len(out) < n:
+        meta = latest_completed(store, app)
+        if meta is not None and meta.checkpoint_id > (out[-1].checkpoint_id if out else after):
+            out.append(meta)
+        if not job.running or time.monotonic() > deadline:
+            raise RuntimeError(f"no checkpoint after {after} within {timeout}s")
+        time.sleep(0.05)  # polling the store for a condition, with a deadline
+    return out
+
+
+def _metas_between(store: Any, app: str, after: int, upto: int) -> list[CheckpointMetadata]:
+    """Completed checkpoints ``after < id <= upto`` still in the store."""
+    from kstream.store.metadata import read_metadata
+
+    out = []
+    for cid in range(after + 1, upto + 1):
+        try:
+            out.append(read_metadata(store, app, cid))
+        except Exception:  # an aborted or failed id, or one retention already removed
+            continue
+    return out
+
+
+def _change_keys(bootstrap: str, topic: str, keys: int, change: float, partitions: int) -> int:
+    """One more record in W0 for ``change`` of the keys of a recovery input (every
+    ``1/change``-th key), at the input's last event time (not late)."""
+    spec = InputSpec(keys, keys, partitions, event_rate=recovery.RECOVERY_EVENT_RATE, cover=True)
+    ts = START_TS_MS + spec.event_span_ms
+    step = max(1, round(1 / change))
+    producer = make_producer(bootstrap, extra={"linger.ms": 20})
+    n = 0
+    for uid in range(0, keys, step):
+        key = f"u{uid}".encode()
+        value = json.dumps({"user": f"u{uid}", "kind": "view", "amount": 1.0, "ts": ts}).encode()
+        while True:
+            try:
+                producer.produce(
+                    topic, value, key, partition=partition_of(key, partitions), timestamp=ts
+                )
+                break
+            except BufferError:
+                producer.poll(0.1)
+        n += 1
+    if producer.flush(60.0):
+        raise RuntimeError("changed records not delivered")
+    return n
+
+
+# ------------------------------------------------------------------ peak RSS vs output per interval
+
+
+@dataclass(frozen=True)
+class OutputRow:
+    output: int  # records output in one checkpoint interval
+    budget_mb: float | None  # None: unbounded
+    peak_rss_mb: float
+    seconds: float
+    published: int
+
+
+def rss_vs_output(env: Env, output: int, budget: int) -> OutputRow:
+    """Workload 2's job on ``output`` keys, one record each in one window, then one probe
+    per partition that closes it: all ``output`` results are fired, buffered and
+    published in one checkpoint interval. Peak RSS of the process, with the sink
+    buffer's budget ``budget`` bytes."""
+    spec = InputSpec(
+        output, output, env.partitions, event_rate=recovery.RECOVERY_EVENT_RATE, cover=True
+    )
+    _, w0_end = recovery.window_bounds(spec)
+    rid = uuid.uuid4().hex[:8]
+    group, topic, out = f"scale-rss-{rid}", f"scale.in.rss.{rid}", f"scale.out.rss.{rid}"
+    state = env.workdir / f"state-{group}"
+    _fresh_topics(env, topic, out)
+    try:
+        generate.produce(env.bootstrap, spec, topic)
+        producer = make_producer(env.bootstrap)
+        for p in range(env.partitions):
+            probe = {"user": "probe", "kind": "click", "amount": 1.0, "ts": w0_end + 1000}
+            producer.produce(topic, json.dumps(probe).encode(), recovery.probe_key(p, env.partitions),
+                             partition=p, timestamp=w0_end + 1000)  # fmt: skip
+        if producer.flush(30.0):
+            raise RuntimeError("probes not delivered")
+        ends = generate.end_offsets(env.bootstrap, topic, env.partitions)
+        child = Child(
+            _job_argv(
+                env, "benchmarks.scaling_job", "--input", topic, "--output", out,
+                "--group", group, "--end-offsets", ends.to_json(), "--state-dir", str(state),
+                "--guarantee", "exactly-once", "--commit-interval", "1",
+                "--window-ms", str(recovery.RECOVERY_WINDOW_MS),
+                "--sink-buffer-memory", str(budget),
+            ),
+            cwd=REPO_DIR, log_dir=env.workdir, name=group,
+        )  # fmt: skip
+        res = child.wait(env.timeout)
+        if res.returncode != 0:
+            raise RuntimeError(f"exit code {res.returncode}:\n{res.stderr_tail}")
+        report = Report.parse(res.stdout)
+        got = read_output(env.bootstrap, out, env.partitions, timeout=env.timeout)
+        return OutputRow(
+            output, None if budget >= UNBOUNDED else budget / MIB, res.peak_rss_mb,
+            report.t_end - report.t_first, got.records,
+        )  # fmt: skip
+    finally:
+        _cleanup(env, group, [topic, out], [state])
+
+
+# ------------------------------------------------------------------ latency vs checkpoint interval
+
+
+@dataclass(frozen=True)
+class LatencyRow:
+    interval_s: float
+    rate: int  # records/s produced
+    records: int
+    p50_ms: float
+    p99_ms: float
+    max_ms: float
+
+
+def latency(env: Env, interval: float, rate: int, seconds: float) -> LatencyRow:
+    """Workload 1's stateless job, exactly-once, checkpoints every ``interval`` s, fed
+    ``rate`` records/s for ``seconds`` s, each stamped with the wall clock when produced
+    (Kafka timestamp = event time). A read_committed consumer notes when each output
+    record becomes visible: latency = visible - input timestamp (same host clock)."""
+    rid = uuid.uuid4().hex[:8]
+    group, topic, out = f"scale-lat-{rid}", f"scale.in.lat.{rid}", f"scale.out.lat.{rid}"
+    state = env.workdir / f"state-{group}"
+    _fresh_topics(env, topic, out)
+    job: Child | None = None
+    latencies: list[float] = []
+    stop = threading.Event()
+    consumer = make_consumer(env.bootstrap, f"{group}-watch", read_committed=True)
+    consumer.assign([TopicPartition(out, p, 0) for p in range(env.partitions)])
+
+    def watch() -> None:
+        while not stop.is_set():
+            for m in consumer.consume(num_messages=5000, timeout=0.05):
+                if m.error() is None:
+                    latencies.append(time.time() * 1000 - m.timestamp()[1])
+
+    watcher = threading.Thread(target=watch, daemon=True)
+    try:
+        job = Child(
+            _job_argv(
+                env, "benchmarks.contenders.kstream_stateless", "--input", topic,
+                "--output", out, "--group", group, "--state-dir", str(state),
+                "--guarantee", "exactly-once", "--commit-interval", str(interval), "--forever",
+            ),
+            cwd=REPO_DIR, log_dir=env.workdir, name=group,
+        )  # fmt: skip
+        _wait_first_checkpoint(group, state, job, env.timeout)
+        watcher.start()
+        producer = make_producer(env.bootstrap, extra={"linger.ms": 5})
+        total = int(rate * seconds)
+        t0 = time.monotonic()
+        for i in range(total):
+            due = t0 + i / rate
+            delay = due - time.monotonic()
+            if delay > 0:
+                time.sleep(delay)  # pacing the producer (not synchronisation)
+            now = int(time.time() * 1000)
+            key = f"u{i % 1000}".encode()
+            value = json.dumps({"user": key.decode(), "kind": "click", "amount": 10.0, "ts": now})
+            producer.produce(topic, value.encode(), key, partition=partition_of(key, env.partitions),
+                             timestamp=now)  # fmt: skip
+            if i % 100 == 0:
+                producer.poll(0)
+        if producer.flush(30.0):
+            raise RuntimeError("latency input not delivered")
+        deadline = time.monotonic() + env.timeout
+        while len(latencies) < total:
+            if time.monotonic() > deadline or not job.running:
+                raise RuntimeError(f"saw {len(latencies)} of {total} outputs")
+            time.sleep(0.1)  # polling a counter for a condition, with a deadline
+        qs = statistics.quantiles(latencies, n=100)
+        return LatencyRow(interval, rate, total, qs[49], qs[98], max(latencies))
+    finally:
+        stop.set()
+        if watcher.is_alive():
+            watcher.join(5)
+        consumer.close()
+        if job is not None:
+            job.stop()
+        _cleanup(env, group, [topic, out], [state, forever_store_dir(state)])
+
+
+def _wait_first_checkpoint(app: str, state: Path, job: Child, timeout: float) -> None:
+    where = forever_store_dir(state)
+    deadline = time.monotonic() + timeout
+    while True:
+        if where.is_dir() and latest_completed(open_store(f"file://{where.resolve()}"), app):
+            return
+        if not job.running:
+            raise RuntimeError(f"job exited:\n{job.result().stderr_tail}")
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{app}: no checkpoint within {timeout}s")
+        time.sleep(0.1)  # polling the store for a condition, with a deadline
