@@ -42,7 +42,7 @@ def draw(res: Results, where: Path) -> dict[str, str | None]:
         ax2.set_ylabel("peak RSS MB")
         ax2.set_ylim(bottom=0)
         ax.set_title("w2 throughput and peak RSS vs keys")
-        fig.legend(loc="lower left")
+        _legend(ax, ax2)
         save("keys", fig)
     changed = [r for r in res.state if r.wipe and r.state_bytes]
     if changed:
@@ -70,7 +70,7 @@ def draw(res: Results, where: Path) -> dict[str, str | None]:
         ax2.set_ylabel("checkpoint duration ms")
         ax2.set_ylim(bottom=0)
         ax.set_title("incremental checkpoint, 1 % of keys changed")
-        fig.legend(loc="upper left")
+        _legend(ax, ax2)
         save("checkpoint", fig)
     if res.state:
         fig, ax = plt.subplots(figsize=(6.4, 4))
@@ -122,3 +122,10 @@ def draw(res: Results, where: Path) -> dict[str, str | None]:
         ax.legend()
         save("rss", fig)
     return out
+
+
+def _legend(ax: Any, ax2: Any) -> None:
+    """One legend for a plot with a second y axis."""
+    h1, l1 = ax.get_legend_handles_labels()
+    h2, l2 = ax2.get_legend_handles_labels()
+    ax.legend(h1 + h2, l1 + l2, loc="best", fontsize=8)

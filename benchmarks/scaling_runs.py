@@ -185,6 +185,8 @@ def throughput_workers(env: Env, workers: int, records: int, keys: int) -> Throu
             time.sleep(0.1)  # polling the store for a condition, with a deadline
         start = next(s for s in samples if s[1] >= total * 0.05)
         end = samples[-1]
+        if end[0] <= start[0]:
+            raise RuntimeError("the input was processed within one checkpoint: too small to time")
         stats = [p.stop() for p in procs]
         rate = (end[1] - start[1]) / max(end[0] - start[0], 1e-9)
         got = read_output(env.bootstrap, out, env.partitions, timeout=env.timeout)
@@ -340,19 +342,19 @@ class OutputRow:
     published: int
 
 
-def rss_vs_output(env: Env, output: int, budget: int) -> OutputRow:
+def rss_vs_output(env: Env, output: int, budgets: list[int]) -> list[OutputRow]:
     """Workload 2's job on ``output`` keys, one record each in one window, then one probe
     per partition that closes it: all ``output`` results are fired, buffered and
-    published in one checkpoint interval. Peak RSS of the process, with the sink
-    buffer's budget ``budget`` bytes."""
+    published in one checkpoint interval. Peak RSS of the process, once per sink buffer
+    budget in ``budgets`` (bytes; ``UNBOUNDED``: everything in memory), on the same input."""
     spec = InputSpec(
         output, output, env.partitions, event_rate=recovery.RECOVERY_EVENT_RATE, cover=True
     )
     _, w0_end = recovery.window_bounds(spec)
     rid = uuid.uuid4().hex[:8]
-    group, topic, out = f"scale-rss-{rid}", f"scale.in.rss.{rid}", f"scale.out.rss.{rid}"
-    state = env.workdir / f"state-{group}"
-    _fresh_topics(env, topic, out)
+    topic = f"scale.in.rss.{rid}"
+    _fresh_topics(env, topic)
+    rows: list[OutputRow] = []
     try:
         generate.produce(env.bootstrap, spec, topic)
         producer = make_producer(env.bootstrap)
@@ -363,10 +365,23 @@ def rss_vs_output(env: Env, output: int, budget: int) -> OutputRow:
         if producer.flush(30.0):
             raise RuntimeError("probes not delivered")
         ends = generate.end_offsets(env.bootstrap, topic, env.partitions)
+        for budget in budgets:
+            rows.append(_rss_run(env, topic, ends.to_json(), output, budget))
+        return rows
+    finally:
+        _cleanup(env, f"scale-rss-{rid}", [topic], [])
+
+
+def _rss_run(env: Env, topic: str, ends: str, output: int, budget: int) -> OutputRow:
+    rid = uuid.uuid4().hex[:8]
+    group, out = f"scale-rss-{rid}", f"scale.out.rss.{rid}"
+    state = env.workdir / f"state-{group}"
+    _fresh_topics(env, out)
+    try:
         child = Child(
             _job_argv(
                 env, "benchmarks.scaling_job", "--input", topic, "--output", out,
-                "--group", group, "--end-offsets", ends.to_json(), "--state-dir", str(state),
+                "--group", group, "--end-offsets", ends, "--state-dir", str(state),
                 "--guarantee", "exactly-once", "--commit-interval", "1",
                 "--window-ms", str(recovery.RECOVERY_WINDOW_MS),
                 "--sink-buffer-memory", str(budget),
@@ -383,7 +398,7 @@ def rss_vs_output(env: Env, output: int, budget: int) -> OutputRow:
             report.t_end - report.t_first, got.records,
         )  # fmt: skip
     finally:
-        _cleanup(env, group, [topic, out], [state])
+        _cleanup(env, group, [out], [state])
 
 
 # ------------------------------------------------------------------ latency vs checkpoint interval
