@@ -31,10 +31,12 @@ from kstream.process import embedded
 from kstream.process.coordinator import CommandExecutor, _is_manifest_of
 from kstream.store.controlkey import ensure_key, load_key
 from kstream.store.file import FileStore
-from kstream.store.metadata import CheckpointMetadata, TaskSnapshot, write_metadata
-from kstream.worker.checkpointed import Checkpointed
-from kstream.worker.protocol import WorkerProtocol
-from kstream.worker.settings import WorkerStats
+from kstream.store.metadata import (
+    CheckpointMetadata,
+    TaskSnapshot,
+    unbacked_completion,
+    write_metadata,
+)
 
 KEY = b"k" * 32
 
@@ -70,27 +72,21 @@ def test_workers_reports_never_raise_ids_or_attempts_on_recovery() -> None:
     assert (st.max_checkpoint_id, st.attempt, st.unhandled_failure) == (4, 1, "")
 
 
-def _checkpointed(tmp_path: Path) -> Checkpointed:
+def test_a_worker_acts_only_on_completions_the_store_holds(tmp_path: Path) -> None:
     t = Topology("app")
     t.source("in").to("out")
-    c = Checkpointed.__new__(Checkpointed)
-    c.store, c.app_id = FileStore(tmp_path), "app"
     plan = fingerprint(plan_job(t, "app", {"in": 1})).digest
-    c.protocol = WorkerProtocol("w1", now=0.0, plan=plan)
-    c._verified, c.stats = set(), WorkerStats()
-    return c
+    store, snap = FileStore(tmp_path), {"a": TaskSnapshot("h")}
+    write_metadata(store, "app", CheckpointMetadata(7, 2, 0.0, 1.0, snap, plan=plan))
+    write_metadata(store, "app", CheckpointMetadata(8, 2, 0.0, 1.0, snap, plan="other-plan"))
 
+    def why(checkpoint_id: int, attempt: int) -> str | None:
+        return unbacked_completion(store, "app", checkpoint_id, attempt, plan)
 
-def test_a_worker_acts_only_on_completions_the_store_holds(tmp_path: Path) -> None:
-    c = _checkpointed(tmp_path)
-    snap = {"a": TaskSnapshot("h")}
-    write_metadata(c.store, "app", CheckpointMetadata(7, 2, 0.0, 1.0, snap, plan=c.protocol.plan))
-    write_metadata(c.store, "app", CheckpointMetadata(8, 2, 0.0, 1.0, snap, plan="other-plan"))
-    assert not c.verified_completion(CheckpointCompleted(10**12, 2))  # forged: no metadata
-    assert not c.verified_completion(CheckpointCompleted(7, 3))  # wrong attempt
-    assert not c.verified_completion(CheckpointCompleted(8, 2))  # another plan
-    assert c.stats.unverified_control == 3
-    assert c.verified_completion(CheckpointCompleted(7, 2))
+    assert (why(10**12, 2) or "").startswith("no valid metadata in the store")  # forged
+    assert why(7, 3) == "its metadata is of attempt 2, the message says 3"
+    assert why(8, 2) == f"it was taken with plan other-plan, ours is {plan}"
+    assert why(7, 2) is None
 
 
 def test_cleanup_deletes_only_manifests_of_the_aborted_checkpoint(tmp_path: Path) -> None:

@@ -22,7 +22,7 @@ from kstream.plan import plan_job
 from kstream.plan.fingerprint import describe_difference, fingerprint
 from kstream.store.file import FileStore
 from kstream.store.metadata import TaskSnapshot
-from kstream.store.plans import publish_plan
+from kstream.store.plans import plan_refusal, publish_plan
 
 
 def wordcount(size_ms: int = 60_000, fn_tag: str = "") -> Topology:
@@ -78,7 +78,6 @@ def test_the_coordinator_refuses_reports_of_another_plan_and_says_so_once() -> N
 
 
 def test_a_worker_refuses_a_restore_of_another_plan_saying_what_differs(tmp_path: Path) -> None:
-    from kstream.worker.checkpointed import Checkpointed
     from kstream.worker.protocol import RefusePlan, StopTasks, WorkerProtocol
 
     store = FileStore(tmp_path)
@@ -94,9 +93,7 @@ def test_a_worker_refuses_a_restore_of_another_plan_saying_what_differs(tmp_path
     assert w2.learn([Restore(1, None, theirs.digest)]) == []
     assert w2.handle(Restore(2, None, theirs.digest), 0.0) == [RefusePlan(theirs.digest, 2)]
     assert w2.handle(Restore(2, None, mine.digest), 0.0)[0] == StopTasks()
-    c = Checkpointed.__new__(Checkpointed)
-    c.fingerprint, c.store, c.app_id = mine, store, "app"
-    assert c._plan_refusal(RefusePlan(theirs.digest, 1)) == (
+    assert plan_refusal(store, "app", mine, theirs.digest, 1) == (
         f"this worker runs plan {mine.digest}, the coordinator of 'app' plan {theirs.digest} "
         "(attempt 1): changed operator:stage1/window3. Every process of an app must run the "
         "same topology; deploy it everywhere or use a new app id"

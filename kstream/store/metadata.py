@@ -170,6 +170,35 @@ def read_metadata(store: CheckpointStore, app_id: str, checkpoint_id: int) -> Ch
     return CheckpointMetadata.from_json(data, where=f"{store.url}/{path}")
 
 
+def task_manifest(
+    store: CheckpointStore, app_id: str, task_id: str, checkpoint_id: int | None
+) -> str | None:
+    """The manifest of ``task_id`` in completed checkpoint ``checkpoint_id`` (None: none,
+    and for a task the checkpoint does not hold: a new task starts empty)."""
+    if checkpoint_id is None:
+        return None
+    snap = read_metadata(store, app_id, checkpoint_id).tasks.get(task_id)
+    return snap.handle if snap is not None and snap.handle else None
+
+
+def unbacked_completion(
+    store: CheckpointStore, app_id: str, checkpoint_id: int, attempt: int, plan: str
+) -> str | None:
+    """Why the store does not back a ``CheckpointCompleted(checkpoint_id, attempt)`` seen
+    by a process running ``plan`` (a fingerprint; '': any) — None when it does: the
+    checkpoint's metadata is there, of that attempt and plan (DESIGN §12: the control
+    topic carries no authority, the store does)."""
+    try:
+        meta = read_metadata(store, app_id, checkpoint_id)
+    except MetadataError as e:
+        return f"no valid metadata in the store ({e})"
+    if meta.attempt != attempt:
+        return f"its metadata is of attempt {meta.attempt}, the message says {attempt}"
+    if meta.plan is not None and plan and meta.plan != plan:
+        return f"it was taken with plan {meta.plan}, ours is {plan}"
+    return None
+
+
 def completed_ids(store: CheckpointStore, app_id: str) -> list[int]:
     """Ids of every checkpoint with a metadata file, ascending."""
     ids = []

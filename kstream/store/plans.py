@@ -11,7 +11,7 @@ import json
 import logging
 from collections.abc import Mapping
 
-from kstream.plan.fingerprint import PlanFingerprint
+from kstream.plan.fingerprint import PlanFingerprint, describe_difference
 from kstream.store.base import CheckpointStore, ObjectExists, StoreError
 from kstream.store.layout import plan_path
 
@@ -37,3 +37,16 @@ def plan_parts(store: CheckpointStore, app_id: str, digest: str) -> Mapping[str,
     except (StoreError, ValueError):
         return None
     return fp.parts if fp is not None and fp.digest == digest else None
+
+
+def plan_refusal(
+    store: CheckpointStore, app_id: str, mine: PlanFingerprint, theirs: str, attempt: int
+) -> str:
+    """Why a worker running plan ``mine`` refuses the Restore of ``attempt`` by a
+    coordinator of ``app_id`` running plan ``theirs``, saying what differs."""
+    detail = describe_difference(mine.parts, plan_parts(store, app_id, theirs))
+    return (
+        f"this worker runs plan {mine.digest}, the coordinator of {app_id!r} plan {theirs} "
+        f"(attempt {attempt}): {detail}. Every process of an app must run the same "
+        "topology; deploy it everywhere or use a new app id"
+    )

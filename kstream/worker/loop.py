@@ -34,9 +34,8 @@ from kstream.store.controlkey import ControlKey
 from kstream.store.urls import open_store
 from kstream.worker.backlog import Backlog
 from kstream.worker.bounded import Bounded
-from kstream.worker.checkpointed import Checkpointed
 from kstream.worker.mode import TP, Mode
-from kstream.worker.protocol import WorkerProtocol
+from kstream.worker.protocol import Checkpointed, WorkerProtocol
 from kstream.worker.routing import Router
 from kstream.worker.runner import RunnerContext
 from kstream.worker.settings import DebugPause, WorkerSettings, WorkerStats
@@ -177,8 +176,8 @@ class Worker:
                 plan=plan.digest,
             )
             self.mode = Checkpointed(
-                protocol, self.control, self.tasks, self.source, store, self.cfg.app_id,
-                self.stats, label, fingerprint=plan,
+                protocol, self.control, self.tasks, self.source, store, self.stats, label,
+                fingerprint=plan,
             )  # fmt: skip
         elif self.cfg.bounded:
             self.mode = Bounded(

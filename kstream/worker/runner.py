@@ -38,7 +38,7 @@ from kstream.store.layout import (
     snapshot_label,
     task_prefix,
 )
-from kstream.store.metadata import TaskSnapshot, read_metadata
+from kstream.store.metadata import TaskSnapshot
 from kstream.worker.routing import Router, TaskRoute
 from kstream.worker.settings import DebugPause, PausePoint
 
@@ -70,16 +70,6 @@ def decode_positions(doc: Mapping[str, Any]) -> dict[TP, Position]:
 
 
 # ---- where a task's state comes from ----------------------------------------------------
-
-
-def checkpoint_handle(
-    store: CheckpointStore, app_id: str, task_id: str, checkpoint_id: int | None
-) -> str | None:
-    """The manifest of ``task_id`` in completed checkpoint ``checkpoint_id`` (None: none)."""
-    if checkpoint_id is None:
-        return None
-    snap = read_metadata(store, app_id, checkpoint_id).tasks.get(task_id)
-    return snap.handle if snap is not None and snap.handle else None  # a new task starts empty
 
 
 def final_manifests(store: CheckpointStore, app_id: str, task_id: str) -> dict[int, str]:

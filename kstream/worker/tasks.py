@@ -5,19 +5,20 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
 from kstream.kafka.clients import OFFSET_BEGINNING
 from kstream.kafka.dlq import DeadLetterWriter
 from kstream.kafka.internal import decode_records
 from kstream.kafka.source import RawRecord, SourceConsumer, SourceError
+from kstream.logs import ctx
 from kstream.plan import JobPlan, TaskSpec
 from kstream.runtime.records import InternalEvent, InternalRecord
 from kstream.runtime.watermark_alignment import PartitionTime, WatermarkAligner
 from kstream.sinkbuffer.epochs import SinkError
 from kstream.state.restore import CorruptSnapshotError
 from kstream.store.base import StoreError
+from kstream.store.metadata import task_manifest
 from kstream.worker.runner import RunnerContext, TaskRunner, open_runner
 from kstream.worker.settings import WorkerError
 
@@ -89,10 +90,11 @@ class WorkerTasks:
         return runner
 
     def restore(
-        self, specs: list[TaskSpec], attempt: int, handle_of: Callable[[str], str | None]
+        self, attempt: int, checkpoint_id: int | None
     ) -> tuple[dict[str, CorruptSnapshotError], dict[str, str]]:
-        """Every one of ``specs`` at ``attempt`` from the manifest ``handle_of(task)``, not
-        running, inputs paused and sought to where the restored tasks resume.
+        """Every assigned task at ``attempt`` from completed checkpoint ``checkpoint_id``
+        (None: empty state at the start positions), not running, inputs paused and
+        sought to where the restored tasks resume.
 
         Returns ``(corrupt, unreachable)``. ``corrupt``: the tasks whose checkpoint cannot
         be restored (a corrupt or missing object: the error names it); then no task is
@@ -100,6 +102,8 @@ class WorkerTasks:
         ``unreachable``: tasks that could not be restored because the checkpoint store or
         the broker could not be reached, with the reason: they fail, not the worker (the
         coordinator restores the same checkpoint again). Any other failure propagates."""
+        specs = self.assigned()
+        store, app_id = self.ctx.store, self.ctx.config.app_id
         self.stop_all()
         # Pause before seeking: nothing may be read for a task until it resumes.
         self.pause({(i.topic, i.partition) for s in specs for i in s.inputs})
@@ -107,7 +111,8 @@ class WorkerTasks:
         # Tasks restore in parallel: downloads, RocksDB opens and sink fencing
         # (init_transactions, marker reads) wait on I/O and release the GIL.
         def build(spec: TaskSpec) -> TaskRunner:
-            return open_runner(self.ctx, spec, attempt, handle_of(spec.task_id))
+            handle = task_manifest(store, app_id, spec.task_id, checkpoint_id)
+            return open_runner(self.ctx, spec, attempt, handle)
 
         with ThreadPoolExecutor(max_workers=min(8, max(1, len(specs)))) as pool:
             futures = [pool.submit(build, spec) for spec in specs]
@@ -129,13 +134,51 @@ class WorkerTasks:
             if not isinstance(fut.exception(), (CorruptSnapshotError, StoreError, SinkError)):
                 fut.result()  # any other failure propagates: this worker fails
         if corrupt:
+            for task_id, e in sorted(corrupt.items()):
+                log.error(
+                    "task %s cannot restore checkpoint %s (%s): %s",
+                    task_id,
+                    checkpoint_id,
+                    getattr(e, "object", None) or "object not named",
+                    e,
+                    extra=ctx(attempt=attempt, task=task_id),
+                )
             self.stop_all()
             return corrupt, {}
         for task_id, reason in unreachable.items():
             log.error("task %s: %s", task_id, reason)
         for runner in self.runners.values():
             self.seek_restored(runner)
+        log.info(
+            "attempt %d: restored %d task(s) to checkpoint %s (generation %s)",
+            attempt,
+            len(specs),
+            checkpoint_id,
+            self.source.generation,
+            extra=ctx(attempt=attempt),
+        )
         return {}, unreachable
+
+    def resume(self, attempt: int, owned: frozenset[str], *, draining: bool) -> None:
+        """Run the restored tasks in ``owned``, stop the others (another member owns them
+        in ``attempt``), and position the inputs again."""
+        for task_id, r in list(self.runners.items()):
+            if task_id in owned:
+                r.running = True
+            else:
+                self.remove(task_id)
+        # Resume the partitions, then seek them again: librdkafka starts fetching a
+        # partition that was sought while paused only ~1 s after its resume, while a
+        # seek of a fetching partition takes effect at once.
+        self.sync_pauses(draining=draining)
+        for r in self.runners.values():
+            self.seek_restored(r)
+        log.info(
+            "attempt %d resumed: running %s",
+            attempt,
+            sorted(self.runners),
+            extra=ctx(attempt=attempt),
+        )
 
     def remove(self, task_id: str) -> None:
         """Stop and forget one task (it failed, or another worker owns it now)."""
