@@ -461,8 +461,9 @@ class Checkpointed(Mode):
     def end(self, now: float) -> int | None:
         """Acknowledge (or decline) every snapshot whose upload finished, then the
         protocol's time-driven actions."""
-        member = self.member
-        for r in list(self.tasks.runners.values()):
+        finished = [r for r in self.tasks.runners.values() if r.has_finished_upload()]
+        member = self.member if finished else ""  # asks the client: only when needed
+        for r in finished:
             for msg in r.finished_uploads(member):
                 self.control.report(msg)
                 if isinstance(msg, AcknowledgeCheckpoint):

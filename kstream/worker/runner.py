@@ -293,6 +293,10 @@ class TaskRunner:
         finals = final_manifests(self.ctx.store, self.ctx.config.app_id, self.task_id)
         return max(finals, default=0) + 1
 
+    def has_finished_upload(self) -> bool:
+        """Whether an upload finished that ``finished_uploads`` has not reported yet."""
+        return any(u.future.done() for u in self.uploads)
+
     def finished_uploads(self, member: str, *, wait: bool = False) -> list[Message]:
         """The acknowledgement (or, if its upload failed, the decline) of every upload
         that finished (``wait``: of every upload, once finished)."""
