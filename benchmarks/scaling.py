@@ -12,11 +12,12 @@ the run. The measurements are in ``benchmarks/scaling_runs.py``.
 from __future__ import annotations
 
 import shlex
+import statistics
 import sys
 import tempfile
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TypeVar
@@ -28,10 +29,7 @@ from benchmarks.scaling_runs import (
     MIB,
     UNBOUNDED,
     Env,
-    LatencyRow,
-    OutputRow,
-    StateRow,
-    ThroughputRow,
+    Results,
     latency,
     rss_vs_output,
     state_curve,
@@ -57,6 +55,10 @@ class Sizes:
     latency_rate: int
     latency_min_s: float
     outputs: tuple[int, ...]  # peak RSS vs output per interval
+    changed_intervals: int  # successive intervals with 1 % of the keys changed
+    small_max: int  # points above this size are large
+    small_limit_s: float  # time limit of a point
+    large_limit_s: float
 
 
 FULL = Sizes(
@@ -69,7 +71,11 @@ FULL = Sizes(
     intervals=(0.2, 1.0, 5.0),
     latency_rate=2_000,
     latency_min_s=10.0,
-    outputs=(100_000, 1_000_000),
+    outputs=(1_000_000, 2_000_000),
+    changed_intervals=10,
+    small_max=2_000_000,
+    small_limit_s=300.0,
+    large_limit_s=900.0,
 )
 QUICK = Sizes(
     keys=(1_000, 10_000, 100_000),
@@ -81,18 +87,12 @@ QUICK = Sizes(
     intervals=(0.2, 1.0, 5.0),
     latency_rate=1_000,
     latency_min_s=4.0,
-    outputs=(20_000, 100_000),
+    outputs=(100_000, 200_000),
+    changed_intervals=5,
+    small_max=200_000,
+    small_limit_s=180.0,
+    large_limit_s=180.0,
 )
-
-
-@dataclass
-class Results:
-    keys: list[ThroughputRow] = field(default_factory=list)
-    workers: list[ThroughputRow] = field(default_factory=list)
-    state: list[StateRow] = field(default_factory=list)
-    latency: list[LatencyRow] = field(default_factory=list)
-    outputs: list[OutputRow] = field(default_factory=list)
-    failures: list[str] = field(default_factory=list)
 
 
 def _attempt(env: Env, res: Results, what: str, fn: Callable[[], T]) -> T | None:
@@ -109,56 +109,75 @@ def _attempt(env: Env, res: Results, what: str, fn: Callable[[], T]) -> T | None
     return row
 
 
-def measure(env: Env, sizes: Sizes, budget_s: float) -> Results:
-    res = Results()
-    t_start = time.monotonic()
-    timeout = env.timeout
+@dataclass(frozen=True)
+class Point:
+    """One measurement: ``run`` adds its rows to the results; ``limit_s`` bounds it."""
 
-    def over(what: str) -> bool:
-        """Whether the budget is spent; else the next point may take what is left of it
-        plus 5 minutes (a point past that fails instead of stretching the run)."""
-        left = budget_s - (time.monotonic() - t_start)
-        env.timeout = max(120.0, min(timeout, left + 300.0))
-        if left < 0:
-            res.failures.append(
-                f"{what}: skipped, the run's time budget ({budget_s:.0f} s) was spent"
-            )
-            env.say(f"{what}: skipped (time budget)")
-            return True
-        return False
+    what: str
+    size: int  # points run smallest first, so the largest are what a spent budget skips
+    limit_s: float
+    run: Callable[[], None]
+
+
+def points(env: Env, sizes: Sizes, res: Results) -> list[Point]:
+    """Every point of ``sizes``, in the order they run: by size, then curve."""
+    pts: list[Point] = []
+
+    def add(what: str, size: int, fn: Callable[[], T], rows: Callable[[T], None]) -> None:
+        limit = sizes.large_limit_s if size > sizes.small_max else sizes.small_limit_s
+
+        def run() -> None:
+            row = _attempt(env, res, what, fn)
+            if row is not None:
+                rows(row)
+
+        pts.append(Point(what, size, limit, run))
 
     for procs in (1, 2):
-        what = f"w2 with {procs} worker process(es)"
-        r = _attempt(env, res, what, lambda p=procs: throughput_workers(env, p, sizes.worker_records, sizes.worker_keys))  # type: ignore[misc]  # fmt: skip
-        if r:
-            res.workers.append(r)
+        add(f"w2 with {procs} worker process(es)", sizes.worker_records // 10,
+            lambda p=procs: throughput_workers(env, p, sizes.worker_records, sizes.worker_keys),  # type: ignore[misc]
+            res.workers.append)  # fmt: skip
     for interval in sizes.intervals:
         seconds = max(sizes.latency_min_s, 3 * interval)
-        r2 = _attempt(env, res, f"latency, checkpoints every {interval} s", lambda i=interval, s=seconds: latency(env, i, sizes.latency_rate, s))  # type: ignore[misc]  # fmt: skip
-        if r2:
-            res.latency.append(r2)
+        add(f"latency, checkpoints every {interval} s", 0,
+            lambda i=interval, s=seconds: latency(env, i, sizes.latency_rate, s),  # type: ignore[misc]
+            res.latency.append)  # fmt: skip
     for n in sizes.outputs:
-        what = f"peak RSS, {n:,} output records in one interval, sink buffer 64 MiB and unbounded"
-        r3 = _attempt(env, res, what, lambda n=n: rss_vs_output(env, n, [64 * MIB, UNBOUNDED]))  # type: ignore[misc]  # fmt: skip
-        if r3:
-            res.outputs += r3
+        add(f"peak RSS, {n:,} output records in one interval, sink buffer 64 MiB and unbounded",
+            n, lambda n=n: rss_vs_output(env, n, [64 * MIB, UNBOUNDED]),  # type: ignore[misc]
+            res.outputs.extend)  # fmt: skip
     for k in sizes.keys:
-        what = f"w2 throughput, {k:,} keys"
-        if over(what):
-            continue
-        r4 = _attempt(env, res, what, lambda k=k: throughput_vs_keys(env, k, max(k, sizes.keys_min_records)))  # type: ignore[misc]  # fmt: skip
-        if r4:
-            res.keys.append(r4)
+        add(f"w2 throughput, {k:,} keys", k,
+            lambda k=k: throughput_vs_keys(env, k, max(k, sizes.keys_min_records)),  # type: ignore[misc]
+            res.keys.append)  # fmt: skip
     for k in sizes.state_keys:
         for wipe in (True, False):
             if not wipe and k not in sizes.state_keys_kept:
                 continue
-            what = f"state of {k:,} keys: 1 % changed, recovery with local state {'wiped' if wipe else 'kept'}"
-            if over(what):
-                continue
-            r5 = _attempt(env, res, what, lambda k=k, w=wipe: state_curve(env, k, w, change=0.01 if w else 0.0))  # type: ignore[misc]  # fmt: skip
-            if r5:
-                res.state.append(r5)
+            changes = sizes.changed_intervals if wipe else 0
+            add(f"state of {k:,} keys: {changes} intervals with 1 % changed, recovery with "
+                f"local state {'wiped' if wipe else 'kept'}", k,
+                lambda k=k, w=wipe, c=changes: state_curve(env, k, w, 0.01, c),  # type: ignore[misc]
+                res.state.append)  # fmt: skip
+    return sorted(pts, key=lambda p: p.size)  # stable: curve order within a size
+
+
+def measure(env: Env, sizes: Sizes, budget_s: float) -> Results:
+    """Run every point, smallest first. A point gets its own time limit, never more than
+    what is left of the budget plus 2 minutes; once the budget is spent the remaining
+    (largest) points are skipped and listed as not measured."""
+    res = Results()
+    t_start = time.monotonic()
+    for p in points(env, sizes, res):
+        left = budget_s - (time.monotonic() - t_start)
+        if left <= 0:
+            res.failures.append(
+                f"{p.what}: skipped, the run's time budget ({budget_s:.0f} s) was spent"
+            )
+            env.say(f"{p.what}: skipped (time budget)")
+            continue
+        env.timeout = min(p.limit_s, left + 120.0)
+        p.run()
     return res
 
 
@@ -203,21 +222,36 @@ def report(
     lines += ["## Checkpoint duration and uploaded bytes vs state size (1 % of keys changed)", ""]
     lines += [
         "Workload 4's recovery job (one record per key, all in one 1-hour window, checkpoints "
-        "every 1 s into a `file://` store): once a checkpoint covers the input, after one "
-        "more checkpoint with nothing changed, 1 % of the keys (every 100th) get one more "
-        "record. Uploaded bytes: everything the checkpoints after that idle one uploaded "
-        "until one covered the change (incremental: new SST files and the sink blob); "
-        "duration: trigger to the last acknowledgement, the longest of them.",
+        "every 1 s into a `file://` store, 4 tasks with a RocksDB each). Once a checkpoint "
+        "covers the input and one more with nothing changed completed, "
+        f"{sizes.changed_intervals} intervals in a row change 1 % of the keys each (every "
+        "100th key, another 1 % each time: one more record each); each waits until a "
+        "checkpoint covers its change. An interval's upload: everything its checkpoints "
+        "uploaded (incremental: the SST files the store does not hold yet, and the sink "
+        "blob); its duration: trigger to the last acknowledgement, the longest of its "
+        "checkpoints. Share = upload / the state of the checkpoint that covered it. Mean = "
+        "all intervals' uploads over their states: the steady cost, compactions included.",
         "",
     ]
-    changed = [r for r in res.state if r.wipe]
+    changed = [r for r in res.state if r.changed]
+
+    def pct(x: float) -> str:
+        return f"{100 * x:.1f} %"
+
     lines += _table(
-        ["keys", "state bytes", "uploaded for 1 % changed", "uploaded / state",
-         "checkpoint ms (1 % changed)", "checkpoint ms (nothing changed)"],
-        [[f"{r.keys:,}", f"{r.state_bytes:,}", f"{r.changed_uploaded_bytes:,}",
-          f"{100 * r.changed_uploaded_bytes / r.state_bytes:.1f} %" if r.state_bytes else "n/a",
-          f"{r.changed_duration_ms:.0f}", f"{r.idle_duration_ms:.0f}"] for r in changed],
+        ["keys", "state MB", "intervals", "share: first", "median", "max", "mean",
+         "checkpoint ms: median", "max", "nothing changed"],
+        [[f"{r.keys:,}", f"{r.state_bytes / 1e6:.1f}", len(r.changed), pct(r.shares()[0]),
+          pct(statistics.median(r.shares())), pct(max(r.shares())), pct(r.mean_share),
+          f"{statistics.median(c.duration_ms for c in r.changed):.0f}",
+          f"{max(c.duration_ms for c in r.changed):.0f}", f"{r.idle_duration_ms:.0f}"]
+         for r in changed],
     )  # fmt: skip
+    if changed:
+        lines += ["", "Upload share of each interval, in order:", ""]
+        lines += [
+            f"- {r.keys:,} keys: " + ", ".join(pct(x) for x in r.shares()) for r in changed
+        ]
     lines += ["", *plot("checkpoint")]
     lines += ["## Recovery time vs state size", ""]
     lines += [
@@ -264,11 +298,14 @@ def report(
     lines += ["", *plot("latency")]
     lines += ["## Peak RSS vs output per interval", ""]
     lines += [
-        "Workload 2's job on N keys (one record each, one window) and one probe per partition "
-        "that closes the window: all N results are fired, buffered by the exactly-once sink "
-        "and published in one checkpoint interval. The sink buffer spills to local disk past "
-        "its budget (`--sink-buffer-memory`, default 64 MiB per sink task); 'unbounded' keeps "
-        "everything in memory (the behaviour before the bound). Peak RSS vs keys: the first "
+        "N input records (workload 1's JSON input, about 100 bytes each) forwarded unchanged "
+        "by one process with 4 tasks to an exactly-once sink, checkpoints every hour: the "
+        "only checkpoint is the graceful stop's, so all N output records are buffered and "
+        "published in one checkpoint interval. Past its budget (`--sink-buffer-memory`, "
+        "default 64 MiB per worker process, shared by its sink tasks) the buffer spills to "
+        "local disk; 'unbounded' keeps everything in memory (the behaviour without the "
+        "bound). Peak RSS is the whole process's: the Kafka clients' queues, the input "
+        "batches and the interpreter come on top of the buffer. Peak RSS vs keys: the first "
         "table.",
         "",
     ]
@@ -288,13 +325,12 @@ def report(
               help="Kafka to use; without it a local broker is started for the run.")  # fmt: skip
 @click.option("--quick", is_flag=True, help="small sizes (a couple of minutes)")
 @click.option("--partitions", default=4, show_default=True)
-@click.option("--timeout", default=600.0, show_default=True, help="seconds per point")
 @click.option("--budget", default=None, type=float,
               help="seconds after which the largest points are skipped [full: 900, quick: 240]")  # fmt: skip
 @click.option("--out", type=click.Path(path_type=Path), default=BENCH_DIR / "SCALING.md",
               show_default=True)  # fmt: skip
 def main(
-    bootstrap: str | None, quick: bool, partitions: int, timeout: float, budget: float | None,
+    bootstrap: str | None, quick: bool, partitions: int, budget: float | None,
     out: Path,
 ) -> None:  # fmt: skip
     """Measure the scaling curves; write SCALING.md and the plots."""
@@ -310,10 +346,10 @@ def main(
 
             with LocalBroker(Path(wd) / "kafka") as broker:
                 click.echo(f"started a local broker at {broker.bootstrap}")
-                res = _run(broker.bootstrap, partitions, Path(wd), timeout, sizes, budget_s)
+                res = _run(broker.bootstrap, partitions, Path(wd), sizes, budget_s)
                 broker_text = f"local broker started by the command (Kafka {broker.kafka_version})"
         else:
-            res = _run(bootstrap, partitions, Path(wd), timeout, sizes, budget_s)
+            res = _run(bootstrap, partitions, Path(wd), sizes, budget_s)
             broker_text = f"existing broker at {bootstrap}"
     minutes = (time.monotonic() - t0) / 60
     plots = scaling_plots.draw(res, out.parent / "plots")
@@ -340,9 +376,9 @@ def main(
     click.echo("\n" + text + f"\nwritten to {out}")
 
 
-def _run(bootstrap: str, partitions: int, workdir: Path, timeout: float, sizes: Sizes,
-         budget_s: float) -> Results:  # fmt: skip
-    env = Env(bootstrap, partitions, workdir, timeout, say=click.echo, python=sys.executable)
+def _run(bootstrap: str, partitions: int, workdir: Path, sizes: Sizes, budget_s: float) -> Results:
+    env = Env(bootstrap, partitions, workdir, sizes.small_limit_s, say=click.echo,
+              python=sys.executable)  # fmt: skip
     return measure(env, sizes, budget_s)
 
 

@@ -4,11 +4,11 @@ says so; the tables are written either way."""
 
 from __future__ import annotations
 
+import statistics
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-if TYPE_CHECKING:
-    from benchmarks.scaling import Results
+from benchmarks.scaling_runs import Results
 
 
 def draw(res: Results, where: Path) -> dict[str, str | None]:
@@ -44,17 +44,15 @@ def draw(res: Results, where: Path) -> dict[str, str | None]:
         ax.set_title("w2 throughput and peak RSS vs keys")
         _legend(ax, ax2)
         save("keys", fig)
-    changed = [r for r in res.state if r.wipe and r.state_bytes]
+    changed = [r for r in res.state if r.changed]
     if changed:
         fig, ax = plt.subplots(figsize=(6.4, 4))
         ks = [r.keys for r in changed]
         ax.plot(ks, [r.state_bytes / 1e6 for r in changed], "o-", label="state MB")
-        ax.plot(
-            ks,
-            [r.changed_uploaded_bytes / 1e6 for r in changed],
-            "s-",
-            label="uploaded MB (1 % changed)",
-        )
+        med = [statistics.median(c.uploaded_bytes for c in r.changed) / 1e6 for r in changed]
+        ax.plot(ks, med, "s-", label="uploaded MB per interval (median)")
+        mean = [r.mean_share * r.state_bytes / 1e6 for r in changed]
+        ax.plot(ks, mean, "v-", label="uploaded MB per interval (mean)")
         ax.set_xscale("log")
         ax.set_yscale("log")
         ax.set_xlabel("keys in state")
@@ -62,14 +60,14 @@ def draw(res: Results, where: Path) -> dict[str, str | None]:
         ax2 = ax.twinx()
         ax2.plot(
             ks,
-            [r.changed_duration_ms for r in changed],
+            [statistics.median(c.duration_ms for c in r.changed) for r in changed],
             "^--",
             color="tab:green",
-            label="checkpoint ms",
+            label="checkpoint ms (median)",
         )
         ax2.set_ylabel("checkpoint duration ms")
         ax2.set_ylim(bottom=0)
-        ax.set_title("incremental checkpoint, 1 % of keys changed")
+        ax.set_title("incremental checkpoints, 1 % of keys changed per interval")
         _legend(ax, ax2)
         save("checkpoint", fig)
     if res.state:

@@ -213,6 +213,16 @@ def _covered(meta: CheckpointMetadata, topic: str) -> int:
 
 
 @dataclass(frozen=True)
+class ChangedInterval:
+    """What the checkpoints of one interval with ``keys`` changed uploaded."""
+
+    keys: int
+    uploaded_bytes: int  # every checkpoint from the change until one covered it
+    duration_ms: float  # the longest of those checkpoints: trigger to last acknowledgement
+    state_bytes: int  # the covering checkpoint's whole state
+
+
+@dataclass(frozen=True)
 class StateRow:
     keys: int
     wipe: bool
@@ -220,42 +230,60 @@ class StateRow:
     restored: int
     build_s: float
     restart_peak_rss_mb: float
-    state_bytes: int = 0  # the checkpoint's full state
-    changed_uploaded_bytes: int = 0  # uploaded for 1 % of the keys changed
-    changed_duration_ms: float = 0.0
+    state_bytes: int = 0  # the last checkpoint's whole state
     idle_duration_ms: float = 0.0  # a checkpoint with nothing changed
+    changed: tuple[ChangedInterval, ...] = ()  # successive intervals, 1 % changed each
+
+    def shares(self) -> list[float]:
+        """Uploaded / state of each changed interval."""
+        return [c.uploaded_bytes / c.state_bytes for c in self.changed if c.state_bytes]
+
+    @property
+    def mean_share(self) -> float:
+        """Everything the changed intervals uploaded over their states: the steady cost
+        per interval, the compactions' rewrites included."""
+        total = sum(c.state_bytes for c in self.changed)
+        return sum(c.uploaded_bytes for c in self.changed) / total if total else 0.0
 
 
-def state_curve(env: Env, keys: int, wipe: bool, change: float = 0.01) -> StateRow:
+def state_curve(
+    env: Env, keys: int, wipe: bool, change: float = 0.01, intervals: int = 0
+) -> StateRow:
     """Workload 4's recovery run (``benchmarks/recovery.py``) on a state of ``keys``
-    keys; with ``change`` > 0, after the build and before the kill, ``change`` of the keys
-    get one more record: the checkpoints that cover it are what a 1 % change costs."""
-    measured: dict[str, float] = {}
+    keys; with ``intervals`` > 0, after the build and before the kill, ``intervals``
+    times in a row a different ``change`` of the keys get one more record, each waited
+    for until a checkpoint covers it: what each interval's checkpoints uploaded is what
+    a steady 1 % change per interval costs (compactions included)."""
+    measured: dict[str, Any] = {}
 
     def built(
         bootstrap: str, group: str, topic: str, ends: dict[int, int], job: Child,
         timeout: float, state_dir: Path,
     ) -> None:  # fmt: skip
         recovery.wait_checkpointed(bootstrap, group, topic, ends, job, timeout, state_dir)
-        if change <= 0:
+        if intervals <= 0:
             return
         store = open_store(f"file://{forever_store_dir(state_dir).resolve()}")
         base = latest_completed(store, group)
         assert base is not None
         idle = _next_checkpoints(store, group, base.checkpoint_id, 1, job, timeout)
-        n = _change_keys(bootstrap, topic, keys, change, env.partitions)
-        new_ends = generate.end_offsets(bootstrap, topic, env.partitions).ends
-        recovery.wait_checkpointed(bootstrap, group, topic, new_ends, job, timeout, state_dir)
-        last = latest_completed(store, group)
-        assert last is not None
-        metas = _metas_between(store, group, idle[-1].checkpoint_id, last.checkpoint_id)
-        measured.update(
-            state=last.state_size,
-            uploaded=sum(m.uploaded_size for m in metas),
-            duration=max(m.duration_ms for m in metas),
-            idle=idle[-1].duration_ms,
-            changed=n,
-        )
+        measured["idle"] = idle[-1].duration_ms
+        prev = idle[-1].checkpoint_id
+        rows: list[ChangedInterval] = []
+        for i in range(intervals):
+            n = _change_keys(bootstrap, topic, keys, change, env.partitions, i)
+            new_ends = generate.end_offsets(bootstrap, topic, env.partitions).ends
+            recovery.wait_checkpointed(bootstrap, group, topic, new_ends, job, timeout, state_dir)
+            last = latest_completed(store, group)
+            assert last is not None
+            metas = _metas_between(store, group, prev, last.checkpoint_id)
+            rows.append(ChangedInterval(
+                n, sum(m.uploaded_size for m in metas), max(m.duration_ms for m in metas),
+                last.state_size,
+            ))  # fmt: skip
+            prev = last.checkpoint_id
+        measured["changed"] = tuple(rows)
+        measured["state"] = rows[-1].state_bytes
 
     def argv(topic_in: str, topic_out: str, group: str, state: Path, member: str) -> list[str]:
         return _job_argv(
@@ -271,8 +299,8 @@ def state_curve(env: Env, keys: int, wipe: bool, change: float = 0.01) -> StateR
     )  # fmt: skip
     return StateRow(
         keys, wipe, r.recovery_s, r.restored, r.build_s, r.restart_peak_rss_mb,
-        int(measured.get("state", 0)), int(measured.get("uploaded", 0)),
-        measured.get("duration", 0.0), measured.get("idle", 0.0),
+        int(measured.get("state", 0)), float(measured.get("idle", 0.0)),
+        measured.get("changed", ()),
     )  # fmt: skip
 
 
@@ -305,15 +333,18 @@ def _metas_between(store: Any, app: str, after: int, upto: int) -> list[Checkpoi
     return out
 
 
-def _change_keys(bootstrap: str, topic: str, keys: int, change: float, partitions: int) -> int:
+def _change_keys(
+    bootstrap: str, topic: str, keys: int, change: float, partitions: int, round_no: int = 0
+) -> int:
     """One more record in W0 for ``change`` of the keys of a recovery input (every
-    ``1/change``-th key), at the input's last event time (not late)."""
+    ``1/change``-th key, starting at key ``round_no``: each round other keys), at the
+    input's last event time (not late)."""
     spec = InputSpec(keys, keys, partitions, event_rate=recovery.RECOVERY_EVENT_RATE, cover=True)
     ts = START_TS_MS + spec.event_span_ms
     step = max(1, round(1 / change))
     producer = make_producer(bootstrap, extra={"linger.ms": 20})
     n = 0
-    for uid in range(0, keys, step):
+    for uid in range(round_no % step, keys, step):
         key = f"u{uid}".encode()
         value = json.dumps({"user": f"u{uid}", "kind": "view", "amount": 1.0, "ts": ts}).encode()
         while True:
@@ -343,33 +374,14 @@ class OutputRow:
 
 
 def rss_vs_output(env: Env, output: int, budgets: list[int]) -> list[OutputRow]:
-    """Workload 2's job on ``output`` keys, one record each in one window, then one probe
-    per partition that closes it: all ``output`` results are fired, buffered and
-    published in one checkpoint interval. Peak RSS of the process, once per sink buffer
-    budget in ``budgets`` (bytes; ``UNBOUNDED``: everything in memory), on the same input."""
-    spec = InputSpec(
-        output, output, env.partitions, event_rate=recovery.RECOVERY_EVENT_RATE, cover=True
-    )
-    _, w0_end = recovery.window_bounds(spec)
-    rid = uuid.uuid4().hex[:8]
-    topic = f"scale.in.rss.{rid}"
-    _fresh_topics(env, topic)
-    rows: list[OutputRow] = []
-    try:
-        generate.produce(env.bootstrap, spec, topic)
-        producer = make_producer(env.bootstrap)
-        for p in range(env.partitions):
-            probe = {"user": "probe", "kind": "click", "amount": 1.0, "ts": w0_end + 1000}
-            producer.produce(topic, json.dumps(probe).encode(), recovery.probe_key(p, env.partitions),
-                             partition=p, timestamp=w0_end + 1000)  # fmt: skip
-        if producer.flush(30.0):
-            raise RuntimeError("probes not delivered")
-        ends = generate.end_offsets(env.bootstrap, topic, env.partitions)
-        for budget in budgets:
-            rows.append(_rss_run(env, topic, ends.to_json(), output, budget))
-        return rows
-    finally:
-        _cleanup(env, f"scale-rss-{rid}", [topic], [])
+    """``output`` input records forwarded unchanged to an exactly-once sink by one process
+    (``scaling_job --topology forward``) with checkpoints every hour: the only checkpoint
+    is the graceful stop's, so all ``output`` records are buffered and published in one
+    checkpoint interval. Peak RSS of the process, once per sink buffer budget in
+    ``budgets`` (bytes; ``UNBOUNDED``: everything in memory), on the same input."""
+    spec = InputSpec(output, 100_000, env.partitions)
+    ends = generate.load(env.bootstrap, spec, log=False)
+    return [_rss_run(env, spec.topic, ends.to_json(), output, budget) for budget in budgets]
 
 
 def _rss_run(env: Env, topic: str, ends: str, output: int, budget: int) -> OutputRow:
@@ -380,11 +392,10 @@ def _rss_run(env: Env, topic: str, ends: str, output: int, budget: int) -> Outpu
     try:
         child = Child(
             _job_argv(
-                env, "benchmarks.scaling_job", "--input", topic, "--output", out,
-                "--group", group, "--end-offsets", ends, "--state-dir", str(state),
-                "--guarantee", "exactly-once", "--commit-interval", "1",
-                "--window-ms", str(recovery.RECOVERY_WINDOW_MS),
-                "--sink-buffer-memory", str(budget),
+                env, "benchmarks.scaling_job", "--topology", "forward", "--input", topic,
+                "--output", out, "--group", group, "--end-offsets", ends,
+                "--state-dir", str(state), "--guarantee", "exactly-once",
+                "--commit-interval", "3600", "--sink-buffer-memory", str(budget),
             ),
             cwd=REPO_DIR, log_dir=env.workdir, name=group,
         )  # fmt: skip
@@ -393,6 +404,8 @@ def _rss_run(env: Env, topic: str, ends: str, output: int, budget: int) -> Outpu
             raise RuntimeError(f"exit code {res.returncode}:\n{res.stderr_tail}")
         report = Report.parse(res.stdout)
         got = read_output(env.bootstrap, out, env.partitions, timeout=env.timeout)
+        if got.records != output:
+            raise RuntimeError(f"published {got.records} of {output} records")
         return OutputRow(
             output, None if budget >= UNBOUNDED else budget / MIB, res.peak_rss_mb,
             report.t_end - report.t_first, got.records,
@@ -492,3 +505,18 @@ def _wait_first_checkpoint(app: str, state: Path, job: Child, timeout: float) ->
         if time.monotonic() > deadline:
             raise TimeoutError(f"{app}: no checkpoint within {timeout}s")
         time.sleep(0.1)  # polling the store for a condition, with a deadline
+
+
+# ------------------------------------------------------------------ every curve
+
+
+@dataclass
+class Results:
+    """The rows of every curve of one run, and what was not measured."""
+
+    keys: list[ThroughputRow] = field(default_factory=list)
+    workers: list[ThroughputRow] = field(default_factory=list)
+    state: list[StateRow] = field(default_factory=list)
+    latency: list[LatencyRow] = field(default_factory=list)
+    outputs: list[OutputRow] = field(default_factory=list)
+    failures: list[str] = field(default_factory=list)

@@ -11,6 +11,7 @@ window closes when its partition's event time passes its end, as the Quix conten
 
 from __future__ import annotations
 
+import argparse
 from typing import Any
 
 from benchmarks.contenders.kstreamapp import guarantee, run_job
@@ -23,8 +24,8 @@ def result_row(r: WindowResult) -> dict[str, Any]:
     return {"start": r.start, "end": r.end, "value": r.value}
 
 
-def main() -> None:
-    a = contender_parser(__doc__ or "").parse_args()
+def window_count(a: argparse.Namespace) -> Topology:
+    """Workload 2's topology for the contender arguments ``a``."""
     topology = Topology(a.group)
     (
         topology.source(
@@ -39,7 +40,12 @@ def main() -> None:
         .map(result_row)
         .to(a.output, key_serde="bytes", value_serde="json", guarantee=guarantee(a))
     )
-    run_job("kstream_window_count", topology, a)
+    return topology
+
+
+def main() -> None:
+    a = contender_parser(__doc__ or "").parse_args()
+    run_job("kstream_window_count", window_count(a), a)
 
 
 if __name__ == "__main__":

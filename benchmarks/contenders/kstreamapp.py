@@ -93,12 +93,15 @@ class BenchWorker(Worker):
             self.t_fed = time.time()
 
 
-def run_job(name: str, topology: Topology, a: argparse.Namespace) -> None:
-    """Run ``topology`` for the contender arguments ``a``: to the end offsets and print the
-    report, or (``--forever``) until the process is killed."""
+def run_job(
+    name: str, topology: Topology, a: argparse.Namespace, cfg: JobConfig | None = None
+) -> None:
+    """Run ``topology`` for the contender arguments ``a`` (job configuration ``cfg``,
+    default ``job_config(a)``): to the end offsets and print the report, or
+    (``--forever``) until the process is killed."""
     level = os.environ.get("KSTREAM_BENCH_LOG", "WARNING")  # e.g. INFO to see the protocol
     logging.basicConfig(level=level, format="%(asctime)s %(threadName)s %(name)s %(message)s")
-    cfg = job_config(a)
+    cfg = cfg or job_config(a)
     job = plan_live(topology, cfg)
     ensure_job_topics(job)
     progress = None if a.forever else Progress(a.end_offsets)
