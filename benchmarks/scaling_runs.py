@@ -21,7 +21,7 @@ from typing import Any
 
 from benchmarks import generate, recovery
 from benchmarks.generate import KEEP_FOREVER, START_TS_MS, InputSpec, partition_of
-from benchmarks.procstats import Child
+from benchmarks.procstats import Child, ChildResult
 from benchmarks.verify import read_output
 from benchmarks.workloads import Report, forever_store_dir
 from kstream.kafka.clients import (
@@ -73,6 +73,26 @@ def _cleanup(env: Env, group: str, topics: list[str], dirs: list[Path]) -> None:
         shutil.rmtree(d, ignore_errors=True)
 
 
+def _job_to_end(env: Env, group: str, out: str, state: Path, topic: str, ends: str,
+                *args: str) -> tuple[ChildResult, Report, int]:  # fmt: skip
+    """Run ``scaling_job`` exactly-once from ``topic`` to ``ends`` into ``out``; its
+    result, report and the records read back from ``out``."""
+    child = Child(
+        _job_argv(
+            env, "benchmarks.scaling_job", "--input", topic, "--output", out, "--group", group,
+            "--end-offsets", ends, "--state-dir", str(state), "--guarantee", "exactly-once",
+            *args,
+        ),
+        cwd=REPO_DIR, log_dir=env.workdir, name=group,
+    )  # fmt: skip
+    res = child.wait(env.timeout)
+    if res.returncode != 0:
+        raise RuntimeError(f"exit code {res.returncode}:\n{res.stderr_tail}")
+    report = Report.parse(res.stdout)
+    got = read_output(env.bootstrap, out, env.partitions, timeout=env.timeout)
+    return res, report, got.records
+
+
 # ------------------------------------------------------------------ w2 throughput vs keys
 
 
@@ -101,26 +121,16 @@ def throughput_vs_keys(env: Env, keys: int, records: int) -> ThroughputRow:
     state = env.workdir / f"state-{group}"
     _fresh_topics(env, out)
     try:
-        child = Child(
-            _job_argv(
-                env, "benchmarks.scaling_job", "--input", spec.topic, "--output", out,
-                "--group", group, "--end-offsets", ends.to_json(), "--state-dir", str(state),
-                "--guarantee", "exactly-once", "--commit-interval", "1",
-                "--window-ms", str(window_ms),
-            ),
-            cwd=REPO_DIR, log_dir=env.workdir, name=group,
+        res, report, published = _job_to_end(
+            env, group, out, state, spec.topic, ends.to_json(),
+            "--commit-interval", "1", "--window-ms", str(window_ms),
         )  # fmt: skip
-        res = child.wait(env.timeout)
-        if res.returncode != 0:
-            raise RuntimeError(f"exit code {res.returncode}:\n{res.stderr_tail}")
-        report = Report.parse(res.stdout)
         if report.records_in != records:
             raise RuntimeError(f"processed {report.records_in} of {records} records")
-        got = read_output(env.bootstrap, out, env.partitions, timeout=env.timeout)
         seconds = report.t_end - report.t_first
         return ThroughputRow(
             keys, records, window_ms, records / seconds, seconds, res.cpu_s, res.peak_rss_mb,
-            got.records,
+            published,
         )  # fmt: skip
     finally:
         _cleanup(env, group, [out], [state])
@@ -390,25 +400,15 @@ def _rss_run(env: Env, topic: str, ends: str, output: int, budget: int) -> Outpu
     state = env.workdir / f"state-{group}"
     _fresh_topics(env, out)
     try:
-        child = Child(
-            _job_argv(
-                env, "benchmarks.scaling_job", "--topology", "forward", "--input", topic,
-                "--output", out, "--group", group, "--end-offsets", ends,
-                "--state-dir", str(state), "--guarantee", "exactly-once",
-                "--commit-interval", "3600", "--sink-buffer-memory", str(budget),
-            ),
-            cwd=REPO_DIR, log_dir=env.workdir, name=group,
+        res, report, published = _job_to_end(
+            env, group, out, state, topic, ends, "--topology", "forward",
+            "--commit-interval", "3600", "--sink-buffer-memory", str(budget),
         )  # fmt: skip
-        res = child.wait(env.timeout)
-        if res.returncode != 0:
-            raise RuntimeError(f"exit code {res.returncode}:\n{res.stderr_tail}")
-        report = Report.parse(res.stdout)
-        got = read_output(env.bootstrap, out, env.partitions, timeout=env.timeout)
-        if got.records != output:
-            raise RuntimeError(f"published {got.records} of {output} records")
+        if published != output:
+            raise RuntimeError(f"published {published} of {output} records")
         return OutputRow(
             output, None if budget >= UNBOUNDED else budget / MIB, res.peak_rss_mb,
-            report.t_end - report.t_first, got.records,
+            report.t_end - report.t_first, published,
         )  # fmt: skip
     finally:
         _cleanup(env, group, [out], [state])
