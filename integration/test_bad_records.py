@@ -3,7 +3,8 @@
 A real job (`kstream run --bounded`) on a real broker reads a JSON source with a
 timestamp extractor and an Avro source, each holding good records between bad ones
 of every kind issue 13 lists; the dead-letter writer truncates what the topic
-cannot take.
+cannot take. Under ``on_error="dead_letter"`` a map raising on a record and a timer
+callback raising (a dead letter describing the timer) are dead-lettered too.
 """
 
 from __future__ import annotations
@@ -64,6 +65,21 @@ topology.source("{json_topic}", value_serde="json", timestamp=event_time).map(
 topology.source(
     "{avro_topic}", value_serde=AvroSerde({{"type": "array", "items": "null"}})
 ).map(len).to("{out_topic}", value_serde="json")
+
+
+class Alarm:
+    def process(self, key, value, ts, state, out):
+        state.register_event_timer(ts + 10)
+
+    def on_timer(self, key, at, state, out):
+        out(at - {t0})  # discarded when the callback raises
+        if key == "bad":
+            raise LookupError("no alarm for " + key)
+
+
+topology.source("{timer_topic}", keyed=True).process(Alarm, name="alarm").to(
+    "{out_topic}", value_serde="json"
+)
 """
 
 
@@ -77,16 +93,31 @@ def test_every_bad_kind_is_dead_lettered_once_with_its_reason_and_the_good_outpu
     unique_name: Callable[[str], str],
     tmp_path: Path,
 ) -> None:
-    json_topic, avro_topic = unique_name("json"), unique_name("avro")
+    json_topic, avro_topic, timer_topic = (
+        unique_name("json"),
+        unique_name("avro"),
+        unique_name("tm"),
+    )
     out_topic, app = unique_name("out"), unique_name("bad")
     big_config = {"max.message.bytes": str(SOURCE_MAX)}
     ensure_topics(
         kafka_admin,
-        [TopicSpec(json_topic, 1, big_config), TopicSpec(avro_topic, 1), TopicSpec(out_topic, 1)],
+        [
+            TopicSpec(json_topic, 1, big_config),
+            TopicSpec(avro_topic, 1),
+            TopicSpec(timer_topic, 1),
+            TopicSpec(out_topic, 1),
+        ],
     )
     topology = tmp_path / "bad_topology.py"
     topology.write_text(
-        TOPOLOGY.format(json_topic=json_topic, avro_topic=avro_topic, out_topic=out_topic)
+        TOPOLOGY.format(
+            json_topic=json_topic,
+            avro_topic=avro_topic,
+            timer_topic=timer_topic,
+            out_topic=out_topic,
+            t0=T0,
+        )
     )
     undecodable = b"\xff" * BIG
     deep = b"[" * 100_000
@@ -116,6 +147,9 @@ def test_every_bad_kind_is_dead_lettered_once_with_its_reason_and_the_good_outpu
             p.produce(topic, value, str(i).encode(), partition=0, timestamp=T0 + 1000 + i)
     # A user function raising (on_error="dead_letter"): the record as it entered the map.
     p.produce(json_topic, b'{"n": 8, "t": %d, "boom": true}' % T0, b"boom", partition=0)
+    # A timer callback raising: timers at T0 + 15 (ok: emits 15) and T0 + 17 (bad).
+    p.produce(timer_topic, b"{}", b"ok", partition=0, timestamp=T0 + 5)
+    p.produce(timer_topic, b"{}", b"bad", partition=0, timestamp=T0 + 7)
     assert p.flush(60) == 0
 
     run = subprocess.run(
@@ -130,6 +164,7 @@ def test_every_bad_kind_is_dead_lettered_once_with_its_reason_and_the_good_outpu
         1,
         3,
         7,
+        15,
     ]
     expected = [
         (topic, i, value, reason, T0 + 1000 + i)
@@ -151,8 +186,21 @@ def test_every_bad_kind_is_dead_lettered_once_with_its_reason_and_the_good_outpu
             "ks.operator": b"number",
         },
     )
+    (alarm,) = [r for r in letters if r.key == b"bad"]
+    assert (alarm.value, dict(alarm.headers)) == (
+        b'{"timer":"event","timestamp":%d}' % (T0 + 17),
+        {
+            "ks.error": b"operator 'alarm' raised LookupError: no alarm for bad "
+            b"(on_timer, event-time timer at %d)" % (T0 + 17),
+            "ks.topic": b"",
+            "ks.partition": b"-1",
+            "ks.offset": b"-1",
+            "ks.timestamp": b"%d" % (T0 + 17),
+            "ks.operator": b"alarm",
+        },
+    )
     for r in letters:
-        if r is boom:
+        if r is boom or r is alarm:
             continue
         h = dict(r.headers)
         assert r.key == h["ks.offset"], "the original key (the offset as text) is kept"

@@ -230,3 +230,73 @@ def test_process_function_output_of_a_failing_record_is_discarded() -> None:
     ]
     with pytest.raises(ValueError, match="negative"):
         _run(build, inputs, on_error="fail")
+
+
+class Alarm:
+    """An event timer 10 ms after each record and a processing timer at ``value["pt"]``;
+    a timer of key ``bad`` emits, writes state, then raises."""
+
+    def process(self, key: str, value: Any, ts: int, state: Any, out: Any) -> None:
+        state.register_event_timer(ts + 10)
+        if "pt" in value:
+            state.register_processing_timer(value["pt"])
+
+    def on_timer(self, key: str, at: int, state: Any, out: Any) -> None:
+        out([state.time_domain, at])
+        state["fired"].set(state["fired"].get(0) + 1)
+        if key == "bad":
+            raise LookupError(f"no alarm for {key}")
+        out(["fired", state["fired"].get()])
+
+
+def _timer_task(kit: type[Kit], on_error: str) -> Any:
+    t = Topology("e", on_error=on_error)
+    _source(t).process(Alarm, state={"fired": ValueState()}, name="alarm").to("out")
+    return kit.task(plan_job(t, "e", {"in": 1}))
+
+
+def test_a_timer_callback_that_raises_is_dead_lettered_with_the_timer_and_its_output_discarded(
+    kit: type[Kit],
+) -> None:
+    task = _timer_task(kit, "dead_letter")
+    rows = [("ok", {}, 100), ("bad", {"pt": 5_000}, 105), ("ok", {}, 120), ("bad", {}, 200)]
+    task.feed_source("in", 0, kit.records(rows), 0.0)  # watermark 200: timers at 110, 115, 130
+    out = task.drain()
+    assert kit.sink(out, "out") == [
+        ("ok", ["event", 110], 110),
+        ("ok", ["fired", 1], 110),
+        ("ok", ["event", 130], 130),
+        ("ok", ["fired", 2], 130),
+    ]
+    letters = [o for o in out if isinstance(o, DeadLetter)]
+    assert letters == [
+        DeadLetter(
+            "", -1, -1,
+            "operator 'alarm' raised LookupError: no alarm for bad (on_timer, event-time timer at 115)",
+            b"bad", b'{"timer":"event","timestamp":115}', 115, "alarm",
+        )
+    ]  # fmt: skip
+    task.tick(1.0, wall_ms=5_000)  # the processing timer; the state it wrote before stays
+    out = task.drain()
+    assert kit.sink(out, "out") == []
+    assert [(d.key, d.value, d.reason) for d in out if isinstance(d, DeadLetter)] == [
+        (
+            b"bad",
+            b'{"timer":"processing","timestamp":5000}',
+            "operator 'alarm' raised LookupError: no alarm for bad (on_timer, processing-time timer at 5000)",
+        )
+    ]
+    task.drain()
+    assert task.metrics["operator_errors"] == 2
+    task.feed_source("in", 0, kit.records([("ok", {}, 300)], first_offset=4), 0.0)
+    # bad's timer at 210 raised again (state["fired"] is 3 by then: the writes stayed)
+    assert [d.reason for d in task.drain() if isinstance(d, DeadLetter)] == [
+        "operator 'alarm' raised LookupError: no alarm for bad (on_timer, event-time timer at 210)"
+    ]
+    assert task.metrics["operator_errors"] == 3
+
+
+def test_a_timer_callback_that_raises_fails_the_task_under_on_error_fail(kit: type[Kit]) -> None:
+    task = _timer_task(kit, "fail")
+    with pytest.raises(LookupError, match="no alarm for bad"):
+        task.feed_source("in", 0, kit.records([("bad", {}, 100), ("x", {}, 200)]), 0.0)

@@ -13,7 +13,9 @@ Headers of a dead letter (all UTF-8 text)::
     ks.offset     source offset (decimal)
     ks.timestamp  source record timestamp in ms (decimal; -1 if it had none)
     ks.operator   only for a record a user function raised on (on_error=dead_letter):
-                  the operator's name; ks.offset is then -1
+                  the operator's name; ks.offset is then -1 (and for a timer
+                  callback ks.topic is empty, ks.partition -1: the value describes
+                  the timer, see kstream.runtime.errors)
     ks.truncated  only on a truncated dead letter: what was cut, e.g.
                   ``value 5242880 -> 65536 bytes``
 

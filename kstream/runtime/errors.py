@@ -18,8 +18,13 @@ operator's name and the exception — and the operator goes on with the others:
   not buffered; an outer join's unmatched record whose joiner raises at expiry is
   dead-lettered;
 * process functions: what the function emitted for the record is discarded; state it
-  wrote before raising stays written (as in Kafka Streams). Timer callbacks are not
-  attributable to a record: they still fail the task.
+  wrote before raising stays written (as in Kafka Streams);
+* timer callbacks (``on_timer``): there is no input record, so the dead letter
+  describes the timer — key: the timer's key; value: the JSON object
+  ``{"timer": "event"|"processing", "timestamp": T}``; timestamp ``T``; reason
+  ``operator 'p' raised E: msg (on_timer, event-time timer at T)`` — and, as for a
+  record, what the callback emitted is discarded while state it wrote stays; the
+  timer is gone (it fired).
 
 A record buffered earlier (sliding windows, outer joins) is dead-lettered with no input
 topic (``""``, partition -1).
@@ -70,3 +75,10 @@ class OperatorErrors:
                 operator,
             )
         )
+
+    def timer_failed(self, operator: str, key: Any, ts: int, domain: str, e: BaseException) -> None:
+        """A timer callback raised: a dead letter describing the timer (no input topic)."""
+        self.count += 1
+        reason = f"operator {operator!r} raised {describe_error(e)} (on_timer, {domain}-time timer at {ts})"
+        value = json.dumps({"timer": domain, "timestamp": ts}, separators=(",", ":")).encode()
+        self.out.append(DeadLetter("", -1, -1, reason, _as_bytes(key), value, ts, operator))

@@ -109,14 +109,21 @@ class ProcessOperator(Operator):
         on_timer = self.on_timer
         if on_timer is None or upto < queue.next:
             return
-        scope, out = self.scope, self.out
+        scope, out, errors = self.scope, self.out, self.errors
         record_time = scope.timestamp
         while chunk := queue.due(upto, TIMER_BATCH):
             scope.time_domain = domain
             for ts, k in chunk:
                 scope.key = k
                 scope.timestamp = ts
-                on_timer(k, ts, scope, out)
+                emitted = len(out.keys)
+                try:
+                    on_timer(k, ts, scope, out)
+                except Exception as e:
+                    if errors is None:
+                        raise
+                    out.truncate(emitted)  # on_error="dead_letter": its output is discarded
+                    errors.timer_failed(self.name, k, ts, domain, e)
             self.emit(*out.take())
         scope.time_domain = None
         scope.timestamp = record_time
