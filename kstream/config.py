@@ -318,8 +318,9 @@ class JobConfig:
     # shorter outages are retried with backoff and the job resumes by itself.
     max_outage: float = 300.0
     store_options: dict[str, str] = field(default_factory=dict)  # --store-option key=value
-    # Bytes of output one exactly-once sink task holds in memory per checkpoint interval
-    # before spilling it to local disk in its state directory (--sink-buffer-memory).
+    # Bytes of output the exactly-once sink tasks of one worker process hold in memory
+    # together until their checkpoints complete, before the growing one spills to local
+    # disk in its task's state directory (--sink-buffer-memory).
     sink_buffer_memory: int = 64 * 1024 * 1024
 
     def __post_init__(self) -> None:

@@ -17,6 +17,7 @@ from kstream.cli.options import ByteSize
 from kstream.config import JobConfig
 from kstream.kafka.sink import ExactlyOnceSink
 from kstream.sinkbuffer.blob import decode_blob
+from kstream.sinkbuffer.budget import MemoryBudget
 from kstream.sinkbuffer.buffer import EpochBuffer
 from kstream.sinkbuffer.epochs import BlobFormatError, OutputRecord
 from kstream.sinkbuffer.spill import SegmentedBlob, SpillDir
@@ -236,3 +237,46 @@ def test_the_budget_setting_takes_sizes() -> None:
         with pytest.raises(click.BadParameter):
             size.convert(bad, None, None)
     assert JobConfig("app", "k:9092").sink_buffer_memory == 64 << 20
+
+
+def test_the_sink_tasks_of_a_worker_share_one_budget(tmp_path: Path) -> None:
+    """Four sink tasks sharing a 1 MiB budget: each holds under 1 MiB, together they pass
+    it, so the growing ones spill; what they hold together stays under the budget, and every
+    record is still published, in order, per task. Closing releases what they held."""
+    shared = MemoryBudget(1024 * 1024)
+    sinks = []
+    for t in range(4):
+        s = ExactlyOnceSink(
+            "shop", f"sink-{t}", "127.0.0.1:1", spill_dir=tmp_path / f"spill-{t}",
+            memory_budget=shared,
+        )  # fmt: skip
+        s._producer, s.attempt = FakeProducer(), 1
+        sinks.append(s)
+    peak = 0
+    for lo in range(0, 4_000, BATCH):  # ~0.8 MB estimated per task: alone, none spills
+        for s in sinks:
+            write(s, lo, BATCH)
+            peak = max(peak, shared.held)
+    assert sum(s.buffer.spills > 0 for s in sinks) >= 2  # the growing ones spilled
+    assert peak <= shared.limit, peak
+    assert shared.held == sum(s.buffer.held for s in sinks) <= shared.limit
+    for s in sinks:
+        s.on_barrier(1)
+        assert s.on_checkpoint_completed(1) == 4_000
+        assert s._producer.sent[:-1] == produced(range(4_000))
+    assert shared.held == 0  # committed epochs hold nothing
+    write(sinks[0], 0, BATCH)
+    assert shared.held > 0
+    sinks[0].close()
+    assert shared.held == 0
+
+
+def test_alone_a_task_under_the_budget_does_not_spill(tmp_path: Path) -> None:
+    shared = MemoryBudget(64 * 1024 * 1024)
+    sink = ExactlyOnceSink(
+        "shop", "sink-0", "127.0.0.1:1", spill_dir=tmp_path / "spill", memory_budget=shared
+    )
+    sink._producer, sink.attempt = FakeProducer(), 1
+    write(sink, 0, 4_000)
+    assert sink.buffer.spills == 0 and not spill_files(tmp_path)
+    assert shared.held == sink.buffer.held > 0

@@ -229,9 +229,9 @@ _OPTIONS: list[Callable[[F], F]] = [
         default="64MiB",
         show_default=True,
         metavar="SIZE",
-        help="Output an exactly-once sink task keeps in memory until its checkpoint "
-        "completes (bytes, or with KiB/MiB/GiB); past it the output is spilled to local "
-        "disk in the task's state directory.",
+        help="Output the exactly-once sink tasks of a worker process keep in memory "
+        "together until their checkpoints complete (bytes, or with KiB/MiB/GiB); past it "
+        "the output is spilled to local disk in the tasks' state directories.",
     ),
     kafka_options,
 ]

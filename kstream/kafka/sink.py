@@ -51,6 +51,7 @@ from kstream.kafka.clients import (
     watermark_offsets,
 )
 from kstream.names import commits_topic, marker_reader_group, sink_transactional_id
+from kstream.sinkbuffer.budget import MemoryBudget
 from kstream.sinkbuffer.buffer import EpochBuffer
 from kstream.sinkbuffer.epochs import (
     Chunk,
@@ -233,8 +234,9 @@ class ExactlyOnceSink(Sink):
     Call ``recover(blob, attempt)`` before anything is committed (``blob=None`` on
     a first start); it fences older producers of this task.
 
-    ``spill_dir``: where the buffer spills past ``memory_budget`` bytes (in the task's
-    state directory); ``None`` keeps everything in memory.
+    ``spill_dir``: where the buffer spills past ``memory_budget`` (bytes of its own, or
+    a :class:`MemoryBudget` the worker's sink tasks share; in the task's state
+    directory); ``None`` keeps everything in memory.
     """
 
     guarantee = Guarantee.EXACTLY_ONCE
@@ -248,7 +250,7 @@ class ExactlyOnceSink(Sink):
         producer_config: Mapping[str, Any] | None = None,
         timeout: float = 30.0,
         spill_dir: Path | None = None,
-        memory_budget: int = DEFAULT_MEMORY_BUDGET,
+        memory_budget: int | MemoryBudget = DEFAULT_MEMORY_BUDGET,
     ) -> None:
         self.app = app
         self.task = task

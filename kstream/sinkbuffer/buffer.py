@@ -13,6 +13,7 @@ import logging
 from collections.abc import Iterable
 
 from kstream.sinkbuffer.blob import MemorySegment, decode_blob, encode_blob, encode_segment
+from kstream.sinkbuffer.budget import MemoryBudget
 from kstream.sinkbuffer.epochs import (
     Chunk,
     ColumnBatch,
@@ -57,22 +58,28 @@ class EpochBuffer:
     order. Barrier ids must increase; checkpoints that were aborted leave their
     sealed epochs here until a later completion subsumes them.
 
-    With ``spill`` and ``budget`` (bytes), once the records held in memory pass the
-    budget (estimated: keys, values and per-record overhead) every epoch's in-memory
-    records are encoded and appended to its spill file, so memory stays about the
-    budget whatever an interval outputs. Without ``spill`` everything stays in memory.
+    With ``spill`` and ``budget`` (bytes: a budget of its own; or a :class:`MemoryBudget`
+    shared with the worker's other sink buffers), once the records held in memory pass
+    the budget (estimated: keys, values and per-record overhead; a shared budget: those
+    of every buffer charged to it) the growing buffer's in-memory records of every epoch
+    are encoded and appended to its spill file, so memory stays about the budget
+    whatever an interval outputs. Without ``spill`` everything stays in memory.
     """
 
-    def __init__(self, spill: SpillDir | None = None, budget: int | None = None) -> None:
-        if spill is not None and (budget is None or budget <= 0):
-            raise ValueError(f"a spilling buffer needs a positive memory budget, got {budget}")
+    def __init__(
+        self, spill: SpillDir | None = None, budget: int | MemoryBudget | None = None
+    ) -> None:
+        if spill is not None and budget is None:
+            raise ValueError("a spilling buffer needs a positive memory budget, got None")
         self.open = Epoch()
         self.sealed: list[Epoch] = []
         self.last_sealed: int | None = None
         self.last_committed: int | None = None
         self.spill = spill
-        self.budget = budget
-        self.held = 0  # estimated bytes of the records held in memory
+        self.budget: MemoryBudget | None = None
+        if spill is not None:
+            self.budget = budget if isinstance(budget, MemoryBudget) else MemoryBudget(budget or 0)
+        self.held = 0  # estimated bytes of the records held in memory (charged to the budget)
         self.spills = 0  # segments spilled so far (monitoring, tests)
 
     def append(self, record: OutputRecord) -> None:
@@ -90,16 +97,21 @@ class EpochBuffer:
 
     def _held(self, cost: int) -> None:
         self.held += cost
-        if self.spill is not None and self.budget is not None and self.held > self.budget:
-            if not self.spills:
-                log.info(
-                    "sink buffer past its memory budget (%d bytes): spilling to %s",
-                    self.budget,
-                    self.spill.path,
-                )
-            for e in (*self.sealed, self.open):
-                self._spill_epoch(e)
-            self.held = 0
+        b = self.budget
+        if b is None or not b.charge(cost) or self.held < b.min_spill:
+            return
+        if not self.spills:
+            log.info(
+                "sink buffer past its memory budget (%d bytes, %d held by this worker's "
+                "sink buffers): spilling to %s",
+                b.limit,
+                b.held,
+                self.spill.path if self.spill else None,
+            )
+        for e in (*self.sealed, self.open):
+            self._spill_epoch(e)
+        b.charge(-self.held)
+        self.held = 0
 
     def _spill_epoch(self, e: Epoch) -> None:
         """Move the in-memory records of ``e`` into a segment (on disk when spilling)."""
@@ -165,7 +177,10 @@ class EpochBuffer:
         return before - sum(e.size for e in self.sealed)
 
     def _recount(self) -> None:
-        self.held = sum(chunk_cost(c) for e in (*self.sealed, self.open) for c in e.chunks)
+        held = sum(chunk_cost(c) for e in (*self.sealed, self.open) for c in e.chunks)
+        if self.budget is not None:
+            self.budget.charge(held - self.held)
+        self.held = held
 
     def blob(self) -> bytes:
         """Every sealed, uncommitted epoch in the blob format, as bytes."""
@@ -197,12 +212,18 @@ class EpochBuffer:
         """Release every epoch's spill files and the spill directory (the buffer is done)."""
         for e in (*self.sealed, self.open):
             e.release()
+        if self.budget is not None:
+            self.budget.charge(-self.held)
+        self.held = 0
         if self.spill is not None:
             self.spill.close()
 
     @classmethod
     def from_blob(
-        cls, blob: bytes | None, spill: SpillDir | None = None, budget: int | None = None
+        cls,
+        blob: bytes | None,
+        spill: SpillDir | None = None,
+        budget: int | MemoryBudget | None = None,
     ) -> EpochBuffer:
         """A buffer holding the sealed epochs of ``blob`` and an empty open epoch."""
         buf = cls(spill, budget)

@@ -27,6 +27,7 @@ from kstream.metrics.worker import WorkerMetrics
 from kstream.plan import JobPlan, OutputKind, TaskSpec
 from kstream.runtime.records import Position, SnapshotPoint
 from kstream.runtime.task import Task
+from kstream.sinkbuffer.budget import MemoryBudget
 from kstream.state.restore import read_blob, restore_state
 from kstream.state.rocksdb import RocksDBBackend
 from kstream.state.snapshot import DeferredBlob, SnapshotUploader, StateHandle
@@ -101,6 +102,8 @@ class RunnerContext:
 
     ``sink_guarantee``: the guarantee forced on every sink (at-least-once without
     checkpoints: there is nothing to commit a transaction on), None: as planned.
+    ``sink_memory``: the memory budget every exactly-once sink task of this worker
+    shares (``--sink-buffer-memory``: a bound for the process, not per task).
     """
 
     plan: JobPlan
@@ -113,6 +116,10 @@ class RunnerContext:
     clock: Callable[[], float]
     sink_guarantee: Guarantee | None = None
     metrics: WorkerMetrics = field(default_factory=WorkerMetrics)
+    sink_memory: MemoryBudget = field(init=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "sink_memory", MemoryBudget(self.config.sink_buffer_memory))
 
 
 @dataclass
@@ -170,7 +177,7 @@ def open_runner(ctx: RunnerContext, spec: TaskSpec, attempt: int, handle: str | 
             cfg.bootstrap_servers,
             producer_config=cfg.kafka,
             spill_dir=local / SINK_SPILL_DIR,
-            memory_budget=cfg.sink_buffer_memory,
+            memory_budget=ctx.sink_memory,
         )
     if Guarantee.AT_LEAST_ONCE in route.sink_topics.values():
         route.sinks[Guarantee.AT_LEAST_ONCE] = AtLeastOnceSink(
