@@ -243,6 +243,7 @@ class StateRow:
     state_bytes: int = 0  # the last checkpoint's whole state
     idle_duration_ms: float = 0.0  # a checkpoint with nothing changed
     changed: tuple[ChangedInterval, ...] = ()  # successive intervals, 1 % changed each
+    failovers: int = 0  # failovers the coordinator logged while the restarted job ran
 
     def shares(self) -> list[float]:
         """Uploaded / state of each changed interval."""
@@ -270,6 +271,7 @@ def state_curve(
         bootstrap: str, group: str, topic: str, ends: dict[int, int], job: Child,
         timeout: float, state_dir: Path,
     ) -> None:  # fmt: skip
+        measured["group"] = group
         recovery.wait_checkpointed(bootstrap, group, topic, ends, job, timeout, state_dir)
         if intervals <= 0:
             return
@@ -307,10 +309,12 @@ def state_curve(
         env.bootstrap, argv, name="scale", keys=keys, partitions=env.partitions,
         workdir=env.workdir, cwd=REPO_DIR, wipe=wipe, timeout=env.timeout, wait_built=built,
     )  # fmt: skip
+    restart_log = env.workdir / f"{measured['group']}-restart.err"  # procstats.Child's
+    failovers = restart_log.read_text(errors="replace").count("failover (attempt")
     return StateRow(
         keys, wipe, r.recovery_s, r.restored, r.build_s, r.restart_peak_rss_mb,
         int(measured.get("state", 0)), float(measured.get("idle", 0.0)),
-        measured.get("changed", ()),
+        measured.get("changed", ()), failovers,
     )  # fmt: skip
 
 
