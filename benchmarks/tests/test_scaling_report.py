@@ -1,0 +1,63 @@
+"""SCALING.md's tables and verdicts from rows (no broker)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from benchmarks.scaling import FULL, Point, measure, points, report, target_lines
+from benchmarks.scaling_runs import (
+    ChangedInterval,
+    Env,
+    LatencyRow,
+    OutputRow,
+    Results,
+    StateRow,
+)
+
+
+def state_row(keys: int, uploads: list[int], state: int) -> StateRow:
+    changed = tuple(ChangedInterval(keys // 100, u, 200.0, state) for u in uploads)
+    return StateRow(keys, True, 5.0, keys, 10.0, 300.0, state, 150.0, changed, 1)
+
+
+def test_upload_share_verdicts_tell_typical_from_mean() -> None:
+    res = Results()
+    res.state.append(state_row(1_000_000, [30, 30, 260, 30], 1000))  # median 3 %, mean 8.75 %
+    lines = target_lines(res)
+    assert any("(median) | 3.0 % | met |" in line for line in lines)
+    assert any("max 26.0 %) | 8.8 % | MISSED |" in line for line in lines)
+
+
+def test_latency_and_rss_bound_verdicts() -> None:
+    res = Results()
+    res.latency += [LatencyRow(1.0, 2000, 20000, 600.0, 1900.0, 2000.0),
+                    LatencyRow(0.2, 2000, 20000, 300.0, 700.0, 800.0)]  # fmt: skip
+    res.outputs += [OutputRow(1_000_000, 64.0, 300.0, 6.0, 1_000_000),
+                    OutputRow(1_000_000, None, 480.0, 6.0, 1_000_000),
+                    OutputRow(2_000_000, 64.0, 310.0, 12.0, 2_000_000),
+                    OutputRow(2_000_000, None, 800.0, 12.0, 2_000_000)]  # fmt: skip
+    lines = target_lines(res)
+    assert any("(1 s) | 1.90x (1900 ms) | met |" in line for line in lines)
+    assert any("(0.2 s) | 3.50x (700 ms) | MISSED |" in line for line in lines)
+    assert any("| 300 -> 310 MB; unbounded 800 MB | met |" in line for line in lines)
+
+
+def test_report_lists_every_interval_and_what_was_not_measured() -> None:
+    res = Results(failures=["state of 10,000,000 keys: skipped"])
+    res.state.append(state_row(100_000, [30, 40], 1000))
+    text = "\n".join(report(res, FULL, ["# head"], {}))
+    assert "- 100,000 keys: 3.0 %, 4.0 %" in text
+    assert "## Not measured\n\n- state of 10,000,000 keys: skipped" in text
+
+
+def test_points_run_smallest_first_and_a_spent_budget_skips_the_rest() -> None:
+    env = Env("127.0.0.1:1", 4, Path("/nonexistent"), 60.0)
+    pts = points(env, FULL, Results())
+    sizes = [p.size for p in pts]
+    assert sizes == sorted(sizes)
+    big = [p.what for p in pts if p.size == 10_000_000]
+    assert big[0].startswith("state of 10,000,000 keys") and big[1].startswith("w2 throughput")
+    assert all(p.limit_s == FULL.large_limit_s for p in pts if p.size > FULL.small_max)
+    res = measure(env, FULL, budget_s=0.0)  # nothing starts
+    assert len(res.failures) == len(pts) and all("skipped" in f for f in res.failures)
+    assert isinstance(pts[0], Point)
