@@ -105,14 +105,16 @@ def draw(res: Results, where: Path) -> dict[str, str | None]:
         save("latency", fig)
     if res.outputs:
         fig, ax = plt.subplots(figsize=(6.4, 4))
-        for bounded, label in (
-            (True, "sink buffer 64 MiB (spills)"),
-            (False, "unbounded (in memory)"),
-        ):
-            outs = [o for o in res.outputs if (o.budget_mb is not None) == bounded]
+        budgets = sorted({o.budget_mb for o in res.outputs if o.budget_mb is not None})
+        for budget in [*budgets, None]:
+            outs = [o for o in res.outputs if o.budget_mb == budget]
+            label = (
+                "unbounded (in memory)"
+                if budget is None
+                else f"sink buffer {budget:.0f} MiB (spills)"
+            )
             if outs:
                 ax.plot([o.output for o in outs], [o.peak_rss_mb for o in outs], "o-", label=label)
-        ax.set_xscale("log")
         ax.set_xlabel("output records in one checkpoint interval")
         ax.set_ylabel("peak RSS MB")
         ax.set_ylim(bottom=0)
