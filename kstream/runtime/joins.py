@@ -7,6 +7,7 @@ from collections.abc import Callable
 from typing import Any
 
 from kstream.runtime.events import MAX_TS, MIN_TS
+from kstream.runtime.firing import Budget
 from kstream.runtime.operators import Keys, Operator, Stamps, Values
 from kstream.state.base import KeyedStateBackend, TableSpec
 
@@ -174,12 +175,15 @@ class IntervalJoinOperator(Operator):
             self.metrics["late_dropped"] += len(idx)
             self.late_dropped += len(idx)
 
-    def advance(self, watermark: int) -> None:
+    def advance(self, watermark: int, budget: Budget | None = None) -> bool:
+        # Not sliced: expiring the buffers (and emitting unmatched outer records) is
+        # done at once.
         if watermark <= self.wm:
-            return
+            return True
         self._expire(watermark)
         self.wm = watermark
         self.meta.put(("wm",), watermark)
+        return True
 
     def finish(self) -> None:
         """End of input: every buffered record expires (unmatched outer ones are

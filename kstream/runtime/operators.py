@@ -12,6 +12,7 @@ from itertools import compress
 from typing import Any
 
 from kstream.runtime.errors import OperatorErrors
+from kstream.runtime.firing import Budget
 from kstream.runtime.records import Output, OutputBatch
 from kstream.serde import Serde, SerdeError
 
@@ -86,8 +87,11 @@ class Operator:
         for child, child_port in self.children[port]:
             child.push(keys, values, stamps, child_port)
 
-    def advance(self, watermark: int) -> None:
-        """Event time reached ``watermark``: fire timers up to it (stateful only)."""
+    def advance(self, watermark: int, budget: Budget | None = None) -> bool:
+        """Event time reached ``watermark``: fire timers up to it (stateful only).
+        Operators whose firing is resumable (windows) stop when ``budget`` is spent
+        and return False; the others do all of it and return True."""
+        return True
 
     def on_processing_time(self, now_ms: int) -> None:
         """The wall clock reached ``now_ms`` (epoch ms): processing-time work."""

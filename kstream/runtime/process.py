@@ -15,6 +15,7 @@ from typing import Any
 
 from kstream.api.process import StateSpec, resolve_process
 from kstream.runtime.events import MAX_TS, MIN_TS
+from kstream.runtime.firing import Budget
 from kstream.runtime.keyedstate import KeyScope, TimerQueue
 from kstream.runtime.operators import Keys, Operator, Stamps, Values
 from kstream.state.base import KeyedStateBackend, TableSpec
@@ -86,14 +87,16 @@ class ProcessOperator(Operator):
                 out.truncate(emitted)
         self.emit(*out.take())
 
-    def advance(self, watermark: int) -> None:
+    def advance(self, watermark: int, budget: Budget | None = None) -> bool:
+        # Timers are not sliced: a watermark firing many timers runs them all at once.
         if watermark <= self.wm:
-            return
+            return True
         self.scope.watermark = watermark
         self._fire(self.scope.event_timers, watermark, "event")
         self.scope.expire(watermark)
         self.wm = watermark
         self.meta.put(("wm",), watermark)
+        return True
 
     def on_processing_time(self, now_ms: int) -> None:
         self.scope.processing_time = now_ms

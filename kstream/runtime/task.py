@@ -36,6 +36,20 @@ lateness is decided against the task watermark just before it (see
 internal records (and before a record that was behind the watermark), every
 ``watermark_interval_s`` otherwise, and on every forwarded barrier.
 
+Firing in slices (issue 13 point 7): with a ``firing_budget`` (the worker's), a
+watermark step that makes many windows due fires them in slices of about that much
+work per call; the task watermark (what is forwarded, what barriers carry) moves
+only when the firing is done. Until then the task processes no record: what arrives
+waits in its channel's buffer, in order, and :meth:`Task.tick` goes on with the
+firing (then with what waited, then the next watermark step). A barrier at the head
+of its channel still goes in: a checkpoint aligned mid-firing snapshots the state
+between two slices — the operators keep the firing's progress in their state, the
+task its target (:mod:`kstream.runtime.firing`) — and the output fired before it
+belongs to its epoch; a restored task goes on with the firing before anything else.
+A source channel's records that wait for a firing are not processed yet, so a
+checkpoint trigger puts the barrier before them. A firing inside a source batch (cut
+before a record behind the watermark, see ``_emit_timed``) is not sliced.
+
 Bounded mode: when every input ended, all windows fire, ``EndOfInput`` goes to
 every output and the final state is handed over once (``SnapshotPoint(final=True)``,
 no barrier). The stored operator watermarks stay the last real ones, so a later
@@ -54,6 +68,7 @@ from kstream.config import OnError
 from kstream.plan.model import InputKind, JobPlan, OutputKind, TaskSpec
 from kstream.runtime.channels import Channel
 from kstream.runtime.errors import OperatorErrors
+from kstream.runtime.firing import Budget
 from kstream.runtime.events import (
     MAX_TS,
     MIN_TS,
@@ -111,6 +126,7 @@ class Task:
         restore_positions: Mapping[tuple[str, int], Position] | None = None,
         watermark_interval_s: float = 0.2,
         now: float = 0.0,
+        firing_budget: Budget | None = None,
     ) -> None:
         self.spec = plan.task(task) if isinstance(task, str) else task
         self.task_id = self.spec.task_id
@@ -119,7 +135,7 @@ class Task:
         self.attempt = attempt
         self.bounded = bounded
         self.watermark_interval_s = watermark_interval_s
-        self.watermark = MIN_TS
+        self.watermark = MIN_TS  # what every operator has fired up to
         self.finished = False
         self.metrics: dict[str, int] = {
             "records_in": 0,
@@ -151,6 +167,12 @@ class Task:
             c = self._gate.channels.get((topic, partition, up or None))
             if c is not None:
                 c.watermark = wm
+        # A firing in slices: its target watermark (stored once a slice stops short, so
+        # a snapshot between slices has it; a restored task goes on with it first).
+        self._budget = None if bounded else firing_budget
+        self._firing_state = backend.table(TableSpec("task.firing"))
+        self._firing: int | None = self._firing_state.get(("target",))
+        self._firing_saved = self._firing is not None
 
     # ---- what the runner calls ----------------------------------------------------
 
@@ -169,9 +191,18 @@ class Task:
         self._out.clear()
         return out
 
+    @property
+    def firing(self) -> bool:
+        """Whether a firing is in progress (:meth:`tick` goes on with it)."""
+        return self._firing is not None
+
     def paused_inputs(self) -> frozenset[tuple[str, int]]:
-        """Partitions to pause: every channel of them is held back by alignment."""
-        return self._gate.paused_inputs()
+        """Partitions to pause: every channel of them is held back by alignment; during
+        a firing also the sources and the partitions with records waiting for it."""
+        paused = self._gate.paused_inputs()
+        if self._firing is None:
+            return paused
+        return paused | {c.tp for c in self._gate.channels.values() if c.buffer or c.upstream is None}
 
     def source_watermarks(self) -> dict[tuple[str, int], tuple[int, bool]]:
         """``(watermark, ended)`` of each user-topic source partition (not tables):
@@ -190,8 +221,9 @@ class Task:
         """Process a batch of raw records from a user topic partition."""
         self._enter(now)
         c = self._gate.channel(topic, partition, None)
-        if c.blocked_on is not None or c.buffer:
+        if c.blocked_on is not None or c.buffer or self._firing is not None:
             c.buffer.append(records)
+            c.last_active = now  # waiting for a firing is not idleness
             return
         self._source_batch(c, records)
         self._update_watermark()
@@ -212,7 +244,7 @@ class Task:
         """A user topic partition is exhausted (bounded run reached its end offset)."""
         self._enter(now)
         c = self._gate.channel(topic, partition, None)
-        if c.blocked_on is not None or c.buffer:
+        if c.blocked_on is not None or c.buffer or self._firing is not None:
             c.buffer.append(EndOfInput())
             return
         c.ended = True
@@ -242,7 +274,9 @@ class Task:
                 self._check_aligned()
             return
         for c in live:
-            if c.blocked_on is None and not c.buffer:
+            if c.blocked_on is None and (not c.buffer or self._only_records(c)):
+                # (Records waiting for a firing are not processed yet: the barrier goes
+                # before them, as if they had not been fed; they follow it.)
                 self._on_barrier(c, barrier, c.position)
             else:  # still held by an earlier barrier: inject after what is buffered
                 c.buffer.append(QueuedBarrier(barrier, gate.buffered_end(c)))
@@ -267,15 +301,25 @@ class Task:
                 self._internal_items(c.topic, c.partition, items)
 
     def tick(self, now: float, wall_ms: int | None = None) -> None:
-        """Let processing time pass: idleness and periodic watermark emission; with
-        ``wall_ms`` (the wall clock, epoch ms) also processing-time timers and triggers."""
+        """Let processing time pass: a slice of the firing in progress, idleness and
+        periodic watermark emission; with ``wall_ms`` (the wall clock, epoch ms) also
+        processing-time timers and triggers (not during a firing)."""
         self._enter(now)
+        if self._firing is not None:
+            self._go_on()
+            if self._firing is not None or self._gate.holding:
+                return
         if wall_ms is not None:
             for op in self._graph.stateful:
                 op.on_processing_time(wall_ms)
         self._update_watermark()
 
     # ---- internals ----------------------------------------------------------------
+
+    def _only_records(self, c: Channel) -> bool:
+        """Source channel ``c`` (not blocked) holds only record batches, waiting for a
+        firing: no barrier or end of input among them."""
+        return self._firing is not None and all(isinstance(x, list | tuple) for x in c.buffer)
 
     def _enter(self, now: float) -> None:
         if self._gate.holding:
@@ -352,7 +396,7 @@ class Task:
                 continue  # not behind the task watermark, or the task is there already
             entry.emit(keys[lo:i], values[lo:i], stamps[lo:i])
             lo = i
-            self._advance(before)
+            self._advance(before, sliced=False)  # the rest of the batch is processed now
             self._emit_watermark()
         entry.emit(keys[lo:], values[lo:], stamps[lo:])
 
@@ -380,6 +424,12 @@ class Task:
                 continue
             if c.blocked_on is not None:
                 c.buffer.append(it)
+                continue
+            if self._firing is not None and (
+                c.buffer or type(it) is InternalRecord or not isinstance(it.event, Barrier)
+            ):  # waits for the firing; a barrier at the head of its channel goes in
+                c.buffer.append(it)
+                c.last_active = self._now
                 continue
             c.position = it.offset + 1
             c.last_active = self._now
@@ -490,7 +540,9 @@ class Task:
             if self._gate.holding:  # a snapshot point came up: the rest waits for it
                 self._held.append(("items", c, items[i:]))
                 return
-            if c.blocked_on is not None:
+            if c.blocked_on is not None or (
+                self._firing is not None and (c.buffer or not isinstance(item, QueuedBarrier))
+            ):  # held by alignment, or waiting for a firing (a barrier at the head goes in)
                 c.buffer.extend(items[i:])
                 return
             if isinstance(item, EndOfInput):
@@ -531,12 +583,44 @@ class Task:
         ):
             self._emit_watermark()
 
-    def _advance(self, new: int) -> None:
-        """The task watermark moves up to ``new`` (never back): operators fire."""
-        if new > self.watermark:
-            self.watermark = new
-            for op in self._graph.stateful:
-                op.advance(new)
+    def _advance(self, new: int, *, sliced: bool = True) -> None:
+        """The task watermark moves up to ``new`` (never back): operators fire — in
+        slices with a firing budget (``sliced``); the watermark moves when all fired.
+        During a firing nothing else moves it: it is recomputed after the firing."""
+        if self._firing is not None or new <= self.watermark:
+            return
+        self._firing = new
+        budget = self._budget
+        self._fire(budget.start() if sliced and budget is not None else None)
+
+    def _fire(self, budget: Budget | None) -> bool:
+        """Go on with the firing toward ``self._firing``: each operator in plan order
+        (one's results reach the next before that one fires). True when done."""
+        target = self._firing
+        assert target is not None
+        for op in self._graph.stateful:
+            if not op.advance(target, budget):
+                if not self._firing_saved:
+                    self._firing_state.put(("target",), target)
+                    self._firing_saved = True
+                return False
+        if self._firing_saved:
+            self._firing_state.delete(("target",))
+            self._firing_saved = False
+        self._firing = None
+        self.watermark = target
+        return True
+
+    def _go_on(self) -> None:
+        """One slice of the firing in progress; when it is done, what waited for it —
+        each channel's buffer in order — and then the next watermark step."""
+        budget = self._budget
+        if not self._fire(budget.start() if budget is not None else None):
+            return
+        for c in self._gate.channels.values():
+            if c.buffer and c.blocked_on is None:
+                self._replay(c)  # (waits again if it starts a firing or a snapshot point)
+        self._update_watermark()
 
     def _emit_watermark(self) -> None:
         if self.watermark > self._emitted_wm:
@@ -556,6 +640,8 @@ class Task:
     def _finish(self) -> None:
         """All inputs ended: fire everything, tell downstream, hand over final state."""
         self.finished = True
+        if self._firing is not None:
+            self._fire(None)
         for op in self._graph.stateful:
             op.finish()
         self._emitted_wm = MAX_TS

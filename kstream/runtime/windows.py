@@ -4,27 +4,32 @@ All state lives in the task's ``KeyedStateBackend`` (tables ``n<node>.<name>``):
 accumulators, session extents, sliding-window buffers, the fire/expiry timer
 indexes (keys that start with the window end, so firing is a range scan) and the
 operator's watermark. A restored operator therefore resumes exactly, timers
-included.
+included — also in the middle of a firing: a firing is resumable steps (fire, expire)
+whose progress is state too (:mod:`kstream.runtime.firing`).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from functools import partial
 from itertools import islice
 from typing import Any
 
 from kstream.api.windows import Aggregation, Hopping, Session, Sliding, Tumbling, WindowResult
 from kstream.runtime.events import MAX_TIMESTAMP, MAX_TS, MIN_TS
+from kstream.runtime.firing import FIRE_BATCH, Budget, Cursor, Firing, Step, after
 from kstream.runtime.operators import Keys, Operator, Stamps, Values
-from kstream.state.base import KeyedStateBackend, TableSpec
+from kstream.state.base import KeyedStateBackend, StateKey, StateTable, TableSpec
+
+__all__ = [
+    "FIRE_BATCH",
+    "FixedWindowOperator",
+    "SessionWindowOperator",
+    "SlidingWindowOperator",
+    "WindowOperator",
+]
 
 _MISSING = object()
-# Fired windows go downstream in batches of this many while the scan goes on: a
-# firing of a million windows holds one batch of results at a time, and they die
-# before CPython's default young-generation collection (every 700 allocations) moves
-# them on to generations that full collections rescan. Firing 1 M windows with the
-# default GC thresholds: 2.2 s in batches of 256 vs 3.6 s in one batch; with a
-# worker's thresholds (kstream.process.tuning.tune_gc) 2.1 s vs 2.4 s.
-FIRE_BATCH = 256
 
 
 class WindowOperator(Operator):
@@ -51,6 +56,7 @@ class WindowOperator(Operator):
         self.metrics = metrics
         self.meta = self.table("meta")
         self.wm: int = self.meta.get(("wm",), MIN_TS)
+        self.firing = Firing(self.meta)  # restored mid-firing: advance goes on with it
         # emit="update": every change is emitted as it happens, nothing at firing.
         self.updates = emit == "update"
         # Early firing ("final" windows): windows changed since the last early firing,
@@ -113,24 +119,56 @@ class WindowOperator(Operator):
         """The current result of a window changed since the last early firing."""
         raise NotImplementedError
 
-    def advance(self, watermark: int) -> None:
-        if watermark <= self.wm:
-            return
-        self._fire(self.wm, watermark)
-        self._expire(watermark - self.allowed)
-        self._set_wm(watermark)
+    def advance(self, watermark: int, budget: Budget | None = None) -> bool:
+        """Fire the windows ``watermark`` closes, then expire those past the allowed
+        lateness; with ``budget``, stop when it is spent (False: call again — also
+        after a restore — to go on; the operator's watermark moves when it is done)."""
+        while True:
+            target = self.firing.target  # a firing in progress goes first
+            if target is None:
+                if watermark <= self.wm:
+                    return True
+                target = watermark
+            if not self.firing.run(target, self._steps(self.wm, target, target - self.allowed), budget):
+                return False
+            self._set_wm(target)
 
     def finish(self) -> None:
         """Fire every window not fired yet and drop all window state; the stored
         watermark stays the last real one, so a later run continues from it."""
-        self._fire(self.wm, MAX_TS - 1)
-        self._expire(MAX_TS - 1)
+        if self.firing.target is not None:
+            self.advance(self.firing.target)
+        for step in self._steps(self.wm, MAX_TS - 1, MAX_TS - 1):
+            step(None, None)
 
-    def _fire(self, old: int, new: int) -> None:
+    def _steps(self, old: int, new: int, upto: int) -> list[Step]:
+        """A firing from watermark ``old`` to ``new``: fire what is due, expire what
+        ends at or before ``upto`` (the kind's own bound)."""
         raise NotImplementedError
 
-    def _expire(self, upto: int) -> None:
-        raise NotImplementedError
+    @staticmethod
+    def _chunk(budget: Budget | None) -> int:
+        return FIRE_BATCH if budget is None else budget.chunk
+
+    def _delete_upto(
+        self,
+        table: StateTable,
+        end: StateKey,
+        also: Callable[[StateKey], None] | None,
+        cursor: Cursor | None,
+        budget: Budget | None,
+    ) -> Cursor | None:
+        """Expiry step: delete ``table``'s entries below ``end`` (and ``also`` per key)."""
+        n = self._chunk(budget)
+        while rows := list(islice(table.scan_range(cursor or (MIN_TS,), end), n)):
+            for key, _ in rows:
+                table.delete(key)
+                if also is not None:
+                    also(key)
+            cursor = tuple(rows[-1][0])
+            if budget is not None and budget.spent(len(rows)):
+                return cursor
+        return None
 
 
 class FixedWindowOperator(WindowOperator):
@@ -208,27 +246,42 @@ class FixedWindowOperator(WindowOperator):
         first = lo + 1 + (self.offset + self.size - lo - 1) % self.advance_ms
         return first <= hi
 
-    def _fire(self, old: int, new: int) -> None:
+    def _steps(self, old: int, new: int, upto: int) -> list[Step]:
+        return [partial(self._fire, old, new), partial(self._expire, old - self.allowed, upto)]
+
+    def _fire(self, old: int, new: int, cursor: Cursor | None, budget: Budget | None) -> Cursor | None:
         if not self._ends_between(old, new):
-            return
+            return None
+        lo, hi = (old + 1,), (new + 1,)
         if not self.updates:  # with emit="update" every change went out already
             # Lazily scanned: nothing downstream writes this operator's table.
-            fired = self.acc.scan_range((old + 1,), (new + 1,))
+            fired = self.acc.scan_range(cursor or lo, hi)
             new_result = tuple.__new__  # WindowResult(...) without its Python-level __new__
-            while chunk := list(islice(fired, FIRE_BATCH)):
+            n, first = self._chunk(budget), True
+            while chunk := list(islice(fired, n)):
+                if first:
+                    chunk, first = after(chunk, cursor), False
                 rows = [new_result(WindowResult, (k[2], k[1], k[0], a)) for k, a in chunk]
                 self._emit_results(rows)
+                if chunk and budget is not None and budget.spent(len(chunk)):
+                    last = tuple(chunk[-1][0])
+                    if self.allowed == 0:  # what fired expires at once (see below)
+                        self.acc.delete_range(lo, last)
+                        self.acc.delete(last)
+                    return last
         if self.allowed == 0:  # no lateness: a window expires when it fires (see _expire)
-            self.acc.delete_range((old + 1,), (new + 1,))
+            self.acc.delete_range(lo, hi)
+        return None
 
-    def _expire(self, upto: int) -> None:
-        # Stored windows all end after the last expiry bound ``wm - allowed`` (push
-        # accepts no others), so only ends in (wm - allowed, upto] can be due; without
+    def _expire(
+        self, since: int, upto: int, cursor: Cursor | None, budget: Budget | None
+    ) -> Cursor | None:
+        # Stored windows all end after the last expiry bound ``since = wm - allowed``
+        # (push accepts no others), so only ends in (since, upto] can be due; without
         # lateness _fire already deleted exactly those.
-        if self.allowed == 0 or not self._ends_between(self.wm - self.allowed, upto):
-            return
-        for k, _ in list(self.acc.scan_range((MIN_TS,), (upto + 1,))):
-            self.acc.delete(k)
+        if self.allowed == 0 or not self._ends_between(since, upto):
+            return None
+        return self._delete_upto(self.acc, (upto + 1,), None, cursor, budget)
 
 
 class SessionWindowOperator(WindowOperator):
@@ -303,19 +356,29 @@ class SessionWindowOperator(WindowOperator):
     # session is complete once the watermark has passed its end: it fires at
     # ``end < watermark`` and expires at ``end + allowed < watermark``.
 
-    def _fire(self, old: int, new: int) -> None:
-        if self.updates:
-            return
-        results = []
-        for (end, k, s), _ in list(self.timers.scan_range((old,), (new,))):
-            ext = self.sessions.get((k, s))
-            results.append(WindowResult(k, s, end, ext[1]))
-        self._emit_results(results)
+    def _steps(self, old: int, new: int, upto: int) -> list[Step]:
+        return [
+            partial(self._fire, old, new),
+            partial(self._delete_upto, self.timers, (upto,), self._drop_session),
+        ]
 
-    def _expire(self, upto: int) -> None:
-        for (end, k, s), _ in list(self.timers.scan_range((MIN_TS,), (upto,))):
-            self.timers.delete((end, k, s))
-            self.sessions.delete((k, s))
+    def _fire(self, old: int, new: int, cursor: Cursor | None, budget: Budget | None) -> Cursor | None:
+        if self.updates:
+            return None
+        get = self.sessions.get
+        fired = self.timers.scan_range(cursor or (old,), (new,))
+        n, first = self._chunk(budget), True
+        while chunk := list(islice(fired, n)):
+            if first:
+                chunk, first = after(chunk, cursor), False
+            self._emit_results([WindowResult(k, s, end, get((k, s))[1]) for (end, k, s), _ in chunk])
+            if chunk and budget is not None and budget.spent(len(chunk)):
+                return tuple(chunk[-1][0])
+        return None
+
+    def _drop_session(self, timer: StateKey) -> None:
+        _end, k, s = timer
+        self.sessions.delete((k, s))
 
 
 class SlidingWindowOperator(WindowOperator):
@@ -429,15 +492,26 @@ class SlidingWindowOperator(WindowOperator):
         out = [self._result(e, k) for e, k in windows]
         return [r for r in out if r is not None]
 
-    def _fire(self, old: int, new: int) -> None:
-        if self.updates:
-            return
-        fired = list(self.timers.scan_range((old + 1,), (new + 1,)))
-        self._emit_results(self._results([(e, k) for (e, k), _ in fired]))
+    def _steps(self, old: int, new: int, upto: int) -> list[Step]:
+        return [
+            partial(self._fire, old, new),
+            partial(self._delete_upto, self.timers, (upto + 1,), None),
+            partial(self._delete_upto, self.gc, (upto + 1,), self._drop_value),
+        ]
 
-    def _expire(self, upto: int) -> None:
-        for key, _ in list(self.timers.scan_range((MIN_TS,), (upto + 1,))):
-            self.timers.delete(key)
-        for (last, k, t), _ in list(self.gc.scan_range((MIN_TS,), (upto + 1,))):
-            self.gc.delete((last, k, t))
-            self.buffer.delete((k, t))
+    def _fire(self, old: int, new: int, cursor: Cursor | None, budget: Budget | None) -> Cursor | None:
+        if self.updates:
+            return None
+        fired = self.timers.scan_range(cursor or (old + 1,), (new + 1,))
+        n, first = self._chunk(budget), True
+        while chunk := list(islice(fired, n)):
+            if first:
+                chunk, first = after(chunk, cursor), False
+            self._emit_results(self._results([(e, k) for (e, k), _ in chunk]))
+            if chunk and budget is not None and budget.spent(len(chunk)):
+                return tuple(chunk[-1][0])
+        return None
+
+    def _drop_value(self, gc_key: StateKey) -> None:
+        _last, k, t = gc_key
+        self.buffer.delete((k, t))

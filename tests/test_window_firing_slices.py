@@ -1,0 +1,173 @@
+"""Window firings in slices (issue 13 point 7): a watermark step that makes many windows
+due fires them a slice at a time (the task yields between slices), a checkpoint taken
+between two slices holds exactly the windows not fired yet, and a task restored from it
+finishes the firing — for every window kind the output is record for record that of
+one unsliced firing, and what fired before the barrier is in the checkpoint's epoch."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from kstream.api import Hopping, Session, Sliding, Tumbling, WindowSpec
+from kstream.plan import JobPlan
+from kstream.runtime import OutputEvent, SnapshotPoint, Task
+from kstream.runtime.events import Barrier
+from kstream.runtime.firing import Budget
+from kstream.state.memory import MemoryBackend
+from kstream.state.rocksdb import RocksDBBackend
+from tests.conftest import DrivenTask, Kit
+
+KEYS = 60
+SLICE = 7  # windows per slice: 7 per Budget(max_items=7)
+
+SPECS: dict[str, tuple[WindowSpec, int]] = {
+    # (spec, allowed lateness): every kind, with and without lateness
+    "tumbling": (Tumbling(100), 0),
+    "tumbling-lateness": (Tumbling(100), 150),
+    "hopping": (Hopping(100, 50), 0),
+    "sliding": (Sliding(40), 0),
+    "sliding-lateness": (Sliding(40), 120),
+    "session": (Session(30), 0),
+    "session-lateness": (Session(30), 100),
+}
+
+
+def _rows(first_ts: int) -> list[tuple[str, int, int]]:
+    """KEYS keys, a few records each within [first_ts, first_ts + 300)."""
+    return [
+        (f"k{k:03d}", k, first_ts + (k * 37 + j * 91) % 300)
+        for k in range(KEYS)
+        for j in range(3)
+    ]
+
+
+def _feeds(kit: type[Kit]) -> list[list[Any]]:
+    """Three feeds (out-of-orderness 1000 ms): many windows; a watermark jump to 1300,
+    far past all of them; records after the jump — one late beyond any lateness, one
+    late within it (a late firing), new windows."""
+    a = _rows(0)
+    b = [("zz", 1, 2300)]
+    c = [("k002", 1, 50), ("k001", 1, 1210), *_rows(1300)]
+    out, off = [], 0
+    for rows in (a, b, c):
+        out.append(kit.records(rows, first_offset=off))
+        off += len(rows)
+    return out
+
+
+def _plan(kit: type[Kit], kind: str) -> JobPlan:
+    spec, lateness = SPECS[kind]
+    return kit.window_job(spec, allowed_lateness_ms=lateness, out_of_orderness_ms=1000)
+
+
+def _budget() -> Budget:
+    return Budget(60.0, max_items=SLICE)
+
+
+def _reference(kit: type[Kit], plan: JobPlan) -> list[Any]:
+    task = kit.task(plan)
+    for batch in _feeds(kit):
+        task.feed_source("events", 0, batch, 0.0)
+    task.tick(0.0)
+    return kit.sink(task.drain(), "out")
+
+
+def _settle(task: DrivenTask, ticks: list[int]) -> None:
+    """Tick until the firing in progress is done, counting the slices."""
+    while task.firing:
+        task.tick(0.0)
+        ticks[0] += 1
+    task.tick(0.0)
+
+
+@pytest.mark.parametrize("kind", sorted(SPECS))
+def test_a_sliced_firing_yields_and_gives_the_unsliced_output(kit: type[Kit], kind: str) -> None:
+    plan = _plan(kit, kind)
+    expected = _reference(kit, plan)
+    feeds = _feeds(kit)
+    task = kit.task(plan, firing_budget=_budget())
+    task.feed_source("events", 0, feeds[0], 0.0)
+    assert not task.firing and kit.sink(task.drain(), "out") == []
+    task.feed_source("events", 0, feeds[1], 0.0)  # the jump: a firing in slices starts
+    assert task.firing
+    first = kit.sink(task.drain(), "out")
+    assert 0 < len(first) <= SLICE  # one slice
+    assert task.paused_inputs() == {("events", 0)}
+    task.feed_source("events", 0, feeds[2], 0.0)  # waits for the firing, in order
+    assert kit.sink(task.drain(), "out") == []
+    ticks = [0]
+    _settle(task, ticks)
+    assert not task.firing and task.paused_inputs() == frozenset()
+    assert first + kit.sink(task.drain(), "out") == expected
+    assert ticks[0] >= 3, "the firing took several slices"
+    assert len(expected) > 3 * SLICE
+
+
+def _backend(kind: str, tmp_path: Path, name: str) -> Any:
+    return MemoryBackend() if kind == "memory" else RocksDBBackend(tmp_path / name)
+
+
+@pytest.mark.parametrize("backend_kind", ["memory", "rocksdb"])
+@pytest.mark.parametrize("kind", sorted(SPECS))
+def test_a_checkpoint_between_slices_restores_into_the_rest_of_the_firing(
+    kit: type[Kit], tmp_path: Path, kind: str, backend_kind: str
+) -> None:
+    plan = _plan(kit, kind)
+    expected = _reference(kit, plan)
+    feeds = _feeds(kit)
+    backend = _backend(backend_kind, tmp_path, "a0")
+    saved: dict[str, Any] = {}
+
+    def on_snapshot(p: SnapshotPoint) -> None:
+        saved["point"] = p
+        if isinstance(backend, MemoryBackend):
+            saved["state"] = backend.snapshot()
+        else:
+            saved["state"] = backend.snapshot_sync(p.checkpoint_id or 0).directory
+
+    task = kit.task(plan, backend=backend, on_snapshot=on_snapshot, firing_budget=_budget())
+    task.feed_source("events", 0, feeds[0], 0.0)
+    task.feed_source("events", 0, feeds[1], 0.0)
+    task.tick(0.0)  # a second slice
+    assert task.firing
+    task.feed_source("events", 0, feeds[2], 0.0)  # waits for the firing
+    task.trigger_checkpoint(1, 0, 0.0)  # goes in before the waiting records
+    out = task.drain()
+    at = next(i for i, o in enumerate(out) if isinstance(o, SnapshotPoint))
+    epoch1 = kit.sink(out[:at], "out")
+    point = saved["point"]
+    assert point.positions == {("events", 0): len(feeds[0]) + len(feeds[1])}
+    assert 0 < len(epoch1) < len(expected) and expected[: len(epoch1)] == epoch1
+    # The forwarded barrier carries the watermark all windows fired up to (not the jump).
+    (barrier,) = [o.event for o in out[at:] if isinstance(o, OutputEvent)]
+    assert isinstance(barrier, Barrier) and barrier.timestamp < 1000
+    assert task.firing  # the first attempt goes on; its output after the barrier is lost
+
+    if isinstance(backend, MemoryBackend):
+        restored_backend: Any = MemoryBackend.restore(saved["state"])
+    else:
+        backend.close()
+        shutil.copytree(saved["state"], tmp_path / "restored" / "db")
+        restored_backend = RocksDBBackend(tmp_path / "restored")
+    restored = DrivenTask(
+        Task(
+            plan,
+            "stage0-0",
+            restored_backend,
+            attempt=1,
+            restore_positions=point.positions,
+            firing_budget=_budget(),
+        ),
+        None,
+    )
+    assert restored.firing  # the firing's target is in the checkpoint
+    restored.feed_source("events", 0, feeds[2], 0.0)  # read again from the position
+    ticks = [0]
+    _settle(restored, ticks)
+    assert epoch1 + kit.sink(restored.drain(), "out") == expected
+    assert ticks[0] >= 2
+
