@@ -39,9 +39,7 @@ SPECS: dict[str, tuple[WindowSpec, int]] = {
 def _rows(first_ts: int) -> list[tuple[str, int, int]]:
     """KEYS keys, a few records each within [first_ts, first_ts + 300)."""
     return [
-        (f"k{k:03d}", k, first_ts + (k * 37 + j * 91) % 300)
-        for k in range(KEYS)
-        for j in range(3)
+        (f"k{k:03d}", k, first_ts + (k * 37 + j * 91) % 300) for k in range(KEYS) for j in range(3)
     ]
 
 
@@ -170,4 +168,3 @@ def test_a_checkpoint_between_slices_restores_into_the_rest_of_the_firing(
     _settle(restored, ticks)
     assert epoch1 + kit.sink(restored.drain(), "out") == expected
     assert ticks[0] >= 2
-

@@ -180,17 +180,27 @@ class InputGate:
                     per[c.upstream] = pos
         return positions
 
-    def paused_inputs(self) -> frozenset[TP]:
-        """Partitions to pause: every channel of them is held back by alignment."""
+    def paused_inputs(self, *, firing: bool = False) -> frozenset[TP]:
+        """Partitions to pause: every channel of them is held back by alignment; during
+        a ``firing`` also the sources and the partitions with records waiting for it."""
         by_tp: dict[TP, list[Channel]] = {}
         for c in self.channels.values():
             by_tp.setdefault(c.tp, []).append(c)
         return frozenset(
             tp
             for tp, cs in by_tp.items()
-            if all(c.blocked_on is not None or c.ended for c in cs)
-            and any(c.blocked_on is not None for c in cs)
+            if (
+                all(c.blocked_on is not None or c.ended for c in cs)
+                and any(c.blocked_on is not None for c in cs)
+            )
+            or (firing and any(c.buffer or c.upstream is None for c in cs))
         )
+
+    @staticmethod
+    def only_records(c: Channel) -> bool:
+        """Source channel ``c`` buffers only record batches (that wait for a firing): no
+        queued barrier or end of input among them."""
+        return all(isinstance(x, list | tuple) for x in c.buffer)
 
     def seek_positions(self) -> dict[TP, int | None]:
         """Where to start reading each input partition (``None``: the job's start

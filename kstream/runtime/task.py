@@ -11,7 +11,7 @@ Checkpoint barrier handling, in order (DESIGN §4, §5.4):
    input's watermark and the task watermark (minimum over inputs) advances: windows
    ending at or before it fire and timers due by it run, and operators emit what is
    due per checkpoint (``before_snapshot``), all *before* the snapshot, so their
-   results belong to epoch *n*.
+   results belong to epoch *n* (a firing in slices may go on after it, see below).
 3. ``SnapshotPoint`` is output: the state is exactly the checkpoint's (no
    post-barrier record processed yet); positions say where each input resumes (per
    upstream task for internal partitions).
@@ -36,19 +36,10 @@ lateness is decided against the task watermark just before it (see
 internal records (and before a record that was behind the watermark), every
 ``watermark_interval_s`` otherwise, and on every forwarded barrier.
 
-Firing in slices (issue 13 point 7): with a ``firing_budget`` (the worker's), a
-watermark step that makes many windows due fires them in slices of about that much
-work per call; the task watermark (what is forwarded, what barriers carry) moves
-only when the firing is done. Until then the task processes no record: what arrives
-waits in its channel's buffer, in order, and :meth:`Task.tick` goes on with the
-firing (then with what waited, then the next watermark step). A barrier at the head
-of its channel still goes in: a checkpoint aligned mid-firing snapshots the state
-between two slices — the operators keep the firing's progress in their state, the
-task its target (:mod:`kstream.runtime.firing`) — and the output fired before it
-belongs to its epoch; a restored task goes on with the firing before anything else.
-A source channel's records that wait for a firing are not processed yet, so a
-checkpoint trigger puts the barrier before them. A firing inside a source batch (cut
-before a record behind the watermark, see ``_emit_timed``) is not sliced.
+Firing in slices (:mod:`kstream.runtime.firing`): with a ``firing_budget`` windows
+fire a slice per call, :meth:`Task.tick` goes on; no record is processed meanwhile
+(it waits in its channel's buffer), but a barrier at the head of a channel goes in
+(a source's before the waiting records): a checkpoint mid-firing holds its progress.
 
 Bounded mode: when every input ended, all windows fire, ``EndOfInput`` goes to
 every output and the final state is handed over once (``SnapshotPoint(final=True)``,
@@ -68,7 +59,6 @@ from kstream.config import OnError
 from kstream.plan.model import InputKind, JobPlan, OutputKind, TaskSpec
 from kstream.runtime.channels import Channel
 from kstream.runtime.errors import OperatorErrors
-from kstream.runtime.firing import Budget
 from kstream.runtime.events import (
     MAX_TS,
     MIN_TS,
@@ -78,6 +68,7 @@ from kstream.runtime.events import (
     StreamEvent,
     Watermark,
 )
+from kstream.runtime.firing import Budget, TaskFiring
 from kstream.runtime.gate import InputGate, QueuedBarrier, unseen
 from kstream.runtime.graph import build_graph
 from kstream.runtime.operators import Operator
@@ -169,10 +160,7 @@ class Task:
                 c.watermark = wm
         # A firing in slices: its target watermark (stored once a slice stops short, so
         # a snapshot between slices has it; a restored task goes on with it first).
-        self._budget = None if bounded else firing_budget
-        self._firing_state = backend.table(TableSpec("task.firing"))
-        self._firing: int | None = self._firing_state.get(("target",))
-        self._firing_saved = self._firing is not None
+        self._firing = TaskFiring(self.task_id, backend, None if bounded else firing_budget)
 
     # ---- what the runner calls ----------------------------------------------------
 
@@ -194,15 +182,12 @@ class Task:
     @property
     def firing(self) -> bool:
         """Whether a firing is in progress (:meth:`tick` goes on with it)."""
-        return self._firing is not None
+        return self._firing.active
 
     def paused_inputs(self) -> frozenset[tuple[str, int]]:
         """Partitions to pause: every channel of them is held back by alignment; during
         a firing also the sources and the partitions with records waiting for it."""
-        paused = self._gate.paused_inputs()
-        if self._firing is None:
-            return paused
-        return paused | {c.tp for c in self._gate.channels.values() if c.buffer or c.upstream is None}
+        return self._gate.paused_inputs(firing=self._firing.active)
 
     def source_watermarks(self) -> dict[tuple[str, int], tuple[int, bool]]:
         """``(watermark, ended)`` of each user-topic source partition (not tables):
@@ -221,7 +206,7 @@ class Task:
         """Process a batch of raw records from a user topic partition."""
         self._enter(now)
         c = self._gate.channel(topic, partition, None)
-        if c.blocked_on is not None or c.buffer or self._firing is not None:
+        if c.blocked_on is not None or c.buffer or self._firing.active:
             c.buffer.append(records)
             c.last_active = now  # waiting for a firing is not idleness
             return
@@ -244,7 +229,7 @@ class Task:
         """A user topic partition is exhausted (bounded run reached its end offset)."""
         self._enter(now)
         c = self._gate.channel(topic, partition, None)
-        if c.blocked_on is not None or c.buffer or self._firing is not None:
+        if c.blocked_on is not None or c.buffer or self._firing.active:
             c.buffer.append(EndOfInput())
             return
         c.ended = True
@@ -274,7 +259,9 @@ class Task:
                 self._check_aligned()
             return
         for c in live:
-            if c.blocked_on is None and (not c.buffer or self._only_records(c)):
+            if c.blocked_on is None and (
+                not c.buffer or (self._firing.active and gate.only_records(c))
+            ):
                 # (Records waiting for a firing are not processed yet: the barrier goes
                 # before them, as if they had not been fed; they follow it.)
                 self._on_barrier(c, barrier, c.position)
@@ -305,9 +292,9 @@ class Task:
         periodic watermark emission; with ``wall_ms`` (the wall clock, epoch ms) also
         processing-time timers and triggers (not during a firing)."""
         self._enter(now)
-        if self._firing is not None:
+        if self._firing.active:
             self._go_on()
-            if self._firing is not None or self._gate.holding:
+            if self._firing.active or self._gate.holding:
                 return
         if wall_ms is not None:
             for op in self._graph.stateful:
@@ -315,11 +302,6 @@ class Task:
         self._update_watermark()
 
     # ---- internals ----------------------------------------------------------------
-
-    def _only_records(self, c: Channel) -> bool:
-        """Source channel ``c`` (not blocked) holds only record batches, waiting for a
-        firing: no barrier or end of input among them."""
-        return self._firing is not None and all(isinstance(x, list | tuple) for x in c.buffer)
 
     def _enter(self, now: float) -> None:
         if self._gate.holding:
@@ -425,8 +407,8 @@ class Task:
             if c.blocked_on is not None:
                 c.buffer.append(it)
                 continue
-            if self._firing is not None and (
-                c.buffer or type(it) is InternalRecord or not isinstance(it.event, Barrier)
+            if self._firing.active and (
+                c.buffer or not isinstance(it, InternalEvent) or not isinstance(it.event, Barrier)
             ):  # waits for the firing; a barrier at the head of its channel goes in
                 c.buffer.append(it)
                 c.last_active = self._now
@@ -505,6 +487,7 @@ class Task:
             op.before_snapshot()
         # (2) Snapshot point: state now is exactly checkpoint n's.
         self._snapshot(n, final=False)
+        self._firing.note_checkpoint(n)  # mid-firing: its progress is in the snapshot
         # (3) Forward the barrier downstream, carrying the task watermark.
         self._emitted_wm = max(self._emitted_wm, self.watermark)
         self._broadcast(Barrier(n, self.attempt, self.watermark))
@@ -541,7 +524,7 @@ class Task:
                 self._held.append(("items", c, items[i:]))
                 return
             if c.blocked_on is not None or (
-                self._firing is not None and (c.buffer or not isinstance(item, QueuedBarrier))
+                self._firing.active and (c.buffer or not isinstance(item, QueuedBarrier))
             ):  # held by alignment, or waiting for a firing (a barrier at the head goes in)
                 c.buffer.extend(items[i:])
                 return
@@ -550,8 +533,9 @@ class Task:
                 self._after_end()
             elif isinstance(item, QueuedBarrier):
                 self._on_barrier(c, item.barrier, item.position)
-            else:
+            else:  # as feed_source does: each batch's watermark before the next batch
                 self._source_batch(c, item)
+                self._update_watermark()
 
     def _broadcast(self, event: StreamEvent) -> None:
         for o in self.spec.outputs:
@@ -587,36 +571,20 @@ class Task:
         """The task watermark moves up to ``new`` (never back): operators fire — in
         slices with a firing budget (``sliced``); the watermark moves when all fired.
         During a firing nothing else moves it: it is recomputed after the firing."""
-        if self._firing is not None or new <= self.watermark:
+        firing = self._firing
+        if firing.active or new <= self.watermark:
             return
-        self._firing = new
-        budget = self._budget
-        self._fire(budget.start() if sliced and budget is not None else None)
-
-    def _fire(self, budget: Budget | None) -> bool:
-        """Go on with the firing toward ``self._firing``: each operator in plan order
-        (one's results reach the next before that one fires). True when done."""
-        target = self._firing
-        assert target is not None
-        for op in self._graph.stateful:
-            if not op.advance(target, budget):
-                if not self._firing_saved:
-                    self._firing_state.put(("target",), target)
-                    self._firing_saved = True
-                return False
-        if self._firing_saved:
-            self._firing_state.delete(("target",))
-            self._firing_saved = False
-        self._firing = None
-        self.watermark = target
-        return True
+        if firing.start(new, self._graph.stateful, sliced=sliced):
+            self.watermark = new
 
     def _go_on(self) -> None:
         """One slice of the firing in progress; when it is done, what waited for it —
         each channel's buffer in order — and then the next watermark step."""
-        budget = self._budget
-        if not self._fire(budget.start() if budget is not None else None):
+        target = self._firing.target
+        assert target is not None
+        if not self._firing.go_on(self._graph.stateful):
             return
+        self.watermark = target
         for c in self._gate.channels.values():
             if c.buffer and c.blocked_on is None:
                 self._replay(c)  # (waits again if it starts a firing or a snapshot point)
@@ -640,8 +608,9 @@ class Task:
     def _finish(self) -> None:
         """All inputs ended: fire everything, tell downstream, hand over final state."""
         self.finished = True
-        if self._firing is not None:
-            self._fire(None)
+        if self._firing.target is not None:  # (only with a budget: not in bounded runs)
+            self.watermark = self._firing.target
+            self._firing.go_on(self._graph.stateful, sliced=False)
         for op in self._graph.stateful:
             op.finish()
         self._emitted_wm = MAX_TS

@@ -129,7 +129,9 @@ class WindowOperator(Operator):
                 if watermark <= self.wm:
                     return True
                 target = watermark
-            if not self.firing.run(target, self._steps(self.wm, target, target - self.allowed), budget):
+            if not self.firing.run(
+                target, self._steps(self.wm, target, target - self.allowed), budget
+            ):
                 return False
             self._set_wm(target)
 
@@ -249,7 +251,9 @@ class FixedWindowOperator(WindowOperator):
     def _steps(self, old: int, new: int, upto: int) -> list[Step]:
         return [partial(self._fire, old, new), partial(self._expire, old - self.allowed, upto)]
 
-    def _fire(self, old: int, new: int, cursor: Cursor | None, budget: Budget | None) -> Cursor | None:
+    def _fire(
+        self, old: int, new: int, cursor: Cursor | None, budget: Budget | None
+    ) -> Cursor | None:
         if not self._ends_between(old, new):
             return None
         lo, hi = (old + 1,), (new + 1,)
@@ -362,7 +366,9 @@ class SessionWindowOperator(WindowOperator):
             partial(self._delete_upto, self.timers, (upto,), self._drop_session),
         ]
 
-    def _fire(self, old: int, new: int, cursor: Cursor | None, budget: Budget | None) -> Cursor | None:
+    def _fire(
+        self, old: int, new: int, cursor: Cursor | None, budget: Budget | None
+    ) -> Cursor | None:
         if self.updates:
             return None
         get = self.sessions.get
@@ -371,7 +377,9 @@ class SessionWindowOperator(WindowOperator):
         while chunk := list(islice(fired, n)):
             if first:
                 chunk, first = after(chunk, cursor), False
-            self._emit_results([WindowResult(k, s, end, get((k, s))[1]) for (end, k, s), _ in chunk])
+            self._emit_results(
+                [WindowResult(k, s, end, get((k, s))[1]) for (end, k, s), _ in chunk]
+            )
             if chunk and budget is not None and budget.spent(len(chunk)):
                 return tuple(chunk[-1][0])
         return None
@@ -499,7 +507,9 @@ class SlidingWindowOperator(WindowOperator):
             partial(self._delete_upto, self.gc, (upto + 1,), self._drop_value),
         ]
 
-    def _fire(self, old: int, new: int, cursor: Cursor | None, budget: Budget | None) -> Cursor | None:
+    def _fire(
+        self, old: int, new: int, cursor: Cursor | None, budget: Budget | None
+    ) -> Cursor | None:
         if self.updates:
             return None
         fired = self.timers.scan_range(cursor or (old + 1,), (new + 1,))

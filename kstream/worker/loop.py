@@ -247,9 +247,12 @@ class Worker:
                     batch = {}  # fetched around a rebalance: read again after the seeks
                 backlog.add(batch)
             seeks = tasks.seeks
-            if backlog.has_topic(lambda t: t not in internal):
+            if backlog.has_topic(lambda t: t not in internal) or (
+                not mode.draining and any(r.task.firing for r in tasks.running())
+            ):
                 # Input from a user topic (internal records are its consequences, and
-                # carry barriers and watermarks even when no input arrives).
+                # carry barriers and watermarks even when no input arrives), or a window
+                # firing going on (not idle; a stop takes its checkpoint mid-firing).
                 mode.on_input(now)
             # At most about a second of work before signals and control messages are
             # looked at again (slow user functions: kstream.worker.backlog).

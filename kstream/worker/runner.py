@@ -25,6 +25,7 @@ from kstream.kafka.sink import AtLeastOnceSink, ExactlyOnceSink, Sink
 from kstream.logs import ctx as ctx_log
 from kstream.metrics.worker import WorkerMetrics
 from kstream.plan import JobPlan, OutputKind, TaskSpec
+from kstream.runtime.firing import Budget
 from kstream.runtime.records import Position, SnapshotPoint
 from kstream.runtime.task import Task
 from kstream.sinkbuffer.budget import MemoryBudget
@@ -223,6 +224,10 @@ class TaskRunner:
             bounded=ctx.config.bounded,
             restore_positions=positions,
             now=ctx.clock(),
+            # Window firings in slices of about SLICE_S (the loop goes on with them
+            # between its looks at signals and the control topic): with checkpoints only,
+            # since without them fed offsets are committed as processed.
+            firing_budget=Budget() if ctx.config.checkpointing.enabled else None,
         )
 
     @property
