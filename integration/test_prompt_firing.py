@@ -16,6 +16,7 @@ there: the ``read_committed`` output is exactly the plain-Python expectation.
 from __future__ import annotations
 
 import hashlib
+import json
 import re
 import signal
 import subprocess
@@ -96,9 +97,8 @@ def _wait_for(
 
 
 def _output(bootstrap: str, topic: str) -> list[tuple[str, int, int]]:
-    import json
-
-    return [tuple(json.loads(r.value or b"")) for r in read_all(bootstrap, topic)]  # type: ignore[misc]
+    rows = [json.loads(r.value or b"") for r in read_all(bootstrap, topic)]
+    return [(k, s, v) for k, s, v in rows]
 
 
 def test_checkpoints_and_sigterm_take_effect_mid_firing_and_a_restart_finishes_it_exactly_once(
