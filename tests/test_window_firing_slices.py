@@ -6,16 +6,19 @@ one unsliced firing, and what fired before the barrier is in the checkpoint's ep
 
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from kstream.api import Hopping, Session, Sliding, Tumbling, WindowSpec
-from kstream.plan import JobPlan
-from kstream.runtime import OutputEvent, SnapshotPoint, Task
-from kstream.runtime.events import Barrier
+from kstream.api import Hopping, Session, Sliding, Topology, Tumbling, WindowSpec
+from kstream.plan import JobPlan, plan_job
+from kstream.runtime import InternalEvent, InternalRecord, OutputEvent, SnapshotPoint, Task
+from kstream.runtime.events import Barrier, Watermark
 from kstream.runtime.firing import Budget
 from kstream.state.memory import MemoryBackend
 from kstream.state.rocksdb import RocksDBBackend
@@ -168,3 +171,113 @@ def test_a_checkpoint_between_slices_restores_into_the_rest_of_the_firing(
     _settle(restored, ticks)
     assert epoch1 + kit.sink(restored.drain(), "out") == expected
     assert ticks[0] >= 2
+
+
+# ---- a task reading an internal topic --------------------------------------------------
+
+TOPIC = "r.stage0.repartition"
+
+
+def _internal_plan() -> JobPlan:
+    t = Topology("r")
+    (
+        t.source("words", value_serde="str")
+        .key_by(lambda w: w)
+        .window(Tumbling(10))
+        .count()
+        .map(lambda r: [r.key, r.start, r.value])
+        .to("out")
+    )
+    return plan_job(t, "r", {"words": 1})
+
+
+def _rec(off: int, key: str, ts: int) -> InternalRecord:
+    return InternalRecord("stage0-0", 0, off, json.dumps(key).encode(), b'"x"', ts)
+
+
+def _ev(off: int, event: Any) -> InternalEvent:
+    return InternalEvent("stage0-0", 0, off, event)
+
+
+def test_an_internal_barrier_goes_in_mid_firing_only_at_the_head_of_its_channel(
+    kit: type[Kit],
+) -> None:
+    words = [_rec(i, f"w{i:03d}", i % 50) for i in range(100)]  # 100 windows, ends <= 50
+    head = [*words, _ev(100, Watermark(1000))]
+    # (a) The barrier is next on its channel: it goes in between two slices.
+    task = kit.task(_internal_plan(), "stage1-0", firing_budget=_budget())
+    task.feed_internal(TOPIC, 0, head, 0.0)
+    assert task.firing
+    task.feed_internal(TOPIC, 0, [_ev(101, Barrier(1, 0, 1000))], 0.0)
+    out = task.drain()
+    points = [o for o in out if isinstance(o, SnapshotPoint)]
+    assert [p.positions for p in points] == [{(TOPIC, 0): {"stage0-0": 102}}]
+    assert task.firing
+    # (b) A record came first: it waits for the firing, and the barrier behind it.
+    task2 = kit.task(_internal_plan(), "stage1-0", firing_budget=_budget())
+    task2.feed_internal(TOPIC, 0, head, 0.0)
+    task2.feed_internal(TOPIC, 0, [_rec(101, "late", 5), _ev(102, Barrier(1, 0, 1000))], 0.0)
+    first2 = task2.drain()
+    assert not [o for o in first2 if isinstance(o, SnapshotPoint)]
+    assert task2.paused_inputs() == {(TOPIC, 0)}
+    _settle(task2, [0])
+    out2 = first2 + task2.drain()
+    assert [p.positions for p in out2 if isinstance(p, SnapshotPoint)] == [
+        {(TOPIC, 0): {"stage0-0": 103}}
+    ]
+    assert task2.metrics["late_dropped"] == 1  # judged after the firing, as unsliced
+    # Both give the unsliced output.
+    ref = kit.task(_internal_plan(), "stage1-0")
+    ref.feed_internal(TOPIC, 0, [*head, _rec(101, "late", 5)], 0.0)
+    expected = kit.sink(ref.drain(), "out")
+    assert len(expected) == 100 and ref.metrics["late_dropped"] == 1
+    _settle(task, [0])
+    assert kit.sink(out + task.drain(), "out") == expected
+    assert kit.sink(out2, "out") == expected
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    kind=st.sampled_from(sorted(SPECS)),
+    slice_items=st.integers(1, 40),
+    checkpoint_after=st.integers(0, 30),
+)
+def test_any_slice_size_and_checkpoint_point_give_the_unsliced_output(
+    kind: str, slice_items: int, checkpoint_after: int
+) -> None:
+    plan = _plan(Kit, kind)
+    expected = _reference(Kit, plan)
+    feeds = _feeds(Kit)
+    backend = MemoryBackend()
+    saved: dict[str, Any] = {}
+
+    def on_snapshot(p: SnapshotPoint) -> None:
+        saved["point"], saved["state"] = p, backend.snapshot()
+
+    budget = Budget(60.0, max_items=slice_items)
+    task = Kit.task(plan, backend=backend, on_snapshot=on_snapshot, firing_budget=budget)
+    for batch in feeds[:2]:
+        task.feed_source("events", 0, batch, 0.0)
+    for _ in range(checkpoint_after):
+        if task.firing:
+            task.tick(0.0)
+    task.trigger_checkpoint(1, 0, 0.0)
+    out = task.drain()
+    at = next(i for i, o in enumerate(out) if isinstance(o, SnapshotPoint))
+    before = Kit.sink(out[:at], "out")
+    restored = DrivenTask(
+        Task(
+            plan,
+            "stage0-0",
+            MemoryBackend.restore(saved["state"]),
+            attempt=1,
+            restore_positions=saved["point"].positions,
+            firing_budget=budget,
+        ),
+        None,
+    )
+    pos = saved["point"].positions[("events", 0)]
+    assert pos == len(feeds[0]) + len(feeds[1])
+    restored.feed_source("events", 0, feeds[2], 0.0)
+    _settle(restored, [0])
+    assert before + Kit.sink(restored.drain(), "out") == expected
