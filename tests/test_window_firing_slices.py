@@ -281,3 +281,78 @@ def test_any_slice_size_and_checkpoint_point_give_the_unsliced_output(
     restored.feed_source("events", 0, feeds[2], 0.0)
     _settle(restored, [0])
     assert before + Kit.sink(restored.drain(), "out") == expected
+
+
+class Timers:
+    """An event timer per record at its value; the timer emits and registers another
+    one 5 ms later for its first firing (a timer registered while firing, due)."""
+
+    def process(self, key: str, value: int, ts: int, state: Any, out: Any) -> None:
+        state.register_event_timer(value)
+
+    def on_timer(self, key: str, at: int, state: Any, out: Any) -> None:
+        n = state["n"].get(0) + 1
+        state["n"].set(n)
+        out([key, at, n])
+        if n == 1:
+            state.register_event_timer(at + 5)
+
+
+def _timer_plan() -> JobPlan:
+    from kstream.api import ValueState, WatermarkStrategy
+
+    t = Topology("tm")
+    (
+        t.source("in", keyed=True, watermark=WatermarkStrategy(max_out_of_orderness_ms=5000))
+        .process(Timers, state={"n": ValueState()})
+        .to("out")
+    )
+    return plan_job(t, "tm", {"in": 1})
+
+
+def test_event_timers_fire_in_slices_and_restore_mid_firing(kit: type[Kit]) -> None:
+    # 1200 timers and 300 more registered while firing: timers fire 256 per state scan
+    # (TIMER_BATCH), and a slice stops only between two scans.
+    rows = [(f"k{i % 300:03d}", 100 + (i * 13) % 2000, i) for i in range(1200)]
+    feeds = [kit.records(rows), kit.records([("far", 10**6, 9000)], first_offset=1200)]
+    ref = kit.task(_timer_plan())
+    for f in feeds:
+        ref.feed_source("in", 0, f, 0.0)
+    expected = kit.sink(ref.drain(), "out")
+    assert len(expected) == 1500
+    backend = MemoryBackend()
+    saved: dict[str, Any] = {}
+
+    def on_snapshot(p: SnapshotPoint) -> None:
+        saved["point"], saved["state"] = p, backend.snapshot()
+
+    task = kit.task(
+        _timer_plan(), backend=backend, on_snapshot=on_snapshot, firing_budget=_budget()
+    )
+    for f in feeds:
+        task.feed_source("in", 0, f, 0.0)
+    task.tick(0.0)
+    assert task.firing
+    task.trigger_checkpoint(1, 0, 0.0)
+    out = task.drain()
+    at = next(i for i, o in enumerate(out) if isinstance(o, SnapshotPoint))
+    before = kit.sink(out[:at], "out")
+    assert 0 < len(before) < len(expected)
+    ticks = [0]
+    _settle(task, ticks)
+    assert before + kit.sink(out[at + 1 :] + task.drain(), "out") == expected
+    assert ticks[0] >= 3
+    restored = DrivenTask(
+        Task(
+            _timer_plan(),
+            "stage0-0",
+            MemoryBackend.restore(saved["state"]),
+            attempt=1,
+            restore_positions=saved["point"].positions,
+            firing_budget=_budget(),
+        ),
+        None,
+    )
+    assert restored.firing
+    _settle(restored, [0])
+    assert before + kit.sink(restored.drain(), "out") == expected

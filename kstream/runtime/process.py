@@ -15,7 +15,7 @@ from typing import Any
 
 from kstream.api.process import StateSpec, resolve_process
 from kstream.runtime.events import MAX_TS, MIN_TS
-from kstream.runtime.firing import Budget
+from kstream.runtime.firing import Budget, Cursor, Firing
 from kstream.runtime.keyedstate import KeyScope, TimerQueue
 from kstream.runtime.operators import Keys, Operator, Stamps, Values
 from kstream.state.base import KeyedStateBackend, TableSpec
@@ -72,6 +72,7 @@ class ProcessOperator(Operator):
         self.meta = backend.table(TableSpec(f"{prefix}.meta"))
         self.wm: int = self.meta.get(("wm",), MIN_TS)
         self.scope.watermark = self.wm
+        self.firing = Firing(self.meta)  # restored mid-firing: advance goes on with it
 
     def push(self, keys: Keys, values: Values, stamps: Stamps, port: int) -> None:
         scope, fn, out = self.scope, self.process_fn, self.out
@@ -88,15 +89,26 @@ class ProcessOperator(Operator):
         self.emit(*out.take())
 
     def advance(self, watermark: int, budget: Budget | None = None) -> bool:
-        # Timers are not sliced: a watermark firing many timers runs them all at once.
-        if watermark <= self.wm:
-            return True
-        self.scope.watermark = watermark
-        self._fire(self.scope.event_timers, watermark, "event")
-        self.scope.expire(watermark)
-        self.wm = watermark
-        self.meta.put(("wm",), watermark)
-        return True
+        """Event-time timers due by ``watermark`` fire, then TTL expiry; with ``budget``
+        in slices (fired timers leave the timer table, so the rest is what is left)."""
+        while True:
+            target = self.firing.target  # a firing in progress goes first
+            if target is None:
+                if watermark <= self.wm:
+                    return True
+                target = watermark
+            self.scope.watermark = target
+            if not self.firing.run(target, [self._fire_event, self._expire], budget):
+                return False
+            self.wm = target
+            self.meta.put(("wm",), target)
+
+    def _fire_event(self, _cursor: Cursor | None, budget: Budget | None) -> Cursor | None:
+        return self._fire(self.scope.event_timers, self.scope.watermark, "event", budget)
+
+    def _expire(self, _cursor: Cursor | None, _budget: Budget | None) -> Cursor | None:
+        self.scope.expire(self.scope.watermark)
+        return None
 
     def on_processing_time(self, now_ms: int) -> None:
         self.scope.processing_time = now_ms
@@ -105,15 +117,24 @@ class ProcessOperator(Operator):
     def finish(self) -> None:
         """End of input: every event-time timer fires (the watermark is at the end of
         time); the stored watermark stays the last real one."""
+        if self.firing.target is not None:
+            self.advance(self.firing.target)
         self.scope.watermark = MAX_TS - 1
         self._fire(self.scope.event_timers, MAX_TS - 1, "event")
 
-    def _fire(self, queue: TimerQueue, upto: int, domain: str) -> None:
+    def _fire(
+        self, queue: TimerQueue, upto: int, domain: str, budget: Budget | None = None
+    ) -> Cursor | None:
+        """Fire the timers of ``queue`` due by ``upto``; ``()`` when ``budget`` ran out
+        first (the rest are still in the queue)."""
         on_timer = self.on_timer
         if on_timer is None or upto < queue.next:
-            return
+            return None
         scope, out, errors = self.scope, self.out, self.errors
         record_time = scope.timestamp
+        stopped: Cursor | None = None
+        # Always TIMER_BATCH per scan, also in slices: a timer registered while firing
+        # fires in the next scan, so the chunking is part of the order of the output.
         while chunk := queue.due(upto, TIMER_BATCH):
             scope.time_domain = domain
             for ts, k in chunk:
@@ -128,5 +149,9 @@ class ProcessOperator(Operator):
                     out.truncate(emitted)  # on_error="dead_letter": its output is discarded
                     errors.timer_failed(self.name, k, ts, domain, e)
             self.emit(*out.take())
+            if budget is not None and budget.spent(len(chunk)):
+                stopped = ()
+                break
         scope.time_domain = None
         scope.timestamp = record_time
+        return stopped
