@@ -75,7 +75,8 @@ class Topology:
         the task (the job rolls back; default) or ``"dead_letter"`` the record (to
         ``<app>.dlq`` with the operator's name and the exception, counted): ``map``,
         ``filter``, ``flat_map``, ``key_by``, aggregations, joiners and process
-        functions (timer callbacks still fail; see :mod:`kstream.runtime.errors`)."""
+        functions and their timer callbacks (a dead letter describing the timer; see
+        :mod:`kstream.runtime.errors`)."""
         self.name = name
         self.default_guarantee = default_guarantee
         self.on_error = OnError(on_error)
