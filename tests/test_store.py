@@ -79,3 +79,13 @@ def test_open_store_urls(tmp_path: Path) -> None:
         open_store("ftp://host/dir")
     with pytest.raises(StoreError, match="apply to object stores"):
         open_store(str(tmp_path), {"region": "x"})
+
+
+def test_paths_are_checked_lexically(tmp_path: Path) -> None:
+    store = FileStore(tmp_path)
+    for bad in ("../x", "/etc/passwd", "app/../../x", ".."):
+        with pytest.raises(StoreError, match="escapes"):
+            store.get_bytes(bad)
+    store.put_bytes("app/./shared/../shared/x", b"x")
+    assert store.list("app") == ["app/shared/x"]
+    assert store.get_bytes("app/shared/x") == b"x"

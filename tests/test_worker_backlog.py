@@ -60,3 +60,20 @@ def test_dropping_user_input_says_where_to_read_again() -> None:
     backlog.add({("in", 0): _batch("in", 0, 5), ("app.stage0.repartition", 1): _batch("x", 1, 3)})
     assert backlog.drop(lambda t: t == "in") == {("in", 0): 0}
     assert len(backlog) == 3 and not backlog.has_topic(lambda t: t == "in")
+
+
+def test_held_partitions_wait_in_order_while_the_others_are_fed() -> None:
+    tasks = SlowTasks(cost=0.0)
+    backlog = Backlog(2000, clock=tasks.clock)
+    a, b = ("in", 0), ("in", 1)
+    backlog.add({a: _batch("in", 0, 3), b: _batch("in", 1, 2)})
+    backlog.add({a: _batch("in", 0, 5)[3:], b: _batch("in", 1, 4)[2:]})
+    assert backlog.feedable({a}) and not backlog.feedable({a, b})
+    assert backlog.feed(tasks.feed, {a}) == 4
+    assert tasks.fed == [(b, 0), (b, 1), (b, 2), (b, 3)]
+    assert backlog.partitions() == {a} and not backlog.feedable({a})
+    assert backlog.full({a}, limit=5) == {a} and backlog.full({a}, limit=6) == set()
+    assert backlog.full(set(), limit=1) == set()  # only held partitions are ever full
+    backlog.feed(tasks.feed)  # the hold ended: its records in their order
+    assert tasks.fed[4:] == [(a, o) for o in range(5)]
+    assert not backlog

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import posixpath
 import shutil
 import tempfile
 import uuid
@@ -21,10 +22,13 @@ class FileStore(CheckpointStore):
         self.url = f"file://{self.root}"
 
     def _path(self, path: str) -> Path:
-        p = (self.root / path).resolve()
-        if p != self.root and self.root not in p.parents:
+        # Lexical, no resolve(): the store builds every path below its root itself, and
+        # resolving (an lstat per component) was the largest cost of uploads and
+        # retention passes. ".." and absolute paths are refused.
+        norm = posixpath.normpath(path) if path else "."
+        if norm.startswith("/") or norm == ".." or norm.startswith("../"):
             raise StoreError(f"path {path!r} escapes the store root {self.root}")
-        return p
+        return self.root if norm == "." else self.root / norm
 
     def _tmp_for(self, target: Path) -> Path:
         target.parent.mkdir(parents=True, exist_ok=True)

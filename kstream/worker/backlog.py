@@ -15,6 +15,14 @@ partitions back to the first dropped record — no later record of a partition m
 fed past a gap — so the final checkpoint is not delayed by them (a restart reads
 them again). Internal-topic records are still fed: the final checkpoint's barriers
 travel through them.
+
+Watermark alignment holds a source partition that runs ahead: its records stay here,
+unfed, while the others are fed and read (``feed(..., held)``). Holding is cheaper
+than pausing the consumer — librdkafka drops what it prefetched for a paused
+partition and fetches it again after the resume, and the loop idles meanwhile — so
+the consumer pauses a held partition only once ``HOLD_MAX`` of its records wait here
+(memory stays bounded); they are fed first when the hold ends, while the fetch of
+the rest starts again.
 """
 
 from __future__ import annotations
@@ -31,6 +39,10 @@ BUDGET_S = 1.0
 SLICE_S = 0.25
 """Target work per slice (several slices fit in one budget)."""
 FIRST_SLICE = 16
+HOLD_MAX = 100_000
+"""Records of a held partition kept here before its consumer is paused too (pausing
+costs about a second of idle fetching after the resume; 100 000 records are some tens of
+MB in memory)."""
 
 
 class Backlog:
@@ -61,6 +73,22 @@ class Backlog:
         """Whether records of ``topics`` are pending."""
         return any(topics(tp[0]) for tp, _records in self._pending)
 
+    def partitions(self) -> set[TP]:
+        """The partitions with pending records."""
+        return {tp for tp, _records in self._pending}
+
+    def feedable(self, held: frozenset[TP] | set[TP] = frozenset()) -> bool:
+        """Whether records of a partition not in ``held`` are pending."""
+        return any(tp not in held for tp, _records in self._pending)
+
+    def full(self, held: frozenset[TP] | set[TP], limit: int = HOLD_MAX) -> set[TP]:
+        """The partitions of ``held`` with at least ``limit`` records pending."""
+        counts: dict[TP, int] = {}
+        for tp, records in self._pending:
+            if tp in held:
+                counts[tp] = counts.get(tp, 0) + len(records)
+        return {tp for tp, n in counts.items() if n >= limit}
+
     def add(self, batch: dict[TP, list[Any]]) -> None:
         self._pending.extend((tp, records) for tp, records in batch.items() if records)
 
@@ -80,18 +108,26 @@ class Backlog:
         self._pending = kept
         return first
 
-    def feed(self, feed: Callable[[TP, list[Any]], None]) -> int:
-        """Feed slices (in order) until the backlog is empty or ``budget_s`` is spent;
-        the number of records fed."""
+    def feed(
+        self, feed: Callable[[TP, list[Any]], None], held: frozenset[TP] | set[TP] = frozenset()
+    ) -> int:
+        """Feed slices (in order per partition) of every partition not in ``held`` until
+        none is left or ``budget_s`` is spent; the number of records fed."""
         start = self.clock()
         fed = 0
-        while self._pending:
-            tp, records = self._pending[0]
+        pending = self._pending
+        while pending:
+            i = 0
+            if held:  # the first entry of a partition not held (its records keep their order)
+                i = next((j for j, (tp, _r) in enumerate(pending) if tp not in held), -1)
+                if i < 0:
+                    break
+            tp, records = pending[i]
             part, rest = records[: self.slice], records[self.slice :]
             if rest:
-                self._pending[0] = (tp, rest)
+                pending[i] = (tp, rest)
             else:
-                self._pending.popleft()
+                del pending[i]
             t0 = self.clock()
             feed(tp, part)
             took = self.clock() - t0

@@ -238,13 +238,16 @@ class Worker:
                 seeks = tasks.seeks  # the internal records left are still to be fed
             if tasks.seeks != seeks:
                 backlog.clear()  # read again from the new positions
-            if not backlog:
+            # Source partitions run ahead (watermark alignment): held in the backlog.
+            held = tasks.held(backlog.partitions())
+            if not backlog.feedable(held):
                 batch = self.source.consume_batch(self.batch_size, 0.05)
                 if self._assignment_changed:
                     self._assignment_changed = False
                     log.info("assignment changed: %s", sorted(self.source.assignment))
                     mode.on_assignment(now)
                     batch = {}  # fetched around a rebalance: read again after the seeks
+                    backlog.clear()
                 backlog.add(batch)
             seeks = tasks.seeks
             if backlog.has_topic(lambda t: t not in internal) or (
@@ -256,7 +259,7 @@ class Worker:
                 mode.on_input(now)
             # At most about a second of work before signals and control messages are
             # looked at again (slow user functions: kstream.worker.backlog).
-            backlog.feed(partial(self._feed, now=now))
+            backlog.feed(partial(self._feed, now=now), held)
             wall_ms = int(time.time() * 1000)  # processing-time timers run on the wall clock
             for r in tasks.running():
                 mode.guarded(r, r.task.tick, now, wall_ms)
@@ -264,7 +267,7 @@ class Worker:
             if code is not None:
                 return code
             self._export(now)
-            tasks.sync_pauses(draining=mode.draining)
+            tasks.sync_pauses(draining=mode.draining, full=backlog.full(held))
         return 0
 
     def _feed(self, tp: TP, records: list[RawRecord], now: float) -> None:

@@ -230,16 +230,17 @@ class WorkerTasks:
             self.source.pause(new)
         self._paused |= new
 
-    def sync_pauses(self, *, draining: bool = False) -> None:
-        """Pause exactly: inputs of tasks not running, inputs held back by alignment, and
-        (``draining``: stopping gracefully) every user-topic input."""
-        want: set[TP] = set()
+    def sync_pauses(self, *, draining: bool = False, full: set[TP] | None = None) -> None:
+        """Pause exactly: inputs of tasks not running, inputs held back by barrier
+        alignment, ``full`` (held by watermark alignment with enough records in hand:
+        ``kstream.worker.backlog``) and (``draining``: stopping gracefully) every
+        user-topic input."""
+        want: set[TP] = set(full or ())
         for r in self.runners.values():
             if not r.running:
                 want |= r.inputs()
             else:
                 want |= set(r.task.paused_inputs())
-        want |= self._aligned_pauses()
         assigned = self.source.assignment
         want |= {tp for tp in assigned if self.task_of.get(tp) not in self.runners}
         if draining:
@@ -252,11 +253,14 @@ class WorkerTasks:
             self.source.resume(drop)
         self._paused = want
 
-    def _aligned_pauses(self) -> frozenset[TP]:
-        """Source partitions too far ahead of their source's slowest (watermark alignment),
-        decided at most every ALIGN_EVERY_S (it reads every partition's position) — and at
-        once when the running tasks changed: restored tasks that run ahead must be paused
-        before their first fetch, or each restart lets one batch past the drift bound."""
+    def held(self, pending: set[TP]) -> frozenset[TP]:
+        """Source partitions too far ahead of their source's slowest (watermark alignment):
+        their records are held, not fed (``kstream.worker.backlog``). ``pending``: the
+        partitions with records read but not fed yet (they have records left, whatever
+        the consumer's lag says). Decided at most every ALIGN_EVERY_S (it reads every
+        partition's position) — and at once when the running tasks changed: restored
+        tasks that run ahead must be held from their first record, or each restart
+        lets one batch past the drift bound."""
         if not self.aligner.max_drift_ms:
             return frozenset()
         running = [r for r in self.runners.values() if r.running]
@@ -270,7 +274,10 @@ class WorkerTasks:
             marks.update(r.task.source_watermarks())
         lag = self.source.lag()  # unknown (nothing read yet): records may be left
         self._aligned = self.aligner.paused(
-            {tp: PartitionTime(wm, lag.get(tp, 1) > 0, end) for tp, (wm, end) in marks.items()}
+            {
+                tp: PartitionTime(wm, tp in pending or lag.get(tp, 1) > 0, end)
+                for tp, (wm, end) in marks.items()
+            }
         )
         return self._aligned
 
