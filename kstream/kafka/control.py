@@ -1,4 +1,5 @@
-"""The control topic ``<app>.control`` on Kafka: the coordinator's and the workers' ends.
+"""The control topic ``<app>.control`` on Kafka: the topic, its reader and the workers'
+end (the coordinator's end: :mod:`kstream.kafka.coordinator_channel`).
 
 One partition, so every reader sees one total order. The coordinator writes
 through a transactional producer with the fixed ``transactional.id``
@@ -10,9 +11,9 @@ non-transactionally (visible to read_committed readers at once).
 Records are decoded with :func:`kstream.checkpoint.messages.decode`; a record
 that is not a valid message is logged, counted in ``skipped`` and skipped.
 
-While the brokers are unreachable, every send (a coordinator's transaction, a
-worker's acknowledgement, heartbeat or report) is retried with backoff and the
-process stays up; the outage is logged once when it starts and once when it
+While the brokers are unreachable, every send is retried and the process stays up (a
+coordinator's transaction with backoff; a worker's acknowledgement, heartbeat or
+report in the background by its producer, without stopping the worker loop); the outage is logged once when it starts and once when it
 ends (:mod:`kstream.kafka.reachability`), and a send fails only when the outage
 outlasts the job's bound (``BrokerOutage``, a ControlError).
 """
@@ -21,8 +22,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections import Counter
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from confluent_kafka import OFFSET_END, Consumer, TopicPartition
@@ -34,7 +34,6 @@ from kstream.checkpoint.messages import (
     decode,
     encode,
     record_key,
-    sign,
     verify,
 )
 from kstream.config import Replication
@@ -43,16 +42,15 @@ from kstream.kafka.clients import (
     KafkaException,
     TopicSpec,
     ensure_topics,
-    init_transactions,
-    is_fenced,
     make_admin,
     make_consumer,
     make_producer,
     partition_counts,
+    produce_with_retry,
     watermark_offsets,
 )
 from kstream.kafka.reachability import Backoff, BrokerOutage, Reachability
-from kstream.names import control_reader_group, control_topic, coordinator_transactional_id
+from kstream.names import control_reader_group, control_topic
 
 log = logging.getLogger(__name__)
 
@@ -344,185 +342,6 @@ class _Unverified(Exception):
     """A coordinator message whose signature does not verify (logged and counted)."""
 
 
-class CoordinatorChannel:
-    """The coordinator's end: fenced transactional writes, read_committed reads.
-
-    With ``key`` (the store's control key) every write is signed with this
-    coordinator's epoch — one above the newest verified epoch in the history — and
-    only verified coordinator messages are read. This coordinator was replaced when
-    its transactional producer is fenced, or when it reads a verified message of an
-    epoch at least its own that it did not write; an unverifiable record never
-    decides that.
-    """
-
-    def __init__(
-        self,
-        bootstrap: str,
-        app_id: str,
-        *,
-        extra: Mapping[str, Any] | None = None,
-        replication: Replication | None = None,
-        max_outage: float = DEFAULT_MAX_OUTAGE,
-        key: bytes | None = None,
-    ) -> None:
-        self.app_id = app_id
-        self.key = key
-        self.epoch = 0
-        self._bootstrap = bootstrap
-        self._extra = dict(extra or {})
-        self._replication = replication
-        self.reach = Reachability(max_outage)
-        # A transaction left open by an outage must outlive it: the broker aborts
-        # (and fences) one older than this, and the retried commit would then look
-        # like a successor's fencing. 15 min is the brokers' default maximum.
-        txn_timeout = min(900_000, max(60_000, int((max_outage + 60) * 1000)))
-        self._producer = make_producer(
-            bootstrap,
-            transactional_id=coordinator_transactional_id(app_id),
-            extra={"transaction.timeout.ms": txn_timeout, **self._extra, **NO_AUTO_CREATE},
-        )
-        self._reader: ControlReader | None = None
-        self._unseen: Counter[bytes] = Counter()  # our committed writes not read back yet
-
-    @property
-    def skipped(self) -> int:
-        """Control records skipped as invalid so far."""
-        return self._reader.skipped if self._reader else 0
-
-    def open(self, timeout: float = 30.0) -> list[Message]:
-        """Fence any predecessor, then return the control topic's history to its end.
-
-        1. Create the topic if missing.
-        2. ``init_transactions``: fences the previous coordinator and aborts its open
-           transaction — *why first*: after this no zombie write can appear in what
-           we read next.
-        3. Read the topic from the beginning to its end (read_committed).
-        """
-        ensure_control_topic(self._bootstrap, self.app_id, self._extra, self._replication)
-        try:
-            init_transactions(self._producer, timeout)
-        except KafkaException as e:
-            raise ControlError(f"fencing the previous coordinator of {self.app_id!r}: {e}") from e
-        key = self.key
-        self._reader = ControlReader(
-            self._bootstrap,
-            self.app_id,
-            extra=self._extra,
-            reachability=self.reach,
-            key_source=(lambda: key) if key is not None else None,
-        )
-        history = self._reader.read_to_end(timeout)
-        self.epoch = self._reader.max_epoch + 1
-        return history
-
-    def poll(self, timeout: float) -> list[Message]:
-        """Control messages (workers' and our own) arriving within ``timeout`` seconds."""
-        if self._reader is None:
-            raise ControlError("CoordinatorChannel.open() was not called")
-        _check(self.reach)
-        out = []
-        for raw, msg in self._reader.poll_records(timeout):
-            if isinstance(msg, COORDINATOR_MESSAGES):
-                if self._unseen[raw] > 0:
-                    self._unseen[raw] -= 1  # our own write, read back
-                else:
-                    # Not ours: a verified successor (noticed here even while we have
-                    # nothing to write), or an unsigned write when signing is off.
-                    epoch = verify(raw, self.key) if self.key is not None else None
-                    if self.key is None or (epoch is not None and epoch >= self.epoch):
-                        raise CoordinatorFenced(
-                            f"another coordinator took over app {self.app_id!r}: it wrote "
-                            f"{type(msg).__name__} to {self._reader.topic}"
-                            + (f" (epoch {epoch}, ours {self.epoch})" if epoch else "")
-                        )
-                    continue  # a verified write of an older epoch: already superseded
-            out.append(msg)
-        return out
-
-    def send(self, messages: Sequence[Message], timeout: float = 10.0) -> None:
-        """Write ``messages`` in one transaction; CoordinatorFenced if another took over.
-
-        While the brokers are unreachable the commit is retried with backoff (a
-        transaction that must be aborted is aborted and written again: its records
-        were never visible); OutageExceeded once the outage outlasts the bound.
-        """
-        if not messages:
-            return
-        topic = control_topic(self.app_id)
-        values = [
-            encode(msg) if self.key is None else sign(encode(msg), self.key, self.epoch)
-            for msg in messages
-        ]
-        backoff = Backoff()
-        while True:
-            try:
-                self._producer.begin_transaction()
-            except KafkaException as e:
-                err = self._raise_unless_transient(e, topic)
-                self.reach.failed(f"beginning a transaction on {topic}: {err.str()}")
-                _check(self.reach)
-                time.sleep(backoff.next())
-                continue
-            try:
-                for msg, value in zip(messages, values, strict=True):
-                    self._producer.produce(topic, value, key=record_key(msg))
-            except KafkaException as e:
-                self._raise_unless_transient(e, topic)
-                self._abort(topic, timeout, backoff)
-                continue
-            if self._commit(topic, timeout, backoff):
-                self._unseen.update(values)
-                self.reach.ok()
-                return
-            # The transaction was aborted: write it again.
-
-    def _commit(self, topic: str, timeout: float, backoff: Backoff) -> bool:
-        """Commit the open transaction, retrying while the brokers are away; False if it
-        had to be aborted instead (nothing of it is visible)."""
-        while True:
-            try:
-                self._producer.commit_transaction(timeout)
-                return True
-            except KafkaException as e:
-                err = self._raise_unless_transient(e, topic)
-                self.reach.failed(f"committing to {topic}: {err.str()}")
-                _check(self.reach)
-                time.sleep(backoff.next())
-                if err.txn_requires_abort():
-                    self._abort(topic, timeout, backoff)
-                    return False
-                # retriable: commit_transaction may be called again
-
-    def _abort(self, topic: str, timeout: float, backoff: Backoff) -> None:
-        while True:
-            try:
-                self._producer.abort_transaction(timeout)
-                return
-            except KafkaException as e:
-                err = self._raise_unless_transient(e, topic)
-                self.reach.failed(f"aborting a transaction on {topic}: {err.str()}")
-                _check(self.reach)
-                time.sleep(backoff.next())
-
-    def _raise_unless_transient(self, e: KafkaException, topic: str) -> KafkaError:
-        """The error of ``e`` if retrying (or aborting and retrying) can cure it."""
-        err: KafkaError = e.args[0]
-        if is_fenced(err) or err.fatal():
-            raise CoordinatorFenced(
-                f"another coordinator took over app {self.app_id!r} "
-                f"(transactional id {coordinator_transactional_id(self.app_id)!r} "
-                f"was fenced: {err.str()})"
-            ) from e
-        if err.txn_requires_abort() or _transient(err):
-            return err
-        raise ControlError(f"writing to {topic} failed: {err.str()}") from e
-
-    def close(self) -> None:
-        if self._reader is not None:
-            self._reader.close()
-        self._producer.flush(5.0)
-
-
 class ControlClient:
     """A worker's end: receive triggers and commands, send acks, declines, readies, heartbeats.
 
@@ -616,16 +435,35 @@ class ControlClient:
             time.sleep(backoff.next())
 
     def report(self, msg: Message) -> bool:
-        """Send a worker's report best effort: one that cannot be delivered (this worker
-        is cut off from the broker) is logged and dropped, and False returned. Reports
-        carry no authority: a lost acknowledgement fails its checkpoint, a lost ready or
-        failure makes the coordinator restore again or notice the silence — never a
-        reason for the worker to die."""
+        """Send a worker's report without waiting for the broker; False if it could not
+        even be queued (logged, dropped).
+
+        The worker loop does not stop for a report: one producer writes them in order
+        (idempotent: no duplicates, no reordering on retries), librdkafka retries a
+        send while the brokers are away, and the delivery is confirmed in the background
+        (served by ``poll``). A report that cannot be delivered is logged and dropped:
+        reports carry no authority — an acknowledgement counts only once the coordinator
+        read it (a lost one fails its checkpoint), a lost ready or failure makes the
+        coordinator restore again or notice the silence — never a reason for the worker
+        to die. ``close`` waits for what is still in flight."""
+        name = type(msg).__name__
+
+        def delivered(err: KafkaError | None, _rec: object) -> None:
+            if err is None:
+                self.reach.ok()
+                return
+            if _transient(err):
+                self.reach.failed(f"writing {name} to {self.topic}: {err.str()}")
+            log.warning("control report %s dropped: %s", name, err.str())
+
         try:
-            self.send(msg)
-        except ControlError as e:
-            log.warning("control report %s dropped: %s", type(msg).__name__, e)
+            produce_with_retry(
+                self._producer, self.topic, encode(msg), record_key(msg), on_delivery=delivered
+            )
+        except KafkaException as e:
+            log.warning("control report %s dropped: %s", name, e)
             return False
+        self._producer.poll(0)
         return True
 
     def close(self) -> None:

@@ -30,7 +30,8 @@ from kstream.checkpoint.messages import Message, Restore
 from kstream.checkpoint.recovery import RecoveredState, recover
 from kstream.config import JobConfig
 from kstream.kafka.clients import delete_records_before, make_admin
-from kstream.kafka.control import ControlError, CoordinatorChannel, CoordinatorFenced
+from kstream.kafka.control import ControlError, CoordinatorFenced
+from kstream.kafka.coordinator_channel import CoordinatorChannel
 from kstream.logs import ctx
 from kstream.metrics import METRICS, Metrics
 from kstream.metrics.labels import checkpoint_reason, restart_cause
@@ -70,7 +71,7 @@ EXIT_FENCED, EXIT_UNAVAILABLE = 3, 4
 
 
 class CoordinatorTransport(Protocol):
-    """What the loop needs from the control topic (``kstream.kafka.control.CoordinatorChannel``)."""
+    """What the loop needs from the control topic (``kstream.kafka.coordinator_channel.CoordinatorChannel``)."""
 
     def open(self, timeout: float = 30.0) -> list[Message]: ...
     def poll(self, timeout: float) -> list[Message]: ...
