@@ -234,7 +234,12 @@ def test_restore_fires_each_timer_exactly_once(
         shutil.copytree(snap["state"], tmp_path / "restored" / "db")
         restored_backend = RocksDBBackend(tmp_path / "restored")
     restored = Task(
-        plan, "stage0-0", restored_backend, attempt=1, restore_positions=point.positions
+        plan,
+        "stage0-0",
+        restored_backend,
+        attempt=1,
+        restore_positions=point.positions,
+        restore_watermarks=point.watermarks,
     )
     for i in range(pos, 60, 7):
         restored.feed_source("in", 0, records[i : i + 7], 0.0)

@@ -157,7 +157,8 @@ def test_source_task_trigger_records_positions_and_forwards_barrier(kit: type[Ki
     task.trigger_checkpoint(7, 0, 0.0)
     out = task.drain()
     assert out == [
-        SnapshotPoint("stage0-1", 7, 0, {("words", 1): 42}),
+        # The input watermarks are part of the snapshot (the partition's, 800 here).
+        SnapshotPoint("stage0-1", 7, 0, {("words", 1): 42}, watermarks={("words", 1, ""): 800}),
         OutputEvent(TOPIC, True, Barrier(7, 0, 800)),
     ]
 

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from kstream.state.base import TableSpec
 from kstream.state.restore import CorruptSnapshotError, read_blob, restore_backend, restore_state
 from kstream.state.rocksdb import RocksDBBackend
-from kstream.state.snapshot import SnapshotUploader, read_manifest
+from kstream.state.snapshot import SnapshotManifest, SnapshotUploader, read_manifest
 from kstream.store.base import CheckpointStore, StoreError
 from kstream.store.file import FileStore
 from kstream.store.metadata import CheckpointMetadata, TaskSnapshot, write_metadata
@@ -349,3 +349,12 @@ def test_a_restore_downloads_in_parallel_and_logs_progress(
     total = sum(f.size for f in files)
     assert f"downloading {len(files)} files ({total} bytes), 0 reused locally" in caplog.text
     assert stats.bytes_downloaded == total
+
+
+def test_the_manifest_carries_the_input_watermarks_and_reads_older_manifests() -> None:
+    marks = [["in", 0, "", 900], ["app.stage0.repartition", 1, "stage0-1", 700]]
+    m = SnapshotManifest("app", "stage0-0", 3, "chk-3", 1, 1.0, 7, (), (), watermarks=marks)
+    assert SnapshotManifest.from_json(m.to_json()).watermarks == marks
+    older = json.loads(m.to_json())
+    del older["watermarks"]  # written before the watermarks were kept in the manifest
+    assert SnapshotManifest.from_json(json.dumps(older).encode()).watermarks is None

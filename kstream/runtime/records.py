@@ -14,7 +14,7 @@ state at this point belongs to a checkpoint, or is a bounded run's final state) 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import NamedTuple
 
 from kstream.runtime.events import StreamEvent
@@ -93,6 +93,9 @@ class SnapshotPoint:
     attempt: int
     positions: Mapping[tuple[str, int], Position]
     final: bool = False
+    # Input watermarks (topic, partition, upstream task or ""): part of the state, so a
+    # restored task judges the records it reads again as the failure-free run did.
+    watermarks: Mapping[tuple[str, int, str], int] = field(default_factory=dict)
 
 
 class AlignmentAborted(NamedTuple):

@@ -115,6 +115,7 @@ class Task:
         attempt: int = 0,
         bounded: bool = False,
         restore_positions: Mapping[tuple[str, int], Position] | None = None,
+        restore_watermarks: Mapping[tuple[str, int, str], int] | None = None,
         watermark_interval_s: float = 0.2,
         now: float = 0.0,
         firing_budget: Budget | None = None,
@@ -152,9 +153,14 @@ class Task:
         # a channel's items ("items") or a watermark update ("wm").
         self._held: list[tuple[str, Channel | None, list[Any]]] = []
         self._gate = InputGate(plan, self.spec, now, restore_positions or {})
-        # Input watermarks are part of the state (see _snapshot).
-        self._marks = backend.table(TableSpec("task.watermarks"))
-        for (topic, partition, up), wm in self._marks.scan(()):
+        # Input watermarks are part of the snapshot (SnapshotPoint.watermarks); snapshots
+        # taken before they were kept there (restore_watermarks None) have them in a table.
+        marks = (
+            dict(backend.table(TableSpec("task.watermarks")).scan(()))
+            if restore_watermarks is None
+            else restore_watermarks
+        )
+        for (topic, partition, up), wm in marks.items():
             c = self._gate.channels.get((topic, partition, up or None))
             if c is not None:
                 c.watermark = wm
@@ -500,12 +506,18 @@ class Task:
 
     def _snapshot(self, checkpoint_id: int | None, *, final: bool) -> None:
         # Input watermarks belong to the state: a restored task judges the records it
-        # reads again against the watermarks the failure-free run had there.
-        for key, c in self._gate.channels.items():
-            if c.watermark > MIN_TS:
-                self._marks.put((key[0], key[1], key[2] or ""), c.watermark)
+        # reads again against the watermarks the failure-free run had there. They travel
+        # with the snapshot point (the manifest), not through the state backend: a
+        # stateless task's snapshot then writes nothing to RocksDB.
+        marks = {
+            (key[0], key[1], key[2] or ""): c.watermark
+            for key, c in self._gate.channels.items()
+            if c.watermark > MIN_TS
+        }
         positions = self._gate.positions(final=final)
-        self._out.append(SnapshotPoint(self.task_id, checkpoint_id, self.attempt, positions, final))
+        self._out.append(
+            SnapshotPoint(self.task_id, checkpoint_id, self.attempt, positions, final, marks)
+        )
         self._gate.holding = True  # until snapshot_taken()
 
     def _replay(self, c: Channel) -> None:

@@ -68,6 +68,9 @@ class SnapshotManifest:
     files: tuple[FileEntry, ...]
     positions: dict[str, Any] = field(default_factory=dict)
     blobs: dict[str, FileEntry] = field(default_factory=dict)
+    # The task's input watermarks, [topic, partition, upstream or "", watermark] each;
+    # None in manifests written before they were kept here (then they are in the state).
+    watermarks: list[list[Any]] | None = None
 
     @property
     def total_bytes(self) -> int:
@@ -103,6 +106,11 @@ class SnapshotManifest:
                 files=tuple(FileEntry(**f) for f in obj["files"]),
                 positions=dict(obj["positions"]),
                 blobs={str(k): FileEntry(**v) for k, v in obj["blobs"].items()},
+                watermarks=(
+                    [list(w) for w in obj["watermarks"]]
+                    if obj.get("watermarks") is not None
+                    else None
+                ),
             )
         except (KeyError, TypeError, AttributeError) as e:
             raise ValueError(f"not a snapshot manifest: {e!r}") from e
@@ -153,10 +161,16 @@ class SnapshotUploader:
         positions: Mapping[str, Any] | None = None,
         attempt: int = 0,
         blobs: Mapping[str, bytes | DeferredBlob] | None = None,
+        watermarks: list[list[Any]] | None = None,
     ) -> Future[StateHandle]:
         """Upload ``snapshot`` in the background; the future's result is its StateHandle."""
         return self._executor.submit(
-            self.upload_now, snapshot, positions=positions, attempt=attempt, blobs=blobs
+            self.upload_now,
+            snapshot,
+            positions=positions,
+            attempt=attempt,
+            blobs=blobs,
+            watermarks=watermarks,
         )
 
     def upload_now(
@@ -166,12 +180,13 @@ class SnapshotUploader:
         positions: Mapping[str, Any] | None = None,
         attempt: int = 0,
         blobs: Mapping[str, bytes | DeferredBlob] | None = None,
+        watermarks: list[list[Any]] | None = None,
     ) -> StateHandle:
         """Upload ``snapshot`` on the calling thread (what ``upload`` runs). A
         ``DeferredBlob`` is written to a local file next to the snapshot first."""
         temps: list[Path] = []
         try:
-            return self._upload(snapshot, positions, attempt, blobs or {}, temps)
+            return self._upload(snapshot, positions, attempt, blobs or {}, temps, watermarks)
         finally:
             for b in (blobs or {}).values():
                 if not isinstance(b, bytes):
@@ -186,6 +201,7 @@ class SnapshotUploader:
         attempt: int,
         blobs: Mapping[str, bytes | DeferredBlob],
         temps: list[Path],
+        watermarks: list[list[Any]] | None = None,
     ) -> StateHandle:
         t0 = time.perf_counter()
         store = self.store
@@ -252,6 +268,7 @@ class SnapshotUploader:
             files=tuple(files),
             positions=dict(positions or {}),
             blobs=blob_entries,
+            watermarks=watermarks,
         )
         # 3. The manifest last, atomically: once it exists the snapshot is whole.
         path = manifest_path(self.app_id, self.task_id, snapshot.label)

@@ -140,6 +140,7 @@ def open_runner(ctx: RunnerContext, spec: TaskSpec, attempt: int, handle: str | 
     cfg = ctx.config
     local = ctx.state_root / spec.task_id
     positions: dict[TP, Position] = {}
+    watermarks: dict[tuple[str, int, str], int] | None = None  # None: kept in the state
     blob: bytes | None = None
     t0 = time.perf_counter()
     downloaded: int | None = None  # None: started at the start positions
@@ -151,6 +152,10 @@ def open_runner(ctx: RunnerContext, spec: TaskSpec, attempt: int, handle: str | 
         # coordinator restores every task from one older checkpoint instead.
         backend, manifest, rstats = restore_state(ctx.store, handle, local)
         positions = decode_positions(manifest.positions)
+        if manifest.watermarks is not None:
+            watermarks = {
+                (str(t), int(p), str(up)): int(wm) for t, p, up, wm in manifest.watermarks
+            }
         if manifest.app_id != cfg.app_id:
             # Another app's state (blue/green): its sinks' buffered output is that app's
             # to publish (`kstream savepoint --stop` waits for it), never this one's.
@@ -189,7 +194,7 @@ def open_runner(ctx: RunnerContext, spec: TaskSpec, attempt: int, handle: str | 
         # snapshot buffered but never committed (DESIGN §7).
         s.recover(blob if s.guarantee is Guarantee.EXACTLY_ONCE else None, attempt)
     ctx.metrics.restored(time.perf_counter() - t0, downloaded)
-    return TaskRunner(ctx, spec, attempt, backend, route, positions)
+    return TaskRunner(ctx, spec, attempt, backend, route, positions, watermarks)
 
 
 class TaskRunner:
@@ -203,6 +208,7 @@ class TaskRunner:
         backend: RocksDBBackend,
         route: TaskRoute,
         positions: Mapping[TP, Position],
+        watermarks: Mapping[tuple[str, int, str], int] | None = None,
     ) -> None:
         self.ctx = ctx
         self.spec = spec
@@ -223,6 +229,7 @@ class TaskRunner:
             attempt=attempt,
             bounded=ctx.config.bounded,
             restore_positions=positions,
+            restore_watermarks=watermarks,
             now=ctx.clock(),
             # Window firings in slices of about SLICE_S (the loop goes on with them
             # between its looks at signals and the control topic): with checkpoints only,
@@ -296,7 +303,10 @@ class TaskRunner:
             )
         # 4.
         positions = encode_positions(point.positions)
-        fut = self.uploader.upload(snap, positions=positions, attempt=point.attempt, blobs=blobs)
+        marks = [[t, p, up, wm] for (t, p, up), wm in sorted(point.watermarks.items())]
+        fut = self.uploader.upload(
+            snap, positions=positions, attempt=point.attempt, blobs=blobs, watermarks=marks
+        )
         seen = self._triggered.get(n, now)
         self.uploads.append(PendingUpload(n, point.attempt, fut, (now - seen) * 1000, positions))
 
