@@ -11,9 +11,9 @@ non-transactionally (visible to read_committed readers at once).
 Records are decoded with :func:`kstream.checkpoint.messages.decode`; a record
 that is not a valid message is logged, counted in ``skipped`` and skipped.
 
-While the brokers are unreachable, every send is retried and the process stays up (a
-coordinator's transaction with backoff; a worker's acknowledgement, heartbeat or
-report in the background by its producer, without stopping the worker loop); the outage is logged once when it starts and once when it
+While the brokers are unreachable, every send (a coordinator's transaction, a
+worker's acknowledgement, heartbeat or report) is retried with backoff and the
+process stays up; the outage is logged once when it starts and once when it
 ends (:mod:`kstream.kafka.reachability`), and a send fails only when the outage
 outlasts the job's bound (``BrokerOutage``, a ControlError).
 """
@@ -46,7 +46,6 @@ from kstream.kafka.clients import (
     make_consumer,
     make_producer,
     partition_counts,
-    produce_with_retry,
     watermark_offsets,
 )
 from kstream.kafka.reachability import Backoff, BrokerOutage, Reachability
@@ -435,35 +434,16 @@ class ControlClient:
             time.sleep(backoff.next())
 
     def report(self, msg: Message) -> bool:
-        """Send a worker's report without waiting for the broker; False if it could not
-        even be queued (logged, dropped).
-
-        The worker loop does not stop for a report: one producer writes them in order
-        (idempotent: no duplicates, no reordering on retries), librdkafka retries a
-        send while the brokers are away, and the delivery is confirmed in the background
-        (served by ``poll``). A report that cannot be delivered is logged and dropped:
-        reports carry no authority — an acknowledgement counts only once the coordinator
-        read it (a lost one fails its checkpoint), a lost ready or failure makes the
-        coordinator restore again or notice the silence — never a reason for the worker
-        to die. ``close`` waits for what is still in flight."""
-        name = type(msg).__name__
-
-        def delivered(err: KafkaError | None, _rec: object) -> None:
-            if err is None:
-                self.reach.ok()
-                return
-            if _transient(err):
-                self.reach.failed(f"writing {name} to {self.topic}: {err.str()}")
-            log.warning("control report %s dropped: %s", name, err.str())
-
+        """Send a worker's report best effort: one that cannot be delivered (this worker
+        is cut off from the broker) is logged and dropped, and False returned. Reports
+        carry no authority: a lost acknowledgement fails its checkpoint, a lost ready or
+        failure makes the coordinator restore again or notice the silence — never a
+        reason for the worker to die."""
         try:
-            produce_with_retry(
-                self._producer, self.topic, encode(msg), record_key(msg), on_delivery=delivered
-            )
-        except KafkaException as e:
-            log.warning("control report %s dropped: %s", name, e)
+            self.send(msg)
+        except ControlError as e:
+            log.warning("control report %s dropped: %s", type(msg).__name__, e)
             return False
-        self._producer.poll(0)
         return True
 
     def close(self) -> None:
