@@ -16,7 +16,8 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from itertools import islice
 from typing import Any, Protocol
 
 from kstream.state.base import KeyedStateBackend, StateKey, StateTable, TableSpec
@@ -203,3 +204,21 @@ def after(rows: list[tuple[Cursor, Any]], cursor: Cursor | None) -> list[tuple[C
     if cursor is not None and rows and tuple(rows[0][0]) == cursor:
         return rows[1:]
     return rows
+
+
+def fire_scan(
+    rows: Iterator[tuple[Cursor, Any]],
+    cursor: Cursor | None,
+    budget: Budget | None,
+    fire: Callable[[list[tuple[Cursor, Any]]], None],
+) -> Cursor | None:
+    """A firing step over ``rows`` (a scan started at ``cursor``): ``fire`` them a chunk
+    at a time; the key of the last row fired when ``budget`` is spent (``None``: done)."""
+    n, first = (FIRE_BATCH if budget is None else budget.chunk), True
+    while chunk := list(islice(rows, n)):
+        if first:
+            chunk, first = after(chunk, cursor), False
+        fire(chunk)
+        if chunk and budget is not None and budget.spent(len(chunk)):
+            return tuple(chunk[-1][0])
+    return None

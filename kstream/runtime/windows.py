@@ -17,7 +17,7 @@ from typing import Any
 
 from kstream.api.windows import Aggregation, Hopping, Session, Sliding, Tumbling, WindowResult
 from kstream.runtime.events import MAX_TIMESTAMP, MAX_TS, MIN_TS
-from kstream.runtime.firing import FIRE_BATCH, Budget, Cursor, Firing, Step, after
+from kstream.runtime.firing import FIRE_BATCH, Budget, Cursor, Firing, Step, fire_scan
 from kstream.runtime.operators import Keys, Operator, Stamps, Values
 from kstream.state.base import KeyedStateBackend, StateKey, StateTable, TableSpec
 
@@ -259,20 +259,20 @@ class FixedWindowOperator(WindowOperator):
         lo, hi = (old + 1,), (new + 1,)
         if not self.updates:  # with emit="update" every change went out already
             # Lazily scanned: nothing downstream writes this operator's table.
-            fired = self.acc.scan_range(cursor or lo, hi)
             new_result = tuple.__new__  # WindowResult(...) without its Python-level __new__
-            n, first = self._chunk(budget), True
-            while chunk := list(islice(fired, n)):
-                if first:
-                    chunk, first = after(chunk, cursor), False
-                rows = [new_result(WindowResult, (k[2], k[1], k[0], a)) for k, a in chunk]
-                self._emit_results(rows)
-                if chunk and budget is not None and budget.spent(len(chunk)):
-                    last = tuple(chunk[-1][0])
-                    if self.allowed == 0:  # what fired expires at once (see below)
-                        self.acc.delete_range(lo, last)
-                        self.acc.delete(last)
-                    return last
+            last = fire_scan(
+                self.acc.scan_range(cursor or lo, hi),
+                cursor,
+                budget,
+                lambda chunk: self._emit_results(
+                    [new_result(WindowResult, (k[2], k[1], k[0], a)) for k, a in chunk]
+                ),
+            )
+            if last is not None:
+                if self.allowed == 0:  # what fired expires at once (see below)
+                    self.acc.delete_range(lo, last)
+                    self.acc.delete(last)
+                return last
         if self.allowed == 0:  # no lateness: a window expires when it fires (see _expire)
             self.acc.delete_range(lo, hi)
         return None
@@ -372,17 +372,14 @@ class SessionWindowOperator(WindowOperator):
         if self.updates:
             return None
         get = self.sessions.get
-        fired = self.timers.scan_range(cursor or (old,), (new,))
-        n, first = self._chunk(budget), True
-        while chunk := list(islice(fired, n)):
-            if first:
-                chunk, first = after(chunk, cursor), False
-            self._emit_results(
+        return fire_scan(
+            self.timers.scan_range(cursor or (old,), (new,)),
+            cursor,
+            budget,
+            lambda chunk: self._emit_results(
                 [WindowResult(k, s, end, get((k, s))[1]) for (end, k, s), _ in chunk]
-            )
-            if chunk and budget is not None and budget.spent(len(chunk)):
-                return tuple(chunk[-1][0])
-        return None
+            ),
+        )
 
     def _drop_session(self, timer: StateKey) -> None:
         _end, k, s = timer
@@ -512,15 +509,12 @@ class SlidingWindowOperator(WindowOperator):
     ) -> Cursor | None:
         if self.updates:
             return None
-        fired = self.timers.scan_range(cursor or (old + 1,), (new + 1,))
-        n, first = self._chunk(budget), True
-        while chunk := list(islice(fired, n)):
-            if first:
-                chunk, first = after(chunk, cursor), False
-            self._emit_results(self._results([(e, k) for (e, k), _ in chunk]))
-            if chunk and budget is not None and budget.spent(len(chunk)):
-                return tuple(chunk[-1][0])
-        return None
+        return fire_scan(
+            self.timers.scan_range(cursor or (old + 1,), (new + 1,)),
+            cursor,
+            budget,
+            lambda chunk: self._emit_results(self._results([(e, k) for (e, k), _ in chunk])),
+        )
 
     def _drop_value(self, gc_key: StateKey) -> None:
         _last, k, t = gc_key
