@@ -16,7 +16,8 @@ import pytest
 
 from integration.edge_tools import markers, read_all
 from kstream.kafka.clients import AdminClient, TopicSpec, ensure_topics
-from kstream.kafka.sink import ExactlyOnceSink, commits_topic_spec
+from kstream.kafka.commits import commits_topic_spec
+from kstream.kafka.sink import ExactlyOnceSink
 
 pytestmark = pytest.mark.integration
 

@@ -20,9 +20,9 @@ from kstream.kafka.clients import (
     max_message_bytes,
     partition_counts,
 )
+from kstream.kafka.commits import commits_topic_spec
 from kstream.kafka.control import control_topic_spec
 from kstream.kafka.dlq import dlq_topic_spec
-from kstream.kafka.sink import commits_topic_spec
 from kstream.plan import JobPlan, PlanError, plan_job
 
 

@@ -14,13 +14,8 @@ from hypothesis import strategies as st
 
 from kstream.config import Guarantee
 from kstream.kafka.clients import Producer
-from kstream.kafka.sink import (
-    AtLeastOnceSink,
-    CommitMarker,
-    ExactlyOnceSink,
-    Sink,
-    marker_partition,
-)
+from kstream.kafka.commits import CommitMarker, marker_partition
+from kstream.kafka.sink import AtLeastOnceSink, ExactlyOnceSink, Sink
 from kstream.names import sink_transactional_id
 from kstream.sinkbuffer.blob import decode_blob, encode_blob
 from kstream.sinkbuffer.buffer import EpochBuffer

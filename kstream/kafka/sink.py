@@ -14,7 +14,7 @@ before barrier *n*) is held in memory — past the sink's memory budget, spilled
 its spill directory on local disk (:mod:`kstream.sinkbuffer.spill`) — sealed at
 barrier *n* and kept in the snapshot of checkpoint *n*. Only when checkpoint *n* is complete is it produced,
 together with a commit marker ``(task, n)`` on the compacted ``<app>.commits``
-topic, in ONE Kafka transaction. A crash before the commit leaves nothing
+topic (:mod:`kstream.kafka.commits`), in ONE Kafka transaction. A crash before the commit leaves nothing
 visible to ``read_committed`` readers and the buffer is in the snapshot; a crash
 after it leaves a marker that says the buffer is already out. So output is
 neither lost nor doubled. Each sink task has a fixed
@@ -27,30 +27,24 @@ flushed at the barrier; a replay after a restore may duplicate them.
 
 from __future__ import annotations
 
-import json
 import logging
 import time
-import zlib
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NoReturn
 
 from kstream.config import Guarantee
 from kstream.kafka.clients import (
     KafkaException,
-    TopicPartition,
-    TopicSpec,
     init_transactions,
     is_fenced,
     kafka_error,
-    make_consumer,
     make_producer,
     produce_with_retry,
-    watermark_offsets,
 )
-from kstream.names import commits_topic, marker_reader_group, sink_transactional_id
+from kstream.kafka.commits import CommitMarker, marker_partition, read_latest_marker
+from kstream.names import commits_topic, sink_transactional_id
 from kstream.sinkbuffer.budget import MemoryBudget
 from kstream.sinkbuffer.buffer import EpochBuffer
 from kstream.sinkbuffer.epochs import (
@@ -65,12 +59,10 @@ from kstream.sinkbuffer.spill import DEFAULT_MEMORY_BUDGET, SegmentedBlob, Spill
 
 __all__ = [
     "AtLeastOnceSink",
-    "CommitMarker",
     "ExactlyOnceSink",
     "Sink",
     "SinkDeliveryError",
     "SinkFencedError",
-    "commits_topic_spec",
 ]
 
 log = logging.getLogger(__name__)
@@ -82,46 +74,6 @@ class SinkFencedError(SinkError):
 
 class SinkDeliveryError(SinkError):
     """Records could not be delivered (at-least-once flush or DLQ flush failed)."""
-
-
-def commits_topic_spec(app: str, partitions: int = 1) -> TopicSpec:
-    """The ``<app>.commits`` topic: compacted, keyed by task, one marker per task kept."""
-    return TopicSpec(commits_topic(app), partitions, {"cleanup.policy": "compact"})
-
-
-# --------------------------------------------------------------------------- markers
-
-
-@dataclass(frozen=True)
-class CommitMarker:
-    """``(task, checkpoint, attempt)``: output of epochs ≤ checkpoint of task is published."""
-
-    task: str
-    checkpoint: int
-    attempt: int
-
-    def encode(self) -> bytes:
-        return json.dumps(
-            {"task": self.task, "checkpoint": self.checkpoint, "attempt": self.attempt},
-            separators=(",", ":"),
-        ).encode()
-
-    @classmethod
-    def decode(cls, value: bytes) -> CommitMarker:
-        """Parse a marker value; SinkError if it is not one."""
-        try:
-            d = json.loads(value)
-            task, cp, attempt = d["task"], d["checkpoint"], d["attempt"]
-        except (ValueError, TypeError, KeyError) as e:
-            raise SinkError(f"malformed commit marker {value[:200]!r}: {e}") from e
-        if not isinstance(task, str) or type(cp) is not int or type(attempt) is not int:
-            raise SinkError(f"malformed commit marker {value[:200]!r}: wrong field types")
-        return cls(task, cp, attempt)
-
-
-def marker_partition(task: str, partitions: int) -> int:
-    """The partition of ``<app>.commits`` holding ``task``'s markers (stable hash)."""
-    return zlib.crc32(task.encode()) % partitions
 
 
 # --------------------------------------------------------------------------- sinks
@@ -451,51 +403,15 @@ class ExactlyOnceSink(Sink):
 
     def read_marker(self) -> CommitMarker | None:
         """This task's latest committed marker, read to the end of its partition."""
-        consumer = make_consumer(
+        return read_latest_marker(
             self.bootstrap,
-            marker_reader_group(self.app, self.task),  # never joins or commits: assign() only
-            read_committed=True,
-            extra=self._client_config,
+            self.app,
+            self.task,
+            self.commits_topic,
+            self._marker_partitions(),
+            self.timeout,
+            self._client_config,
         )
-        try:
-            parts = self._marker_partitions()
-            tp = TopicPartition(self.commits_topic, marker_partition(self.task, parts))
-            # The end to read to is the HIGH WATERMARK, not the read_committed end
-            # (the last stable offset): an open transaction of another task that
-            # began before our latest marker holds the LSO below that marker.
-            # Reading read_committed up to the high watermark waits for such
-            # transactions to finish instead of missing our marker (which would
-            # publish the buffer twice).
-            low, high = _high_watermark(self.bootstrap, tp, self.timeout, self._client_config)
-            if high <= low:
-                return None
-            consumer.assign([TopicPartition(tp.topic, tp.partition, low)])
-            key = self.task.encode()
-            latest: CommitMarker | None = None
-            deadline = time.monotonic() + self.timeout
-            while True:
-                (pos,) = consumer.position([tp])
-                if pos.offset >= high:
-                    return latest
-                if time.monotonic() > deadline:
-                    raise SinkError(
-                        f"sink {self.task}: reading {tp.topic}[{tp.partition}] stalled at "
-                        f"offset {pos.offset} < {high} for {self.timeout}s (an open transaction "
-                        f"of another task holds the read_committed end?)"
-                    )
-                msg: Any
-                for msg in consumer.consume(500, 0.2):
-                    err = msg.error()
-                    if err is not None:
-                        if err.fatal():
-                            raise SinkError(f"sink {self.task}: reading markers: {err}")
-                        continue
-                    if msg.key() == key and msg.value() is not None:
-                        m = CommitMarker.decode(msg.value())
-                        if latest is None or m.checkpoint >= latest.checkpoint:
-                            latest = m
-        finally:
-            consumer.close()
 
     def close(self) -> None:
         """Drop the producer and the buffer's spill files; an open transaction is aborted
@@ -504,17 +420,6 @@ class ExactlyOnceSink(Sink):
         if self._producer is not None:
             self._producer.flush(0)
             self._producer = None
-
-
-def _high_watermark(
-    bootstrap: str, tp: TopicPartition, timeout: float, extra: Mapping[str, Any] | None
-) -> tuple[int, int]:
-    """(low, high watermark) of ``tp``, as a read_uncommitted reader sees them."""
-    c = make_consumer(bootstrap, "kstream.watermark-query", read_committed=False, extra=extra)
-    try:
-        return watermark_offsets(c, tp.topic, tp.partition, timeout)
-    finally:
-        c.close()
 
 
 class AtLeastOnceSink(Sink):
