@@ -18,7 +18,7 @@ from typing import NamedTuple
 from kstream.api.time import WatermarkStrategy
 from kstream.plan.model import InputKind, JobPlan, TaskSpec
 from kstream.runtime.channels import Channel
-from kstream.runtime.events import Barrier
+from kstream.runtime.events import MAX_TS, Barrier
 from kstream.runtime.records import Position, SourceRecord
 
 TP = tuple[str, int]
@@ -119,6 +119,18 @@ class InputGate:
 
     def all_ended(self) -> bool:
         return all(c.ended for c in self.channels.values())
+
+    def others_watermark(self, c: Channel, now: float) -> int:
+        """The least watermark of the live, not idle time channels other than ``c``
+        (``MAX_TS``: none): what caps the task watermark while ``c`` advances."""
+        return min(
+            (
+                x.watermark
+                for x in self.time_channels
+                if x is not c and not x.ended and not x.idle(now)
+            ),
+            default=MAX_TS,
+        )
 
     # ---- alignment ----------------------------------------------------------------------------
 

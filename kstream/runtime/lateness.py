@@ -12,6 +12,19 @@ Prometheus metrics export (``kstream.metrics``) and what a worker logs with
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from kstream.runtime.operators import Operator
+
+
+def late_counts(ops: Iterable[Operator]) -> dict[str, tuple[int, int]]:
+    """Per operator that saw late records: (dropped, sent to the side output)."""
+    return {
+        op.name: (op.late_dropped, op.late_side_output)
+        for op in ops
+        if op.late_dropped or op.late_side_output
+    }
 
 
 def late_summary(per_task: Iterable[tuple[str, Mapping[str, tuple[int, int]]]]) -> str | None:

@@ -32,7 +32,7 @@ time back; the task watermark never goes back. Watermarks are per record: a sour
 partition's advances record by record within a batch (a running maximum), an
 internal input's at each ``Watermark`` event among its records, and each record's
 lateness is decided against the task watermark just before it (see
-``_emit_timed``). Downstream gets a ``Watermark`` event after every call that wrote
+:mod:`kstream.runtime.recordwatermarks`). Downstream gets a ``Watermark`` event after every call that wrote
 internal records (and before a record that was behind the watermark), every
 ``watermark_interval_s`` otherwise, and on every forwarded barrier.
 
@@ -51,8 +51,6 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping, Sequence
-from itertools import accumulate, islice
-from operator import le, lt
 from typing import Any
 
 from kstream.config import OnError
@@ -71,6 +69,7 @@ from kstream.runtime.events import (
 from kstream.runtime.firing import Budget, TaskFiring
 from kstream.runtime.gate import InputGate, QueuedBarrier, unseen
 from kstream.runtime.graph import build_graph
+from kstream.runtime.lateness import late_counts
 from kstream.runtime.operators import Operator
 from kstream.runtime.records import (
     AlignmentAborted,
@@ -84,14 +83,15 @@ from kstream.runtime.records import (
     SnapshotPoint,
     SourceRecord,
 )
+from kstream.runtime.recordwatermarks import watermark_cuts
 from kstream.state.base import KeyedStateBackend, TableSpec
 
 log = logging.getLogger(__name__)
 
-_INTERNAL_FIELDS = (
-    InternalRecord._fields.index("key"),
-    InternalRecord._fields.index("value"),
-    InternalRecord._fields.index("timestamp"),
+# Where a raw record holds its key, value, timestamp and offset.
+_SOURCE_FIELDS = (0, 1, 2, 3)  # SourceRecord
+_INTERNAL_FIELDS = tuple(
+    InternalRecord._fields.index(f) for f in ("key", "value", "timestamp", "offset")
 )
 
 
@@ -172,11 +172,7 @@ class Task:
 
     def late_counts(self) -> dict[str, tuple[int, int]]:
         """Per operator that saw late records: (dropped, sent to the side output)."""
-        return {
-            op.name: (op.late_dropped, op.late_side_output)
-            for op in self._graph.ops
-            if op.late_dropped or op.late_side_output
-        }
+        return late_counts(self._graph.ops)
 
     def drain(self) -> list[Output]:
         """The outputs produced since the last drain, in order."""
@@ -323,68 +319,34 @@ class Task:
         records = unseen(records, c.position, self.metrics)
         if not records:
             return
-        reader = self._graph.readers[c.topic]
-        keys, values, stamps, failures = reader.decode(records)
-        for i, reason in failures:
-            r = records[i]
-            self._out.append(DeadLetter(c.topic, c.partition, r[3], reason, r[0], r[1], r[2]))
-        self.metrics["dead_letters"] += len(failures)
-        self.metrics["records_in"] += len(records)
+        keys, values, stamps = self._decode(c.topic, c.partition, records, _SOURCE_FIELDS)
         c.position = records[-1][3] + 1
         c.last_active = self._now
-        self._errors.topic, self._errors.partition = c.topic, c.partition
+        entry = self._graph.readers[c.topic].entry
         if stamps and c.kind is InputKind.SOURCE:
-            self._emit_timed(c, reader.entry, keys, values, stamps)
+            self._emit_timed(c, entry, keys, values, stamps)
         else:
-            reader.entry.emit(keys, values, stamps)
+            entry.emit(keys, values, stamps)
 
     def _emit_timed(
         self, c: Channel, entry: Operator, keys: list[Any], values: list[Any], stamps: list[int]
     ) -> None:
-        """Process a source batch with per-record watermarks.
-
-        The partition's watermark before record *i* is ``max(its watermark before the
-        batch, max(stamps[:i]) - out_of_orderness)`` (a running maximum, computed in C),
-        and the task's is the minimum of that and the other inputs'. A record at or
-        after the task watermark just before it is treated alike under any older
-        watermark (each window containing it ends after it, so none has fired), so
-        only a record *behind* it needs that exact watermark: the batch is cut there,
-        the task advances (windows fire, downstream gets a ``Watermark``) and goes on.
-        In-order input and disorder within the bound make no cut.
-        """
-        ooo = self._gate.out_of_orderness.get(c.topic, 0)
-        start_wm = c.watermark
-        if all(map(le, stamps, islice(stamps, 1, None))):  # in order: nothing behind
-            if stamps[-1] - ooo > start_wm:
-                c.watermark = stamps[-1] - ooo
-            entry.emit(keys, values, stamps)
-            return
-        running = list(accumulate(stamps, max))
-        if running[-1] - ooo > start_wm:
-            c.watermark = running[-1] - ooo
-        # Record i >= 1 is behind its partition's running watermark when
-        # stamps[i] + ooo < running[i - 1].
-        lifted = stamps if ooo == 0 else [t + ooo for t in stamps]
-        if not any(map(lt, islice(lifted, 1, None), running)):
-            entry.emit(keys, values, stamps)
-            return
-        now = self._now
-        others = [
-            x.watermark
-            for x in self._gate.time_channels
-            if x is not c and not x.ended and not x.idle(now)
-        ]
-        cap = min(others) if others else MAX_TS
+        """A source batch with per-record watermarks: cut where a record is behind the
+        task watermark (:mod:`kstream.runtime.recordwatermarks`), the task advancing there
+        (all of it now, not in slices) before it goes on."""
+        gate, now = self._gate, self._now
+        c.watermark, cuts = watermark_cuts(
+            stamps,
+            gate.out_of_orderness.get(c.topic, 0),
+            c.watermark,
+            lambda: gate.others_watermark(c, now),
+            self.watermark,
+        )
         lo = 0
-        for i in range(1, len(stamps)):
-            if lifted[i] >= running[i - 1]:
-                continue
-            before = min(cap, max(start_wm, running[i - 1] - ooo))
-            if stamps[i] >= before or before <= self.watermark:
-                continue  # not behind the task watermark, or the task is there already
+        for i, before in cuts:
             entry.emit(keys[lo:i], values[lo:i], stamps[lo:i])
             lo = i
-            self._advance(before, sliced=False)  # the rest of the batch is processed now
+            self._advance(before, sliced=False)
             self._emit_watermark()
         entry.emit(keys[lo:], values[lo:], stamps[lo:])
 
@@ -433,17 +395,23 @@ class Task:
     def _internal_run(self, topic: str, partition: int, run: list[InternalRecord]) -> None:
         if not run:
             return
-        reader = self._graph.readers[topic]
-        keys, values, stamps, failures = reader.decode(run, _INTERNAL_FIELDS)
+        keys, values, stamps = self._decode(topic, partition, run, _INTERNAL_FIELDS)
+        self._graph.readers[topic].entry.emit(keys, values, stamps)
+
+    def _decode(
+        self, topic: str, partition: int, rows: Sequence[Sequence[Any]], fields: tuple[int, ...]
+    ) -> tuple[list[Any], list[Any], list[int]]:
+        """Decode a run of raw records (``fields``: where each holds its key, value,
+        timestamp and offset); what fails goes to the dead-letter topic with the reason."""
+        ki, vi, ti, oi = fields
+        keys, values, stamps, failures = self._graph.readers[topic].decode(rows, (ki, vi, ti))
         for i, reason in failures:
-            r = run[i]
-            self._out.append(
-                DeadLetter(topic, partition, r.offset, reason, r.key, r.value, r.timestamp)
-            )
+            r = rows[i]
+            self._out.append(DeadLetter(topic, partition, r[oi], reason, r[ki], r[vi], r[ti]))
         self.metrics["dead_letters"] += len(failures)
-        self.metrics["records_in"] += len(run)
+        self.metrics["records_in"] += len(rows)
         self._errors.topic, self._errors.partition = topic, partition
-        reader.entry.emit(keys, values, stamps)
+        return keys, values, stamps
 
     def _on_event(self, c: Channel, event: StreamEvent, offset: int | None) -> None:
         if isinstance(event, Watermark):
