@@ -3,7 +3,8 @@
 Order: an existing cluster named by ``KSTREAM_TEST_BOOTSTRAP``; else the
 ``apache/kafka`` image through testcontainers when a Docker engine answers;
 else kstream's local broker (Java 17+, see ``kstream.dev.localbroker``).
-With ``CI=true`` a broker that cannot be had fails the run; elsewhere the
+With ``CI=true`` a broker (or S3 server, or capability) that cannot be had fails the
+run, and any skip of an integration test is reported as a failure; elsewhere the
 integration tests are skipped with the reason.
 """
 
@@ -13,11 +14,13 @@ import os
 import socket
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator, Iterator
 from pathlib import Path
+from typing import Any, NoReturn
 
 import pytest
 
+from integration.ci import unavailable, under_ci
 from integration.s3server import S3Server
 from kstream.dev.jvm import free_port
 from kstream.dev.localbroker import KAFKA_VERSION, LocalBroker, LocalBrokerError
@@ -58,10 +61,17 @@ def _announce(config: pytest.Config, line: str) -> None:
         reporter.write_line(f"\nkstream integration: {line}")
 
 
-def _s3_unavailable(reason: str) -> None:
-    if os.environ.get("CI", "").lower() == "true":
-        pytest.fail(f"no S3 server for integration tests under CI: {reason}", pytrace=False)
-    pytest.skip(f"no S3 server for integration tests: {reason}")
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(
+    item: pytest.Item, call: pytest.CallInfo[None]
+) -> Generator[None, Any, None]:
+    """Under ``CI=true`` no integration test is skipped silently: a skip from anywhere
+    (a fixture, a marker, a library's ``importorskip``) is reported as a failure."""
+    outcome = yield
+    report: pytest.TestReport = outcome.get_result()
+    if report.skipped and under_ci() and not hasattr(report, "wasxfail"):
+        report.outcome = "failed"
+        report.longrepr = f"an integration test may not be skipped under CI=true: {report.longrepr}"
 
 
 @pytest.fixture(scope="session")
@@ -75,7 +85,7 @@ def s3_server(
     try:
         server.start()
     except (S3ProxyError, RuntimeError) as e:
-        _s3_unavailable(f"S3Proxy could not start: {e}")
+        unavailable("no S3 server for integration tests", f"S3Proxy could not start: {e}")
     _announce(request.config, f"S3Proxy at {server.endpoint}, buckets {server.bucket_dir.parent}")
     try:
         yield server
@@ -83,10 +93,8 @@ def s3_server(
         server.stop()
 
 
-def _unavailable(reason: str) -> None:
-    if os.environ.get("CI", "").lower() == "true":
-        pytest.fail(f"no Kafka broker for integration tests under CI: {reason}", pytrace=False)
-    pytest.skip(f"no Kafka broker for integration tests: {reason}")
+def _no_broker(reason: str) -> NoReturn:
+    unavailable("no Kafka broker for integration tests", reason)
 
 
 @pytest.fixture(scope="session")
@@ -99,7 +107,7 @@ def kafka_bootstrap(
         try:
             _check_reachable(external)
         except KafkaException as e:
-            _unavailable(f"KSTREAM_TEST_BOOTSTRAP={external} does not answer: {e}")
+            _no_broker(f"KSTREAM_TEST_BOOTSTRAP={external} does not answer: {e}")
         _announce(request.config, f"existing Kafka cluster at {external} (KSTREAM_TEST_BOOTSTRAP)")
         yield external
         return
@@ -144,7 +152,7 @@ def kafka_bootstrap(
     try:
         broker.start()
     except LocalBrokerError as e:
-        _unavailable(f"local broker could not start: {e}")
+        _no_broker(f"local broker could not start: {e}")
     _announce(
         request.config,
         f"Kafka {broker.kafka_version} local broker (kstream.dev.localbroker, jars {broker.libs}) "
@@ -183,7 +191,7 @@ def kafka_cluster(
     try:
         cluster.start()
     except LocalBrokerError as e:
-        _unavailable(f"local 3-node cluster could not start: {e}")
+        _no_broker(f"local 3-node cluster could not start: {e}")
     _announce(
         request.config,
         f"Kafka {cluster.kafka_version} 3-node cluster (kstream.dev.localcluster) at "

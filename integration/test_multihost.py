@@ -25,7 +25,6 @@ reason; elsewhere it is skipped. Everything created is removed, also on failure.
 
 from __future__ import annotations
 
-import os
 import random
 import time
 import uuid
@@ -35,6 +34,7 @@ from pathlib import Path
 
 import pytest
 
+from integration.ci import unavailable
 from integration.e2e.crash import _wait_drained
 from integration.e2e.harness import (
     Comparison,
@@ -82,9 +82,7 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
     """Bridge + 4 namespaces, a broker and S3Proxy on the bridge address; all removed after."""
     reason = missing_capability()
     if reason is not None:
-        if os.environ.get("CI", "").lower() == "true":
-            pytest.fail(f"multi-host test needs network namespaces: {reason}", pytrace=False)
-        pytest.skip(f"multi-host test needs network namespaces: {reason}")
+        unavailable("multi-host test needs network namespaces", reason)
     net = NetLab()
     broker: LocalBroker | None = None
     s3: S3Server | None = None
