@@ -93,6 +93,13 @@ class Firing:
                 self.cursor = tuple(key[1:])
         self._saved = self.target is not None
 
+    def next_target(self, watermark: int, fired_up_to: int) -> int | None:
+        """What to fire toward next: the firing in progress first, then ``watermark`` if
+        it is past ``fired_up_to`` (``None``: nothing left to fire)."""
+        if self.target is not None:
+            return self.target
+        return watermark if watermark > fired_up_to else None
+
     def run(self, target: int, steps: Sequence[Step], budget: Budget | None) -> bool:
         """Run (or go on with) the firing toward ``target``: ``steps`` in order. True
         when done; False when ``budget`` ran out (call again with the same target and

@@ -91,17 +91,13 @@ class ProcessOperator(Operator):
     def advance(self, watermark: int, budget: Budget | None = None) -> bool:
         """Event-time timers due by ``watermark`` fire, then TTL expiry; with ``budget``
         in slices (fired timers leave the timer table, so the rest is what is left)."""
-        while True:
-            target = self.firing.target  # a firing in progress goes first
-            if target is None:
-                if watermark <= self.wm:
-                    return True
-                target = watermark
+        while (target := self.firing.next_target(watermark, self.wm)) is not None:
             self.scope.watermark = target
             if not self.firing.run(target, [self._fire_event, self._expire], budget):
                 return False
             self.wm = target
             self.meta.put(("wm",), target)
+        return True
 
     def _fire_event(self, _cursor: Cursor | None, budget: Budget | None) -> Cursor | None:
         return self._fire(self.scope.event_timers, self.scope.watermark, "event", budget)

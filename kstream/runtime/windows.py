@@ -123,17 +123,13 @@ class WindowOperator(Operator):
         """Fire the windows ``watermark`` closes, then expire those past the allowed
         lateness; with ``budget``, stop when it is spent (False: call again — also
         after a restore — to go on; the operator's watermark moves when it is done)."""
-        while True:
-            target = self.firing.target  # a firing in progress goes first
-            if target is None:
-                if watermark <= self.wm:
-                    return True
-                target = watermark
+        while (target := self.firing.next_target(watermark, self.wm)) is not None:
             if not self.firing.run(
                 target, self._steps(self.wm, target, target - self.allowed), budget
             ):
                 return False
             self._set_wm(target)
+        return True
 
     def finish(self) -> None:
         """Fire every window not fired yet and drop all window state; the stored
