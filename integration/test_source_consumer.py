@@ -128,3 +128,36 @@ def test_copartitioning_check() -> None:
         check_copartitioned({"a": 4, "b": 3}, ["a", "b"])
     with pytest.raises(SourceError, match=r"do not exist: \['c'\]"):
         check_copartitioned({"a": 4}, ["a", "c"])
+
+
+def test_a_subscribed_topic_created_within_the_grace_is_read_one_missing_past_it_is_fatal(
+    kafka_bootstrap: str, kafka_admin: AdminClient, unique_name: Callable[[str], str]
+) -> None:
+    late, never = unique_name("late"), unique_name("never")
+    c = SourceConsumer(kafka_bootstrap, unique_name("group"), [late], missing_topic_grace=20.0)
+    try:
+        deadline = time.monotonic() + 20
+        while not c.waiting_for_topics:
+            assert time.monotonic() < deadline, "no missing-topic report"
+            c.consume_batch(100, 0.1)
+        ensure_topics(kafka_admin, [TopicSpec(late, 1)])
+        p = make_producer(kafka_bootstrap)
+        p.produce(late, b"v", key=b"k")
+        p.flush(10)
+        got: list[bytes | None] = []
+        deadline = time.monotonic() + 60
+        while not got:
+            assert time.monotonic() < deadline, "the late topic was never read"
+            for recs in c.consume_batch(100, 0.2).values():
+                got.extend(r[1] for r in recs)
+        assert got == [b"v"]
+    finally:
+        c.close()
+    c = SourceConsumer(kafka_bootstrap, unique_name("group"), [never], missing_topic_grace=2.0)
+    try:
+        deadline = time.monotonic() + 60
+        with pytest.raises(SourceError, match=rf"subscribed topics \['{never}'\] do not exist"):
+            while time.monotonic() < deadline:
+                c.consume_batch(100, 0.1)
+    finally:
+        c.close()

@@ -28,6 +28,7 @@ from typing import Any
 from confluent_kafka import OFFSET_INVALID, TIMESTAMP_NOT_AVAILABLE, TopicPartition
 
 from kstream.kafka.clients import KafkaError, KafkaException, make_consumer, watermark_offsets
+from kstream.kafka.missingtopics import MISSING_TOPIC_GRACE_S, MissingTopics
 from kstream.kafka.reachability import Reachability
 
 __all__ = [
@@ -105,12 +106,14 @@ class SourceConsumer:
         read_committed: bool = True,
         extra: Mapping[str, Any] | None = None,
         reachability: Reachability | None = None,
+        missing_topic_grace: float = MISSING_TOPIC_GRACE_S,
     ) -> None:
         self.group_id = group_id
         # "No broker answers" is reported there (logged once per outage); other
         # transient errors are logged once per kind until records flow again.
         self.reach = reachability
         self._reported: set[int] = set()
+        self._missing = MissingTopics(missing_topic_grace)
         self.topics = sorted(set(topics))
         self._on_assign = on_assign
         self._on_revoke = on_revoke
@@ -165,6 +168,11 @@ class SourceConsumer:
         return set(self._assignment)
 
     @property
+    def waiting_for_topics(self) -> bool:
+        """A subscribed topic was reported missing and has not been seen since."""
+        return self._missing.watching
+
+    @property
     def member_id(self) -> str | None:
         """This member's id in the group (None before joining)."""
         mid = self._consumer.memberid()
@@ -186,10 +194,13 @@ class SourceConsumer:
         """Up to ``max_records`` records, waiting at most ``timeout`` s, grouped by partition.
 
         Offsets within a partition are increasing. Transient client errors are
-        logged and skipped; a fatal one raises SourceError.
+        logged and skipped; a fatal one raises SourceError, as does a subscribed
+        topic that stays missing (:mod:`kstream.kafka.missingtopics`).
         """
         out: dict[TP, list[RawRecord]] = {}
         consumer = self._consumer
+        if self._missing.due():
+            self._look_up_missing()
         # What is queued now, without waiting: librdkafka's consume(n, timeout) waits
         # until n messages are there or the timeout passed, which idles the caller
         # whenever fetches arrive in smaller chunks. Only an empty queue is waited
@@ -206,11 +217,17 @@ class SourceConsumer:
             if err is not None:
                 if err.code() == KafkaError._PARTITION_EOF:
                     continue
-                if err.fatal() or err.code() in (
-                    KafkaError.UNKNOWN_TOPIC_OR_PART,
-                    KafkaError.TOPIC_AUTHORIZATION_FAILED,
-                ):
+                if err.fatal() or err.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED:
                     raise SourceError(f"group {self.group_id}: consumer error: {err}")
+                if err.code() == KafkaError.UNKNOWN_TOPIC_OR_PART:
+                    if self._missing.reported():
+                        log.warning(
+                            "group %s: %s; waiting up to %.0f s for it",
+                            self.group_id,
+                            err.str(),
+                            self._missing.grace,
+                        )
+                    continue
                 if err.code() == KafkaError._ALL_BROKERS_DOWN and self.reach is not None:
                     self.reach.failed(f"group {self.group_id}: {err.str()}")
                 elif err.code() not in self._reported:
@@ -234,6 +251,27 @@ class SourceConsumer:
                 )
             )
         return out
+
+    def _look_up_missing(self) -> None:
+        """Look the subscribed topics up in metadata; SourceError if one stayed missing."""
+        missing: list[str] | None
+        try:
+            md = self._consumer.list_topics(timeout=2.0)
+        except KafkaException:
+            missing = None  # unanswered: an outage, not an answer
+        else:
+            missing = [
+                t
+                for t in self.topics
+                if t not in md.topics
+                or md.topics[t].error is not None
+                or not md.topics[t].partitions
+            ]
+        reason = self._missing.looked_up(missing)
+        if reason is not None:
+            raise SourceError(f"group {self.group_id}: {reason}")
+        if not self._missing.watching:
+            log.info("group %s: all subscribed topics are available again", self.group_id)
 
     def pause(self, tps: Iterable[TP]) -> None:
         """Stop fetching ``tps`` (barrier alignment); records already returned stay returned."""
