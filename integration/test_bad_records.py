@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from collections.abc import Callable
 from pathlib import Path
 
+from integration.cli_job import CLI
 from integration.e2e.harness import REPO
 from integration.edge_tools import read_all
 from kstream.api.time import MAX_TIMESTAMP
@@ -27,7 +27,6 @@ from kstream.kafka.clients import (
 )
 from kstream.kafka.dlq import HEADER_ROOM_BYTES, TRUNCATED_BYTES, DeadLetterWriter, dlq_topic_spec
 
-CLI = [sys.executable, "-c", "from kstream.cli import main; main()"]
 T0 = 1_767_225_600_000
 BIG = 5 * 1024 * 1024
 SOURCE_MAX = 8 * 1024 * 1024

@@ -9,15 +9,14 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from collections.abc import Callable
 from pathlib import Path
 
+from integration.cli_job import CLI
 from integration.e2e.harness import REPO, write_renamed_topology
 from integration.edge_tools import read_all
 from kstream.kafka.clients import TopicSpec, ensure_topics, make_admin, make_producer
 
-CLI = [sys.executable, "-c", "from kstream.cli import main; main()"]
 T0 = 1_767_225_600_000  # 2026-01-01T00:00:00Z, a window boundary
 
 

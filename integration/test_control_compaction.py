@@ -16,9 +16,6 @@ minute, which bounds a start-up read the same way at a larger constant).
 from __future__ import annotations
 
 import re
-import signal
-import subprocess
-import sys
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -26,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from integration.e2e.harness import REPO
+from integration.cli_job import CLI, CliJob, run_args, run_to_end
 from integration.edge_tools import read_all
 from kstream.checkpoint.messages import Heartbeat, encode, record_key
 from kstream.kafka.clients import (
@@ -44,7 +41,6 @@ from kstream.store.metadata import known_completed
 
 pytestmark = pytest.mark.integration
 
-CLI = [sys.executable, "-c", "from kstream.cli import main; main()"]
 WORDS = ("apple", "berry", "cherry", "date", "elder")
 CHECKPOINTS = 80  # completed in the first run
 BOUND = 40  # about 25 keys with four tasks, plus what the newest segment still holds
@@ -103,24 +99,22 @@ def test_start_up_reads_a_bounded_number_of_records_after_many_heartbeats_and_ch
         assert producer.flush(30) == 0
 
     def job(*extra: str) -> list[str]:
-        return [*CLI, "-v", "run", str(topology), "--bootstrap", kafka_bootstrap,
-                "--app-id", app, "--store", store.url, "--state-dir", str(tmp_path / "state"),
-                "--interval", "0.1", *extra]  # fmt: skip
+        return run_args(topology, kafka_bootstrap, app, tmp_path, *extra, interval=0.1)
 
     # 1. Many checkpoints (and heartbeats) with input flowing; then a graceful stop.
-    first_log = tmp_path / "first.log"
-    proc = subprocess.Popen(
-        job(), stdout=first_log.open("w"), stderr=subprocess.STDOUT, text=True, cwd=REPO
-    )
-    deadline = time.monotonic() + 240
-    while max(known_completed(store, app), default=0) < CHECKPOINTS:
-        assert proc.poll() is None, first_log.read_text()[-3000:]
-        assert time.monotonic() < deadline, f"no {CHECKPOINTS} checkpoints in 240 s"
-        send(20)
-        time.sleep(0.3)  # input pacing, not synchronisation
-    proc.send_signal(signal.SIGTERM)
-    assert proc.wait(timeout=90) == 0, first_log.read_text()[-3000:]
-    assert "stopping: the final checkpoint completed" in first_log.read_text()
+    first = CliJob(job(), tmp_path / "first.log")
+    try:
+        deadline = time.monotonic() + 240
+        while max(known_completed(store, app), default=0) < CHECKPOINTS:
+            assert first.proc.poll() is None, first.tail()
+            assert time.monotonic() < deadline, f"no {CHECKPOINTS} checkpoints in 240 s"
+            send(20)
+            time.sleep(0.3)  # input pacing, not synchronisation
+        code, _ = first.stop(timeout=90)
+    finally:
+        first.kill()
+    assert code == 0, first.tail()
+    assert "stopping: the final checkpoint completed" in first.log()
     last = max(known_completed(store, app))
     written = _control_end(kafka_bootstrap, app)
     assert written > 10 * BOUND  # offsets written, transaction markers included
@@ -138,11 +132,8 @@ def test_start_up_reads_a_bounded_number_of_records_after_many_heartbeats_and_ch
     # 3. Restart with more input: both ends of the control topic read a bounded number
     #    of messages at start, and the job carries on from its newest checkpoint.
     send(100)
-    again = subprocess.run(
-        job("--stop-when-idle", "3"), capture_output=True, text=True, timeout=240, cwd=REPO
-    )
-    log = again.stdout + again.stderr
-    assert again.returncode == 0, log[-4000:]
+    code, log = run_to_end(job("--stop-when-idle", "3"), timeout=240)
+    assert code == 0, log[-4000:]
     coordinator = [int(n) for n in re.findall(r"\((\d+) control messages read at start\)", log)]
     worker = [int(n) for n in re.findall(r"control history: (\d+) messages read at start", log)]
     assert len(coordinator) == 1 and len(worker) == 1, (coordinator, worker)
@@ -171,11 +162,11 @@ def test_no_control_client_creates_the_control_topic(
     """Only the job's topic setup creates ``<app>.control`` (compacted): `kstream savepoint`
     for an app that never ran says so at once and creates nothing."""
     app = unique_name("absent")
-    done = subprocess.run(
+    code, log = run_to_end(
         [*CLI, "savepoint", app, "--bootstrap", kafka_bootstrap, "--store", "file:///nonexistent",
          "--timeout", "60"],
-        capture_output=True, text=True, timeout=60, cwd=REPO,
+        timeout=60,
     )  # fmt: skip
-    assert done.returncode == 1, done.stderr[-2000:]
-    assert f"no control topic {app}.control: is the job '{app}' running?" in done.stderr
+    assert code == 1, log[-2000:]
+    assert f"no control topic {app}.control: is the job '{app}' running?" in log
     assert control_topic(app) not in kafka_admin.list_topics(timeout=10).topics

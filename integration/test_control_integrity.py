@@ -8,13 +8,10 @@ forged id, and a restarted coordinator continues with small ids.
 
 from __future__ import annotations
 
-import subprocess
-import sys
-import time
 from collections.abc import Callable
 from pathlib import Path
 
-from integration.e2e.harness import REPO
+from integration.cli_job import CliJob, run_args, run_to_end
 from integration.edge_tools import markers, read_all
 from kstream.checkpoint.messages import CheckpointCompleted, JobFailed, encode
 from kstream.kafka.clients import AdminClient, TopicSpec, ensure_topics, make_producer
@@ -22,7 +19,6 @@ from kstream.names import control_topic
 from kstream.store.file import FileStore
 from kstream.store.metadata import completed_ids
 
-CLI = [sys.executable, "-c", "from kstream.cli import main; main()"]
 T0 = 1_767_225_600_000
 HUGE = 10**12
 
@@ -41,24 +37,8 @@ def _produce(bootstrap: str, topic: str, values: list[str]) -> None:
     assert p.flush(30) == 0
 
 
-def _start(topology: Path, bootstrap: str, app: str, tmp: Path) -> subprocess.Popen[str]:
-    return subprocess.Popen(
-        [*CLI, "run", str(topology), "--bootstrap", bootstrap, "--app-id", app,
-         "--store", f"file://{tmp}/store", "--state-dir", str(tmp / "state"),
-         "--interval", "0.5", "--stop-when-idle", "4"],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=REPO,
-    )  # fmt: skip
-
-
-def _wait(cond: Callable[[], bool], what: str, proc: subprocess.Popen[str], timeout: float) -> None:
-    deadline = time.monotonic() + timeout
-    while not cond():
-        if proc.poll() is not None:
-            raise AssertionError(f"job exited ({proc.returncode}) before {what}: {proc.stdout}")
-        if time.monotonic() > deadline:
-            proc.kill()
-            raise AssertionError(f"no {what} within {timeout}s")
-        time.sleep(0.2)
+def _args(topology: Path, bootstrap: str, app: str, tmp: Path) -> list[str]:
+    return run_args(topology, bootstrap, app, tmp, "--stop-when-idle", "4", interval=0.5)
 
 
 def test_forged_control_records_are_skipped_and_the_job_stays_exact(
@@ -74,16 +54,20 @@ def test_forged_control_records_are_skipped_and_the_job_stays_exact(
     store = FileStore(tmp_path / "store")
 
     _produce(kafka_bootstrap, src, ["a", "b", "c"])
-    job = _start(topology, kafka_bootstrap, app, tmp_path)
-    _wait(lambda: bool(completed_ids(store, app)), "completed checkpoint", job, 90)
-    # A plain client (no transaction, no key) writes what only a coordinator may.
-    forger = make_producer(kafka_bootstrap)
-    for msg in (CheckpointCompleted(HUGE, 1), JobFailed("forged: stop everything")):
-        forger.produce(control_topic(app), encode(msg), key=type(msg).__name__)
-    assert forger.flush(30) == 0
-    _produce(kafka_bootstrap, src, ["d", "e"])
-    log, _ = job.communicate(timeout=120)
-    assert job.returncode == 0, log[-4000:]
+    job = CliJob(_args(topology, kafka_bootstrap, app, tmp_path), tmp_path / "first.log")
+    try:
+        job.wait_until(lambda: bool(completed_ids(store, app)), "completed checkpoint", 90)
+        # A plain client (no transaction, no key) writes what only a coordinator may.
+        forger = make_producer(kafka_bootstrap)
+        for msg in (CheckpointCompleted(HUGE, 1), JobFailed("forged: stop everything")):
+            forger.produce(control_topic(app), encode(msg), key=type(msg).__name__)
+        assert forger.flush(30) == 0
+        _produce(kafka_bootstrap, src, ["d", "e"])
+        code = job.wait(timeout=120)
+    finally:
+        job.kill()
+    log = job.log()
+    assert code == 0, log[-4000:]
     assert log.count("not signed by a coordinator of this job") >= 2, log[-4000:]
     assert "another coordinator took over" not in log
     assert sorted(r.value or b"" for r in read_all(kafka_bootstrap, out)) == [
@@ -100,9 +84,8 @@ def test_forged_control_records_are_skipped_and_the_job_stays_exact(
     # A restarted job's coordinator does not continue above the forged id.
     before = max(completed_ids(store, app))
     _produce(kafka_bootstrap, src, ["f"])
-    again = _start(topology, kafka_bootstrap, app, tmp_path)
-    log, _ = again.communicate(timeout=120)
-    assert again.returncode == 0, log[-4000:]
+    code, log = run_to_end(_args(topology, kafka_bootstrap, app, tmp_path), timeout=120)
+    assert code == 0, log[-4000:]
     assert before < max(completed_ids(store, app)) < 1000
     assert sorted(r.value or b"" for r in read_all(kafka_bootstrap, out)) == [
         b"A",

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+from integration.cli_job import CLI
 from kstream.checkpoint.messages import (
     CheckpointAborted,
     CheckpointCompleted,
@@ -35,7 +36,6 @@ from kstream.store.metadata import completed_ids
 pytestmark = pytest.mark.integration
 
 ROOT = Path(__file__).resolve().parents[1]
-CLI = [sys.executable, "-c", "from kstream.cli import main; main()"]
 
 
 class Proc:
@@ -225,9 +225,7 @@ def test_a_late_task_makes_the_first_checkpoint_time_out_and_the_next_completes(
     # Every completed checkpoint is retained, so retention cannot delete checkpoint 2
     # before the listing below reads it (checkpoints complete every 0.3 s meanwhile).
     coord = procs(
-        coordinator_args(
-            kafka_bootstrap, app, tmp_path, "src-0,late-0", timeout=3.0, retained=1000
-        )
+        coordinator_args(kafka_bootstrap, app, tmp_path, "src-0,late-0", timeout=3.0, retained=1000)
     )
     log.wait_for(lambda m: isinstance(m, TriggerCheckpoint) and m.checkpoint_id == 1, "trigger 1")
     completed = log.wait_for(lambda m: isinstance(m, CheckpointCompleted), "a completion")

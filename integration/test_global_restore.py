@@ -21,7 +21,6 @@ from __future__ import annotations
 import re
 import signal
 import subprocess
-import sys
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -29,6 +28,7 @@ from pathlib import Path
 
 import pytest
 
+from integration.cli_job import CLI
 from integration.e2e.harness import REPO
 from integration.edge_tools import read_all
 from kstream.kafka.clients import AdminClient, TopicSpec, ensure_topics, make_producer
@@ -39,7 +39,6 @@ from kstream.store.urls import open_store
 
 pytestmark = pytest.mark.integration
 
-CLI = [sys.executable, "-c", "from kstream.cli import main; main()"]
 WORDS = ("apple", "berry", "cherry", "date", "elder", "fig")
 PARTITIONS = 2
 

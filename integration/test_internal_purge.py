@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import subprocess
-import sys
 from collections.abc import Callable
 from pathlib import Path
 
+from integration.cli_job import CLI
 from integration.e2e.harness import REPO, write_renamed_topology
 from kstream.kafka.clients import (
     TopicSpec,
@@ -19,7 +19,6 @@ from kstream.kafka.clients import (
 from kstream.store.metadata import list_checkpoints, purgeable_offsets
 from kstream.store.urls import open_store
 
-CLI = [sys.executable, "-c", "from kstream.cli import main; main()"]
 T0 = 1_767_225_600_000
 
 

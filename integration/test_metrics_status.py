@@ -15,7 +15,6 @@ import re
 import signal
 import socket
 import subprocess
-import sys
 import time
 import urllib.request
 from collections.abc import Callable
@@ -24,6 +23,7 @@ from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
 
+from integration.cli_job import CLI
 from integration.e2e.harness import REPO
 from kstream.checkpoint.messages import CheckpointAborted, CheckpointCompleted, Restore
 from kstream.kafka.clients import (
@@ -36,7 +36,6 @@ from kstream.kafka.clients import (
 from kstream.kafka.control import ControlReader
 from kstream.names import group_id
 
-CLI = [sys.executable, "-c", "from kstream.cli import main; main()"]
 T0 = 1_767_225_600_000  # 2026-01-01T00:00:00Z, a window boundary
 TOPOLOGY = """
 from kstream.api import Topology, Tumbling, WatermarkStrategy

@@ -18,20 +18,15 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-import signal
-import subprocess
-import sys
-import time
 from collections.abc import Callable
 from pathlib import Path
 
-from integration.e2e.harness import REPO
+from integration.cli_job import CliJob, run_args, run_to_end
 from integration.edge_tools import read_all
 from kstream.kafka.clients import AdminClient, TopicSpec, ensure_topics, make_producer
 from kstream.store.file import FileStore
 from kstream.store.metadata import completed_ids
 
-CLI = [sys.executable, "-c", "from kstream.cli import main; main()"]
 T0 = 1_767_225_600_000
 KEYS = 15_000
 SIZE, ADVANCE = 100_000, 1_000
@@ -81,21 +76,6 @@ def expected_output() -> list[tuple[str, int, int]]:
     return sorted(out)
 
 
-def _wait_for(
-    pattern: str, log_file: Path, job: subprocess.Popen[bytes], within: float
-) -> re.Match[str]:
-    deadline = time.monotonic() + within
-    while True:
-        m = re.search(pattern, log_file.read_text())
-        if m:
-            return m
-        assert job.poll() is None, log_file.read_text()[-3000:]
-        assert time.monotonic() < deadline, (
-            f"no {pattern!r} within {within} s: " + log_file.read_text()[-3000:]
-        )
-        time.sleep(0.1)
-
-
 def _output(bootstrap: str, topic: str) -> list[tuple[str, int, int]]:
     rows = [json.loads(r.value or b"") for r in read_all(bootstrap, topic)]
     return [(k, s, v) for k, s, v in rows]
@@ -118,30 +98,18 @@ def test_checkpoints_and_sigterm_take_effect_mid_firing_and_a_restart_finishes_i
     assert p.flush(30) == 0
     expected = expected_output()
     store = FileStore(tmp_path / "store")
-    args = [*CLI, "-v", "run", str(topology), "--bootstrap", kafka_bootstrap, "--app-id", app,
-            "--store", f"file://{tmp_path}/store", "--state-dir", str(tmp_path / "state"),
-            "--interval", "1"]  # fmt: skip
-    log_file = tmp_path / "first.log"
-    job = subprocess.Popen(args, stdout=log_file.open("w"), stderr=subprocess.STDOUT, cwd=REPO)
+    args = run_args(topology, kafka_bootstrap, app, tmp_path)
+    job = CliJob(args, tmp_path / "first.log")
     try:
-        _wait_for(r"firing windows up to \d+ in slices", log_file, job, 90)
+        job.wait_for(r"firing windows up to \d+ in slices", 90)
         # A checkpoint barrier goes in between two slices and the checkpoint completes
         # while the firing goes on.
-        mid = _wait_for(r"checkpoint (\d+) taken mid-firing", log_file, job, 30)
-        n = int(mid.group(1))
-        deadline = time.monotonic() + 30
-        while n not in completed_ids(store, app):
-            assert job.poll() is None, log_file.read_text()[-3000:]
-            assert time.monotonic() < deadline, f"checkpoint {n} did not complete"
-            time.sleep(0.1)
-        t0 = time.monotonic()
-        job.send_signal(signal.SIGTERM)
-        code = job.wait(timeout=60)
-        took = time.monotonic() - t0
+        n = int(job.wait_for(r"checkpoint (\d+) taken mid-firing", 30).group(1))
+        job.wait_until(lambda: n in completed_ids(store, app), f"completed checkpoint {n}", 30)
+        code, took = job.stop()
     finally:
-        if job.poll() is None:
-            job.kill()
-    log = log_file.read_text()
+        job.kill()
+    log = job.log()
     assert code == 0, log[-3000:]
     assert "the final checkpoint completed" in log, log[-3000:]
     assert not re.search(r"windows up to \d+ fired", log), "the firing ended before the stop"
@@ -155,11 +123,8 @@ def test_checkpoints_and_sigterm_take_effect_mid_firing_and_a_restart_finishes_i
     assert 0 < len(first) < len(expected)
 
     # The restart goes on with the firing from the final checkpoint.
-    again = subprocess.run(
-        [*args, "--stop-when-idle", "2"], capture_output=True, text=True, timeout=150, cwd=REPO
-    )
-    log2 = again.stdout + again.stderr
-    assert again.returncode == 0, log2[-3000:]
+    code, log2 = run_to_end([*args, "--stop-when-idle", "2"], timeout=150)
+    assert code == 0, log2[-3000:]
     assert "restored mid-firing" in log2, log2[-3000:]
     m = re.search(r"windows up to \d+ fired \((\d+) slices here, ([\d.]+) s of work\)", log2)
     assert m, log2[-3000:]

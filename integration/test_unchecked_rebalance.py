@@ -4,17 +4,16 @@ from __future__ import annotations
 
 import signal
 import subprocess
-import sys
 import time
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 
+from integration.cli_job import CLI
 from integration.e2e.harness import REPO
 from integration.edge_tools import read_all
 from kstream.kafka.clients import TopicSpec, ensure_topics, make_admin, make_producer
 
-CLI = [sys.executable, "-c", "from kstream.cli import main; main()"]
 TOPOLOGY = """
 from kstream.api import Topology
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 import threading
 import time
 from collections import Counter
@@ -19,13 +18,13 @@ from pathlib import Path
 
 import pytest
 
+from integration.cli_job import CLI
 from integration.e2e.harness import REPO
 from integration.edge_tools import read_all
 from kstream.kafka.clients import TopicSpec, ensure_topics, make_admin, make_producer
 from kstream.store.savepoints import read_savepoint
 from kstream.store.urls import open_store
 
-CLI = [sys.executable, "-c", "from kstream.cli import main; main()"]
 WORDS = ("apple", "berry", "cherry", "date", "elder")
 BASE = 1_600_000_000_000
 STEP_MS, WINDOW_MS = 10, 1_000  # hopping windows of 2 s every 1 s: any cut is inside one

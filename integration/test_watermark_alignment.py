@@ -22,17 +22,16 @@ import os
 import random
 import signal
 import subprocess
-import sys
 import time
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 
+from integration.cli_job import CLI
 from integration.e2e.harness import REPO, wait_until
 from integration.edge_tools import read_all
 from kstream.kafka.clients import TopicSpec, ensure_topics, make_admin, make_producer
 
-CLI = [sys.executable, "-c", "from kstream.cli import main; main()"]
 PARTITIONS = 4
 PER_PARTITION = 6000
 STEP_MS = 10  # event time between a partition's records
