@@ -22,9 +22,9 @@ from pathlib import Path
 import pytest
 
 from integration.e2e.crash import EXACTLY_ONCE_PLAN, RunResult, run_job, wait_drained_unchecked
+from integration.e2e.generator import Generator
 from integration.e2e.harness import (
     Comparison,
-    Generator,
     JobSettings,
     JobUnderTest,
     Proc,

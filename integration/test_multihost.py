@@ -36,10 +36,10 @@ import pytest
 
 from integration.ci import unavailable
 from integration.e2e.crash import _wait_drained
+from integration.e2e.generator import Generator
 from integration.e2e.harness import (
     Comparison,
     ControlWatcher,
-    Generator,
     JobSettings,
     JobUnderTest,
     Proc,

@@ -13,11 +13,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from integration.e2e.generator import Generator
 from integration.e2e.harness import (
     PAUSE_MARKER,
     ControlLog,
     ControlWatcher,
-    Generator,
     HarnessError,
     JobSettings,
     JobUnderTest,

@@ -25,7 +25,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from integration.e2e.harness import REPO, InputRecord, canonical
+from integration.e2e.generator import InputRecord
+from integration.e2e.harness import REPO, canonical
 from kstream.job import load_topology
 
 BASE = 1_767_225_600_000  # 2026-01-01T00:00:00Z, a multiple of every window size
