@@ -585,3 +585,29 @@ def test_owners_that_never_heartbeat_after_a_coordinator_restart_are_lost() -> N
     h.tick(13.5)
     assert h.c.phase is Phase.RESTORING
     assert "worker w1 lost" in h.c.failover.failure_reason
+
+
+def test_silence_during_the_coordinators_own_outage_does_not_lose_a_worker() -> None:
+    h = Harness(heartbeat_timeout=3.0, interval=100.0, history=[Resume(0, {"a": "w1", "b": "w2"})])
+    h.start(0.0)
+    h.send(Heartbeat("w1", ("a",), 5), 0.5)
+    h.send(Heartbeat("w2", ("b",), 5), 0.5)
+    # Cut off from the brokers from 1.0 to 20.0: no heartbeat can arrive meanwhile.
+    h.c.cut_off(20.0)
+    assert h.tick(20.0) == []
+    h.send(Heartbeat("w1", ("a",), 5), 21.0)  # w1 is back; w2 stays silent
+    assert h.tick(23.0) == []
+    assert h.c.phase is Phase.RUNNING
+    out = h.tick(23.1)  # a whole timeout after the outage ended
+    assert h.c.failover.failure_reason == "worker w2 lost: no heartbeat for 3.1s (tasks b)"
+    assert out == [Send(Restore(1, None))]
+
+
+def test_without_the_cut_off_the_same_silence_loses_both_workers() -> None:
+    h = Harness(heartbeat_timeout=3.0, interval=100.0, history=[Resume(0, {"a": "w1", "b": "w2"})])
+    h.start(0.0)
+    h.send(Heartbeat("w1", ("a",), 5), 0.5)
+    h.send(Heartbeat("w2", ("b",), 5), 0.5)
+    h.tick(20.0)
+    assert h.c.phase is Phase.RESTORING
+    assert "lost: no heartbeat for 19.5s" in h.c.failover.failure_reason

@@ -6,6 +6,7 @@ import json
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+import pytest
 from click.testing import CliRunner
 from prometheus_client import CollectorRegistry
 
@@ -13,14 +14,17 @@ from kstream.checkpoint.messages import (
     AcknowledgeCheckpoint,
     CheckpointAborted,
     CheckpointCompleted,
+    Heartbeat,
     JobFailed,
     Message,
+    Restore,
     Resume,
     TriggerCheckpoint,
 )
 from kstream.cli import main
 from kstream.config import CheckpointingConfig, JobConfig
 from kstream.kafka.control import CoordinatorFenced
+from kstream.kafka.reachability import Reachability
 from kstream.metrics import Metrics
 from kstream.process.coordinator import run_coordinator
 from kstream.store.base import StoreError
@@ -303,3 +307,58 @@ def test_a_restarted_coordinator_exports_the_attempt_and_latest_checkpoint_at_on
     assert registry.get_sample_value("kstream_last_completed_checkpoint_id") == 3
     assert registry.get_sample_value("kstream_job_attempt") == 0
     assert registry.get_sample_value("kstream_checkpoints_completed_total") == 0
+
+
+class OutageTransport(FakeTransport):
+    """Worker w1 owns a and b and heartbeats every second; the third checkpoint's
+    send waits out a 30 s outage of every broker (as CoordinatorChannel.send does),
+    reported to ``reach`` when ``reports`` (else the loop cannot know of it)."""
+
+    def __init__(self, events: list[Event], reports: bool) -> None:
+        super().__init__(events, acking("a", "b"))
+        if reports:
+            self.reach = Reachability(300.0, clock=lambda: self.now)
+        self._beat = self.now
+
+    def open(self, timeout: float = 30.0) -> list[Message]:
+        return [Resume(0, {"a": "w1", "b": "w1"})]
+
+    def poll(self, timeout: float) -> list[Message]:
+        out = super().poll(timeout)
+        if self.now - self._beat >= 1.0:
+            self._beat = self.now
+            out.append(Heartbeat("w1", ("a", "b"), 0))
+        return out
+
+    def send(self, messages: Sequence[Message], timeout: float = 30.0) -> None:
+        if any(isinstance(m, TriggerCheckpoint) and m.checkpoint_id == 3 for m in messages):
+            reach = getattr(self, "reach", None)
+            if reach is not None:
+                reach.failed("no broker answers")
+            self.now += 30.0
+            if reach is not None:
+                reach.ok()
+            self._beat = self.now
+        super().send(messages, timeout)
+
+
+@pytest.mark.parametrize("reports", [True, False])
+def test_an_outage_waited_out_in_a_send_loses_no_worker(tmp_path: Path, reports: bool) -> None:
+    events: list[Event] = []
+    transport = OutageTransport(events, reports)
+    code = run_coordinator(
+        job(),
+        frozenset({"a", "b"}),
+        transport=transport,
+        store=RecordingStore(tmp_path, events),
+        clock=lambda: transport.now,
+        should_stop=lambda: transport.now > 1060.0,  # a minute of the fake clock
+        poll_timeout=0.25,
+        heartbeat_timeout=10.0,
+    )
+    assert code == 0
+    triggered = [m.checkpoint_id for m in transport.sent() if isinstance(m, TriggerCheckpoint)]
+    assert 3 in triggered  # the outage happened
+    restores = [m for m in transport.sent() if isinstance(m, Restore)]
+    # Told of the outage, the loop forgives the silence it caused; not told, it cannot.
+    assert (restores == []) is reports, restores

@@ -260,6 +260,16 @@ class CheckpointCoordinator:
             cmds.append(self._trigger(now))
         return cmds
 
+    def cut_off(self, now: float) -> None:
+        """This coordinator could not reach the brokers until ``now`` (its own outage).
+
+        The workers' heartbeats could not reach it either: their silence so far says
+        nothing about them, so each member is counted as heard from at ``now`` and
+        is lost only after a whole ``heartbeat_timeout`` more without a heartbeat.
+        """
+        for member, (seen, tasks) in self._members.items():
+            self._members[member] = (max(seen, now), tasks)
+
     def metadata_written(self, checkpoint_id: int, now: float) -> list[Command]:
         """The metadata of ``checkpoint_id`` is in the store: announce it, then apply retention."""
         meta = self._completing.pop(checkpoint_id)

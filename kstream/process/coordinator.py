@@ -32,6 +32,7 @@ from kstream.config import JobConfig
 from kstream.kafka.clients import delete_records_before, make_admin
 from kstream.kafka.control import ControlError, CoordinatorFenced
 from kstream.kafka.coordinator_channel import CoordinatorChannel
+from kstream.kafka.reachability import Reachability
 from kstream.logs import ctx
 from kstream.metrics import METRICS, Metrics
 from kstream.metrics.labels import checkpoint_reason, restart_cause
@@ -347,10 +348,17 @@ def run_coordinator(
         skipped = getattr(channel, "skipped", 0)
         executor.recovered()
         failure = executor.execute(coordinator.start(clock()))
+        # An outage of our own (seen while reading, or inside a send that waited it
+        # out) silenced every worker's heartbeats too: they do not count against them.
+        reach: Reachability | None = getattr(channel, "reach", None)
+        outages = reach.outages if reach is not None else 0
         # 3. The loop.
         while failure is None and executor.finished is None and not should_stop():
             for msg in channel.poll(poll_timeout):
                 failure = failure or executor.execute(coordinator.handle(msg, clock()))
+            if reach is not None and (reach.down or reach.outages != outages):
+                outages = reach.outages
+                coordinator.cut_off(clock())
             now_skipped = getattr(channel, "skipped", 0)  # malformed control records
             if now_skipped > skipped:
                 executor.metrics.control_skipped.inc(now_skipped - skipped)
