@@ -262,6 +262,10 @@ def measure_recovery(
         early = watcher.consume(num_messages=1, timeout=0.5)
         if early:
             raise RuntimeError(f"{name}: output before W0 closed: {early[0].value()!r}")
+        # The probes' producer is connected (and knows the topic's leaders) before the
+        # kill: its start-up is the harness's, not part of any contender's recovery.
+        producer = make_producer(bootstrap)
+        producer.list_topics(topic_in, timeout=10.0)
         # 3. kill -9, and lose the local state
         t_kill = time.time()
         job.kill()
@@ -269,7 +273,6 @@ def measure_recovery(
         if wipe:
             shutil.rmtree(state_dir, ignore_errors=True)
         # 4. probes that close W0 on every partition
-        producer = make_producer(bootstrap)
         for p in range(partitions):
             probe = {"user": "probe", "kind": "click", "amount": 1.0, "ts": w0_end + 1000}
             producer.produce(

@@ -21,6 +21,7 @@ from kstream.worker.protocol import (
     CommitSinks,
     Exit,
     InputRead,
+    OutputBuffered,
     RestoreTasks,
     ResumeTasks,
     Send,
@@ -121,6 +122,41 @@ def test_triggers_of_the_current_attempt_reach_the_tasks_and_completions_commit(
     assert p.trigger_seen == {}
     # A completion commits whatever attempt it names (a later one subsumes earlier ones).
     assert p.handle(CheckpointCompleted(2, 0), 2.6) == [CommitSinks(2)]
+
+
+def test_the_first_output_after_a_restore_asks_for_a_checkpoint_once() -> None:
+    p = protocol()
+    p.handle(Assigned("m1", 3, TASKS, True), 0.0)
+    p.handle(Restore(2, 7), 0.0)
+    assert not p.awaiting_first_output  # not before the resume: nothing runs
+    assert p.handle(OutputBuffered(), 0.5) == []
+    p.handle(Resume(2, {t: "m1" for t in TASKS}), 1.0)
+    assert p.awaiting_first_output
+    p.handle(InputRead(), 1.1)
+    assert p.handle(OutputBuffered(), 1.1) == [
+        Send(CheckpointRequest("m1", 2, "first output after a restore"))
+    ]
+    assert not p.awaiting_first_output
+    # Once per restore: later output waits for the interval.
+    assert p.handle(OutputBuffered(), 1.2) == []
+    assert p.handle(OutputBuffered(), 5.0) == []
+
+
+def test_a_job_started_without_a_checkpoint_waits_for_the_interval() -> None:
+    p = running(protocol())  # restored to the start positions (checkpoint None)
+    assert not p.awaiting_first_output
+    assert p.handle(OutputBuffered(), 2.0) == []
+
+
+def test_a_trigger_after_the_input_makes_the_first_output_request_needless() -> None:
+    p = protocol()
+    p.handle(Assigned("m1", 3, TASKS, True), 0.0)
+    p.handle(Restore(2, 7), 0.0)
+    p.handle(Resume(2, {t: "m1" for t in TASKS}), 1.0)
+    p.handle(InputRead(), 1.1)
+    assert p.handle(TriggerCheckpoint(8, 2, 1200), 1.2) == [TriggerTasks(8, 2)]
+    assert p.handle(OutputBuffered(), 1.2) == []  # checkpoint 8 covers it already
+    assert not p.awaiting_first_output
 
 
 def test_heartbeats_name_the_tasks_held_every_interval() -> None:

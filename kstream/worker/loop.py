@@ -247,7 +247,9 @@ class Worker:
             # Source partitions run ahead (watermark alignment): held in the backlog.
             held = tasks.held(backlog.partitions())
             if not backlog.feedable(held):
-                batch = self.source.consume_batch(self.batch_size, IDLE_WAIT_S)
+                # A firing going on is work to do: take what is queued, wait for nothing.
+                firing = not mode.draining and any(r.task.firing for r in tasks.running())
+                batch = self.source.consume_batch(self.batch_size, 0.0 if firing else IDLE_WAIT_S)
                 if self._assignment_changed:
                     self._assignment_changed = False
                     log.info("assignment changed: %s", sorted(self.source.assignment))

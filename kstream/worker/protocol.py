@@ -26,7 +26,9 @@ What the protocol decides:
   again (ready in the new generation); after a resume it reports the tasks it now
   holds but does not run as failed, so the coordinator restores at once.
 * **checkpoints**: a trigger of the current attempt goes to every running task;
-  a completion commits the sinks.
+  a completion commits the sinks. After a restore from a checkpoint, the first
+  exactly-once output the resumed tasks buffer (:class:`OutputBuffered`) asks for a
+  checkpoint at once, so output resumes without waiting out an interval.
 * **when to stop**: a graceful stop (:class:`StopRequested`) reads no more input and
   asks for a checkpoint until one triggered after the last input completed (at most
   ``drain_timeout_s``); ``stop_when_idle`` does the same once no input came for that
@@ -93,6 +95,11 @@ class InputRead:
 
 
 @dataclass(frozen=True)
+class OutputBuffered:
+    """An exactly-once sink of a running task holds output not yet sealed by a barrier."""
+
+
+@dataclass(frozen=True)
 class StopRequested:
     """Stop gracefully (SIGTERM, or the embedding program)."""
 
@@ -106,7 +113,7 @@ class TaskStopped:
     reason: str | None
 
 
-Event = Message | Assigned | InputRead | StopRequested | TaskStopped
+Event = Message | Assigned | InputRead | OutputBuffered | StopRequested | TaskStopped
 
 # ---- what the loop does --------------------------------------------------------------------
 
@@ -211,6 +218,9 @@ class WorkerProtocol:
         self.drained = False  # a checkpoint triggered after the last input completed
         self.stopping_since: float | None = None
         self.trigger_seen: dict[int, float] = {}
+        # Resumed from a checkpoint and no output buffered since: the first output
+        # asks for a checkpoint at once (OutputBuffered).
+        self.awaiting_first_output = False
         self._next_request = 0.0
         self._next_heartbeat = 0.0
 
@@ -284,6 +294,7 @@ class WorkerProtocol:
                 self.last_input, self.drained = now, False  # idle counts from here
                 self.running = {t for t in self.tasks if event.owners.get(t) == self.member}
                 self.tasks = set(self.running)  # another member owns the rest: stay idle
+                self.awaiting_first_output = bool(self.running) and self.restore_point is not None
                 return [ResumeTasks(frozenset(self.running))]
             case JobFailed():
                 return [Exit(1, f"job failed: {event.reason}")]
@@ -292,6 +303,12 @@ class WorkerProtocol:
             case InputRead():
                 self.last_input, self.drained = now, False
                 return []
+            case OutputBuffered() if self.awaiting_first_output:
+                # The output replayed since the restored checkpoint is what downstream
+                # has been missing since the failure: publish it without waiting out
+                # the interval (one checkpoint more per restore).
+                self.awaiting_first_output = False
+                return self._request(now, "first output after a restore")
             case StopRequested():
                 return self._stop_requested(now)
             case StopJob() if event.attempt == self.attempt:
@@ -339,6 +356,7 @@ class WorkerProtocol:
         if self.stopping_since is not None:
             return []
         self.stopping_since = now
+        self.awaiting_first_output = False
         if self.restoring or not self.running:
             return [Exit(0, "stopping: nothing runs here, so nothing is left to commit")]
         # Input is read only after the control messages of a loop iteration, so a
@@ -468,6 +486,12 @@ class Checkpointed(Mode):
                 self.control.report(msg)
                 if isinstance(msg, AcknowledgeCheckpoint):
                     self.stats.checkpoints_acked += 1
+        if self.protocol.awaiting_first_output and any(
+            r.output_buffered() for r in self.tasks.running()
+        ):
+            code = self._handle(OutputBuffered(), now)
+            if code is not None:
+                return code
         return self._apply(self.protocol.tick(now), now)
 
     @property

@@ -49,6 +49,12 @@ log = logging.getLogger(__name__)
 TP = tuple[str, int]
 SINK_BLOB = "sink"
 SINK_SPILL_DIR = "sink-spill"  # in the task's state directory: the sink buffer past its budget
+FIRING_SLICE_S = 0.02
+"""Firing work per task call in a worker. Every task of the worker fires a slice per loop
+iteration, and each step of a checkpoint (trigger, acknowledgement, completion, sink
+commit) waits for an iteration's end: with 4 tasks firing, 0.5 s slices made a
+checkpoint taken during a firing take 2-3 s, and the first output after a restore with
+it (benchmarks/PROFILE.md, recovery). A slice costs a range-scan seek per operator."""
 
 
 # ---- positions <-> JSON (manifests and acknowledgements) --------------------------------
@@ -231,10 +237,10 @@ class TaskRunner:
             restore_positions=positions,
             restore_watermarks=watermarks,
             now=ctx.clock(),
-            # Window firings in slices of about SLICE_S (the loop goes on with them
-            # between its looks at signals and the control topic): with checkpoints only,
-            # since without them fed offsets are committed as processed.
-            firing_budget=Budget() if ctx.config.checkpointing.enabled else None,
+            # Window firings in slices (the loop goes on with them between its looks at
+            # signals and the control topic): with checkpoints only, since without them
+            # fed offsets are committed as processed.
+            firing_budget=Budget(FIRING_SLICE_S) if ctx.config.checkpointing.enabled else None,
         )
 
     @property
@@ -379,6 +385,12 @@ class TaskRunner:
                 )
             s.on_checkpoint_completed(checkpoint_id)
         self._triggered = {k: v for k, v in self._triggered.items() if k > checkpoint_id}
+
+    def output_buffered(self) -> bool:
+        """Whether an exactly-once sink holds output no barrier sealed yet."""
+        return any(
+            isinstance(s, ExactlyOnceSink) and s.buffer.open.size for s in self.sinks.values()
+        )
 
     def flush_sinks(self) -> None:
         """At-least-once: hand every record written so far to the producers."""
