@@ -175,7 +175,9 @@ class QueueOnlyProducer:
 
 def routed(recs: list[OutputRecord], batches: int, runs: int, reference: bytes) -> None:
     """Time the sink path of ``recs`` as ``batches`` output batches, per way of routing."""
-    keys, values, stamps = ([r[i] for r in recs] for i in (2, 3, 4))
+    keys = [r[2] for r in recs]
+    values = [r[3] for r in recs]
+    stamps = [r[4] or 0 for r in recs]  # the generated records all have one
     size = -(-len(recs) // batches)
     outputs = [
         OutputBatch(
@@ -211,7 +213,7 @@ def routed(recs: list[OutputRecord], batches: int, runs: int, reference: bytes) 
             sinks={Guarantee.EXACTLY_ONCE: s},
             sink_topics={"out": Guarantee.EXACTLY_ONCE},
         )
-        router.route(route, outputs)
+        router.route(route, list(outputs))  # list[Output]
         s.on_barrier(1)
         return s
 

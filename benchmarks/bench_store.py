@@ -19,6 +19,7 @@ import statistics
 import sys
 import tempfile
 import time
+from functools import partial
 from pathlib import Path
 
 from benchmarks import recovery
@@ -75,7 +76,7 @@ def main() -> int:
 
                     if url:
                         s3_store: CheckpointStore = open_store(url, s3_options)
-                        wait = recovery.wait_checkpointed_in(lambda s=s3_store: s, metas.append)
+                        wait = recovery.wait_checkpointed_in(partial(_same, s3_store), metas.append)
                     else:
                         wait = _file_wait(metas)
                     result = recovery.measure_recovery(
@@ -134,3 +135,7 @@ def _row(
 
 if __name__ == "__main__":
     sys.exit(main())
+
+
+def _same(store: CheckpointStore) -> CheckpointStore:
+    return store
