@@ -429,6 +429,25 @@ class LatencyRow:
     p50_ms: float
     p99_ms: float
     max_ms: float
+    p99_runs: tuple[float, ...] = ()  # a median row's: every run's p99, in order
+
+
+def latency_medians(rows: list[LatencyRow]) -> list[LatencyRow]:
+    """One row per checkpoint interval: the median p50, p99 and max of its runs (and
+    every run's p99), intervals in increasing order."""
+    out = []
+    for interval in sorted({r.interval_s for r in rows}):
+        runs = [r for r in rows if r.interval_s == interval]
+        out.append(
+            LatencyRow(
+                interval, runs[0].rate, runs[0].records,
+                statistics.median(r.p50_ms for r in runs),
+                statistics.median(r.p99_ms for r in runs),
+                statistics.median(r.max_ms for r in runs),
+                tuple(r.p99_ms for r in runs),
+            )
+        )  # fmt: skip
+    return out
 
 
 def latency(env: Env, interval: float, rate: int, seconds: float) -> LatencyRow:

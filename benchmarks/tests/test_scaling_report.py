@@ -12,6 +12,7 @@ from benchmarks.scaling_runs import (
     OutputRow,
     Results,
     StateRow,
+    latency_medians,
 )
 
 
@@ -61,3 +62,23 @@ def test_points_run_smallest_first_and_a_spent_budget_skips_the_rest() -> None:
     res = measure(env, FULL, budget_s=0.0)  # nothing starts
     assert len(res.failures) == len(pts) and all("skipped" in f for f in res.failures)
     assert isinstance(pts[0], Point)
+
+
+def test_latency_runs_are_interleaved_and_reported_as_medians() -> None:
+    env = Env("127.0.0.1:1", 4, Path("/nonexistent"), 60.0)
+    lat = [p.what for p in points(env, FULL, Results()) if p.what.startswith("latency")]
+    assert lat[:4] == [
+        "latency, checkpoints every 0.2 s (run 1/3)",
+        "latency, checkpoints every 1.0 s (run 1/3)",
+        "latency, checkpoints every 5.0 s (run 1/3)",
+        "latency, checkpoints every 0.2 s (run 2/3)",
+    ]
+    rows = [LatencyRow(1.0, 2000, 20000, 600.0, p99, 2000.0) for p99 in (1900.0, 1100.0, 1200.0)]
+    rows.insert(1, LatencyRow(0.2, 2000, 20000, 300.0, 700.0, 800.0))
+    med = latency_medians(rows)
+    assert [(r.interval_s, r.p99_ms, r.p99_runs) for r in med] == [
+        (0.2, 700.0, (700.0,)),
+        (1.0, 1200.0, (1900.0, 1100.0, 1200.0)),
+    ]
+    lines = target_lines(Results(latency=med))
+    assert any("(1 s) | 1.20x (1200 ms) | met |" in line for line in lines)
