@@ -9,7 +9,8 @@ seconds until the first new output (the restart restores every task from the sto
     python -m benchmarks.bench_store [--keys 1000000] [--runs 1] [--partitions 4]
 
 Starts its own Kafka broker and S3Proxy (both on loopback, from the cached Maven
-jars) and prints a Markdown table (append it to RESULTS.md by hand).
+jars) and prints a Markdown table (add it to RESULTS.md by hand, under a heading
+"## Checkpoint store: ...": ``benchmarks.run`` keeps that section when it rewrites the file).
 """
 
 from __future__ import annotations

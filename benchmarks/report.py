@@ -210,10 +210,34 @@ class RunInfo:
     minutes: float  # wall-clock duration of the whole command
 
 
+#: Sections of RESULTS.md another command measures (``benchmarks/bench_store.py``:
+#: its table is added by hand): a regeneration keeps them from the previous file.
+KEPT_SECTIONS = ("## Checkpoint store:",)
+
+
+def kept_sections(previous: str) -> list[str]:
+    """The lines of the sections of ``previous`` (RESULTS.md) that a regeneration keeps:
+    each from its heading to the next ``## `` heading or the end."""
+    out: list[str] = []
+    keep = False
+    for line in previous.splitlines():
+        if line.startswith("## "):
+            keep = line.startswith(KEPT_SECTIONS)
+        if keep:
+            out.append(line)
+    while out and not out[-1].strip():
+        out.pop()
+    return out
+
+
 def results_text(
-    info: RunInfo, workloads: list[Workload], series: list[Series], rec: RecoveryResults
+    info: RunInfo,
+    workloads: list[Workload],
+    series: list[Series],
+    rec: RecoveryResults,
+    previous: str = "",
 ) -> str:
-    """RESULTS.md for one run."""
+    """RESULTS.md for one run (the sections of ``previous`` in KEPT_SECTIONS at the end)."""
     lines = ["# kstream benchmark results", ""]
     if info.quick:
         lines += [
@@ -275,4 +299,7 @@ def results_text(
     failures = [f"- {s.workload.key} {s.contender.name}: {f}" for s in series for f in s.failures]
     if failures:
         lines += ["## Failed runs", "", *[f.replace("\n", " ") for f in failures], ""]
+    kept = kept_sections(previous)
+    if kept:
+        lines += [*kept, ""]
     return "\n".join(lines)

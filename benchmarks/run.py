@@ -224,7 +224,8 @@ def bench(bootstrap: str, broker_text: str, s: Settings, command: str) -> None:
         window_ms=s.window_ms, recovery_keys=s.recovery_keys, quick=s.quick,
         minutes=(time.monotonic() - t0) / 60,
     )  # fmt: skip
-    text = results_text(info, workloads(s.window_ms), series, rec)
+    previous = s.results.read_text() if s.results.is_file() else ""
+    text = results_text(info, workloads(s.window_ms), series, rec, previous)
     click.echo("\n" + text)
     s.results.write_text(text)
     click.echo(f"written to {s.results}")

@@ -8,7 +8,16 @@ from benchmarks.generate import InputSpec, partition_of
 from benchmarks.harness import FED_LINE, RunResult, Series
 from benchmarks.lineup import Contender, Workload
 from benchmarks.recovery import RECOVERY_WINDOW_MS, RecoveryResult, probe_key, window_bounds
-from benchmarks.report import commit_wait_lines, ratio, ratio_lines, recovery_lines, table
+from benchmarks.report import (
+    RunInfo,
+    commit_wait_lines,
+    kept_sections,
+    ratio,
+    ratio_lines,
+    recovery_lines,
+    results_text,
+    table,
+)
 
 
 def _series(wl: str, name: str, rates: list[float], module: str = "m") -> Series:
@@ -143,3 +152,26 @@ def test_kstream_commit_wait_is_parsed_and_tabulated() -> None:
     q = _series("w1", "quix", [1.0])  # reports no split: no row
     assert commit_wait_lines([k, q])[2:] == ["| w1 | kstream | 5.00 | 6.00 |"]
     assert commit_wait_lines([q]) == []
+
+
+def test_a_regeneration_keeps_the_checkpoint_store_section_and_nothing_else() -> None:
+    previous = (
+        "# kstream benchmark results\n\n## Throughput\n\nold table\n\n"
+        "## Checkpoint store: file:// vs s3:// (workload 4's recovery job)\n\n"
+        "| store | runs |\n|---|---|\n| file:// | 1 |\n\n"
+        "## Notes on this run (written by hand after it)\n\n- stale\n"
+    )
+    kept = kept_sections(previous)
+    assert kept == [
+        "## Checkpoint store: file:// vs s3:// (workload 4's recovery job)",
+        "",
+        "| store | runs |",
+        "|---|---|",
+        "| file:// | 1 |",
+    ]
+    info = RunInfo("2026-12-01 05:00 UTC", "python -m benchmarks.run", [], "broker", 4,
+                   1000, 10, 5000, 60000, 100, False, 1.0)  # fmt: skip
+    text = results_text(info, [], [], {}, previous)
+    assert text.endswith("| file:// | 1 |\n") and "old table" not in text and "stale" not in text
+    assert text.count("## Checkpoint store:") == 1
+    assert "## Checkpoint store:" not in results_text(info, [], [], {})
