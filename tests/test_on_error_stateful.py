@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from kstream.api import Hopping, Session, Sliding, Topology, ValueState, WatermarkStrategy
+from kstream.api import Hopping, Session, Sliding, Topology, Tumbling, ValueState, WatermarkStrategy
 from kstream.plan import JobPlan, plan_job
 from kstream.runtime.local import run_bounded
 from kstream.runtime.records import DeadLetter, OutputBatch
@@ -94,6 +94,32 @@ def test_a_hopping_window_record_changes_none_of_its_windows_when_one_raises() -
     ]
     with pytest.raises(ValueError, match="unlucky"):
         _run(build, inputs, on_error="fail")
+
+
+def test_a_tumbling_window_record_whose_function_raises_leaves_its_window_unchanged() -> None:
+    def init() -> int:
+        return 0
+
+    def build(t: Topology) -> None:
+        (
+            _source(t)
+            .window(Tumbling(10))
+            .aggregate(init, add_unless_negative)
+            .map(lambda r: [r.start, r.value])
+            .to("out")
+        )
+
+    # A window's first record (-5 at 1: the init path) and a later one (-1 at 3) raise;
+    # the same records pass or fail in one batch and one at a time.
+    rows_in = [("a", -5, 1), ("a", 2, 2), ("a", -1, 3), ("b", 4, 4), ("a", 6, 12)]
+    rows, letters = _run(build, {"in": rows_in})
+    assert sorted((k, v) for k, v in rows) == [("a", [0, 2]), ("a", [10, 6]), ("b", [0, 4])]
+    assert _letters(letters) == [
+        ("in", 0, "a", -5, 1, "operator 'stage0.window0' raised ValueError: negative -5"),
+        ("in", 0, "a", -1, 3, "operator 'stage0.window0' raised ValueError: negative -1"),
+    ]
+    with pytest.raises(ValueError, match="negative -5"):
+        _run(build, {"in": rows_in}, on_error="fail")
 
 
 def test_a_session_merge_that_raises_leaves_both_sessions() -> None:

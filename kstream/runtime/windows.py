@@ -259,10 +259,7 @@ class FixedWindowOperator(WindowOperator):
                 a = local_get(wk, _MISSING)
                 if a is _MISSING:
                     a = acc_get(wk, _MISSING)
-                if a is _MISSING:
-                    a = v if init is None else add(init(), v)
-                else:
-                    a = add(a, v)
+                a = (v if init is None else add(init(), v)) if a is _MISSING else add(a, v)
                 local[wk] = a
             except Exception as exc:
                 self.failed(k, v, t, exc)
