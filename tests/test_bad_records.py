@@ -73,6 +73,22 @@ def test_every_serde_decodes_or_raises_serde_error(serde: Serde, data: bytes) ->
         serde.deserialize(data)
 
 
+@pytest.mark.parametrize("serde", SERDES, ids=repr)
+@settings(max_examples=100, deadline=None)
+@given(items=st.lists(st.none() | st.binary(max_size=40), max_size=6))
+def test_every_serde_decodes_a_batch_as_it_decodes_each_record(
+    serde: Serde, items: list[bytes | None]
+) -> None:
+    one: list[Any] = []
+    try:
+        one = [serde.deserialize(x) for x in items]
+    except SerdeError:
+        with pytest.raises(SerdeError):
+            serde.deserialize_many(items)
+        return
+    assert serde.deserialize_many(items) == one
+
+
 @settings(max_examples=300, deadline=None)
 @given(data=st.binary(max_size=60))
 def test_avro_walk_agrees_with_fastavro_on_valid_records(data: bytes) -> None:

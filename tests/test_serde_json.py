@@ -81,3 +81,65 @@ def test_a_failed_serialization_leaves_the_serde_usable() -> None:
         serde.serialize({"f": 1.5, "n": float("nan"), "s": "é"})
         == b'{"f":1.5,"n":NaN,"s":"\xc3\xa9"}'
     )
+
+
+# ---- batches (the source's decode and the sink's encode take one call per batch) ----
+
+_RAW_ITEMS = [
+    b'{"user":"u1","amount":10.25}', None, b"7", b"-3", b"1e5", b' {"a":1} ', b"[1,2]",
+    b"007", b"", b"12a", b"\xd9\xa3", b'{"a":1} x', b"[" * 100_000, b"9" * 5000, b'"text"',
+]  # fmt: skip
+
+
+def _outcome(fn: Any, arg: Any) -> tuple[str, Any]:
+    try:
+        return "ok", fn(arg)
+    except SerdeError as e:
+        return "error", str(e)
+
+
+@pytest.mark.parametrize("data", _RAW_ITEMS)
+def test_deserialize_many_gives_what_deserialize_gives_item_by_item(data: bytes | None) -> None:
+    serde = JsonSerde()
+    good = b'{"k":[1,{"x":null}]}'
+    assert _outcome(serde.deserialize_many, [good, data, good]) == (
+        ("ok", [{"k": [1, {"x": None}]}, serde.deserialize(data), {"k": [1, {"x": None}]}])
+        if _outcome(serde.deserialize, data)[0] == "ok"
+        else _outcome(serde.deserialize, data)
+    )
+
+
+@given(st.lists(json_values, max_size=8))
+def test_serialize_many_and_deserialize_many_match_one_by_one(values: list[Any]) -> None:
+    serde = JsonSerde()
+    encoded = serde.serialize_many(values)
+    assert encoded == [serde.serialize(v) for v in values]
+    assert serde.deserialize_many(encoded) == [serde.deserialize(d) for d in encoded]
+
+
+def test_serialize_many_raises_as_serialize_and_the_next_batch_is_clean() -> None:
+    serde = JsonSerde()
+    loop: list[Any] = []
+    loop.append(loop)
+    with pytest.raises(SerdeError) as many:
+        serde.serialize_many([{"a": 1}, {1, 2}])
+    with pytest.raises(SerdeError) as one:
+        serde.serialize({1, 2})
+    assert str(many.value) == str(one.value)
+    with pytest.raises(SerdeError):
+        serde.serialize_many([loop])  # circular: the encoder's markers are cleared after it
+    assert serde.serialize_many([[1], {"b": [2]}, None, 5]) == [b"[1]", b'{"b":[2]}', None, b"5"]
+
+
+def test_a_subclass_that_overrides_one_value_is_used_for_batches_too() -> None:
+    class Upper(JsonSerde):
+        def serialize(self, value: Any) -> bytes | None:
+            return super().serialize(value.upper() if isinstance(value, str) else value)
+
+        def deserialize(self, data: bytes | None) -> Any:
+            value = super().deserialize(data)
+            return value.upper() if isinstance(value, str) else value
+
+    serde = Upper()
+    assert serde.serialize_many(["a", 1]) == [b'"A"', b"1"]
+    assert serde.deserialize_many([b'"b"', b"2"]) == ["B", 2]

@@ -228,10 +228,9 @@ class SinkOp(Operator):
         )
 
     def push(self, keys: Keys, values: Values, stamps: Stamps, port: int) -> None:
-        ks, vs = self.key_serde.serialize, self.value_serde.serialize
         try:
-            kb = [ks(k) for k in keys]
-            vb = [vs(v) for v in values]
+            kb = self.key_serde.serialize_many(keys)
+            vb = self.value_serde.serialize_many(values)
         except SerdeError as e:
             raise SerdeError(f"sink {self.topic!r}: a record cannot be serialized: {e}") from e
         self.out.append(OutputBatch(self.topic, False, None, kb, vb, list(stamps)))

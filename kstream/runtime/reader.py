@@ -74,6 +74,8 @@ class Reader:
         self.key_serde, self.value_serde = key_serde, value_serde
         self.kd = key_serde.deserialize
         self.vd = value_serde.deserialize
+        self.kdm = key_serde.deserialize_many
+        self.vdm = value_serde.deserialize_many
         self.extractor = extractor
 
     def decode(
@@ -81,11 +83,11 @@ class Reader:
     ) -> tuple[list[Any], list[Any], list[int], list[tuple[int, str]]]:
         """``(keys, values, timestamps, failures)`` from the ``fields`` (key, value,
         timestamp indexes) of each raw record; failures are ``(index, reason)``."""
-        kd, vd, ex = self.kd, self.vd, self.extractor
+        ex = self.extractor
         ki, vi, ti = fields
         try:
-            keys = [kd(r[ki]) for r in raw]
-            values = [vd(r[vi]) for r in raw]
+            keys = self.kdm([r[ki] for r in raw])
+            values = self.vdm([r[vi] for r in raw])
             if ex is None:
                 stamps = [r[ti] for r in raw]
                 ok = None not in stamps

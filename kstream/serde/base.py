@@ -8,7 +8,7 @@ A ``Serde`` turns a Python value into bytes and back. A failure to decode raises
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from json.encoder import encode_basestring
 from json.scanner import make_scanner
 from typing import Any
@@ -35,6 +35,18 @@ class Serde:
     def deserialize(self, data: bytes | None) -> Any:
         raise NotImplementedError
 
+    def serialize_many(self, values: Sequence[Any]) -> list[bytes | None]:
+        """``serialize`` of each value, in order; raises as the first value that fails
+        does. Subclasses may encode a batch faster, never differently."""
+        serialize = self.serialize
+        return [serialize(v) for v in values]
+
+    def deserialize_many(self, items: Sequence[bytes | None]) -> list[Any]:
+        """``deserialize`` of each item, in order; raises as the first item that fails
+        does. Subclasses may decode a batch faster, never differently."""
+        deserialize = self.deserialize
+        return [deserialize(x) for x in items]
+
     def __repr__(self) -> str:
         return f"{type(self).__name__}()"
 
@@ -53,6 +65,11 @@ class BytesSerde(Serde):
 
     def deserialize(self, data: bytes | None) -> Any:
         return data
+
+    def deserialize_many(self, items: Sequence[bytes | None]) -> list[Any]:
+        if type(self).deserialize is not BytesSerde.deserialize:
+            return super().deserialize_many(items)  # a subclass decodes its own way
+        return list(items)
 
 
 class StrSerde(Serde):
@@ -123,6 +140,49 @@ class JsonSerde(Serde):
         except BaseException:
             self._markers.clear()  # e.g. RecursionError: the next value starts clean
             raise
+
+    def serialize_many(self, values: Sequence[Any]) -> list[bytes | None]:
+        """As ``serialize`` per value, without a method call per value; a value that
+        fails (or is ``None`` or an int) goes through ``serialize`` itself."""
+        encode_chunks = self._encode_chunks
+        serialize = self.serialize
+        if encode_chunks is None or type(self).serialize is not JsonSerde.serialize:
+            return [serialize(v) for v in values]
+        join = "".join
+        out: list[bytes | None] = []
+        append = out.append
+        for value in values:
+            if value is None or type(value) is int:
+                append(serialize(value))
+                continue
+            try:
+                append(join(encode_chunks(value, 0)).encode("utf-8"))
+            except Exception:
+                self._markers.clear()
+                append(serialize(value))  # raises as serialize does
+            except BaseException:
+                self._markers.clear()
+                raise
+        return out
+
+    def deserialize_many(self, items: Sequence[bytes | None]) -> list[Any]:
+        """As ``deserialize`` per item, without a method call per item: an item the C
+        scanner parses whole is its value; any other (``None``, whitespace around the
+        value, trailing data, invalid) goes through ``deserialize`` itself."""
+        scan, deserialize = self._scan, self.deserialize
+        if type(self).deserialize is not JsonSerde.deserialize:
+            return super().deserialize_many(items)  # a subclass decodes its own way
+        out: list[Any] = []
+        append = out.append
+        for data in items:
+            try:
+                text = data.decode("utf-8")  # type: ignore[union-attr]
+                value, end = scan(text, 0)
+            except Exception:
+                append(deserialize(data))  # raises as deserialize does
+                continue
+            append(value if end == len(text) else deserialize(data))
+        return out
 
     def deserialize(self, data: bytes | None) -> Any:
         if data is None:
