@@ -48,6 +48,7 @@ RawRecord = tuple[
 """(key, value, timestamp ms or None, offset, headers or None)."""
 
 FETCH_BYTES_PER_PARTITION = 8 * 1024 * 1024
+FETCH_QUEUE_BACKOFF_MS = 20
 
 AssignCallback = Callable[[list[TP]], Mapping[TP, int] | None]
 RevokeCallback = Callable[[list[TP]], None]
@@ -128,6 +129,13 @@ class SourceConsumer:
                 # round trips, so a batch is rarely waited for (measured: ~1.5x
                 # source throughput with 4 partitions, benchmarks/RESULTS.md).
                 "max.partition.fetch.bytes": FETCH_BYTES_PER_PARTITION,
+                # A partition whose prefetched queue is past librdkafka's thresholds
+                # (queued.min.messages) is fetched again only after this backoff
+                # (default 1 s). When the worker reads one partition while the others
+                # wait (watermark alignment holds them), that partition's queue runs dry
+                # long before: the loop idled up to a second at a time (w2: ~2 s of a
+                # 1 M-record run). Checked again after 20 ms instead.
+                "fetch.queue.backoff.ms": FETCH_QUEUE_BACKOFF_MS,
                 **(extra or {}),
             },
         )
