@@ -126,7 +126,13 @@ class Point:
     run: Callable[[], None]
 
 
-def points(env: Env, sizes: Sizes, res: Results) -> list[Point]:
+#: The curves, as ``--curve`` names them.
+CURVES = ("keys", "state", "workers", "latency", "rss")
+
+
+def points(
+    env: Env, sizes: Sizes, res: Results, curves: tuple[str, ...] = CURVES
+) -> list[Point]:
     """Every point of ``sizes``, in the order they run: by size, then curve (of two
     points of one size the state curve's first: it measures targets of the issue)."""
     pts: list[Point] = []
@@ -141,21 +147,22 @@ def points(env: Env, sizes: Sizes, res: Results) -> list[Point]:
 
         pts.append(Point(what, size, limit, run))
 
-    for procs in (1, 2):
+    for procs in (1, 2) if "workers" in curves else ():
         add(f"w2 with {procs} worker process(es)", sizes.worker_records // 10,
             lambda p=procs: throughput_workers(env, p, sizes.worker_records, sizes.worker_keys),  # type: ignore[misc]
             res.workers.append)  # fmt: skip
-    for run, interval in ((r, i) for r in range(sizes.latency_runs) for i in sizes.intervals):
+    rounds = range(sizes.latency_runs) if "latency" in curves else range(0)
+    for run, interval in ((r, i) for r in rounds for i in sizes.intervals):
         seconds = max(sizes.latency_min_s, 3 * interval)
         add(f"latency, checkpoints every {interval} s (run {run + 1}/{sizes.latency_runs})", 0,
             lambda i=interval, s=seconds: latency(env, i, sizes.latency_rate, s),  # type: ignore[misc]
             res.latency.append)  # fmt: skip
-    for n in sizes.outputs:
+    for n in sizes.outputs if "rss" in curves else ():
         add(f"peak RSS, {n:,} output records in one interval, sink buffer "
             f"{sizes.sink_budget // MIB} MiB and unbounded",
             n, lambda n=n: rss_vs_output(env, n, [sizes.sink_budget, UNBOUNDED]),  # type: ignore[misc]
             res.outputs.extend)  # fmt: skip
-    for k in sizes.state_keys:
+    for k in sizes.state_keys if "state" in curves else ():
         for wipe in (True, False):
             if not wipe and k not in sizes.state_keys_kept:
                 continue
@@ -164,20 +171,22 @@ def points(env: Env, sizes: Sizes, res: Results) -> list[Point]:
                 f"local state {'wiped' if wipe else 'kept'}", k,
                 lambda k=k, w=wipe, c=changes: state_curve(env, k, w, 0.01, c),  # type: ignore[misc]
                 res.state.append)  # fmt: skip
-    for k in sizes.keys:
+    for k in sizes.keys if "keys" in curves else ():
         add(f"w2 throughput, {k:,} keys", k,
             lambda k=k: throughput_vs_keys(env, k, max(k, sizes.keys_min_records)),  # type: ignore[misc]
             res.keys.append)  # fmt: skip
     return sorted(pts, key=lambda p: p.size)  # stable: curve order within a size
 
 
-def measure(env: Env, sizes: Sizes, budget_s: float) -> Results:
+def measure(
+    env: Env, sizes: Sizes, budget_s: float, curves: tuple[str, ...] = CURVES
+) -> Results:
     """Run every point, smallest first. A point gets its own time limit, never more than
     what is left of the budget plus 5 minutes; once the budget is spent the remaining
     (largest) points are skipped and listed as not measured."""
     res = Results()
     t_start = time.monotonic()
-    for p in points(env, sizes, res):
+    for p in points(env, sizes, res, curves):
         left = budget_s - (time.monotonic() - t_start)
         if left <= 0:
             res.failures.append(
@@ -405,11 +414,13 @@ def target_lines(res: Results) -> list[str]:
 @click.option("--partitions", default=4, show_default=True)
 @click.option("--budget", default=None, type=float,
               help="seconds after which the largest points are skipped [full: 1200, quick: 300]")  # fmt: skip
+@click.option("--curve", "curves", multiple=True, type=click.Choice(CURVES),
+              help="measure only this curve (repeatable; default: every curve)")  # fmt: skip
 @click.option("--out", type=click.Path(path_type=Path), default=BENCH_DIR / "SCALING.md",
               show_default=True)  # fmt: skip
 def main(
     bootstrap: str | None, quick: bool, partitions: int, budget: float | None,
-    out: Path,
+    curves: tuple[str, ...], out: Path,
 ) -> None:  # fmt: skip
     """Measure the scaling curves; write SCALING.md and the plots."""
     argv = ["python", "-m", "benchmarks.scaling", *sys.argv[1:]]
@@ -424,10 +435,10 @@ def main(
 
             with LocalBroker(Path(wd) / "kafka") as broker:
                 click.echo(f"started a local broker at {broker.bootstrap}")
-                res = _run(broker.bootstrap, partitions, Path(wd), sizes, budget_s)
+                res = _run(broker.bootstrap, partitions, Path(wd), sizes, budget_s, curves)
                 broker_text = f"local broker started by the command (Kafka {broker.kafka_version})"
         else:
-            res = _run(bootstrap, partitions, Path(wd), sizes, budget_s)
+            res = _run(bootstrap, partitions, Path(wd), sizes, budget_s, curves)
             broker_text = f"existing broker at {bootstrap}"
     minutes = (time.monotonic() - t0) / 60
     plots = scaling_plots.draw(res, out.parent / "plots")
@@ -454,10 +465,11 @@ def main(
     click.echo("\n" + text + f"\nwritten to {out}")
 
 
-def _run(bootstrap: str, partitions: int, workdir: Path, sizes: Sizes, budget_s: float) -> Results:
+def _run(bootstrap: str, partitions: int, workdir: Path, sizes: Sizes, budget_s: float,
+         curves: tuple[str, ...]) -> Results:  # fmt: skip
     env = Env(bootstrap, partitions, workdir, sizes.small_limit_s, say=click.echo,
               python=sys.executable)  # fmt: skip
-    return measure(env, sizes, budget_s)
+    return measure(env, sizes, budget_s, curves or CURVES)
 
 
 if __name__ == "__main__":

@@ -82,3 +82,11 @@ def test_latency_runs_are_interleaved_and_reported_as_medians() -> None:
     ]
     lines = target_lines(Results(latency=med))
     assert any("(1 s) | 1.20x (1200 ms) | met |" in line for line in lines)
+
+
+def test_curve_selects_the_points_of_one_curve() -> None:
+    env = Env("127.0.0.1:1", 4, Path("/nonexistent"), 60.0)
+    rss = [p.what for p in points(env, FULL, Results(), ("rss",))]
+    assert len(rss) == len(FULL.outputs) and all(w.startswith("peak RSS") for w in rss)
+    both = points(env, FULL, Results(), ("latency", "rss"))
+    assert len(both) == len(rss) + FULL.latency_runs * len(FULL.intervals)
