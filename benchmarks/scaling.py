@@ -358,11 +358,8 @@ def report(
         "default 64 MiB per worker process, shared by its sink tasks) the buffer spills to "
         "local disk; 'unbounded' keeps everything in memory (the behaviour without the "
         "bound). Peak RSS is the whole process's: the Kafka clients' queues, the input "
-        "batches and the interpreter come on top of the buffer. A budget also makes the "
-        "process unmap the large blocks it frees (`kstream/sinkbuffer/allocator.py`: "
-        "glibc's dynamic mmap threshold otherwise keeps them in the heap, and peak RSS grew "
-        "with the output: 338 / 406 / 492 MB for 1 / 2 / 4 M records before 2026-12-01). "
-        "Peak RSS vs keys: the first table.",
+        "batches and the interpreter come on top of the buffer. Peak RSS vs keys: the first "
+        "table.",
         "",
     ]
     lines += _table(
