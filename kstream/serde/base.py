@@ -8,10 +8,13 @@ A ``Serde`` turns a Python value into bytes and back. A failure to decode raises
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable, Sequence
 from json.encoder import encode_basestring
 from json.scanner import make_scanner
 from typing import Any
+
+import orjson
 
 _c_make_encoder: Any
 try:
@@ -94,7 +97,19 @@ class StrSerde(Serde):
 
 
 class JsonSerde(Serde):
-    """Compact JSON (UTF-8)."""
+    """Compact JSON (UTF-8): the bytes ``json.dumps(value, separators=(",", ":"),
+    ensure_ascii=False)`` writes, decoded as ``json.loads`` decodes them.
+
+    orjson does the work where it gives exactly those bytes and values (the common
+    case); everything else (integers beyond 64 bits, NaN and infinities, floats below
+    1e-4, non-``str`` dict keys, subclasses of the JSON types, values nested more than
+    254 deep, invalid input) goes through the standard library, as it always did.
+    Two differences, both values the standard library refuses: ``enum.Enum`` members
+    and ``uuid.UUID`` values are written as orjson writes them (the member's value,
+    the UUID's canonical text) when no other part of the value needs the standard
+    library; and input nested deeper than the interpreter's recursion limit allows
+    (about 1 000 levels) but at most 1 024 levels is read (deeper is refused).
+    """
 
     name = "json"
 
@@ -129,6 +144,16 @@ class JsonSerde(Serde):
             return None
         if type(value) is int:  # fast path (counters in state): the same bytes as JSON
             return str(value).encode()
+        try:
+            data = _orjson_dumps(value, option=_ORJSON_OPTIONS)
+        except Exception:
+            pass  # orjson refuses: the standard library decides (and says why)
+        else:
+            if not _orjson_may_differ(data):
+                return data
+        return self._serialize_stdlib(value)
+
+    def _serialize_stdlib(self, value: Any) -> bytes:
         encode_chunks = self._encode_chunks
         try:
             if encode_chunks is None:
@@ -142,46 +167,66 @@ class JsonSerde(Serde):
             raise
 
     def serialize_many(self, values: Sequence[Any]) -> list[bytes | None]:
-        """As ``serialize`` per value, without a method call per value; a value that
-        fails (or is ``None`` or an int) goes through ``serialize`` itself."""
-        encode_chunks = self._encode_chunks
+        """As ``serialize`` per value, without a method call per value: orjson's bytes
+        are checked once per batch (see ``_orjson_may_differ``); a value orjson refuses
+        (or ``None``, or an int) goes through ``serialize`` itself."""
         serialize = self.serialize
-        if encode_chunks is None or type(self).serialize is not JsonSerde.serialize:
+        if type(self).serialize is not JsonSerde.serialize:
             return [serialize(v) for v in values]
-        join = "".join
+        dumps, option = _orjson_dumps, _ORJSON_OPTIONS
         out: list[bytes | None] = []
         append = out.append
+        fast: list[bytes] = []  # orjson's bytes (out[i] for i in fast_at), not yet checked
+        fast_at: list[int] = []
         for value in values:
             if value is None or type(value) is int:
                 append(serialize(value))
                 continue
             try:
-                append(join(encode_chunks(value, 0)).encode("utf-8"))
+                data = dumps(value, option=option)
             except Exception:
-                self._markers.clear()
+                self._recheck(out, values, fast, fast_at)  # earlier values fail first
                 append(serialize(value))  # raises as serialize does
-            except BaseException:
-                self._markers.clear()
-                raise
+                continue
+            fast_at.append(len(out))
+            fast.append(data)
+            append(data)
+        self._recheck(out, values, fast, fast_at)
         return out
 
+    def _recheck(
+        self, out: list[bytes | None], values: Sequence[Any], fast: list[bytes], fast_at: list[int]
+    ) -> None:
+        """Replace those of orjson's bytes in ``out`` that may differ from the standard
+        library's with the standard library's; one scan of all of them when none may."""
+        if fast and _orjson_may_differ(b"\n".join(fast)):
+            for i, data in zip(fast_at, fast, strict=True):
+                if _orjson_may_differ(data):
+                    out[i] = self._serialize_stdlib(values[i])
+        fast.clear()
+        fast_at.clear()
+
     def deserialize_many(self, items: Sequence[bytes | None]) -> list[Any]:
-        """As ``deserialize`` per item, without a method call per item: an item the C
-        scanner parses whole is its value; any other (``None``, whitespace around the
-        value, trailing data, invalid) goes through ``deserialize`` itself."""
-        scan, deserialize = self._scan, self.deserialize
+        """As ``deserialize`` per item, without a method call per item: when no item has
+        a run of 19 digits (one scan of the batch), each item orjson parses is its value;
+        any other (``None``, invalid, or any item of a batch with a long number) goes
+        through ``deserialize`` itself."""
+        deserialize = self.deserialize
         if type(self).deserialize is not JsonSerde.deserialize:
             return super().deserialize_many(items)  # a subclass decodes its own way
+        try:
+            if _LONG_DIGIT_RUN in b"\n".join(items).translate(_DIGITS_TO_ZERO):  # type: ignore[arg-type]
+                return [deserialize(x) for x in items]
+        except TypeError:  # a None (or other non-bytes) item
+            return [deserialize(x) for x in items]
+        loads = _orjson_loads
         out: list[Any] = []
         append = out.append
         for data in items:
             try:
-                text = data.decode("utf-8")  # type: ignore[union-attr]
-                value, end = scan(text, 0)
+                append(loads(data))  # type: ignore[arg-type]
             except Exception:
                 append(deserialize(data))  # raises as deserialize does
-                continue
-            append(value if end == len(text) else deserialize(data))
         return out
 
     def deserialize(self, data: bytes | None) -> Any:
@@ -192,6 +237,11 @@ class JsonSerde(Serde):
                 return int(data)  # fast path: a non-negative JSON integer (no leading zero)
             except ValueError as e:  # more digits than Python converts (4300 by default)
                 raise SerdeError(f"invalid JSON: integer of {len(data)} digits: {e}") from e
+        try:
+            if _LONG_DIGIT_RUN not in data.translate(_DIGITS_TO_ZERO):
+                return _orjson_loads(data)
+        except Exception:
+            pass  # orjson refuses (or data is not bytes): the standard library decides
         try:
             text = data.decode("utf-8")
             try:
@@ -205,6 +255,41 @@ class JsonSerde(Serde):
             raise SerdeError(f"invalid JSON: {e}") from e
         except RecursionError as e:
             raise SerdeError(f"invalid JSON: nested too deeply ({len(data)} bytes): {e}") from e
+
+
+# orjson hands subclasses of str/int/float/dict/list, dataclasses and dates to
+# ``default`` with these options; without one it raises, and the standard library
+# decides (it writes subclasses as their base type through their own methods, and
+# refuses the others).
+_ORJSON_OPTIONS = (
+    orjson.OPT_PASSTHROUGH_SUBCLASS
+    | orjson.OPT_PASSTHROUGH_DATACLASS
+    | orjson.OPT_PASSTHROUGH_DATETIME
+)
+_orjson_dumps = orjson.dumps
+_orjson_loads = orjson.loads
+_SHORT_EXPONENT = re.compile(rb"e-[0-9](?![0-9])")
+
+
+def _orjson_may_differ(data: bytes) -> bool:
+    """Whether orjson's ``data`` may not be the standard library's bytes. orjson writes
+    NaN and infinities as ``null`` (the standard library: ``NaN``, ``Infinity``) and
+    floats from 1e-9 to below 1e-4 as ``0.00001``, ``1.5e-7`` (the standard library:
+    ``1e-05``, ``1.5e-07``); every other float, and everything else it writes, is the
+    same text. True also for some data that is the same (a ``null``, such text in a
+    string): those values are written by the standard library, at its cost."""
+    return (
+        b"null" in data
+        or b"0.0000" in data
+        or (b"e-" in data and _SHORT_EXPONENT.search(data) is not None)
+    )
+
+
+# orjson reads an integer beyond 64 bits (19 digits or more) as a float; the standard
+# library reads it as an int. Such text goes to the standard library; this finds it
+# (and, harmlessly, any other run of 19 digits) with one translate and one search.
+_DIGITS_TO_ZERO = bytes.maketrans(b"123456789", b"000000000")
+_LONG_DIGIT_RUN = b"0" * 19
 
 
 def serde_by_name(name: str) -> Serde:
