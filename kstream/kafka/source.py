@@ -220,6 +220,11 @@ class SourceConsumer:
                 return out
             msgs = [first, *consumer.consume(max_records - 1, 0)] if max_records > 1 else [first]
         msg: Any
+        # A consume() returns each partition's records in runs: the batch list is looked
+        # up when the partition changes, not per record.
+        part: int | None = None
+        topic: str | None = None
+        append: Callable[[RawRecord], None] | None = None
         for msg in msgs:
             err = msg.error()
             if err is not None:
@@ -245,11 +250,14 @@ class SourceConsumer:
             if self._reported:
                 self._reported.clear()
             ts_type, ts = msg.timestamp()
-            key = (msg.topic(), msg.partition())
-            batch = out.get(key)
-            if batch is None:
-                batch = out[key] = []
-            batch.append(
+            p, t = msg.partition(), msg.topic()
+            if p != part or t != topic or append is None:
+                part, topic = p, t
+                batch = out.get((t, p))
+                if batch is None:
+                    batch = out[(t, p)] = []
+                append = batch.append
+            append(
                 (
                     msg.key(),
                     msg.value(),
