@@ -5,10 +5,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from confluent_kafka import TIMESTAMP_CREATE_TIME, TIMESTAMP_NOT_AVAILABLE, KafkaError
-
+from kstream.kafka.clients import KafkaError
 from kstream.kafka.missingtopics import MissingTopics
 from kstream.kafka.source import SourceConsumer
+
+TIMESTAMP_NOT_AVAILABLE, TIMESTAMP_CREATE_TIME = 0, 1  # confluent-kafka's timestamp types
 
 
 class Err:
