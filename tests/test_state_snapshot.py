@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -70,13 +71,24 @@ op = st.one_of(
 @settings(
     max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
-@given(ops=st.lists(op, max_size=80), cache=st.sampled_from([1, 4, 1000]))
+@given(
+    ops=st.lists(op, max_size=80),
+    cache=st.sampled_from([1, 4, 1000]),
+    background=st.booleans(),
+    retained=st.sampled_from([1, 2]),
+)
 def test_every_snapshot_restores_to_exactly_its_contents(
-    tmp_path_factory: pytest.TempPathFactory, ops: list[tuple[str, int, int, int]], cache: int
+    tmp_path_factory: pytest.TempPathFactory,
+    ops: list[tuple[str, int, int, int]],
+    cache: int,
+    background: bool,
+    retained: int,
 ) -> None:
+    """Also with the RocksDB checkpoint created in the background, as a worker takes
+    it: the writes after ``snapshot_sync`` returned are never in that snapshot."""
     root = tmp_path_factory.mktemp("run")
     store = FileStore(root / "store")
-    backend = RocksDBBackend(root / "task", cache_entries=cache)
+    backend = RocksDBBackend(root / "task", cache_entries=cache, local_retained=retained)
     uploader = SnapshotUploader(store, APP, TASK)
     taken: list[tuple[str, dict[str, list[tuple[Any, Any]]]]] = []
     futures = []
@@ -95,12 +107,13 @@ def test_every_snapshot_restores_to_exactly_its_contents(
         else:
             n += 1
             expected = contents(backend)  # flushes first; snapshot must match it
-            snap = backend.snapshot_sync(n)
+            snap = backend.snapshot_sync(n, background=background)
             futures.append(uploader.upload(snap, positions={"in-0": n}))
             taken.append((f"chk-{n}", expected))
     handles = [f.result(timeout=30) for f in futures]
     uploader.close()
     backend.close()
+    assert not any(t.name.startswith("rocksdb-checkpoint") for t in threading.enumerate())
     for i, (handle, (label, expected)) in enumerate(zip(handles, taken, strict=True)):
         assert handle.label == label
         restored, manifest = restore_backend(store, handle.manifest_path, root / f"restore-{i}")

@@ -23,10 +23,10 @@ A *write cache* sits in front of RocksDB: ``put``/``delete`` land in a per-table
 dict of decoded Python objects; ``get`` looks there first. The cache is encoded
 into one WriteBatch and written when a table's cache exceeds ``cache_entries``
 entries, before that table is scanned, and before a snapshot. The counters and
-deletions just written stay readable from memory (the *read cache*: the last flush's
-compact ints and tombstones, so at most ``cache_entries`` more entries) until the
-next flush or a range deletion: a snapshot every second must not turn every hot
-counter's next ``get`` into a RocksDB read and a decode (tables without TTL). Writes skip the WAL:
+deletions written stay readable from memory (the *read cache*: the newest
+``cache_entries`` compact ints and tombstones flushed, dropped by a range deletion
+over them): a snapshot every second must not turn every counter's next ``get``
+into a RocksDB read and a decode (tables without TTL). Writes skip the WAL:
 durability comes from snapshots, never from the live DB (a crashed task restores
 from a snapshot, DESIGN §6.3).
 
@@ -42,7 +42,9 @@ import shutil
 import struct
 import time
 from collections.abc import Callable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
+from itertools import islice
 from pathlib import Path
 from typing import Any
 
@@ -111,6 +113,14 @@ class LocalSnapshot:
     sequence_number: int
     tables: tuple[str, ...]
     sync_ms: float
+    ready: Future[None] | None = None
+    """Set while the RocksDB checkpoint is created in the background
+    (``snapshot_sync(background=True)``): ``directory`` is whole once it is done."""
+
+    def wait_ready(self) -> None:
+        """Wait until ``directory`` is whole; raises what creating it raised."""
+        if self.ready is not None:
+            self.ready.result()
 
 
 class _Timed:
@@ -137,7 +147,12 @@ class RocksDBTable(StateTable):
         self._compact_ints = type(self._serde) is JsonSerde
         self._ttl = spec.ttl
         self._dirty: dict[StateKey, Any] = {}
-        self._clean: dict[StateKey, Any] = {}  # the last flush's entries (no TTL only)
+        # The read cache (no TTL only): entries written by earlier flushes, each with its
+        # encoded key (a range deletion drops the entries in its range by it), oldest
+        # first, at most ``cache_entries``.
+        self._clean: dict[StateKey, Any] = {}
+        self._clean_keys: dict[StateKey, bytes] = {}
+        self._read_keys: dict[StateKey, bytes] = {}  # encoded keys read since the last flush
         self._limit = backend.cache_entries
 
     # -- encoding -------------------------------------------------------------
@@ -200,7 +215,10 @@ class RocksDBTable(StateTable):
         entry = self._clean.get(key, _MISSING)
         if entry is not _MISSING:
             return default if entry is _TOMBSTONE else entry
-        raw = self._cf.get(encode_key(key))
+        ek = encode_key(key)
+        raw = self._cf.get(ek)
+        if len(self._read_keys) < self._limit:
+            self._read_keys[key] = ek  # a put of it usually follows: its flush reuses it
         if raw is None:
             return default
         now = self._backend.clock() if self._ttl is not None else None
@@ -236,9 +254,13 @@ class RocksDBTable(StateTable):
             return
         if self._dirty:
             self._dirty = {k: v for k, v in self._dirty.items() if not lo <= encode_key(k) < hi}
-        self._clean = {}
+        if self._clean:
+            gone = [k for k, ek in self._clean_keys.items() if lo <= ek < hi]
+            for k in gone:
+                del self._clean[k], self._clean_keys[k]
         batch = rocksdict.WriteBatch(raw_mode=True)
         batch.delete_range(lo, hi, self._handle)
+        self._backend.settle()
         self._backend._db.write(batch)
 
     # -- internals ------------------------------------------------------------------
@@ -269,42 +291,55 @@ class RocksDBTable(StateTable):
     def flush(self) -> int:
         """Write this table's cached entries to RocksDB in one batch; returns how many.
 
-        The compact ints and deletions written stay in the read cache: they read back
+        The compact ints and deletions written join the read cache: they read back
         exactly as written (other values go through their serde, which may not
-        return an equal object), so the cache never changes what ``get`` returns."""
+        return an equal object, so they leave it), so the cache never changes what
+        ``get`` returns. The read cache keeps the newest ``cache_entries`` of them."""
         dirty = self._dirty
         if not dirty:
             return 0
         batch = rocksdict.WriteBatch(raw_mode=True)
         put, delete, handle = batch.put, batch.delete, self._handle
         encode = self._encode_value
-        compact_ints = self._compact_ints and self._ttl is None
-        clean: dict[StateKey, Any] = {}
+        cacheable = self._ttl is None
+        compact_ints = self._compact_ints and cacheable
+        clean, clean_keys, read_keys = self._clean, self._clean_keys, self._read_keys
         for key, value in dirty.items():
+            ek = read_keys.get(key) or clean_keys.get(key) or encode_key(key)
             if type(value) is int and compact_ints:  # counters: inline, no serde
                 compact = _int_value(value)
                 if compact is not None:
-                    put(encode_key(key), compact, handle)
+                    put(ek, compact, handle)
                     clean[key] = value
+                    clean_keys[key] = ek
                     continue
             if value is _TOMBSTONE:
-                delete(encode_key(key), handle)
-                if self._ttl is None:
+                delete(ek, handle)
+                if cacheable:
                     clean[key] = value
-            elif type(value) is _Timed:
-                put(encode_key(key), encode(value.value, value.at), handle)
+                    clean_keys[key] = ek
+                continue
+            if type(value) is _Timed:
+                put(ek, encode(value.value, value.at), handle)
             else:
                 at = self._backend.clock() if self._ttl is not None else None
-                put(encode_key(key), encode(value, at), handle)
+                put(ek, encode(value, at), handle)
+            if clean and key in clean:  # an older cached value of this key is stale now
+                del clean[key], clean_keys[key]
         n = len(dirty)
+        self._backend.settle()
         self._backend._db.write(batch)
         self._dirty = {}
-        self._clean = clean
+        self._read_keys = {}
+        excess = len(clean) - self._limit
+        if excess > 0:  # the oldest first (insertion order)
+            for k in list(islice(clean, excess)):
+                del clean[k], clean_keys[k]
         return n
 
     def _detach(self) -> None:
         """Drop the column-family handles (they keep the DB open); the table is unusable after."""
-        self._clean = {}
+        self._clean, self._clean_keys, self._read_keys = {}, {}, {}
         self._cf = None
         self._handle = None
 
@@ -325,6 +360,7 @@ class RocksDBTable(StateTable):
             batch = rocksdict.WriteBatch(raw_mode=True)
             for k in expired:
                 batch.delete(k, self._handle)
+            self._backend.settle()
             self._backend._db.write(batch)
         return len(expired)
 
@@ -335,6 +371,12 @@ def _cf_options() -> rocksdict.Options:
     # until compaction runs, which keeps incremental checkpoints small.
     opts.set_level_zero_file_num_compaction_trigger(8)
     opts.set_target_file_size_base(16 * 1024 * 1024)
+    # Whole-key Bloom filters (10 bits a key, ~1 % false positives): most window and
+    # counter reads are of keys not written yet, and a miss would otherwise read a block
+    # of every L0 file and of each level.
+    table = rocksdict.BlockBasedOptions()
+    table.set_bloom_filter(10, False)
+    opts.set_block_based_table_factory(table)
     return opts
 
 
@@ -384,6 +426,8 @@ class RocksDBBackend(KeyedStateBackend):
         self._cfs: set[str] = set(existing)
         self._tables: dict[str, RocksDBTable] = {}
         self._closed = False
+        self._checkpointer: ThreadPoolExecutor | None = None  # background checkpoints
+        self._checkpointing: Future[None] | None = None  # the one being created
         # Local snapshots in creation order (earlier runs' by modification time).
         self._local_order: list[str] = []
         if self.snapshot_root.is_dir():
@@ -404,6 +448,7 @@ class RocksDBBackend(KeyedStateBackend):
         if spec.name in self._cfs:
             cf = self._db.get_column_family(spec.name)
         else:
+            self.settle()
             cf = self._db.create_column_family(spec.name, _cf_options())
             self._cfs.add(spec.name)
         t = RocksDBTable(self, spec, cf)
@@ -430,18 +475,28 @@ class RocksDBBackend(KeyedStateBackend):
         """RocksDB's latest sequence number (after cached writes are flushed)."""
         return int(self._db.latest_sequence_number())
 
-    def snapshot_sync(self, checkpoint_id: int, label: str | None = None) -> LocalSnapshot:
+    def snapshot_sync(
+        self, checkpoint_id: int, label: str | None = None, *, background: bool = False
+    ) -> LocalSnapshot:
         """Synchronous part of a snapshot: flush the cache, take a RocksDB checkpoint.
 
         The checkpoint is hard links into ``snapshots/<label>`` (``label`` defaults
         to ``chk-<checkpoint_id>``) and is immutable; processing may continue at
         once while ``SnapshotUploader`` uploads it. Older local snapshots beyond
         ``local_retained`` are deleted.
+
+        ``background``: only the cache flush is synchronous; the RocksDB checkpoint
+        (a memtable flush, hard links, a few synced files: I/O waits) and the pruning
+        are created on a thread of this backend, and the snapshot's ``ready`` is done
+        when they are. The state it holds is still this call's: every later write to
+        RocksDB (a cache flush, a range deletion, a new table) first waits for it
+        (``settle``), while reads go on.
         """
         label = label or snapshot_label(CHECKPOINT_LABEL, checkpoint_id)
         t0 = time.perf_counter()
         # 1. Cached writes into RocksDB, so the checkpoint holds all state.
         self.flush()
+        self.settle()
         seq = self.sequence_number
         # 2. RocksDB checkpoint: flushes memtables and hard-links the live SSTs.
         target = self.snapshot_root / label
@@ -449,13 +504,33 @@ class RocksDBBackend(KeyedStateBackend):
             shutil.rmtree(target)
         _marker(target).unlink(missing_ok=True)
         self.snapshot_root.mkdir(parents=True, exist_ok=True)
-        rocksdict.Checkpoint(self._db).create_checkpoint(str(target))
-        sync_ms = (time.perf_counter() - t0) * 1000
         if label in self._local_order:
             self._local_order.remove(label)
         self._local_order.append(label)
+        tables = tuple(sorted(self._cfs))
+        if not background:
+            self._checkpoint(target, label)
+            sync_ms = (time.perf_counter() - t0) * 1000
+            return LocalSnapshot(checkpoint_id, label, target, seq, tables, sync_ms)
+        if self._checkpointer is None:
+            self._checkpointer = ThreadPoolExecutor(1, thread_name_prefix="rocksdb-checkpoint")
+        self._checkpointing = self._checkpointer.submit(self._checkpoint, target, label)
+        sync_ms = (time.perf_counter() - t0) * 1000
+        return LocalSnapshot(
+            checkpoint_id, label, target, seq, tables, sync_ms, ready=self._checkpointing
+        )
+
+    def _checkpoint(self, target: Path, label: str) -> None:
+        rocksdict.Checkpoint(self._db).create_checkpoint(str(target))
         self._prune_local(keep=label)
-        return LocalSnapshot(checkpoint_id, label, target, seq, tuple(sorted(self._cfs)), sync_ms)
+
+    def settle(self) -> None:
+        """Wait for a checkpoint being created in the background (RocksDB must not change
+        under it). Its failure is not raised here: the snapshot's upload reports it."""
+        pending = self._checkpointing
+        if pending is not None:
+            self._checkpointing = None
+            pending.exception()
 
     def _prune_local(self, keep: str) -> None:
         """Delete local snapshots no longer useful, never one an upload may still read.
@@ -483,6 +558,9 @@ class RocksDBBackend(KeyedStateBackend):
         if self._closed:
             return
         self.flush()
+        self.settle()
+        if self._checkpointer is not None:
+            self._checkpointer.shutdown(wait=True)
         for t in self._tables.values():
             t._detach()
         self._tables.clear()

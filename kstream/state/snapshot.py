@@ -204,6 +204,7 @@ class SnapshotUploader:
         watermarks: list[list[Any]] | None = None,
     ) -> StateHandle:
         t0 = time.perf_counter()
+        snapshot.wait_ready()
         store = self.store
         uploaded_bytes = 0
         uploaded_files = 0
