@@ -79,6 +79,11 @@ class Color(enum.IntEnum):
     RED = 1
 
 
+class Ratio(float, enum.Enum):
+    UNKNOWN = float("nan")
+    FULL = 1.0
+
+
 class Shade(enum.StrEnum):
     DARK = "dark"
 
@@ -107,6 +112,8 @@ ENCODE_CASES: list[Any] = [
     (1, 2), [(1,), {"t": (2, 3)}], Point(1, 2),
     Int(5), [Int(7)], Str("s"), {Str("k"): Str("v")}, Float(2.5), Dict(a=1), List([1]),
     OrderedDict(b=1, a=2), Color.RED, Shade.DARK, True, False, [None], {"n": None}, "null",
+    {"a": None, "b": [1.5, None]}, [None, (float("inf"),)], {"k": [None, {"d": float("nan")}]},
+    [Ratio.UNKNOWN, None], {"r": Ratio.FULL, "n": None}, ["null", 1e-5], {"null": -0.0},
     "0.00001", "e-1", _deep, [], {}, "",
 ]  # fmt: skip
 
@@ -159,7 +166,8 @@ def test_enum_members_and_uuids_are_written_as_orjson_writes_them() -> None:
     assert serde.serialize(uuid.UUID(int=1)) == b'"00000000-0000-0000-0000-000000000001"'
     # with a part the standard library must write, the whole value is refused as before
     with pytest.raises(SerdeError, match="Plain is not JSON serializable"):
-        serde.serialize({"e": Plain.A, "x": None})
+        serde.serialize({"e": Plain.A, "x": 1e-5})
+    assert serde.serialize({"e": Plain.A, "x": None}) == b'{"e":"a","x":null}'
 
 
 @given(st.floats())
@@ -244,3 +252,37 @@ def test_input_nested_up_to_1024_deep_is_read() -> None:
     assert value == []
     with pytest.raises(SerdeError, match="nested too deeply"):
         serde.deserialize(b"[" * 1025 + b"]" * 1025)
+
+
+finite_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats() | st.text(),
+    lambda inner: (
+        st.lists(inner, max_size=3)
+        | st.lists(inner, max_size=3).map(tuple)
+        | st.dictionaries(st.text(), inner, max_size=3)
+    ),
+    max_leaves=12,
+)
+
+
+@given(st.lists(finite_values, max_size=6))
+def test_values_with_nulls_and_any_floats_are_written_as_the_standard_library_does(
+    values: list[Any],
+) -> None:
+    serde = JsonSerde()
+    want = [None if v is None else _std_bytes(v)[1] for v in values]
+    assert serde.serialize_many(values) == want
+    assert [serde.serialize(v) for v in values] == want
+
+
+def test_a_null_without_nan_or_infinity_is_left_to_orjson() -> None:
+    """The cost: a value with a None is not written twice (orjson, then the stdlib)."""
+    serde = JsonSerde()
+
+    def refuse(value: Any) -> bytes:
+        raise AssertionError(f"standard library asked for {value!r}")
+
+    serde._serialize_stdlib = refuse  # type: ignore[method-assign]
+    value = {"a": None, "b": [1.5, None, (2, "null")], "c": Color.RED}
+    assert serde.serialize(value) == _std_bytes(value)[1]
+    assert serde.serialize_many([value, None]) == [_std_bytes(value)[1], None]

@@ -7,7 +7,9 @@ A ``Serde`` turns a Python value into bytes and back. A failure to decode raises
 
 from __future__ import annotations
 
+import enum
 import json
+import math
 import re
 from collections.abc import Callable, Sequence
 from json.encoder import encode_basestring
@@ -149,7 +151,7 @@ class JsonSerde(Serde):
         except Exception:
             pass  # orjson refuses: the standard library decides (and says why)
         else:
-            if not _orjson_may_differ(data):
+            if not _orjson_differs(data, value):
                 return data
         return self._serialize_stdlib(value)
 
@@ -168,7 +170,7 @@ class JsonSerde(Serde):
 
     def serialize_many(self, values: Sequence[Any]) -> list[bytes | None]:
         """As ``serialize`` per value, without a method call per value: orjson's bytes
-        are checked once per batch (see ``_orjson_may_differ``); a value orjson refuses
+        are checked once per batch (see ``_orjson_differs``); a value orjson refuses
         (or ``None``, or an int) goes through ``serialize`` itself."""
         serialize = self.serialize
         if type(self).serialize is not JsonSerde.serialize:
@@ -201,7 +203,7 @@ class JsonSerde(Serde):
         library's with the standard library's; one scan of all of them when none may."""
         if fast and _orjson_may_differ(b"\n".join(fast)):
             for i, data in zip(fast_at, fast, strict=True):
-                if _orjson_may_differ(data):
+                if _orjson_differs(data, values[i]):
                     out[i] = self._serialize_stdlib(values[i])
         fast.clear()
         fast_at.clear()
@@ -272,17 +274,43 @@ _SHORT_EXPONENT = re.compile(rb"e-[0-9](?![0-9])")
 
 
 def _orjson_may_differ(data: bytes) -> bool:
-    """Whether orjson's ``data`` may not be the standard library's bytes. orjson writes
-    NaN and infinities as ``null`` (the standard library: ``NaN``, ``Infinity``) and
-    floats from 1e-9 to below 1e-4 as ``0.00001``, ``1.5e-7`` (the standard library:
-    ``1e-05``, ``1.5e-07``); every other float, and everything else it writes, is the
-    same text. True also for some data that is the same (a ``null``, such text in a
-    string): those values are written by the standard library, at its cost."""
+    """Whether orjson's ``data`` may not be the standard library's bytes, from the text
+    alone. orjson writes NaN and infinities as ``null`` (the standard library: ``NaN``,
+    ``Infinity``) and floats from 1e-9 to below 1e-4 as ``0.00001``, ``1.5e-7`` (the
+    standard library: ``1e-05``, ``1.5e-07``); every other float, and everything else
+    it writes, is the same text. True also for data that is the same (a ``null`` of a
+    None, such text in a string)."""
     return (
         b"null" in data
         or b"0.0000" in data
         or (b"e-" in data and _SHORT_EXPONENT.search(data) is not None)
     )
+
+
+def _orjson_differs(data: bytes, value: Any) -> bool:
+    """``_orjson_may_differ``, with a ``null`` looked into: true only when ``value``
+    holds a NaN or an infinity. True also for some data that is the same (such text in
+    a string): those values are written by the standard library, at its cost."""
+    if b"0.0000" in data or (b"e-" in data and _SHORT_EXPONENT.search(data) is not None):
+        return True
+    return b"null" in data and _has_nonfinite(value)
+
+
+def _has_nonfinite(value: Any) -> bool:
+    """Whether orjson meets a NaN or an infinity writing ``value``: a ``float`` itself
+    or in the dicts, lists, tuples and ``Enum`` values orjson walks (it hands
+    subclasses and every other type to the standard library, see ``_ORJSON_OPTIONS``)."""
+    t = type(value)
+    if t is float:
+        return not math.isfinite(value)
+    if t is dict:
+        value = value.values()
+    elif t is not list and t is not tuple:
+        return isinstance(value, enum.Enum) and _has_nonfinite(value.value)
+    for item in value:  # noqa: SIM110 (any() of a generator costs more per item)
+        if _has_nonfinite(item):
+            return True
+    return False
 
 
 # orjson reads an integer beyond 64 bits (19 digits or more) as a float; the standard
