@@ -437,3 +437,30 @@ def test_a_ttl_table_keeps_no_read_cache(tmp_path: Path) -> None:
     clock.now += 11
     assert t.get(("k",)) is None  # expired: a read cache must not resurrect it
     b.close()
+
+
+def test_range_deletions_drop_exactly_the_cached_entries_they_cover(tmp_path: Path) -> None:
+    """Many disjoint range deletions (past the ranges checked lazily), a key written
+    again after its range was deleted, and one deleted again: reads equal a model."""
+    b = RocksDBBackend(tmp_path, cache_entries=10_000)
+    t = b.table(TableSpec("counts"))
+    model: dict[tuple[str, int], int] = {}
+    for i in range(200):
+        t.put(("k", i), i)
+        model[("k", i)] = i
+    t.flush()
+    for r in range(12):  # disjoint ranges [10r, 10r + 5)
+        t.delete_range(("k", 10 * r), ("k", 10 * r + 5))
+        for i in range(10 * r, 10 * r + 5):
+            model.pop(("k", i), None)
+        if r == 3:
+            t.put(("k", 31), 1031)  # written again after its range went
+            model[("k", 31)] = 1031
+            t.flush()
+    t.put(("k", 150), 7)
+    t.flush()
+    t.delete_range(("k", 150), ("k", 151))
+    model.pop(("k", 150))
+    assert {("k", i): t.get(("k", i)) for i in range(200) if t.get(("k", i)) is not None} == model
+    assert [k for k, _ in t.scan(("k",))] == sorted(model)
+    b.close()

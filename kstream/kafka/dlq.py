@@ -240,7 +240,9 @@ class DeadLetterWriter:
         """Wait for every dead letter; DeadLetterError if any failed. Logs new dead letters."""
         if self._producer is None:
             return
-        left = self._producer.flush(self.timeout)
+        # Nothing queued and no delivery report unserved (len(): librdkafka's outq_len
+        # counts both): no flush, whose return takes the GIL back from other threads.
+        left = self._producer.flush(self.timeout) if len(self._producer) else 0
         for _round in range(3):  # unchanged, then truncated, then truncated of the headers
             if not self._too_large:
                 break

@@ -85,6 +85,7 @@ def _int_value(value: int) -> bytes | None:
 
 
 Clock = Callable[[], float]
+_DROPPED_RANGES = 8  # range deletions checked lazily on read-cache hits, at most
 
 
 class StateError(RuntimeError):
@@ -153,6 +154,10 @@ class RocksDBTable(StateTable):
         self._clean: dict[StateKey, Any] = {}
         self._clean_keys: dict[StateKey, bytes] = {}
         self._read_keys: dict[StateKey, bytes] = {}  # encoded keys read since the last flush
+        # Range deletions since the read cache was last filtered (merged, [lo, hi) each):
+        # a cached entry in one of them is dropped when read (checked lazily: a fire
+        # in slices deletes a range per slice, each a full pass over the cache).
+        self._dropped: list[tuple[bytes, bytes]] = []
         self._limit = backend.cache_entries
 
     # -- encoding -------------------------------------------------------------
@@ -214,7 +219,9 @@ class RocksDBTable(StateTable):
             return entry
         entry = self._clean.get(key, _MISSING)
         if entry is not _MISSING:
-            return default if entry is _TOMBSTONE else entry
+            if not self._dropped or not self._was_dropped(key):
+                return default if entry is _TOMBSTONE else entry
+            del self._clean[key], self._clean_keys[key]  # RocksDB has what is current
         ek = encode_key(key)
         raw = self._cf.get(ek)
         if len(self._read_keys) < self._limit:
@@ -255,9 +262,7 @@ class RocksDBTable(StateTable):
         if self._dirty:
             self._dirty = {k: v for k, v in self._dirty.items() if not lo <= encode_key(k) < hi}
         if self._clean:
-            gone = [k for k, ek in self._clean_keys.items() if lo <= ek < hi]
-            for k in gone:
-                del self._clean[k], self._clean_keys[k]
+            self._drop_cached(lo, hi)
         batch = rocksdict.WriteBatch(raw_mode=True)
         batch.delete_range(lo, hi, self._handle)
         self._backend.settle()
@@ -337,9 +342,31 @@ class RocksDBTable(StateTable):
                 del clean[k], clean_keys[k]
         return n
 
+    def _drop_cached(self, lo: bytes, hi: bytes) -> None:
+        """Cached entries in ``[lo, hi)`` are gone: note the range (merged with one it
+        overlaps or touches); past a few ranges, filter the cache once."""
+        merged = []
+        for a, b in self._dropped:
+            if a <= hi and lo <= b:
+                lo, hi = min(a, lo), max(b, hi)
+            else:
+                merged.append((a, b))
+        merged.append((lo, hi))
+        if len(merged) <= _DROPPED_RANGES:
+            self._dropped = merged
+            return
+        gone = [k for k, ek in self._clean_keys.items() if any(a <= ek < b for a, b in merged)]
+        for k in gone:
+            del self._clean[k], self._clean_keys[k]
+        self._dropped = []
+
+    def _was_dropped(self, key: StateKey) -> bool:
+        ek = self._clean_keys[key]
+        return any(a <= ek < b for a, b in self._dropped)
+
     def _detach(self) -> None:
         """Drop the column-family handles (they keep the DB open); the table is unusable after."""
-        self._clean, self._clean_keys, self._read_keys = {}, {}, {}
+        self._clean, self._clean_keys, self._read_keys, self._dropped = {}, {}, {}, []
         self._cf = None
         self._handle = None
 
