@@ -69,6 +69,7 @@ _INT_BODIES = {
     n: struct.Struct(">" + c).unpack_from for n, c in ((1, "b"), (2, "h"), (4, "i"), (8, "q"))
 }
 _INT8, _INT16, _INT32, _INT64 = (struct.Struct(">B" + c).pack for c in "bhiq")
+_SMALL_INTS = [_INT8(_IS_INT, v) for v in range(-0x80, 0x80)]  # index: value + 0x80
 
 
 def _int_value(value: int) -> bytes | None:
@@ -312,7 +313,7 @@ class RocksDBTable(StateTable):
         for key, value in dirty.items():
             ek = read_keys.get(key) or clean_keys.get(key) or encode_key(key)
             if type(value) is int and compact_ints:  # counters: inline, no serde
-                compact = _int_value(value)
+                compact = _SMALL_INTS[value + 0x80] if -0x80 <= value < 0x80 else _int_value(value)
                 if compact is not None:
                     put(ek, compact, handle)
                     clean[key] = value
