@@ -6,12 +6,17 @@ is growing spills what it holds to disk. A worker gives all its exactly-once sin
 one budget (``--sink-buffer-memory``), so the bound is the process's, whatever the
 number of tasks: the buffers together hold at most about ``limit`` plus ``min_spill``
 per buffer (a buffer spills only once it holds ``min_spill``, so an almost empty one
-does not spill one tiny segment per record while others hold the budget).
+does not spill one tiny segment per record while others hold the budget). A budget
+also makes the process give freed large blocks back to the operating system
+(:mod:`kstream.sinkbuffer.allocator`): without that, the memory a spilling buffer frees
+stays with the process and its peak RSS grows with the output of an interval.
 """
 
 from __future__ import annotations
 
 import threading
+
+from kstream.sinkbuffer.allocator import return_large_blocks
 
 #: Least a buffer holds before it spills (unless the budget is smaller).
 MIN_SPILL = 256 * 1024
@@ -28,6 +33,7 @@ class MemoryBudget:
         self.min_spill = min(min_spill, limit)
         self._held = 0
         self._lock = threading.Lock()
+        return_large_blocks()
 
     @property
     def held(self) -> int:

@@ -1,0 +1,57 @@
+"""Memory the sink buffers free goes back to the operating system (glibc's malloc).
+
+A bounded sink buffer frees large blocks all the time: a spilled segment's encoded
+bytes, a segment read back to be published, the column lists of a batch. glibc's
+malloc serves a block of at least ``M_MMAP_THRESHOLD`` (128 KiB) with its own
+``mmap`` and unmaps it when freed, but by default it raises that threshold to the
+size of every such block freed (up to 32 MiB): from then on blocks of that size come
+from the heap, whose freed space is kept by the process as long as anything above it
+is in use. The process's memory then grows with the amount of output an interval
+holds (measured with 4 sink tasks and a 64 MiB budget: peak RSS 338 / 406 / 492 MB
+for 1 / 2 / 4 M records in one interval), although what it holds does not.
+
+:func:`return_large_blocks` fixes the threshold at its default, which also switches
+the raising off, so large blocks are unmapped when freed (the same as the environment
+variable ``MALLOC_MMAP_THRESHOLD_=131072``; measured: 329 / 343 / 361 MB, no slower).
+Elsewhere than glibc it does nothing.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import logging
+import platform
+import threading
+
+log = logging.getLogger(__name__)
+
+#: glibc's ``M_MMAP_THRESHOLD`` parameter of ``mallopt`` and its default value.
+M_MMAP_THRESHOLD = -3
+MMAP_THRESHOLD = 128 * 1024
+
+_lock = threading.Lock()
+_done: bool | None = None
+
+
+def return_large_blocks() -> bool:
+    """Fix glibc's mmap threshold (once per process); whether it is fixed."""
+    global _done
+    with _lock:
+        if _done is None:
+            _done = _fix_threshold()
+        return _done
+
+
+def _fix_threshold() -> bool:
+    if platform.system() != "Linux" or platform.libc_ver()[0] != "glibc":
+        return False
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        ok = bool(libc.mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD))
+    except (OSError, AttributeError) as e:
+        log.debug("could not fix malloc's mmap threshold: %s", e)
+        return False
+    if not ok:
+        log.debug("mallopt(M_MMAP_THRESHOLD) refused")
+    return ok
