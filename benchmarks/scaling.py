@@ -273,25 +273,21 @@ def report(
         ]
         lines += [
             "",
-            "Only new SST files are uploaded (the store is content-addressed: a file it "
-            "holds is never sent again). An interval without a compaction uploads the "
-            "flushed L0 file(s) holding its changed keys: a few percent, somewhat more than "
-            "1 % because every 100th key compresses worse than the dense whole. The large "
-            "intervals are RocksDB's leveled compaction: once a task's L0 holds 8 files "
-            "(`level0_file_num_compaction_trigger`, kstream/state/rocksdb.py) they are merged "
-            "into L1, and with changes spread over the whole key range every L1 file "
-            "overlaps, so the task's whole state is rewritten and uploaded (about a quarter "
-            "of the state: one of 4 tasks). Flink's RocksDB incremental checkpoints behave the "
-            "same way; Flink bounds the upload with its changelog state backend (FLIP-158: "
-            "state changes are uploaded as a log, the RocksDB files only at periodic "
-            "materialisation), Spark with changelog checkpointing. Universal (size-tiered) "
-            "compaction merges the small new files among themselves and rewrites the big "
-            "run rarely: in a trial of this measurement at 1 M keys (2026-11-30, not this "
-            "run; universal compaction patched in locally, not committed) the mean over 16 "
-            "intervals was 7.7 % (5.3 % over the last 11, once the build's files were "
-            "merged) against 11.9 % over 12 intervals with leveled compaction, single "
-            "intervals still up to 36 %. kstream keeps leveled compaction for now "
-            "(switching the style of existing RocksDB directories needs a migration).",
+            "Only new files are uploaded (the store is content-addressed: a file it holds "
+            "is never sent again). An interval without a merge uploads the flushed file(s) "
+            "holding its changed keys and the task's RocksDB MANIFEST (copied whole into "
+            "every checkpoint; kept below 4 KiB, `MAX_MANIFEST_BYTES`): somewhat more than "
+            "1 % because every 100th key compresses worse than the dense whole. RocksDB "
+            "uses universal (size-tiered) compaction (kstream/state/rocksdb.py): once a "
+            "task holds 8 sorted runs the small new ones are merged among themselves (an "
+            "interval carrying such a merge uploads ~5-35 %), and the large old run is "
+            "rewritten (the whole state uploaded once) only when the newer runs hold as "
+            "much as it does (`MAX_SIZE_AMPLIFICATION_PERCENT` = 100: up to about twice "
+            "the disk). With leveled compaction (before 2026-12-01) every 8th flush merged "
+            "into L1 and, changes being spread over the key range, rewrote the task's whole "
+            "state: a mean of 7.9 % / 10.7 % at 100 k / 1 M keys. Over 220 intervals of one "
+            "100 k-key RocksDB, two full compactions included, the mean is 3.8 % "
+            "(benchmarks/PROFILE.md); a run of 10 intervals sees no full compaction.",
         ]
     lines += ["", *plot("checkpoint")]
     lines += ["## Recovery time vs state size", ""]
