@@ -7,13 +7,17 @@ malloc serves a block of at least ``M_MMAP_THRESHOLD`` (128 KiB) with its own
 size of every such block freed (up to 32 MiB): from then on blocks of that size come
 from the heap, whose freed space is kept by the process as long as anything above it
 is in use. The process's memory then grows with the amount of output an interval
-holds (measured with 4 sink tasks and a 64 MiB budget: peak RSS 338 / 406 / 492 MB
-for 1 / 2 / 4 M records in one interval), although what it holds does not.
+holds, although what it holds does not (4 sink tasks, a 64 MiB budget, 1 / 2 / 4 M
+records in one interval; peak RSS 405 / 446 / 458 and 412 / 456 / 524 MB in two
+runs of 2026-12-01 10:46 UTC).
 
 :func:`return_large_blocks` fixes the threshold at its default, which also switches
 the raising off, so large blocks are unmapped when freed (the same as the environment
-variable ``MALLOC_MMAP_THRESHOLD_=131072``; measured: 329 / 343 / 361 MB, no slower).
-Elsewhere than glibc it does nothing.
+variable ``MALLOC_MMAP_THRESHOLD_=131072``; interleaved with those runs: 387 / 414 /
+418 and 387 / 382 / 430 MB, no slower). ``malloc_trim(0)`` after every 16 MiB spilled
+instead was tried and bounded less (350 / 416 / 417 MB). Elsewhere than glibc it does
+nothing. ``integration/test_multihost.py``, which had failed twice on a branch with
+this setting, passed 3 of 3 runs with it (2026-12-01 10:35-10:45 UTC).
 """
 
 from __future__ import annotations
