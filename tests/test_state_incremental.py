@@ -4,9 +4,9 @@ target: an incremental checkpoint uploads <= 5 % of the state).
 A RocksDB state of 100 k counters is snapshotted and uploaded through the real
 snapshot code (``RocksDBBackend.snapshot_sync`` + ``SnapshotUploader`` into a
 ``file://`` store) after each of 24 intervals that change another 1 % of the keys.
-RocksDB's compactions run in the background as they would in a job, so which
-checkpoint carries a merged run varies a little; the assertions hold with a wide
-margin either way. With the leveled options used before (an L0 -> L1 compaction every
+RocksDB compacts in the background; each test waits for it to settle after every
+snapshot (:func:`_settled`), so the next checkpoint carries whatever the flush set off
+and the figures are the same in every run. With the leveled options used before (an L0 -> L1 compaction every
 8 flushes rewrote the whole state) the mean was ~12 %, the median ~3 % and the largest
 upload ~96 % of the state: every assertion below fails on them.
 """
@@ -14,6 +14,7 @@ upload ~96 % of the state: every assertion below fails on them.
 from __future__ import annotations
 
 import statistics
+import time
 from pathlib import Path
 
 from kstream.state.base import TableSpec
@@ -24,6 +25,23 @@ from kstream.store.urls import open_store
 KEYS = 100_000
 INTERVALS = 24
 STEP = 100  # every 100th key: 1 % of the keys per interval, other keys each time
+
+
+def _settled(backend: RocksDBBackend) -> None:
+    """Wait (polling RocksDB's properties, 30 s at most) until no flush or compaction
+    is pending or running."""
+    db = backend._db
+    deadline = time.monotonic() + 30
+    while any(
+        db.property_int_value(p)
+        for p in (
+            "rocksdb.compaction-pending",
+            "rocksdb.num-running-compactions",
+            "rocksdb.num-running-flushes",
+        )
+    ):
+        assert time.monotonic() < deadline, "RocksDB's compactions did not settle in 30 s"
+        time.sleep(0.005)
 
 
 def _shares(tmp_path: Path) -> tuple[list[float], float]:
@@ -42,6 +60,7 @@ def _shares(tmp_path: Path) -> tuple[list[float], float]:
             for i in range(c % STEP, KEYS, STEP):
                 table.put((f"user-{i}", 0), c)
             h = uploader.upload_now(backend.snapshot_sync(c))
+            _settled(backend)
             shares.append(h.bytes_uploaded / h.bytes_total)
             uploaded += h.bytes_uploaded
             total += h.bytes_total
@@ -74,8 +93,8 @@ def test_range_deleted_windows_are_compacted_away(tmp_path: Path) -> None:
     # Tumbling windows: each writes its keys, and the one before is range-deleted
     # once fired. Universal compaction looks at a column family once it holds 8
     # sorted runs; the newer runs then outweigh the oldest, so it compacts everything
-    # and drops the deleted windows: the disk use saw-tooths between ~2 and ~8
-    # windows' data (observed 1.7x-7.7x) instead of growing with every window written.
+    # and drops the deleted windows: the disk use saw-tooths between ~1 and ~7
+    # windows' data (observed 0.7x-7x) instead of growing with every window written.
     backend = RocksDBBackend(tmp_path / "task", cache_entries=10_000)
     table = backend.table(TableSpec("windows"))
     per_window = 20_000
@@ -87,6 +106,7 @@ def test_range_deleted_windows_are_compacted_away(tmp_path: Path) -> None:
             if w:
                 table.delete_range((w - 1,), (w,))
             backend.snapshot_sync(w + 1)  # flushes, like a checkpoint each window
+            _settled(backend)
             sizes.append(_sst_bytes(backend))
         one_window = sizes[0]
         assert max(sizes) <= 10 * one_window, sizes  # 40 windows were written

@@ -415,7 +415,7 @@ def _cf_options() -> rocksdict.Options:
     already picked), so the large old run is rewritten only by a full compaction when
     the newer runs reach ``MAX_SIZE_AMPLIFICATION_PERCENT`` of it. The price: up to
     about twice the disk of the compacted state, and deletions reclaimed only by those
-    full compactions (see README, "State and checkpoints").
+    full compactions (see README, "Design decisions").
     """
     opts = rocksdict.Options(raw_mode=True)
     opts.set_compaction_style(rocksdict.DBCompactionStyle.universal())
