@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import json
+import shutil
+import threading
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -463,4 +466,47 @@ def test_range_deletions_drop_exactly_the_cached_entries_they_cover(tmp_path: Pa
     model.pop(("k", 150))
     assert {("k", i): t.get(("k", i)) for i in range(200) if t.get(("k", i)) is not None} == model
     assert [k for k, _ in t.scan(("k",))] == sorted(model)
+    b.close()
+
+
+def test_a_background_snapshot_holds_its_state_while_reads_and_writes_go_on(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The snapshot's thread is held: its cached writes are not in RocksDB yet, reads
+    must still see them, later writes must not reach the snapshot, a scan waits."""
+    b = RocksDBBackend(tmp_path / "task")
+    t, other = b.table(TableSpec("mixed")), b.table(TableSpec("other"))
+    t.put(("gone",), 3)
+    t.flush()
+    t.put(("a",), {"n": 1})  # not a counter: never in the read cache
+    t.put(("b",), 5)
+    t.delete(("gone",))
+    other.put(("x",), [1])
+    gate = threading.Event()
+    checkpoint, settle = b._checkpoint, b.settle
+
+    def held(*args: Any) -> None:
+        assert gate.wait(30)
+        checkpoint(*args)
+
+    def opening_settle() -> None:  # whoever waits for the snapshot lets it go on first
+        gate.set()
+        settle()
+
+    monkeypatch.setattr(b, "_checkpoint", held)
+    snap = b.snapshot_sync(1, background=True)
+    assert snap.ready is not None and not snap.ready.done()
+    assert t.get(("a",)) == {"n": 1} and t.get(("b",)) == 5 and t.get(("gone",)) is None
+    assert other.get(("x",)) == [1]
+    t.put(("b",), 6)  # the write cache only: nothing waits
+    assert t.get(("b",)) == 6 and not snap.ready.done()
+    monkeypatch.setattr(b, "settle", opening_settle)
+    assert list(other.scan(())) == [(("x",), [1])]  # nothing cached: the scan must wait
+    snap.wait_ready()
+    shutil.copytree(snap.directory, tmp_path / "copy" / "db")
+    copy = RocksDBBackend(tmp_path / "copy")
+    assert list(copy.table(TableSpec("mixed")).scan(())) == [(("a",), {"n": 1}), (("b",), 5)]
+    assert list(copy.table(TableSpec("other")).scan(())) == [(("x",), [1])]
+    copy.close()
+    assert list(t.scan(())) == [(("a",), {"n": 1}), (("b",), 6)]
     b.close()

@@ -69,7 +69,7 @@ op = st.one_of(
 
 
 @settings(
-    max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
 @given(
     ops=st.lists(op, max_size=80),
@@ -93,20 +93,28 @@ def test_every_snapshot_restores_to_exactly_its_contents(
     taken: list[tuple[str, dict[str, list[tuple[Any, Any]]]]] = []
     futures = []
     n = 0
+    model: list[dict[Any, Any]] = [{} for _ in SPECS]  # what every read must return
     for kind, ti, k, v in [*ops, ("snapshot", 0, 0, 0)]:
         table = backend.table(SPECS[ti])
         key = (f"k{k % 7}", k)
         value: Any = v if ti == 0 else ([v] if ti == 1 else bytes([v]))
         if kind == "put":
             table.put(key, value)
+            model[ti][key] = value
         elif kind == "delete":
             table.delete(key)
+            model[ti].pop(key, None)
         elif kind == "merge":  # reducing / list-append state: read-modify-write
             old = table.get(key)
+            assert old == model[ti].get(key)
             table.put(key, value if old is None else old + value)
+            model[ti][key] = table.get(key)
         else:
             n += 1
             expected = contents(backend)  # flushes first; snapshot must match it
+            assert expected == {
+                s.name: sorted(m.items()) for s, m in zip(SPECS, model, strict=True)
+            }
             snap = backend.snapshot_sync(n, background=background)
             futures.append(uploader.upload(snap, positions={"in-0": n}))
             taken.append((f"chk-{n}", expected))

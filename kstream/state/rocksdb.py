@@ -5,19 +5,8 @@ Local layout of one task directory ``path``::
     path/db/                     the live RocksDB instance
     path/snapshots/chk-<n>/      RocksDB checkpoints (hard links) taken by snapshot_sync
 
-Keys are encoded with ``kstream.state.keys`` (order-preserving, prefix-friendly).
-A stored value is one header byte, an optional 8-byte write time (ms, big-endian;
-present when the table had a TTL at write time) and the body::
-
-    header bit 0 (0x01): write time present
-    header bit 1 (0x02): value is None, no body
-    header bit 2 (0x04): body is an int: big-endian two's complement of 1, 2, 4
-                         or 8 bytes (the shortest that holds it; the length says which)
-    otherwise:           body is the value serde's bytes
-
-Bit 2 is written only by JSON tables, for values of type ``int`` in int64 range
-(counters: the most common state value), and decodes to the same ``int`` the JSON
-body would; values written before the flag existed (JSON digits) still decode.
+Keys are encoded with ``kstream.state.keys`` (order-preserving, prefix-friendly),
+values as ``kstream.state.valueformat`` says.
 
 A *write cache* sits in front of RocksDB: ``put``/``delete`` land in a per-table
 dict of decoded Python objects; ``get`` looks there first. The cache is encoded
@@ -26,7 +15,9 @@ entries, before that table is scanned, and before a snapshot. The counters and
 deletions written stay readable from memory (the *read cache*: the newest
 ``cache_entries`` compact ints and tombstones flushed, dropped by a range deletion
 over them): a snapshot every second must not turn every counter's next ``get``
-into a RocksDB read and a decode (tables without TTL). Writes skip the WAL:
+into a RocksDB read and a decode (tables without TTL). A worker's snapshot leaves
+writing the batches to the checkpoint's thread; until it wrote them they are read
+from the table (``_pending``), and scans and later writes wait for it. Writes skip the WAL:
 durability comes from snapshots, never from the live DB (a crashed task restores
 from a snapshot, DESIGN §6.3).
 
@@ -37,9 +28,7 @@ lazily and ``purge_expired`` sweeps whole tables (call it from a timer).
 
 from __future__ import annotations
 
-import json
 import shutil
-import struct
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -50,40 +39,25 @@ from typing import Any
 
 import rocksdict
 
-from kstream.serde import AvroSerde, JsonSerde, Serde, serde_by_name
+from kstream.serde import JsonSerde
 from kstream.state.base import KeyedStateBackend, StateKey, StateTable, TableSpec
 from kstream.state.keys import decode_key, encode_key, prefix_upper_bound
+from kstream.state.rocksdb_options import cf_options, db_options, write_options
+from kstream.state.valueformat import (
+    HAS_TIME,
+    HEADERS,
+    INT_BODIES,
+    IS_INT,
+    IS_NONE,
+    SMALL_INTS,
+    TIME,
+    int_value,
+    value_serde_for,
+)
 from kstream.store.layout import CHECKPOINT_LABEL, snapshot_label
 
 _TOMBSTONE: Any = object()
 _MISSING: Any = object()
-
-_HAS_TIME = 0x01
-_IS_NONE = 0x02
-_IS_INT = 0x04
-_TIME = struct.Struct(">q")
-_HEADERS = [bytes([h]) for h in range(256)]
-
-# Compact int bodies: readers by body width in bytes; writers of header + body.
-_INT_BODIES = {
-    n: struct.Struct(">" + c).unpack_from for n, c in ((1, "b"), (2, "h"), (4, "i"), (8, "q"))
-}
-_INT8, _INT16, _INT32, _INT64 = (struct.Struct(">B" + c).pack for c in "bhiq")
-_SMALL_INTS = [_INT8(_IS_INT, v) for v in range(-0x80, 0x80)]  # index: value + 0x80
-
-
-def _int_value(value: int) -> bytes | None:
-    """Header ``_IS_INT`` and the shortest body holding ``value``; None beyond int64."""
-    if -0x80 <= value < 0x80:
-        return _INT8(_IS_INT, value)
-    if -0x8000 <= value < 0x8000:
-        return _INT16(_IS_INT, value)
-    if -0x8000_0000 <= value < 0x8000_0000:
-        return _INT32(_IS_INT, value)
-    if -0x8000_0000_0000_0000 <= value < 0x8000_0000_0000_0000:
-        return _INT64(_IS_INT, value)
-    return None
-
 
 Clock = Callable[[], float]
 _DROPPED_RANGES = 8  # range deletions checked lazily on read-cache hits, at most
@@ -91,14 +65,6 @@ _DROPPED_RANGES = 8  # range deletions checked lazily on read-cache hits, at mos
 
 class StateError(RuntimeError):
     """The state backend cannot do what was asked; the message says what and where."""
-
-
-def value_serde_for(spec: TableSpec) -> Serde:
-    """The serde named by ``spec.value_serde``: "json", "bytes", "str", or an Avro schema as JSON text."""
-    name = spec.value_serde
-    if name.lstrip().startswith("{"):
-        return AvroSerde(json.loads(name))
-    return serde_by_name(name)
 
 
 @dataclass(frozen=True)
@@ -159,42 +125,45 @@ class RocksDBTable(StateTable):
         # a cached entry in one of them is dropped when read (checked lazily: a fire
         # in slices deletes a range per slice, each a full pass over the cache).
         self._dropped: list[tuple[bytes, bytes]] = []
+        # The cached writes of a snapshot while a thread writes them to RocksDB
+        # (``snapshot_sync(background=True)``), read before the read cache and RocksDB.
+        self._pending: dict[StateKey, Any] = {}
         self._limit = backend.cache_entries
 
     # -- encoding -------------------------------------------------------------
 
     def _encode_value(self, value: Any, at: float | None) -> bytes:
         if type(value) is int and self._compact_ints:
-            compact = _int_value(value)
+            compact = int_value(value)
             if compact is not None:
                 if at is None:
                     return compact
-                return _HEADERS[_IS_INT | _HAS_TIME] + _TIME.pack(int(at * 1000)) + compact[1:]
+                return HEADERS[IS_INT | HAS_TIME] + TIME.pack(int(at * 1000)) + compact[1:]
         header = 0
         body = b""
         if value is None:
-            header |= _IS_NONE
+            header |= IS_NONE
         else:
             data = self._serde.serialize(value)
             body = data if data is not None else b""
         if at is not None:
-            return _HEADERS[header | _HAS_TIME] + _TIME.pack(int(at * 1000)) + body
-        return _HEADERS[header] + body
+            return HEADERS[header | HAS_TIME] + TIME.pack(int(at * 1000)) + body
+        return HEADERS[header] + body
 
     def _decode_value(self, raw: bytes, now: float | None) -> Any:
         """The stored value, or _MISSING if it has expired (``now`` given)."""
         header = raw[0]
         pos = 1
-        if header & _HAS_TIME:
+        if header & HAS_TIME:
             if now is not None and self._ttl is not None:
-                (ms,) = _TIME.unpack_from(raw, 1)
+                (ms,) = TIME.unpack_from(raw, 1)
                 if now - ms / 1000.0 > self._ttl:
                     return _MISSING
             pos = 9
-        if header & _IS_NONE:
+        if header & IS_NONE:
             return None
-        if header & _IS_INT:
-            unpack = _INT_BODIES.get(len(raw) - pos)
+        if header & IS_INT:
+            unpack = INT_BODIES.get(len(raw) - pos)
             if unpack is None:
                 raise StateError(
                     f"table {self.name!r}: corrupt stored value {raw!r} (an int body must "
@@ -207,6 +176,8 @@ class RocksDBTable(StateTable):
 
     def get(self, key: StateKey, default: Any = None) -> Any:
         entry = self._dirty.get(key, _MISSING)
+        if entry is _MISSING and self._pending:
+            entry = self._pending.get(key, _MISSING)
         if entry is not _MISSING:
             if entry is _TOMBSTONE:
                 return default
@@ -273,6 +244,7 @@ class RocksDBTable(StateTable):
 
     def _iterate(self, start: bytes, end: bytes | None) -> Iterator[tuple[StateKey, Any]]:
         self.flush()  # scans read RocksDB only, so cached writes go there first
+        self._backend.settle()
         opts = rocksdict.ReadOptions()
         if end is not None:
             opts.set_iterate_upper_bound(end)
@@ -286,9 +258,9 @@ class RocksDBTable(StateTable):
                 if value is not _MISSING:
                     yield decode_key(k), value
             return
-        int_bodies = _INT_BODIES
+        int_bodies = INT_BODIES
         for k, raw in entries:  # nothing expires: no _MISSING; compact ints inline
-            unpack = int_bodies.get(len(raw) - 1) if raw[0] == _IS_INT else None
+            unpack = int_bodies.get(len(raw) - 1) if raw[0] == IS_INT else None
             if unpack is not None:
                 yield decode_key(k), unpack(raw, 1)[0]
             else:
@@ -301,9 +273,24 @@ class RocksDBTable(StateTable):
         exactly as written (other values go through their serde, which may not
         return an equal object, so they leave it), so the cache never changes what
         ``get`` returns. The read cache keeps the newest ``cache_entries`` of them."""
+        batch = self.take_batch()
+        if batch is None:
+            return 0
+        n = int(batch.len())  # (a batch written is consumed)
+        self._backend.settle()
+        self._backend._db.write(batch)
+        return n
+
+    def take_batch(self, *, pending: bool = False) -> rocksdict.WriteBatch | None:
+        """The cached writes as one batch (None: none), the cache emptied; the caller
+        writes it to RocksDB (``flush``), or (``pending``) has it written by a thread
+        while the writes stay readable from ``_pending`` until the backend's ``settle``
+        (``RocksDBBackend.snapshot_sync(background=True)``)."""
         dirty = self._dirty
         if not dirty:
-            return 0
+            return None
+        if pending:
+            self._pending = dirty
         batch = rocksdict.WriteBatch(raw_mode=True)
         put, delete, handle = batch.put, batch.delete, self._handle
         encode = self._encode_value
@@ -313,7 +300,7 @@ class RocksDBTable(StateTable):
         for key, value in dirty.items():
             ek = read_keys.get(key) or clean_keys.get(key) or encode_key(key)
             if type(value) is int and compact_ints:  # counters: inline, no serde
-                compact = _SMALL_INTS[value + 0x80] if -0x80 <= value < 0x80 else _int_value(value)
+                compact = SMALL_INTS[value + 0x80] if -0x80 <= value < 0x80 else int_value(value)
                 if compact is not None:
                     put(ek, compact, handle)
                     clean[key] = value
@@ -332,16 +319,13 @@ class RocksDBTable(StateTable):
                 put(ek, encode(value, at), handle)
             if clean and key in clean:  # an older cached value of this key is stale now
                 del clean[key], clean_keys[key]
-        n = len(dirty)
-        self._backend.settle()
-        self._backend._db.write(batch)
         self._dirty = {}
         self._read_keys = {}
         excess = len(clean) - self._limit
         if excess > 0:  # the oldest first (insertion order)
             for k in list(islice(clean, excess)):
                 del clean[k], clean_keys[k]
-        return n
+        return batch
 
     def _drop_cached(self, lo: bytes, hi: bytes) -> None:
         """Cached entries in ``[lo, hi)`` are gone: note the range (merged with one it
@@ -368,6 +352,7 @@ class RocksDBTable(StateTable):
     def _detach(self) -> None:
         """Drop the column-family handles (they keep the DB open); the table is unusable after."""
         self._clean, self._clean_keys, self._read_keys, self._dropped = {}, {}, {}, []
+        self._pending = {}
         self._cf = None
         self._handle = None
 
@@ -376,6 +361,7 @@ class RocksDBTable(StateTable):
         if self._ttl is None:
             return 0
         self.flush()
+        self._backend.settle()
         now = self._backend.clock()
         expired = []
         it = self._cf.iter(rocksdict.ReadOptions())
@@ -391,56 +377,6 @@ class RocksDBTable(StateTable):
             self._backend.settle()
             self._backend._db.write(batch)
         return len(expired)
-
-
-#: Sorted runs (flushed files and merged runs) before universal compaction merges some.
-SORTED_RUNS_TRIGGER = 8
-#: Universal compaction rewrites the whole column family once its newer runs hold more
-#: than this percentage of the oldest (largest) one: disk use stays below about twice
-#: the compacted state, and deletions and overwritten values are dropped then.
-MAX_SIZE_AMPLIFICATION_PERCENT = 100
-#: The MANIFEST is rewritten from scratch past this size (it is copied whole into every
-#: checkpoint and grows by ~150 bytes per flush or compaction).
-MAX_MANIFEST_BYTES = 4 * 1024
-
-
-def _cf_options() -> rocksdict.Options:
-    """Universal (size-tiered) compaction, so an incremental checkpoint uploads little.
-
-    Checkpoints upload only SST files the store does not hold yet. Leveled compaction
-    merged every 8 flushed files into L1, and with changes spread over the key range
-    every L1 file overlapped them: a task's whole state was rewritten and uploaded
-    every 8th checkpoint. Universal compaction merges small new runs among themselves
-    (a run joins a merge only if it is at most ``size_ratio`` % larger than the runs
-    already picked), so the large old run is rewritten only by a full compaction when
-    the newer runs reach ``MAX_SIZE_AMPLIFICATION_PERCENT`` of it. The price: up to
-    about twice the disk of the compacted state, and deletions reclaimed only by those
-    full compactions (see README, "Design decisions").
-    """
-    opts = rocksdict.Options(raw_mode=True)
-    opts.set_compaction_style(rocksdict.DBCompactionStyle.universal())
-    uni = rocksdict.UniversalCompactOptions()
-    uni.size_ratio = 1
-    uni.min_merge_width = 2
-    uni.max_size_amplification_percent = MAX_SIZE_AMPLIFICATION_PERCENT
-    opts.set_universal_compaction_options(uni)
-    opts.set_level_zero_file_num_compaction_trigger(SORTED_RUNS_TRIGGER)
-    opts.set_target_file_size_base(16 * 1024 * 1024)
-    # Whole-key Bloom filters (10 bits a key, ~1 % false positives): most window and
-    # counter reads are of keys not written yet, and a miss would otherwise read a block
-    # of every L0 file and of each level.
-    table = rocksdict.BlockBasedOptions()
-    table.set_bloom_filter(10, False)
-    opts.set_block_based_table_factory(table)
-    return opts
-
-
-def _db_options() -> rocksdict.Options:
-    opts = _cf_options()
-    opts.set_max_manifest_file_size(MAX_MANIFEST_BYTES)
-    opts.create_if_missing(True)
-    opts.create_missing_column_families(True)
-    return opts
 
 
 class RocksDBBackend(KeyedStateBackend):
@@ -469,21 +405,22 @@ class RocksDBBackend(KeyedStateBackend):
         self.clock = clock
         self.local_retained = local_retained
         self.db_path.mkdir(parents=True, exist_ok=True)
-        opts = _db_options()
+        opts = db_options()
         existing: list[str] = []
         if (self.db_path / "CURRENT").exists():
             existing = [
                 n for n in rocksdict.Rdict.list_cf(str(self.db_path), opts) if n != "default"
             ]
         self._db = rocksdict.Rdict(
-            str(self.db_path), opts, column_families={n: _cf_options() for n in existing}
+            str(self.db_path), opts, column_families={n: cf_options() for n in existing}
         )
-        self._db.set_write_options(_write_options())
+        self._db.set_write_options(write_options())
         self._cfs: set[str] = set(existing)
         self._tables: dict[str, RocksDBTable] = {}
         self._closed = False
         self._checkpointer: ThreadPoolExecutor | None = None  # background checkpoints
         self._checkpointing: Future[None] | None = None  # the one being created
+        self._write_error: Exception | None = None  # its writing of the cached writes failed
         # Local snapshots in creation order (earlier runs' by modification time).
         self._local_order: list[str] = []
         if self.snapshot_root.is_dir():
@@ -505,7 +442,7 @@ class RocksDBBackend(KeyedStateBackend):
             cf = self._db.get_column_family(spec.name)
         else:
             self.settle()
-            cf = self._db.create_column_family(spec.name, _cf_options())
+            cf = self._db.create_column_family(spec.name, cf_options())
             self._cfs.add(spec.name)
         t = RocksDBTable(self, spec, cf)
         self._tables[spec.name] = t
@@ -541,19 +478,31 @@ class RocksDBBackend(KeyedStateBackend):
         once while ``SnapshotUploader`` uploads it. Older local snapshots beyond
         ``local_retained`` are deleted.
 
-        ``background``: only the cache flush is synchronous; the RocksDB checkpoint
-        (a memtable flush, hard links, a few synced files: I/O waits) and the pruning
-        are created on a thread of this backend, and the snapshot's ``ready`` is done
-        when they are. The state it holds is still this call's: every later write to
-        RocksDB (a cache flush, a range deletion, a new table) first waits for it
-        (``settle``), while reads go on.
+        ``background``: only encoding the write cache into batches is synchronous;
+        writing them to RocksDB (the GIL released), the RocksDB checkpoint (a memtable
+        flush, hard links, a few synced files: I/O waits) and the pruning run on a
+        thread of this backend, and the snapshot's ``ready`` is done when they are. The
+        state it holds is still this call's: the batches' writes stay readable from the
+        tables (``_pending``) until then, and every later write to RocksDB (a cache
+        flush, a range deletion, a new table) and every scan first waits for it
+        (``settle``), while point reads go on.
         """
         label = label or snapshot_label(CHECKPOINT_LABEL, checkpoint_id)
         t0 = time.perf_counter()
-        # 1. Cached writes into RocksDB, so the checkpoint holds all state.
-        self.flush()
-        self.settle()
-        seq = self.sequence_number
+        # 1. Cached writes into RocksDB, so the checkpoint holds all state: here, or
+        #    (background) as batches the checkpoint's thread writes first.
+        batches: list[rocksdict.WriteBatch] = []
+        if background:
+            self.settle()
+            for t in self._tables.values():
+                batch = t.take_batch(pending=True)
+                if batch is not None:
+                    batches.append(batch)
+        else:
+            self.flush()
+            self.settle()
+        # RocksDB gives each operation of a batch the next sequence number.
+        seq = self.sequence_number + sum(int(b.len()) for b in batches)
         # 2. RocksDB checkpoint: flushes memtables and hard-links the live SSTs.
         target = self.snapshot_root / label
         if target.exists():
@@ -570,13 +519,21 @@ class RocksDBBackend(KeyedStateBackend):
             return LocalSnapshot(checkpoint_id, label, target, seq, tables, sync_ms)
         if self._checkpointer is None:
             self._checkpointer = ThreadPoolExecutor(1, thread_name_prefix="rocksdb-checkpoint")
-        self._checkpointing = self._checkpointer.submit(self._checkpoint, target, label)
+        self._checkpointing = self._checkpointer.submit(self._checkpoint, target, label, batches)
         sync_ms = (time.perf_counter() - t0) * 1000
         return LocalSnapshot(
             checkpoint_id, label, target, seq, tables, sync_ms, ready=self._checkpointing
         )
 
-    def _checkpoint(self, target: Path, label: str) -> None:
+    def _checkpoint(
+        self, target: Path, label: str, batches: list[rocksdict.WriteBatch] | None = None
+    ) -> None:
+        for batch in batches or []:
+            try:
+                self._db.write(batch)
+            except Exception as e:
+                self._write_error = e
+                raise
         rocksdict.Checkpoint(self._db).create_checkpoint(str(target))
         self._prune_local(keep=label)
 
@@ -584,9 +541,18 @@ class RocksDBBackend(KeyedStateBackend):
         """Wait for a checkpoint being created in the background (RocksDB must not change
         under it). Its failure is not raised here: the snapshot's upload reports it."""
         pending = self._checkpointing
-        if pending is not None:
-            self._checkpointing = None
-            pending.exception()
+        if pending is None:
+            return
+        self._checkpointing = None
+        pending.exception()
+        for t in self._tables.values():
+            t._pending = {}
+        failed, self._write_error = self._write_error, None
+        if failed is not None:  # RocksDB lacks writes the tables' caches gave up: unusable
+            raise StateError(
+                f"writing a snapshot's cached writes to RocksDB at {self.db_path} failed: "
+                f"{failed}; restore the task from a checkpoint"
+            ) from failed
 
     def _prune_local(self, keep: str) -> None:
         """Delete local snapshots no longer useful, never one an upload may still read.
@@ -634,10 +600,3 @@ def mark_uploaded(snapshot_dir: Path) -> None:
     Only marked snapshots (and older failed ones) are pruned by ``snapshot_sync``.
     """
     _marker(snapshot_dir).touch()
-
-
-def _write_options() -> rocksdict.WriteOptions:
-    wo = rocksdict.WriteOptions()
-    # A property at run time; rocksdict's stub wrongly declares a method.
-    setattr(wo, "disable_wal", True)  # noqa: B010
-    return wo
