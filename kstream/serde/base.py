@@ -152,7 +152,7 @@ class JsonSerde(Serde):
             pass  # orjson refuses: the standard library decides (and says why)
         else:
             if not _orjson_differs(data, value):
-                return data
+                return data.decode().encode()  # a compact copy: see _orjson_dumps
         return self._serialize_stdlib(value)
 
     def _serialize_stdlib(self, value: Any) -> bytes:
@@ -190,6 +190,7 @@ class JsonSerde(Serde):
                 self._recheck(out, values, fast, fast_at)  # earlier values fail first
                 append(serialize(value))  # raises as serialize does
                 continue
+            data = data.decode().encode()  # a compact copy: see _orjson_dumps
             fast_at.append(len(out))
             fast.append(data)
             append(data)
@@ -269,6 +270,11 @@ _ORJSON_OPTIONS = (
     | orjson.OPT_PASSTHROUGH_DATETIME
 )
 _orjson_dumps = orjson.dumps
+# orjson.dumps returns a bytes object shrunk from a larger buffer in place: with glibc
+# each one kept about 1-4 KiB of heap however short it was (200 k outputs of ~60 bytes
+# held alive: 1.6 GB peak RSS, 33 MB as copies), which an exactly-once sink buffer holds
+# for a whole interval. Serialized output is therefore copied (``.decode().encode()``,
+# ~0.08 us: the cheapest copy; orjson's output is valid UTF-8).
 _orjson_loads = orjson.loads
 _SHORT_EXPONENT = re.compile(rb"e-[0-9](?![0-9])")
 
