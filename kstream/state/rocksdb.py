@@ -539,7 +539,8 @@ class RocksDBBackend(KeyedStateBackend):
 
     def settle(self) -> None:
         """Wait for a checkpoint being created in the background (RocksDB must not change
-        under it). Its failure is not raised here: the snapshot's upload reports it."""
+        under it). A failed checkpoint is not raised here (the snapshot's upload reports
+        it); failed writes of its batches are (StateError: RocksDB lacks state)."""
         pending = self._checkpointing
         if pending is None:
             return
