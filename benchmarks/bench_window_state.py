@@ -40,7 +40,12 @@ def main() -> None:
     if a.repo:
         sys.path.insert(0, a.repo)
     from kstream.state.base import TableSpec
-    from kstream.state.rocksdb import RocksDBBackend, mark_uploaded
+    from kstream.state.rocksdb import RocksDBBackend
+
+    try:
+        from kstream.state.localsnapshot import mark_uploaded
+    except ImportError:  # a checkout from before kstream/state/localsnapshot.py
+        from kstream.state.rocksdb import mark_uploaded  # type: ignore[attr-defined,no-redef]
 
     def upload(snap: Any) -> None:  # what the uploader does first and last
         getattr(snap, "wait_ready", lambda: None)()

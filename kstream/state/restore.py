@@ -27,7 +27,8 @@ from pathlib import Path
 from typing import Any
 
 from kstream.progress import Progress
-from kstream.state.rocksdb import RocksDBBackend, mark_uploaded
+from kstream.state.localsnapshot import mark_uploaded
+from kstream.state.rocksdb import RocksDBBackend
 from kstream.state.snapshot import (
     FileEntry,
     SnapshotManifest,

@@ -32,7 +32,6 @@ import shutil
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass
 from itertools import islice
 from pathlib import Path
 from typing import Any
@@ -42,6 +41,7 @@ import rocksdict
 from kstream.serde import JsonSerde
 from kstream.state.base import KeyedStateBackend, StateKey, StateTable, TableSpec
 from kstream.state.keys import decode_key, encode_key, prefix_upper_bound
+from kstream.state.localsnapshot import LocalSnapshot, marker
 from kstream.state.rocksdb_options import cf_options, db_options, write_options
 from kstream.state.valueformat import (
     HAS_TIME,
@@ -65,30 +65,6 @@ _DROPPED_RANGES = 8  # range deletions checked lazily on read-cache hits, at mos
 
 class StateError(RuntimeError):
     """The state backend cannot do what was asked; the message says what and where."""
-
-
-@dataclass(frozen=True)
-class LocalSnapshot:
-    """A RocksDB checkpoint on local disk: what the asynchronous upload reads.
-
-    ``label`` names the snapshot's manifest (``chk-<n>`` for a checkpoint, a
-    caller-chosen label for a savepoint / a bounded run's final state).
-    """
-
-    checkpoint_id: int
-    label: str
-    directory: Path
-    sequence_number: int
-    tables: tuple[str, ...]
-    sync_ms: float
-    ready: Future[None] | None = None
-    """Set while the RocksDB checkpoint is created in the background
-    (``snapshot_sync(background=True)``): ``directory`` is whole once it is done."""
-
-    def wait_ready(self) -> None:
-        """Wait until ``directory`` is whole; raises what creating it raised."""
-        if self.ready is not None:
-            self.ready.result()
 
 
 class _Timed:
@@ -507,7 +483,7 @@ class RocksDBBackend(KeyedStateBackend):
         target = self.snapshot_root / label
         if target.exists():
             shutil.rmtree(target)
-        _marker(target).unlink(missing_ok=True)
+        marker(target).unlink(missing_ok=True)
         self.snapshot_root.mkdir(parents=True, exist_ok=True)
         if label in self._local_order:
             self._local_order.remove(label)
@@ -564,7 +540,7 @@ class RocksDBBackend(KeyedStateBackend):
         """
         self._local_order = [n for n in self._local_order if (self.snapshot_root / n).is_dir()]
         dirs = [self.snapshot_root / n for n in self._local_order if n != keep]
-        uploaded = [d for d in dirs if _marker(d).exists()]
+        uploaded = [d for d in dirs if marker(d).exists()]
         if not uploaded:
             return
         newest_uploaded = dirs.index(uploaded[-1])
@@ -574,7 +550,7 @@ class RocksDBBackend(KeyedStateBackend):
         for d in dirs[: newest_uploaded + 1]:
             if d not in keep_uploaded:
                 shutil.rmtree(d, ignore_errors=True)
-                _marker(d).unlink(missing_ok=True)
+                marker(d).unlink(missing_ok=True)
 
     def close(self) -> None:
         """Flush the cache and close the DB (idempotent)."""
@@ -589,15 +565,3 @@ class RocksDBBackend(KeyedStateBackend):
         self._tables.clear()
         self._db.close()
         self._closed = True
-
-
-def _marker(snapshot_dir: Path) -> Path:
-    return snapshot_dir.with_name(snapshot_dir.name + ".uploaded")
-
-
-def mark_uploaded(snapshot_dir: Path) -> None:
-    """Record that the local snapshot in ``snapshot_dir`` is safely in the store.
-
-    Only marked snapshots (and older failed ones) are pruned by ``snapshot_sync``.
-    """
-    _marker(snapshot_dir).touch()

@@ -16,7 +16,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO, Protocol
 
-from kstream.state.rocksdb import LocalSnapshot, mark_uploaded
+from kstream.state.localsnapshot import LocalSnapshot, mark_uploaded
 from kstream.store.base import CheckpointStore
 from kstream.store.layout import manifest_path, shared_path
 
