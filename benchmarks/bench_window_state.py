@@ -55,9 +55,9 @@ def main() -> None:
     root = tempfile.mkdtemp(prefix="bench-window-state-")
     backend = RocksDBBackend(root)
     table = backend.table(TableSpec("windows"))
-    # An older checkout has no background checkpoint: its snapshot_sync is all synchronous.
-    background = "background" in inspect.signature(backend.snapshot_sync).parameters
-    kw: dict[str, Any] = {"background": True} if background else {}
+    # An older checkout has no background checkpoint (all synchronous) or no delta snapshots.
+    params = inspect.signature(backend.snapshot_sync).parameters
+    kw: dict[str, Any] = {k: True for k in ("background", "deltas") if k in params}
     uploads = ThreadPoolExecutor(1)
     window, next_end, snapshots, in_snapshots, fired = a.window_ms, a.window_ms, 0, 0.0, 0
     c0, t0 = time.process_time(), time.perf_counter()

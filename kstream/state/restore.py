@@ -27,6 +27,8 @@ from pathlib import Path
 from typing import Any
 
 from kstream.progress import Progress
+from kstream.state.delta import DIR as DELTA_DIR
+from kstream.state.delta import DeltaError
 from kstream.state.localsnapshot import mark_uploaded
 from kstream.state.rocksdb import RocksDBBackend
 from kstream.state.snapshot import (
@@ -113,7 +115,8 @@ def _restore_one(
             object=getattr(e, "object", None) or f"{store.url}/{manifest_path}",
         ) from e
     stage = local_dir / f".restore-{uuid.uuid4().hex}"
-    stage.mkdir(parents=True)
+    (stage / DELTA_DIR).mkdir(parents=True)
+    deltas = local_dir / f".deltas-{uuid.uuid4().hex}"  # moved out of the DB's directory
     reused = 0
     progress = Progress(
         f"restore of task {manifest.task_id} from {manifest.label}",
@@ -154,24 +157,41 @@ def _restore_one(
             shutil.rmtree(db_dir)
         local_copy = local_dir / "snapshots" / manifest.label
         if not local_copy.exists():
-            local_copy.mkdir(parents=True)
+            (local_copy / DELTA_DIR).mkdir(parents=True)
             for entry in manifest.files:
                 _place(stage / entry.name, local_copy / entry.name, entry)
             mark_uploaded(local_copy)
+        os.replace(stage / DELTA_DIR, deltas)
         os.replace(stage, db_dir)
+        backend = RocksDBBackend(local_dir, **backend_kwargs)
+        if backend.sequence_number < manifest.sequence_number:
+            backend.close()
+            raise CorruptSnapshotError(
+                f"snapshot {manifest.label} of task {manifest.task_id} ({manifest_path}) "
+                f"restored to RocksDB sequence {backend.sequence_number}, below the "
+                f"manifest's {manifest.sequence_number}: files are missing",
+                manifest_path=manifest_path,
+                object=f"{store.url}/{manifest_path}",
+            )
+        # 4. The changes since the base, in order (every file verified above).
+        for entry in manifest.deltas():
+            try:
+                backend.apply_delta(
+                    (deltas / Path(entry.name).name).read_bytes(), f"{store.url}/{entry.path}"
+                )
+            except DeltaError as e:
+                backend.close()
+                raise CorruptSnapshotError(
+                    f"delta {entry.name} of snapshot {manifest.label} of task "
+                    f"{manifest.task_id} ({manifest_path}): {e}",
+                    manifest_path=manifest_path,
+                    file=entry.name,
+                    object=f"{store.url}/{entry.path}",
+                ) from e
     finally:
-        if stage.exists():
-            shutil.rmtree(stage, ignore_errors=True)
-    backend = RocksDBBackend(local_dir, **backend_kwargs)
-    if backend.sequence_number < manifest.sequence_number:
-        backend.close()
-        raise CorruptSnapshotError(
-            f"snapshot {manifest.label} of task {manifest.task_id} ({manifest_path}) restored to "
-            f"RocksDB sequence {backend.sequence_number}, below the manifest's "
-            f"{manifest.sequence_number}: files are missing",
-            manifest_path=manifest_path,
-            object=f"{store.url}/{manifest_path}",
-        )
+        for d in (stage, deltas):
+            if d.exists():
+                shutil.rmtree(d, ignore_errors=True)
     stats = RestoreStats(
         manifest_path=manifest_path,
         files_reused=reused,

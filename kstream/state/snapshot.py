@@ -16,11 +16,16 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO, Protocol
 
+from kstream.state.delta import DIR as DELTA_DIR
+from kstream.state.delta import SUFFIX as DELTA_SUFFIX
 from kstream.state.localsnapshot import LocalSnapshot, mark_uploaded
 from kstream.store.base import CheckpointStore
 from kstream.store.layout import manifest_path, shared_path
 
 MANIFEST_VERSION = 1
+DELTA_MANIFEST_VERSION = (
+    2  # its files include delta files (``deltas/...``): older readers refuse it
+)
 
 
 def sha256_file(path: Path) -> str:
@@ -77,6 +82,10 @@ class SnapshotManifest:
         """Size of all files and blobs of this snapshot."""
         return sum(f.size for f in self.files) + sum(b.size for b in self.blobs.values())
 
+    def deltas(self) -> list[FileEntry]:
+        """The delta files (``kstream.state.delta``), in the order a restore applies them."""
+        return sorted((f for f in self.files if f.name.startswith(DELTA_DIR + "/")), key=_name)
+
     def shared_paths(self) -> set[str]:
         """Every shared store path this manifest references."""
         return {f.path for f in self.files} | {b.path for b in self.blobs.values()}
@@ -84,7 +93,7 @@ class SnapshotManifest:
     def to_json(self) -> bytes:
         """The manifest file's content."""
         body = asdict(self)
-        body["version"] = MANIFEST_VERSION
+        body["version"] = DELTA_MANIFEST_VERSION if self.deltas() else MANIFEST_VERSION
         return json.dumps(body, indent=1, sort_keys=True).encode()
 
     @classmethod
@@ -92,7 +101,7 @@ class SnapshotManifest:
         """Parse a manifest; ValueError (with the reason) if it is not one."""
         try:
             obj = json.loads(data)
-            if obj.get("version") != MANIFEST_VERSION:
+            if obj.get("version") not in (MANIFEST_VERSION, DELTA_MANIFEST_VERSION):
                 raise ValueError(f"unsupported manifest version {obj.get('version')!r}")
             return cls(
                 app_id=str(obj["app_id"]),
@@ -211,11 +220,10 @@ class SnapshotUploader:
         # 1. Hash every file (cached per inode: SSTs are immutable).
         files: list[FileEntry] = []
         local_of: dict[str, Path] = {}
-        for local in sorted(snapshot.directory.iterdir()):
-            if not local.is_file():
-                continue
+        for local in _snapshot_files(snapshot.directory):
             sha = self._hash(local)
-            entry = FileEntry(local.name, local.stat().st_size, sha, shared_path(self.app_id, sha))
+            name = local.name if local.parent == snapshot.directory else f"{DELTA_DIR}/{local.name}"
+            entry = FileEntry(name, local.stat().st_size, sha, shared_path(self.app_id, sha))
             files.append(entry)
             local_of[entry.path] = local
 
@@ -298,7 +306,7 @@ class SnapshotUploader:
 
     def _hash(self, local: Path) -> str:
         st = local.stat()
-        if not local.name.endswith(".sst"):
+        if not local.name.endswith((".sst", DELTA_SUFFIX)):  # those are immutable
             return sha256_file(local)
         key = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
         sha = self._hashes.get(key)
@@ -309,6 +317,17 @@ class SnapshotUploader:
     def close(self, wait: bool = True) -> None:
         """Stop the background thread (after pending uploads when ``wait``)."""
         self._executor.shutdown(wait=wait)
+
+
+def _name(entry: FileEntry) -> str:
+    return entry.name
+
+
+def _snapshot_files(directory: Path) -> list[Path]:
+    """A local snapshot's files: RocksDB's, then its delta files, each sorted by name."""
+    files = sorted(p for p in directory.iterdir() if p.is_file())
+    deltas = directory / DELTA_DIR
+    return files + (sorted(deltas.iterdir()) if deltas.is_dir() else [])
 
 
 def _put(store: CheckpointStore, path: str, content: bytes | Path) -> None:

@@ -301,8 +301,8 @@ class TaskRunner:
         label = snapshot_label(FINAL_LABEL if point.final else CHECKPOINT_LABEL, n)
         if point.final:
             self.final_id = n
-        # The RocksDB checkpoint is created in the background (the upload waits for it).
-        snap = self.backend.snapshot_sync(n, label=label, background=True)
+        # A delta or a RocksDB checkpoint, written in the background (the upload waits for it).
+        snap = self.backend.snapshot_sync(n, label=label, background=True, deltas=True)
         if point.checkpoint_id is not None:
             ctx.pause.at(
                 PausePoint.AFTER_SNAPSHOT,
