@@ -32,6 +32,7 @@ from kstream.kafka.clients import (
     make_consumer,
     make_producer,
 )
+from kstream.state.snapshot import read_manifest
 from kstream.store.metadata import CheckpointMetadata, latest_completed
 from kstream.store.urls import open_store
 
@@ -229,7 +230,7 @@ class ChangedInterval:
     keys: int
     uploaded_bytes: int  # every checkpoint from the change until one covered it
     duration_ms: float  # the longest of those checkpoints: trigger to last acknowledgement
-    state_bytes: int  # the covering checkpoint's whole state
+    state_bytes: int  # the covering checkpoint's whole state, its delta files left out
 
 
 @dataclass(frozen=True)
@@ -291,7 +292,7 @@ def state_curve(
             metas = _metas_between(store, group, prev, last.checkpoint_id)
             rows.append(ChangedInterval(
                 n, sum(m.uploaded_size for m in metas), max(m.duration_ms for m in metas),
-                last.state_size,
+                _state_without_deltas(store, last),
             ))  # fmt: skip
             prev = last.checkpoint_id
         measured["changed"] = tuple(rows)
@@ -316,6 +317,13 @@ def state_curve(
         int(measured.get("state", 0)), float(measured.get("idle", 0.0)),
         measured.get("changed", ()), failovers,
     )  # fmt: skip
+
+
+def _state_without_deltas(store: Any, meta: CheckpointMetadata) -> int:
+    """The checkpoint's size without its delta files: the state a delta is a share of
+    (counting the deltas would make each share smaller the more deltas there are)."""
+    manifests = [read_manifest(store, t.handle) for t in meta.tasks.values()]
+    return sum(m.total_bytes - sum(d.size for d in m.deltas()) for m in manifests)
 
 
 def _next_checkpoints(

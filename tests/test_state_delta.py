@@ -12,7 +12,14 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from kstream.state.base import TableSpec
-from kstream.state.delta import DeltaError, DeltaPolicy, DeltaWriter, read_delta
+from kstream.state.delta import (
+    DeltaError,
+    DeltaPolicy,
+    DeltaWriter,
+    compress,
+    decompress,
+    read_delta,
+)
 from kstream.state.restore import CorruptSnapshotError, restore_backend
 from kstream.state.rocksdb import RocksDBBackend
 from kstream.state.snapshot import SnapshotUploader, read_manifest
@@ -244,6 +251,10 @@ def test_delta_files_round_trip_and_malformed_ones_are_refused() -> None:
     for bad in (data[:-1], data[:20], b"KSDELTA2" + data[8:], data + b"\x00", b""):
         with pytest.raises(DeltaError, match="where"):
             list(read_delta(bad, "where"))
+    assert decompress(compress(data), "x") == data
+    for bad in (compress(data)[:-2], data, b"KSDELTZ1junk"):
+        with pytest.raises(DeltaError, match="where"):
+            decompress(bad, "where")
 
 
 @given(st.binary(max_size=64))

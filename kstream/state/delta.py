@@ -10,7 +10,9 @@ into a file instead of into RocksDB (no memtable flush, no new sorted run, no
 compaction every second), and uploads only that file; a full snapshot every so often
 (``DeltaPolicy``) bounds what a restore must replay.
 
-File format (integers big-endian, length arrays little-endian)::
+File format: b"KSDELTZ1" and the zlib stream (level 1: about a sixth of the size,
+compressed on the checkpoint's thread) of (integers big-endian, length arrays
+little-endian)::
 
     b"KSDELTA1"
     records:  0x01 u16 n, table name (UTF-8)         the table of the records after it
@@ -31,12 +33,14 @@ import os
 import shutil
 import struct
 import sys
+import zlib
 from array import array
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 MAGIC = b"KSDELTA1"
+ZMAGIC = b"KSDELTZ1"  # a delta file: ZMAGIC and the zlib-compressed delta
 DIR = "deltas"  # the delta files' subdirectory of a snapshot (and their manifest names' prefix)
 SUFFIX = ".kvd"
 
@@ -124,10 +128,25 @@ class DeltaWriter:
         return b"".join([*self.parts, _END.pack(OP_END, self.records)])
 
 
+def compress(data: bytes) -> bytes:
+    """A delta file's content for the delta ``data`` (``DeltaWriter.data``)."""
+    return ZMAGIC + zlib.compress(data, 1)
+
+
+def decompress(content: bytes, where: str) -> bytes:
+    """The delta in a delta file's ``content``; DeltaError naming ``where`` if it is not one."""
+    if not content.startswith(ZMAGIC):
+        raise DeltaError(f"{where}: not a delta file (no {ZMAGIC!r} header)")
+    try:
+        return zlib.decompress(memoryview(content)[len(ZMAGIC) :])
+    except zlib.error as e:
+        raise DeltaError(f"{where}: corrupt compressed delta: {e}") from e
+
+
 def read_delta(data: bytes, where: str) -> Iterator[tuple[str, int, bytes, bytes]]:
-    """The changes of a delta file as (table, ``OP_PUT``/``OP_DELETE``/``OP_RANGE``, key
-    or low, value or high; b"" for a delete), in order; DeltaError naming ``where`` if
-    the file is malformed (only once the generator reached its end)."""
+    """The changes of a delta (``decompress``) as (table, ``OP_PUT``/``OP_DELETE``/``OP_RANGE``,
+    key or low, value or high; b"" for a delete), in order; DeltaError naming ``where`` if
+    it is malformed (only once the generator reached its end)."""
     if not data.startswith(MAGIC):
         raise DeltaError(f"{where}: not a delta file (no {MAGIC!r} header)")
     view = memoryview(data)
@@ -249,7 +268,7 @@ class DeltaChain:
         links to the base's files and to ``files`` under ``deltas/``."""
         if name is not None and data is not None:
             tmp = self.delta_dir / (name + ".tmp")
-            tmp.write_bytes(data)
+            tmp.write_bytes(compress(data))
             tmp.rename(self.delta_dir / name)
         (target / DIR).mkdir(parents=True)
         for f in self.base_dir.iterdir():

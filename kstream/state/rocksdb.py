@@ -23,7 +23,15 @@ from typing import Any
 import rocksdict
 
 from kstream.state.base import KeyedStateBackend, StateTable, TableSpec
-from kstream.state.delta import OP_DELETE, OP_PUT, DeltaChain, DeltaPolicy, DeltaWriter, read_delta
+from kstream.state.delta import (
+    OP_DELETE,
+    OP_PUT,
+    DeltaChain,
+    DeltaPolicy,
+    DeltaWriter,
+    decompress,
+    read_delta,
+)
 from kstream.state.localsnapshot import LocalSnapshot, LocalSnapshots
 from kstream.state.rocksdb_options import cf_options, db_options, write_options
 from kstream.state.rocksdb_table import Clock, RocksDBTable, StateError
@@ -237,14 +245,14 @@ class RocksDBBackend(KeyedStateBackend):
         self._chain.write_snapshot(target, files, name, data)
         self._local.prune(keep=label)
 
-    def apply_delta(self, data: bytes, where: str) -> int:
+    def apply_delta(self, content: bytes, where: str) -> int:
         """Write a delta file's changes (``kstream.state.delta``) in one batch; returns
-        how many records it had. DeltaError (naming ``where``) if it is malformed:
+        how many changes it had. DeltaError (naming ``where``) if it is malformed:
         then nothing is written."""
         batch = rocksdict.WriteBatch(raw_mode=True)
         handles: dict[str, Any] = {}
         n = 0
-        for table, op, a, b in read_delta(data, where):
+        for table, op, a, b in read_delta(decompress(content, where), where):
             handle = handles.get(table)
             if handle is None:
                 self._column_family(table)
