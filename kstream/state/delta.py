@@ -78,7 +78,9 @@ class DeltaPolicy:
 
     Full when there is no base yet, when ``max_files`` deltas follow the base, or when
     the deltas since the base would exceed ``max(min_bytes, ratio * base size)``: a
-    restore replays at most that much (about a microsecond an entry).
+    restore replays at most that much (about a microsecond an entry). (The backend
+    also takes a full one when cache flushes wrote more than a cache's worth of
+    entries to RocksDB since the last snapshot.)
     """
 
     max_files: int = 60

@@ -163,7 +163,11 @@ class RocksDBBackend(KeyedStateBackend):
         t0 = time.perf_counter()
         self.settle()
         tables = tuple(sorted(self._cfs))
-        if deltas and self._chain.sequence is not None:
+        # A delta also carries what cache flushes wrote to RocksDB since the last snapshot:
+        # past a cache's worth, RocksDB has most of the changes already and a full
+        # snapshot costs less than encoding them again (state much larger than the cache).
+        flushed = sum(len(c) for t in self._tables.values() for c in t._log if type(c) is dict)
+        if deltas and self._chain.sequence is not None and flushed <= self.cache_entries:
             out = DeltaWriter()
             for t in self._tables.values():
                 t.take_delta(out)
@@ -171,7 +175,10 @@ class RocksDBBackend(KeyedStateBackend):
             if self._chain.allows(len(data) if data else 0):
                 name, files = self._chain.add(len(data)) if data else (None, self._chain.files)
                 target = self._local.make_room(label)
-                job = partial(self._write_delta, target, label, files, name, data)
+                ranged = [t._cf for t in self._tables.values() if t.memtable_ranges]
+                for t in self._tables.values():
+                    t.memtable_ranges = 0
+                job = partial(self._write_delta, target, label, files, name, data, ranged)
                 seq = self._chain.sequence
                 return self._run(job, background, checkpoint_id, label, target, seq, tables, t0)
         # 1. Cached writes into RocksDB, so the checkpoint holds all state: here, or
@@ -189,7 +196,7 @@ class RocksDBBackend(KeyedStateBackend):
         seq = self.sequence_number + sum(int(b.len()) for b in batches)
         self._logging = deltas  # changes from here on go into the next delta
         for t in self._tables.values():
-            t._log = []
+            t._log, t.memtable_ranges = [], 0  # (the RocksDB checkpoint flushes memtables)
         if deltas:
             self._chain.start(seq)
         else:
@@ -240,9 +247,17 @@ class RocksDBBackend(KeyedStateBackend):
         self._local.prune(keep=label)
 
     def _write_delta(
-        self, target: Path, label: str, files: list[str], name: str | None, data: bytes | None
+        self,
+        target: Path,
+        label: str,
+        files: list[str],
+        name: str | None,
+        data: bytes | None,
+        ranged: list[rocksdict.Rdict],
     ) -> None:
         self._chain.write_snapshot(target, files, name, data)
+        for cf in ranged:  # range tombstones out of the memtables (RocksDB waits: settle)
+            cf.flush()
         self._local.prune(keep=label)
 
     def apply_delta(self, content: bytes, where: str) -> int:

@@ -46,6 +46,10 @@ def cf_options() -> rocksdict.Options:
     table = rocksdict.BlockBasedOptions()
     table.set_bloom_filter(10, False)
     opts.set_block_based_table_factory(table)
+    # The same for the memtable: with delta snapshots it is flushed by its size, not at
+    # every checkpoint, and a miss would search a skip list of up to its size.
+    opts.set_memtable_whole_key_filtering(True)
+    opts.set_memtable_prefix_bloom_ratio(0.02)
     return opts
 
 

@@ -107,6 +107,10 @@ class RocksDBTable(StateTable):
         self._log: list[dict[StateKey, Any] | tuple[bytes, bytes]] = []
         self._limit = backend.cache_entries
         self._room = self._limit  # the write cache's bound less what ``_unflushed`` holds
+        # Range deletions since RocksDB last flushed this table's memtable: range
+        # tombstones in a memtable slow every scan down until a flush (a fire in slices
+        # deletes a range per slice), so a delta snapshot flushes it when there are any.
+        self.memtable_ranges = 0
 
     # -- encoding -------------------------------------------------------------
 
@@ -224,6 +228,7 @@ class RocksDBTable(StateTable):
             self._drop_cached(lo, hi)
         if self._backend._logging:
             self._log.append((lo, hi))
+        self.memtable_ranges += 1
         batch = rocksdict.WriteBatch(raw_mode=True)
         batch.delete_range(lo, hi, self._handle)
         self._backend.settle()
