@@ -261,3 +261,23 @@ def test_delta_files_round_trip_and_malformed_ones_are_refused() -> None:
 def test_any_bytes_after_the_header_are_read_or_refused_with_a_delta_error(junk: bytes) -> None:
     with contextlib.suppress(DeltaError):  # never another exception
         list(read_delta(b"KSDELTA1" + junk, "junk"))
+
+
+def test_a_snapshot_is_full_when_cache_flushes_wrote_more_than_a_cache_since_the_last(
+    tmp_path: Path,
+) -> None:
+    """State much larger than the write cache: RocksDB already has most changes, so a
+    delta would encode them again; a full snapshot does not."""
+    store = FileStore(tmp_path / "store")
+    backend = RocksDBBackend(tmp_path / "task", cache_entries=10)
+    uploader = SnapshotUploader(store, APP, TASK)
+    kinds = []
+    for n, changed in enumerate([5, 8, 30, 8], start=1):
+        _counts(backend, range(changed), n)
+        handle = uploader.upload_now(backend.snapshot_sync(n, deltas=True))
+        kinds.append(len(read_manifest(store, handle.manifest_path).deltas()))
+    backend.close()
+    assert kinds == [0, 1, 0, 1]  # 30 changes: 20 went to RocksDB through the cache
+    restored, _ = restore_backend(store, handle.manifest_path, tmp_path / "elsewhere")
+    assert [restored.table(SPECS[0]).get(("k", i)) for i in (0, 7, 8, 29)] == [4, 11, 11, 32]
+    restored.close()
