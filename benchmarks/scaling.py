@@ -274,22 +274,16 @@ def report(
         lines += [
             "",
             "Only new files are uploaded (the store is content-addressed: a file it holds "
-            "is never sent again). An interval without a merge uploads the flushed file(s) "
-            "holding its changed keys and the task's RocksDB MANIFEST (copied whole into "
-            "every checkpoint; kept below 4 KiB, `MAX_MANIFEST_BYTES`): somewhat more than "
-            "1 % because every 100th key compresses worse than the dense whole. RocksDB "
-            "uses universal (size-tiered) compaction (kstream/state/rocksdb.py): once a "
-            "task holds 8 sorted runs the small new ones are merged among themselves (an "
-            "interval carrying such a merge uploads ~5-35 %), and the large old run is "
-            "rewritten (the whole state uploaded once) only when the newer runs hold as "
-            "much as it does (`MAX_SIZE_AMPLIFICATION_PERCENT` = 100: up to about twice "
-            "the disk). With leveled compaction (before 2026-12-01) every 8th flush merged "
-            "into L1 and, changes being spread over the key range, rewrote the task's whole "
-            "state: a mean of 7.9 % / 10.7 % at 100 k / 1 M keys. Over 220 intervals of one "
-            "100 k-key RocksDB, two full compactions included, the mean is 3.8 % "
-            "(benchmarks/PROFILE.md); a run of 10 intervals sees no full compaction, but "
-            "its first intervals may still merge the runs the build's checkpoints flushed "
-            "(at 1 M keys on 2026-12-01: 51.7 % and 24.3 %, a mean of 9.6 %).",
+            "is never sent again), and a worker's checkpoint is a delta snapshot (README, "
+            "Design decisions): an interval uploads one zlib-compressed file of the entries "
+            "it changed. The share is over the state without delta files. Every so often a "
+            "snapshot is full (after 60 deltas, past max(8 MiB, half the last full snapshot) "
+            "of deltas, or when cache flushes wrote more than a write cache's worth to "
+            "RocksDB): it uploads the SST files RocksDB wrote since the last full one "
+            "(universal compaction, kstream/state/rocksdb_options.py). Before delta "
+            "snapshots (2026-12-01 12:00 and earlier) every checkpoint flushed the changes "
+            "into a new sorted run, and compactions re-uploaded parts of the state: a mean "
+            "of 2.5 % / 9.6 % at 100 k / 1 M keys over 10 intervals (benchmarks/PROFILE.md).",
         ]
     lines += ["", *plot("checkpoint")]
     lines += ["## Recovery time vs state size", ""]
