@@ -24,14 +24,7 @@ from kstream.state.restore import CorruptSnapshotError, restore_backend
 from kstream.state.rocksdb import RocksDBBackend
 from kstream.state.snapshot import SnapshotUploader, read_manifest
 from kstream.store.file import FileStore
-
-APP = "app"
-TASK = "stage1-0"
-SPECS = [TableSpec("counts"), TableSpec("lists"), TableSpec("raw", value_serde="bytes")]
-
-
-def contents(backend: RocksDBBackend, specs: list[TableSpec] = SPECS) -> dict[str, Any]:
-    return {s.name: list(backend.table(s).scan()) for s in specs}
+from tests.test_state_snapshot import APP, SPECS, TASK, contents
 
 
 def key_of(k: int) -> tuple[str, int]:

@@ -199,9 +199,9 @@ def read_delta(data: bytes, where: str) -> Iterator[tuple[str, int, bytes, bytes
             else:
                 raise DeltaError(f"{where}: unknown record type {op} at byte {pos}")
             count += 1
+    except DeltaError:
+        raise
     except (IndexError, ValueError, struct.error, UnicodeDecodeError) as e:
-        if isinstance(e, DeltaError):
-            raise
         raise DeltaError(f"{where}: truncated or malformed at byte {pos}: {e}") from e
 
 

@@ -294,7 +294,7 @@ class RocksDBTable(StateTable):
             self._pending = entries
         batch = rocksdict.WriteBatch(raw_mode=True)
         put, delete, handle = batch.put, batch.delete, self._handle
-        encode = self._encode_value
+        stored = self._stored
         cacheable = self._ttl is None
         compact_ints = self._compact_ints and cacheable
         clean, clean_keys, read_keys = self._clean, self._clean_keys, self._read_keys
@@ -313,11 +313,7 @@ class RocksDBTable(StateTable):
                     clean[key] = value
                     clean_keys[key] = ek
                 continue
-            if type(value) is _Timed:
-                put(ek, encode(value.value, value.at), handle)
-            else:
-                at = self._backend.clock() if self._ttl is not None else None
-                put(ek, encode(value, at), handle)
+            put(ek, stored(value), handle)
             if clean and key in clean:  # an older cached value of this key is stale now
                 del clean[key], clean_keys[key]
         self._dirty = {}
@@ -358,7 +354,7 @@ class RocksDBTable(StateTable):
         keys = [
             known.get(k) or read_keys.get(k) or clean_keys.get(k) or encode_key(k) for k in changes
         ]
-        value = self._delta_value
+        value = self._stored
         if self._compact_ints and self._ttl is None:  # counters: inline
             small = SMALL_INTS
             values = [
@@ -371,8 +367,8 @@ class RocksDBTable(StateTable):
         if keep is not None:
             keep.update(zip(changes, keys, strict=True))
 
-    def _delta_value(self, value: Any) -> bytes:
-        """A change's stored value; empty for a deletion."""
+    def _stored(self, value: Any) -> bytes:
+        """A cached entry's value as RocksDB stores it; empty for a deletion."""
         if value is _TOMBSTONE:
             return b""
         if type(value) is _Timed:

@@ -13,6 +13,7 @@ import time
 from collections.abc import Callable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
+from operator import attrgetter
 from pathlib import Path
 from typing import Any, BinaryIO, Protocol
 
@@ -84,7 +85,8 @@ class SnapshotManifest:
 
     def deltas(self) -> list[FileEntry]:
         """The delta files (``kstream.state.delta``), in the order a restore applies them."""
-        return sorted((f for f in self.files if f.name.startswith(DELTA_DIR + "/")), key=_name)
+        deltas = (f for f in self.files if f.name.startswith(DELTA_DIR + "/"))
+        return sorted(deltas, key=attrgetter("name"))
 
     def shared_paths(self) -> set[str]:
         """Every shared store path this manifest references."""
@@ -317,10 +319,6 @@ class SnapshotUploader:
     def close(self, wait: bool = True) -> None:
         """Stop the background thread (after pending uploads when ``wait``)."""
         self._executor.shutdown(wait=wait)
-
-
-def _name(entry: FileEntry) -> str:
-    return entry.name
 
 
 def _snapshot_files(directory: Path) -> list[Path]:
