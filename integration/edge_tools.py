@@ -11,7 +11,7 @@ import uuid
 from dataclasses import dataclass
 from typing import Any
 
-from kstream.kafka.clients import KafkaException, TopicPartition, make_consumer
+from kstream.kafka.clients import KafkaException, TopicPartition, make_consumer, watermark_offsets
 
 
 @dataclass(frozen=True)
@@ -45,12 +45,8 @@ def read_all(
         # for every transaction to be decided.
         hw = make_consumer(bootstrap, f"edge-hw-{uuid.uuid4().hex[:8]}", read_committed=False)
         try:
-            ends = {
-                p: hw.get_watermark_offsets(
-                    TopicPartition(topic, p), timeout=timeout, cached=False
-                )[1]
-                for p in parts
-            }
+            # (retried while a killed leader's partitions move: NOT_LEADER_FOR_PARTITION)
+            ends = {p: watermark_offsets(hw, topic, p, timeout)[1] for p in parts}
         finally:
             hw.close()
         c.assign([TopicPartition(topic, p, 0) for p in parts])

@@ -14,6 +14,7 @@ from kstream.kafka.clients import (
     Producer,
     TopicPartition,
     produce_with_retry,
+    watermark_offsets,
 )
 
 Record = tuple[bytes | None, bytes | None]
@@ -58,7 +59,7 @@ def consume(
 def end_offsets(consumer: Consumer, topic: str, partitions: int) -> dict[int, int]:
     """High watermark of each partition of ``topic``."""
     return {
-        p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10.0)[1]
+        p: watermark_offsets(consumer, topic, p, 10.0)[1]  # retried while a leader moves
         for p in range(partitions)
     }
 

@@ -4,9 +4,12 @@ the test (``integration.ci.unavailable``); elsewhere both are skips with the rea
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 pytest_plugins = ["pytester"]
+REPO = Path(__file__).resolve().parent.parent
 
 TESTS = """
 import pytest
@@ -23,17 +26,23 @@ def test_passes():
 """
 
 
-def run(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, ci: str) -> pytest.RunResult:
+def run(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, ci: str, *args: str
+) -> pytest.RunResult:
     monkeypatch.setenv("CI", ci)
     pytester.makeconftest("from integration.conftest import pytest_runtest_makereport\n")
     pytester.makepyfile(test_services=TESTS)
-    return pytester.runpytest("-rA")
+    return pytester.runpytest("-rA", *args)
 
 
+@pytest.mark.parametrize("args", [(), ("-n", "2")], ids=["one process", "xdist workers"])
 def test_under_ci_every_skip_fails(
-    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, args: tuple[str, ...]
 ) -> None:
-    result = run(pytester, monkeypatch, "true")
+    # (``make test`` runs pytest-xdist: the hook runs in its workers, which import
+    # ``integration`` from the repository root)
+    monkeypatch.setenv("PYTHONPATH", str(REPO))
+    result = run(pytester, monkeypatch, "true", *args)
     result.assert_outcomes(passed=1, failed=2)
     result.stdout.fnmatch_lines(["*may not be skipped under CI=true*no broker here*"])
     result.stdout.fnmatch_lines(

@@ -42,6 +42,7 @@ from kstream.kafka.clients import (
     ensure_topics,
     make_admin,
     make_consumer,
+    watermark_offsets,
 )
 from kstream.names import control_topic
 from kstream.store.base import CheckpointStore, StoreError
@@ -372,7 +373,7 @@ def source_ends(bootstrap: str, topics: Mapping[str, int]) -> dict[tuple[str, in
     c = make_consumer(bootstrap, "e2e-ends", read_committed=False)
     try:
         return {
-            (t, p): c.get_watermark_offsets(TopicPartition(t, p), timeout=10, cached=False)[1]
+            (t, p): watermark_offsets(c, t, p, 10.0)[1]  # retried while a leader moves
             for t, n in topics.items()
             for p in range(n)
         }
