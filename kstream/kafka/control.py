@@ -22,7 +22,8 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
+from functools import partial
 from typing import Any
 
 from confluent_kafka import OFFSET_END, Consumer, TopicPartition
@@ -341,6 +342,14 @@ class _Unverified(Exception):
     """A coordinator message whose signature does not verify (logged and counted)."""
 
 
+def _note_failure(
+    failed: list[tuple[Message, KafkaError]], msg: Message, err: KafkaError | None, _rec: object
+) -> None:
+    """A delivery callback: note ``msg``'s failed write."""
+    if err is not None:
+        failed.append((msg, err))
+
+
 class ControlClient:
     """A worker's end: receive triggers and commands, send acks, declines, readies, heartbeats.
 
@@ -371,7 +380,6 @@ class ControlClient:
         self._producer = make_producer(
             bootstrap, extra={"linger.ms": 0, **(extra or {}), **NO_AUTO_CREATE}
         )
-        self._errors: list[KafkaError] = []
 
     @property
     def skipped(self) -> int:
@@ -405,33 +413,43 @@ class ControlClient:
         OutageExceeded once it outlasts the bound; ControlError for a refusal no
         retry can cure (e.g. authorization).
         """
-        name = type(msg).__name__
-        value = encode(msg)
+        self.send_all([msg], flush_timeout=flush_timeout)
+
+    def send_all(self, msgs: Sequence[Message], *, flush_timeout: float = 10.0) -> None:
+        """``send`` for several messages: written in order, one wait for all of them
+        (a worker's acknowledgements of one checkpoint take one round trip, not one
+        each); a message whose write failed is written again."""
+        pending = list(msgs)
         backoff = Backoff()
-
-        def delivered(err: KafkaError | None, _rec: object) -> None:
-            if err is not None:
-                self._errors.append(err)
-
-        while True:
-            self._producer.produce(self.topic, value, key=record_key(msg), on_delivery=delivered)
+        while pending:
+            failed: list[tuple[Message, KafkaError]] = []
+            for msg in pending:
+                self._producer.produce(
+                    self.topic,
+                    encode(msg),
+                    key=record_key(msg),
+                    on_delivery=partial(_note_failure, failed, msg),
+                )
+            more = len(pending) - 1
+            what = type(pending[0]).__name__ + (f" and {more} more" if more else "")
             waited = 0.0
             while self._producer.flush(1.0) > 0:
                 waited += 1.0
                 if waited >= flush_timeout:
-                    self.reach.failed(f"{name} not delivered to {self.topic} within {waited:g}s")
+                    self.reach.failed(f"{what} not delivered to {self.topic} within {waited:g}s")
                 _check(self.reach)
-            if not self._errors:
+            if not failed:
                 self.reach.ok()
                 return
-            errors, self._errors = self._errors, []
+            errors = [e for _, e in failed]
             if not all(_transient(e) for e in errors):
                 raise ControlError(
-                    f"writing {name} to {self.topic} failed: {[e.str() for e in errors]}"
+                    f"writing {what} to {self.topic} failed: {[e.str() for e in errors]}"
                 )
-            self.reach.failed(f"writing {name} to {self.topic}: {errors[-1].str()}")
+            self.reach.failed(f"writing {what} to {self.topic}: {errors[-1].str()}")
             _check(self.reach)
             time.sleep(backoff.next())
+            pending = [m for m, _ in failed]
 
     def report(self, msg: Message) -> bool:
         """Send a worker's report best effort: one that cannot be delivered (this worker
@@ -439,10 +457,17 @@ class ControlClient:
         carry no authority: a lost acknowledgement fails its checkpoint, a lost ready or
         failure makes the coordinator restore again or notice the silence — never a
         reason for the worker to die."""
+        return self.report_all([msg])
+
+    def report_all(self, msgs: Sequence[Message]) -> bool:
+        """``report`` for several messages, with one wait for all of them."""
+        if not msgs:
+            return True
         try:
-            self.send(msg)
+            self.send_all(msgs)
         except ControlError as e:
-            log.warning("control report %s dropped: %s", type(msg).__name__, e)
+            names = ", ".join(type(m).__name__ for m in msgs)
+            log.warning("control report %s dropped: %s", names, e)
             return False
         return True
 

@@ -228,6 +228,7 @@ class ExactlyOnceSink(Sink):
         self._client_config = dict(producer_config or {})  # the user's settings
         self._producer_config = {"linger.ms": 20, **self._client_config}
         self._producer: Any = None
+        self._marker_parts: int | None = None
         self.attempt: int | None = None
         self.spill_dir = spill_dir
         self.memory_budget = memory_budget
@@ -350,6 +351,14 @@ class ExactlyOnceSink(Sink):
         ) from e
 
     def _marker_partitions(self) -> int:
+        """The commit-marker topic's partition count, asked once per producer (a commit
+        must not wait for a metadata request; the count is fixed, as ``recover`` reads
+        the marker where ``marker_partition`` put it)."""
+        if self._marker_parts is None:
+            self._marker_parts = self._ask_marker_partitions()
+        return self._marker_parts
+
+    def _ask_marker_partitions(self) -> int:
         md = self._producer.list_topics(self.commits_topic, timeout=self.timeout)
         t = md.topics.get(self.commits_topic)
         if t is None or t.error is not None or not t.partitions:
@@ -370,6 +379,7 @@ class ExactlyOnceSink(Sink):
         buffer = self._new_buffer(blob)  # validate before touching Kafka
         self.close()
         self.attempt = attempt
+        self._marker_parts = None
         self._producer = make_producer(
             self.bootstrap,
             transactional_id=self.transactional_id,
