@@ -197,7 +197,7 @@ def run_recovery(h: Harness, keys: int, runs: int, local: str) -> RecoveryResult
             for c, wait_built in jobs:
                 row = c.name + RECOVERY_MODES[mode]
                 results = out[row]
-                if not isinstance(results, list):
+                if not isinstance(results, list) or run_no > c.runs(runs):
                     continue
                 try:
                     r = recovery.measure_recovery(

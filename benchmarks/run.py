@@ -209,7 +209,7 @@ def bench(bootstrap: str, broker_text: str, s: Settings, command: str) -> None:
             series += wl_series
             for run_no in range(1, s.runs + 1):  # round-robin: noise hits every contender alike
                 for sr in wl_series:
-                    if sr.unavailable is None:
+                    if sr.unavailable is None and run_no <= sr.contender.runs(s.runs):
                         run_one(h, sr, run_no, spec, ends, expected)
         rec: RecoveryResults = {}
         if "recovery" in selected:
