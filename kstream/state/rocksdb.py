@@ -166,7 +166,7 @@ class RocksDBBackend(KeyedStateBackend):
         # A delta also carries what cache flushes wrote to RocksDB since the last snapshot:
         # past a cache's worth, RocksDB has most of the changes already and a full
         # snapshot costs less than encoding them again (state much larger than the cache).
-        flushed = sum(len(c) for t in self._tables.values() for c in t._log if type(c) is dict)
+        flushed = sum(t.flushed_since_snapshot() for t in self._tables.values())
         if deltas and self._chain.sequence is not None and flushed <= self.cache_entries:
             out = DeltaWriter()
             for t in self._tables.values():

@@ -324,6 +324,11 @@ class RocksDBTable(StateTable):
                 del clean[k], clean_keys[k]
         return batch
 
+    def flushed_since_snapshot(self) -> int:
+        """Entries cache flushes wrote to RocksDB since the last snapshot (logged for the
+        next delta)."""
+        return sum(len(c) for c in self._log if type(c) is dict)
+
     def take_delta(self, out: DeltaWriter) -> None:
         """Write what changed since the last snapshot into ``out``, in order; the write
         cache's entries stay cached (``_unflushed``) instead of going to RocksDB."""
