@@ -11,13 +11,14 @@ left alone; any other count means a broken earlier load, and the topic is recrea
 from __future__ import annotations
 
 import io
-import json
 import random
 import time
 import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
+from itertools import accumulate
 from typing import Any, Literal
+from zlib import crc32
 
 import click
 import fastavro
@@ -101,20 +102,32 @@ def events(spec: InputSpec) -> Iterator[tuple[int, bytes, dict[str, Any], int]]:
     choices = rng.choices
     randrange = rng.randrange
     kinds = list(KINDS)
-    weights = list(KIND_WEIGHTS)
-    parts = spec.partitions
+    # The same draws as choices(kinds, weights), without summing the weights each time.
+    cum_weights = list(accumulate(KIND_WEIGHTS))
+    parts, keys, cover = spec.partitions, spec.keys, spec.cover
+    rate = spec.event_rate
     for i in range(spec.records):
-        uid = i % spec.keys if spec.cover else randrange(spec.keys)
+        uid = i % keys if cover else randrange(keys)
         user = f"u{uid}"
         key = user.encode()
-        ts = event_ts(spec, i)
+        ts = START_TS_MS + i * 1000 // rate  # event_ts(spec, i)
         event = {
             "user": user,
-            "kind": choices(kinds, weights)[0],
+            "kind": choices(kinds, cum_weights=cum_weights)[0],
             "amount": randrange(0, 10_000) / 100,
             "ts": ts,
         }
-        yield zlib.crc32(key) % parts, key, event, ts
+        yield crc32(key) % parts, key, event, ts
+
+
+def _json_event(event: dict[str, Any]) -> bytes:
+    """An event of ``events`` as compact JSON: what ``json.dumps(event, separators=(",",
+    ":"))`` writes (its strings need no escapes; a float is written as its repr), about
+    3x faster (loading 10 M records is part of the scaling run's time)."""
+    return (
+        f'{{"user":"{event["user"]}","kind":"{event["kind"]}",'
+        f'"amount":{event["amount"]!r},"ts":{event["ts"]}}}'
+    ).encode()
 
 
 class Encoder:
@@ -122,12 +135,11 @@ class Encoder:
 
     def __init__(self, fmt: Format) -> None:
         self.fmt = fmt
-        self._json = json.JSONEncoder(separators=(",", ":"))
         self._schema = fastavro.parse_schema(load_schema(EVENT_SCHEMA_FILE))
 
     def __call__(self, event: dict[str, Any]) -> bytes:
         if self.fmt == "json":
-            return self._json.encode(event).encode()
+            return _json_event(event)
         buf = io.BytesIO()
         fastavro.schemaless_writer(buf, self._schema, event)
         return buf.getvalue()
@@ -179,7 +191,13 @@ def produce(bootstrap: str, spec: InputSpec, topic: str | None = None) -> int:
     topic = topic or spec.topic
     encode = Encoder(spec.fmt)
     producer = make_producer(
-        bootstrap, extra={"linger.ms": 50, "batch.num.messages": 10_000, "acks": "all"}
+        bootstrap,
+        extra={
+            "linger.ms": 50,
+            "batch.num.messages": 10_000,
+            "acks": "all",
+            "delivery.report.only.error": True,  # no Python callback per record
+        },
     )
     errors: list[str] = []
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 import shutil
 import statistics
+import time
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -42,6 +43,8 @@ class RunResult:
     valid: bool
     note: str = ""
     fed_s: float | None = None  # kstream: t_first until every input record was fed to its task
+    job_s: float = 0.0  # the harness's wall time: the contender process, start to exit
+    check_s: float = 0.0  # ... reading its output back and checking it
 
 
 #: A kstream contender's stderr line: processing time vs. time until the output was committed.
@@ -132,9 +135,11 @@ class Harness:
             "--bootstrap", self.bootstrap, "--input", spec.topic, "--output", out,
             "--group", group, "--end-offsets", ends.to_json(), "--state-dir", str(state),
         ]  # fmt: skip
+        t_start = time.monotonic()
         try:
             child = Child(c.argv(common), cwd=REPO_DIR, log_dir=self.workdir, name=f"{group}")
             res = child.wait(self.timeout)
+            t_job = time.monotonic()
             if res.returncode != 0:
                 raise RuntimeError(f"exit code {res.returncode}; stderr tail:\n{res.stderr_tail}")
             report = Report.parse(res.stdout)
@@ -152,6 +157,8 @@ class Harness:
                 valid=not note,
                 note=note,
                 fed_s=float(fed.group(1)) if fed else None,
+                job_s=t_job - t_start,
+                check_s=time.monotonic() - t_job,
             )
         finally:
             for t in [out, *recovery.topics_of_group(self.bootstrap, group)]:

@@ -41,6 +41,7 @@ from benchmarks.generate import (
     produce,
 )
 from benchmarks.procstats import Child
+from benchmarks.verify import READ_BACK
 from benchmarks.workloads import forever_store_dir
 from kstream.kafka.clients import (
     TopicPartition,
@@ -248,7 +249,7 @@ def measure_recovery(
         ],
     )
     argv = job_argv(topic_in, topic_out, group, state_dir, f"{group}-member")
-    watcher = make_consumer(bootstrap, f"{group}-watcher", read_committed=True)
+    watcher = make_consumer(bootstrap, f"{group}-watcher", read_committed=True, extra=READ_BACK)
     job: Child | None = None
     try:
         # 1. the state's input

@@ -254,7 +254,8 @@ def run_one(
     h.say(
         f"{wl.key} {c.name} run {run_no}: {fmt_rate(r.rate)} records/s, "
         f"{r.seconds:.2f} s, CPU {r.cpu_s:.2f} s, RSS {r.peak_rss_mb:.0f} MB, "
-        f"out {r.records_out}{'' if r.valid else ' INVALID: ' + r.note}"
+        f"out {r.records_out}{'' if r.valid else ' INVALID: ' + r.note} "
+        f"(process {r.job_s:.1f} s, output checked in {r.check_s:.1f} s)"
     )
 
 

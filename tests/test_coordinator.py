@@ -161,6 +161,28 @@ def test_max_concurrent_bounds_checkpoints_in_flight() -> None:
     assert sorted(h.c.pending) == [2, 3]
 
 
+def test_next_trigger_in_says_when_tick_triggers_and_none_while_one_is_in_flight() -> None:
+    h = Harness(tasks=["a"])
+    h.start(0.0)
+    assert h.c.next_trigger_in(0.25) == pytest.approx(0.75)
+    assert h.tick(0.99) == [] and h.c.next_trigger_in(0.99) == pytest.approx(0.01)
+    assert triggers(h.tick(1.0)) == [1]
+    assert h.c.next_trigger_in(1.5) is None  # a checkpoint in flight: its ack comes first
+    h.ack(1, "a", 1.2)
+    assert h.c.next_trigger_in(1.2) == pytest.approx(0.8)
+    assert h.c.next_trigger_in(2.5) == 0.0  # overdue: tick triggers at once
+    assert triggers(h.tick(2.5)) == [2]
+
+
+def test_next_trigger_in_counts_the_min_pause() -> None:
+    h = Harness(tasks=["a"], min_pause=2.0)
+    h.start(0.0)
+    h.tick(1.0)
+    h.ack(1, "a", 1.5)
+    assert h.c.next_trigger_in(2.0) == pytest.approx(1.5)  # 2 s after the end at 1.5
+    assert h.tick(3.4) == [] and triggers(h.tick(3.5)) == [2]
+
+
 # -- completion --------------------------------------------------------------------------
 
 

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import io
+import json
 import zlib
 
 import fastavro
 import pytest
 
 from benchmarks.generate import START_TS_MS, Encoder, InputSpec, event_ts, events, partition_of
-from benchmarks.workloads import EVENT_SCHEMA_FILE, load_schema
+from benchmarks.workloads import EVENT_SCHEMA_FILE, KINDS, load_schema
 
 
 def test_same_spec_same_records_other_seed_other_records() -> None:
@@ -57,3 +58,17 @@ def test_json_and_avro_encodings_decode_to_the_event() -> None:
     schema = fastavro.parse_schema(load_schema(EVENT_SCHEMA_FILE))
     decoded = fastavro.schemaless_reader(io.BytesIO(Encoder("avro")(event)), schema, None)
     assert decoded == event
+
+
+def test_json_encoding_is_what_json_dumps_writes() -> None:
+    """The hand-written JSON of an event is byte for byte json.dumps' compact form
+    (whole cents, from 0.0 to 99.99; every kind)."""
+    rows = list(events(InputSpec(records=3000, keys=20, seed=5)))
+    assert {e["kind"] for _, _, e, _ in rows} == set(KINDS)
+    encode = Encoder("json")
+    for _, _, event, _ in rows:
+        assert encode(event) == json.dumps(event, separators=(",", ":")).encode()
+    edge = {"user": "u0", "kind": "view", "amount": 0.0, "ts": 1}
+    for amount in (0.0, 0.01, 0.1, 1.1, 99.99, 12.3):
+        edge["amount"] = amount
+        assert encode(edge) == json.dumps(edge, separators=(",", ":")).encode()

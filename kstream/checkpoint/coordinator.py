@@ -350,6 +350,21 @@ class CheckpointCoordinator:
             in_flight == 0 and now - self._last_finish >= self.config.min_pause
         )
 
+    def next_trigger_in(self, now: float) -> float | None:
+        """Seconds until ``tick`` triggers a checkpoint by the interval (0: due now);
+        None while a message must come first (a checkpoint in flight blocks the next,
+        or the job is not running). Polling no longer than this starts checkpoints on
+        time instead of up to a poll timeout late."""
+        in_flight = len(self.pending) + len(self._completing)
+        if self.phase is not Phase.RUNNING or in_flight >= self.config.max_concurrent:
+            return None
+        due = self._last_trigger + self.config.interval
+        if self.config.min_pause:
+            if in_flight:
+                return None
+            due = max(due, self._last_finish + self.config.min_pause)
+        return max(0.0, due - now)
+
     def _trigger(self, now: float) -> Send:
         n, self._next_id = self._next_id, self._next_id + 1
         self.pending[n] = PendingCheckpoint(n, self.attempt, now, self.expected)

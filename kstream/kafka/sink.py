@@ -30,7 +30,8 @@ from __future__ import annotations
 import logging
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
+from functools import partial
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -284,21 +285,29 @@ class ExactlyOnceSink(Sink):
         producer owns this task, SinkError when the transaction failed (the
         epochs stay sealed; a later completion or a restore commits them).
         """
+        commit = self.begin_commit(checkpoint_id)
+        return 0 if commit is None else commit()
+
+    def begin_commit(self, checkpoint_id: int) -> Callable[[], int] | None:
+        """``on_checkpoint_completed`` up to the commit round trip: the transaction
+        opened and filled (output and marker). Returns the commit (it returns the number
+        of records published), or None when nothing is left to commit. The commit may
+        run on another thread while nothing else uses this sink: a worker commits its
+        tasks' transactions together (``kstream.worker.sinkcommit``)."""
         if self._producer is None or self.attempt is None:
             raise SinkStateError(f"sink {self.task}: recover() must run before committing")
         if self.buffer.last_committed is not None and checkpoint_id <= self.buffer.last_committed:
-            return 0
+            return None
         due = self.buffer.due(checkpoint_id)
         if not due:
-            return 0
+            return None
         if not any(e.size for e in due):
             self.buffer.committed(due, max(e.checkpoint_id or 0 for e in due))
-            return 0
-        n = self._commit(due, checkpoint_id)
-        self.buffer.committed(due, checkpoint_id)
-        return n
+            return None
+        count = self._begin(due, checkpoint_id)
+        return partial(self._finish, due, checkpoint_id, count)
 
-    def _commit(self, epochs: list[Epoch], checkpoint_id: int) -> int:
+    def _begin(self, epochs: list[Epoch], checkpoint_id: int) -> int:
         marker = CommitMarker(self.task, checkpoint_id, self.attempt or 0)
         p = self._producer
         parts = self._marker_partitions()
@@ -309,7 +318,6 @@ class ExactlyOnceSink(Sink):
             # 2. The buffered output, in epoch and write order.
             #    Spilled segments are read back and decoded one at a time.
             _produce_chunks(p, (c for e in epochs for c in e.iter_chunks()))
-            count = sum(e.size for e in epochs)
             # 3. The marker in the SAME transaction: output and marker become
             #    visible together or not at all — that is what recovery reads.
             p.produce(
@@ -318,10 +326,17 @@ class ExactlyOnceSink(Sink):
                 self.task.encode(),
                 partition=marker_partition(self.task, parts),
             )
-            # 4. Commit (flushes first). Only now may the epochs be dropped.
-            p.commit_transaction(self.timeout)
         except KafkaException as e:
             self._fail(e, f"committing checkpoint {checkpoint_id}")
+        return sum(e.size for e in epochs)
+
+    def _finish(self, epochs: list[Epoch], checkpoint_id: int, count: int) -> int:
+        try:
+            # 4. Commit (flushes first). Only now may the epochs be dropped.
+            self._producer.commit_transaction(self.timeout)
+        except KafkaException as e:
+            self._fail(e, f"committing checkpoint {checkpoint_id}")
+        self.buffer.committed(epochs, checkpoint_id)
         self.published += count
         log.debug("sink %s committed checkpoint %d: %d records", self.task, checkpoint_id, count)
         return count

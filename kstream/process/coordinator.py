@@ -354,7 +354,8 @@ def run_coordinator(
         outages = reach.outages if reach is not None else 0
         # 3. The loop.
         while failure is None and executor.finished is None and not should_stop():
-            for msg in channel.poll(poll_timeout):
+            due = coordinator.next_trigger_in(clock())
+            for msg in channel.poll(poll_timeout if due is None else min(poll_timeout, due)):
                 failure = failure or executor.execute(coordinator.handle(msg, clock()))
             if reach is not None and (reach.down or reach.outages != outages):
                 outages = reach.outages

@@ -163,6 +163,7 @@ class SnapshotUploader:
         self.task_id = task_id
         self.clock = clock
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"upload-{task_id}")
+        self._pool: ThreadPoolExecutor | None = None  # file transfers (_transfers)
         self._hashes: dict[tuple[int, int, int, int], str] = {}
 
     def upload(
@@ -240,12 +241,10 @@ class SnapshotUploader:
             store.put_file(entry.path, local_of[entry.path])
             return True
 
-        workers = max(1, min(store.concurrency, len(files)))
-        with ThreadPoolExecutor(workers, thread_name_prefix=f"put-{self.task_id}") as pool:
-            for entry, uploaded in zip(files, pool.map(put_missing, files), strict=True):
-                if uploaded:
-                    uploaded_bytes += entry.size
-                    uploaded_files += 1
+        for entry, uploaded in zip(files, self._transfers().map(put_missing, files), strict=True):
+            if uploaded:
+                uploaded_bytes += entry.size
+                uploaded_files += 1
         blob_entries: dict[str, FileEntry] = {}
         blob_data: dict[str, bytes | Path] = {}
         for name, data in sorted(blobs.items()):
@@ -306,6 +305,14 @@ class SnapshotUploader:
             upload_ms=(time.perf_counter() - t0) * 1000,
         )
 
+    def _transfers(self) -> ThreadPoolExecutor:
+        """The threads of this task's file transfers (the store's concurrency), started
+        once: starting them at every upload took longer than a small upload."""
+        if self._pool is None:
+            workers = max(1, self.store.concurrency)
+            self._pool = ThreadPoolExecutor(workers, thread_name_prefix=f"put-{self.task_id}")
+        return self._pool
+
     def _hash(self, local: Path) -> str:
         st = local.stat()
         if not local.name.endswith((".sst", DELTA_SUFFIX)):  # those are immutable
@@ -319,6 +326,8 @@ class SnapshotUploader:
     def close(self, wait: bool = True) -> None:
         """Stop the background thread (after pending uploads when ``wait``)."""
         self._executor.shutdown(wait=wait)
+        if self._pool is not None:
+            self._pool.shutdown(wait=wait)
 
 
 def _snapshot_files(directory: Path) -> list[Path]:

@@ -58,7 +58,6 @@ from kstream.checkpoint.messages import (
     TriggerCheckpoint,
 )
 from kstream.kafka.control import ControlClient
-from kstream.kafka.sink import SinkFencedError
 from kstream.kafka.source import SourceConsumer
 from kstream.logs import ctx
 from kstream.plan.fingerprint import PlanFingerprint
@@ -68,6 +67,7 @@ from kstream.store.plans import plan_refusal, publish_plan
 from kstream.worker.mode import Mode
 from kstream.worker.runner import TaskRunner
 from kstream.worker.settings import WorkerStats
+from kstream.worker.sinkcommit import SinkCommitter
 from kstream.worker.tasks import WorkerTasks
 
 log = logging.getLogger(__name__)
@@ -440,6 +440,7 @@ class Checkpointed(Mode):
         self.fingerprint = fingerprint
         self._pending: list[Action] = []  # decided from the history, carried out first
         self._verified: set[int] = set()  # completed checkpoints the store backs
+        self._committer = SinkCommitter()
 
     @property
     def member(self) -> str:
@@ -501,6 +502,7 @@ class Checkpointed(Mode):
         self._handle(TaskStopped(runner.task_id, runner.attempt, reason), self.tasks.ctx.clock())
 
     def close(self) -> None:
+        self._committer.close()
         self.control.close()
 
     def backed(self, msg: CheckpointCompleted) -> bool:
@@ -583,10 +585,11 @@ class Checkpointed(Mode):
         return True, unreachable
 
     def _commit_sinks(self, checkpoint_id: int, now: float) -> None:
-        for r in list(self.tasks.runners.values()):
-            try:
-                r.commit_sinks(checkpoint_id)
-            except SinkFencedError as e:  # a newer owner took this task over
+        runners = list(self.tasks.runners.values())
+        fenced = self._committer.commit(runners, checkpoint_id)
+        for r in runners:
+            e = fenced.get(r.task_id)
+            if e is not None:  # a newer owner took this task over
                 log.warning(
                     "task %s: %s; stopping it here",
                     r.task_id,

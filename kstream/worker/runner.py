@@ -375,17 +375,27 @@ class TaskRunner:
 
     # ---- sinks ----------------------------------------------------------------------------
 
-    def commit_sinks(self, checkpoint_id: int) -> None:
-        """Checkpoint ``checkpoint_id`` completed: publish what the sinks hold for it.
-        SinkFencedError if a newer owner took this task over."""
+    def begin_commit_sinks(self, checkpoint_id: int) -> list[Callable[[], int]]:
+        """Checkpoint ``checkpoint_id`` completed: each exactly-once sink's transaction
+        for it opened and filled (``ExactlyOnceSink.begin_commit``). Returns their
+        commits, to be called (on any thread) before this task is used again
+        (``kstream.worker.sinkcommit``). SinkFencedError if a newer owner took this
+        task over."""
+        commits = []
         for s in self.sinks.values():
             if has_due_output(s, checkpoint_id):
                 self.ctx.pause.at(
                     PausePoint.BEFORE_SINK_COMMIT,
                     f"checkpoint={checkpoint_id} task={self.task_id} attempt={self.attempt}",
                 )
-            s.on_checkpoint_completed(checkpoint_id)
+            if isinstance(s, ExactlyOnceSink):
+                commit = s.begin_commit(checkpoint_id)
+                if commit is not None:
+                    commits.append(commit)
+            else:
+                s.on_checkpoint_completed(checkpoint_id)
         self._triggered = {k: v for k, v in self._triggered.items() if k > checkpoint_id}
+        return commits
 
     def output_buffered(self) -> bool:
         """Whether an exactly-once sink holds output no barrier sealed yet."""

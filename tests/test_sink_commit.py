@@ -1,0 +1,111 @@
+"""SinkCommitter: every task's transaction is opened first, then the commits are waited
+for together (kstream.worker.sinkcommit). Runners are stand-ins returning commit calls."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from typing import cast
+
+import pytest
+
+from kstream.kafka.sink import SinkError, SinkFencedError
+from kstream.worker.runner import TaskRunner
+from kstream.worker.sinkcommit import SinkCommitter
+
+
+class Runner:
+    """What the committer uses of a TaskRunner: its id and ``begin_commit_sinks``."""
+
+    def __init__(
+        self,
+        task_id: str,
+        commits: list[Callable[[], int]],
+        begin_error: Exception | None = None,
+    ) -> None:
+        self.task_id = task_id
+        self.commits = commits
+        self.begin_error = begin_error
+        self.begun: list[int] = []
+
+    def begin_commit_sinks(self, checkpoint_id: int) -> list[Callable[[], int]]:
+        self.begun.append(checkpoint_id)
+        if self.begin_error is not None:
+            raise self.begin_error
+        return list(self.commits)
+
+
+def commit(committer: SinkCommitter, runners: list[Runner], n: int) -> dict[str, SinkFencedError]:
+    return committer.commit(cast(list[TaskRunner], runners), n)
+
+
+def test_the_commits_of_all_tasks_wait_together() -> None:
+    both = threading.Barrier(3, timeout=10)  # two commits and the check below
+
+    def waits_for_the_other() -> int:
+        both.wait()  # only returns when the other task's commit runs at the same time
+        return 1
+
+    a, b = Runner("a", [waits_for_the_other]), Runner("b", [waits_for_the_other])
+    committer = SinkCommitter()
+    results: list[dict[str, SinkFencedError]] = []
+    t = threading.Thread(target=lambda: results.append(commit(committer, [a, b], 7)))
+    t.start()
+    both.wait()
+    t.join(10)
+    committer.close()
+    assert results == [{}]
+    assert a.begun == [7] and b.begun == [7]
+
+
+def test_one_commit_runs_on_the_calling_thread() -> None:
+    threads: list[threading.Thread] = []
+
+    def record() -> int:
+        threads.append(threading.current_thread())
+        return 1
+
+    assert commit(SinkCommitter(), [Runner("a", [record]), Runner("b", [])], 3) == {}
+    assert threads == [threading.current_thread()]
+
+
+def test_fenced_tasks_are_reported_and_the_others_commit() -> None:
+    done: list[str] = []
+
+    def ok(name: str) -> Callable[[], int]:
+        def publish() -> int:
+            done.append(name)
+            return 1
+
+        return publish
+
+    def fenced() -> int:
+        raise SinkFencedError("a newer owner")
+
+    runners = [
+        Runner("a", [ok("a1")], begin_error=SinkFencedError("fenced when opening")),
+        Runner("b", [ok("b1"), fenced]),
+        Runner("c", [ok("c1"), ok("c2")]),
+    ]
+    got = commit(SinkCommitter(), runners, 5)
+    assert sorted(got) == ["a", "b"]
+    assert str(got["a"]) == "fenced when opening"
+    assert sorted(done) == ["b1", "c1", "c2"]  # a's commit never ran: it was not opened
+
+
+def test_another_failure_is_raised_once_every_commit_finished() -> None:
+    raised = threading.Event()
+    finished: list[str] = []
+
+    def fails() -> int:
+        raised.set()
+        raise SinkError("the transaction failed")
+
+    def slow() -> int:
+        assert raised.wait(10)
+        finished.append("b")
+        return 1
+
+    with pytest.raises(SinkError, match="the transaction failed"):
+        commit(SinkCommitter(), [Runner("a", [fails]), Runner("b", [slow])], 9)
+    assert finished == ["b"]
