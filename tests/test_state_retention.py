@@ -114,6 +114,49 @@ def test_unreferenced_files_younger_than_the_grace_period_are_kept(tmp_path: Pat
     uploader.close()
 
 
+class CountingStore(FileStore):
+    """Counts the age questions retention asks."""
+
+    def __init__(self, root: Path) -> None:
+        super().__init__(root)
+        self.asked: list[str] = []
+
+    def mtime(self, path: str) -> float:
+        self.asked.append(path)
+        return super().mtime(path)
+
+
+def test_young_files_are_asked_once_per_grace_period_when_the_caller_keeps_them(
+    tmp_path: Path,
+) -> None:
+    store = CountingStore(tmp_path / "store")
+    backend = RocksDBBackend(tmp_path / "task")
+    uploader = SnapshotUploader(store, APP, TASK)
+    h1 = snapshot(backend, uploader, 1, rows=100)
+    complete(store, 1, {TASK: h1.manifest_path})
+    h2 = snapshot(backend, uploader, 2, rows=200)
+    complete(store, 2, {TASK: h2.manifest_path})
+    garbage = sorted(
+        read_manifest(store, h1.manifest_path).shared_paths()
+        - read_manifest(store, h2.manifest_path).shared_paths()
+    )
+    assert garbage
+    young: dict[str, float] = {}
+    first = apply_retention(store, APP, retained=1, grace_seconds=60, young=young)
+    assert sorted(first.kept_young_files) == garbage and sorted(store.asked) == garbage
+    assert sorted(young) == garbage
+    store.asked.clear()
+    again = apply_retention(store, APP, retained=1, grace_seconds=60, young=young)
+    assert sorted(again.kept_young_files) == garbage and store.asked == []  # not asked again
+    later = apply_retention(
+        store, APP, retained=1, grace_seconds=60, clock=lambda: time.time() + 120, young=young
+    )
+    assert sorted(later.deleted_files) == garbage and sorted(store.asked) == garbage
+    assert young == {}  # deleted: forgotten
+    backend.close()
+    uploader.close()
+
+
 class GcDuringManifestWrite(FileStore):
     """Runs GC exactly between an upload's file phase and its manifest write."""
 

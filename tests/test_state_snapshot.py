@@ -11,6 +11,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from kstream.state import snapshot as snapshot_module
 from kstream.state.base import TableSpec
 from kstream.state.restore import CorruptSnapshotError, read_blob, restore_backend, restore_state
 from kstream.state.rocksdb import RocksDBBackend
@@ -160,6 +161,45 @@ def test_second_snapshot_after_changing_one_percent_uploads_only_new_files(
     # The big SST of checkpoint 1 is reused, not uploaded again.
     biggest = max(m1.files, key=lambda f: f.size)
     assert biggest in m2.files
+    uploader.close()
+    backend.close()
+
+
+class AskingStore(CountingStore):
+    """Records which paths were asked about (exists) and touched."""
+
+    def __init__(self, root: Path) -> None:
+        super().__init__(root)
+        self.asked: list[str] = []
+        self.touched: list[str] = []
+
+    def exists(self, path: str) -> bool:
+        self.asked.append(path)
+        return super().exists(path)
+
+    def touch(self, path: str) -> None:
+        self.touched.append(path)
+        super().touch(path)
+
+
+def test_files_written_or_touched_within_retouch_s_are_not_asked_about_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = AskingStore(tmp_path / "store")
+    backend = RocksDBBackend(tmp_path / "task")
+    uploader = SnapshotUploader(store, APP, TASK)
+    _fill(backend, 2_000, 1)
+    m1 = read_manifest(store, uploader.upload(backend.snapshot_sync(1)).result(30).manifest_path)
+    files1 = {f.path for f in m1.files}
+    store.asked.clear()
+    h2 = uploader.upload(backend.snapshot_sync(2)).result(30)  # nothing changed: same files
+    assert {f.path for f in read_manifest(store, h2.manifest_path).files} == files1
+    assert store.touched == [] and h2.files_uploaded == 0
+    assert sorted(store.asked) == sorted(files1)  # once each, by the check after the manifest
+    monkeypatch.setattr(snapshot_module, "RETOUCH_S", 0.0)  # as if a minute had passed
+    store.asked.clear()
+    h3 = uploader.upload(backend.snapshot_sync(3)).result(30)
+    assert sorted(store.touched) == sorted(files1) and h3.files_uploaded == 0
     uploader.close()
     backend.close()
 

@@ -96,6 +96,7 @@ class CommandExecutor:
         self.purge = purge
         self.metrics = metrics or METRICS
         self._purged: dict[tuple[str, int], int] = {}
+        self._young: dict[str, float] = {}  # retention: young shared files, their mtimes
         self.coordinator = coordinator
         self.transport = transport
         self.store = store
@@ -238,7 +239,7 @@ class CommandExecutor:
 
     def _apply_retention(self, retained: int) -> None:
         try:
-            apply_retention(self.store, self.app_id, retained)
+            apply_retention(self.store, self.app_id, retained, young=self._young)
         except StoreError as e:  # retention is retried after the next completion
             log.warning("applying retention (keep %d) failed: %s", retained, e)
             return

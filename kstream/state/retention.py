@@ -69,12 +69,19 @@ def apply_retention(
     grace_seconds: float = DEFAULT_GRACE_SECONDS,
     *,
     clock: Callable[[], float] = time.time,
+    young: dict[str, float] | None = None,
 ) -> RetentionReport:
     """Keep the last ``retained`` completed checkpoints; delete what nothing needs.
 
     Never deletes a file that a retained checkpoint, an in-flight checkpoint or a
     savepoint references (see the module docstring for the concurrency argument).
     ``clock`` must be the store's clock (file mtimes) — wall time by default.
+
+    ``young``: kept by a caller that runs this after every checkpoint, the modification
+    times of unreferenced shared files found younger than the grace period: such a file
+    is not asked again until its grace period ends (a reuse's touch only makes it
+    younger). Without it every run asks the store for the age of every young file —
+    a checkpoint's worth of files per interval for ``grace_seconds``: thousands.
     """
     if retained < 1:
         raise ValueError(f"retained must be >= 1, got {retained}")
@@ -134,18 +141,31 @@ def apply_retention(
             "checkpoint GC of %s keeps all shared files: %s", app_id, "; ".join(report.errors)
         )
         return report
+    seen = young if young is not None else {}
+    listed = set()
     for path in store.list(shared_prefix(app_id)):
+        listed.add(path)
         if path in referenced:
+            seen.pop(path, None)
+            continue
+        known = seen.get(path)
+        if known is not None and clock() - known < grace_seconds:
+            report.kept_young_files.append(path)  # young when last asked: still young
             continue
         try:
             size = store.size(path)
             # Age checked right before the delete: a concurrent upload touches reused files.
-            if clock() - store.mtime(path) < grace_seconds:
+            mtime = store.mtime(path)
+            if clock() - mtime < grace_seconds:
+                seen[path] = mtime
                 report.kept_young_files.append(path)
                 continue
         except StoreError:
             continue  # deleted meanwhile
+        seen.pop(path, None)
         store.delete(path)
         report.deleted_files.append(path)
         report.bytes_freed += size
+    for path in [p for p in seen if p not in listed]:
+        del seen[path]  # gone from the store
     return report

@@ -142,6 +142,14 @@ class StateHandle:
     upload_ms: float
 
 
+RETOUCH_S = 60.0
+"""A shared file the uploader wrote or touched less than this long ago is reused without
+asking the store again (every interval asked two requests per file of the task). It is
+then still far younger than retention's grace period (``retention.DEFAULT_GRACE_SECONDS``,
+10 minutes), so no GC deletes it before the manifest referencing it is written; and the
+check after the manifest write puts back any referenced file that is missing."""
+
+
 class SnapshotUploader:
     """Uploads local snapshots of one task, incrementally, on a background thread.
 
@@ -164,6 +172,7 @@ class SnapshotUploader:
         self.clock = clock
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"upload-{task_id}")
         self._pool: ThreadPoolExecutor | None = None  # file transfers (_transfers)
+        self._touched: dict[str, float] = {}  # shared path -> when we last wrote or touched it
         self._hashes: dict[tuple[int, int, int, int], str] = {}
 
     def upload(
@@ -234,12 +243,24 @@ class SnapshotUploader:
         #    (which only deletes unreferenced files older than its grace period)
         #    leaves it alone until our manifest references it. Files in parallel,
         #    bounded by the store's concurrency; any failure fails the upload.
+        #    A file this uploader wrote or touched less than RETOUCH_S ago is not asked
+        #    about again.
+        touched, now = self._touched, time.monotonic()
+        for path in [p for p, at in touched.items() if now - at >= RETOUCH_S]:
+            del touched[path]
+
         def put_missing(entry: FileEntry) -> bool:
+            if entry.path in touched:
+                return False
+            at = time.monotonic()  # the file's time in the store is at least this recent
             if store.exists(entry.path):
                 store.touch(entry.path)
-                return False
-            store.put_file(entry.path, local_of[entry.path])
-            return True
+                uploaded = False
+            else:
+                store.put_file(entry.path, local_of[entry.path])
+                uploaded = True
+            touched[entry.path] = at
+            return uploaded
 
         for entry, uploaded in zip(files, self._transfers().map(put_missing, files), strict=True):
             if uploaded:
