@@ -124,6 +124,7 @@ class Point:
     size: int  # points run smallest first, so the largest are what a spent budget skips
     limit_s: float
     run: Callable[[], None]
+    series: str = ""  # points of one series take time in proportion to their size
 
 
 #: The curves, as ``--curve`` names them.
@@ -137,7 +138,9 @@ def points(
     points of one size the state curve's first: it measures targets of the issue)."""
     pts: list[Point] = []
 
-    def add(what: str, size: int, fn: Callable[[], T], rows: Callable[[T], None]) -> None:
+    def add(
+        what: str, size: int, fn: Callable[[], T], rows: Callable[[T], None], series: str = ""
+    ) -> None:
         limit = sizes.large_limit_s if size > sizes.small_max else sizes.small_limit_s
 
         def run() -> None:
@@ -145,23 +148,23 @@ def points(
             if row is not None:
                 rows(row)
 
-        pts.append(Point(what, size, limit, run))
+        pts.append(Point(what, size, limit, run, series))
 
     for procs in (1, 2) if "workers" in curves else ():
         add(f"w2 with {procs} worker process(es)", sizes.worker_records // 10,
             lambda p=procs: throughput_workers(env, p, sizes.worker_records, sizes.worker_keys),  # type: ignore[misc]
-            res.workers.append)  # fmt: skip
+            res.workers.append, "workers")  # fmt: skip
     rounds = range(sizes.latency_runs) if "latency" in curves else range(0)
     for run, interval in ((r, i) for r in rounds for i in sizes.intervals):
         seconds = max(sizes.latency_min_s, 3 * interval)
         add(f"latency, checkpoints every {interval} s (run {run + 1}/{sizes.latency_runs})", 0,
             lambda i=interval, s=seconds: latency(env, i, sizes.latency_rate, s),  # type: ignore[misc]
-            res.latency.append)  # fmt: skip
+            res.latency.append, f"latency {interval}")  # fmt: skip
     for n in sizes.outputs if "rss" in curves else ():
         add(f"peak RSS, {n:,} output records in one interval, sink buffer "
             f"{sizes.sink_budget // MIB} MiB and unbounded",
             n, lambda n=n: rss_vs_output(env, n, [sizes.sink_budget, UNBOUNDED]),  # type: ignore[misc]
-            res.outputs.extend)  # fmt: skip
+            res.outputs.extend, "rss")  # fmt: skip
     for k in sizes.state_keys if "state" in curves else ():
         for wipe in (True, False):
             if not wipe and k not in sizes.state_keys_kept:
@@ -170,34 +173,53 @@ def points(
             add(f"state of {k:,} keys: {changes} intervals with 1 % changed, recovery with "
                 f"local state {'wiped' if wipe else 'kept'}", k,
                 lambda k=k, w=wipe, c=changes: state_curve(env, k, w, 0.01, c),  # type: ignore[misc]
-                res.state.append)  # fmt: skip
+                res.state.append, f"state {wipe}")  # fmt: skip
     for k in sizes.keys if "keys" in curves else ():
         add(f"w2 throughput, {k:,} keys", k,
             lambda k=k: throughput_vs_keys(env, k, max(k, sizes.keys_min_records)),  # type: ignore[misc]
-            res.keys.append)  # fmt: skip
+            res.keys.append, "keys")  # fmt: skip
     return sorted(pts, key=lambda p: p.size)  # stable: curve order within a size
 
 
 def measure(
     env: Env, sizes: Sizes, budget_s: float, curves: tuple[str, ...] = CURVES
 ) -> Results:
-    """Run every point, smallest first. A point gets its own time limit, never more than
-    what is left of the budget plus 5 minutes; once the budget is spent the remaining
-    (largest) points are skipped and listed as not measured."""
+    """Run every point, smallest first, within ``budget_s``. A point gets its own time
+    limit, never more than what is left of the budget plus 5 minutes. A point is skipped
+    (listed as not measured) once the budget is spent, or when it would not end within
+    it: its estimate is the time the previous point of its series took, scaled by size
+    (points of a series cost in proportion to their size)."""
     res = Results()
     t_start = time.monotonic()
+    took: dict[str, tuple[int, float]] = {}  # series -> size and seconds of its last point
     for p in points(env, sizes, res, curves):
         left = budget_s - (time.monotonic() - t_start)
-        if left <= 0:
-            res.failures.append(
-                f"{p.what}: skipped, the run's time budget ({budget_s:.0f} s) was spent"
+        estimate = _estimate(p, took.get(p.series))
+        if left <= 0 or estimate > left:
+            why = (
+                f"the run's time budget ({budget_s:.0f} s) was spent"
+                if left <= 0
+                else f"about {estimate:.0f} s by the previous point of its series, "
+                f"{left:.0f} s of the run's time budget ({budget_s:.0f} s) left"
             )
-            env.say(f"{p.what}: skipped (time budget)")
+            res.failures.append(f"{p.what}: skipped, {why}")
+            env.say(f"{p.what}: skipped ({why})")
             continue
         env.timeout = min(p.limit_s, left + 300.0)
+        t0 = time.monotonic()
         p.run()
+        if p.series:
+            took[p.series] = (p.size, time.monotonic() - t0)
     res.latency = latency_medians(res.latency)
     return res
+
+
+def _estimate(p: Point, previous: tuple[int, float] | None) -> float:
+    """Seconds point ``p`` should take, from the previous point of its series (0: none)."""
+    if previous is None:
+        return 0.0
+    size, seconds = previous
+    return seconds * (p.size / size if size > 0 else 1.0)
 
 
 # ------------------------------------------------------------------ report
