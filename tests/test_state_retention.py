@@ -92,24 +92,32 @@ def test_keeps_last_k_and_deletes_old_aborted_and_unreferenced(tmp_path: Path) -
     uploader.close()
 
 
-def test_unreferenced_files_younger_than_the_grace_period_are_kept(tmp_path: Path) -> None:
-    store = FileStore(tmp_path / "store")
+def two_checkpoints(
+    store: FileStore, tmp_path: Path
+) -> tuple[RocksDBBackend, SnapshotUploader, list[str]]:
+    """Checkpoints 1 and 2 of one task; the shared files only checkpoint 1 references."""
     backend = RocksDBBackend(tmp_path / "task")
     uploader = SnapshotUploader(store, APP, TASK)
     h1 = snapshot(backend, uploader, 1, rows=100)
     complete(store, 1, {TASK: h1.manifest_path})
     h2 = snapshot(backend, uploader, 2, rows=200)
     complete(store, 2, {TASK: h2.manifest_path})
-    garbage = (
+    garbage = sorted(
         read_manifest(store, h1.manifest_path).shared_paths()
         - read_manifest(store, h2.manifest_path).shared_paths()
     )
     assert garbage
+    return backend, uploader, garbage
+
+
+def test_unreferenced_files_younger_than_the_grace_period_are_kept(tmp_path: Path) -> None:
+    store = FileStore(tmp_path / "store")
+    backend, uploader, garbage = two_checkpoints(store, tmp_path)
     young = apply_retention(store, APP, retained=1, grace_seconds=60)
     assert young.deleted_files == []
-    assert sorted(young.kept_young_files) == sorted(garbage)
+    assert sorted(young.kept_young_files) == garbage
     old = apply_retention(store, APP, retained=1, grace_seconds=60, clock=lambda: time.time() + 120)
-    assert sorted(old.deleted_files) == sorted(garbage)
+    assert sorted(old.deleted_files) == garbage
     backend.close()
     uploader.close()
 
@@ -130,17 +138,7 @@ def test_young_files_are_asked_once_per_grace_period_when_the_caller_keeps_them(
     tmp_path: Path,
 ) -> None:
     store = CountingStore(tmp_path / "store")
-    backend = RocksDBBackend(tmp_path / "task")
-    uploader = SnapshotUploader(store, APP, TASK)
-    h1 = snapshot(backend, uploader, 1, rows=100)
-    complete(store, 1, {TASK: h1.manifest_path})
-    h2 = snapshot(backend, uploader, 2, rows=200)
-    complete(store, 2, {TASK: h2.manifest_path})
-    garbage = sorted(
-        read_manifest(store, h1.manifest_path).shared_paths()
-        - read_manifest(store, h2.manifest_path).shared_paths()
-    )
-    assert garbage
+    backend, uploader, garbage = two_checkpoints(store, tmp_path)
     young: dict[str, float] = {}
     first = apply_retention(store, APP, retained=1, grace_seconds=60, young=young)
     assert sorted(first.kept_young_files) == garbage and sorted(store.asked) == garbage
