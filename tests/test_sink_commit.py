@@ -109,3 +109,22 @@ def test_another_failure_is_raised_once_every_commit_finished() -> None:
     with pytest.raises(SinkError, match="the transaction failed"):
         commit(SinkCommitter(), [Runner("a", [fails]), Runner("b", [slow])], 9)
     assert finished == ["b"]
+
+
+def test_a_failure_opening_a_task_finishes_the_commits_opened_before_it() -> None:
+    done: list[str] = []
+
+    def publish(name: str) -> Callable[[], int]:
+        def run() -> int:
+            done.append(name)
+            return 1
+
+        return run
+
+    a = Runner("a", [publish("a1"), publish("a2")])
+    b = Runner("b", [], begin_error=SinkError("opening the transaction failed"))
+    c = Runner("c", [publish("c1")])
+    with pytest.raises(SinkError, match="opening the transaction failed"):
+        commit(SinkCommitter(), [a, b, c], 4)
+    assert sorted(done) == ["a1", "a2"]
+    assert c.begun == []  # as when the tasks were committed one after the other

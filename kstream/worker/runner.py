@@ -381,19 +381,24 @@ class TaskRunner:
         commits, to be called (on any thread) before this task is used again
         (``kstream.worker.sinkcommit``). SinkFencedError if a newer owner took this
         task over."""
-        commits = []
-        for s in self.sinks.values():
-            if has_due_output(s, checkpoint_id):
-                self.ctx.pause.at(
-                    PausePoint.BEFORE_SINK_COMMIT,
-                    f"checkpoint={checkpoint_id} task={self.task_id} attempt={self.attempt}",
-                )
-            if isinstance(s, ExactlyOnceSink):
-                commit = s.begin_commit(checkpoint_id)
-                if commit is not None:
-                    commits.append(commit)
-            else:
-                s.on_checkpoint_completed(checkpoint_id)
+        commits: list[Callable[[], int]] = []
+        try:
+            for s in self.sinks.values():
+                if has_due_output(s, checkpoint_id):
+                    self.ctx.pause.at(
+                        PausePoint.BEFORE_SINK_COMMIT,
+                        f"checkpoint={checkpoint_id} task={self.task_id} attempt={self.attempt}",
+                    )
+                if isinstance(s, ExactlyOnceSink):
+                    commit = s.begin_commit(checkpoint_id)
+                    if commit is not None:
+                        commits.append(commit)
+                else:
+                    s.on_checkpoint_completed(checkpoint_id)
+        except Exception:
+            for commit in commits:  # the sinks before the failing one publish, as they would alone
+                commit()
+            raise
         self._triggered = {k: v for k, v in self._triggered.items() if k > checkpoint_id}
         return commits
 

@@ -36,11 +36,15 @@ class SinkCommitter:
         raised, the first in task order, once every commit has finished."""
         fenced: dict[str, SinkFencedError] = {}
         started: list[tuple[str, list[Callable[[], int]]]] = []
+        failed: Exception | None = None  # opening a task's transactions failed: none after it
         for r in runners:
             try:
                 started.append((r.task_id, r.begin_commit_sinks(checkpoint_id)))
             except SinkFencedError as e:
                 fenced[r.task_id] = e
+            except Exception as e:  # the commits opened before it are finished first
+                failed = e
+                break
         commits = [c for _, cs in started for c in cs]
         if len(commits) <= 1:  # nothing to wait for together
             for task_id, cs in started:
@@ -49,17 +53,19 @@ class SinkCommitter:
                         c()
                 except SinkFencedError as e:
                     fenced[task_id] = e
-            return fenced
-        if self._pool is None:
-            self._pool = ThreadPoolExecutor(self._threads, thread_name_prefix="sink-commit")
-        futures = [(task_id, [self._pool.submit(c) for c in cs]) for task_id, cs in started]
-        wait([f for _, fs in futures for f in fs])
-        for task_id, fs in futures:
-            error = _first_error(fs)
-            if isinstance(error, SinkFencedError):
-                fenced[task_id] = error
-            elif error is not None:
-                raise error
+        else:
+            if self._pool is None:
+                self._pool = ThreadPoolExecutor(self._threads, thread_name_prefix="sink-commit")
+            futures = [(task_id, [self._pool.submit(c) for c in cs]) for task_id, cs in started]
+            wait([f for _, fs in futures for f in fs])
+            for task_id, fs in futures:
+                error = _first_error(fs)
+                if isinstance(error, SinkFencedError):
+                    fenced[task_id] = error
+                elif error is not None:
+                    raise error
+        if failed is not None:
+            raise failed
         return fenced
 
     def close(self) -> None:
