@@ -18,7 +18,6 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from itertools import accumulate
 from typing import Any, Literal
-from zlib import crc32
 
 import click
 import fastavro
@@ -105,7 +104,7 @@ def events(spec: InputSpec) -> Iterator[tuple[int, bytes, dict[str, Any], int]]:
     # The same draws as choices(kinds, weights), without summing the weights each time.
     cum_weights = list(accumulate(KIND_WEIGHTS))
     parts, keys, cover = spec.partitions, spec.keys, spec.cover
-    rate = spec.event_rate
+    rate, crc32 = spec.event_rate, zlib.crc32
     for i in range(spec.records):
         uid = i % keys if cover else randrange(keys)
         user = f"u{uid}"

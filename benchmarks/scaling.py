@@ -173,7 +173,7 @@ def points(
             add(f"state of {k:,} keys: {changes} intervals with 1 % changed, recovery with "
                 f"local state {'wiped' if wipe else 'kept'}", k,
                 lambda k=k, w=wipe, c=changes: state_curve(env, k, w, 0.01, c),  # type: ignore[misc]
-                res.state.append, f"state {wipe}")  # fmt: skip
+                res.state.append, "state wiped" if wipe else "state kept")  # fmt: skip
     for k in sizes.keys if "keys" in curves else ():
         add(f"w2 throughput, {k:,} keys", k,
             lambda k=k: throughput_vs_keys(env, k, max(k, sizes.keys_min_records)),  # type: ignore[misc]

@@ -35,6 +35,16 @@ class Runner:
         return list(self.commits)
 
 
+def publishing(done: list[str], name: str) -> Callable[[], int]:
+    """A commit that notes ``name`` in ``done`` when it runs."""
+
+    def publish() -> int:
+        done.append(name)
+        return 1
+
+    return publish
+
+
 def commit(committer: SinkCommitter, runners: list[Runner], n: int) -> dict[str, SinkFencedError]:
     return committer.commit(cast(list[TaskRunner], runners), n)
 
@@ -72,20 +82,13 @@ def test_one_commit_runs_on_the_calling_thread() -> None:
 def test_fenced_tasks_are_reported_and_the_others_commit() -> None:
     done: list[str] = []
 
-    def ok(name: str) -> Callable[[], int]:
-        def publish() -> int:
-            done.append(name)
-            return 1
-
-        return publish
-
     def fenced() -> int:
         raise SinkFencedError("a newer owner")
 
     runners = [
-        Runner("a", [ok("a1")], begin_error=SinkFencedError("fenced when opening")),
-        Runner("b", [ok("b1"), fenced]),
-        Runner("c", [ok("c1"), ok("c2")]),
+        Runner("a", [publishing(done, "a1")], begin_error=SinkFencedError("fenced when opening")),
+        Runner("b", [publishing(done, "b1"), fenced]),
+        Runner("c", [publishing(done, "c1"), publishing(done, "c2")]),
     ]
     got = commit(SinkCommitter(), runners, 5)
     assert sorted(got) == ["a", "b"]
@@ -114,16 +117,9 @@ def test_another_failure_is_raised_once_every_commit_finished() -> None:
 def test_a_failure_opening_a_task_finishes_the_commits_opened_before_it() -> None:
     done: list[str] = []
 
-    def publish(name: str) -> Callable[[], int]:
-        def run() -> int:
-            done.append(name)
-            return 1
-
-        return run
-
-    a = Runner("a", [publish("a1"), publish("a2")])
+    a = Runner("a", [publishing(done, "a1"), publishing(done, "a2")])
     b = Runner("b", [], begin_error=SinkError("opening the transaction failed"))
-    c = Runner("c", [publish("c1")])
+    c = Runner("c", [publishing(done, "c1")])
     with pytest.raises(SinkError, match="opening the transaction failed"):
         commit(SinkCommitter(), [a, b, c], 4)
     assert sorted(done) == ["a1", "a2"]

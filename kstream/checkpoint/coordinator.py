@@ -339,31 +339,31 @@ class CheckpointCoordinator:
         return []
 
     def _may_trigger(self, now: float) -> bool:
-        in_flight = len(self.pending) + len(self._completing)
-        if self.phase is not Phase.RUNNING or in_flight >= self.config.max_concurrent:
-            return False
-        if now - self._last_trigger < self.config.interval and not self._requested:
-            return False
-        # A minimum pause is measured from the end of the previous checkpoint, so
-        # with one it never overlaps another (as in Flink).
-        return self.config.min_pause == 0 or (
-            in_flight == 0 and now - self._last_finish >= self.config.min_pause
-        )
+        due = self._trigger_due()
+        return due is not None and now >= due
 
     def next_trigger_in(self, now: float) -> float | None:
-        """Seconds until ``tick`` triggers a checkpoint by the interval (0: due now);
-        None while a message must come first (a checkpoint in flight blocks the next,
-        or the job is not running). Polling no longer than this starts checkpoints on
-        time instead of up to a poll timeout late."""
+        """Seconds until ``tick`` triggers a checkpoint (0: due now); None while a message
+        must come first (a checkpoint in flight blocks the next, or the job is not
+        running). Polling no longer than this starts checkpoints on time instead of up
+        to a poll timeout late."""
+        due = self._trigger_due()
+        return None if due is None else max(0.0, due - now)
+
+    def _trigger_due(self) -> float | None:
+        """When the next checkpoint may be triggered (None: not until something happens):
+        an interval after the last trigger, at once when a worker asked for one."""
         in_flight = len(self.pending) + len(self._completing)
         if self.phase is not Phase.RUNNING or in_flight >= self.config.max_concurrent:
             return None
-        due = self._last_trigger + self.config.interval
+        due = float("-inf") if self._requested else self._last_trigger + self.config.interval
+        # A minimum pause is measured from the end of the previous checkpoint, so
+        # with one it never overlaps another (as in Flink).
         if self.config.min_pause:
             if in_flight:
                 return None
             due = max(due, self._last_finish + self.config.min_pause)
-        return max(0.0, due - now)
+        return due
 
     def _trigger(self, now: float) -> Send:
         n, self._next_id = self._next_id, self._next_id + 1

@@ -45,33 +45,42 @@ class SinkCommitter:
             except Exception as e:  # the commits opened before it are finished first
                 failed = e
                 break
-        commits = [c for _, cs in started for c in cs]
-        if len(commits) <= 1:  # nothing to wait for together
-            for task_id, cs in started:
-                try:
-                    for c in cs:
-                        c()
-                except SinkFencedError as e:
-                    fenced[task_id] = e
-        else:
-            if self._pool is None:
-                self._pool = ThreadPoolExecutor(self._threads, thread_name_prefix="sink-commit")
-            futures = [(task_id, [self._pool.submit(c) for c in cs]) for task_id, cs in started]
-            wait([f for _, fs in futures for f in fs])
-            for task_id, fs in futures:
-                error = _first_error(fs)
-                if isinstance(error, SinkFencedError):
-                    fenced[task_id] = error
-                elif error is not None:
-                    raise error
+        for task_id, error in self._run(started):
+            if isinstance(error, SinkFencedError):
+                fenced[task_id] = error
+            elif error is not None:
+                raise error
         if failed is not None:
             raise failed
         return fenced
+
+    def _run(
+        self, started: list[tuple[str, list[Callable[[], int]]]]
+    ) -> list[tuple[str, BaseException | None]]:
+        """Every commit of ``started``, together; each task's first error (None: none).
+        A single commit runs on the calling thread: there is nothing to wait for with it."""
+        if sum(len(cs) for _, cs in started) <= 1:
+            return [(task_id, _first_error([_call(c) for c in cs])) for task_id, cs in started]
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(self._threads, thread_name_prefix="sink-commit")
+        futures = [(task_id, [self._pool.submit(c) for c in cs]) for task_id, cs in started]
+        wait([f for _, fs in futures for f in fs])
+        return [(task_id, _first_error(fs)) for task_id, fs in futures]
 
     def close(self) -> None:
         if self._pool is not None:
             self._pool.shutdown(wait=True)
             self._pool = None
+
+
+def _call(commit: Callable[[], int]) -> Future[int]:
+    """``commit`` run here, its outcome as a finished future."""
+    done: Future[int] = Future()
+    try:
+        done.set_result(commit())
+    except Exception as e:
+        done.set_exception(e)
+    return done
 
 
 def _first_error(futures: list[Future[int]]) -> BaseException | None:
