@@ -38,7 +38,7 @@ test: lint
 # its own local broker. matplotlib (the `bench` extra) draws the plots. The scaling
 # curves get what is left of BENCH_BUDGET seconds after benchmarks.run: the largest
 # points run last, and a point that would not end within it (estimated from the previous
-# point of its curve, scaled by size) is skipped and listed in SCALING.md.
+# point of its curve, scaled by its work) is skipped and listed in SCALING.md.
 BENCH_FLAGS  := $(if $(QUICK),--quick,)
 BENCH_BUDGET ?= $(if $(QUICK),600,2700)
 bench: $(STAMP)

@@ -124,7 +124,12 @@ class Point:
     size: int  # points run smallest first, so the largest are what a spent budget skips
     limit_s: float
     run: Callable[[], None]
-    series: str = ""  # points of one series take time in proportion to their size
+    series: str = ""  # points of one series take time in proportion to their work
+    work: int = 0  # what the point's time grows with (0: its size)
+
+    @property
+    def units(self) -> int:
+        return self.work or self.size
 
 
 #: The curves, as ``--curve`` names them.
@@ -139,7 +144,12 @@ def points(
     pts: list[Point] = []
 
     def add(
-        what: str, size: int, fn: Callable[[], T], rows: Callable[[T], None], series: str = ""
+        what: str,
+        size: int,
+        fn: Callable[[], T],
+        rows: Callable[[T], None],
+        series: str = "",
+        work: int = 0,
     ) -> None:
         limit = sizes.large_limit_s if size > sizes.small_max else sizes.small_limit_s
 
@@ -148,7 +158,7 @@ def points(
             if row is not None:
                 rows(row)
 
-        pts.append(Point(what, size, limit, run, series))
+        pts.append(Point(what, size, limit, run, series, work))
 
     for procs in (1, 2) if "workers" in curves else ():
         add(f"w2 with {procs} worker process(es)", sizes.worker_records // 10,
@@ -177,7 +187,7 @@ def points(
     for k in sizes.keys if "keys" in curves else ():
         add(f"w2 throughput, {k:,} keys", k,
             lambda k=k: throughput_vs_keys(env, k, max(k, sizes.keys_min_records)),  # type: ignore[misc]
-            res.keys.append, "keys")  # fmt: skip
+            res.keys.append, "keys", max(k, sizes.keys_min_records))  # fmt: skip
     return sorted(pts, key=lambda p: p.size)  # stable: curve order within a size
 
 
@@ -187,11 +197,11 @@ def measure(
     """Run every point, smallest first, within ``budget_s``. A point gets its own time
     limit, never more than what is left of the budget plus 5 minutes. A point is skipped
     (listed as not measured) once the budget is spent, or when it would not end within
-    it: its estimate is the time the previous point of its series took, scaled by size
-    (points of a series cost in proportion to their size)."""
+    it: its estimate is the time the previous point of its series took, scaled by work
+    (w2's points by their records, the others by their size)."""
     res = Results()
     t_start = time.monotonic()
-    took: dict[str, tuple[int, float]] = {}  # series -> size and seconds of its last point
+    took: dict[str, tuple[int, float]] = {}  # series -> work and seconds of its last point
     for p in points(env, sizes, res, curves):
         left = budget_s - (time.monotonic() - t_start)
         estimate = _estimate(p, took.get(p.series))
@@ -209,7 +219,7 @@ def measure(
         t0 = time.monotonic()
         p.run()
         if p.series:
-            took[p.series] = (p.size, time.monotonic() - t0)
+            took[p.series] = (p.units, time.monotonic() - t0)
     res.latency = latency_medians(res.latency)
     return res
 
@@ -218,8 +228,8 @@ def _estimate(p: Point, previous: tuple[int, float] | None) -> float:
     """Seconds point ``p`` should take, from the previous point of its series (0: none)."""
     if previous is None:
         return 0.0
-    size, seconds = previous
-    return seconds * (p.size / size if size > 0 else 1.0)
+    units, seconds = previous
+    return seconds * (p.units / units if units > 0 else 1.0)
 
 
 # ------------------------------------------------------------------ report

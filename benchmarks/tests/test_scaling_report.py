@@ -62,6 +62,8 @@ def test_points_run_smallest_first_and_a_spent_budget_skips_the_rest() -> None:
     big = [p.what for p in pts if p.size == 10_000_000]
     assert big[0].startswith("state of 10,000,000 keys") and big[1].startswith("w2 throughput")
     assert all(p.limit_s == FULL.large_limit_s for p in pts if p.size > FULL.small_max)
+    # w2's points cost by their records (at least 1 M), not by their keys
+    assert [p.units for p in pts if p.series == "keys"] == [10**6, 10**6, 10**6, 10**7]
     res = measure(env, FULL, budget_s=0.0)  # nothing starts
     assert len(res.failures) == len(pts) and all("skipped" in f for f in res.failures)
     assert isinstance(pts[0], Point)
@@ -70,32 +72,33 @@ def test_points_run_smallest_first_and_a_spent_budget_skips_the_rest() -> None:
 def test_a_point_that_would_not_end_within_the_budget_is_skipped(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """Estimated from the previous point of its series, scaled by size."""
+    """Estimated from the previous point of its series, scaled by work."""
     clock = [0.0]
     ran: list[str] = []
 
-    def point(what: str, size: int, seconds: float, series: str) -> Point:
+    def point(what: str, size: int, seconds: float, series: str, work: int = 0) -> Point:
         def run() -> None:
             ran.append(what)
             clock[0] += seconds
 
-        return Point(what, size, 600.0, run, series)
+        return Point(what, size, 600.0, run, series, work)
 
     plan = [
-        point("a 10", 10, 10.0, "a"),  # 1 s per unit of size
+        point("a 10", 10, 10.0, "a"),  # 1 s per unit of work (its size)
         point("b 10", 10, 5.0, "b"),
-        point("a 50", 50, 50.0, "a"),  # 50 s expected, 85 s left: runs
-        point("b 100", 100, 50.0, "b"),  # 50 s expected, 35 s left: skipped
-        point("c 1000", 1000, 40.0, "c"),  # nothing to go by: runs (ends past the budget)
+        # work 40 (by its size 400 s): 40 s expected, 85 s left: runs
+        point("a 400", 400, 40.0, "a", work=40),
+        point("b 100", 100, 50.0, "b"),  # 50 s expected, 45 s left: skipped
+        point("c 1000", 1000, 50.0, "c"),  # nothing to go by: runs (ends past the budget)
         point("a 100", 100, 100.0, "a"),  # the budget is spent
     ]
     monkeypatch.setattr(scaling, "points", lambda *_args: plan)
     monkeypatch.setattr(scaling.time, "monotonic", lambda: clock[0])
     env = Env("127.0.0.1:1", 4, Path("/nonexistent"), 60.0, say=lambda _text: None)
     res = measure(env, FULL, budget_s=100.0)
-    assert ran == ["a 10", "b 10", "a 50", "c 1000"]
+    assert ran == ["a 10", "b 10", "a 400", "c 1000"]
     assert res.failures == [
-        "b 100: skipped, about 50 s by the previous point of its series, 35 s of the run's "
+        "b 100: skipped, about 50 s by the previous point of its series, 45 s of the run's "
         "time budget (100 s) left",
         "a 100: skipped, the run's time budget (100 s) was spent",
     ]
