@@ -90,7 +90,11 @@ class RocksDBTable(StateTable):
         # first, at most ``cache_entries``.
         self._clean: dict[StateKey, Any] = {}
         self._clean_keys: dict[StateKey, bytes] = {}
-        self._read_keys: dict[StateKey, bytes] = {}  # encoded keys read since the last flush
+        # Encoded keys since the last flush: of every key read from RocksDB (a put of it
+        # usually follows: its flush or delta reuses it; at most ``2 * cache_entries``
+        # of these) and of every entry of ``_unflushed`` (all of them: a range deletion
+        # finds the entries in its range by them).
+        self._keys: dict[StateKey, bytes] = {}
         # Range deletions since the read cache was last filtered (merged, [lo, hi) each):
         # a cached entry in one of them is dropped when read (checked lazily: a fire
         # in slices deletes a range per slice, each a full pass over the cache).
@@ -99,11 +103,11 @@ class RocksDBTable(StateTable):
         # (``snapshot_sync(background=True)``), read before the read cache and RocksDB.
         self._pending: dict[StateKey, Any] = {}
         # Delta snapshots (``snapshot_sync(deltas=True)``): the cached writes already in
-        # a delta file but not yet in RocksDB (read after ``_dirty``), their encoded keys,
-        # and what changed since the last snapshot besides ``_dirty``: cache dicts a flush
-        # wrote to RocksDB and range deletions, in order (only while a base exists).
+        # a delta file but not yet in RocksDB (read after ``_dirty``; their encoded keys
+        # are in ``_keys``), and what changed since the last snapshot besides ``_dirty``:
+        # cache dicts a flush wrote to RocksDB and range deletions, in order (only while
+        # a base exists).
         self._unflushed: dict[StateKey, Any] = {}
-        self._unflushed_keys: dict[StateKey, bytes] = {}
         self._log: list[dict[StateKey, Any] | tuple[bytes, bytes]] = []
         self._limit = backend.cache_entries
         self._room = self._limit  # the write cache's bound less what ``_unflushed`` holds
@@ -181,8 +185,8 @@ class RocksDBTable(StateTable):
             del self._clean[key], self._clean_keys[key]  # RocksDB has what is current
         ek = encode_key(key)
         raw = self._cf.get(ek)
-        if len(self._read_keys) < self._limit:
-            self._read_keys[key] = ek  # a put of it usually follows: its flush reuses it
+        if len(self._keys) < self._limit * 2:
+            self._keys[key] = ek  # a put of it usually follows: its flush reuses it
         if raw is None:
             return default
         now = self._backend.clock() if self._ttl is not None else None
@@ -219,11 +223,12 @@ class RocksDBTable(StateTable):
         if self._dirty:
             self._dirty = {k: v for k, v in self._dirty.items() if not lo <= encode_key(k) < hi}
         if self._unflushed:
-            keys = self._unflushed_keys
+            keys, unflushed = self._keys, self._unflushed
             gone = [k for k, ek in keys.items() if lo <= ek < hi]
             for k in gone:
-                del self._unflushed[k], keys[k]
-            self._room = self._limit - len(self._unflushed)
+                del keys[k]
+                unflushed.pop(k, None)
+            self._room = self._limit - len(unflushed)
         if self._clean:
             self._drop_cached(lo, hi)
         if self._backend._logging:
@@ -281,11 +286,11 @@ class RocksDBTable(StateTable):
         while the writes stay readable from ``_pending`` until the backend's ``settle``
         (``RocksDBBackend.snapshot_sync(background=True)``)."""
         dirty = self._dirty
-        entries, known = dirty, self._unflushed_keys
+        entries = dirty
         if self._unflushed:  # in delta files already: written along, logged no more
             entries = self._unflushed
             entries.update(dirty)
-            self._unflushed, self._unflushed_keys, self._room = {}, {}, self._limit
+            self._unflushed, self._room = {}, self._limit
         if not entries:
             return None
         if dirty and self._backend._logging:
@@ -297,9 +302,9 @@ class RocksDBTable(StateTable):
         stored = self._stored
         cacheable = self._ttl is None
         compact_ints = self._compact_ints and cacheable
-        clean, clean_keys, read_keys = self._clean, self._clean_keys, self._read_keys
+        clean, clean_keys, known = self._clean, self._clean_keys, self._keys
         for key, value in entries.items():
-            ek = read_keys.get(key) or known.get(key) or clean_keys.get(key) or encode_key(key)
+            ek = known.get(key) or clean_keys.get(key) or encode_key(key)
             if type(value) is int and compact_ints:  # counters: inline, no serde
                 compact = SMALL_INTS[value + 0x80] if -0x80 <= value < 0x80 else int_value(value)
                 if compact is not None:
@@ -317,7 +322,7 @@ class RocksDBTable(StateTable):
             if clean and key in clean:  # an older cached value of this key is stale now
                 del clean[key], clean_keys[key]
         self._dirty = {}
-        self._read_keys = {}
+        self._keys = {}
         excess = len(clean) - self._limit
         if excess > 0:  # the oldest first (insertion order)
             for k in list(islice(clean, excess)):
@@ -340,10 +345,10 @@ class RocksDBTable(StateTable):
             if isinstance(change, tuple):
                 out.delete_range(*change)
             else:
-                self._encode_changes(change, out, None)
+                self._encode_changes(change, out, keep=False)
         self._log = []
         if dirty:
-            self._encode_changes(dirty, out, self._unflushed_keys)
+            self._encode_changes(dirty, out, keep=True)
             if self._unflushed:
                 self._unflushed.update(dirty)
             else:
@@ -352,13 +357,21 @@ class RocksDBTable(StateTable):
             self._room = self._limit - len(self._unflushed)
 
     def _encode_changes(
-        self, changes: dict[StateKey, Any], out: DeltaWriter, keep: dict[StateKey, bytes] | None
+        self, changes: dict[StateKey, Any], out: DeltaWriter, *, keep: bool
     ) -> None:
-        """Each change as RocksDB would store it (``keep``: remember the encoded keys)."""
-        known, read_keys, clean_keys = self._unflushed_keys, self._read_keys, self._clean_keys
-        keys = [
-            known.get(k) or read_keys.get(k) or clean_keys.get(k) or encode_key(k) for k in changes
-        ]
+        """Each change as RocksDB would store it (``keep``: the changes stay cached, so
+        their encoded keys go into ``_keys``). Most keys were read from RocksDB before
+        their first put, or cached in an earlier delta: one lookup finds them."""
+        known = self._keys
+        keys: list[Any] = list(map(known.get, changes))
+        if None in keys:  # the others: in the read cache, or encoded now
+            clean_keys = self._clean_keys
+            missing = [k for k, ek in zip(changes, keys, strict=True) if ek is None]
+            found = [clean_keys.get(k) or encode_key(k) for k in missing]
+            if keep:
+                known.update(zip(missing, found, strict=True))
+            fill = iter(found).__next__
+            keys = [fill() if ek is None else ek for ek in keys]
         value = self._stored
         if self._compact_ints and self._ttl is None:  # counters: inline
             small = SMALL_INTS
@@ -369,8 +382,6 @@ class RocksDBTable(StateTable):
         else:
             values = [value(v) for v in changes.values()]
         out.writes(keys, values)
-        if keep is not None:
-            keep.update(zip(changes, keys, strict=True))
 
     def _stored(self, value: Any) -> bytes:
         """A cached entry's value as RocksDB stores it; empty for a deletion."""
@@ -404,8 +415,8 @@ class RocksDBTable(StateTable):
 
     def _detach(self) -> None:
         """Drop the column-family handles (they keep the DB open); the table is unusable after."""
-        self._clean, self._clean_keys, self._read_keys, self._dropped = {}, {}, {}, []
-        self._pending, self._unflushed, self._unflushed_keys, self._log = {}, {}, {}, []
+        self._clean, self._clean_keys, self._keys, self._dropped = {}, {}, {}, []
+        self._pending, self._unflushed, self._log = {}, {}, []
         self._cf = None
         self._handle = None
 
