@@ -18,7 +18,6 @@ from pathlib import Path
 from typing import Any, BinaryIO, Protocol
 
 from kstream.state.delta import DIR as DELTA_DIR
-from kstream.state.delta import SUFFIX as DELTA_SUFFIX
 from kstream.state.localsnapshot import LocalSnapshot, mark_uploaded
 from kstream.store.base import CheckpointStore
 from kstream.store.layout import manifest_path, shared_path
@@ -233,9 +232,9 @@ class SnapshotUploader:
         files: list[FileEntry] = []
         local_of: dict[str, Path] = {}
         for local in _snapshot_files(snapshot.directory):
-            sha = self._hash(local)
+            sha, size = self._hash(local)
             name = local.name if local.parent == snapshot.directory else f"{DELTA_DIR}/{local.name}"
-            entry = FileEntry(name, local.stat().st_size, sha, shared_path(self.app_id, sha))
+            entry = FileEntry(name, size, sha, shared_path(self.app_id, sha))
             files.append(entry)
             local_of[entry.path] = local
 
@@ -262,7 +261,8 @@ class SnapshotUploader:
             touched[entry.path] = at
             return uploaded
 
-        for entry, uploaded in zip(files, self._transfers().map(put_missing, files), strict=True):
+        asked = [entry for entry in files if entry.path not in touched]
+        for entry, uploaded in zip(asked, self._transfers().map(put_missing, asked), strict=True):
             if uploaded:
                 uploaded_bytes += entry.size
                 uploaded_files += 1
@@ -334,15 +334,16 @@ class SnapshotUploader:
             self._pool = ThreadPoolExecutor(workers, thread_name_prefix=f"put-{self.task_id}")
         return self._pool
 
-    def _hash(self, local: Path) -> str:
+    def _hash(self, local: Path) -> tuple[str, int]:
+        """The SHA-256 and size of a snapshot's file. A snapshot's files are never written
+        again (its RocksDB files and the base's are hard links or copies, its deltas are
+        new files): a file with the same inode, size and mtime is not read again."""
         st = local.stat()
-        if not local.name.endswith((".sst", DELTA_SUFFIX)):  # those are immutable
-            return sha256_file(local)
         key = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
         sha = self._hashes.get(key)
         if sha is None:
             sha = self._hashes[key] = sha256_file(local)
-        return sha
+        return sha, st.st_size
 
     def close(self, wait: bool = True) -> None:
         """Stop the background thread (after pending uploads when ``wait``)."""
