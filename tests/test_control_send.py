@@ -75,3 +75,18 @@ def test_a_refused_write_is_a_control_error_and_a_dropped_report() -> None:
     assert c.report_all(_beats("a")) is False
     assert c.report_all([]) is True
     assert producer.written == [["a", "b"], ["a"]]
+
+
+def test_posted_messages_are_written_in_order_without_a_wait_and_a_lost_one_is_logged(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    producer = RecordingProducer({"b": KafkaError(KafkaError._MSG_TIMED_OUT)})
+    c = _client(producer)
+    c.post_all(_beats("a", "b"))
+    c.post_all(_beats("c"))
+    assert producer.written == []  # nothing waited for the broker
+    producer.flush(1.0)  # the client delivers them (poll, close)
+    assert producer.written == [["a", "b", "c"]]
+    assert [r.getMessage() for r in caplog.records] == [
+        "control report Heartbeat to app.control dropped: Local: Message timed out"
+    ]

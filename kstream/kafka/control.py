@@ -350,6 +350,12 @@ def _note_failure(
         failed.append((msg, err))
 
 
+def _log_dropped(topic: str, msg: Message, err: KafkaError | None, _rec: object) -> None:
+    """A delivery callback of ``ControlClient.post_all``: log ``msg``'s failed write."""
+    if err is not None:
+        log.warning("control report %s to %s dropped: %s", type(msg).__name__, topic, err.str())
+
+
 class ControlClient:
     """A worker's end: receive triggers and commands, send acks, declines, readies, heartbeats.
 
@@ -470,6 +476,23 @@ class ControlClient:
             log.warning("control report %s dropped: %s", names, e)
             return False
         return True
+
+    def post_all(self, msgs: Sequence[Message]) -> None:
+        """``report_all`` without waiting for the broker: the messages are written in
+        order after everything written before, and a write that fails for good is logged
+        when the client learns of it (in ``poll``). For acknowledgements: a lost one
+        fails its checkpoint, as with ``report_all``; the processing thread does not wait
+        a round trip per checkpoint (the client retries a write until its
+        ``message.timeout.ms``, and ``close`` waits for what is in flight)."""
+        for msg in msgs:
+            self._producer.produce(
+                self.topic,
+                encode(msg),
+                key=record_key(msg),
+                on_delivery=partial(_log_dropped, self.topic, msg),
+            )
+        if msgs:
+            self._producer.poll(0)
 
     def close(self) -> None:
         self._reader.close()

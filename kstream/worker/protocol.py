@@ -483,7 +483,7 @@ class Checkpointed(Mode):
         finished = [r for r in self.tasks.runners.values() if r.has_finished_upload()]
         member = self.member if finished else ""  # asks the client: only when needed
         reports = [msg for r in finished for msg in r.finished_uploads(member)]
-        self.control.report_all(reports)  # one round trip for all of them
+        self.control.post_all(reports)  # not waited for: see ControlClient.post_all
         self.stats.checkpoints_acked += sum(isinstance(m, AcknowledgeCheckpoint) for m in reports)
         if self.protocol.awaiting_first_output and any(
             r.output_buffered() for r in self.tasks.running()
