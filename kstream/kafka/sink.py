@@ -30,8 +30,7 @@ from __future__ import annotations
 import logging
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterable, Mapping
-from functools import partial
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -196,6 +195,34 @@ def _produce_records(
             poll(0)
 
 
+class SinkCommit:
+    """One exactly-once sink's transaction for a completed checkpoint, opened and filled
+    (``ExactlyOnceSink.begin_commit``): ``publish`` commits it (any thread; SinkFencedError
+    or SinkError), then ``published`` drops its epochs from the buffer (the sink's own
+    thread) and returns how many records it published. Until then a snapshot still holds
+    them: a restore from it reads the marker and does not publish them again."""
+
+    __slots__ = ("checkpoint_id", "count", "epochs", "sink")
+
+    def __init__(
+        self, sink: ExactlyOnceSink, epochs: list[Epoch], checkpoint_id: int, count: int
+    ) -> None:
+        self.sink = sink
+        self.epochs = epochs
+        self.checkpoint_id = checkpoint_id
+        self.count = count
+
+    def publish(self) -> None:
+        self.sink._commit(self.checkpoint_id)
+
+    def published(self) -> int:
+        sink, n = self.sink, self.count
+        sink.buffer.committed(self.epochs, self.checkpoint_id)
+        sink.published += n
+        log.debug("sink %s committed checkpoint %d: %d records", sink.task, self.checkpoint_id, n)
+        return n
+
+
 class ExactlyOnceSink(Sink):
     """Exactly-once sink task: write-ahead buffer in the snapshot, one transaction per commit.
 
@@ -286,14 +313,19 @@ class ExactlyOnceSink(Sink):
         epochs stay sealed; a later completion or a restore commits them).
         """
         commit = self.begin_commit(checkpoint_id)
-        return 0 if commit is None else commit()
+        if commit is None:
+            return 0
+        commit.publish()
+        return commit.published()
 
-    def begin_commit(self, checkpoint_id: int) -> Callable[[], int] | None:
+    def begin_commit(self, checkpoint_id: int) -> SinkCommit | None:
         """``on_checkpoint_completed`` up to the commit round trip: the transaction
-        opened and filled (output and marker). Returns the commit (it returns the number
-        of records published), or None when nothing is left to commit. The commit may
-        run on another thread while nothing else uses this sink: a worker commits its
-        tasks' transactions together (``kstream.worker.sinkcommit``)."""
+        opened and filled (output and marker). Returns the commit, or None when nothing
+        is left to commit. Its ``publish`` (the round trip) may run on another thread
+        while this sink's producer is not used otherwise; its ``published`` (the epochs
+        dropped from the buffer) runs on the thread that owns the sink, before the next
+        ``begin_commit``: a worker goes on processing while its tasks' transactions
+        commit (``kstream.worker.sinkcommit``)."""
         if self._producer is None or self.attempt is None:
             raise SinkStateError(f"sink {self.task}: recover() must run before committing")
         if self.buffer.last_committed is not None and checkpoint_id <= self.buffer.last_committed:
@@ -305,7 +337,7 @@ class ExactlyOnceSink(Sink):
             self.buffer.committed(due, max(e.checkpoint_id or 0 for e in due))
             return None
         count = self._begin(due, checkpoint_id)
-        return partial(self._finish, due, checkpoint_id, count)
+        return SinkCommit(self, due, checkpoint_id, count)
 
     def _begin(self, epochs: list[Epoch], checkpoint_id: int) -> int:
         marker = CommitMarker(self.task, checkpoint_id, self.attempt or 0)
@@ -330,16 +362,12 @@ class ExactlyOnceSink(Sink):
             self._fail(e, f"committing checkpoint {checkpoint_id}")
         return sum(e.size for e in epochs)
 
-    def _finish(self, epochs: list[Epoch], checkpoint_id: int, count: int) -> int:
+    def _commit(self, checkpoint_id: int) -> None:
         try:
-            # 4. Commit (flushes first). Only now may the epochs be dropped.
+            # 4. Commit (flushes first). Only then may the epochs be dropped.
             self._producer.commit_transaction(self.timeout)
         except KafkaException as e:
             self._fail(e, f"committing checkpoint {checkpoint_id}")
-        self.buffer.committed(epochs, checkpoint_id)
-        self.published += count
-        log.debug("sink %s committed checkpoint %d: %d records", self.task, checkpoint_id, count)
-        return count
 
     def _fail(self, e: KafkaException, what: str) -> NoReturn:
         """Turn a transaction error into SinkFencedError / SinkError, aborting when allowed."""

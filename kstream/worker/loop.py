@@ -311,6 +311,7 @@ class Worker:
         summary = late_summary((t, r.task.late_counts()) for t, r in runners)
         if summary:  # visible at the default log level: late input is lost input
             log.warning("late records since the tasks started, per operator:\n%s", summary)
+        self.mode.settle()
         self.tasks.stop_all()
         self.producer.flush(10)
         self.dlq.close()

@@ -89,5 +89,8 @@ class Mode(ABC):
         """A task call raised: without a coordinator to roll back, the worker stops."""
         raise WorkerError(f"task {runner.task_id} failed: {reason}")
 
+    def settle(self) -> None:  # noqa: B027 - optional
+        """The worker stops: finish what runs on other threads before the tasks close."""
+
     def close(self) -> None:  # noqa: B027 - optional
         """The worker stops."""

@@ -58,6 +58,7 @@ from kstream.checkpoint.messages import (
     TriggerCheckpoint,
 )
 from kstream.kafka.control import ControlClient
+from kstream.kafka.sink import SinkFencedError
 from kstream.kafka.source import SourceConsumer
 from kstream.logs import ctx
 from kstream.plan.fingerprint import PlanFingerprint
@@ -478,8 +479,9 @@ class Checkpointed(Mode):
         self._handle(InputRead(), now)
 
     def end(self, now: float) -> int | None:
-        """Acknowledge (or decline) every snapshot whose upload finished, then the
-        protocol's time-driven actions."""
+        """Collect the sink commits that finished; acknowledge (or decline) every snapshot
+        whose upload finished; then the protocol's time-driven actions."""
+        self._collect_commits(now, wait=False)
         finished = [r for r in self.tasks.runners.values() if r.has_finished_upload()]
         member = self.member if finished else ""  # asks the client: only when needed
         reports = [msg for r in finished for msg in r.finished_uploads(member)]
@@ -498,10 +500,21 @@ class Checkpointed(Mode):
         return self.protocol.stopping
 
     def task_failed(self, runner: TaskRunner, reason: str) -> None:
+        self._collect_commits(self.tasks.ctx.clock(), wait=True)
         self.tasks.remove(runner.task_id)
         self._handle(TaskStopped(runner.task_id, runner.attempt, reason), self.tasks.ctx.clock())
 
+    def settle(self) -> None:
+        """The worker stops: its tasks' commits finish first (a stop after the final
+        checkpoint publishes its output before the process exits). A commit that fails
+        now is logged: its epochs are in the checkpoint, published after a restore."""
+        try:
+            self._committer.collect(wait=True)
+        except Exception as e:
+            log.error("kstream: publishing the last completed checkpoint failed: %s", e)
+
     def close(self) -> None:
+        self.settle()
         self._committer.close()
         self.control.close()
 
@@ -529,6 +542,8 @@ class Checkpointed(Mode):
         unrestored: int | None = None  # an attempt whose checkpoint cannot be restored here
         failed: dict[str, str] = {}  # tasks whose restore could not reach the store/broker
         for a in actions:
+            if not isinstance(a, Send | CommitSinks | TriggerTasks):  # a restore, a stop, an exit: commits first
+                self._collect_commits(now, wait=True)
             match a:
                 case Send(message=TaskReady(attempt=attempt)) if attempt == unrestored:
                     continue  # never ready for a checkpoint this worker cannot restore
@@ -585,16 +600,27 @@ class Checkpointed(Mode):
         return True, unreachable
 
     def _commit_sinks(self, checkpoint_id: int, now: float) -> None:
-        runners = list(self.tasks.runners.values())
-        fenced = self._committer.commit(runners, checkpoint_id)
-        for r in runners:
-            e = fenced.get(r.task_id)
-            if e is not None:  # a newer owner took this task over
-                log.warning(
-                    "task %s: %s; stopping it here",
-                    r.task_id,
-                    e,
-                    extra=ctx(attempt=r.attempt, task=r.task_id),
-                )
-                self.tasks.remove(r.task_id)
-                self._handle(TaskStopped(r.task_id, r.attempt, None), now)
+        """Start publishing every task's output up to ``checkpoint_id`` (the previous
+        checkpoint's first collected); the processing goes on meanwhile."""
+        self._collect_commits(now, wait=True)
+        self._stop_fenced(
+            self._committer.start(list(self.tasks.runners.values()), checkpoint_id), now
+        )
+
+    def _collect_commits(self, now: float, *, wait: bool) -> None:
+        if self._committer.busy:
+            self._stop_fenced(self._committer.collect(wait=wait), now)
+
+    def _stop_fenced(self, fenced: dict[str, SinkFencedError], now: float) -> None:
+        for task_id, e in fenced.items():  # a newer owner took these tasks over
+            r = self.tasks.runners.get(task_id)
+            if r is None:
+                continue
+            log.warning(
+                "task %s: %s; stopping it here",
+                task_id,
+                e,
+                extra=ctx(attempt=r.attempt, task=task_id),
+            )
+            self.tasks.remove(task_id)
+            self._handle(TaskStopped(task_id, r.attempt, None), now)

@@ -21,7 +21,7 @@ from kstream.checkpoint.messages import AcknowledgeCheckpoint, DeclineCheckpoint
 from kstream.config import Guarantee, JobConfig
 from kstream.kafka.dlq import DeadLetterWriter
 from kstream.kafka.internal import data_headers
-from kstream.kafka.sink import AtLeastOnceSink, ExactlyOnceSink, Sink
+from kstream.kafka.sink import AtLeastOnceSink, ExactlyOnceSink, Sink, SinkCommit
 from kstream.logs import ctx as ctx_log
 from kstream.metrics.worker import WorkerMetrics
 from kstream.plan import JobPlan, OutputKind, TaskSpec
@@ -375,13 +375,13 @@ class TaskRunner:
 
     # ---- sinks ----------------------------------------------------------------------------
 
-    def begin_commit_sinks(self, checkpoint_id: int) -> list[Callable[[], int]]:
+    def begin_commit_sinks(self, checkpoint_id: int) -> list[SinkCommit]:
         """Checkpoint ``checkpoint_id`` completed: each exactly-once sink's transaction
         for it opened and filled (``ExactlyOnceSink.begin_commit``). Returns their
-        commits, to be called (on any thread) before this task is used again
-        (``kstream.worker.sinkcommit``). SinkFencedError if a newer owner took this
-        task over."""
-        commits: list[Callable[[], int]] = []
+        commits: each published (on any thread), then its ``published`` called on this
+        one before this task's sinks are used again (``kstream.worker.sinkcommit``).
+        SinkFencedError if a newer owner took this task over."""
+        commits: list[SinkCommit] = []
         try:
             for s in self.sinks.values():
                 if has_due_output(s, checkpoint_id):
@@ -396,8 +396,9 @@ class TaskRunner:
                 else:
                     s.on_checkpoint_completed(checkpoint_id)
         except Exception:
-            for commit in commits:  # the sinks before the failing one publish, as they would alone
-                commit()
+            for c in commits:  # the sinks before the failing one publish, as they would alone
+                c.publish()
+                c.published()
             raise
         self._triggered = {k: v for k, v in self._triggered.items() if k > checkpoint_id}
         return commits

@@ -4,88 +4,111 @@ Each task's exactly-once sink has its own transactional producer, and a commit i
 flush and an EndTxn round trip to the broker. One after the other, a worker with four
 tasks waited four round trips at every completion: time taken from processing, and
 added to the end-to-end latency of the last task's output. Here every task's
-transactions are opened and filled on the calling thread first (in task order, as
-before), then their commits wait together on a few threads (the client releases the
-GIL while it waits). The calling thread waits for every commit before it returns, so
-no sink is used by two threads at once.
+transactions are opened and filled on the processing thread first (in task order, as
+before), then their commits run together on a few threads (the client releases the
+GIL while it waits) while the processing thread goes on: new output goes into the
+sinks' buffers, not to their producers. The processing thread collects the finished
+commits (``collect``: the epochs dropped from the buffers, fenced tasks reported,
+another failure raised) once per loop iteration, and waits for all of them before a
+sink is used for anything but buffering: the next completion's commits, a restore, a
+stop, the worker's exit. Until a commit is collected, a snapshot still holds its
+epochs; a restore from it reads the task's marker and does not publish them twice.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor, wait
+from collections.abc import Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import wait as wait_for
 
-from kstream.kafka.sink import SinkFencedError
+from kstream.kafka.sink import SinkCommit, SinkFencedError
 from kstream.worker.runner import TaskRunner
 
 COMMIT_THREADS = 8
 
 
 class SinkCommitter:
-    """Commits the sinks of a worker's tasks for one completed checkpoint at a time."""
+    """Commits the sinks of a worker's tasks, one completed checkpoint at a time."""
 
     def __init__(self, threads: int = COMMIT_THREADS) -> None:
         self._threads = threads
         self._pool: ThreadPoolExecutor | None = None
+        # The commits started and not collected: (task, commit, its publish).
+        self._running: list[tuple[str, SinkCommit, Future[None]]] = []
+
+    @property
+    def busy(self) -> bool:
+        """Whether commits were started and not collected."""
+        return bool(self._running)
 
     def commit(
         self, runners: Sequence[TaskRunner], checkpoint_id: int
     ) -> dict[str, SinkFencedError]:
-        """Publish each task's output for ``checkpoint_id``. Returns the tasks a newer
-        owner took over (fenced: they published nothing more); any other failure is
-        raised, the first in task order, once every commit has finished."""
+        """``start``, then ``collect`` with a wait: the tasks a newer owner took over."""
+        fenced = self.start(runners, checkpoint_id)
+        fenced.update(self.collect(wait=True))
+        return fenced
+
+    def start(
+        self, runners: Sequence[TaskRunner], checkpoint_id: int
+    ) -> dict[str, SinkFencedError]:
+        """Open each task's transactions for ``checkpoint_id`` on this thread and start
+        their commits; returns the tasks fenced while opening. The previous commits must
+        be collected first. An error opening a task's transactions (other than fenced)
+        is raised once the commits opened before it have finished and been collected,
+        and no task after it is opened: as when the tasks were committed in turn."""
+        if self._running:
+            raise RuntimeError("the previous checkpoint's commits were not collected")
         fenced: dict[str, SinkFencedError] = {}
-        started: list[tuple[str, list[Callable[[], int]]]] = []
-        failed: Exception | None = None  # opening a task's transactions failed: none after it
+        started: list[tuple[str, SinkCommit]] = []
+        failed: Exception | None = None
         for r in runners:
             try:
-                started.append((r.task_id, r.begin_commit_sinks(checkpoint_id)))
+                started += [(r.task_id, c) for c in r.begin_commit_sinks(checkpoint_id)]
             except SinkFencedError as e:
                 fenced[r.task_id] = e
-            except Exception as e:  # the commits opened before it are finished first
+            except Exception as e:
                 failed = e
                 break
-        for task_id, error in self._run(started):
-            if isinstance(error, SinkFencedError):
-                fenced[task_id] = error
-            elif error is not None:
-                raise error
+        if started and self._pool is None:
+            self._pool = ThreadPoolExecutor(self._threads, thread_name_prefix="sink-commit")
+        for task_id, c in started:
+            assert self._pool is not None
+            self._running.append((task_id, c, self._pool.submit(c.publish)))
         if failed is not None:
+            fenced.update(self.collect(wait=True))
             raise failed
         return fenced
 
-    def _run(
-        self, started: list[tuple[str, list[Callable[[], int]]]]
-    ) -> list[tuple[str, BaseException | None]]:
-        """Every commit of ``started``, together; each task's first error (None: none).
-        A single commit runs on the calling thread: there is nothing to wait for with it."""
-        if sum(len(cs) for _, cs in started) <= 1:
-            return [(task_id, _first_error([_call(c) for c in cs])) for task_id, cs in started]
-        if self._pool is None:
-            self._pool = ThreadPoolExecutor(self._threads, thread_name_prefix="sink-commit")
-        futures = [(task_id, [self._pool.submit(c) for c in cs]) for task_id, cs in started]
-        wait([f for _, fs in futures for f in fs])
-        return [(task_id, _first_error(fs)) for task_id, fs in futures]
+    def collect(self, *, wait: bool) -> dict[str, SinkFencedError]:
+        """The commits that finished (``wait``: all of them, once finished), in the order
+        started: each published one drops its epochs here; returns the tasks fenced. Any
+        other failure is raised (the first) once every commit started has finished;
+        that task's epochs stay sealed for a later completion or a restore."""
+        running = self._running
+        if not running:
+            return {}
+        if wait:
+            wait_for([f for _, _, f in running])
+        elif not all(f.done() for _, _, f in running):
+            return {}  # all or nothing: the failure rule needs every outcome
+        self._running = []
+        fenced: dict[str, SinkFencedError] = {}
+        error: BaseException | None = None
+        for task_id, c, f in running:
+            e = f.exception()
+            if e is None:
+                c.published()
+            elif isinstance(e, SinkFencedError):
+                fenced.setdefault(task_id, e)
+            elif error is None:
+                error = e
+        if error is not None:
+            raise error
+        return fenced
 
     def close(self) -> None:
+        """Stop the commit threads (after the commits running, uncollected)."""
         if self._pool is not None:
             self._pool.shutdown(wait=True)
             self._pool = None
-
-
-def _call(commit: Callable[[], int]) -> Future[int]:
-    """``commit`` run here, its outcome as a finished future."""
-    done: Future[int] = Future()
-    try:
-        done.set_result(commit())
-    except Exception as e:
-        done.set_exception(e)
-    return done
-
-
-def _first_error(futures: list[Future[int]]) -> BaseException | None:
-    for f in futures:
-        e = f.exception()
-        if e is not None:
-            return e
-    return None
