@@ -34,8 +34,9 @@ from kstream.store.controlkey import ControlKey
 from kstream.store.urls import open_store
 from kstream.worker.backlog import Backlog
 from kstream.worker.bounded import Bounded
+from kstream.worker.checkpointed import Checkpointed
 from kstream.worker.mode import TP, Mode
-from kstream.worker.protocol import Checkpointed, WorkerProtocol
+from kstream.worker.protocol import WorkerProtocol
 from kstream.worker.routing import Router
 from kstream.worker.runner import RunnerContext
 from kstream.worker.settings import DebugPause, WorkerSettings, WorkerStats

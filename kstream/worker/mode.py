@@ -1,7 +1,7 @@
 """What differs between the worker's three ways of running (DESIGN §7, §9): the steps
 of the loop a mode fills in.
 
-* :class:`~kstream.worker.protocol.Checkpointed` (default): the coordinator's
+* :class:`~kstream.worker.checkpointed.Checkpointed` (default): the coordinator's
   protocol decides which tasks run and when they checkpoint;
 * :class:`~kstream.worker.unchecked.Unchecked` (checkpointing off): tasks start with
   empty state at the group's committed offsets; offsets are committed periodically

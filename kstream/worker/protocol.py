@@ -1,19 +1,19 @@
-"""The worker's half of the control protocol (DESIGN §5-§7): what it decides, and the
-checkpointed mode that carries those decisions out.
+"""The worker's half of the control protocol (DESIGN §5-§7): what it decides. The
+checkpointed mode that carries those decisions out: :mod:`kstream.worker.checkpointed`.
 
 :class:`WorkerProtocol` is a pure state machine: ``handle(message, now)`` and
 ``tick(now)`` return actions, in order; it does no I/O and is tested with a fake
 clock. Messages are the coordinator's (``Restore``, ``Resume``, ``TriggerCheckpoint``,
 ``CheckpointCompleted``, ``JobFailed``) and what the loop observes itself
 (:class:`Assigned`, :class:`InputRead`, :class:`StopRequested`, :class:`TaskStopped`).
-:class:`Checkpointed` (the worker's default mode, :mod:`kstream.worker.mode`) feeds it
+:class:`~kstream.worker.checkpointed.Checkpointed` (the worker's default mode, :mod:`kstream.worker.mode`) feeds it
 the control topic and the loop's observations and carries its actions out against the
 worker's tasks, the control topic and the checkpoint store.
 
 One checkpoint, as this module sees it: ``TriggerCheckpoint`` -> :class:`TriggerTasks`
 -> each running task's runner injects the barrier and, at its snapshot point, takes
 the snapshot and uploads it (:mod:`kstream.worker.runner`) -> the finished upload's
-``AcknowledgeCheckpoint`` goes out (:meth:`Checkpointed.end`) -> the coordinator's
+``AcknowledgeCheckpoint`` goes out (``Checkpointed.end``) -> the coordinator's
 ``CheckpointCompleted``, once the store backs it -> :class:`CommitSinks` -> each
 runner publishes its sinks' output for that checkpoint.
 
@@ -43,33 +43,19 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from kstream.checkpoint.messages import (
-    AcknowledgeCheckpoint,
     CheckpointCompleted,
     CheckpointRequest,
     Heartbeat,
     JobFailed,
     Message,
     Restore,
-    RestoreFailed,
     Resume,
     StopJob,
     TaskFailed,
     TaskReady,
     TriggerCheckpoint,
 )
-from kstream.kafka.control import ControlClient
-from kstream.kafka.sink import SinkFencedError
-from kstream.kafka.source import SourceConsumer
 from kstream.logs import ctx
-from kstream.plan.fingerprint import PlanFingerprint
-from kstream.store.base import CheckpointStore
-from kstream.store.metadata import unbacked_completion
-from kstream.store.plans import plan_refusal, publish_plan
-from kstream.worker.mode import Mode
-from kstream.worker.runner import TaskRunner
-from kstream.worker.settings import WorkerStats
-from kstream.worker.sinkcommit import SinkCommitter
-from kstream.worker.tasks import WorkerTasks
 
 log = logging.getLogger(__name__)
 
@@ -411,216 +397,3 @@ class WorkerProtocol:
         if self.generation is None:
             return []
         return [Send(Heartbeat(self.member, tuple(sorted(self.tasks)), self.generation, self.plan))]
-
-
-# ---- carrying the decisions out -------------------------------------------------------------
-
-
-class Checkpointed(Mode):
-    """Tasks run only in an attempt the coordinator resumed with this worker as owner."""
-
-    def __init__(
-        self,
-        protocol: WorkerProtocol,
-        control: ControlClient,
-        tasks: WorkerTasks,
-        source: SourceConsumer,
-        store: CheckpointStore,
-        stats: WorkerStats,
-        label: str,
-        fingerprint: PlanFingerprint | None = None,
-    ) -> None:
-        self.protocol = protocol
-        self.control = control
-        self.tasks = tasks
-        self.source = source
-        self.store = store
-        self.app_id = tasks.ctx.config.app_id
-        self.stats = stats
-        self.label = label
-        self.fingerprint = fingerprint
-        self._pending: list[Action] = []  # decided from the history, carried out first
-        self._verified: set[int] = set()  # completed checkpoints the store backs
-        self._committer = SinkCommitter()
-
-    @property
-    def member(self) -> str:
-        return self.source.member_id or self.label
-
-    def start(self) -> None:
-        if self.fingerprint is not None:
-            publish_plan(self.store, self.app_id, self.fingerprint)
-        self._pending = self.protocol.learn(self.control.read_to_end())
-
-    def begin(self, now: float) -> int | None:
-        self.control.check_outage()  # OutageExceeded past --max-outage: the job fails
-        pending, self._pending = self._pending, []
-        code = self._apply(pending, now)
-        if code is not None:
-            return code
-        for msg in self.control.poll(0):
-            if isinstance(msg, CheckpointCompleted) and not self.backed(msg):
-                continue
-            code = self._handle(msg, now)
-            if code is not None:
-                return code
-        return None
-
-    def stop(self, now: float) -> int | None:
-        return self._handle(StopRequested(), now)
-
-    def on_assignment(self, now: float) -> None:
-        tasks = tuple(spec.task_id for spec in self.tasks.assigned())
-        self._handle(
-            Assigned(self.member, self.source.generation, tasks, bool(self.source.assignment)), now
-        )
-
-    def on_input(self, now: float) -> None:
-        self._handle(InputRead(), now)
-
-    def end(self, now: float) -> int | None:
-        """Collect the sink commits that finished; acknowledge (or decline) every snapshot
-        whose upload finished; then the protocol's time-driven actions."""
-        self._collect_commits(now, wait=False)
-        finished = [r for r in self.tasks.runners.values() if r.has_finished_upload()]
-        member = self.member if finished else ""  # asks the client: only when needed
-        reports = [msg for r in finished for msg in r.finished_uploads(member)]
-        self.control.post_all(reports)  # not waited for: see ControlClient.post_all
-        self.stats.checkpoints_acked += sum(isinstance(m, AcknowledgeCheckpoint) for m in reports)
-        if self.protocol.awaiting_first_output and any(
-            r.output_buffered() for r in self.tasks.running()
-        ):
-            code = self._handle(OutputBuffered(), now)
-            if code is not None:
-                return code
-        return self._apply(self.protocol.tick(now), now)
-
-    @property
-    def draining(self) -> bool:
-        return self.protocol.stopping
-
-    def task_failed(self, runner: TaskRunner, reason: str) -> None:
-        self._collect_commits(self.tasks.ctx.clock(), wait=True)
-        self.tasks.remove(runner.task_id)
-        self._handle(TaskStopped(runner.task_id, runner.attempt, reason), self.tasks.ctx.clock())
-
-    def settle(self) -> None:
-        """The worker stops: its tasks' commits finish first (a stop after the final
-        checkpoint publishes its output before the process exits). A commit that fails
-        now is logged: its epochs are in the checkpoint, published after a restore."""
-        try:
-            self._committer.collect(wait=True)
-        except Exception as e:
-            log.error("kstream: publishing the last completed checkpoint failed: %s", e)
-
-    def close(self) -> None:
-        self.settle()
-        self._committer.close()
-        self.control.close()
-
-    def backed(self, msg: CheckpointCompleted) -> bool:
-        """Whether the store backs completion ``msg`` (its metadata, of its attempt and our
-        plan): anyone may write to the control topic, and acting on a forged completion
-        would publish a sealed epoch early. What the store does not back is logged,
-        counted and skipped."""
-        n = msg.checkpoint_id
-        if n in self._verified:
-            return True
-        why = unbacked_completion(self.store, self.app_id, n, msg.attempt, self.protocol.plan)
-        if why is None:
-            self._verified = {k for k in self._verified if k > n - 100} | {n}
-            return True
-        self.stats.unverified_control += 1
-        log.warning("ignoring CheckpointCompleted(%d, attempt %d): %s", n, msg.attempt, why)
-        return False
-
-    def _handle(self, event: Event, now: float) -> int | None:
-        return self._apply(self.protocol.handle(event, now), now)
-
-    def _apply(self, actions: list[Action], now: float) -> int | None:
-        """Carry ``actions`` out in order; an exit code to stop the worker."""
-        unrestored: int | None = None  # an attempt whose checkpoint cannot be restored here
-        failed: dict[str, str] = {}  # tasks whose restore could not reach the store/broker
-        for a in actions:
-            if not isinstance(a, Send | CommitSinks | TriggerTasks):  # a restore, a stop, an exit: commits first
-                self._collect_commits(now, wait=True)
-            match a:
-                case Send(message=TaskReady(attempt=attempt)) if attempt == unrestored:
-                    continue  # never ready for a checkpoint this worker cannot restore
-                case Send(message=TaskReady(task_id=task)) if task in failed:
-                    pass
-                case Send():
-                    self.control.report(a.message)
-                case RestoreTasks():
-                    ok, failed = self._restore(a.attempt, a.checkpoint_id)
-                    if not ok:
-                        unrestored = a.attempt
-                case StopTasks():
-                    self.tasks.stop_all()
-                case ResumeTasks():
-                    self.tasks.resume(self.protocol.attempt, a.owned, draining=self.draining)
-                case TriggerTasks():
-                    for r in self.tasks.running():
-                        self.guarded(r, r.trigger, a.checkpoint_id, a.attempt, now)
-                case CommitSinks():
-                    self._commit_sinks(a.checkpoint_id, now)
-                case RefusePlan():
-                    mine = self.fingerprint or PlanFingerprint(self.protocol.plan, {})
-                    why = plan_refusal(self.store, self.app_id, mine, a.plan, a.attempt)
-                    log.error("kstream: %s", why)
-                    return 2
-                case Exit():
-                    if a.code == 0:
-                        log.info("%s", a.reason)
-                    else:
-                        log.error("kstream: %s", a.reason)
-                    return a.code
-        for task, reason in failed.items():  # reported failed: the coordinator restores again
-            self._handle(TaskStopped(task, self.protocol.attempt, reason), now)
-        return None
-
-    def _restore(self, attempt: int, checkpoint_id: int | None) -> tuple[bool, dict[str, str]]:
-        """Restore every assigned task. ``(False, {})`` if some cannot restore
-        ``checkpoint_id`` (each reported with ``RestoreFailed``, naming the object; none
-        kept); else ``(True, unreachable)``: the tasks whose restore could not reach the
-        store or the broker, with the reason (reported failed; the coordinator restores
-        again)."""
-        corrupt, unreachable = self.tasks.restore(attempt, checkpoint_id)
-        if corrupt and checkpoint_id is not None:
-            for task_id, e in sorted(corrupt.items()):
-                what = getattr(e, "object", None) or ""
-                self.control.report(
-                    RestoreFailed(attempt, task_id, self.member, checkpoint_id, str(e)[:2000], what)
-                )
-            self.protocol.tasks, self.protocol.running = set(), set()
-            return False, {}
-        if corrupt:  # start positions cannot fail to restore: something else is wrong
-            raise next(iter(corrupt.values()))
-        self.stats.restores += 1
-        return True, unreachable
-
-    def _commit_sinks(self, checkpoint_id: int, now: float) -> None:
-        """Start publishing every task's output up to ``checkpoint_id`` (the previous
-        checkpoint's first collected); the processing goes on meanwhile."""
-        self._collect_commits(now, wait=True)
-        self._stop_fenced(
-            self._committer.start(list(self.tasks.runners.values()), checkpoint_id), now
-        )
-
-    def _collect_commits(self, now: float, *, wait: bool) -> None:
-        if self._committer.busy:
-            self._stop_fenced(self._committer.collect(wait=wait), now)
-
-    def _stop_fenced(self, fenced: dict[str, SinkFencedError], now: float) -> None:
-        for task_id, e in fenced.items():  # a newer owner took these tasks over
-            r = self.tasks.runners.get(task_id)
-            if r is None:
-                continue
-            log.warning(
-                "task %s: %s; stopping it here",
-                task_id,
-                e,
-                extra=ctx(attempt=r.attempt, task=task_id),
-            )
-            self.tasks.remove(task_id)
-            self._handle(TaskStopped(task_id, r.attempt, None), now)
