@@ -63,7 +63,10 @@ def publishing(done: list[str], name: str) -> Callable[[], int]:
 
 
 def commit(committer: SinkCommitter, runners: list[Runner], n: int) -> dict[str, SinkFencedError]:
-    return committer.commit(cast(list[TaskRunner], runners), n)
+    """Start the commits of ``runners`` for ``n`` and collect them, waiting: the fenced."""
+    fenced = committer.start(cast(list[TaskRunner], runners), n)
+    fenced.update(committer.collect(wait=True))
+    return fenced
 
 
 def test_the_caller_goes_on_while_the_commits_run_and_collects_them_later() -> None:

@@ -215,6 +215,11 @@ class SinkCommit:
     def publish(self) -> None:
         self.sink._commit(self.checkpoint_id)
 
+    def run(self) -> int:
+        """``publish`` and ``published`` here and now."""
+        self.publish()
+        return self.published()
+
     def published(self) -> int:
         sink, n = self.sink, self.count
         sink.buffer.committed(self.epochs, self.checkpoint_id)
@@ -313,10 +318,7 @@ class ExactlyOnceSink(Sink):
         epochs stay sealed; a later completion or a restore commits them).
         """
         commit = self.begin_commit(checkpoint_id)
-        if commit is None:
-            return 0
-        commit.publish()
-        return commit.published()
+        return 0 if commit is None else commit.run()
 
     def begin_commit(self, checkpoint_id: int) -> SinkCommit | None:
         """``on_checkpoint_completed`` up to the commit round trip: the transaction

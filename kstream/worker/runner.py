@@ -397,8 +397,7 @@ class TaskRunner:
                     s.on_checkpoint_completed(checkpoint_id)
         except Exception:
             for c in commits:  # the sinks before the failing one publish, as they would alone
-                c.publish()
-                c.published()
+                c.run()
             raise
         self._triggered = {k: v for k, v in self._triggered.items() if k > checkpoint_id}
         return commits

@@ -41,14 +41,6 @@ class SinkCommitter:
         """Whether commits were started and not collected."""
         return bool(self._running)
 
-    def commit(
-        self, runners: Sequence[TaskRunner], checkpoint_id: int
-    ) -> dict[str, SinkFencedError]:
-        """``start``, then ``collect`` with a wait: the tasks a newer owner took over."""
-        fenced = self.start(runners, checkpoint_id)
-        fenced.update(self.collect(wait=True))
-        return fenced
-
     def start(
         self, runners: Sequence[TaskRunner], checkpoint_id: int
     ) -> dict[str, SinkFencedError]:
