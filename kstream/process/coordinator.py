@@ -38,6 +38,7 @@ from kstream.metrics import METRICS, Metrics
 from kstream.metrics.labels import checkpoint_reason, restart_cause
 from kstream.plan.compat import IncompatibleStateError
 from kstream.plan.fingerprint import PlanFingerprint, describe_difference
+from kstream.process.retention_thread import RetentionThread
 from kstream.state.retention import apply_retention
 from kstream.store.base import CheckpointStore, StoreError
 from kstream.store.controlkey import ensure_key
@@ -97,6 +98,7 @@ class CommandExecutor:
         self.metrics = metrics or METRICS
         self._purged: dict[tuple[str, int], int] = {}
         self._young: dict[str, float] = {}  # retention: young shared files, their mtimes
+        self._retention = RetentionThread(self._apply_retention)
         self.coordinator = coordinator
         self.transport = transport
         self.store = store
@@ -124,7 +126,7 @@ class CommandExecutor:
                 case CleanupCheckpoint(checkpoint_id=n, handles=handles):
                     self._cleanup(n, handles)
                 case ApplyRetention(retained=k):
-                    self._apply_retention(k)
+                    self._retention.request(k)  # on its thread: the loop goes on
                 case CreateSavepoint(name=name, metadata=meta):
                     self._create_savepoint(name, meta)
                 case Finish(reason=reason):
@@ -237,6 +239,10 @@ class CommandExecutor:
             except StoreError as e:  # garbage only; retention finds it again
                 log.warning("cleaning up aborted checkpoint %d: %s", n, e)
 
+    def close(self) -> None:
+        """Finish the retention runs requested so far (bounded)."""
+        self._retention.close()
+
     def _apply_retention(self, retained: int) -> None:
         try:
             apply_retention(self.store, self.app_id, retained, young=self._young)
@@ -307,6 +313,7 @@ def run_coordinator(
         max_outage=job.max_outage,
         key=ensure_key(store, job.app_id),
     )
+    executor: CommandExecutor | None = None
     try:
         # 1. Fence the predecessor and read the control topic to its end;
         # 2. read the store's completed checkpoints — why both: ids continue above
@@ -382,6 +389,8 @@ def run_coordinator(
         log.error("kstream: coordinator of %r stopped: %s", job.app_id, e)
         return EXIT_UNAVAILABLE if detailed else EXIT_FAILED
     finally:
+        if executor is not None:
+            executor.close()
         channel.close()
 
 
