@@ -68,7 +68,7 @@ FULL = Sizes(
     keys=(10_000, 100_000, 1_000_000, 10_000_000),
     keys_min_records=1_000_000,
     state_keys=(100_000, 1_000_000, 10_000_000),
-    state_keys_kept=(100_000, 1_000_000, 10_000_000),  # the budget may skip 10 M
+    state_keys_kept=(100_000, 1_000_000, 10_000_000),  # 10 M: the last point of its size
     worker_records=2_000_000,
     worker_keys=100_000,
     intervals=(0.2, 1.0, 5.0),
@@ -139,8 +139,9 @@ CURVES = ("keys", "state", "workers", "latency", "rss")
 def points(
     env: Env, sizes: Sizes, res: Results, curves: tuple[str, ...] = CURVES
 ) -> list[Point]:
-    """Every point of ``sizes``, in the order they run: by size, then curve (of two
-    points of one size the state curve's first: it measures targets of the issue)."""
+    """Every point of ``sizes``, in the order they run: by size, then curve (of the
+    points of one size the state curve's with the state wiped first: it measures
+    targets of the issue; recovery with the state kept last)."""
     pts: list[Point] = []
 
     def add(
@@ -175,19 +176,21 @@ def points(
             f"{sizes.sink_budget // MIB} MiB and unbounded",
             n, lambda n=n: rss_vs_output(env, n, [sizes.sink_budget, UNBOUNDED]),  # type: ignore[misc]
             res.outputs.extend, "rss")  # fmt: skip
+    def state(k: int, wipe: bool) -> None:
+        changes = sizes.changed_intervals if wipe else 0
+        add(f"state of {k:,} keys: {changes} intervals with 1 % changed, recovery with "
+            f"local state {'wiped' if wipe else 'kept'}", k,
+            lambda: state_curve(env, k, wipe, 0.01, changes),
+            res.state.append, "state wiped" if wipe else "state kept")  # fmt: skip
+
     for k in sizes.state_keys if "state" in curves else ():
-        for wipe in (True, False):
-            if not wipe and k not in sizes.state_keys_kept:
-                continue
-            changes = sizes.changed_intervals if wipe else 0
-            add(f"state of {k:,} keys: {changes} intervals with 1 % changed, recovery with "
-                f"local state {'wiped' if wipe else 'kept'}", k,
-                lambda k=k, w=wipe, c=changes: state_curve(env, k, w, 0.01, c),  # type: ignore[misc]
-                res.state.append, "state wiped" if wipe else "state kept")  # fmt: skip
+        state(k, wipe=True)
     for k in sizes.keys if "keys" in curves else ():
         add(f"w2 throughput, {k:,} keys", k,
             lambda k=k: throughput_vs_keys(env, k, max(k, sizes.keys_min_records)),  # type: ignore[misc]
             res.keys.append, "keys", max(k, sizes.keys_min_records))  # fmt: skip
+    for k in sizes.state_keys_kept if "state" in curves else ():
+        state(k, wipe=False)  # last of its size: the first a spent budget skips
     return sorted(pts, key=lambda p: p.size)  # stable: curve order within a size
 
 

@@ -60,7 +60,8 @@ def test_points_run_smallest_first_and_a_spent_budget_skips_the_rest() -> None:
     sizes = [p.size for p in pts]
     assert sizes == sorted(sizes)
     big = [p.what for p in pts if p.size == 10_000_000]
-    assert big[0].startswith("state of 10,000,000 keys") and big[1].startswith("w2 throughput")
+    assert big[0].startswith("state of 10,000,000 keys") and big[0].endswith("wiped")
+    assert big[1].startswith("w2 throughput") and big[2].endswith("state kept")
     assert all(p.limit_s == FULL.large_limit_s for p in pts if p.size > FULL.small_max)
     # w2's points cost by their records (at least 1 M), not by their keys
     assert [p.units for p in pts if p.series == "keys"] == [10**6, 10**6, 10**6, 10**7]
