@@ -30,7 +30,6 @@ class RetentionThread:
         self._busy = False
         self._closed = False
         self._thread: threading.Thread | None = None
-        self.runs = 0  # finished runs
 
     def request(self, retained: int) -> None:
         """Run retention keeping ``retained`` checkpoints soon (after the current run)."""
@@ -75,5 +74,4 @@ class RetentionThread:
             finally:
                 with self._cond:
                     self._busy = False
-                    self.runs += 1
                     self._cond.notify_all()
