@@ -24,6 +24,7 @@ from benchmarks.lineup import (
     Workload,
     recovery_contenders,
 )
+from benchmarks.machine import cpu_steal_s
 from benchmarks.procstats import Child
 from benchmarks.verify import Decode, OutputStats, read_output
 from benchmarks.workloads import EndOffsets, Report
@@ -45,6 +46,7 @@ class RunResult:
     fed_s: float | None = None  # kstream: t_first until every input record was fed to its task
     job_s: float = 0.0  # the harness's wall time: the contender process, start to exit
     check_s: float = 0.0  # ... reading its output back and checking it
+    steal_s: float | None = None  # CPU time the hypervisor took from the machine meanwhile
 
 
 #: A kstream contender's stderr line: processing time vs. time until the output was committed.
@@ -136,10 +138,12 @@ class Harness:
             "--group", group, "--end-offsets", ends.to_json(), "--state-dir", str(state),
         ]  # fmt: skip
         t_start = time.monotonic()
+        steal_start = cpu_steal_s()
         try:
             child = Child(c.argv(common), cwd=REPO_DIR, log_dir=self.workdir, name=f"{group}")
             res = child.wait(self.timeout)
             t_job = time.monotonic()
+            steal_end = cpu_steal_s()
             if res.returncode != 0:
                 raise RuntimeError(f"exit code {res.returncode}; stderr tail:\n{res.stderr_tail}")
             report = Report.parse(res.stdout)
@@ -159,6 +163,9 @@ class Harness:
                 fed_s=float(fed.group(1)) if fed else None,
                 job_s=t_job - t_start,
                 check_s=time.monotonic() - t_job,
+                steal_s=None
+                if steal_start is None or steal_end is None
+                else steal_end - steal_start,
             )
         finally:
             for t in [out, *recovery.topics_of_group(self.bootstrap, group)]:

@@ -53,6 +53,30 @@ def venv_versions(python: Path, dists: list[str]) -> dict[str, str]:
     return dict(line.split(" ", 1) for line in out.stdout.splitlines())
 
 
+def cpu_steal_s() -> float | None:
+    """CPU time the hypervisor has taken from this machine's CPUs since boot, in seconds
+    summed over all CPUs (the ``steal`` field of /proc/stat's ``cpu`` line); None where
+    there is no such counter (not Linux, or a kernel without it)."""
+    try:
+        with open("/proc/stat") as f:
+            fields = f.readline().split()
+    except OSError:
+        return None
+    if len(fields) < 9 or fields[0] != "cpu":
+        return None
+    return int(fields[8]) / os.sysconf("SC_CLK_TCK")
+
+
+def steal_line(steal_s: float, elapsed_s: float) -> str:
+    """The Machine section's line for ``steal_s`` of CPU steal over a run of ``elapsed_s``."""
+    capacity = elapsed_s * (os.cpu_count() or 1)
+    share = steal_s / capacity * 100 if capacity > 0 else 0.0
+    return (
+        f"- CPU steal during the run (time the hypervisor gave to other guests): "
+        f"{steal_s:.1f} of {capacity:.0f} CPU-seconds ({share:.1f} %)"
+    )
+
+
 def describe(quix_python: Path | None) -> list[str]:
     """Markdown bullet lines describing this machine and the software versions."""
     load1, load5, _ = os.getloadavg()

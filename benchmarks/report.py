@@ -9,7 +9,7 @@ from __future__ import annotations
 import statistics
 from dataclasses import dataclass
 
-from benchmarks.harness import RECOVERY_MODES, RecoveryResults, Series
+from benchmarks.harness import RECOVERY_MODES, RecoveryResults, RunResult, Series
 from benchmarks.lineup import (
     CHECKPOINT_OVERHEAD_BOUND,
     INFO_RATIOS,
@@ -24,18 +24,24 @@ def fmt_rate(x: float) -> str:
     return f"{x:,.0f}"
 
 
+def steal_text(runs: list[RunResult]) -> str:
+    """The median CPU steal of ``runs`` (seconds), or "-" where the machine has no counter."""
+    steal = [r.steal_s for r in runs if r.steal_s is not None]
+    return f"{statistics.median(steal):.2f}" if steal else "-"
+
+
 def table(series: list[Series]) -> list[str]:
     """The markdown results table: medians over the valid runs."""
     rows = [
         "| workload | contender | runs ok | records/s (median) | min - max | s (median) "
-        "| CPU s (median) | peak RSS MB (median) | output records |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| CPU s (median) | steal s (median) | peak RSS MB (median) | output records |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for s in series:
         label = f"{s.contender.name} (`{s.contender.module}`)"
         if s.unavailable is not None:
             rows.append(
-                f"| {s.workload.key} | {label} | - | not available: {s.unavailable} | | | | | |"
+                f"| {s.workload.key} | {label} | - | not available: {s.unavailable} | | | | | | |"
             )
             continue
         ok = s.ok_runs
@@ -43,7 +49,7 @@ def table(series: list[Series]) -> list[str]:
             why = "; ".join(s.failures + [r.note for r in s.runs if r.note])[:300]
             why = " ".join(why.split()).replace("|", "/")
             rows.append(
-                f"| {s.workload.key} | {label} | 0/{len(s.runs) + len(s.failures)} | failed: {why} | | | | | |"
+                f"| {s.workload.key} | {label} | 0/{len(s.runs) + len(s.failures)} | failed: {why} | | | | | | |"
             )
             continue
         rates = [r.rate for r in ok]
@@ -51,8 +57,8 @@ def table(series: list[Series]) -> list[str]:
         rows.append(
             f"| {s.workload.key} | {label} | {len(ok)}/{len(s.runs) + len(s.failures)} "
             f"| {fmt_rate(s.median('rate'))} | {fmt_rate(min(rates))} - {fmt_rate(max(rates))} "
-            f"| {s.median('seconds'):.2f} | {s.median('cpu_s'):.2f} | {s.median('peak_rss_mb'):.0f} "
-            f"| {', '.join(str(o) for o in outs)} |"
+            f"| {s.median('seconds'):.2f} | {s.median('cpu_s'):.2f} | {steal_text(ok)} "
+            f"| {s.median('peak_rss_mb'):.0f} | {', '.join(str(o) for o in outs)} |"
         )
     return rows
 
@@ -259,7 +265,9 @@ def results_text(
         "",
         f"{info.records:,} input records, {info.keys:,} keys, event rate {info.event_rate}/s of "
         f"event time, window {info.window_ms} ms. records/s = input records / (t_end - t_first), "
-        "see README.md.",
+        "see README.md. steal s: CPU time the hypervisor gave to other guests while the "
+        "contender's process ran, summed over this machine's CPUs (/proc/stat): a run with "
+        "seconds of it ran on a slower machine than one without.",
         "",
         *table(series),
         "",

@@ -182,6 +182,7 @@ def bench(bootstrap: str, broker_text: str, s: Settings, command: str) -> None:
     t0 = time.monotonic()
     started = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
     machine_lines = machine.describe(QUIX_PYTHON)  # load average before we add any
+    steal_start = machine.cpu_steal_s()
     ensure_quix_venv(not s.no_quix_install)
     java_missing = ensure_java()
     if java_missing:
@@ -218,6 +219,9 @@ def bench(bootstrap: str, broker_text: str, s: Settings, command: str) -> None:
                 for name in list(rec):
                     if name.startswith("kafka_streams"):
                         rec[name] = f"not available: {java_missing}"
+    steal_end = machine.cpu_steal_s()
+    if steal_start is not None and steal_end is not None:
+        machine_lines.append(machine.steal_line(steal_end - steal_start, time.monotonic() - t0))
     info = RunInfo(
         started=started, command=command, machine_lines=machine_lines, broker_text=broker_text,
         partitions=s.partitions, records=s.records, keys=s.keys, event_rate=s.event_rate,
@@ -253,7 +257,8 @@ def run_one(
     sr.runs.append(r)
     h.say(
         f"{wl.key} {c.name} run {run_no}: {fmt_rate(r.rate)} records/s, "
-        f"{r.seconds:.2f} s, CPU {r.cpu_s:.2f} s, RSS {r.peak_rss_mb:.0f} MB, "
+        f"{r.seconds:.2f} s, CPU {r.cpu_s:.2f} s, steal {r.steal_s or 0:.2f} s, "
+        f"RSS {r.peak_rss_mb:.0f} MB, "
         f"out {r.records_out}{'' if r.valid else ' INVALID: ' + r.note} "
         f"(process {r.job_s:.1f} s, output checked in {r.check_s:.1f} s)"
     )

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from benchmarks.generate import InputSpec, partition_of
 from benchmarks.harness import FED_LINE, RunResult, Series
 from benchmarks.lineup import Contender, Workload
+from benchmarks.machine import cpu_steal_s, steal_line
 from benchmarks.recovery import RECOVERY_WINDOW_MS, RecoveryResult, probe_key, window_bounds
 from benchmarks.report import (
     RunInfo,
@@ -75,10 +78,18 @@ def test_table_lists_unavailable_contenders_with_the_reason() -> None:
     s.unavailable = "not built yet"
     ok = _series("w2", "quix", [1000.0, 3000.0, 2000.0], module="quix_w")
     rows = table([s, ok])
-    assert rows[2] == "| w2 | kstream (`kstream_w`) | - | not available: not built yet | | | | | |"
+    assert rows[2] == "| w2 | kstream (`kstream_w`) | - | not available: not built yet | | | | | | |"
     assert (
-        rows[3] == "| w2 | quix (`quix_w`) | 3/3 | 2,000 | 1,000 - 3,000 | 1.00 | 2.00 | 100 | 5 |"
+        rows[3] == "| w2 | quix (`quix_w`) | 3/3 | 2,000 | 1,000 - 3,000 | 1.00 | 2.00 | - | 100 | 5 |"
     )
+
+
+def test_table_shows_the_median_cpu_steal_of_the_valid_runs() -> None:
+    s = _series("w4", "kstream", [1000.0, 3000.0, 2000.0, 9000.0])
+    for r, steal in zip(s.runs, [0.5, 4.0, 1.5, None], strict=True):
+        r.steal_s = steal
+    s.runs[1].valid = False  # its steal is not the valid runs'
+    assert table([s])[2].split(" | ")[7] == "1.00"  # median of 0.5 and 1.5
 
 
 def test_recovery_state_fits_one_window_and_probes_hit_their_partition() -> None:
@@ -175,3 +186,11 @@ def test_a_regeneration_keeps_the_checkpoint_store_section_and_nothing_else() ->
     assert text.endswith("| file:// | 1 |\n") and "old table" not in text and "stale" not in text
     assert text.count("## Checkpoint store:") == 1
     assert "## Checkpoint store:" not in results_text(info, [], [], {})
+
+
+def test_the_steal_line_gives_the_share_of_the_machines_cpu_time() -> None:
+    line = steal_line(30.0, 300.0)
+    cpus = os.cpu_count() or 1
+    assert line.endswith(f"30.0 of {300 * cpus} CPU-seconds ({10 / cpus:.1f} %)")
+    steal = cpu_steal_s()
+    assert steal is None or steal >= 0
