@@ -221,14 +221,15 @@ class RunInfo:
 KEPT_SECTIONS = ("## Checkpoint store:",)
 
 
-def kept_sections(previous: str) -> list[str]:
-    """The lines of the sections of ``previous`` (RESULTS.md) that a regeneration keeps:
-    each from its heading to the next ``## `` heading or the end."""
+def kept_sections(previous: str, kept: tuple[str, ...] = KEPT_SECTIONS) -> list[str]:
+    """The lines of the sections of ``previous`` (RESULTS.md, or SCALING.md) that a
+    regeneration keeps, those whose heading starts with one of ``kept``: each from its
+    heading to the next ``## `` heading or the end."""
     out: list[str] = []
     keep = False
     for line in previous.splitlines():
         if line.startswith("## "):
-            keep = line.startswith(KEPT_SECTIONS)
+            keep = line.startswith(kept)
         if keep:
             out.append(line)
     while out and not out[-1].strip():

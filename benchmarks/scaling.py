@@ -25,6 +25,7 @@ from typing import Any, TypeVar
 import click
 
 from benchmarks import machine, scaling_plots
+from benchmarks.report import kept_sections
 from benchmarks.scaling_runs import (
     MIB,
     UNBOUNDED,
@@ -134,6 +135,8 @@ class Point:
 
 #: The curves, as ``--curve`` names them.
 CURVES = ("keys", "state", "workers", "latency", "rss")
+#: Sections of SCALING.md written by hand from separate runs, kept by a regeneration.
+KEPT_SECTIONS = ("## The state curves on their own",)
 
 
 def points(
@@ -486,7 +489,9 @@ def main(
         "[RESULTS.md](RESULTS.md); checkpoint overhead, profile: [PROFILE.md](PROFILE.md).",
         "",
     ]
-    text = "\n".join(report(res, sizes, header, plots))
+    previous = out.read_text() if out.is_file() else ""
+    kept = kept_sections(previous, KEPT_SECTIONS)  # separate runs' sections, by hand
+    text = "\n".join([*report(res, sizes, header, plots), *(["", *kept] if kept else [])])
     out.write_text(text)
     click.echo("\n" + text + f"\nwritten to {out}")
 

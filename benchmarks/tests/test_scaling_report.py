@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from benchmarks import scaling
+from benchmarks.report import kept_sections
 from benchmarks.scaling import FULL, Point, measure, points, report, target_lines
 from benchmarks.scaling_runs import (
     ChangedInterval,
@@ -131,3 +132,17 @@ def test_curve_selects_the_points_of_one_curve() -> None:
     assert len(rss) == len(FULL.outputs) and all(w.startswith("peak RSS") for w in rss)
     both = points(env, FULL, Results(), ("latency", "rss"))
     assert len(both) == len(rss) + FULL.latency_runs * len(FULL.intervals)
+
+
+def test_a_regeneration_keeps_the_hand_written_sections_of_separate_runs() -> None:
+    previous = "\n".join([
+        "# kstream scaling curves", "", "## w2 throughput vs keys", "| old row |", "",
+        "## The state curves on their own, with the 10 M-key points (03:08 UTC)", "",
+        "| 10,000,000 | 66.0 |", "",
+        "## Targets (issue 19)", "| old verdict |", "",
+    ])  # fmt: skip
+    assert kept_sections(previous, scaling.KEPT_SECTIONS) == [
+        "## The state curves on their own, with the 10 M-key points (03:08 UTC)",
+        "",
+        "| 10,000,000 | 66.0 |",
+    ]
