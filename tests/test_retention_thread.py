@@ -29,11 +29,17 @@ class Gate:
             raise ValueError("boom")
 
 
+def running(gate: Gate, retained: int) -> RetentionThread:
+    """A retention thread whose run of ``gate`` for ``retained`` has started (and blocks)."""
+    r = RetentionThread(gate)
+    r.request(retained)
+    assert gate.entered.acquire(timeout=10)
+    return r
+
+
 def test_a_request_returns_at_once_and_runs_on_the_retention_thread() -> None:
     gate = Gate()
-    r = RetentionThread(gate)
-    r.request(3)  # returns although the run blocks
-    assert gate.entered.acquire(timeout=10)
+    r = running(gate, 3)  # the request returned although the run blocks
     assert not r.idle(0)
     gate.release.set()
     assert r.idle(10)
@@ -43,9 +49,7 @@ def test_a_request_returns_at_once_and_runs_on_the_retention_thread() -> None:
 
 def test_requests_during_a_run_coalesce_into_one_more_run_with_the_latest_value() -> None:
     gate = Gate()
-    r = RetentionThread(gate)
-    r.request(3)
-    assert gate.entered.acquire(timeout=10)
+    r = running(gate, 3)
     r.request(4)
     r.request(5)
     gate.release.set()
@@ -72,9 +76,7 @@ def test_a_failing_run_is_logged_and_later_runs_still_happen(
 
 def test_close_finishes_the_requested_runs_first() -> None:
     gate = Gate()
-    r = RetentionThread(gate)
-    r.request(3)
-    assert gate.entered.acquire(timeout=10)
+    r = running(gate, 3)
     r.request(1)
     closer = threading.Thread(target=r.close)
     closer.start()
@@ -90,9 +92,7 @@ def test_close_finishes_the_requested_runs_first() -> None:
 
 def test_close_gives_up_after_its_timeout_and_says_so(caplog: pytest.LogCaptureFixture) -> None:
     gate = Gate()
-    r = RetentionThread(gate)
-    r.request(3)
-    assert gate.entered.acquire(timeout=10)
+    r = running(gate, 3)
     r.close(timeout=0.01)
     assert "left unfinished" in caplog.text
     gate.release.set()
