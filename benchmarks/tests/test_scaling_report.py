@@ -108,7 +108,11 @@ def test_a_point_that_would_not_end_within_the_budget_is_skipped(
 
 def test_latency_runs_are_interleaved_and_reported_as_medians() -> None:
     env = Env("127.0.0.1:1", 4, Path("/nonexistent"), 60.0)
-    lat = [p.what for p in points(env, FULL, Results()) if p.what.startswith("latency")]
+    pts = points(env, FULL, Results())
+    # first of all, the freshly started broker is warmed up by a run nobody reports
+    assert pts[0].what == "broker warm-up: the latency job for 30 s, not reported"
+    assert [p.what for p in pts].count(pts[0].what) == 1
+    lat = [p.what for p in pts if p.what.startswith("latency")]
     assert lat[:4] == [
         "latency, checkpoints every 0.2 s (run 1/3)",
         "latency, checkpoints every 1.0 s (run 1/3)",
@@ -131,7 +135,7 @@ def test_curve_selects_the_points_of_one_curve() -> None:
     rss = [p.what for p in points(env, FULL, Results(), ("rss",))]
     assert len(rss) == len(FULL.outputs) and all(w.startswith("peak RSS") for w in rss)
     both = points(env, FULL, Results(), ("latency", "rss"))
-    assert len(both) == len(rss) + FULL.latency_runs * len(FULL.intervals)
+    assert len(both) == len(rss) + 1 + FULL.latency_runs * len(FULL.intervals)  # 1: warm-up
 
 
 def test_a_regeneration_keeps_the_hand_written_sections_of_separate_runs() -> None:
@@ -146,3 +150,21 @@ def test_a_regeneration_keeps_the_hand_written_sections_of_separate_runs() -> No
         "",
         "| 10,000,000 | 66.0 |",
     ]
+
+
+def test_the_warm_up_runs_the_latency_job_and_reports_nothing(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    calls: list[tuple[float, int, float]] = []
+
+    def latency(_env: Env, interval: float, rate: int, seconds: float) -> LatencyRow:
+        calls.append((interval, rate, seconds))
+        return LatencyRow(interval, rate, int(rate * seconds), 100.0, 900.0, 950.0)
+
+    monkeypatch.setattr(scaling, "latency", latency)
+    env = Env("127.0.0.1:1", 4, Path("/nonexistent"), 60.0, say=lambda _text: None)
+    res = Results()
+    warm_up = points(env, FULL, res, ("latency",))[0]
+    warm_up.run()
+    assert calls == [(0.2, FULL.latency_rate, FULL.latency_warmup_s)]
+    assert res.latency == [] and res.failures == []
