@@ -42,6 +42,7 @@ from kstream.kafka.clients import (
     KafkaError,
     KafkaException,
     TopicSpec,
+    consume_available,
     ensure_topics,
     make_admin,
     make_consumer,
@@ -217,7 +218,7 @@ class ControlReader:
 
     def _poll(self, timeout: float, max_messages: int) -> list[tuple[bytes, Message, float]]:
         out: list[tuple[bytes, Message, float]] = []
-        for rec in self._consumer.consume(max_messages, timeout):
+        for rec in consume_available(self._consumer, max_messages, timeout):
             err = rec.error()
             if err is not None:
                 if err.code() == KafkaError._PARTITION_EOF:

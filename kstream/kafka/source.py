@@ -27,7 +27,13 @@ from typing import Any
 
 from confluent_kafka import OFFSET_INVALID, TIMESTAMP_NOT_AVAILABLE, TopicPartition
 
-from kstream.kafka.clients import KafkaError, KafkaException, make_consumer, watermark_offsets
+from kstream.kafka.clients import (
+    KafkaError,
+    KafkaException,
+    consume_available,
+    make_consumer,
+    watermark_offsets,
+)
 from kstream.kafka.missingtopics import MISSING_TOPIC_GRACE_S, MissingTopics
 from kstream.kafka.reachability import Reachability
 
@@ -209,16 +215,10 @@ class SourceConsumer:
         consumer = self._consumer
         if self._missing.due():
             self._look_up_missing()
-        # What is queued now, without waiting: librdkafka's consume(n, timeout) waits
-        # until n messages are there or the timeout passed, which idles the caller
-        # whenever fetches arrive in smaller chunks. Only an empty queue is waited
-        # for, and only until its first message.
-        msgs = consumer.consume(max_records, 0)
+        # Not consume(n, timeout): it idles whenever fetches arrive in smaller chunks.
+        msgs = consume_available(consumer, max_records, timeout)
         if not msgs:
-            first = consumer.poll(timeout)
-            if first is None:
-                return out
-            msgs = [first, *consumer.consume(max_records - 1, 0)] if max_records > 1 else [first]
+            return out
         msg: Any
         # A consume() returns each partition's records in runs: the batch list is looked
         # up when the partition changes, not per record.
