@@ -36,8 +36,9 @@ class ScriptedConsumer:
 
     def poll(self, timeout: float) -> str | None:
         self.calls.append(("poll", None, timeout))
-        self.queued += self.arrives
-        self.arrives = []
+        if timeout > 0:
+            self.queued += self.arrives
+            self.arrives = []
         return self.queued.pop(0) if self.queued else None
 
 
@@ -61,4 +62,4 @@ def test_nothing_arriving_returns_nothing_and_no_timeout_never_waits() -> None:
     assert [name for name, _n, _t in c.calls] == ["consume", "poll"]
     c = ScriptedConsumer([], ["a"])
     assert consume_available(c, 500, 0) == []
-    assert c.calls == [("consume", 500, 0)]
+    assert c.calls == [("consume", 500, 0), ("poll", None, 0)]  # both without waiting
