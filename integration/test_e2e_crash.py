@@ -114,7 +114,11 @@ def test_exactly_once_under_kills(
     assert result.report.kills >= 6, "at least 5 worker kills and the coordinator"
     roles = [role for _t, role, _why in result.job.kills] if result.job else []
     assert "coordinator" in roles
-    assert result.report.restores >= 5  # each lost worker rolls the job back
+    # Each lost worker rolls the job back, except that a worker lost while the restarted
+    # coordinator makes its first restore is covered by that restore (CI, seed 35544:
+    # worker-2 killed 2.6 s after the coordinator, one restore for both; the same seed
+    # gave 5 and 6 restores in two runs on the dev broker).
+    assert result.report.restores >= 4
     # The kill between barrier and acknowledgement: checkpoint n never completes.
     snap = [t for t in result.targeted if t.point == "after-snapshot"]
     assert len(snap) == 1 and not snap[0].completed_before_kill
