@@ -204,6 +204,42 @@ def test_files_written_or_touched_within_retouch_s_are_not_asked_about_again(
     backend.close()
 
 
+class PairedStore(AskingStore):
+    """Once armed, each ``exists`` waits for a second one to be in flight at once: a
+    caller asking about one file after another fails with BrokenBarrierError."""
+
+    def __init__(self, root: Path) -> None:
+        super().__init__(root)
+        self.pair: threading.Barrier | None = None
+
+    def exists(self, path: str) -> bool:
+        if self.pair is not None:
+            self.pair.wait()
+        return super().exists(path)
+
+
+def test_the_check_after_the_manifest_asks_about_the_files_in_parallel(tmp_path: Path) -> None:
+    # One request after another was half of a steady-state upload to S3: ~12 files each
+    # snapshot, a round trip each (benchmarks/PROFILE.md, sixteenth round).
+    store = PairedStore(tmp_path / "store")
+    backend = RocksDBBackend(tmp_path / "task")
+    uploader = SnapshotUploader(store, APP, TASK)
+    _fill(backend, 2_000, 1)
+    files1 = {
+        f.path
+        for f in read_manifest(
+            store, uploader.upload_now(backend.snapshot_sync(1)).manifest_path
+        ).files
+    }
+    assert len(files1) >= 4 and store.concurrency >= 2
+    store.asked.clear()
+    store.pair = threading.Barrier(2, timeout=10)
+    h2 = uploader.upload_now(backend.snapshot_sync(2))  # nothing new: only the check asks
+    assert sorted(store.asked) == sorted(files1) and h2.files_uploaded == 0
+    uploader.close()
+    backend.close()
+
+
 def test_local_copy_is_reused_and_nothing_is_downloaded(tmp_path: Path) -> None:
     store = CountingStore(tmp_path / "store")
     backend = RocksDBBackend(tmp_path / "task")

@@ -261,11 +261,8 @@ class SnapshotUploader:
             touched[entry.path] = at
             return uploaded
 
-        asked = [entry for entry in files if entry.path not in touched]
-        for entry, uploaded in zip(asked, self._transfers().map(put_missing, asked), strict=True):
-            if uploaded:
-                uploaded_bytes += entry.size
-                uploaded_files += 1
+        # 3. The blobs: their content and hash here, then asked about (touched or put)
+        #    along with the files of step 2, in parallel.
         blob_entries: dict[str, FileEntry] = {}
         blob_data: dict[str, bytes | Path] = {}
         for name, data in sorted(blobs.items()):
@@ -281,10 +278,19 @@ class SnapshotUploader:
             entry = FileEntry(name, size, sha, shared_path(self.app_id, sha))
             blob_entries[name] = entry
             blob_data[entry.path] = content
+
+        def put_blob(entry: FileEntry) -> bool:
             if store.exists(entry.path):
                 store.touch(entry.path)
-            else:
-                _put(store, entry.path, content)
+                return False
+            _put(store, entry.path, blob_data[entry.path])
+            return True
+
+        jobs = [(put_missing, e) for e in files if e.path not in touched]
+        jobs += [(put_blob, e) for e in {e.path: e for e in blob_entries.values()}.values()]
+        done = self._transfers().map(lambda job: job[0](job[1]), jobs)
+        for (_, entry), uploaded in zip(jobs, done, strict=True):
+            if uploaded:
                 uploaded_bytes += entry.size
                 uploaded_files += 1
         manifest = SnapshotManifest(
@@ -301,18 +307,22 @@ class SnapshotUploader:
             blobs=blob_entries,
             watermarks=watermarks,
         )
-        # 3. The manifest last, atomically: once it exists the snapshot is whole.
+        # 4. The manifest last, atomically: once it exists the snapshot is whole.
         path = manifest_path(self.app_id, self.task_id, snapshot.label)
         store.put_bytes(path, manifest.to_json())
-        # 4. Heal a race with a GC that listed manifests before step 3 and deleted a
-        #    file we reused: now that the manifest references it, put it back.
-        for p in sorted(manifest.shared_paths()):
-            if not store.exists(p):
+        # 5. Heal a race with a GC that listed manifests before step 3 and deleted a
+        #    file we reused: now that the manifest references it, put it back. Asked in
+        #    parallel, as steps 2 and 3: one request after another was half of a steady-state
+        #    upload to an object store (PROFILE.md, sixteenth round).
+        paths = sorted(manifest.shared_paths())
+        present = self._transfers().map(store.exists, paths)
+        for p, there in zip(paths, present, strict=True):
+            if not there:
                 if p in local_of:
                     store.put_file(p, local_of[p])
                 else:
                     _put(store, p, blob_data[p])
-        # 5. The local copy may now be pruned (once newer snapshots exist).
+        # 6. The local copy may now be pruned (once newer snapshots exist).
         mark_uploaded(snapshot.directory)
         return StateHandle(
             manifest_path=path,
