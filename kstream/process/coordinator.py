@@ -9,6 +9,7 @@ so ``CheckpointCompleted`` can never precede its metadata.
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
@@ -53,6 +54,7 @@ from kstream.store.layout import CHECKPOINT_LABEL, numbered_manifest, tasks_pref
 from kstream.store.metadata import (
     CheckpointMetadata,
     MetadataError,
+    add_to_index,
     known_completed,
     latest_completed,
     list_checkpoints,
@@ -98,6 +100,10 @@ class CommandExecutor:
         self.metrics = metrics or METRICS
         self._purged: dict[tuple[str, int], int] = {}
         self._young: dict[str, float] = {}  # retention: young shared files, their mtimes
+        # Completed checkpoints not in the store's index yet: the retention thread adds
+        # them before its run, so the index (a hint) costs the critical path nothing.
+        self._unindexed: list[int] = []
+        self._unindexed_lock = threading.Lock()
         self._retention = RetentionThread(self._apply_retention)
         self.coordinator = coordinator
         self.transport = transport
@@ -210,10 +216,12 @@ class CommandExecutor:
         # coordinator return CheckpointCompleted(n) — why: a receiver of the
         # announcement must always find the metadata.
         try:
-            write_metadata(self.store, self.app_id, cmd.metadata)
+            write_metadata(self.store, self.app_id, cmd.metadata, index=False)
         except StoreError as e:
             log.error("writing metadata of checkpoint %d failed: %s", n, e)
             return self.coordinator.metadata_failed(n, str(e), self.clock())
+        with self._unindexed_lock:
+            self._unindexed.append(n)  # ApplyRetention follows every completion
         self._completed(cmd.metadata)
         return self.coordinator.metadata_written(n, self.clock())
 
@@ -244,6 +252,10 @@ class CommandExecutor:
         self._retention.close()
 
     def _apply_retention(self, retained: int) -> None:
+        with self._unindexed_lock:
+            ids, self._unindexed = self._unindexed, []
+        if ids:
+            add_to_index(self.store, self.app_id, ids)
         try:
             apply_retention(self.store, self.app_id, retained, young=self._young)
         except StoreError as e:  # retention is retried after the next completion

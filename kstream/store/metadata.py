@@ -120,20 +120,30 @@ class CheckpointMetadata:
             raise MetadataError(f"{where} is not valid checkpoint metadata: {e}") from e
 
 
-def write_metadata(store: CheckpointStore, app_id: str, meta: CheckpointMetadata) -> str:
+def write_metadata(
+    store: CheckpointStore, app_id: str, meta: CheckpointMetadata, *, index: bool = True
+) -> str:
     """Create the metadata file exclusively (ObjectExists if that id was already completed),
-    then add its id to the index."""
+    then (``index``) add its id to the index; the coordinator adds it later, off the
+    checkpoint's critical path (``add_to_index``)."""
     path = metadata_path(app_id, meta.checkpoint_id)
     # 1. The metadata, exclusively: it alone makes the checkpoint complete.
     store.put_bytes(path, meta.to_json(), exclusive=True)
-    # 2. The index, a hint for readers: failing to write it only delays what they learn
-    #    from it (they also check the ids the control topic names).
-    try:
-        ids = sorted({*read_index(store, app_id), meta.checkpoint_id})[-INDEX_LENGTH:]
-        store.put_bytes(index_path(app_id), json.dumps({"completed": ids}).encode())
-    except StoreError as e:
-        log.warning("checkpoint %d: updating the index failed: %s", meta.checkpoint_id, e)
+    if index:
+        add_to_index(store, app_id, [meta.checkpoint_id])
     return path
+
+
+def add_to_index(store: CheckpointStore, app_id: str, ids: Iterable[int]) -> None:
+    """Add completed checkpoints ``ids`` to the index. It is a hint for readers: failing
+    to write it is logged and only delays what they learn from it (they also check the
+    ids the control topic names: the newest announced one and those triggered after it)."""
+    ids = list(ids)
+    try:
+        merged = sorted({*read_index(store, app_id), *ids})[-INDEX_LENGTH:]
+        store.put_bytes(index_path(app_id), json.dumps({"completed": merged}).encode())
+    except StoreError as e:
+        log.warning("checkpoints %s: updating the index failed: %s", ids, e)
 
 
 def read_index(store: CheckpointStore, app_id: str) -> list[int]:
