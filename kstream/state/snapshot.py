@@ -310,10 +310,10 @@ class SnapshotUploader:
         # 4. The manifest last, atomically: once it exists the snapshot is whole.
         path = manifest_path(self.app_id, self.task_id, snapshot.label)
         store.put_bytes(path, manifest.to_json())
-        # 5. Heal a race with a GC that listed manifests before step 3 and deleted a
-        #    file we reused: now that the manifest references it, put it back. Asked in
-        #    parallel, as steps 2 and 3: one request after another was half of a steady-state
-        #    upload to an object store (PROFILE.md, sixteenth round).
+        # 5. Heal a race with a GC that listed manifests before step 4 and deleted a
+        #    file we reused: now that the manifest references it, put it back. Asked
+        #    in parallel, as in steps 2 and 3: one request after another was half of a
+        #    steady-state upload to an object store (PROFILE.md, sixteenth round).
         paths = sorted(manifest.shared_paths())
         present = self._transfers().map(store.exists, paths)
         for p, there in zip(paths, present, strict=True):
