@@ -2,11 +2,23 @@
 
 from __future__ import annotations
 
+import datetime
+import enum
+import uuid
+from typing import NamedTuple
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from kstream.state.keys import KeyEncodingError, decode_key, encode_key, prefix_upper_bound
+from kstream.state.keys import (
+    KeyEncodingError,
+    decode_key,
+    encode_key,
+    keys_from_json,
+    keys_json,
+    prefix_upper_bound,
+)
 
 ints = st.one_of(
     st.integers(min_value=-(2**63), max_value=2**63 - 1),
@@ -200,3 +212,71 @@ def test_window_key_shape_with_a_wrong_tail_is_still_rejected() -> None:
         decode_key(good[:-1])  # terminator cut: falls back to the checked path
     with pytest.raises(KeyEncodingError):
         decode_key(good[:-2] + b"\x00\x07")  # bad escape
+
+
+class _Color(enum.Enum):
+    RED = "red"
+
+
+class _Level(enum.IntEnum):
+    HIGH = 3
+
+
+class _Pair(NamedTuple):
+    a: int
+    b: str
+
+
+json_component = st.one_of(ints, texts, st.booleans(), st.none(), st.floats(allow_nan=True), blobs)
+
+
+@given(st.lists(st.lists(json_component, max_size=4).map(tuple), max_size=8))
+def test_keys_as_json_encode_on_restore_exactly_as_encode_key_does(keys: list[tuple]) -> None:
+    """``keys_json`` takes exact ints within 64 bits, strs without lone surrogates, bools
+    and None, declines everything else, and what it takes reads back as the same
+    encodings."""
+    data = keys_json(keys)
+    exact = all(
+        type(p) in (bool, type(None))
+        or (type(p) is int and -(2**63) <= p < 2**64)
+        or (type(p) is str and not any(0xD800 <= ord(c) <= 0xDFFF for c in p))
+        for k in keys
+        for p in k
+    )
+    assert (data is not None) == exact
+    if data is not None:
+        assert keys_from_json(data) == [encode_key(k) for k in keys]
+
+
+@pytest.mark.parametrize(
+    "key",
+    [
+        (1.5,),  # JSON would hold it, but it is no key component
+        ("a", uuid.UUID(int=7)),  # orjson writes a UUID as a string
+        (_Color.RED,),  # and an Enum as its value
+        (_Level.HIGH,),  # an int subclass
+        (datetime.datetime(2026, 12, 2),),
+        ((1, 2),),  # a nested tuple
+        (b"raw",),
+        _Pair(1, "x"),  # a tuple subclass
+    ],
+)
+def test_keys_json_declines_what_json_would_not_give_back_exactly(key: tuple) -> None:
+    assert keys_json([(1, "ok"), key]) is None
+
+
+@pytest.mark.parametrize(
+    ("data", "message"),
+    [
+        (b"[[1, 2.5]]", "array of ints, strs"),
+        (b'[[1], "a"]', "array of ints, strs"),
+        (b"{}", "not a JSON array but dict"),
+        (b"[[1]", "not a JSON array"),
+        (b"[[18446744073709551616000]]", "array of ints, strs"),  # read as a float
+    ],
+)
+def test_keys_from_json_refuses_anything_but_arrays_of_key_components(
+    data: bytes, message: str
+) -> None:
+    with pytest.raises(KeyEncodingError, match=message):
+        keys_from_json(data)
