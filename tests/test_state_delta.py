@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+import msgpack
 import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
@@ -29,7 +30,7 @@ from tests.test_state_snapshot import APP, SPECS, TASK, contents
 
 
 def key_of(k: int, table: int) -> tuple[Any, ...]:
-    """Table 0's keys go into delta files as JSON, table 2's (bytes) encoded, table 1's
+    """Table 0's keys go into delta files packed, table 2's (bytes) too, table 1's
     either way (ints past 64 bits encoded) in the same table."""
     if table == 2:
         return (f"k{k % 7}".encode(), k)
@@ -241,7 +242,7 @@ def test_delta_files_round_trip_and_malformed_ones_are_refused() -> None:
     w.writes([b"k1", b"k2"], [b"v1", b""])
     w.table("b")
     w.delete_range(b"a", b"z")
-    w.writes_json_keys(b'[["u1",7],[null,true]]', [b"v3", b""])
+    w.writes_packed_keys(msgpack.packb([("u1", 7), (None, True)]), [b"v3", b""])
     data = w.data()
     assert list(read_delta(data, "x")) == [
         ("a", 2, b"k1", b"v1"),
@@ -254,13 +255,13 @@ def test_delta_files_round_trip_and_malformed_ones_are_refused() -> None:
         with pytest.raises(DeltaError, match="where"):
             list(read_delta(bad, "where"))
     for keys, values, message in (
-        (b'[["u1",7]]', [b"v", b"w"], "2 writes has 1 keys"),
-        (b'[["u1",7.5]]', [b"v"], "array of ints, strs"),
-        (b'[["u1",7]', [b"v"], "not a JSON array"),
+        (msgpack.packb([("u1", 7)]), [b"v", b"w"], "2 writes has 1 keys"),
+        (msgpack.packb([("u1", 7.5)]), [b"v"], "array of ints, strs"),
+        (msgpack.packb([("u1", 7)])[:-1], [b"v"], "not a MessagePack array"),
     ):
         w = DeltaWriter()
         w.table("a")
-        w.writes_json_keys(keys, values)
+        w.writes_packed_keys(keys, values)
         with pytest.raises(DeltaError, match=f"where: the block.*{message}|where: .*{message}"):
             list(read_delta(w.data(), "where"))
     assert decompress(compress(data), "x") == data

@@ -23,10 +23,10 @@ Component layout (first byte is a type tag):
 
 ``bool`` is encoded as the ``int`` it equals. Ints need at most 255 bytes.
 
-A batch of keys can also be written as one JSON array of arrays (``keys_json``, read
-back by ``keys_from_json``): one C call for thousands of keys where ``encode_key`` is
+A batch of keys can also be written as one MessagePack array of arrays (``pack_keys``,
+read back by ``unpack_keys``): one C call for thousands of keys where ``encode_key`` is
 a Python call each, for keys of exact ints within 64 bits, strs without lone
-surrogates, bools and None (everything else makes ``keys_json`` decline). A delta
+surrogates, bytes, bools and None (anything else makes ``pack_keys`` decline). A delta
 snapshot writes its keys this way (``kstream.state.delta``); the restore encodes them.
 """
 
@@ -37,7 +37,7 @@ from collections.abc import Collection
 from itertools import chain
 from typing import Any
 
-import orjson
+import msgpack
 
 from kstream.state.base import StateKey
 
@@ -206,49 +206,39 @@ def decode_key(data: bytes) -> StateKey:
     return tuple(parts)
 
 
-_JSON_PARTS = frozenset({int, str, bool, type(None)})
-_JSON_OPTIONS = (
-    orjson.OPT_PASSTHROUGH_SUBCLASS
-    | orjson.OPT_PASSTHROUGH_DATACLASS
-    | orjson.OPT_PASSTHROUGH_DATETIME
-)
+_PACKED_PARTS = frozenset({int, str, bytes, bool, type(None)})
 
 
-def _decline(part: Any) -> Any:
-    raise TypeError(type(part).__name__)
-
-
-def keys_json(keys: Collection[StateKey]) -> bytes | None:
-    """``keys`` (in iteration order) as one JSON array of arrays, or None when a
-    component is not one JSON gives back exactly (exact ``int``, ``str``, ``bool``,
-    ``None``; orjson refuses ints beyond 64 bits and lone surrogates): the caller
-    encodes those with ``encode_key``. (orjson declines tuple subclasses as keys.)"""
-    if set(map(type, chain.from_iterable(keys))) - _JSON_PARTS:
+def pack_keys(keys: Collection[StateKey]) -> bytes | None:
+    """``keys`` (in iteration order) as one MessagePack array of arrays, or None when a
+    component is not of a type MessagePack gives back exactly (exact ``int`` within 64
+    bits, ``str`` without lone surrogates, ``bytes``, ``bool``, ``None``): the caller
+    encodes those with ``encode_key``."""
+    if set(map(type, chain.from_iterable(keys))) - _PACKED_PARTS:
         return None
     try:
-        return orjson.dumps(list(keys), default=_decline, option=_JSON_OPTIONS)
-    except TypeError:
+        packed: bytes = msgpack.packb(list(keys), use_bin_type=True)
+    except (OverflowError, UnicodeEncodeError):  # ints past 64 bits, lone surrogates
         return None
+    return packed
 
 
-def keys_from_json(data: bytes | memoryview) -> list[bytes]:
-    """The ``encode_key`` encodings of the keys ``keys_json`` wrote; KeyEncodingError if
-    ``data`` is not such an array (bad JSON, a key not an array, a component of
+def unpack_keys(data: bytes | memoryview) -> list[bytes]:
+    """The ``encode_key`` encodings of the keys ``pack_keys`` packed; KeyEncodingError
+    if ``data`` is not such an array (malformed, a key not an array, a component of
     another type)."""
     try:
-        keys = orjson.loads(data)
-    except orjson.JSONDecodeError as e:
-        raise KeyEncodingError(f"keys are not a JSON array: {e}") from e
-    if type(keys) is not list:
-        raise KeyEncodingError(f"keys are not a JSON array but {type(keys).__name__}")
-    out = []
-    for key in keys:
-        if type(key) is not list or set(map(type, key)) - _JSON_PARTS:
-            raise KeyEncodingError(
-                f"a key in JSON must be an array of ints, strs, bools and nulls: {key!r}"
-            )
-        out.append(encode_key(tuple(key)))
-    return out
+        keys = msgpack.unpackb(data, use_list=False, raw=False)
+    except (ValueError, msgpack.UnpackException) as e:  # (their malformed-data errors)
+        raise KeyEncodingError(f"keys are not a MessagePack array: {e}") from e
+    if type(keys) is not tuple:
+        raise KeyEncodingError(f"keys are not a MessagePack array but {type(keys).__name__}")
+    if set(map(type, keys)) - {tuple} or set(map(type, chain.from_iterable(keys))) - _PACKED_PARTS:
+        bad = next(k for k in keys if type(k) is not tuple or set(map(type, k)) - _PACKED_PARTS)
+        raise KeyEncodingError(
+            f"a packed key must be an array of ints, strs, bytes, bools and nils: {bad!r}"
+        )
+    return list(map(encode_key, keys))
 
 
 def prefix_upper_bound(prefix: bytes) -> bytes | None:

@@ -34,7 +34,7 @@ import rocksdict
 from kstream.serde import JsonSerde
 from kstream.state.base import StateKey, StateTable, TableSpec
 from kstream.state.delta import DeltaWriter
-from kstream.state.keys import decode_key, encode_key, keys_json, prefix_upper_bound
+from kstream.state.keys import decode_key, encode_key, pack_keys, prefix_upper_bound
 from kstream.state.valueformat import (
     HAS_TIME,
     HEADERS,
@@ -358,8 +358,8 @@ class RocksDBTable(StateTable):
 
     def _encode_changes(self, changes: dict[StateKey, Any], out: DeltaWriter) -> None:
         """Each change as RocksDB would store it: the values encoded, the keys as one
-        JSON array (``keys_json``: one C call; the restore encodes them) or, for keys
-        JSON cannot hold exactly, encoded (most were read from RocksDB before their
+        MessagePack array (``pack_keys``: one C call; the restore encodes them) or, for
+        keys it cannot hold exactly, encoded (most were read from RocksDB before their
         first put, or are in the read cache: one lookup finds them)."""
         value = self._stored
         if self._compact_ints and self._ttl is None:  # counters: inline
@@ -370,9 +370,9 @@ class RocksDBTable(StateTable):
             ]
         else:
             values = [value(v) for v in changes.values()]
-        as_json = keys_json(changes)
-        if as_json is not None:
-            out.writes_json_keys(as_json, values)
+        packed = pack_keys(changes)
+        if packed is not None:
+            out.writes_packed_keys(packed, values)
             return
         known, clean_keys = self._keys, self._clean_keys
         keys = [known.get(k) or clean_keys.get(k) or encode_key(k) for k in changes]
