@@ -7,7 +7,6 @@ import json
 from pathlib import Path
 from typing import Any
 
-import msgpack
 import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
@@ -21,7 +20,6 @@ from kstream.state.delta import (
     decompress,
     read_delta,
 )
-from kstream.state.keys import encode_key
 from kstream.state.restore import CorruptSnapshotError, restore_backend
 from kstream.state.rocksdb import RocksDBBackend
 from kstream.state.snapshot import SnapshotUploader, read_manifest
@@ -29,12 +27,8 @@ from kstream.store.file import FileStore
 from tests.test_state_snapshot import APP, SPECS, TASK, contents
 
 
-def key_of(k: int, table: int) -> tuple[Any, ...]:
-    """Table 0's keys go into delta files packed, table 2's (bytes) too, table 1's
-    either way (ints past 64 bits encoded) in the same table."""
-    if table == 2:
-        return (f"k{k % 7}".encode(), k)
-    return (f"k{k % 7}", k << (60 * table))
+def key_of(k: int) -> tuple[str, int]:
+    return (f"k{k % 7}", k)
 
 
 op = st.one_of(
@@ -87,7 +81,7 @@ def test_every_delta_snapshot_restores_to_exactly_its_contents(
     futures = []
     for kind, ti, k, v in [*ops, ("snapshot", 0, 0, 0)]:
         table = backend.table(SPECS[ti])
-        key = key_of(k, ti)
+        key = key_of(k)
         value: Any = v if ti == 0 else ([v] if ti == 1 else bytes([v % 256]))
         if kind == "put":
             table.put(key, value)
@@ -101,7 +95,7 @@ def test_every_delta_snapshot_restores_to_exactly_its_contents(
             table.put(key, value if old is None else old + value)
             model[ti][key] = table.get(key)
         elif kind == "range":
-            lo, hi = key_of(k, ti), key_of(k + v, ti)
+            lo, hi = key_of(k), key_of(k + v)
             table.delete_range(lo, hi)
             for mk in [mk for mk in model[ti] if lo <= mk < hi]:
                 del model[ti][mk]
@@ -113,7 +107,7 @@ def test_every_delta_snapshot_restores_to_exactly_its_contents(
             futures.append(uploader.upload(snap, positions={"in-0": len(taken)}))
         for i, m in enumerate(model):  # every read sees the model (a range: all of it)
             for kk in range(k, k + v + 1) if kind == "range" else (k,):
-                assert backend.table(SPECS[i]).get(key_of(kk, i)) == m.get(key_of(kk, i))
+                assert backend.table(SPECS[i]).get(key_of(kk)) == m.get(key_of(kk))
     handles = [f.result(timeout=30) for f in futures]
     uploader.close()
     backend.close()
@@ -242,28 +236,15 @@ def test_delta_files_round_trip_and_malformed_ones_are_refused() -> None:
     w.writes([b"k1", b"k2"], [b"v1", b""])
     w.table("b")
     w.delete_range(b"a", b"z")
-    w.writes_packed_keys(msgpack.packb([("u1", 7), (None, True)]), [b"v3", b""])
     data = w.data()
     assert list(read_delta(data, "x")) == [
         ("a", 2, b"k1", b"v1"),
         ("a", 3, b"k2", b""),
         ("b", 4, b"a", b"z"),
-        ("b", 2, encode_key(("u1", 7)), b"v3"),
-        ("b", 3, encode_key((None, 1)), b""),
     ]
     for bad in (data[:-1], data[:20], b"KSDELTA2" + data[8:], data + b"\x00", b""):
         with pytest.raises(DeltaError, match="where"):
             list(read_delta(bad, "where"))
-    for keys, values, message in (
-        (msgpack.packb([("u1", 7)]), [b"v", b"w"], "2 writes has 1 keys"),
-        (msgpack.packb([("u1", 7.5)]), [b"v"], "array of ints, strs"),
-        (msgpack.packb([("u1", 7)])[:-1], [b"v"], "not a MessagePack array"),
-    ):
-        w = DeltaWriter()
-        w.table("a")
-        w.writes_packed_keys(keys, values)
-        with pytest.raises(DeltaError, match=f"where: the block.*{message}|where: .*{message}"):
-            list(read_delta(w.data(), "where"))
     assert decompress(compress(data), "x") == data
     for bad in (compress(data)[:-2], data, b"KSDELTZ1junk"):
         with pytest.raises(DeltaError, match="where"):

@@ -2,24 +2,11 @@
 
 from __future__ import annotations
 
-import datetime
-import enum
-import uuid
-from typing import NamedTuple
-
-import msgpack
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from kstream.state.keys import (
-    KeyEncodingError,
-    decode_key,
-    encode_key,
-    pack_keys,
-    prefix_upper_bound,
-    unpack_keys,
-)
+from kstream.state.keys import KeyEncodingError, decode_key, encode_key, prefix_upper_bound
 
 ints = st.one_of(
     st.integers(min_value=-(2**63), max_value=2**63 - 1),
@@ -213,85 +200,3 @@ def test_window_key_shape_with_a_wrong_tail_is_still_rejected() -> None:
         decode_key(good[:-1])  # terminator cut: falls back to the checked path
     with pytest.raises(KeyEncodingError):
         decode_key(good[:-2] + b"\x00\x07")  # bad escape
-
-
-class _Color(enum.Enum):
-    RED = "red"
-
-
-class _Level(enum.IntEnum):
-    HIGH = 3
-
-
-class _Pair(NamedTuple):
-    a: int
-    b: str
-
-
-packed_component = st.one_of(ints, texts, st.booleans(), st.none(), st.floats(), blobs)
-
-
-@given(st.lists(st.lists(packed_component, max_size=4).map(tuple), max_size=8))
-def test_packed_keys_encode_on_restore_exactly_as_encode_key_does(keys: list[tuple]) -> None:
-    """``pack_keys`` takes exact ints within 64 bits, strs without lone surrogates,
-    bytes, bools and None, declines everything else, and what it takes reads back as
-    the same encodings."""
-    data = pack_keys(keys)
-    exact = all(
-        type(p) in (bool, type(None), bytes)
-        or (type(p) is int and -(2**63) <= p < 2**64)
-        or (type(p) is str and not any(0xD800 <= ord(c) <= 0xDFFF for c in p))
-        for k in keys
-        for p in k
-    )
-    assert (data is not None) == exact
-    if data is not None:
-        assert unpack_keys(data) == [encode_key(k) for k in keys]
-
-
-@pytest.mark.parametrize(
-    "key",
-    [
-        (1.5,),  # MessagePack would hold it, but it is no key component
-        ("a", uuid.UUID(int=7)),
-        (_Color.RED,),
-        (_Level.HIGH,),  # an int subclass (encode_key takes it; the slow path does)
-        (datetime.datetime(2026, 12, 2),),
-        ((1, 2),),  # a nested tuple
-        (bytearray(b"raw"),),  # MessagePack would write it as bytes
-    ],
-)
-def test_pack_keys_declines_what_would_not_come_back_exactly(key: tuple) -> None:
-    assert pack_keys([(1, "ok"), key]) is None
-
-
-def test_a_tuple_subclass_packs_as_the_tuple_it_encodes_as() -> None:
-    assert unpack_keys(pack_keys([_Pair(1, "x")]) or b"") == [encode_key((1, "x"))]
-
-
-@pytest.mark.parametrize(
-    ("data", "message"),
-    [
-        (msgpack.packb([[1, 2.5]]), "must be an array of ints"),
-        (msgpack.packb([[1], "a"]), "must be an array of ints"),
-        (msgpack.packb([[msgpack.ExtType(1, b"x")]]), "must be an array of ints"),
-        (msgpack.packb({"a": 1}), "not a MessagePack array but dict"),
-        (msgpack.packb([[1]])[:-1], "not a MessagePack array"),
-        (msgpack.packb([[1]]) + b"\x00", "not a MessagePack array"),
-        (b"\xc1", "not a MessagePack array"),
-    ],
-)
-def test_unpack_keys_refuses_anything_but_arrays_of_key_components(
-    data: bytes, message: str
-) -> None:
-    with pytest.raises(KeyEncodingError, match=message):
-        unpack_keys(data)
-
-
-@given(st.binary(max_size=64))
-def test_any_bytes_unpack_to_keys_or_raise_a_key_encoding_error(data: bytes) -> None:
-    try:
-        keys = unpack_keys(data)
-    except KeyEncodingError:
-        return
-    assert all(type(k) is bytes for k in keys)

@@ -3,10 +3,8 @@
 A task's snapshot is either *full* (a RocksDB checkpoint, the *base*) or a *delta*
 snapshot: the base's files plus, in order, one delta file per checkpoint taken since
 it. A delta file holds what the interval changed, by table, in the order it happened:
-point writes (the stored value bytes, exactly as RocksDB would hold them, under the
-stored key or, for a block of keys MessagePack holds exactly, the keys as one
-MessagePack array: ``kstream.state.keys.pack_keys``, a C call where encoding each key
-is a Python call), deletions and range deletions. Restoring writes them over the base in file order
+point writes (the stored key and value bytes, exactly as RocksDB would hold them),
+deletions and range deletions. Restoring writes them over the base in file order
 (``RocksDBBackend.apply_delta``). A checkpoint then writes only the changed entries
 into a file instead of into RocksDB (no memtable flush, no new sorted run, no
 compaction every second), and uploads only that file; a full snapshot every so often
@@ -22,16 +20,11 @@ little-endian)::
                                                      n writes; an empty value deletes
                                                      (a stored value is never empty)
               0x04 u32 a, u32 b, low, high           delete the keys in [low, high)
-              0x05 u32 n, u32 m, n u32 value lengths, m bytes of MessagePack: an
-                   array of the n keys (``pack_keys``), the n values
-                                                     n writes, as 0x02 once the keys
-                                                     are encoded (``unpack_keys``)
     0x00 u64 records                                 end: how many records came before it
 
 A file is checked against its manifest's SHA-256 before it is read; the end record
 catches a truncated or malformed file anyway (``DeltaError``). Nothing in it is
-executed or unpickled: keys and values are the state's own encodings, or keys as
-MessagePack arrays of ints, strings, bytes, booleans and nils.
+executed or unpickled: keys and values are the state's own encodings.
 """
 
 from __future__ import annotations
@@ -46,17 +39,14 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from kstream.state.keys import KeyEncodingError, unpack_keys
-
 MAGIC = b"KSDELTA1"
 ZMAGIC = b"KSDELTZ1"  # a delta file: ZMAGIC and the zlib-compressed delta
 DIR = "deltas"  # the delta files' subdirectory of a snapshot (and their manifest names' prefix)
 SUFFIX = ".kvd"
 
-OP_END, OP_TABLE, OP_PUT, OP_DELETE, OP_RANGE, OP_PACKED_KEYS = 0, 1, 2, 3, 4, 5
+OP_END, OP_TABLE, OP_PUT, OP_DELETE, OP_RANGE = 0, 1, 2, 3, 4
 _TABLE = struct.Struct(">BH")
 _BLOCK = struct.Struct(">BI")
-_PACKED_BLOCK = struct.Struct(">BII")
 _RANGE = struct.Struct(">BII")
 _END = struct.Struct(">BQ")
 if array("I").itemsize != 4:  # pragma: no cover - every platform CPython supports today
@@ -131,18 +121,6 @@ class DeltaWriter:
             )
             self.records += 1
 
-    def writes_packed_keys(self, keys: bytes, values: list[bytes]) -> None:
-        """Write ``values[i]`` under the i-th key of ``keys`` (``pack_keys`` of as many
-        keys as there are values); an empty value deletes the key."""
-        if values:
-            self.parts += (
-                _PACKED_BLOCK.pack(OP_PACKED_KEYS, len(values), len(keys)),
-                _lengths(values),
-                keys,
-                b"".join(values),
-            )
-            self.records += 1
-
     def delete_range(self, low: bytes, high: bytes) -> None:
         self.parts += (_RANGE.pack(OP_RANGE, len(low), len(high)), low, high)
         self.records += 1
@@ -202,27 +180,14 @@ def read_delta(data: bytes, where: str) -> Iterator[tuple[str, int, bytes, bytes
                 pos = vpos + sum(vlens)
                 if len(klens) != n or len(vlens) != n or pos > end:
                     raise DeltaError(f"{where}: a block of {n} writes runs past the end")
-                keys = []
-                for kl in klens:
-                    keys.append(data[kpos : kpos + kl])
+                for kl, vl in zip(klens, vlens, strict=True):
+                    key = data[kpos : kpos + kl]
                     kpos += kl
-                yield from _writes(table, keys, data, vpos, vlens)
-            elif op == OP_PACKED_KEYS:
-                _, n, j = _PACKED_BLOCK.unpack_from(data, pos)
-                pos += _PACKED_BLOCK.size
-                vlens = _read_lengths(view[pos : pos + 4 * n])
-                kpos = pos + 4 * n
-                vpos = kpos + j
-                pos = vpos + sum(vlens)
-                if len(vlens) != n or pos > end:
-                    raise DeltaError(f"{where}: a block of {n} writes runs past the end")
-                try:
-                    keys = unpack_keys(view[kpos:vpos])
-                except KeyEncodingError as e:
-                    raise DeltaError(f"{where}: the block's keys at byte {kpos}: {e}") from e
-                if len(keys) != n:
-                    raise DeltaError(f"{where}: a block of {n} writes has {len(keys)} keys")
-                yield from _writes(table, keys, data, vpos, vlens)
+                    if vl:
+                        yield table, OP_PUT, key, data[vpos : vpos + vl]
+                        vpos += vl
+                    else:
+                        yield table, OP_DELETE, key, b""
             elif op == OP_RANGE:
                 _, a, b = _RANGE.unpack_from(data, pos)
                 pos += _RANGE.size
@@ -238,19 +203,6 @@ def read_delta(data: bytes, where: str) -> Iterator[tuple[str, int, bytes, bytes
         raise
     except (IndexError, ValueError, struct.error, UnicodeDecodeError) as e:
         raise DeltaError(f"{where}: truncated or malformed at byte {pos}: {e}") from e
-
-
-def _writes(
-    table: str, keys: list[bytes], data: bytes, vpos: int, vlens: array[int]
-) -> Iterator[tuple[str, int, bytes, bytes]]:
-    """A block's writes: the i-th value (at ``vpos`` on, ``vlens`` long each) under the
-    i-th key; an empty value deletes."""
-    for key, vl in zip(keys, vlens, strict=True):
-        if vl:
-            yield table, OP_PUT, key, data[vpos : vpos + vl]
-            vpos += vl
-        else:
-            yield table, OP_DELETE, key, b""
 
 
 class DeltaChain:

@@ -22,22 +22,12 @@ Component layout (first byte is a type tag):
 * ``bytes``: ``0x06`` + bytes escaped and terminated like ``str``
 
 ``bool`` is encoded as the ``int`` it equals. Ints need at most 255 bytes.
-
-A batch of keys can also be written as one MessagePack array of arrays (``pack_keys``,
-read back by ``unpack_keys``): one C call for thousands of keys where ``encode_key`` is
-a Python call each, for keys of exact ints within 64 bits, strs without lone
-surrogates, bytes, bools and None (anything else makes ``pack_keys`` decline). A delta
-snapshot writes its keys this way (``kstream.state.delta``); the restore encodes them.
 """
 
 from __future__ import annotations
 
 import struct
-from collections.abc import Collection
-from itertools import chain
 from typing import Any
-
-import msgpack
 
 from kstream.state.base import StateKey
 
@@ -204,41 +194,6 @@ def decode_key(data: bytes) -> StateKey:
     if pos != end:
         raise KeyEncodingError(f"truncated encoded key {data!r}")
     return tuple(parts)
-
-
-_PACKED_PARTS = frozenset({int, str, bytes, bool, type(None)})
-
-
-def pack_keys(keys: Collection[StateKey]) -> bytes | None:
-    """``keys`` (in iteration order) as one MessagePack array of arrays, or None when a
-    component is not of a type MessagePack gives back exactly (exact ``int`` within 64
-    bits, ``str`` without lone surrogates, ``bytes``, ``bool``, ``None``): the caller
-    encodes those with ``encode_key``."""
-    if set(map(type, chain.from_iterable(keys))) - _PACKED_PARTS:
-        return None
-    try:
-        packed: bytes = msgpack.packb(list(keys), use_bin_type=True)
-    except (OverflowError, UnicodeEncodeError):  # ints past 64 bits, lone surrogates
-        return None
-    return packed
-
-
-def unpack_keys(data: bytes | memoryview) -> list[bytes]:
-    """The ``encode_key`` encodings of the keys ``pack_keys`` packed; KeyEncodingError
-    if ``data`` is not such an array (malformed, a key not an array, a component of
-    another type)."""
-    try:
-        keys = msgpack.unpackb(data, use_list=False, raw=False)
-    except (ValueError, msgpack.UnpackException) as e:  # (their malformed-data errors)
-        raise KeyEncodingError(f"keys are not a MessagePack array: {e}") from e
-    if type(keys) is not tuple:
-        raise KeyEncodingError(f"keys are not a MessagePack array but {type(keys).__name__}")
-    if set(map(type, keys)) - {tuple} or set(map(type, chain.from_iterable(keys))) - _PACKED_PARTS:
-        bad = next(k for k in keys if type(k) is not tuple or set(map(type, k)) - _PACKED_PARTS)
-        raise KeyEncodingError(
-            f"a packed key must be an array of ints, strs, bytes, bools and nils: {bad!r}"
-        )
-    return list(map(encode_key, keys))
 
 
 def prefix_upper_bound(prefix: bytes) -> bytes | None:

@@ -34,7 +34,7 @@ import rocksdict
 from kstream.serde import JsonSerde
 from kstream.state.base import StateKey, StateTable, TableSpec
 from kstream.state.delta import DeltaWriter
-from kstream.state.keys import decode_key, encode_key, pack_keys, prefix_upper_bound
+from kstream.state.keys import decode_key, encode_key, prefix_upper_bound
 from kstream.state.valueformat import (
     HAS_TIME,
     HEADERS,
@@ -90,8 +90,10 @@ class RocksDBTable(StateTable):
         # first, at most ``cache_entries``.
         self._clean: dict[StateKey, Any] = {}
         self._clean_keys: dict[StateKey, bytes] = {}
-        # Encoded keys since the last flush, of keys read from RocksDB (a put of it
-        # usually follows: its flush reuses it; at most ``2 * cache_entries`` of these).
+        # Encoded keys since the last flush: of every key read from RocksDB (a put of it
+        # usually follows: its flush or delta reuses it; at most ``2 * cache_entries``
+        # of these) and of every entry of ``_unflushed`` (all of them: a range deletion
+        # finds the entries in its range by them).
         self._keys: dict[StateKey, bytes] = {}
         # Range deletions since the read cache was last filtered (merged, [lo, hi) each):
         # a cached entry in one of them is dropped when read (checked lazily: a fire
@@ -101,7 +103,8 @@ class RocksDBTable(StateTable):
         # (``snapshot_sync(background=True)``), read before the read cache and RocksDB.
         self._pending: dict[StateKey, Any] = {}
         # Delta snapshots (``snapshot_sync(deltas=True)``): the cached writes already in
-        # a delta file but not yet in RocksDB (read after ``_dirty``), and what changed since the last snapshot besides ``_dirty``:
+        # a delta file but not yet in RocksDB (read after ``_dirty``; their encoded keys
+        # are in ``_keys``), and what changed since the last snapshot besides ``_dirty``:
         # cache dicts a flush wrote to RocksDB and range deletions, in order (only while
         # a base exists).
         self._unflushed: dict[StateKey, Any] = {}
@@ -220,14 +223,11 @@ class RocksDBTable(StateTable):
         if self._dirty:
             self._dirty = {k: v for k, v in self._dirty.items() if not lo <= encode_key(k) < hi}
         if self._unflushed:
-            known, clean_keys, unflushed = self._keys, self._clean_keys, self._unflushed
-            gone = [
-                k
-                for k in unflushed
-                if lo <= (known.get(k) or clean_keys.get(k) or encode_key(k)) < hi
-            ]
+            keys, unflushed = self._keys, self._unflushed
+            gone = [k for k, ek in keys.items() if lo <= ek < hi]
             for k in gone:
-                del unflushed[k]
+                del keys[k]
+                unflushed.pop(k, None)
             self._room = self._limit - len(unflushed)
         if self._clean:
             self._drop_cached(lo, hi)
@@ -345,10 +345,10 @@ class RocksDBTable(StateTable):
             if isinstance(change, tuple):
                 out.delete_range(*change)
             else:
-                self._encode_changes(change, out)
+                self._encode_changes(change, out, keep=False)
         self._log = []
         if dirty:
-            self._encode_changes(dirty, out)
+            self._encode_changes(dirty, out, keep=True)
             if self._unflushed:
                 self._unflushed.update(dirty)
             else:
@@ -356,11 +356,22 @@ class RocksDBTable(StateTable):
             self._dirty = {}
             self._room = self._limit - len(self._unflushed)
 
-    def _encode_changes(self, changes: dict[StateKey, Any], out: DeltaWriter) -> None:
-        """Each change as RocksDB would store it: the values encoded, the keys as one
-        MessagePack array (``pack_keys``: one C call; the restore encodes them) or, for
-        keys it cannot hold exactly, encoded (most were read from RocksDB before their
-        first put, or are in the read cache: one lookup finds them)."""
+    def _encode_changes(
+        self, changes: dict[StateKey, Any], out: DeltaWriter, *, keep: bool
+    ) -> None:
+        """Each change as RocksDB would store it (``keep``: the changes stay cached, so
+        their encoded keys go into ``_keys``). Most keys were read from RocksDB before
+        their first put, or cached in an earlier delta: one lookup finds them."""
+        known = self._keys
+        keys: list[Any] = list(map(known.get, changes))
+        if None in keys:  # the others: in the read cache, or encoded now
+            clean_keys = self._clean_keys
+            missing = [k for k, ek in zip(changes, keys, strict=True) if ek is None]
+            found = [clean_keys.get(k) or encode_key(k) for k in missing]
+            if keep:
+                known.update(zip(missing, found, strict=True))
+            fill = iter(found).__next__
+            keys = [fill() if ek is None else ek for ek in keys]
         value = self._stored
         if self._compact_ints and self._ttl is None:  # counters: inline
             small = SMALL_INTS
@@ -370,12 +381,6 @@ class RocksDBTable(StateTable):
             ]
         else:
             values = [value(v) for v in changes.values()]
-        packed = pack_keys(changes)
-        if packed is not None:
-            out.writes_packed_keys(packed, values)
-            return
-        known, clean_keys = self._keys, self._clean_keys
-        keys = [known.get(k) or clean_keys.get(k) or encode_key(k) for k in changes]
         out.writes(keys, values)
 
     def _stored(self, value: Any) -> bytes:
