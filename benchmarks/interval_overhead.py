@@ -1,0 +1,140 @@
+"""Workload 4's checkpoint overhead against the checkpoint interval.
+
+    python -m benchmarks.interval_overhead                 # a local broker started for the run
+    python -m benchmarks.interval_overhead --rounds 4 --intervals 1,5
+
+Loads w4's input once, then runs its exactly-once checkpointed job at each interval and
+its unchecked job (checkpointing off, at-least-once), interleaved round by round
+(``Harness.run_once``: a fresh output topic, group and state per run, output verified).
+Prints, per interval, the median records/s and range, the overhead of the medians
+against off's, the median of each round's own overhead (a pair of runs minutes apart
+shares the host's mood better than two medians do) and the job's median CPU seconds.
+About 25 s a run: 8 rounds of 1, 2, 5 s and off take about 14 minutes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import statistics
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import click
+
+from benchmarks import generate
+from benchmarks.generate import InputSpec
+from benchmarks.harness import Expected, Harness
+from benchmarks.lineup import Contender, workloads
+from benchmarks.verify import expected_stateless, expected_windows
+
+OFF = "off"
+
+
+@dataclass(frozen=True)
+class Row:
+    """One interval's (or off's) figures over the rounds."""
+
+    name: str
+    median: float
+    low: float
+    high: float
+    overhead: float  # 1 - median / off's median
+    paired: float  # the median over rounds of 1 - rate / off's rate in the same round
+    cpu_s: float  # the job's median CPU seconds
+
+
+def summarize(rates: dict[str, list[float]], cpu: dict[str, list[float]]) -> list[Row]:
+    """Rows in the order of ``rates``; ``rates[OFF]`` is the baseline, round by round."""
+    off = rates[OFF]
+    off_median = statistics.median(off)
+    rows = []
+    for name, rs in rates.items():
+        m = statistics.median(rs)
+        pairs = [1 - r / o for r, o in zip(rs, off, strict=True)]
+        rows.append(
+            Row(name, m, min(rs), max(rs), 1 - m / off_median, statistics.median(pairs),
+                statistics.median(cpu[name]))
+        )  # fmt: skip
+    return rows
+
+
+def table(rows: list[Row]) -> str:
+    lines = [
+        "| interval | records/s, median (range) | overhead of the medians "
+        "| median of each round's overhead | job CPU s, median |",
+        "|---|---|---|---|---|",
+    ]
+    for r in rows:
+        over = ("-", "-") if r.name == OFF else (f"{r.overhead:.1%}", f"{r.paired:.1%}")
+        lines.append(
+            f"| {r.name} | {r.median / 1e3:.1f} k ({r.low / 1e3:.1f}-{r.high / 1e3:.1f}) "
+            f"| {over[0]} | {over[1]} | {r.cpu_s:.2f} |"
+        )
+    return "\n".join(lines)
+
+
+def contenders(intervals: list[int], window_ms: int) -> dict[str, Contender]:
+    """w4's checkpointed contender at each interval (seconds), then its unchecked one."""
+    w4 = next(wl for wl in workloads(window_ms) if wl.key == "w4")
+    on, off = w4.contenders
+    out = {}
+    for s in intervals:
+        args = list(on.args)
+        args[args.index("--commit-interval") + 1] = str(s)
+        out[f"{s} s"] = dataclasses.replace(on, name=f"kstream_ckpt_{s}s", args=tuple(args))
+    out[OFF] = off
+    return out
+
+
+def measure(bootstrap: str, rounds: int, intervals: list[int], spec: InputSpec) -> list[Row]:
+    window_ms = 60_000
+    w4 = next(wl for wl in workloads(window_ms) if wl.key == "w4")
+    ends = generate.load(bootstrap, spec)
+    exp = Expected(expected_stateless(spec), expected_windows(spec, window_ms))
+    runs = contenders(intervals, window_ms)
+    rates: dict[str, list[float]] = {k: [] for k in runs}
+    cpu: dict[str, list[float]] = {k: [] for k in runs}
+    with tempfile.TemporaryDirectory(prefix="kstream-interval-") as wd:
+        h = Harness(bootstrap, spec.partitions, Path(wd), 600)
+        for i in range(rounds):
+            for name, c in runs.items():
+                x = h.run_once(w4, c, spec, ends, exp)
+                if not x.valid:
+                    raise click.ClickException(f"{name}: wrong output: {x.note}")
+                rates[name].append(x.rate)
+                cpu[name].append(x.cpu_s or 0.0)
+                click.echo(f"round {i + 1}/{rounds} {name}: {x.rate / 1e3:.1f} k records/s")
+    return summarize(rates, cpu)
+
+
+@click.command()
+@click.option(
+    "--bootstrap",
+    envvar="KSTREAM_TEST_BOOTSTRAP",
+    default=None,
+    help="Kafka to use [env KSTREAM_TEST_BOOTSTRAP]; without it a local broker is started.",
+)
+@click.option("--rounds", default=8, show_default=True)
+@click.option("--intervals", default="1,2,5", show_default=True, help="seconds, comma-separated")
+@click.option("--records", default=1_000_000, show_default=True)
+@click.option("--keys", default=100_000, show_default=True)
+def main(bootstrap: str | None, rounds: int, intervals: str, records: int, keys: int) -> None:
+    """Print w4's checkpoint overhead at each interval (see the module docstring)."""
+    spec = InputSpec(records, keys, 4, event_rate=5_000, fmt="json")
+    every = [int(s) for s in intervals.split(",")]
+    if bootstrap is None:
+        from kstream.dev.localbroker import LocalBroker
+
+        with (
+            tempfile.TemporaryDirectory(prefix="kstream-bench-broker-") as d,
+            LocalBroker(d) as broker,
+        ):
+            rows = measure(broker.bootstrap, rounds, every, spec)
+    else:
+        rows = measure(bootstrap, rounds, every, spec)
+    click.echo(table(rows))
+
+
+if __name__ == "__main__":
+    main()
