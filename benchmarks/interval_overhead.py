@@ -7,9 +7,9 @@ Loads w4's input once, then runs its exactly-once checkpointed job at each inter
 its unchecked job (checkpointing off, at-least-once), interleaved round by round
 (``Harness.run_once``: a fresh output topic, group and state per run, output verified).
 Prints, per interval, the median records/s and range, the overhead of the medians
-against off's, the median of each round's own overhead (a pair of runs minutes apart
-shares the host's mood better than two medians do) and the job's median CPU seconds.
-About 25 s a run: 8 rounds of 1, 2, 5 s and off take about 14 minutes.
+against off's, the median of each round's own overhead (the runs of a round, a minute apart,
+share the host's mood better than two medians do) and the job's median CPU seconds.
+About 20 s a run: 8 rounds of 1, 2, 5 s and off took 12 minutes.
 """
 
 from __future__ import annotations
