@@ -23,6 +23,7 @@ from pathlib import Path
 import click
 
 from benchmarks import generate
+from benchmarks.broker import bootstrap_option, kafka
 from benchmarks.generate import InputSpec
 from benchmarks.harness import Expected, Harness
 from benchmarks.lineup import Contender, workloads
@@ -103,18 +104,13 @@ def measure(bootstrap: str, rounds: int, intervals: list[int], spec: InputSpec) 
                 if not x.valid:
                     raise click.ClickException(f"{name}: wrong output: {x.note}")
                 rates[name].append(x.rate)
-                cpu[name].append(x.cpu_s or 0.0)
+                cpu[name].append(x.cpu_s)
                 click.echo(f"round {i + 1}/{rounds} {name}: {x.rate / 1e3:.1f} k records/s")
     return summarize(rates, cpu)
 
 
 @click.command()
-@click.option(
-    "--bootstrap",
-    envvar="KSTREAM_TEST_BOOTSTRAP",
-    default=None,
-    help="Kafka to use [env KSTREAM_TEST_BOOTSTRAP]; without it a local broker is started.",
-)
+@bootstrap_option
 @click.option("--rounds", default=8, show_default=True)
 @click.option("--intervals", default="1,2,5", show_default=True, help="seconds, comma-separated")
 @click.option("--records", default=1_000_000, show_default=True)
@@ -123,16 +119,8 @@ def main(bootstrap: str | None, rounds: int, intervals: str, records: int, keys:
     """Print w4's checkpoint overhead at each interval (see the module docstring)."""
     spec = InputSpec(records, keys, 4, event_rate=5_000, fmt="json")
     every = [int(s) for s in intervals.split(",")]
-    if bootstrap is None:
-        from kstream.dev.localbroker import LocalBroker
-
-        with (
-            tempfile.TemporaryDirectory(prefix="kstream-bench-broker-") as d,
-            LocalBroker(d) as broker,
-        ):
-            rows = measure(broker.bootstrap, rounds, every, spec)
-    else:
-        rows = measure(bootstrap, rounds, every, spec)
+    with kafka(bootstrap) as (bootstrap_, _):
+        rows = measure(bootstrap_, rounds, every, spec)
     click.echo(table(rows))
 
 

@@ -28,6 +28,7 @@ import click
 from click.core import ParameterSource
 
 from benchmarks import generate, jvm, machine
+from benchmarks.broker import bootstrap_option, kafka
 from benchmarks.generate import Format, InputSpec
 from benchmarks.harness import Expected, Harness, RecoveryResults, RunResult, Series, run_recovery
 from benchmarks.lineup import BENCH_DIR, QUIX_PYTHON, QUIX_REQUIREMENT, QUIX_VENV, workloads
@@ -95,12 +96,7 @@ def ensure_java() -> str | None:
 
 
 @click.command()
-@click.option(
-    "--bootstrap",
-    envvar="KSTREAM_TEST_BOOTSTRAP",
-    default=None,
-    help="Kafka to use [env KSTREAM_TEST_BOOTSTRAP]; without it a local broker is started.",
-)
+@bootstrap_option
 @click.option("--records", default=1_000_000, show_default=True, help="input records per workload")
 @click.option("--keys", default=100_000, show_default=True, help="key cardinality")
 @click.option("--partitions", default=4, show_default=True)
@@ -144,18 +140,8 @@ def main(bootstrap: str | None, **params: Any) -> None:
     explicit = {k for k in params if ctx.get_parameter_source(k) != ParameterSource.DEFAULT}
     s = Settings(**apply_quick(params, explicit))
     command = reproducing_command(ctx)
-    if bootstrap is None:
-        from kstream.dev.localbroker import LocalBroker
-
-        with (
-            tempfile.TemporaryDirectory(prefix="kstream-bench-broker-") as d,
-            LocalBroker(d) as broker,
-        ):
-            click.echo(f"started a local broker at {broker.bootstrap}")
-            text = f"local broker started by the command (Kafka {broker.kafka_version})"
-            bench(broker.bootstrap, text, s, command)
-    else:
-        bench(bootstrap, f"existing broker at {bootstrap}", s, command)
+    with kafka(bootstrap) as (bootstrap_, text):
+        bench(bootstrap_, text, s, command)
 
 
 def reproducing_command(ctx: click.Context) -> str:

@@ -25,6 +25,7 @@ from typing import Any, TypeVar
 import click
 
 from benchmarks import machine, scaling_plots
+from benchmarks.broker import bootstrap_option, kafka
 from benchmarks.report import kept_sections
 from benchmarks.scaling_runs import (
     MIB,
@@ -452,8 +453,7 @@ def target_lines(res: Results) -> list[str]:
 
 
 @click.command()
-@click.option("--bootstrap", envvar="KSTREAM_TEST_BOOTSTRAP", default=None,
-              help="Kafka to use; without it a local broker is started for the run.")  # fmt: skip
+@bootstrap_option
 @click.option("--quick", is_flag=True, help="small sizes (a couple of minutes)")
 @click.option("--partitions", default=4, show_default=True)
 @click.option("--budget", default=None, type=float,
@@ -473,17 +473,11 @@ def main(
     budget_s = budget if budget is not None else (300.0 if quick else 1200.0)
     machine_lines = machine.describe(None)
     t0 = time.monotonic()
-    with tempfile.TemporaryDirectory(prefix="kstream-scaling-") as wd:
-        if bootstrap is None:
-            from kstream.dev.localbroker import LocalBroker
-
-            with LocalBroker(Path(wd) / "kafka") as broker:
-                click.echo(f"started a local broker at {broker.bootstrap}")
-                res = _run(broker.bootstrap, partitions, Path(wd), sizes, budget_s, curves)
-                broker_text = f"local broker started by the command (Kafka {broker.kafka_version})"
-        else:
-            res = _run(bootstrap, partitions, Path(wd), sizes, budget_s, curves)
-            broker_text = f"existing broker at {bootstrap}"
+    with (
+        tempfile.TemporaryDirectory(prefix="kstream-scaling-") as wd,
+        kafka(bootstrap, Path(wd)) as (bootstrap_, broker_text),
+    ):
+        res = _run(bootstrap_, partitions, Path(wd), sizes, budget_s, curves)
     minutes = (time.monotonic() - t0) / 60
     plots = scaling_plots.draw(res, out.parent / "plots")
     header = [
