@@ -11,7 +11,9 @@ import pytest
 
 
 def under_ci() -> bool:
-    return os.environ.get("CI", "").lower() == "true"
+    """Whether ``CI`` is set to a true value (``true``, ``1``, ``yes``, ``on``: runners
+    spell it differently)."""
+    return os.environ.get("CI", "").strip().lower() in ("true", "1", "yes", "on")
 
 
 def unavailable(what: str, reason: str) -> NoReturn:

@@ -74,6 +74,19 @@ def pytest_runtest_makereport(
         report.longrepr = f"an integration test may not be skipped under CI=true: {report.longrepr}"
 
 
+@pytest.hookimpl(hookwrapper=True)
+def pytest_make_collect_report(collector: pytest.Collector) -> Generator[None, Any, None]:
+    """The same for a whole module skipped while it is collected (a module-level
+    ``pytest.skip`` or ``importorskip``): under ``CI=true`` that is a collection error."""
+    outcome = yield
+    report: pytest.CollectReport = outcome.get_result()
+    if report.skipped and under_ci():
+        report.outcome = "failed"
+        report.longrepr = (
+            f"an integration module may not be skipped under CI=true: {report.longrepr}"
+        )
+
+
 @pytest.fixture(scope="session")
 def s3_server(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
