@@ -26,10 +26,11 @@ from benchmarks import generate
 from benchmarks.broker import bootstrap_option, kafka
 from benchmarks.generate import InputSpec
 from benchmarks.harness import Expected, Harness
-from benchmarks.lineup import Contender, workloads
+from benchmarks.lineup import Contender, Workload, workloads
 from benchmarks.verify import expected_stateless, expected_windows
 
 OFF = "off"
+WINDOW_MS = 60_000  # w4's windows, as in ``benchmarks.run``'s default
 
 
 @dataclass(frozen=True)
@@ -75,9 +76,12 @@ def table(rows: list[Row]) -> str:
     return "\n".join(lines)
 
 
-def contenders(intervals: list[int], window_ms: int) -> dict[str, Contender]:
+def w4_workload() -> Workload:
+    return next(wl for wl in workloads(WINDOW_MS) if wl.key == "w4")
+
+
+def contenders(w4: Workload, intervals: list[int]) -> dict[str, Contender]:
     """w4's checkpointed contender at each interval (seconds), then its unchecked one."""
-    w4 = next(wl for wl in workloads(window_ms) if wl.key == "w4")
     on, off = w4.contenders
     out = {}
     for s in intervals:
@@ -89,11 +93,10 @@ def contenders(intervals: list[int], window_ms: int) -> dict[str, Contender]:
 
 
 def measure(bootstrap: str, rounds: int, intervals: list[int], spec: InputSpec) -> list[Row]:
-    window_ms = 60_000
-    w4 = next(wl for wl in workloads(window_ms) if wl.key == "w4")
+    w4 = w4_workload()
     ends = generate.load(bootstrap, spec)
-    exp = Expected(expected_stateless(spec), expected_windows(spec, window_ms))
-    runs = contenders(intervals, window_ms)
+    exp = Expected(expected_stateless(spec), expected_windows(spec, WINDOW_MS))
+    runs = contenders(w4, intervals)
     rates: dict[str, list[float]] = {k: [] for k in runs}
     cpu: dict[str, list[float]] = {k: [] for k in runs}
     with tempfile.TemporaryDirectory(prefix="kstream-interval-") as wd:
