@@ -5,15 +5,19 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from confluent_kafka import KafkaError
 
 from kstream.kafka.internal import (
+    DeliveryFailures,
     EventKind,
+    InternalDeliveryError,
     InternalRecordError,
     RecordOrigin,
     data_headers,
     decode_event,
     decode_records,
     encode_event,
+    flush_internal,
     is_stale,
     produce_event,
     read_origin,
@@ -169,3 +173,79 @@ def test_produce_event_writes_every_partition() -> None:
     assert p.polls == 1
     with pytest.raises(ValueError, match="at least one partition"):
         produce_event(p, "t", 0, "s-2", 1, ev)
+
+
+# ---- failed deliveries of internal records (the real broker: integration/test_internal_delivery.py)
+
+
+class _Sent:
+    """What a delivery report names: the record's topic and partition."""
+
+    def __init__(self, topic: str, partition: int) -> None:
+        self._topic, self._partition = topic, partition
+
+    def topic(self) -> str:
+        return self._topic
+
+    def partition(self) -> int:
+        return self._partition
+
+
+TOO_LARGE = KafkaError(KafkaError.MSG_SIZE_TOO_LARGE)
+
+
+def test_delivered_records_are_not_failures() -> None:
+    failures = DeliveryFailures()
+    failures.of(2)(None, _Sent("app.s.repartition", 0))
+    failures.check(2)
+    assert failures.failed == {}
+
+
+def test_a_failed_delivery_fails_its_attempt_with_the_topic_and_the_reason() -> None:
+    failures = DeliveryFailures()
+    failures.of(2)(TOO_LARGE, _Sent("app.s.repartition", 1))
+    failures.of(2)(TOO_LARGE, _Sent("app.s.repartition", 0))
+    for attempt in (0, 1, 2):  # found by whoever looks, in that attempt or an earlier view
+        with pytest.raises(InternalDeliveryError) as e:
+            failures.check(attempt)
+        assert str(e.value).startswith(
+            "delivery to app.s.repartition [1] failed: MSG_SIZE_TOO_LARGE: "
+        )
+        assert "(2 record(s))" in str(e.value)
+
+
+def test_a_restored_attempt_forgets_the_failures_of_earlier_attempts() -> None:
+    failures = DeliveryFailures()
+    old = failures.of(2)
+    old(TOO_LARGE, _Sent("app.s.repartition", 0))
+    failures.check(3)  # attempt 3 replays them: their loss is not its
+    assert failures.failed == {}
+    old(TOO_LARGE, _Sent("app.s.repartition", 0))  # a late report of attempt 2's
+    failures.check(3)
+    failures.of(3)(TOO_LARGE, _Sent("app.s.repartition", 0))
+    with pytest.raises(InternalDeliveryError, match=r"\(1 record\(s\)\)"):
+        failures.check(3)
+
+
+class _Flushing:
+    def __init__(self, left: int, report: Any = None) -> None:
+        self.left, self.report = left, report
+        self.flushed: list[float] = []
+
+    def flush(self, timeout: float) -> int:
+        self.flushed.append(timeout)
+        if self.report is not None:
+            self.report()  # flush serves the delivery reports
+        return self.left
+
+
+def test_flush_internal_waits_then_reports_refused_or_undelivered_records() -> None:
+    failures = DeliveryFailures()
+    p = _Flushing(0)
+    flush_internal(p, failures, 30.0, 1)
+    assert p.flushed == [30.0]
+    with pytest.raises(InternalDeliveryError, match=r"3 internal record.* undelivered after 7s"):
+        flush_internal(_Flushing(3), failures, 7.0, 1)
+    refused = _Flushing(0, lambda: failures.of(1)(TOO_LARGE, _Sent("app.s.repartition", 2)))
+    with pytest.raises(InternalDeliveryError, match=r"repartition \[2\] failed: MSG_SIZE"):
+        flush_internal(refused, failures, 30.0, 1)

@@ -18,14 +18,28 @@ them and decodes records into the runtime's ``InternalRecord``/``InternalEvent``
 (:func:`decode_records`). Decoding is validated: a malformed header or value raises
 :class:`InternalRecordError` with the reason, and :func:`decode_records` hands such a
 record back for the dead-letter topic. Nothing read here is ever executed or unpickled.
+
+Writing: the worker's one producer for internal topics reports failed deliveries only
+(``delivery.report.only.error``: a callback per delivered record would cost more than
+producing it) to a :class:`DeliveryFailures`. A record the broker refuses for good (larger
+than the topic's ``max.message.bytes``, or not delivered within ``message.timeout.ms``)
+would otherwise be lost while the records and barriers after it go through, and a
+checkpoint complete without it. So the producer is flushed before each task's snapshot
+(as the at-least-once sinks and the dead-letter writer are) and before source offsets
+are committed, and a failure raises :class:`InternalDeliveryError` in the task that
+finds it: with checkpoints the job rolls back to its last completed checkpoint (which
+cannot hold the lost record's effects) and replays it, so a passing cause (a partition
+without a leader for longer than ``message.timeout.ms``) heals by itself; without, the
+worker stops before committing offsets past it.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
+from functools import partial
 from typing import Any
 
 from kstream.runtime.events import Barrier, EndOfInput, StreamEvent, Watermark
@@ -35,14 +49,17 @@ __all__ = [
     "HEADER_ATTEMPT",
     "HEADER_EVENT",
     "HEADER_TASK",
+    "DeliveryFailures",
     "EventKind",
     "Headers",
+    "InternalDeliveryError",
     "InternalRecordError",
     "RecordOrigin",
     "data_headers",
     "decode_event",
     "decode_records",
     "encode_event",
+    "flush_internal",
     "is_stale",
     "produce_event",
     "read_origin",
@@ -61,6 +78,66 @@ Headers = Sequence[tuple[str, bytes | None]]
 
 class InternalRecordError(ValueError):
     """An internal-topic record has malformed ``ks.*`` headers or event value."""
+
+
+class InternalDeliveryError(RuntimeError):
+    """An internal record or event was not delivered: the job must fail (not acknowledge)."""
+
+
+class DeliveryFailures:
+    """Failed deliveries of internal records and events, by the attempt that wrote them:
+    how many and the first one (topic, partition, the broker's or the client's reason).
+    ``of(attempt)`` is the delivery callback of that attempt's records (a producer that
+    reports failures only calls it for those)."""
+
+    __slots__ = ("_callbacks", "failed")
+
+    def __init__(self) -> None:
+        self.failed: dict[int, tuple[int, str]] = {}
+        self._callbacks: dict[int, Callable[[Any, Any], None]] = {}
+
+    def of(self, attempt: int) -> Callable[[Any, Any], None]:
+        """The delivery callback for records written in ``attempt``."""
+        cb = self._callbacks.get(attempt)
+        if cb is None:
+            cb = self._callbacks[attempt] = partial(self._delivered, attempt)
+        return cb
+
+    def _delivered(self, attempt: int, err: Any, msg: Any) -> None:
+        if err is None:
+            return
+        count, first = self.failed.get(attempt, (0, ""))
+        reason = f"delivery to {msg.topic()} [{msg.partition()}] failed: {err.name()}: {err.str()}"
+        self.failed[attempt] = (count + 1, first or reason)
+
+    def check(self, attempt: int = 0) -> None:
+        """InternalDeliveryError if a record written in ``attempt`` or later failed.
+        Failures of earlier attempts are forgotten: a restore made their records stale
+        (read and dropped), and the restored attempt writes them again."""
+        for table in (self.failed, self._callbacks):
+            for old in [a for a in table if a < attempt]:
+                del table[old]
+        if self.failed:
+            count, first = self.failed[max(self.failed)]
+            raise InternalDeliveryError(
+                f"{first} ({count} record(s)). The job must not go on without them: it "
+                f"rolls back to its last completed checkpoint, which replays them (for a "
+                f"record too large, raise the internal topic's max.message.bytes)"
+            )
+
+
+def flush_internal(
+    producer: Any, failures: DeliveryFailures, timeout: float, attempt: int = 0
+) -> None:
+    """Wait until every internal record and event written so far is delivered;
+    InternalDeliveryError if one of ``attempt`` (or later) was refused, or some are
+    still undelivered after ``timeout`` seconds."""
+    left = producer.flush(timeout)
+    failures.check(attempt)
+    if left:
+        raise InternalDeliveryError(
+            f"{left} internal record(s) or event(s) still undelivered after {timeout:g}s"
+        )
 
 
 class EventKind(StrEnum):
@@ -267,10 +344,16 @@ def is_stale(record_attempt: int, current_attempt: int) -> bool:
 
 
 def produce_event(
-    producer: Any, topic: str, partitions: int, task: str, attempt: int, event: StreamEvent
+    producer: Any,
+    topic: str,
+    partitions: int,
+    task: str,
+    attempt: int,
+    event: StreamEvent,
+    on_delivery: Callable[[Any, Any], None] | None = None,
 ) -> None:
     """Queue ``event`` of ``task`` in ``attempt`` on every one of the ``partitions``
-    partitions of ``topic``.
+    partitions of ``topic`` (``on_delivery``: the records' delivery callback).
 
     Delivery is the producer's: flush it (at the barrier) to know the event is
     written. Events go through the same producer as the task's data records, so
@@ -280,5 +363,7 @@ def produce_event(
         raise ValueError(f"topic {topic} needs at least one partition, got {partitions}")
     headers, value = encode_event(task, attempt, event)
     for p in range(partitions):
-        producer.produce(topic, value=value, key=None, partition=p, headers=headers)
+        producer.produce(
+            topic, value=value, key=None, partition=p, headers=headers, on_delivery=on_delivery
+        )
     producer.poll(0)

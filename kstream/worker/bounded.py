@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import logging
 
-from kstream.kafka.clients import Producer
 from kstream.kafka.dlq import DeadLetterWriter
 from kstream.kafka.source import SourceConsumer
 from kstream.store.base import CheckpointStore
 from kstream.worker.mode import TP, Mode
+from kstream.worker.routing import Router
 from kstream.worker.runner import final_manifests
 from kstream.worker.settings import WorkerStats
 from kstream.worker.tasks import WorkerTasks
@@ -25,7 +25,7 @@ class Bounded(Mode):
         self,
         tasks: WorkerTasks,
         source: SourceConsumer,
-        producer: Producer,
+        router: Router,
         dlq: DeadLetterWriter,
         store: CheckpointStore,
         app_id: str,
@@ -33,7 +33,7 @@ class Bounded(Mode):
     ) -> None:
         self.tasks = tasks
         self.source = source
-        self.producer = producer
+        self.router = router
         self.dlq = dlq
         self.store = store
         self.app_id = app_id
@@ -100,7 +100,7 @@ class Bounded(Mode):
             if r.final_id is not None:
                 for s in r.sinks.values():
                     s.on_checkpoint_completed(r.final_id)
-        self.producer.flush()
+        self.router.flush_internal()
         self.dlq.flush()
         log.info(
             "bounded run finished: %d records read, %d dead letters",

@@ -25,6 +25,7 @@ from kstream.job import Job
 from kstream.kafka.clients import Producer, make_producer
 from kstream.kafka.control import ControlClient, ControlError
 from kstream.kafka.dlq import DeadLetterWriter
+from kstream.kafka.internal import DeliveryFailures, InternalDeliveryError
 from kstream.kafka.reachability import Reachability
 from kstream.kafka.source import RawRecord, SourceConsumer
 from kstream.metrics.worker import WorkerMetrics, sink_buffers
@@ -59,7 +60,8 @@ class WorkerClients:
     """The Kafka clients of one worker (``control`` only with checkpointing)."""
 
     source: SourceConsumer
-    producer: Producer
+    producer: Producer  # internal topics': failed deliveries go to ``failures``
+    failures: DeliveryFailures
     dlq: DeadLetterWriter
     control: ControlClient | None
 
@@ -78,6 +80,7 @@ def open_clients(
     # One view of the brokers for the source and the control client: an outage is
     # logged once and bounded by --max-outage (kstream.kafka.reachability).
     reachability = Reachability(cfg.max_outage)
+    failures = DeliveryFailures()
     return WorkerClients(
         source=SourceConsumer(
             cfg.bootstrap_servers,
@@ -92,7 +95,12 @@ def open_clients(
                 **cfg.kafka,
             },
         ),
-        producer=make_producer(cfg.bootstrap_servers, extra={"linger.ms": 5, **cfg.kafka}),
+        producer=make_producer(
+            cfg.bootstrap_servers,
+            # failed deliveries only, to each record's callback (``Router``)
+            extra={"linger.ms": 5, **cfg.kafka, "delivery.report.only.error": True},
+        ),
+        failures=failures,
         dlq=DeadLetterWriter(
             cfg.app_id, cfg.bootstrap_servers, cfg.on_bad_record, producer_config=cfg.kafka
         ),
@@ -156,6 +164,7 @@ class Worker:
             self.plan.internal_topic_partitions,
             send=None if self.control is None else self.control.report,
             metrics=self.metrics,
+            failures=clients.failures,
         )
         context = RunnerContext(
             plan=self.plan,
@@ -190,11 +199,11 @@ class Worker:
             )  # fmt: skip
         elif self.cfg.bounded:
             self.mode = Bounded(
-                self.tasks, self.source, self.producer, self.dlq, store, self.cfg.app_id, self.stats
+                self.tasks, self.source, self.router, self.dlq, store, self.cfg.app_id, self.stats
             )
         else:
             self.mode = Unchecked(
-                self.tasks, self.source, self.producer, self.dlq, now=clock(),
+                self.tasks, self.source, self.router, self.dlq, now=clock(),
                 commit_interval=commit_interval, stop_when_idle=stop_when_idle,
             )  # fmt: skip
 
@@ -214,7 +223,8 @@ class Worker:
         try:
             self.mode.start()
             return self._loop()
-        except ControlError as e:  # an outage past --max-outage, a refused write: the reason
+        # An outage past --max-outage, a refused write, an internal record refused: the reason
+        except (ControlError, InternalDeliveryError) as e:
             log.error("kstream: job failed: %s", e)
             return 1
         finally:

@@ -11,7 +11,7 @@ from kstream.checkpoint.messages import DeclineCheckpoint, Message
 from kstream.config import Guarantee
 from kstream.kafka.clients import Producer, produce_with_retry
 from kstream.kafka.dlq import DeadLetterWriter
-from kstream.kafka.internal import produce_event
+from kstream.kafka.internal import DeliveryFailures, flush_internal, produce_event
 from kstream.kafka.sink import Sink
 from kstream.metrics.worker import WorkerMetrics
 from kstream.runtime.records import AlignmentAborted, DeadLetter, Output, OutputBatch, OutputEvent
@@ -29,6 +29,9 @@ class TaskRoute:
     sink_topics: dict[str, Guarantee] = field(default_factory=dict)
 
 
+FLUSH_TIMEOUT_S = 30.0  # as an at-least-once sink's flush at a barrier
+
+
 class Router:
     """Writes the outputs of this worker's tasks: one producer for every internal topic,
     each task's own sinks, the dead-letter writer, and declines to the coordinator."""
@@ -40,9 +43,12 @@ class Router:
         internal_partitions: dict[str, int],
         send: Callable[[Message], object] | None = None,
         metrics: WorkerMetrics | None = None,
+        failures: DeliveryFailures | None = None,
     ) -> None:
         self.metrics = metrics or WorkerMetrics()
         self.producer = producer
+        # the producer's failed deliveries (its delivery callback; ``open_clients``)
+        self.failures = failures or DeliveryFailures()
         self.dlq = dlq
         self.internal_partitions = internal_partitions
         self.send = send  # None without a coordinator: nothing to decline to
@@ -67,7 +73,9 @@ class Router:
                         task.task_id,
                         task.attempt,
                         out.event,
+                        self.failures.of(task.attempt),
                     )
+                    self.failures.check(task.attempt)
             elif isinstance(out, DeadLetter):
                 self.dlq.handle(
                     out.topic,
@@ -89,10 +97,14 @@ class Router:
     def _produce_internal(self, task: TaskRoute, out: OutputBatch) -> None:
         produce = self.producer.produce
         headers = task.headers
+        failed = self.failures.of(task.attempt)  # called for failed deliveries only
         assert out.partitions is not None
         for p, k, v, ts in zip(out.partitions, out.keys, out.values, out.timestamps, strict=True):
             try:
-                produce(out.topic, v, k, partition=p, timestamp=max(ts, 0), headers=headers)
+                produce(
+                    out.topic, v, k, partition=p, timestamp=max(ts, 0), headers=headers,
+                    on_delivery=failed,
+                )  # fmt: skip
             except BufferError:  # local queue full
                 produce_with_retry(
                     self.producer,
@@ -103,5 +115,13 @@ class Router:
                     partition=p,
                     timestamp=max(ts, 0),
                     headers=headers,
+                    on_delivery=failed,
                 )
         self.producer.poll(0)
+        self.failures.check(task.attempt)
+
+    def flush_internal(self, attempt: int = 0, timeout: float = FLUSH_TIMEOUT_S) -> None:
+        """Every internal record and event written so far delivered (before a snapshot's
+        acknowledgement, before source offsets are committed); InternalDeliveryError if
+        one of ``attempt`` was refused or one is still undelivered after ``timeout`` s."""
+        flush_internal(self.producer, self.failures, timeout, attempt)

@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import logging
 
-from kstream.kafka.clients import Producer
 from kstream.kafka.dlq import DeadLetterWriter
 from kstream.kafka.source import RawRecord, SourceConsumer
 from kstream.worker.mode import TP, Mode
+from kstream.worker.routing import Router
 from kstream.worker.tasks import WorkerTasks
 
 log = logging.getLogger(__name__)
@@ -22,7 +22,7 @@ class Unchecked(Mode):
         self,
         tasks: WorkerTasks,
         source: SourceConsumer,
-        producer: Producer,
+        router: Router,
         dlq: DeadLetterWriter,
         *,
         now: float,
@@ -31,7 +31,7 @@ class Unchecked(Mode):
     ) -> None:
         self.tasks = tasks
         self.source = source
-        self.producer = producer
+        self.router = router
         self.dlq = dlq
         self.commit_interval = commit_interval
         self.stop_when_idle = stop_when_idle
@@ -87,6 +87,6 @@ class Unchecked(Mode):
             return
         for r in self.tasks.runners.values():
             r.flush_sinks()
-        self.producer.flush()
+        self.router.flush_internal()
         self.dlq.flush()
         self.source.commit({tp: o for tp, o in self.processed.items() if tps is None or tp in tps})
