@@ -24,13 +24,14 @@ Writing: the worker's one producer for internal topics reports failed deliveries
 producing it) to a :class:`DeliveryFailures`. A record the broker refuses for good (larger
 than the topic's ``max.message.bytes``, or not delivered within ``message.timeout.ms``)
 would otherwise be lost while the records and barriers after it go through, and a
-checkpoint complete without it. So the producer is flushed before each task's snapshot
-(as the at-least-once sinks and the dead-letter writer are) and before source offsets
-are committed, and a failure raises :class:`InternalDeliveryError` in the task that
-finds it: with checkpoints the job rolls back to its last completed checkpoint (which
-cannot hold the lost record's effects) and replays it, so a passing cause (a partition
-without a leader for longer than ``message.timeout.ms``) heals by itself; without, the
-worker stops before committing offsets past it.
+checkpoint complete without it. So a snapshot's acknowledgement waits until every
+internal record written so far is delivered (asked without blocking the processing, as
+an outage may last), source offsets are committed only after a flush, and a failure
+raises :class:`InternalDeliveryError` in the task that finds it: with checkpoints the
+job rolls back to its last completed checkpoint (which cannot hold the lost record's
+effects) and replays it, so a passing cause (a partition without a leader for longer
+than ``message.timeout.ms``) heals by itself; without, the worker stops before
+committing offsets past it.
 """
 
 from __future__ import annotations

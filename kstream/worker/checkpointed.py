@@ -15,6 +15,7 @@ from kstream.checkpoint.messages import (
     TaskReady,
 )
 from kstream.kafka.control import ControlClient
+from kstream.kafka.internal import InternalDeliveryError
 from kstream.kafka.sink import SinkFencedError
 from kstream.kafka.source import SourceConsumer
 from kstream.logs import ctx
@@ -116,6 +117,8 @@ class Checkpointed(Mode):
         whose upload finished; then the protocol's time-driven actions."""
         self._collect_commits(now, wait=False)
         finished = [r for r in self.tasks.runners.values() if r.has_finished_upload()]
+        if finished and not self._internal_delivered(finished[0]):
+            finished = []  # acknowledged at a later iteration
         member = self.member if finished else ""  # asks the client: only when needed
         reports = [msg for r in finished for msg in r.finished_uploads(member)]
         self.control.post_all(reports)  # not waited for: see ControlClient.post_all
@@ -131,6 +134,16 @@ class Checkpointed(Mode):
     @property
     def draining(self) -> bool:
         return self.protocol.stopping
+
+    def _internal_delivered(self, runner: TaskRunner) -> bool:
+        """Whether the internal records written so far are delivered (``Router``); one
+        refused fails ``runner``'s task: the job rolls back and replays it."""
+        try:
+            return self.tasks.ctx.router.internal_delivered(runner.attempt)
+        except InternalDeliveryError as e:
+            log.error("task %s failed: %s", runner.task_id, e)
+            self.task_failed(runner, f"{type(e).__name__}: {e}")
+            return False
 
     def task_failed(self, runner: TaskRunner, reason: str) -> None:
         self._collect_commits(self.tasks.ctx.clock(), wait=True)

@@ -30,6 +30,7 @@ class TaskRoute:
 
 
 FLUSH_TIMEOUT_S = 30.0  # as an at-least-once sink's flush at a barrier
+ACK_WAIT_S = 0.05  # how long acknowledgements wait for internal deliveries per iteration
 
 
 class Router:
@@ -119,6 +120,15 @@ class Router:
                 )
         self.producer.poll(0)
         self.failures.check(task.attempt)
+
+    def internal_delivered(self, attempt: int) -> bool:
+        """Whether every internal record and event written so far is delivered, waiting
+        at most ``ACK_WAIT_S``: a snapshot's acknowledgement waits for that (no checkpoint
+        may complete without a record written before its barriers), and the processing
+        goes on meanwhile. InternalDeliveryError if one of ``attempt`` was refused."""
+        left = self.producer.flush(ACK_WAIT_S)
+        self.failures.check(attempt)
+        return left == 0
 
     def flush_internal(self, attempt: int = 0, timeout: float = FLUSH_TIMEOUT_S) -> None:
         """Every internal record and event written so far delivered (before a snapshot's

@@ -297,7 +297,6 @@ class TaskRunner:
                 blobs[SINK_BLOB] = blob
                 self.sink_blob_bytes = len(blob) if isinstance(blob, bytes) else blob.size
         ctx.dlq.flush()
-        ctx.router.flush_internal(self.attempt)
         # 3.
         label = snapshot_label(FINAL_LABEL if point.final else CHECKPOINT_LABEL, n)
         if point.final:
