@@ -228,24 +228,23 @@ def test_a_restored_attempt_forgets_the_failures_of_earlier_attempts() -> None:
 
 
 class _Flushing:
-    def __init__(self, left: int, report: Any = None) -> None:
-        self.left, self.report = left, report
-        self.flushed: list[float] = []
+    def __init__(self, report: Any = None) -> None:
+        self.report = report
+        self.flushes = 0
 
-    def flush(self, timeout: float) -> int:
-        self.flushed.append(timeout)
+    def flush(self) -> int:
+        self.flushes += 1
         if self.report is not None:
             self.report()  # flush serves the delivery reports
-        return self.left
+        return 0
 
 
-def test_flush_internal_waits_then_reports_refused_or_undelivered_records() -> None:
+def test_flush_internal_waits_for_every_delivery_then_reports_refused_records() -> None:
     failures = DeliveryFailures()
-    p = _Flushing(0)
-    flush_internal(p, failures, 30.0, 1)
-    assert p.flushed == [30.0]
-    with pytest.raises(InternalDeliveryError, match=r"3 internal record.* undelivered after 7s"):
-        flush_internal(_Flushing(3), failures, 7.0, 1)
-    refused = _Flushing(0, lambda: failures.of(1)(TOO_LARGE, _Sent("app.s.repartition", 2)))
+    p = _Flushing()
+    flush_internal(p, failures, 1)
+    assert p.flushes == 1
+    refused = _Flushing(lambda: failures.of(1)(TOO_LARGE, _Sent("app.s.repartition", 2)))
     with pytest.raises(InternalDeliveryError, match=r"repartition \[2\] failed: MSG_SIZE"):
-        flush_internal(refused, failures, 30.0, 1)
+        flush_internal(refused, failures, 1)
+    assert refused.flushes == 1

@@ -29,7 +29,6 @@ class TaskRoute:
     sink_topics: dict[str, Guarantee] = field(default_factory=dict)
 
 
-FLUSH_TIMEOUT_S = 30.0  # as an at-least-once sink's flush at a barrier
 ACK_WAIT_S = 0.05  # how long acknowledgements wait for internal deliveries per iteration
 
 
@@ -130,8 +129,8 @@ class Router:
         self.failures.check(attempt)
         return left == 0
 
-    def flush_internal(self, attempt: int = 0, timeout: float = FLUSH_TIMEOUT_S) -> None:
-        """Every internal record and event written so far delivered (before a snapshot's
-        acknowledgement, before source offsets are committed); InternalDeliveryError if
-        one of ``attempt`` was refused or one is still undelivered after ``timeout`` s."""
-        flush_internal(self.producer, self.failures, timeout, attempt)
+    def flush_internal(self) -> None:
+        """Every internal record and event written so far delivered (before source
+        offsets are committed, before a bounded run publishes); InternalDeliveryError if
+        one was refused (``kstream.kafka.internal.flush_internal``)."""
+        flush_internal(self.producer, self.failures)
