@@ -29,7 +29,12 @@ class TaskRoute:
     sink_topics: dict[str, Guarantee] = field(default_factory=dict)
 
 
-ACK_WAIT_S = 0.05  # how long acknowledgements wait for internal deliveries per iteration
+# How long an iteration waits for internal deliveries when acknowledgements are due;
+# after a wait that did not see them all, the next waits longer (with more output
+# queued than the broker takes in one short wait, short waits alone would never see
+# the queue empty).
+ACK_WAIT_S = 0.05
+ACK_WAIT_BEHIND_S = 1.0
 
 
 class Router:
@@ -49,6 +54,7 @@ class Router:
         self.producer = producer
         # the producer's failed deliveries (its delivery callback; ``open_clients``)
         self.failures = failures or DeliveryFailures()
+        self._behind = False  # the last ``internal_delivered`` saw records undelivered
         self.dlq = dlq
         self.internal_partitions = internal_partitions
         self.send = send  # None without a coordinator: nothing to decline to
@@ -122,12 +128,14 @@ class Router:
 
     def internal_delivered(self, attempt: int) -> bool:
         """Whether every internal record and event written so far is delivered, waiting
-        at most ``ACK_WAIT_S``: a snapshot's acknowledgement waits for that (no checkpoint
-        may complete without a record written before its barriers), and the processing
-        goes on meanwhile. InternalDeliveryError if one of ``attempt`` was refused."""
-        left = self.producer.flush(ACK_WAIT_S)
+        at most ``ACK_WAIT_S`` (``ACK_WAIT_BEHIND_S`` after a wait that fell short): a
+        snapshot's acknowledgement waits for that (no checkpoint may complete without a
+        record written before its barriers), and the processing goes on meanwhile, so an
+        outage is ridden out. InternalDeliveryError if one of ``attempt`` was refused."""
+        left = self.producer.flush(ACK_WAIT_BEHIND_S if self._behind else ACK_WAIT_S)
+        self._behind = left > 0
         self.failures.check(attempt)
-        return left == 0
+        return not self._behind
 
     def flush_internal(self) -> None:
         """Every internal record and event written so far delivered (before source
