@@ -82,7 +82,8 @@ class InternalRecordError(ValueError):
 
 
 class InternalDeliveryError(RuntimeError):
-    """An internal record or event was not delivered: the job must fail (not acknowledge)."""
+    """An internal record or event was not delivered: the task that finds it fails before
+    anything after it is acknowledged or committed."""
 
 
 class DeliveryFailures:
@@ -121,9 +122,10 @@ class DeliveryFailures:
         if self.failed:
             count, first = self.failed[max(self.failed)]
             raise InternalDeliveryError(
-                f"{first} ({count} record(s)). The job must not go on without them: it "
-                f"rolls back to its last completed checkpoint, which replays them (for a "
-                f"record too large, raise the internal topic's max.message.bytes)"
+                f"{first} ({count} record(s)). Nothing after them is acknowledged or "
+                f"committed: the job rolls back to its last completed checkpoint, which "
+                f"replays them (without checkpoints the worker stops). For a record too "
+                f"large, raise the internal topic's max.message.bytes"
             )
 
 
@@ -350,9 +352,10 @@ def produce_event(
     """Queue ``event`` of ``task`` in ``attempt`` on every one of the ``partitions``
     partitions of ``topic`` (``on_delivery``: the records' delivery callback).
 
-    Delivery is the producer's: flush it (at the barrier) to know the event is
-    written. Events go through the same producer as the task's data records, so
-    each partition receives them in order after the data written before them.
+    Delivery is the producer's: the worker's acknowledgements wait until everything it
+    wrote is delivered (``Router.internal_delivered``). Events go through the same
+    producer as the task's data records, so each partition receives them in order
+    after the data written before them.
     """
     if partitions < 1:
         raise ValueError(f"topic {topic} needs at least one partition, got {partitions}")
