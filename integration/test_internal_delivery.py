@@ -14,6 +14,7 @@ stops before committing offsets past it, and a restart reads it again.
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource
@@ -54,9 +55,25 @@ def _internal_topic(admin: AdminClient, app: str) -> str:
     return internal[0]
 
 
-def _start(
-    kafka_bootstrap: str, kafka_admin: AdminClient, unique_name: Callable[[str], str], tmp: Path
-) -> tuple[str, str, Path, Callable[[str], None]]:
+@dataclass
+class _Refused:
+    """A job of TOPOLOGY that published ``a``, then had its repartition topic's limit
+    lowered under ``b`` (refused) and was sent ``b`` and ``c``."""
+
+    job: CliJob
+    args: list[str]  # its ``kstream run`` command
+    out: str  # the sink topic
+    internal: str  # the repartition topic
+
+
+def _refuse_b(
+    kafka_bootstrap: str,
+    kafka_admin: AdminClient,
+    unique_name: Callable[[str], str],
+    tmp: Path,
+    *extra: str,
+) -> _Refused:
+    """Start the job (``extra``: more ``kstream run`` options); the caller kills it."""
     src, out, app = unique_name("in"), unique_name("out"), unique_name("bykey")
     ensure_topics(kafka_admin, [TopicSpec(src, 1), TopicSpec(out, 1)])
     topology = tmp / "bykey_topology.py"
@@ -67,7 +84,19 @@ def _start(
         p.produce(src, value.encode())
         assert p.flush(30) == 0
 
-    return out, app, topology, send
+    send("a")
+    args = [*run_args(topology, kafka_bootstrap, app, tmp), *extra]
+    job = CliJob(args, tmp / "job.log")
+    try:
+        job.wait_until(lambda: _values(kafka_bootstrap, out) == [b"a:1"], "first output", 90)
+        internal = _internal_topic(kafka_admin, app)
+        _set_max_message_bytes(kafka_admin, internal, LIMIT)
+        send("b" * BIG)  # refused by the repartition topic
+        send("c")  # accepted: without the fix it went out and "b" was lost
+    except BaseException:
+        job.kill()
+        raise
+    return _Refused(job, args, out, internal)
 
 
 def _values(bootstrap: str, topic: str) -> list[bytes | None]:
@@ -80,15 +109,9 @@ def test_a_refused_internal_record_rolls_the_job_back_until_it_is_accepted(
     unique_name: Callable[[str], str],
     tmp_path: Path,
 ) -> None:
-    out, app, topology, send = _start(kafka_bootstrap, kafka_admin, unique_name, tmp_path)
-    send("a")
-    job = CliJob(run_args(topology, kafka_bootstrap, app, tmp_path), tmp_path / "job.log")
+    r = _refuse_b(kafka_bootstrap, kafka_admin, unique_name, tmp_path)
+    job, out, internal = r.job, r.out, r.internal
     try:
-        job.wait_until(lambda: _values(kafka_bootstrap, out) == [b"a:1"], "first output", 90)
-        internal = _internal_topic(kafka_admin, app)
-        _set_max_message_bytes(kafka_admin, internal, LIMIT)
-        send("b" * BIG)  # refused by the repartition topic
-        send("c")  # accepted: without the fix it went out and "b" was lost
         refused = f"InternalDeliveryError: delivery to {internal} [0] failed: MSG_SIZE_TOO_LARGE"
         # Rolled back, replayed, refused again: no checkpoint completed in between.
         job.wait_until(lambda: job.log().count("failover (attempt") >= 2, "two rollbacks", 180)
@@ -111,16 +134,9 @@ def test_without_checkpoints_a_refused_internal_record_stops_the_worker_uncommit
     unique_name: Callable[[str], str],
     tmp_path: Path,
 ) -> None:
-    out, app, topology, send = _start(kafka_bootstrap, kafka_admin, unique_name, tmp_path)
-    send("a")
-    args = [*run_args(topology, kafka_bootstrap, app, tmp_path), "--no-checkpointing"]
-    job = CliJob(args, tmp_path / "first.log")
+    r = _refuse_b(kafka_bootstrap, kafka_admin, unique_name, tmp_path, "--no-checkpointing")
+    job, out, internal = r.job, r.out, r.internal
     try:
-        job.wait_until(lambda: _values(kafka_bootstrap, out) == [b"a:1"], "first output", 90)
-        internal = _internal_topic(kafka_admin, app)
-        _set_max_message_bytes(kafka_admin, internal, LIMIT)
-        send("b" * BIG)
-        send("c")
         code = job.proc.wait(120)
     finally:
         job.kill()
@@ -129,7 +145,7 @@ def test_without_checkpoints_a_refused_internal_record_stops_the_worker_uncommit
     # At least once: a restart with the topic fixed reads "b" again (its offset was not
     # committed); "c" may come twice.
     _set_max_message_bytes(kafka_admin, internal, 1_000_000)
-    code, log = run_to_end([*args, "--stop-when-idle", "3"], timeout=150)
+    code, log = run_to_end([*r.args, "--stop-when-idle", "3"], timeout=150)
     assert code == 0, log[-3000:]
     got = _values(kafka_bootstrap, out)
     assert got[0] == b"a:1" and f"b:{BIG}".encode() in got, got

@@ -17,7 +17,6 @@ from kstream.kafka.internal import (
     decode_event,
     decode_records,
     encode_event,
-    flush_internal,
     is_stale,
     produce_event,
     read_origin,
@@ -225,26 +224,3 @@ def test_a_restored_attempt_forgets_the_failures_of_earlier_attempts() -> None:
     failures.of(3)(TOO_LARGE, _Sent("app.s.repartition", 0))
     with pytest.raises(InternalDeliveryError, match=r"\(1 record\(s\)\)"):
         failures.check(3)
-
-
-class _Flushing:
-    def __init__(self, report: Any = None) -> None:
-        self.report = report
-        self.flushes = 0
-
-    def flush(self) -> int:
-        self.flushes += 1
-        if self.report is not None:
-            self.report()  # flush serves the delivery reports
-        return 0
-
-
-def test_flush_internal_waits_for_every_delivery_then_reports_refused_records() -> None:
-    failures = DeliveryFailures()
-    p = _Flushing()
-    flush_internal(p, failures, 1)
-    assert p.flushes == 1
-    refused = _Flushing(lambda: failures.of(1)(TOO_LARGE, _Sent("app.s.repartition", 2)))
-    with pytest.raises(InternalDeliveryError, match=r"repartition \[2\] failed: MSG_SIZE"):
-        flush_internal(refused, failures, 1)
-    assert refused.flushes == 1

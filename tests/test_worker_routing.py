@@ -3,6 +3,7 @@ producer's flush reports how many records are still undelivered)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -10,25 +11,29 @@ from confluent_kafka import KafkaError
 
 from kstream.config import OnBadRecord
 from kstream.kafka.dlq import DeadLetterWriter
-from kstream.kafka.internal import DeliveryFailures, InternalDeliveryError
+from kstream.kafka.internal import InternalDeliveryError
 from kstream.worker.routing import ACK_WAIT_BEHIND_S, ACK_WAIT_S, Router
 
 
 class _Producer:
-    """``flush(timeout)`` returns the next of ``left`` (records still undelivered)."""
+    """``flush(timeout)`` returns the next of ``left`` (records still undelivered) after
+    ``report`` (flush serves the delivery reports)."""
 
-    def __init__(self, *left: int) -> None:
+    def __init__(self, *left: int, report: Callable[[], None] | None = None) -> None:
         self.left = list(left)
-        self.timeouts: list[float] = []
+        self.report = report
+        self.timeouts: list[float | None] = []
 
-    def flush(self, timeout: float) -> int:
+    def flush(self, timeout: float | None = None) -> int:
         self.timeouts.append(timeout)
+        if self.report is not None:
+            self.report()
         return self.left.pop(0)
 
 
-def _router(producer: Any, failures: DeliveryFailures | None = None) -> Router:
+def _router(producer: Any) -> Router:
     dlq = DeadLetterWriter("app", "127.0.0.1:1", OnBadRecord.FAIL)
-    return Router(producer, dlq, {"app.s.repartition": 1}, failures=failures)
+    return Router(producer, dlq, {"app.s.repartition": 1})
 
 
 def test_acknowledgements_wait_briefly_then_longer_while_deliveries_lag() -> None:
@@ -39,17 +44,34 @@ def test_acknowledgements_wait_briefly_then_longer_while_deliveries_lag() -> Non
 
 
 class _Sent:
+    def __init__(self, partition: int = 0) -> None:
+        self._partition = partition
+
     def topic(self) -> str:
         return "app.s.repartition"
 
     def partition(self) -> int:
-        return 0
+        return self._partition
+
+
+TOO_LARGE = KafkaError(KafkaError.MSG_SIZE_TOO_LARGE)
 
 
 def test_a_refused_record_of_the_attempt_raises_instead_of_acknowledging() -> None:
-    failures = DeliveryFailures()
-    r = _router(_Producer(0, 0), failures)
-    failures.of(1)(KafkaError(KafkaError.MSG_SIZE_TOO_LARGE), _Sent())
+    r = _router(_Producer(0, 0))
+    r.failures.of(1)(TOO_LARGE, _Sent())
     with pytest.raises(InternalDeliveryError, match="MSG_SIZE_TOO_LARGE"):
         r.internal_delivered(1)
     assert r.internal_delivered(2)  # restored in attempt 2: attempt 1's records are stale
+
+
+def test_flush_internal_waits_for_every_delivery_then_reports_refused_records() -> None:
+    p = _Producer(0)
+    _router(p).flush_internal()
+    assert p.timeouts == [None]  # no timeout: message.timeout.ms bounds it
+    refused = _Producer(0)
+    r = _router(refused)
+    refused.report = lambda: r.failures.of(0)(TOO_LARGE, _Sent(2))
+    with pytest.raises(InternalDeliveryError, match=r"repartition \[2\] failed: MSG_SIZE"):
+        r.flush_internal()
+    assert refused.timeouts == [None]

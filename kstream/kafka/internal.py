@@ -60,7 +60,6 @@ __all__ = [
     "decode_event",
     "decode_records",
     "encode_event",
-    "flush_internal",
     "is_stale",
     "produce_event",
     "read_origin",
@@ -127,14 +126,6 @@ class DeliveryFailures:
                 f"replays them (without checkpoints the worker stops). For a record too "
                 f"large, raise the internal topic's max.message.bytes"
             )
-
-
-def flush_internal(producer: Any, failures: DeliveryFailures, attempt: int = 0) -> None:
-    """Wait until every internal record and event written so far is delivered or has
-    failed (``message.timeout.ms`` bounds it: an outage shorter than that is waited
-    out, as before); InternalDeliveryError if one of ``attempt`` (or later) failed."""
-    producer.flush()
-    failures.check(attempt)
 
 
 class EventKind(StrEnum):

@@ -25,7 +25,7 @@ from kstream.job import Job
 from kstream.kafka.clients import Producer, make_producer
 from kstream.kafka.control import ControlClient, ControlError
 from kstream.kafka.dlq import DeadLetterWriter
-from kstream.kafka.internal import DeliveryFailures, InternalDeliveryError
+from kstream.kafka.internal import InternalDeliveryError
 from kstream.kafka.reachability import Reachability
 from kstream.kafka.source import RawRecord, SourceConsumer
 from kstream.metrics.worker import WorkerMetrics, sink_buffers
@@ -60,8 +60,7 @@ class WorkerClients:
     """The Kafka clients of one worker (``control`` only with checkpointing)."""
 
     source: SourceConsumer
-    producer: Producer  # internal topics': failed deliveries go to ``failures``
-    failures: DeliveryFailures
+    producer: Producer  # internal topics': failed deliveries reported (``Router``)
     dlq: DeadLetterWriter
     control: ControlClient | None
 
@@ -80,7 +79,6 @@ def open_clients(
     # One view of the brokers for the source and the control client: an outage is
     # logged once and bounded by --max-outage (kstream.kafka.reachability).
     reachability = Reachability(cfg.max_outage)
-    failures = DeliveryFailures()
     return WorkerClients(
         source=SourceConsumer(
             cfg.bootstrap_servers,
@@ -100,7 +98,6 @@ def open_clients(
             # failed deliveries only, to each record's callback (``Router``)
             extra={"linger.ms": 5, **cfg.kafka, "delivery.report.only.error": True},
         ),
-        failures=failures,
         dlq=DeadLetterWriter(
             cfg.app_id, cfg.bootstrap_servers, cfg.on_bad_record, producer_config=cfg.kafka
         ),
@@ -164,7 +161,6 @@ class Worker:
             self.plan.internal_topic_partitions,
             send=None if self.control is None else self.control.report,
             metrics=self.metrics,
-            failures=clients.failures,
         )
         context = RunnerContext(
             plan=self.plan,

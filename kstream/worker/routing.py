@@ -11,7 +11,7 @@ from kstream.checkpoint.messages import DeclineCheckpoint, Message
 from kstream.config import Guarantee
 from kstream.kafka.clients import Producer, produce_with_retry
 from kstream.kafka.dlq import DeadLetterWriter
-from kstream.kafka.internal import DeliveryFailures, flush_internal, produce_event
+from kstream.kafka.internal import DeliveryFailures, produce_event
 from kstream.kafka.sink import Sink
 from kstream.metrics.worker import WorkerMetrics
 from kstream.runtime.records import AlignmentAborted, DeadLetter, Output, OutputBatch, OutputEvent
@@ -48,12 +48,11 @@ class Router:
         internal_partitions: dict[str, int],
         send: Callable[[Message], object] | None = None,
         metrics: WorkerMetrics | None = None,
-        failures: DeliveryFailures | None = None,
     ) -> None:
         self.metrics = metrics or WorkerMetrics()
         self.producer = producer
-        # the producer's failed deliveries (its delivery callback; ``open_clients``)
-        self.failures = failures or DeliveryFailures()
+        # the producer's failed deliveries (each record's delivery callback)
+        self.failures = DeliveryFailures()
         self._behind = False  # the last ``internal_delivered`` saw records undelivered
         self.dlq = dlq
         self.internal_partitions = internal_partitions
@@ -138,7 +137,9 @@ class Router:
         return not self._behind
 
     def flush_internal(self) -> None:
-        """Every internal record and event written so far delivered (before source
-        offsets are committed, before a bounded run publishes); InternalDeliveryError if
-        one was refused (``kstream.kafka.internal.flush_internal``)."""
-        flush_internal(self.producer, self.failures)
+        """Wait until every internal record and event written so far is delivered or has
+        failed (before source offsets are committed, before a bounded run publishes;
+        ``message.timeout.ms`` bounds the wait: a shorter outage is waited out);
+        InternalDeliveryError if one failed."""
+        self.producer.flush()
+        self.failures.check()
