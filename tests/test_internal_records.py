@@ -20,6 +20,7 @@ from kstream.kafka.internal import (
     is_stale,
     produce_event,
     read_origin,
+    time_headers,
 )
 from kstream.runtime.events import Barrier, EndOfInput, StreamEvent, Watermark
 from kstream.runtime.records import InternalEvent, InternalRecord
@@ -80,6 +81,27 @@ def test_records_decode_into_the_runtimes_items_and_malformed_ones_are_named() -
                        "headers (has ['ks.task']): not written by a kstream task")]  # fmt: skip
 
 
+def test_an_event_time_the_kafka_timestamp_cannot_carry_travels_in_a_header() -> None:
+    # librdkafka writes a timestamp of 0 as "now": the reader takes ks.time instead.
+    at_zero = time_headers(data_headers("s-0", 2), 0)
+    assert at_zero == [("ks.task", b"s-0"), ("ks.attempt", b"2"), ("ks.time", b"0")]
+    assert read_origin(at_zero) == RecordOrigin("s-0", 2, None, 0)
+    before = time_headers(data_headers("s-0", 2), -1500)
+    items, bad = decode_records(
+        [
+            (b"a", b"v", 1_796_000_000_000, 10, at_zero),
+            (b"b", b"v", 1_796_000_000_000, 11, before),
+            (b"c", b"v", 7, 12, data_headers("s-0", 2)),
+        ]
+    )
+    assert bad == []
+    assert [(r.key, r.timestamp) for r in items if isinstance(r, InternalRecord)] == [
+        (b"a", 0),
+        (b"b", -1500),
+        (b"c", 7),
+    ]
+
+
 def test_only_barriers_require_pipelined_execution() -> None:
     assert [k for k in EventKind if k.requires_pipelined] == [EventKind.BARRIER]
 
@@ -112,6 +134,10 @@ def test_event_fields_must_match_the_kind() -> None:
         ([("ks.task", b""), ("ks.attempt", b"1")], "task id must be"),
         ([("ks.task", b"a"), ("ks.task", b"b"), ("ks.attempt", b"1")], "appears more than once"),
         ([("ks.task", b"a"), ("ks.attempt", b"1"), ("ks.event", b"exec")], "unknown event kind"),
+        ([("ks.task", b"a"), ("ks.attempt", b"1"), ("ks.time", b"1.5")], "64-bit decimal"),
+        ([("ks.task", b"a"), ("ks.attempt", b"1"), ("ks.time", b"-")], "64-bit decimal"),
+        ([("ks.task", b"a"), ("ks.attempt", b"1"), ("ks.time", b"9" * 19)], "64-bit decimal"),
+        ([("ks.task", b"a"), ("ks.attempt", b"1"), ("ks.time", None)], "ks.time has no value"),
     ],
 )
 def test_malformed_headers_are_rejected_clearly(headers: Any, message: str) -> None:

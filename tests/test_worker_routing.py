@@ -11,8 +11,9 @@ from confluent_kafka import KafkaError
 
 from kstream.config import OnBadRecord
 from kstream.kafka.dlq import DeadLetterWriter
-from kstream.kafka.internal import InternalDeliveryError
-from kstream.worker.routing import ACK_WAIT_BEHIND_S, ACK_WAIT_S, Router
+from kstream.kafka.internal import InternalDeliveryError, data_headers, decode_records
+from kstream.runtime.records import InternalRecord, OutputBatch
+from kstream.worker.routing import ACK_WAIT_BEHIND_S, ACK_WAIT_S, Router, TaskRoute
 
 
 class _Producer:
@@ -75,3 +76,34 @@ def test_flush_internal_waits_for_every_delivery_then_reports_refused_records() 
     with pytest.raises(InternalDeliveryError, match=r"repartition \[2\] failed: MSG_SIZE"):
         r.flush_internal()
     assert refused.timeouts == [None]
+
+
+class _Recorder:
+    """A producer that keeps what it was given to write."""
+
+    def __init__(self) -> None:
+        self.records: list[dict[str, Any]] = []
+
+    def produce(self, topic: str, value: bytes, key: bytes, **kw: Any) -> None:
+        self.records.append({"topic": topic, "key": key, **kw})
+
+    def poll(self, timeout: float) -> int:
+        return 0
+
+
+def test_an_event_time_of_zero_reaches_the_next_stage_through_a_header() -> None:
+    p = _Recorder()
+    route = TaskRoute("s-0", 3, data_headers("s-0", 3))
+    batch = OutputBatch("app.s.repartition", True, [0, 0], [b"a", b"b"], [b"1", b"2"], [5, 0])
+    _router(p).route(route, [batch])
+    first, second = p.records
+    assert (first["timestamp"], first["headers"]) == (5, route.headers)
+    assert (second["timestamp"], second["headers"]) == (0, [*route.headers, ("ks.time", b"0")])
+    # The broker stamps the second "now" (librdkafka's reading of 0); the reader recovers 0.
+    read = [(r["key"], b"v", 1_796_000_000_000 if r["timestamp"] == 0 else r["timestamp"], i,
+             r["headers"]) for i, r in enumerate(p.records)]  # fmt: skip
+    items, _ = decode_records(read)
+    assert [(r.key, r.timestamp) for r in items if isinstance(r, InternalRecord)] == [
+        (b"a", 5),
+        (b"b", 0),
+    ]

@@ -5,6 +5,11 @@ it: ``ks.task`` (the producing task id) and ``ks.attempt`` (its attempt, decimal
 A consumer restored to attempt *k* drops records of attempts older than *k*
 (:func:`is_stale`): they are the failed attempt's output and are produced again.
 
+A data record's event time is its Kafka timestamp, except where that cannot hold it:
+librdkafka writes a timestamp of 0 as "now" (and Kafka has no negative ones), so a
+record at event time 0 or less carries it in a ``ks.time`` header (decimal), which the
+reader takes instead (:func:`time_headers`; readers before it ignore the header).
+
 Stream events (barrier, watermark, end of input) are ordinary records with an
 extra ``ks.event`` header naming the kind, a null key and a small JSON value::
 
@@ -50,6 +55,7 @@ __all__ = [
     "HEADER_ATTEMPT",
     "HEADER_EVENT",
     "HEADER_TASK",
+    "HEADER_TIME",
     "DeliveryFailures",
     "EventKind",
     "Headers",
@@ -63,11 +69,13 @@ __all__ = [
     "is_stale",
     "produce_event",
     "read_origin",
+    "time_headers",
 ]
 
 HEADER_TASK = "ks.task"
 HEADER_ATTEMPT = "ks.attempt"
 HEADER_EVENT = "ks.event"
+HEADER_TIME = "ks.time"
 
 FORMAT_VERSION = 1
 MAX_EVENT_VALUE_BYTES = 4096  # an event value is tiny; a larger one is malformed
@@ -159,11 +167,13 @@ _EVENT_CLASS: dict[EventKind, type[StreamEvent]] = {
 
 @dataclass(frozen=True, slots=True)
 class RecordOrigin:
-    """Who wrote an internal-topic record, and the event kind if it is an event."""
+    """Who wrote an internal-topic record, and the event kind if it is an event;
+    ``time``: the event time from ``ks.time`` (None: the Kafka timestamp is it)."""
 
     task: str
     attempt: int
     event: EventKind | None
+    time: int | None = None
 
 
 def _check_id(task: str) -> None:
@@ -180,6 +190,12 @@ def data_headers(task: str, attempt: int) -> list[tuple[str, bytes]]:
     if attempt < 0:
         raise InternalRecordError(f"attempt must be >= 0, got {attempt}")
     return [(HEADER_TASK, task.encode()), (HEADER_ATTEMPT, str(attempt).encode())]
+
+
+def time_headers(headers: list[tuple[str, bytes]], timestamp: int) -> list[tuple[str, bytes]]:
+    """``headers`` of a data record at event time ``timestamp`` <= 0, which its Kafka
+    timestamp cannot carry: with ``ks.time`` added."""
+    return [*headers, (HEADER_TIME, str(timestamp).encode())]
 
 
 def encode_event(
@@ -212,6 +228,14 @@ def _non_negative_int(name: str, text: str) -> int:
     return int(text)
 
 
+def _time(name: str, text: str) -> int:
+    digits = text[1:] if text.startswith("-") else text
+    value = int(text) if digits.isascii() and digits.isdigit() and len(digits) <= 19 else None
+    if value is None or not -(2**63) <= value < 2**63:
+        raise InternalRecordError(f"{name} must be a 64-bit decimal integer, got {text!r}")
+    return value
+
+
 def read_origin(headers: Headers | None) -> RecordOrigin:
     """The validated ``ks.*`` headers of an internal-topic record.
 
@@ -222,6 +246,7 @@ def read_origin(headers: Headers | None) -> RecordOrigin:
     task: str | None = None
     attempt: int | None = None
     event: EventKind | None = None
+    time: int | None = None
     seen: set[str] = set()
     for name, raw in headers or ():
         if not name.startswith("ks."):
@@ -240,12 +265,14 @@ def read_origin(headers: Headers | None) -> RecordOrigin:
                 event = EventKind(kind)
             except ValueError:
                 raise InternalRecordError(f"unknown event kind {kind!r} in {name}") from None
+        elif name == HEADER_TIME:
+            time = _time(name, _text(name, raw))
     if task is None or attempt is None:
         raise InternalRecordError(
             f"internal record lacks {HEADER_TASK}/{HEADER_ATTEMPT} headers "
             f"(has {sorted(seen) or 'none'}): not written by a kstream task"
         )
-    return RecordOrigin(task, attempt, event)
+    return RecordOrigin(task, attempt, event, time)
 
 
 def decode_event(origin: RecordOrigin, value: bytes | None) -> StreamEvent:
@@ -312,6 +339,8 @@ def decode_records(
         try:
             origin = read_origin(headers)
             if origin.event is None:
+                if origin.time is not None:
+                    ts = origin.time
                 items.append(
                     InternalRecord(origin.task, origin.attempt, offset, key, value, ts or 0)
                 )

@@ -11,7 +11,7 @@ from kstream.checkpoint.messages import DeclineCheckpoint, Message
 from kstream.config import Guarantee
 from kstream.kafka.clients import Producer, produce_with_retry
 from kstream.kafka.dlq import DeadLetterWriter
-from kstream.kafka.internal import DeliveryFailures, produce_event
+from kstream.kafka.internal import DeliveryFailures, produce_event, time_headers
 from kstream.kafka.sink import Sink
 from kstream.metrics.worker import WorkerMetrics
 from kstream.runtime.records import AlignmentAborted, DeadLetter, Output, OutputBatch, OutputEvent
@@ -105,9 +105,13 @@ class Router:
         failed = self.failures.of(task.attempt)  # called for failed deliveries only
         assert out.partitions is not None
         for p, k, v, ts in zip(out.partitions, out.keys, out.values, out.timestamps, strict=True):
+            if ts > 0:
+                h = headers
+            else:  # librdkafka writes a timestamp of 0 as "now": the time goes in a header
+                h, ts = time_headers(headers, ts), 0
             try:
                 produce(
-                    out.topic, v, k, partition=p, timestamp=max(ts, 0), headers=headers,
+                    out.topic, v, k, partition=p, timestamp=ts, headers=h,
                     on_delivery=failed,
                 )  # fmt: skip
             except BufferError:  # local queue full
@@ -118,8 +122,8 @@ class Router:
                     k,
                     full=True,
                     partition=p,
-                    timestamp=max(ts, 0),
-                    headers=headers,
+                    timestamp=ts,
+                    headers=h,
                     on_delivery=failed,
                 )
         self.producer.poll(0)
