@@ -137,6 +137,10 @@ def _partitioned(
                 "or (key, value, timestamp_ms, partition)"
             )
         key, value, ts = _encode(key_serde, record[0]), _encode(value_serde, record[1]), record[2]
+        if type(ts) is not int or ts < 0:
+            raise ValueError(
+                f"{topic}: record {i} has timestamp {ts!r}; give int milliseconds >= 0"
+            )
         if len(record) == 4:
             p = record[3]
             if not 0 <= p < count:
@@ -148,7 +152,7 @@ def _partitioned(
             p = zlib.crc32(key) % count
         else:
             p, turn = turn, (turn + 1) % count
-        parts[p].append((key, value, int(ts), len(parts[p])))
+        parts[p].append((key, value, ts, len(parts[p])))
     return parts
 
 

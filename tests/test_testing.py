@@ -125,6 +125,8 @@ def test_inputs_it_cannot_place_are_refused_with_the_reason() -> None:
         run_topology(t, {"clicks": [(None, {}, 0, 2)]}, partitions={"clicks": 2})
     with pytest.raises(ValueError, match=r"record 0 is \('a', 1\)"):
         run_topology(t, {"clicks": [("a", 1)]})
+    with pytest.raises(ValueError, match=r"record 1 has timestamp 1.5; give int milliseconds"):
+        run_topology(t, {"clicks": [(None, {}, 1), (None, {}, 1.5)]})
     run = run_topology(t, {})
     assert run.output("counts") == []
     with pytest.raises(KeyError, match=r"no sink topic 'count'; the topology writes \['counts'\]"):

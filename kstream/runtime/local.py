@@ -3,8 +3,9 @@
 Stage by stage, every task runs in bounded mode on a ``MemoryBackend``: user
 topics are fed in batches then ended, repartition output is appended to in-memory
 internal partitions (with the producing task id and offsets, as the worker would)
-and read by the next stage. Used by fast tests and to compute expected outputs;
-it exercises the same ``Task`` code as the Kafka worker.
+and read by the next stage. Used by fast tests, to compute expected outputs and by
+``kstream.testing`` (users' unit tests); it exercises the same ``Task`` code as the
+Kafka worker.
 """
 
 from __future__ import annotations
