@@ -8,7 +8,10 @@ from __future__ import annotations
 import time
 from collections.abc import Iterable, Sequence
 
+from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource
+
 from kstream.kafka.clients import (
+    AdminClient,
     Consumer,
     KafkaException,
     Producer,
@@ -105,3 +108,13 @@ def read_to_end(
                 f"positions {[(tp.partition, tp.offset) for tp in positions]} did not reach "
                 f"end offsets {ends} within {timeout}s; read {len(out)} records"
             )
+
+
+def set_max_message_bytes(admin: AdminClient, topic: str, limit: int) -> None:
+    """Set ``topic``'s ``max.message.bytes`` (the largest record batch it takes)."""
+    entry = ConfigEntry(
+        "max.message.bytes", str(limit), incremental_operation=AlterConfigOpType.SET
+    )
+    res = ConfigResource(ConfigResource.Type.TOPIC, topic, incremental_configs=[entry])
+    for f in admin.incremental_alter_configs([res]).values():
+        f.result(30)

@@ -17,10 +17,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource
-
 from integration.cli_job import CliJob, run_args, run_to_end
 from integration.edge_tools import read_all
+from integration.kafkatools import set_max_message_bytes
 from kstream.kafka.clients import AdminClient, TopicSpec, ensure_topics, make_producer
 from kstream.names import is_repartition_topic
 
@@ -38,15 +37,6 @@ topology = Topology("bykey")
 
 BIG = 20_000  # bytes: over the repartition topic's limit once it is lowered to LIMIT
 LIMIT = 4_000
-
-
-def _set_max_message_bytes(admin: AdminClient, topic: str, limit: int) -> None:
-    entry = ConfigEntry(
-        "max.message.bytes", str(limit), incremental_operation=AlterConfigOpType.SET
-    )
-    res = ConfigResource(ConfigResource.Type.TOPIC, topic, incremental_configs=[entry])
-    for f in admin.incremental_alter_configs([res]).values():
-        f.result(30)
 
 
 def _internal_topic(admin: AdminClient, app: str) -> str:
@@ -90,7 +80,7 @@ def _refuse_b(
     try:
         job.wait_until(lambda: _values(kafka_bootstrap, out) == [b"a:1"], "first output", 90)
         internal = _internal_topic(kafka_admin, app)
-        _set_max_message_bytes(kafka_admin, internal, LIMIT)
+        set_max_message_bytes(kafka_admin, internal, LIMIT)
         send("b" * BIG)  # refused by the repartition topic
         send("c")  # accepted: without the fix it went out and "b" was lost
     except BaseException:
@@ -118,7 +108,7 @@ def test_a_refused_internal_record_rolls_the_job_back_until_it_is_accepted(
         assert job.log().count(refused) >= 2, job.tail()
         assert _values(kafka_bootstrap, out) == [b"a:1"]
         # Accepted again: the next replay goes through, exactly once, with no restart.
-        _set_max_message_bytes(kafka_admin, internal, 1_000_000)
+        set_max_message_bytes(kafka_admin, internal, 1_000_000)
         expected = [b"a:1", f"b:{BIG}".encode(), b"c:1"]
         job.wait_until(lambda: _values(kafka_bootstrap, out) == expected, "all output", 180)
         code, _ = job.stop()
@@ -144,7 +134,7 @@ def test_without_checkpoints_a_refused_internal_record_stops_the_worker_uncommit
     assert f"delivery to {internal} [0] failed: MSG_SIZE_TOO_LARGE" in job.log(), job.tail()
     # At least once: a restart with the topic fixed reads "b" again (its offset was not
     # committed); "c" may come twice.
-    _set_max_message_bytes(kafka_admin, internal, 1_000_000)
+    set_max_message_bytes(kafka_admin, internal, 1_000_000)
     code, log = run_to_end([*r.args, "--stop-when-idle", "3"], timeout=150)
     assert code == 0, log[-3000:]
     got = _values(kafka_bootstrap, out)

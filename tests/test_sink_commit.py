@@ -11,6 +11,7 @@ from typing import cast
 import pytest
 
 from kstream.kafka.sink import SinkCommit, SinkError, SinkFencedError
+from kstream.sinkbuffer.epochs import SinkStateError
 from kstream.worker.runner import TaskRunner
 from kstream.worker.sinkcommit import SinkCommitter
 
@@ -62,11 +63,12 @@ def publishing(done: list[str], name: str) -> Callable[[], int]:
     return publish
 
 
-def commit(committer: SinkCommitter, runners: list[Runner], n: int) -> dict[str, SinkFencedError]:
-    """Start the commits of ``runners`` for ``n`` and collect them, waiting: the fenced."""
-    fenced = committer.start(cast(list[TaskRunner], runners), n)
-    fenced.update(committer.collect(wait=True))
-    return fenced
+def commit(committer: SinkCommitter, runners: list[Runner], n: int) -> dict[str, SinkError]:
+    """Start the commits of ``runners`` for ``n`` and collect them, waiting: the tasks
+    fenced or failed."""
+    outcomes = committer.start(cast(list[TaskRunner], runners), n)
+    outcomes.update(committer.collect(wait=True))
+    return outcomes
 
 
 def test_the_caller_goes_on_while_the_commits_run_and_collects_them_later() -> None:
@@ -100,7 +102,7 @@ def test_the_commits_of_all_tasks_wait_together() -> None:
 
     a, b = Runner("a", [waits_for_the_other]), Runner("b", [waits_for_the_other])
     committer = SinkCommitter()
-    results: list[dict[str, SinkFencedError]] = []
+    results: list[dict[str, SinkError]] = []
     t = threading.Thread(target=lambda: results.append(commit(committer, [a, b], 7)))
     t.start()
     both.wait()
@@ -127,22 +129,25 @@ def test_fenced_tasks_are_reported_and_the_others_commit() -> None:
     assert sorted(done) == ["b1", "c1", "c2"]  # a's commit never ran: it was not opened
 
 
-def test_another_failure_is_raised_once_every_commit_finished() -> None:
+def test_a_failed_commit_is_its_tasks_outcome_once_every_commit_finished() -> None:
     raised = threading.Event()
     finished: list[str] = []
+    failure = SinkError("the transaction failed")
 
     def fails() -> int:
         raised.set()
-        raise SinkError("the transaction failed")
+        raise failure
 
     def slow() -> int:
         assert raised.wait(10)
         finished.append("b")
         return 1
 
-    with pytest.raises(SinkError, match="the transaction failed"):
-        commit(SinkCommitter(), [Runner("a", [fails]), Runner("b", [slow])], 9)
-    assert finished == ["b"]
+    committer = SinkCommitter()
+    a, b = Runner("a", [fails]), Runner("b", [slow])
+    assert committer.start(cast(list[TaskRunner], [a, b]), 9) == {}
+    assert committer.collect(wait=True) == {"a": failure}  # reported, not raised
+    assert finished == ["b"] and not committer.busy
 
 
 def test_a_failure_opening_a_task_finishes_the_commits_opened_before_it() -> None:
@@ -151,7 +156,19 @@ def test_a_failure_opening_a_task_finishes_the_commits_opened_before_it() -> Non
     a = Runner("a", [publishing(done, "a1"), publishing(done, "a2")])
     b = Runner("b", [], begin_error=SinkError("opening the transaction failed"))
     c = Runner("c", [publishing(done, "c1")])
-    with pytest.raises(SinkError, match="opening the transaction failed"):
-        commit(SinkCommitter(), [a, b, c], 4)
+    committer = SinkCommitter()
+    got = committer.start(cast(list[TaskRunner], [a, b, c]), 4)
+    assert {k: str(e) for k, e in got.items()} == {"b": "opening the transaction failed"}
+    assert not committer.busy  # a's commits were collected before start returned
     assert sorted(done) == ["a1", "a2"]
     assert c.begun == []  # as when the tasks were committed one after the other
+
+
+def test_a_bug_is_raised_not_reported() -> None:
+    def broken() -> int:
+        raise SinkStateError("commit before recover")
+
+    with pytest.raises(SinkStateError, match="commit before recover"):
+        commit(SinkCommitter(), [Runner("a", [broken])], 3)
+    with pytest.raises(KeyError):
+        commit(SinkCommitter(), [Runner("a", [], begin_error=KeyError("bug"))], 3)

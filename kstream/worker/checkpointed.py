@@ -16,7 +16,7 @@ from kstream.checkpoint.messages import (
 )
 from kstream.kafka.control import ControlClient
 from kstream.kafka.internal import InternalDeliveryError
-from kstream.kafka.sink import SinkFencedError
+from kstream.kafka.sink import SinkError, SinkFencedError
 from kstream.kafka.source import SourceConsumer
 from kstream.logs import ctx
 from kstream.plan.fingerprint import PlanFingerprint
@@ -250,24 +250,34 @@ class Checkpointed(Mode):
         """Start publishing every task's output up to ``checkpoint_id`` (the previous
         checkpoint's first collected); the processing goes on meanwhile."""
         self._collect_commits(now, wait=True)
-        self._stop_fenced(
+        self._commits_ended(
             self._committer.start(list(self.tasks.runners.values()), checkpoint_id), now
         )
 
     def _collect_commits(self, now: float, *, wait: bool) -> None:
         if self._committer.busy:
-            self._stop_fenced(self._committer.collect(wait=wait), now)
+            self._commits_ended(self._committer.collect(wait=wait), now)
 
-    def _stop_fenced(self, fenced: dict[str, SinkFencedError], now: float) -> None:
-        for task_id, e in fenced.items():  # a newer owner took these tasks over
+    def _commits_ended(self, outcomes: dict[str, SinkError], now: float) -> None:
+        """Tasks whose sink commit did not publish: a fenced one (a newer owner took it
+        over) stops here; another fails, and the job restores its last completed
+        checkpoint, whose restored sink publishes the epochs (or fails again, with the
+        restart strategy's backoff) — never a worker crash over one task's output."""
+        for task_id, e in outcomes.items():
             r = self.tasks.runners.get(task_id)
             if r is None:
                 continue
-            log.warning(
-                "task %s: %s; stopping it here",
-                task_id,
-                e,
-                extra=ctx(attempt=r.attempt, task=task_id),
-            )
-            self.tasks.remove(task_id)
-            self._handle(TaskStopped(task_id, r.attempt, None), now)
+            if isinstance(e, SinkFencedError):
+                log.warning(
+                    "task %s: %s; stopping it here",
+                    task_id,
+                    e,
+                    extra=ctx(attempt=r.attempt, task=task_id),
+                )
+                self.tasks.remove(task_id)
+                self._handle(TaskStopped(task_id, r.attempt, None), now)
+            else:
+                log.error(
+                    "task %s failed: %s", task_id, e, extra=ctx(attempt=r.attempt, task=task_id)
+                )
+                self.task_failed(r, f"{type(e).__name__}: {e}")

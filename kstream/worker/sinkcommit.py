@@ -13,6 +13,11 @@ another failure raised) once per loop iteration, and waits for all of them befor
 sink is used for anything but buffering: the next completion's commits, a restore, a
 stop, the worker's exit. Until a commit is collected, a snapshot still holds its
 epochs; a restore from it reads the task's marker and does not publish them twice.
+
+A task whose commit fails is reported with its error, not raised: fenced (a newer
+owner took it over: the worker stops it) or failed (e.g. a record over the producer's
+``message.max.bytes``, a transaction the broker aborted: the task fails and the job
+restores the checkpoint, whose restored sink publishes the epochs again).
 """
 
 from __future__ import annotations
@@ -20,8 +25,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import wait as wait_for
+from typing import TypeGuard
 
-from kstream.kafka.sink import SinkCommit, SinkFencedError
+from kstream.kafka.sink import SinkCommit, SinkError, SinkFencedError
+from kstream.sinkbuffer.epochs import SinkStateError
 from kstream.worker.runner import TaskRunner
 
 COMMIT_THREADS = 8
@@ -41,42 +48,46 @@ class SinkCommitter:
         """Whether commits were started and not collected."""
         return bool(self._running)
 
-    def start(
-        self, runners: Sequence[TaskRunner], checkpoint_id: int
-    ) -> dict[str, SinkFencedError]:
+    def start(self, runners: Sequence[TaskRunner], checkpoint_id: int) -> dict[str, SinkError]:
         """Open each task's transactions for ``checkpoint_id`` on this thread and start
-        their commits; returns the tasks fenced while opening. The previous commits must
-        be collected first. An error opening a task's transactions (other than fenced)
-        is raised once the commits opened before it have finished and been collected,
-        and no task after it is opened: as when the tasks were committed in turn."""
+        their commits; returns the tasks fenced or failed while opening (``SinkFencedError``
+        or another ``SinkError``). The previous commits must be collected first. After a
+        task failed to open (other than fenced), no task after it is opened, as when the
+        tasks were committed in turn, and the commits opened before it are collected
+        (their outcomes returned too). Any other error is raised once they are."""
         if self._running:
             raise RuntimeError("the previous checkpoint's commits were not collected")
-        fenced: dict[str, SinkFencedError] = {}
+        outcomes: dict[str, SinkError] = {}
         started: list[tuple[str, SinkCommit]] = []
-        failed: Exception | None = None
+        error: Exception | None = None
         for r in runners:
             try:
                 started += [(r.task_id, c) for c in r.begin_commit_sinks(checkpoint_id)]
             except SinkFencedError as e:
-                fenced[r.task_id] = e
+                outcomes[r.task_id] = e
             except Exception as e:
-                failed = e
+                if _reported(e):
+                    outcomes[r.task_id] = e
+                else:
+                    error = e
                 break
         if started and self._pool is None:
             self._pool = ThreadPoolExecutor(self._threads, thread_name_prefix="sink-commit")
         for task_id, c in started:
             assert self._pool is not None
             self._running.append((task_id, c, self._pool.submit(c.publish)))
-        if failed is not None:
-            fenced.update(self.collect(wait=True))
-            raise failed
-        return fenced
+        if error is not None or any(not isinstance(e, SinkFencedError) for e in outcomes.values()):
+            for task_id, err in self.collect(wait=True).items():
+                outcomes.setdefault(task_id, err)
+        if error is not None:
+            raise error
+        return outcomes
 
-    def collect(self, *, wait: bool) -> dict[str, SinkFencedError]:
+    def collect(self, *, wait: bool) -> dict[str, SinkError]:
         """The commits that finished (``wait``: all of them, once finished), in the order
-        started: each published one drops its epochs here; returns the tasks fenced. Any
-        other failure is raised (the first) once every commit started has finished;
-        that task's epochs stay sealed for a later completion or a restore."""
+        started: each published one drops its epochs here; returns the tasks fenced or
+        whose commit failed (their epochs stay sealed: a restore publishes them). Any
+        other error (a bug) is raised, the first, once every commit started finished."""
         running = self._running
         if not running:
             return {}
@@ -85,22 +96,28 @@ class SinkCommitter:
         elif not all(f.done() for _, _, f in running):
             return {}  # all or nothing: the failure rule needs every outcome
         self._running = []
-        fenced: dict[str, SinkFencedError] = {}
+        outcomes: dict[str, SinkError] = {}
         error: BaseException | None = None
         for task_id, c, f in running:
             e = f.exception()
             if e is None:
                 c.published()
-            elif isinstance(e, SinkFencedError):
-                fenced.setdefault(task_id, e)
+            elif _reported(e):
+                outcomes.setdefault(task_id, e)
             elif error is None:
                 error = e
         if error is not None:
             raise error
-        return fenced
+        return outcomes
 
     def close(self) -> None:
         """Stop the commit threads (after the commits running, uncollected)."""
         if self._pool is not None:
             self._pool.shutdown(wait=True)
             self._pool = None
+
+
+def _reported(e: BaseException | None) -> TypeGuard[SinkError]:
+    """Whether a commit's error is the task's outcome (a sink that could not commit)
+    rather than a bug in the caller, which is raised."""
+    return isinstance(e, SinkError) and not isinstance(e, SinkStateError)

@@ -99,9 +99,11 @@ class WorkerTasks:
         Returns ``(corrupt, unreachable)``. ``corrupt``: the tasks whose checkpoint cannot
         be restored (a corrupt or missing object: the error names it); then no task is
         kept — the coordinator chooses an older checkpoint for all of them.
-        ``unreachable``: tasks that could not be restored because the checkpoint store or
-        the broker could not be reached, with the reason: they fail, not the worker (the
-        coordinator restores the same checkpoint again). Any other failure propagates."""
+        ``unreachable``: tasks that could not be restored because the checkpoint store
+        could not be reached or a sink could not take over its transactions or publish
+        its buffered output (the broker unreachable, a record it refuses), with the
+        reason: they fail, not the worker (the coordinator restores the same checkpoint
+        again). Any other failure propagates."""
         specs = self.assigned()
         store, app_id = self.ctx.store, self.ctx.config.app_id
         self.stop_all()
@@ -126,7 +128,9 @@ class WorkerTasks:
             if isinstance(e := fut.exception(), CorruptSnapshotError)
         }
         unreachable = {
-            spec.task_id: f"restore failed (store or broker unreachable): {e}"
+            spec.task_id: "restore failed ("
+            + ("store unreachable" if isinstance(e, StoreError) else "sink")
+            + f"): {e}"
             for spec, fut in zip(specs, futures, strict=True)
             if isinstance(e := fut.exception(), (StoreError, SinkError))
         }
