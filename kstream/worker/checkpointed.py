@@ -155,9 +155,12 @@ class Checkpointed(Mode):
         checkpoint publishes its output before the process exits). A commit that fails
         now is logged: its epochs are in the checkpoint, published after a restore."""
         try:
-            self._committer.collect(wait=True)
+            outcomes = self._committer.collect(wait=True)
         except Exception as e:
-            log.error("kstream: publishing the last completed checkpoint failed: %s", e)
+            outcomes = {"": SinkError(str(e))}
+        for failure in outcomes.values():
+            if not isinstance(failure, SinkFencedError):  # (its new owner publishes)
+                log.error("kstream: publishing the last completed checkpoint failed: %s", failure)
 
     def close(self) -> None:  # (Worker.close settled the commits before the tasks closed)
         self._committer.close()
