@@ -7,7 +7,9 @@ the topic's ``max.message.bytes``) fails that transaction. It used to crash the 
 process with a traceback at the commit. Now the task fails: the job restores its last
 completed checkpoint, whose sink publishes the buffered epochs again, with the restart
 strategy's backoff, until the limits allow the record (or ``--max-restarts`` ends the
-job with the reason). Raised limits publish the checkpoint's output exactly once.
+job with the reason). Raised limits publish the checkpoint's output exactly once. A
+bounded run stops with the reason (exit 1, no traceback); its final state keeps the
+output, which the next run publishes.
 """
 
 from __future__ import annotations
@@ -38,20 +40,28 @@ topology = Topology("bigout")
 BIG = 2_000_000  # bytes: over librdkafka's default message.max.bytes (1 000 000)
 
 
+def _job(
+    kafka_bootstrap: str, kafka_admin: AdminClient, unique_name: Callable[[str], str], tmp: Path
+) -> tuple[Path, str, str]:
+    """TOPOLOGY's file, its sink topic and its app id; ``a``, ``b``, ``c`` on its source."""
+    src, out, app = unique_name("in"), unique_name("out"), unique_name("bigout")
+    ensure_topics(kafka_admin, [TopicSpec(src, 1), TopicSpec(out, 1)])
+    topology = tmp / "bigout_topology.py"
+    topology.write_text(TOPOLOGY.format(src=src, out=out, big=BIG))
+    p = make_producer(kafka_bootstrap)
+    for value in (b"a", b"b", b"c"):
+        p.produce(src, value)
+    assert p.flush(30) == 0
+    return topology, out, app
+
+
 def test_a_refused_output_record_fails_over_and_is_published_once_the_limits_allow_it(
     kafka_bootstrap: str,
     kafka_admin: AdminClient,
     unique_name: Callable[[str], str],
     tmp_path: Path,
 ) -> None:
-    src, out, app = unique_name("in"), unique_name("out"), unique_name("bigout")
-    ensure_topics(kafka_admin, [TopicSpec(src, 1), TopicSpec(out, 1)])
-    topology = tmp_path / "bigout_topology.py"
-    topology.write_text(TOPOLOGY.format(src=src, out=out, big=BIG))
-    p = make_producer(kafka_bootstrap)
-    for value in (b"a", b"b", b"c"):
-        p.produce(src, value)
-    assert p.flush(30) == 0
+    topology, out, app = _job(kafka_bootstrap, kafka_admin, unique_name, tmp_path)
 
     def values() -> list[bytes | None]:
         return [r.value for r in read_all(kafka_bootstrap, out)]
@@ -76,3 +86,23 @@ def test_a_refused_output_record_fails_over_and_is_published_once_the_limits_all
         job.kill()
     assert code == 0, job.tail()
     assert values() == [b"a", b"b" * BIG, b"c"]
+
+
+def test_a_bounded_run_stops_with_the_reason_and_the_next_one_publishes_once(
+    kafka_bootstrap: str,
+    kafka_admin: AdminClient,
+    unique_name: Callable[[str], str],
+    tmp_path: Path,
+) -> None:
+    topology, out, app = _job(kafka_bootstrap, kafka_admin, unique_name, tmp_path)
+    args = [*run_args(topology, kafka_bootstrap, app, tmp_path), "--bounded"]
+    code, log = run_to_end(args, 180)
+    assert code == 1, log[-3000:]
+    assert "Traceback" not in log, log[-3000:]
+    assert "kstream: job failed: sink stage0-0: committing checkpoint 1 failed (KafkaError{" in log
+    assert [r.value for r in read_all(kafka_bootstrap, out)] == []
+    # The final state holds the buffered output: the next run publishes it, once.
+    set_max_message_bytes(kafka_admin, out, 3_000_000)
+    code, log = run_to_end([*args, "-X", "message.max.bytes=3000000"], 180)
+    assert code == 0, log[-3000:]
+    assert [r.value for r in read_all(kafka_bootstrap, out)] == [b"a", b"b" * BIG, b"c"]

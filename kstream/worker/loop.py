@@ -27,10 +27,12 @@ from kstream.kafka.control import ControlClient, ControlError
 from kstream.kafka.dlq import DeadLetterWriter
 from kstream.kafka.internal import InternalDeliveryError
 from kstream.kafka.reachability import Reachability
+from kstream.kafka.sink import SinkError
 from kstream.kafka.source import RawRecord, SourceConsumer
 from kstream.metrics.worker import WorkerMetrics, sink_buffers
 from kstream.plan.fingerprint import fingerprint
 from kstream.runtime.lateness import late_summary
+from kstream.sinkbuffer.epochs import SinkStateError
 from kstream.store.controlkey import ControlKey
 from kstream.store.urls import open_store
 from kstream.worker.backlog import Backlog
@@ -219,8 +221,11 @@ class Worker:
         try:
             self.mode.start()
             return self._loop()
-        # An outage past --max-outage, a refused write, an internal record refused: the reason
-        except (ControlError, InternalDeliveryError) as e:
+        # An outage past --max-outage, a refused write, an internal record refused, a sink
+        # that cannot publish (bounded runs; checkpointed ones fail over): the reason
+        except (ControlError, InternalDeliveryError, SinkError) as e:
+            if isinstance(e, SinkStateError):
+                raise  # a bug: its traceback
             log.error("kstream: job failed: %s", e)
             return 1
         finally:
