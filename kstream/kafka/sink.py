@@ -345,10 +345,12 @@ class ExactlyOnceSink(Sink):
         marker = CommitMarker(self.task, checkpoint_id, self.attempt or 0)
         p = self._producer
         parts = self._marker_partitions()
+        opened = False
         try:
             # 1. Open the transaction: everything until commit is invisible to
             #    read_committed readers, and aborted if this process dies.
             p.begin_transaction()
+            opened = True
             # 2. The buffered output, in epoch and write order.
             #    Spilled segments are read back and decoded one at a time.
             _produce_chunks(p, (c for e in epochs for c in e.iter_chunks()))
@@ -361,7 +363,7 @@ class ExactlyOnceSink(Sink):
                 partition=marker_partition(self.task, parts),
             )
         except KafkaException as e:
-            self._fail(e, f"committing checkpoint {checkpoint_id}")
+            self._fail(e, f"committing checkpoint {checkpoint_id}", opened=opened)
         return sum(e.size for e in epochs)
 
     def _commit(self, checkpoint_id: int) -> None:
@@ -371,15 +373,18 @@ class ExactlyOnceSink(Sink):
         except KafkaException as e:
             self._fail(e, f"committing checkpoint {checkpoint_id}")
 
-    def _fail(self, e: KafkaException, what: str) -> NoReturn:
-        """Turn a transaction error into SinkFencedError / SinkError, aborting when allowed."""
+    def _fail(self, e: KafkaException, what: str, *, opened: bool = False) -> NoReturn:
+        """Turn a transaction error into SinkFencedError / SinkError, aborting when allowed:
+        when the error requires it, or (``opened``) when a transaction was open and never
+        committed (a record refused as it was produced: otherwise the open transaction
+        holds read_committed readers back until it times out)."""
         err = kafka_error(e)
         if is_fenced(e):
             raise SinkFencedError(
                 f"sink {self.task} ({self.transactional_id}) fenced while {what}: a newer "
                 f"instance of this task owns the transactional id; stop this task"
             ) from e
-        if err is not None and err.txn_requires_abort():
+        if err is not None and (err.txn_requires_abort() or (opened and not err.fatal())):
             try:
                 self._producer.abort_transaction(self.timeout)
             except KafkaException as abort_err:
