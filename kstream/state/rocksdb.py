@@ -98,7 +98,8 @@ class RocksDBBackend(KeyedStateBackend):
             return t
         if spec.name == "default" or not spec.name:
             raise StateError(f"invalid table name {spec.name!r}")
-        t = RocksDBTable(self, spec, self._column_family(spec.name))
+        cf = self._column_family(spec.name)
+        t = RocksDBTable(self, spec, cf, self._db.get_column_family_handle(spec.name))
         self._tables[spec.name] = t
         return t
 
@@ -282,6 +283,16 @@ class RocksDBBackend(KeyedStateBackend):
         self.settle()
         self._db.write(batch)
         return n
+
+    @property
+    def logging(self) -> bool:
+        """The tables log their changes for the next delta (a base snapshot exists)."""
+        return self._logging
+
+    def write(self, batch: rocksdict.WriteBatch) -> None:
+        """Write a table's ``batch``, once a checkpoint created in the background is done."""
+        self.settle()
+        self._db.write(batch)
 
     def settle(self) -> None:
         """Wait for a checkpoint being created in the background (RocksDB must not change

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from itertools import islice
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import rocksdict
 
@@ -47,9 +47,6 @@ from kstream.state.valueformat import (
     value_serde_for,
 )
 
-if TYPE_CHECKING:
-    from kstream.state.rocksdb import RocksDBBackend
-
 _TOMBSTONE: Any = object()
 _MISSING: Any = object()
 
@@ -59,6 +56,24 @@ _DROPPED_RANGES = 8  # range deletions checked lazily on read-cache hits, at mos
 
 class StateError(RuntimeError):
     """The state backend cannot do what was asked; the message says what and where."""
+
+
+class TableHost(Protocol):
+    """What a table needs of the backend that holds it (``RocksDBBackend``)."""
+
+    clock: Clock
+    cache_entries: int  # each table's write cache holds at most this many entries
+
+    @property
+    def logging(self) -> bool:
+        """Changes go into the next delta (a base snapshot exists)."""
+        ...
+
+    def settle(self) -> None:
+        """Wait for a checkpoint being created in the background."""
+
+    def write(self, batch: rocksdict.WriteBatch) -> None:
+        """Write ``batch`` to RocksDB, once a background checkpoint has settled."""
 
 
 class _Timed:
@@ -74,12 +89,14 @@ class _Timed:
 class RocksDBTable(StateTable):
     """One column family behind a write cache; see the module docstring."""
 
-    def __init__(self, backend: RocksDBBackend, spec: TableSpec, cf: rocksdict.Rdict) -> None:
+    def __init__(
+        self, backend: TableHost, spec: TableSpec, cf: rocksdict.Rdict, handle: Any
+    ) -> None:
         self.name = spec.name
         self.spec = spec
         self._backend = backend
         self._cf: Any = cf
-        self._handle: Any = backend._db.get_column_family_handle(spec.name)
+        self._handle: Any = handle
         self._serde = value_serde_for(spec)
         # Ints take the compact body only where the serde would return them as ints.
         self._compact_ints = type(self._serde) is JsonSerde
@@ -231,13 +248,12 @@ class RocksDBTable(StateTable):
             self._room = self._limit - len(unflushed)
         if self._clean:
             self._drop_cached(lo, hi)
-        if self._backend._logging:
+        if self._backend.logging:
             self._log.append((lo, hi))
         self.memtable_ranges += 1
         batch = rocksdict.WriteBatch(raw_mode=True)
         batch.delete_range(lo, hi, self._handle)
-        self._backend.settle()
-        self._backend._db.write(batch)
+        self._backend.write(batch)
 
     # -- internals ------------------------------------------------------------------
 
@@ -276,8 +292,7 @@ class RocksDBTable(StateTable):
         if batch is None:
             return 0
         n = int(batch.len())  # (a batch written is consumed)
-        self._backend.settle()
-        self._backend._db.write(batch)
+        self._backend.write(batch)
         return n
 
     def take_batch(self, *, pending: bool = False) -> rocksdict.WriteBatch | None:
@@ -293,7 +308,7 @@ class RocksDBTable(StateTable):
             self._unflushed, self._room = {}, self._limit
         if not entries:
             return None
-        if dirty and self._backend._logging:
+        if dirty and self._backend.logging:
             self._log.append(dirty)  # RocksDB changes after the base: the next delta's
         if pending:
             self._pending = entries
