@@ -209,7 +209,6 @@ def routed(recs: list[OutputRecord], batches: int, runs: int, reference: bytes) 
         route = TaskRoute(
             "sink-0",
             0,
-            [],
             sinks={Guarantee.EXACTLY_ONCE: s},
             sink_topics={"out": Guarantee.EXACTLY_ONCE},
         )

@@ -23,6 +23,7 @@ class Read:
     key: bytes | None
     value: bytes | None
     headers: list[tuple[str, bytes | None]]
+    timestamp: int | None = None
 
 
 def read_all(
@@ -74,6 +75,7 @@ def read_all(
                         msg.key(),
                         msg.value(),
                         list(msg.headers() or []),
+                        msg.timestamp()[1],
                     )
                 )
         return sorted(out, key=lambda r: (r.partition, r.offset))

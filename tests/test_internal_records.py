@@ -20,6 +20,7 @@ from kstream.kafka.internal import (
     is_stale,
     produce_event,
     read_origin,
+    seq_header,
     time_headers,
 )
 from kstream.runtime.events import Barrier, EndOfInput, StreamEvent, Watermark
@@ -138,6 +139,12 @@ def test_event_fields_must_match_the_kind() -> None:
         ([("ks.task", b"a"), ("ks.attempt", b"1"), ("ks.time", b"-")], "64-bit decimal"),
         ([("ks.task", b"a"), ("ks.attempt", b"1"), ("ks.time", b"9" * 19)], "64-bit decimal"),
         ([("ks.task", b"a"), ("ks.attempt", b"1"), ("ks.time", None)], "ks.time has no value"),
+        ([("ks.task", b"a"), ("ks.attempt", b"1"), ("ks.seq", b"3")], "come together"),
+        ([("ks.task", b"a"), ("ks.attempt", b"1"), ("ks.writer", b"w")], "come together"),
+        ([*data_headers("a", 1, "w"), ("ks.seq", b"-3")], "non-negative decimal"),
+        ([*data_headers("a", 1, "w"), ("ks.seq", b"3"), ("ks.seq", b"4")], "more than once"),
+        ([*data_headers("a", 1), ("ks.writer", b"w" * 65), ("ks.seq", b"3")], "writer id must"),
+        ([*data_headers("a", 1), ("ks.writer", "é".encode()), ("ks.seq", b"3")], "writer id must"),
     ],
 )
 def test_malformed_headers_are_rejected_clearly(headers: Any, message: str) -> None:
@@ -187,6 +194,30 @@ class FakeProducer:
     def poll(self, timeout: float = 0) -> int:
         self.polls += 1
         return 0
+
+
+def test_a_writer_numbers_its_records_and_the_reader_gets_the_numbers() -> None:
+    h = [*data_headers("s-0", 2, "5a1e"), seq_header(41)]
+    assert read_origin(h) == RecordOrigin("s-0", 2, None, writer="5a1e", seq=41)
+    headers, value = encode_event("s-0", 2, Watermark(5), "5a1e")
+    items, bad = decode_records(
+        [(b"k", b"v", 5, 10, h), (None, value, 5, 11, [*headers, seq_header(42)])]
+    )
+    assert bad == []
+    assert items == [
+        InternalRecord("s-0", 2, 10, b"k", b"v", 5, "5a1e", 41),
+        InternalEvent("s-0", 2, 11, Watermark(5), "5a1e", 42),
+    ]
+
+
+def test_a_writers_event_takes_the_next_number_on_each_partition() -> None:
+    p = FakeProducer()
+    seqs = [4, 0, 9]
+    produce_event(p, "app.s.repartition", 3, "s-2", 1, Watermark(42), writer="w", seqs=seqs)
+    assert [read_origin(h).seq for *_, h in p.sent] == [4, 0, 9]
+    assert seqs == [5, 1, 10]
+    with pytest.raises(ValueError, match="sequence numbers"):
+        produce_event(p, "t", 1, "s-2", 1, Watermark(42), writer="w")
 
 
 def test_produce_event_writes_every_partition() -> None:

@@ -4,15 +4,16 @@ producer's flush reports how many records are still undelivered)."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 import pytest
 from confluent_kafka import KafkaError
 
 from kstream.config import OnBadRecord
 from kstream.kafka.dlq import DeadLetterWriter
-from kstream.kafka.internal import InternalDeliveryError, data_headers, decode_records
-from kstream.runtime.records import InternalRecord, OutputBatch
+from kstream.kafka.internal import InternalDeliveryError, data_headers, decode_records, read_origin
+from kstream.runtime.events import Barrier
+from kstream.runtime.records import InternalRecord, OutputBatch, OutputEvent
 from kstream.worker.routing import ACK_WAIT_BEHIND_S, ACK_WAIT_S, Router, TaskRoute
 
 
@@ -93,12 +94,16 @@ class _Recorder:
 
 def test_an_event_time_of_zero_reaches_the_next_stage_through_a_header() -> None:
     p = _Recorder()
-    route = TaskRoute("s-0", 3, data_headers("s-0", 3))
+    route = TaskRoute("s-0", 3)
     batch = OutputBatch("app.s.repartition", True, [0, 0], [b"a", b"b"], [b"1", b"2"], [5, 0])
     _router(p).route(route, [batch])
     first, second = p.records
-    assert (first["timestamp"], first["headers"]) == (5, route.headers)
-    assert (second["timestamp"], second["headers"]) == (0, [*route.headers, ("ks.time", b"0")])
+    seq0, seq1 = ("ks.seq", b"0"), ("ks.seq", b"1")
+    assert (first["timestamp"], first["headers"]) == (5, [*route.headers, seq0])
+    assert (second["timestamp"], second["headers"]) == (
+        0,
+        [*route.headers, seq1, ("ks.time", b"0")],
+    )
     # The broker stamps the second "now" (librdkafka's reading of 0); the reader recovers 0.
     read = [(r["key"], b"v", 1_796_000_000_000 if r["timestamp"] == 0 else r["timestamp"], i,
              r["headers"]) for i, r in enumerate(p.records)]  # fmt: skip
@@ -107,3 +112,25 @@ def test_an_event_time_of_zero_reaches_the_next_stage_through_a_header() -> None
         (b"a", 5),
         (b"b", 0),
     ]
+
+
+def test_a_tasks_records_and_events_are_numbered_per_partition_by_its_writer() -> None:
+    p = _Recorder()
+    router = Router(
+        cast(Any, p), DeadLetterWriter("app", "127.0.0.1:1", OnBadRecord.FAIL), {"app.r": 2}
+    )
+    route = TaskRoute("s-0", 3)
+    assert route.headers == data_headers("s-0", 3, route.writer)
+    assert TaskRoute("s-0", 3).writer != route.writer  # each incarnation its own
+    batch = OutputBatch("app.r", True, [0, 1, 0], [b"a", b"b", b"c"], [b"1"] * 3, [5, 6, 7])
+    router.route(route, [batch, OutputEvent("app.r", True, Barrier(1, 3, 7)), batch])
+    numbered = [
+        (r["partition"], read_origin(r["headers"]).seq, read_origin(r["headers"]).writer)
+        for r in p.records
+    ]
+    assert [(part, seq) for part, seq, _ in numbered] == [
+        (0, 0), (1, 0), (0, 1),  # the batch
+        (0, 2), (1, 1),  # the barrier, on each partition
+        (0, 3), (1, 2), (0, 4),
+    ]  # fmt: skip
+    assert {w for _, _, w in numbered} == {route.writer}

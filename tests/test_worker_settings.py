@@ -99,7 +99,6 @@ def test_route_hands_sink_batches_over_as_columns() -> None:
     route = TaskRoute(
         "stage0-0",
         1,
-        [],
         sinks={Guarantee.EXACTLY_ONCE: sink},
         sink_topics={"out": Guarantee.EXACTLY_ONCE},
     )

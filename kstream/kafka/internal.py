@@ -5,6 +5,14 @@ it: ``ks.task`` (the producing task id) and ``ks.attempt`` (its attempt, decimal
 A consumer restored to attempt *k* drops records of attempts older than *k*
 (:func:`is_stale`): they are the failed attempt's output and are produced again.
 
+A worker's producer writes each task's records with ``ks.writer`` (random per task and
+attempt: one producer session of it) and ``ks.seq``, which counts that writer's records and
+events on each partition from 0. The idempotent producer can still write a record twice
+(when a broker leaves with a batch in flight, seen in rolling restarts: Kafka deduplicates
+only within one producer epoch), so a reader drops a record whose writer it has already
+seen at that sequence number or a later one (``Task``; records without them, from older
+writers, are taken as they are).
+
 A data record's event time is its Kafka timestamp, except where that cannot hold it:
 librdkafka writes a timestamp of 0 as "now" (and Kafka has no negative ones), so a
 record at event time 0 or less carries it in a ``ks.time`` header (decimal), which the
@@ -42,6 +50,7 @@ committing offsets past it.
 from __future__ import annotations
 
 import json
+import secrets
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
@@ -54,8 +63,10 @@ from kstream.runtime.records import InternalEvent, InternalRecord
 __all__ = [
     "HEADER_ATTEMPT",
     "HEADER_EVENT",
+    "HEADER_SEQ",
     "HEADER_TASK",
     "HEADER_TIME",
+    "HEADER_WRITER",
     "DeliveryFailures",
     "EventKind",
     "Headers",
@@ -67,8 +78,10 @@ __all__ = [
     "decode_records",
     "encode_event",
     "is_stale",
+    "new_writer",
     "produce_event",
     "read_origin",
+    "seq_header",
     "time_headers",
 ]
 
@@ -76,10 +89,13 @@ HEADER_TASK = "ks.task"
 HEADER_ATTEMPT = "ks.attempt"
 HEADER_EVENT = "ks.event"
 HEADER_TIME = "ks.time"
+HEADER_WRITER = "ks.writer"
+HEADER_SEQ = "ks.seq"
 
 FORMAT_VERSION = 1
 MAX_EVENT_VALUE_BYTES = 4096  # an event value is tiny; a larger one is malformed
 MAX_ID_LEN = 256
+MAX_WRITER_LEN = 64
 
 Headers = Sequence[tuple[str, bytes | None]]
 
@@ -168,12 +184,16 @@ _EVENT_CLASS: dict[EventKind, type[StreamEvent]] = {
 @dataclass(frozen=True, slots=True)
 class RecordOrigin:
     """Who wrote an internal-topic record, and the event kind if it is an event;
-    ``time``: the event time from ``ks.time`` (None: the Kafka timestamp is it)."""
+    ``time``: the event time from ``ks.time`` (None: the Kafka timestamp is it);
+    ``writer``, ``seq``: its writer's session and sequence number on the partition (None:
+    written before they existed)."""
 
     task: str
     attempt: int
     event: EventKind | None
     time: int | None = None
+    writer: str | None = None
+    seq: int | None = None
 
 
 def _check_id(task: str) -> None:
@@ -181,15 +201,37 @@ def _check_id(task: str) -> None:
         raise InternalRecordError(f"task id must be 1..{MAX_ID_LEN} characters, got {task!r}")
 
 
-def data_headers(task: str, attempt: int) -> list[tuple[str, bytes]]:
-    """Headers for a data record written by ``task`` in ``attempt``.
+def new_writer() -> str:
+    """A writer id: one task's records in one attempt on one worker (16 hex digits)."""
+    return secrets.token_hex(8)
+
+
+def data_headers(task: str, attempt: int, writer: str | None = None) -> list[tuple[str, bytes]]:
+    """Headers for a data record written by ``task`` in ``attempt`` (by ``writer``: then
+    each record adds its :func:`seq_header`).
 
     Build them once per task and attempt and reuse the list for every record.
     """
     _check_id(task)
     if attempt < 0:
         raise InternalRecordError(f"attempt must be >= 0, got {attempt}")
-    return [(HEADER_TASK, task.encode()), (HEADER_ATTEMPT, str(attempt).encode())]
+    headers = [(HEADER_TASK, task.encode()), (HEADER_ATTEMPT, str(attempt).encode())]
+    if writer is not None:
+        _check_writer(writer)
+        headers.append((HEADER_WRITER, writer.encode()))
+    return headers
+
+
+def seq_header(seq: int) -> tuple[str, bytes]:
+    """The ``ks.seq`` header of a writer's ``seq``-th record or event on a partition."""
+    return (HEADER_SEQ, b"%d" % seq)
+
+
+def _check_writer(writer: str) -> None:
+    if not 1 <= len(writer) <= MAX_WRITER_LEN or not writer.isascii():
+        raise InternalRecordError(
+            f"writer id must be 1..{MAX_WRITER_LEN} ASCII characters, got {writer!r:.80}"
+        )
 
 
 def time_headers(headers: list[tuple[str, bytes]], timestamp: int) -> list[tuple[str, bytes]]:
@@ -199,12 +241,12 @@ def time_headers(headers: list[tuple[str, bytes]], timestamp: int) -> list[tuple
 
 
 def encode_event(
-    task: str, attempt: int, event: StreamEvent
+    task: str, attempt: int, event: StreamEvent, writer: str | None = None
 ) -> tuple[list[tuple[str, bytes]], bytes]:
     """Headers and value of the record that carries ``event``, written by ``task`` in
-    ``attempt`` (key is null). A barrier is of the writer's attempt."""
+    ``attempt`` (by ``writer``; key is null). A barrier is of the writer's attempt."""
     kind = EventKind.of(event)
-    headers = [*data_headers(task, attempt), (HEADER_EVENT, kind.value.encode())]
+    headers = [*data_headers(task, attempt, writer), (HEADER_EVENT, kind.value.encode())]
     body: dict[str, Any] = {"v": FORMAT_VERSION, "attempt": attempt}
     if isinstance(event, Barrier):
         body["checkpoint_id"] = event.checkpoint_id
@@ -247,6 +289,8 @@ def read_origin(headers: Headers | None) -> RecordOrigin:
     attempt: int | None = None
     event: EventKind | None = None
     time: int | None = None
+    writer: str | None = None
+    seq: int | None = None
     seen: set[str] = set()
     for name, raw in headers or ():
         if not name.startswith("ks."):
@@ -267,12 +311,19 @@ def read_origin(headers: Headers | None) -> RecordOrigin:
                 raise InternalRecordError(f"unknown event kind {kind!r} in {name}") from None
         elif name == HEADER_TIME:
             time = _time(name, _text(name, raw))
+        elif name == HEADER_WRITER:
+            writer = _text(name, raw)
+            _check_writer(writer)
+        elif name == HEADER_SEQ:
+            seq = _non_negative_int(name, _text(name, raw))
     if task is None or attempt is None:
         raise InternalRecordError(
             f"internal record lacks {HEADER_TASK}/{HEADER_ATTEMPT} headers "
             f"(has {sorted(seen) or 'none'}): not written by a kstream task"
         )
-    return RecordOrigin(task, attempt, event, time)
+    if (writer is None) != (seq is None):
+        raise InternalRecordError(f"headers {HEADER_WRITER} and {HEADER_SEQ} come together")
+    return RecordOrigin(task, attempt, event, time, writer, seq)
 
 
 def decode_event(origin: RecordOrigin, value: bytes | None) -> StreamEvent:
@@ -341,12 +392,18 @@ def decode_records(
             if origin.event is None:
                 if origin.time is not None:
                     ts = origin.time
-                items.append(
-                    InternalRecord(origin.task, origin.attempt, offset, key, value, ts or 0)
-                )
+                record = InternalRecord(
+                    origin.task, origin.attempt, offset, key, value, ts or 0,
+                    origin.writer, origin.seq,
+                )  # fmt: skip
+                items.append(record)
             else:
                 event = decode_event(origin, value)
-                items.append(InternalEvent(origin.task, origin.attempt, offset, event))
+                items.append(
+                    InternalEvent(
+                        origin.task, origin.attempt, offset, event, origin.writer, origin.seq
+                    )
+                )
         except InternalRecordError as e:
             bad.append((i, f"malformed internal record: {e}"))
     return items, bad
@@ -368,9 +425,13 @@ def produce_event(
     attempt: int,
     event: StreamEvent,
     on_delivery: Callable[[Any, Any], None] | None = None,
+    *,
+    writer: str | None = None,
+    seqs: list[int] | None = None,
 ) -> None:
     """Queue ``event`` of ``task`` in ``attempt`` on every one of the ``partitions``
-    partitions of ``topic`` (``on_delivery``: the records' delivery callback).
+    partitions of ``topic`` (``on_delivery``: the records' delivery callback; ``writer``
+    with ``seqs``: its next sequence number on each partition, advanced here).
 
     Delivery is the producer's: the worker's acknowledgements wait until everything it
     wrote is delivered (``Router.internal_delivered``). Events go through the same
@@ -379,9 +440,15 @@ def produce_event(
     """
     if partitions < 1:
         raise ValueError(f"topic {topic} needs at least one partition, got {partitions}")
-    headers, value = encode_event(task, attempt, event)
+    if (writer is None) != (seqs is None):
+        raise ValueError("a writer's events need its sequence numbers, and only its")
+    headers, value = encode_event(task, attempt, event, writer)
     for p in range(partitions):
+        h = headers
+        if seqs is not None:
+            h = [*headers, seq_header(seqs[p])]
+            seqs[p] += 1
         producer.produce(
-            topic, value=value, key=None, partition=p, headers=headers, on_delivery=on_delivery
+            topic, value=value, key=None, partition=p, headers=h, on_delivery=on_delivery
         )
     producer.poll(0)

@@ -32,6 +32,9 @@ class Channel:
     barrier_timestamp: int = MIN_TS
     barrier_position: int | None = None
     buffer: list[Any] = field(default_factory=list)
+    # Internal: the last sequence number taken from each writer of the upstream task on
+    # this partition; a record at or below it is a second copy (kstream.kafka.internal).
+    seqs: dict[str | None, int] = field(default_factory=dict)
 
     @property
     def tp(self) -> tuple[str, int]:

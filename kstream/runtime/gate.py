@@ -34,6 +34,18 @@ class QueuedBarrier(NamedTuple):
 _OFFSET = itemgetter(3)
 
 
+def second_copy(c: Channel, writer: str | None, seq: int) -> bool:
+    """Whether an internal record or event that ``writer`` numbered ``seq`` on ``c``'s
+    partition was taken already: the idempotent producer wrote it twice (see
+    :mod:`kstream.kafka.internal`). If not, it is taken now (asked only when it is
+    processed, not when it waits in the channel's buffer: a copy that arrives while the
+    first waits is dropped when the buffer is replayed)."""
+    if seq <= c.seqs.get(writer, -1):
+        return True
+    c.seqs[writer] = seq
+    return False
+
+
 def unseen(
     records: Sequence[SourceRecord], position: int | None, metrics: dict[str, int]
 ) -> Sequence[SourceRecord]:

@@ -24,7 +24,8 @@ SourceRecord = tuple[bytes | None, bytes | None, int, int]
 
 
 class InternalRecord(NamedTuple):
-    """A data record from an internal topic."""
+    """A data record from an internal topic; ``writer`` and ``seq``: who wrote it and
+    its sequence number on the partition (None: not known, nothing to deduplicate)."""
 
     upstream: str
     attempt: int
@@ -32,15 +33,19 @@ class InternalRecord(NamedTuple):
     key: bytes | None
     value: bytes | None
     timestamp: int
+    writer: str | None = None
+    seq: int | None = None
 
 
 class InternalEvent(NamedTuple):
-    """A stream event from an internal topic."""
+    """A stream event from an internal topic (``writer``, ``seq``: as a record's)."""
 
     upstream: str
     attempt: int
     offset: int
     event: StreamEvent
+    writer: str | None = None
+    seq: int | None = None
 
 
 class OutputBatch(NamedTuple):

@@ -67,7 +67,7 @@ from kstream.runtime.events import (
     Watermark,
 )
 from kstream.runtime.firing import Budget, TaskFiring
-from kstream.runtime.gate import InputGate, QueuedBarrier, unseen
+from kstream.runtime.gate import InputGate, QueuedBarrier, second_copy, unseen
 from kstream.runtime.graph import build_graph
 from kstream.runtime.lateness import late_counts
 from kstream.runtime.operators import Operator
@@ -134,6 +134,7 @@ class Task:
             "late_dropped": 0,
             "late_side_output": 0,
             "stale_dropped": 0,
+            "duplicates_dropped": 0,  # second copies of internal records (by writer, seq)
             "restored_skipped": 0,
             "dead_letters": 0,
             "operator_errors": 0,  # records a user function raised on (on_error=dead_letter)
@@ -383,6 +384,9 @@ class Task:
                 continue
             c.position = it.offset + 1
             c.last_active = self._now
+            if it.seq is not None and second_copy(c, it.writer, it.seq):
+                self.metrics["duplicates_dropped"] += 1
+                continue
             if type(it) is InternalRecord:
                 run.append(it)
                 continue

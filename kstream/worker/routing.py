@@ -11,7 +11,14 @@ from kstream.checkpoint.messages import DeclineCheckpoint, Message
 from kstream.config import Guarantee
 from kstream.kafka.clients import Producer, produce_with_retry
 from kstream.kafka.dlq import DeadLetterWriter
-from kstream.kafka.internal import DeliveryFailures, produce_event, time_headers
+from kstream.kafka.internal import (
+    HEADER_SEQ,
+    DeliveryFailures,
+    data_headers,
+    new_writer,
+    produce_event,
+    time_headers,
+)
 from kstream.kafka.sink import Sink
 from kstream.metrics.worker import WorkerMetrics
 from kstream.runtime.records import AlignmentAborted, DeadLetter, Output, OutputBatch, OutputEvent
@@ -19,14 +26,20 @@ from kstream.runtime.records import AlignmentAborted, DeadLetter, Output, Output
 
 @dataclass
 class TaskRoute:
-    """What routing needs of one task: who writes (its id, attempt and the record headers
-    naming both) and its sinks by guarantee, with the guarantee of each sink topic."""
+    """What routing needs of one task: who writes (its id, attempt, this incarnation's
+    writer id and the record headers naming them; the next sequence number on each
+    internal partition) and its sinks by guarantee, with the guarantee of each sink topic."""
 
     task_id: str
     attempt: int
-    headers: list[Any]
     sinks: dict[Guarantee, Sink] = field(default_factory=dict)
     sink_topics: dict[str, Guarantee] = field(default_factory=dict)
+    writer: str = field(default_factory=new_writer)
+    headers: list[Any] = field(init=False)
+    seqs: dict[str, list[int]] = field(default_factory=dict)  # per internal topic
+
+    def __post_init__(self) -> None:
+        self.headers = data_headers(self.task_id, self.attempt, self.writer)
 
 
 # How long an iteration waits for internal deliveries when acknowledgements are due;
@@ -79,6 +92,8 @@ class Router:
                         task.attempt,
                         out.event,
                         self.failures.of(task.attempt),
+                        writer=task.writer,
+                        seqs=self._seqs(task, out.topic),
                     )
                     self.failures.check(task.attempt)
             elif isinstance(out, DeadLetter):
@@ -99,16 +114,24 @@ class Router:
                 )
             # SnapshotPoint: taken by the task's runner, where the state is still its.
 
+    def _seqs(self, task: TaskRoute, topic: str) -> list[int]:
+        seqs = task.seqs.get(topic)
+        if seqs is None:
+            seqs = task.seqs[topic] = [0] * self.internal_partitions[topic]
+        return seqs
+
     def _produce_internal(self, task: TaskRoute, out: OutputBatch) -> None:
         produce = self.producer.produce
         headers = task.headers
+        seqs = self._seqs(task, out.topic)
         failed = self.failures.of(task.attempt)  # called for failed deliveries only
         assert out.partitions is not None
         for p, k, v, ts in zip(out.partitions, out.keys, out.values, out.timestamps, strict=True):
-            if ts > 0:
-                h = headers
-            else:  # librdkafka writes a timestamp of 0 as "now": the time goes in a header
-                h, ts = time_headers(headers, ts), 0
+            n = seqs[p]
+            seqs[p] = n + 1
+            h = [*headers, (HEADER_SEQ, b"%d" % n)]  # (seq_header, inline)
+            if ts <= 0:  # librdkafka writes a timestamp of 0 as "now": the time goes in a header
+                h, ts = time_headers(h, ts), 0
             try:
                 produce(
                     out.topic, v, k, partition=p, timestamp=ts, headers=h,

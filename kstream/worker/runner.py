@@ -20,7 +20,6 @@ from typing import Any
 from kstream.checkpoint.messages import AcknowledgeCheckpoint, DeclineCheckpoint, Message
 from kstream.config import Guarantee, JobConfig
 from kstream.kafka.dlq import DeadLetterWriter
-from kstream.kafka.internal import data_headers
 from kstream.kafka.sink import AtLeastOnceSink, ExactlyOnceSink, Sink, SinkCommit
 from kstream.logs import ctx as ctx_log
 from kstream.metrics.worker import WorkerMetrics
@@ -178,7 +177,7 @@ def open_runner(ctx: RunnerContext, spec: TaskSpec, attempt: int, handle: str | 
             rstats,
             extra=ctx_log(attempt=attempt, task=spec.task_id, checkpoint=manifest.checkpoint_id),
         )
-    route = TaskRoute(spec.task_id, attempt, data_headers(spec.task_id, attempt))
+    route = TaskRoute(spec.task_id, attempt)
     for o in spec.outputs:
         if o.kind is OutputKind.SINK:
             route.sink_topics[o.topic] = ctx.sink_guarantee or o.guarantee or Guarantee.EXACTLY_ONCE
