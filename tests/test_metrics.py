@@ -272,6 +272,7 @@ class _FakeTask:
     def __init__(self, watermark: int) -> None:
         self.watermark = watermark
         self.late: dict[str, tuple[int, int]] = {}
+        self.metrics: dict[str, int] = {}
 
     def late_counts(self) -> dict[str, tuple[int, int]]:
         return dict(self.late)
@@ -288,12 +289,15 @@ def test_worker_metrics_count_per_batch_and_sync_late_records_as_deltas() -> Non
     task.late = {"window3": (2, 0)}
     wm.sync({"s0-0": task, "s0-1": fresh}, {("in", 0): 12})
     task.late = {"window3": (5, 1)}
+    task.metrics = {"duplicates_dropped": 2}
     wm.sync({"s0-0": task, "s0-1": fresh}, {("in", 0): 3})
     # The task is restored: its last count is taken, the new incarnation counts from 0.
     task.late = {"window3": (6, 1)}
+    task.metrics = {"duplicates_dropped": 3}
     wm.task_closed("s0-0", task)
     again = _FakeTask(995_000)
     again.late = {"window3": (1, 0)}
+    again.metrics = {"duplicates_dropped": 1}
     wm.sync({"s0-0": again}, {})
 
     def value(name: str, **labels: str) -> float | None:
@@ -304,6 +308,8 @@ def test_worker_metrics_count_per_batch_and_sync_late_records_as_deltas() -> Non
     assert value("kstream_dead_letters_total", topic="in", reason="deserialize") == 1
     assert value("kstream_late_records_dropped_total", task="s0-0", operator="window3") == 7
     assert value("kstream_late_records_side_output_total", task="s0-0", operator="window3") == 1
+    assert value("kstream_internal_duplicates_dropped_total", task="s0-0") == 4
+    assert value("kstream_internal_duplicates_dropped_total", task="s0-1") is None
     assert value("kstream_event_time_lag_seconds", task="s0-0") == 5.0
     assert value("kstream_event_time_lag_seconds", task="s0-1") is None  # no watermark yet
     assert value("kstream_consumer_lag_records", topic="in", partition="0") is None  # unassigned

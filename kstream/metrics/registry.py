@@ -73,6 +73,12 @@ class Metrics:
             ["task", "operator"],
             registry=r,
         )
+        self.internal_duplicates = Counter(
+            "kstream_internal_duplicates_dropped",
+            "Second copies of repartition records a producer wrote twice, dropped by the task.",
+            ["task"],
+            registry=r,
+        )
         self.dead_letters = Counter(
             "kstream_dead_letters",
             "Records sent to <app>.dlq, per input topic and reason (see kstream.metrics.labels).",

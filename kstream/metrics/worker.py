@@ -25,6 +25,11 @@ class TaskLike(Protocol):
 
     watermark: int
 
+    @property
+    def metrics(self) -> Mapping[str, int]:
+        """The task's own counters (``duplicates_dropped``, ...)."""
+        ...
+
     def late_counts(self) -> dict[str, tuple[int, int]]: ...
 
 
@@ -37,6 +42,7 @@ class WorkerMetrics:
         self._in: dict[tuple[str, str], Counter] = {}
         self._out: dict[tuple[str, str], Counter] = {}
         self._late_seen: dict[tuple[str, str], tuple[int, int]] = {}  # synced so far
+        self._duplicates_seen: dict[str, int] = {}  # the same, of duplicates_dropped
         self._lag_tps: set[tuple[str, int]] = set()
         self._tasks: set[str] = set()
 
@@ -78,7 +84,8 @@ class WorkerMetrics:
     # ---- once per second ---------------------------------------------------------------
 
     def sync(self, tasks: Mapping[str, TaskLike], lag: Mapping[tuple[str, int], int]) -> None:
-        """Late-record counters (as deltas), event-time lag, consumer lag, tasks running."""
+        """Late-record and duplicate counters (as deltas), event-time lag, consumer lag,
+        tasks running."""
         now_ms = self.wall() * 1000.0
         for task_id, task in tasks.items():
             self._sync_late(task_id, task)
@@ -100,8 +107,14 @@ class WorkerMetrics:
         self._sync_late(task_id, task)
         for key in [k for k in self._late_seen if k[0] == task_id]:
             del self._late_seen[key]
+        self._duplicates_seen.pop(task_id, None)
 
     def _sync_late(self, task_id: str, task: TaskLike) -> None:
+        dups = task.metrics.get("duplicates_dropped", 0)
+        seen = self._duplicates_seen.get(task_id, 0)
+        if dups > seen:
+            self.m.internal_duplicates.labels(task_id).inc(dups - seen)
+            self._duplicates_seen[task_id] = dups
         for op, (dropped, side) in task.late_counts().items():
             seen_d, seen_s = self._late_seen.get((task_id, op), (0, 0))
             if dropped > seen_d:
