@@ -448,3 +448,20 @@ def test_a_sink_without_write_columns_gets_records() -> None:
     s = ListSink()
     s.write_columns("out", [b"k1", b"k2"], [b"v1", b"v2"], [1001, 1002])
     assert s.got == [rec(1), rec(2)]
+
+
+def test_a_marker_read_the_cluster_fails_is_the_sinks_failure(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import kstream.kafka.sink as sink_module
+    from kstream.kafka.clients import KafkaError, KafkaException
+    from kstream.kafka.sink import ExactlyOnceSink, SinkError
+
+    def destroyed(*_: object) -> None:
+        raise KafkaException(KafkaError(KafkaError._DESTROY_BROKER, "Broker handle destroyed"))
+
+    monkeypatch.setattr(sink_module, "read_latest_marker", destroyed)
+    sink = ExactlyOnceSink("shop", "sink-0", "127.0.0.1:1")  # no connection is made
+    monkeypatch.setattr(sink, "_marker_partitions", lambda: 1)
+    with pytest.raises(SinkError, match="sink sink-0: reading its commit marker failed"):
+        sink.read_marker()

@@ -443,6 +443,9 @@ _RETRIABLE_OFFSET_ERRORS = frozenset(
         KafkaError._UNKNOWN_TOPIC,
         KafkaError._TRANSPORT,
         KafkaError._TIMED_OUT,
+        # A request in flight on a broker handle that librdkafka replaced (the bootstrap
+        # address's handle once the cluster's own brokers are known): asked again.
+        KafkaError._DESTROY_BROKER,
     }
 )
 

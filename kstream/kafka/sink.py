@@ -477,16 +477,21 @@ class ExactlyOnceSink(Sink):
         return published
 
     def read_marker(self) -> CommitMarker | None:
-        """This task's latest committed marker, read to the end of its partition."""
-        return read_latest_marker(
-            self.bootstrap,
-            self.app,
-            self.task,
-            self.commits_topic,
-            self._marker_partitions(),
-            self.timeout,
-            self._client_config,
-        )
+        """This task's latest committed marker, read to the end of its partition; a read
+        the cluster fails is this sink's failure (SinkError: the task fails, the
+        restore is tried again), never the worker's."""
+        try:
+            return read_latest_marker(
+                self.bootstrap,
+                self.app,
+                self.task,
+                self.commits_topic,
+                self._marker_partitions(),
+                self.timeout,
+                self._client_config,
+            )
+        except KafkaException as e:
+            raise SinkError(f"sink {self.task}: reading its commit marker failed: {e}") from e
 
     def close(self) -> None:
         """Drop the producer and the buffer's spill files; an open transaction is aborted
