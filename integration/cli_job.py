@@ -17,10 +17,41 @@ from collections.abc import Callable
 from pathlib import Path
 
 from integration.e2e.harness import REPO
+from kstream.kafka.clients import TopicSpec, ensure_topics, make_admin
 
-__all__ = ["CLI", "CliJob", "run_args", "run_to_end"]
+__all__ = ["CLI", "KEYED_COUNT", "CliJob", "keyed_count_job", "run_args", "run_to_end"]
 
 CLI = [sys.executable, "-c", "from kstream.cli import main; main()"]
+
+
+#: A topology file's text: ``{src}``'s JSON values ``{"user": u, "t": ms}`` counted per user
+#: in 1 s tumbling windows of ``t`` (through a repartition topic), ``[user, start, count]``
+#: rows to ``{out}``.
+KEYED_COUNT = """
+from kstream.api import Topology, Tumbling
+
+topology = Topology("keyedcount")
+(
+    topology.source("{src}", timestamp=lambda v, kafka_ts: v["t"])
+    .key_by(lambda v: v["user"], key_serde="str")
+    .window(Tumbling(1000))
+    .count()
+    .map(lambda r: [r.key, r.start, r.value])
+    .to("{out}", key_serde="str", value_serde="json")
+)
+"""
+
+
+def keyed_count_job(
+    bootstrap: str, unique_name: Callable[[str], str], tmp: Path
+) -> tuple[str, str, str, Path]:
+    """``(source, sink, app id, topology file)`` of a fresh :data:`KEYED_COUNT` job, its
+    topics created with 2 partitions each."""
+    src, out, app = unique_name("users"), unique_name("counts"), unique_name("app")
+    ensure_topics(make_admin(bootstrap), [TopicSpec(src, 2), TopicSpec(out, 2)])
+    topology = tmp / "keyedcount.py"
+    topology.write_text(KEYED_COUNT.format(src=src, out=out))
+    return src, out, app, topology
 
 
 def run_args(

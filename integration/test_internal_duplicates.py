@@ -15,26 +15,12 @@ from pathlib import Path
 
 import pytest
 
-from integration.cli_job import CliJob, run_args
+from integration.cli_job import CliJob, keyed_count_job, run_args
 from integration.edge_tools import Read, read_all
-from kstream.kafka.clients import TopicSpec, ensure_topics, make_admin, make_producer
+from kstream.kafka.clients import make_producer
 from kstream.names import repartition_topic
 
 pytestmark = pytest.mark.integration
-
-TOPOLOGY = """
-from kstream.api import Topology, Tumbling
-
-topology = Topology("dupcount")
-(
-    topology.source("{src}", timestamp=lambda v, kafka_ts: v["t"])
-    .key_by(lambda v: v["user"], key_serde="str")
-    .window(Tumbling(1000))
-    .count()
-    .map(lambda r: [r.key, r.start, r.value])
-    .to("{out}", key_serde="str", value_serde="json")
-)
-"""
 
 
 def _data(records: list[Read]) -> list[Read]:
@@ -44,10 +30,7 @@ def _data(records: list[Read]) -> list[Read]:
 def test_a_record_written_twice_to_a_repartition_topic_is_counted_once(
     kafka_bootstrap: str, unique_name: Callable[[str], str], tmp_path: Path
 ) -> None:
-    src, out, app = unique_name("dup"), unique_name("counts"), unique_name("app")
-    ensure_topics(make_admin(kafka_bootstrap), [TopicSpec(src, 2), TopicSpec(out, 2)])
-    topology = tmp_path / "dupcount.py"
-    topology.write_text(TOPOLOGY.format(src=src, out=out))
+    src, out, app, topology = keyed_count_job(kafka_bootstrap, unique_name, tmp_path)
     producer = make_producer(kafka_bootstrap)
 
     def send(events: list[tuple[str, int]]) -> None:

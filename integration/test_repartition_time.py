@@ -14,34 +14,17 @@ from pathlib import Path
 
 import pytest
 
-from integration.cli_job import run_args, run_to_end
+from integration.cli_job import keyed_count_job, run_args, run_to_end
 from integration.edge_tools import read_all
-from kstream.kafka.clients import TopicSpec, ensure_topics, make_admin, make_producer
+from kstream.kafka.clients import make_producer
 
 pytestmark = pytest.mark.integration
-
-TOPOLOGY = """
-from kstream.api import Topology, Tumbling
-
-topology = Topology("seqcount")
-(
-    topology.source("{src}", timestamp=lambda v, kafka_ts: v["t"])
-    .key_by(lambda v: v["user"], key_serde="str")
-    .window(Tumbling(1000))
-    .count()
-    .map(lambda r: [r.key, r.start, r.value])
-    .to("{out}", key_serde="str", value_serde="json")
-)
-"""
 
 
 def test_event_time_zero_keeps_its_window_across_a_repartition(
     kafka_bootstrap: str, unique_name: Callable[[str], str], tmp_path: Path
 ) -> None:
-    src, out, app = unique_name("seq"), unique_name("counts"), unique_name("app")
-    ensure_topics(make_admin(kafka_bootstrap), [TopicSpec(src, 2), TopicSpec(out, 2)])
-    topology = tmp_path / "seqcount.py"
-    topology.write_text(TOPOLOGY.format(src=src, out=out))
+    src, out, app, topology = keyed_count_job(kafka_bootstrap, unique_name, tmp_path)
     producer = make_producer(kafka_bootstrap)
     events = [("ann", 0), ("bob", 0), ("ann", 400), ("ann", 1500), ("bob", 2000)]
     for i, (user, t) in enumerate(events):
