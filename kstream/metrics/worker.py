@@ -88,7 +88,7 @@ class WorkerMetrics:
         tasks running."""
         now_ms = self.wall() * 1000.0
         for task_id, task in tasks.items():
-            self._sync_late(task_id, task)
+            self._sync_counts(task_id, task)
             if task.watermark > MIN_TS:  # the task has a watermark
                 self.m.event_time_lag.labels(task_id).set((now_ms - task.watermark) / 1000.0)
         for gone in self._tasks - tasks.keys():
@@ -104,12 +104,12 @@ class WorkerMetrics:
     def task_closed(self, task_id: str, task: TaskLike) -> None:
         """A task stops here (restore, rebalance, failure): count its last late records;
         its next incarnation counts from zero again."""
-        self._sync_late(task_id, task)
+        self._sync_counts(task_id, task)
         for key in [k for k in self._late_seen if k[0] == task_id]:
             del self._late_seen[key]
         self._duplicates_seen.pop(task_id, None)
 
-    def _sync_late(self, task_id: str, task: TaskLike) -> None:
+    def _sync_counts(self, task_id: str, task: TaskLike) -> None:
         dups = task.metrics.get("duplicates_dropped", 0)
         seen = self._duplicates_seen.get(task_id, 0)
         if dups > seen:
