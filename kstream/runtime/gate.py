@@ -77,8 +77,15 @@ class InputGate:
     """The channels of one task, their alignment and their positions."""
 
     def __init__(
-        self, plan: JobPlan, spec: TaskSpec, now: float, restore: Mapping[TP, Position]
+        self,
+        plan: JobPlan,
+        spec: TaskSpec,
+        now: float,
+        restore: Mapping[TP, Position],
+        watermarks: Mapping[tuple[str, int, str], int] | None = None,
     ) -> None:
+        """The channels of ``spec``'s inputs, at their ``restore`` positions and
+        ``watermarks`` (by topic, partition and upstream task, "" for a source's)."""
         self.task_id = spec.task_id
         strategies: dict[str, WatermarkStrategy] = {
             n.params["topic"]: n.params["watermark"]
@@ -110,6 +117,10 @@ class InputGate:
                 if isinstance(pos, int):
                     c.position = pos
                 self.channels[(inp.topic, inp.partition, None)] = c
+        for (topic, partition, up), wm in (watermarks or {}).items():
+            marked = self.channels.get((topic, partition, up or None))
+            if marked is not None:
+                marked.watermark = wm
         self.time_channels = [c for c in self.channels.values() if c.holds_time]
         self.source_channels = [c for c in self.channels.values() if c.upstream is None]
         self.has_internal = any(c.upstream is not None for c in self.channels.values())

@@ -56,6 +56,7 @@ from typing import Any
 from kstream.config import OnError
 from kstream.plan.model import InputKind, JobPlan, OutputKind, TaskSpec
 from kstream.runtime.channels import Channel
+from kstream.runtime.counters import task_counters
 from kstream.runtime.errors import OperatorErrors
 from kstream.runtime.events import (
     MAX_TS,
@@ -129,18 +130,7 @@ class Task:
         self.watermark_interval_s = watermark_interval_s
         self.watermark = MIN_TS  # what every operator has fired up to
         self.finished = False
-        self.metrics: dict[str, int] = {
-            "records_in": 0,
-            "late_dropped": 0,
-            "late_side_output": 0,
-            "stale_dropped": 0,
-            "duplicates_dropped": 0,  # second copies of internal records (by writer, seq)
-            "restored_skipped": 0,
-            "dead_letters": 0,
-            "operator_errors": 0,  # records a user function raised on (on_error=dead_letter)
-            "join_unmatched": 0,
-            "stale_barriers": 0,
-        }
+        self.metrics = task_counters()  # (runtime.counters)
         self._out: list[Output] = []
         self._now = now
         self._last_wm_emit = now
@@ -153,7 +143,6 @@ class Task:
         # What waits for the snapshot at the last SnapshotPoint, in order: the rest of
         # a channel's items ("items") or a watermark update ("wm").
         self._held: list[tuple[str, Channel | None, list[Any]]] = []
-        self._gate = InputGate(plan, self.spec, now, restore_positions or {})
         # Input watermarks are part of the snapshot (SnapshotPoint.watermarks); snapshots
         # taken before they were kept there (restore_watermarks None) have them in a table.
         marks = (
@@ -161,10 +150,7 @@ class Task:
             if restore_watermarks is None
             else restore_watermarks
         )
-        for (topic, partition, up), wm in marks.items():
-            c = self._gate.channels.get((topic, partition, up or None))
-            if c is not None:
-                c.watermark = wm
+        self._gate = InputGate(plan, self.spec, now, restore_positions or {}, marks)
         # A firing in slices: its target watermark (stored once a slice stops short, so
         # a snapshot between slices has it; a restored task goes on with it first).
         self._firing = TaskFiring(self.task_id, backend, None if bounded else firing_budget)
