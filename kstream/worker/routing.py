@@ -12,11 +12,11 @@ from kstream.config import Guarantee
 from kstream.kafka.clients import Producer, produce_with_retry
 from kstream.kafka.dlq import DeadLetterWriter
 from kstream.kafka.internal import (
-    HEADER_SEQ,
     DeliveryFailures,
     data_headers,
     new_writer,
     produce_event,
+    seq_header,
     time_headers,
 )
 from kstream.kafka.sink import Sink
@@ -129,7 +129,7 @@ class Router:
         for p, k, v, ts in zip(out.partitions, out.keys, out.values, out.timestamps, strict=True):
             n = seqs[p]
             seqs[p] = n + 1
-            h = [*headers, (HEADER_SEQ, b"%d" % n)]  # (seq_header, inline)
+            h = [*headers, seq_header(n)]
             if ts <= 0:  # librdkafka writes a timestamp of 0 as "now": the time goes in a header
                 h, ts = time_headers(h, ts), 0
             try:
