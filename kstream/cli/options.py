@@ -432,7 +432,7 @@ def start_observability(app_id: str, role: str, metrics_port: str, metrics_host:
     (exit 2 on a bad port)."""
     log_at_least(logging.INFO)
     set_app(app_id)
-    METRICS.info.info({"app_id": app_id, "role": role, "version": __version__})
+    METRICS.identify(app_id, role, __version__)
     try:
         port = serve_metrics(metrics_port, metrics_host)
     except (MetricsPortError, OSError) as e:

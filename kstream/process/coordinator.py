@@ -13,6 +13,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
+from contextlib import ExitStack
 from typing import Any, Protocol
 
 from kstream.checkpoint.commands import (
@@ -326,6 +327,7 @@ def run_coordinator(
         key=ensure_key(store, job.app_id),
     )
     executor: CommandExecutor | None = None
+    hosting = ExitStack()  # the job's metric families, exported from recovery to exit
     try:
         # 1. Fence the predecessor and read the control topic to its end;
         # 2. read the store's completed checkpoints — why both: ids continue above
@@ -367,6 +369,7 @@ def run_coordinator(
         )
         skipped = getattr(channel, "skipped", 0)
         executor.recovered()
+        hosting.enter_context(executor.metrics.coordinating())
         failure = executor.execute(coordinator.start(clock()))
         # An outage of our own (seen while reading, or inside a send that waited it
         # out) silenced every worker's heartbeats too: they do not count against them.
@@ -403,6 +406,7 @@ def run_coordinator(
     finally:
         if executor is not None:
             executor.close()
+        hosting.close()
         channel.close()
 
 
