@@ -1,7 +1,7 @@
 """A deployed job: its topology file loaded, planned against the live topics, topics ensured.
 
 Shared by ``kstream worker``, ``kstream coordinator`` and ``kstream run`` so they
-all see the same plan (DESIGN §2: the plan is fixed for a deployment).
+all see the same plan (docs/design.md §2: the plan is fixed for a deployment).
 """
 
 from __future__ import annotations

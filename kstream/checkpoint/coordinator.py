@@ -1,6 +1,6 @@
 """The checkpoint coordinator: decides when to trigger, commit, abort, fail over and fail.
 
-Pure state machine (DESIGN §5, §6): fed control messages and a clock (epoch
+Pure state machine (docs/design.md §5, §6): fed control messages and a clock (epoch
 seconds), it returns :mod:`~kstream.checkpoint.commands` for the adapter to
 execute in order. No I/O, no sleeping, so every rule here is tested in
 milliseconds with a fake clock.
@@ -95,7 +95,7 @@ class CheckpointCoordinator:
         self._savepoint: SavepointRequest | None = None
         self._savepoint_after = 0
         # Completed checkpoints a restore may use, ascending, and those a task could
-        # not restore (id -> why): one global restore point, never a mix (DESIGN §12).
+        # not restore (id -> why): one global restore point, never a mix (docs/design.md §12).
         self.retained: list[CheckpointMetadata] = list(rec.retained)
         if rec.latest_completed is not None and all(
             m.checkpoint_id != rec.latest_completed.checkpoint_id for m in self.retained

@@ -1,4 +1,4 @@
-"""The control protocol: messages on ``<app>.control`` (DESIGN §5-§7).
+"""The control protocol: messages on ``<app>.control`` (docs/design.md §5-§7).
 
 Every message is one JSON object ``{"v": 1, "type": "<Name>", ...fields}``.
 Decoding validates the version, the type and every field's type; anything else

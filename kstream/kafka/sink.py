@@ -1,4 +1,4 @@
-"""Kafka sinks: exactly-once through a write-ahead buffer, and at-least-once (DESIGN §7).
+"""Kafka sinks: exactly-once through a write-ahead buffer, and at-least-once (docs/design.md §7).
 
 Both implement :class:`Sink`, so the worker drives them alike:
 

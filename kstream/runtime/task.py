@@ -2,7 +2,7 @@
 events with the processing time ``now`` (seconds, monotonic) and drains its
 ordered outputs after every call (see ``kstream.runtime.records``).
 
-Checkpoint barrier handling, in order (DESIGN §4, §5.4):
+Checkpoint barrier handling, in order (docs/design.md §4, §5.4):
 
 1. An input that delivers barrier *n* is held back: ``paused_inputs()`` lists the
    partitions to pause; anything still fed for it is buffered, per upstream task

@@ -1,4 +1,4 @@
-"""Restore a task's RocksDB state from a snapshot manifest (DESIGN §6.3, §8).
+"""Restore a task's RocksDB state from a snapshot manifest (docs/design.md §6.3, §8).
 
 Every file is checked against the manifest's SHA-256. A file the task still has
 locally (in ``<local_dir>/snapshots/*/``, hard links of earlier snapshots) with a

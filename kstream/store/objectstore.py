@@ -14,7 +14,7 @@ Option keys are the library's configuration keys (``endpoint``, ``region``,
 ``access_key_id``, ``virtual_hosted_style_request``, …) plus those of
 :data:`OWN_OPTIONS`, :data:`CLIENT_OPTIONS` and :data:`RETRY_OPTIONS`.
 
-What the checkpoint path relies on (DESIGN §12):
+What the checkpoint path relies on (docs/design.md §12):
 
 * every object is immutable and content-addressed or named once; writes are
   single atomic PUTs (multipart above ``part_size``, completed atomically);
