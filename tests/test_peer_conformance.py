@@ -204,3 +204,27 @@ def test_quix_hopping_windows_of_one_record(kit: Any) -> None:
     feed(kit, task, [("k", 1, 7)])
     task.end_input("events", 0, 0.0)
     assert results(kit, task) == [("k", 0, 10, 1), ("k", 5, 15, 1)]
+
+
+def test_quix_hopping_updates_come_earliest_window_first(kit: Any) -> None:
+    """test_hopping.py (current()): a record's hopping windows update in order of start,
+    earliest first (Kafka Streams' TimeWindows.windowsFor likewise); windows of 10 ms
+    stepping 5 ms, records at 7 and 12."""
+    task = kit.task(kit.window_job(Hopping(10, 5), emit="update"))
+    feed(kit, task, [("k", 1, 7), ("k", 1, 12)])
+    assert results(kit, task) == [
+        ("k", 0, 10, 1),
+        ("k", 5, 15, 1),
+        ("k", 5, 15, 2),
+        ("k", 10, 20, 1),
+    ]
+
+
+def test_hopping_windows_before_zero_are_opened_on_purpose(kit: Any) -> None:
+    """Kafka Streams and Quix open no window that starts before 0 (a record at 3 is in
+    [0, 10) only); kstream keeps the grid (Flink's rule): every record is in size /
+    advance windows, here also [-5, 5) (see the README)."""
+    task = kit.task(kit.window_job(Hopping(10, 5)))
+    feed(kit, task, [("k", 1, 3)])
+    task.end_input("events", 0, 0.0)
+    assert results(kit, task) == [("k", -5, 5, 1), ("k", 0, 10, 1)]

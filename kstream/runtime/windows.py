@@ -203,12 +203,13 @@ class FixedWindowOperator(WindowOperator):
         wm = self.wm
         updates: list[WindowResult] | None = [] if self.updates else None
         for i, (k, v, t) in enumerate(zip(keys, values, stamps, strict=True)):
-            s = t - (t - off) % adv
+            latest = t - (t - off) % adv
+            s = latest - (latest - (t - size) - 1) // adv * adv  # earliest first
             # Every window of the record first, then the updates: a function that raises
             # on one of them (on_error="dead_letter") leaves all of them unchanged.
             changed: list[tuple[tuple[int, int, Any], Any]] = []
             try:
-                while s > t - size:
+                while s <= latest:
                     e = s + size
                     if e > live_after:
                         wk = (e, s, k)
@@ -216,7 +217,7 @@ class FixedWindowOperator(WindowOperator):
                         if a is _MISSING:
                             a = acc_get(wk, _MISSING)
                         changed.append((wk, first(v) if a is _MISSING else add(a, v)))
-                    s -= adv
+                    s += adv
             except Exception as exc:
                 self.failed(k, v, t, exc)
                 continue
