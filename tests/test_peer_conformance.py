@@ -228,3 +228,28 @@ def test_hopping_windows_before_zero_are_opened_on_purpose(kit: Any) -> None:
     feed(kit, task, [("k", 1, 3)])
     task.end_input("events", 0, 0.0)
     assert results(kit, task) == [("k", -5, 5, 1), ("k", 0, 10, 1)]
+
+
+def test_kafka_streams_sliding_updates_once_per_record_and_window(kit: Any) -> None:
+    """KStreamSlidingWindowAggregateTest (without suppression): each record updates each
+    window it changes once. Time difference 5, records at 5, 7, 11: the record at 11
+    changes [6;11] (the left window of 11, also the right window of 5) and [8;13] (the
+    right window of 7)."""
+    task = kit.task(kit.window_job(Sliding(5), emit="update"))
+    feed(kit, task, [("k", 1, 5), ("k", 1, 7), ("k", 1, 11)])
+    assert results(kit, task) == [
+        ("k", 0, 6, 1),  # [0;5]
+        ("k", 2, 8, 2),  # [2;7]
+        ("k", 6, 12, 1),  # [6;11]: right window of 5
+        ("k", 6, 12, 2),  # [6;11]: the record at 11
+        ("k", 8, 14, 1),  # [8;13]: right window of 7
+    ]
+
+
+def test_kafka_streams_sliding_update_skips_an_unchanged_right_window(kit: Any) -> None:
+    """KStreamSlidingWindowAggregateTest (out-of-order record): time difference 5, a
+    record at 11, then one at 5 (6 earlier). The right window of 5, [6;11], is the left
+    window of 11 and does not hold 5: it is unchanged and not emitted again."""
+    task = kit.task(kit.window_job(Sliding(5), out_of_orderness_ms=100, emit="update"))
+    feed(kit, task, [("k", 1, 11), ("k", 1, 5)])
+    assert results(kit, task) == [("k", 6, 12, 1), ("k", 0, 6, 1)]

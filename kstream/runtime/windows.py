@@ -473,7 +473,7 @@ class SlidingWindowOperator(WindowOperator):
             # timestamps t1 (end t1 + 1 + span) and left windows of t2 >= t (end t2 + 1).
             # A later t2 also makes the new timestamp's own right window non-empty.
             changed: list[int] = []
-            later = False
+            later = edge = False
             for (_, t2), _vals in buf.scan_range((k, t - span), (k, t + span + 1)):
                 if t2 < t:
                     e = t2 + 1 + span
@@ -483,19 +483,20 @@ class SlidingWindowOperator(WindowOperator):
                     e = t + 1
                     if new and e > live:
                         timers.put((e, k), 0)
+                elif t2 == t + span:
+                    edge = True  # t's right window is t2's left one, t not in it
+                    continue
                 else:
                     later = True
-                    if t2 == t + span:
-                        continue  # only in t's right window
                     e = t2 + 1
                 if e > live:
                     changed.append(e)
-            if new and later:
+            if new and later and not edge:  # t's right window is new (not t2's left)
                 e = t + 1 + span
                 timers.put((e, k), 0)
                 changed.append(e)
             refire: list[int] = []
-            for e in sorted(changed):
+            for e in sorted(set(changed)):  # a right window may be a left one too
                 if updates is not None:
                     updates += self._results([(e, k)])
                 elif e <= wm:
