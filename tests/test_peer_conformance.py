@@ -253,3 +253,53 @@ def test_kafka_streams_sliding_update_skips_an_unchanged_right_window(kit: Any) 
     task = kit.task(kit.window_job(Sliding(5), out_of_orderness_ms=100, emit="update"))
     feed(kit, task, [("k", 1, 11), ("k", 1, 5)])
     assert results(kit, task) == [("k", 6, 12, 1), ("k", 0, 6, 1)]
+
+
+# ---- Kafka Streams: records with a None value ------------------------------------------
+
+_ABC = [("1", "A", 1), ("2", "B", 2), ("1", "C", 3), ("1", "D", 4), ("3", "E", 5),
+        ("3", "F", 6), ("3", None, 7)]  # fmt: skip
+
+
+def _aggregated(kit: Any, build: Any) -> tuple[dict[str, Any], int]:
+    """``_ABC`` through ``build(keyed stream)``: each key's largest output (its last one,
+    or its fullest window's), and the ``null_values_skipped`` counter."""
+    t = Topology("n")
+    build(t.source("events", keyed=True)).to("out")
+    task = kit.task(plan_job(t, "n", {"events": 1}))
+    feed(kit, task, _ABC)
+    task.end_input("events", 0, 0.0)
+    outputs: dict[str, list[Any]] = {}
+    for k, v, _ in kit.sink(task.drain(), "out"):
+        outputs.setdefault(k, []).append(v)
+    largest = {
+        k: max(vs, key=lambda v: v if isinstance(v, int) else len(v)) for k, vs in outputs.items()
+    }
+    return largest, task.metrics["null_values_skipped"]
+
+
+def test_kafka_streams_rolling_aggregations_skip_none_values(kit: Any) -> None:
+    """KGroupedStreamImplTest#shouldReduce / #shouldCount / #shouldAggregate: records
+    whose value is null are skipped (a plain ``a + "+" + b`` reducer never sees one)."""
+    assert _aggregated(kit, lambda s: s.reduce(lambda a, b: a + "+" + b)) == (
+        {"1": "A+C+D", "2": "B", "3": "E+F"},
+        1,
+    )
+    assert _aggregated(kit, lambda s: s.count()) == ({"1": 3, "2": 1, "3": 2}, 1)
+    assert _aggregated(kit, lambda s: s.aggregate(lambda: "0", lambda a, v: a + "+" + v)) == (
+        {"1": "0+A+C+D", "2": "0+B", "3": "0+E+F"},
+        1,
+    )
+
+
+def test_kafka_streams_windowed_aggregations_skip_none_values(kit: Any) -> None:
+    """KGroupedStreamImplTest#shouldReduceWindowed / #shouldCountSessionWindows: the
+    same for tumbling, hopping, sliding and session windows."""
+
+    def reduce(spec: Any) -> Any:
+        return lambda s: s.window(spec).reduce(lambda a, b: a + "+" + b).map(lambda r: r.value)
+
+    for spec in (Tumbling(100), Hopping(100, 50), Sliding(100)):
+        assert _aggregated(kit, reduce(spec)) == ({"1": "A+C+D", "2": "B", "3": "E+F"}, 1)
+    session = lambda s: s.window(Session(100)).count().map(lambda r: r.value)  # noqa: E731
+    assert _aggregated(kit, session) == ({"1": 3, "2": 1, "3": 2}, 1)

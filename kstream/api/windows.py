@@ -137,7 +137,8 @@ WindowSpec = Tumbling | Hopping | Sliding | Session
 class Aggregation:
     """How a window folds values: ``add(acc, value)`` from ``init()``.
 
-    ``init`` is ``None`` for a reduce (the first value is the accumulator).
+    ``init`` is ``None`` for a reduce (the first value is the accumulator). Records
+    whose value is ``None`` are skipped (Kafka Streams' rule), so ``add`` never sees one.
     ``merge(a, b)`` combines two accumulators; session windows need it.
     """
 

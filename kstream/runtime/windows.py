@@ -18,7 +18,7 @@ from typing import Any
 from kstream.api.windows import Aggregation, Hopping, Session, Sliding, Tumbling, WindowResult
 from kstream.runtime.events import MAX_TIMESTAMP, MAX_TS, MIN_TS
 from kstream.runtime.firing import FIRE_BATCH, Budget, Cursor, Firing, Step, fire_scan
-from kstream.runtime.operators import Keys, Operator, Stamps, Values
+from kstream.runtime.operators import Keys, Operator, Stamps, Values, without_none_values
 from kstream.state.base import KeyedStateBackend, StateKey, StateTable, TableSpec
 
 __all__ = [
@@ -193,6 +193,8 @@ class FixedWindowOperator(WindowOperator):
         self.acc = self.table("acc")
 
     def push(self, keys: Keys, values: Values, stamps: Stamps, port: int) -> None:
+        if None in values:
+            keys, values, stamps = without_none_values(keys, values, stamps, self.metrics)
         if self.advance_ms == self.size and not self.updates:
             self._push_tumbling(keys, values, stamps)
             return
@@ -350,6 +352,8 @@ class SessionWindowOperator(WindowOperator):
         self.merge = merge
 
     def push(self, keys: Keys, values: Values, stamps: Stamps, port: int) -> None:
+        if None in values:
+            keys, values, stamps = without_none_values(keys, values, stamps, self.metrics)
         gap, wm, allowed = self.gap, self.wm, self.allowed
         sessions, timers = self.sessions, self.timers
         late: list[int] = []
@@ -453,6 +457,8 @@ class SlidingWindowOperator(WindowOperator):
         self.gc = self.table("gc")
 
     def push(self, keys: Keys, values: Values, stamps: Stamps, port: int) -> None:
+        if None in values:
+            keys, values, stamps = without_none_values(keys, values, stamps, self.metrics)
         span, wm = self.span, self.wm
         live = wm - self.allowed  # windows ending after this may still change
         buf, timers = self.buffer, self.timers
