@@ -161,6 +161,24 @@ def test_kafka_streams_stream_stream_join_window_is_inclusive(kit: Any) -> None:
     assert kit.sink(task.drain(), "out") == [("0", "L+r-100", 1000), ("0", "L+r+100", 1100)]
 
 
+def test_kafka_streams_join_record_behind_the_watermark_differs_on_purpose(kit: Any) -> None:
+    """KStreamKStreamJoinTest (grace): JoinWindows of 100 ms, no grace; after records at
+    1000 on both sides, a left record at 950 still has an open join window ([850; 1050]
+    ends after stream time 1000), so Kafka Streams joins it with the right record at
+    1000. kstream judges a join record by its own timestamp (Flink's interval join): 950
+    is behind the watermark 1000 and dropped as late (see the README's Joins)."""
+    t = Topology("j")
+    left = t.source("left", keyed=True, watermark=WatermarkStrategy(0))
+    right = t.source("right", keyed=True, watermark=WatermarkStrategy(0))
+    left.join(right, lambda a, b: f"{a}+{b}", within_ms=100).to("out")
+    task = kit.task(plan_job(t, "j", {"left": 1, "right": 1}))
+    task.feed_source("left", 0, kit.records([("0", "L1000", 1000)]), 0.0)
+    task.feed_source("right", 0, kit.records([("0", "R1000", 1000)]), 0.0)
+    task.feed_source("left", 0, kit.records([("0", "L950", 950)], 1), 0.0)
+    assert kit.sink(task.drain(), "out") == [("0", "L1000+R1000", 1000)]
+    assert task.metrics["late_dropped"] == 1
+
+
 def test_kafka_streams_sliding_windows_created_and_dropped_out(kit: Any) -> None:
     """KStreamSlidingWindowAggregateTest (and the SlidingWindows javadoc): time difference
     10; a window for each record entering (left) and each record dropping out (right,
