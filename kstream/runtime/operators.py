@@ -29,6 +29,16 @@ def partition_for_key(key: bytes | None, partitions: int) -> int:
     return 0 if key is None else zlib.crc32(key) % partitions
 
 
+def without_none_values(
+    keys: Keys, values: Values, stamps: Stamps, metrics: dict[str, int]
+) -> tuple[Keys, Values, Stamps]:
+    """The batch without its records whose value is ``None``, which an aggregation (rolling
+    or windowed) skips as Kafka Streams does; counted in ``null_values_skipped``."""
+    keep = [v is not None for v in values]
+    metrics["null_values_skipped"] += len(keep) - sum(keep)
+    return list(compress(keys, keep)), list(compress(values, keep)), list(compress(stamps, keep))
+
+
 class Operator:
     """A node of a task's operator chain."""
 

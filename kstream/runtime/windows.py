@@ -18,7 +18,7 @@ from typing import Any
 from kstream.api.windows import Aggregation, Hopping, Session, Sliding, Tumbling, WindowResult
 from kstream.runtime.events import MAX_TIMESTAMP, MAX_TS, MIN_TS
 from kstream.runtime.firing import FIRE_BATCH, Budget, Cursor, Firing, Step, fire_scan
-from kstream.runtime.operators import Keys, Operator, Stamps, Values
+from kstream.runtime.operators import Keys, Operator, Stamps, Values, without_none_values
 from kstream.state.base import KeyedStateBackend, StateKey, StateTable, TableSpec
 
 __all__ = [
@@ -193,6 +193,8 @@ class FixedWindowOperator(WindowOperator):
         self.acc = self.table("acc")
 
     def push(self, keys: Keys, values: Values, stamps: Stamps, port: int) -> None:
+        if None in values:
+            keys, values, stamps = without_none_values(keys, values, stamps, self.metrics)
         if self.advance_ms == self.size and not self.updates:
             self._push_tumbling(keys, values, stamps)
             return
@@ -203,12 +205,13 @@ class FixedWindowOperator(WindowOperator):
         wm = self.wm
         updates: list[WindowResult] | None = [] if self.updates else None
         for i, (k, v, t) in enumerate(zip(keys, values, stamps, strict=True)):
-            s = t - (t - off) % adv
+            latest = t - (t - off) % adv
+            s = latest - (latest - (t - size) - 1) // adv * adv  # earliest first
             # Every window of the record first, then the updates: a function that raises
             # on one of them (on_error="dead_letter") leaves all of them unchanged.
             changed: list[tuple[tuple[int, int, Any], Any]] = []
             try:
-                while s > t - size:
+                while s <= latest:
                     e = s + size
                     if e > live_after:
                         wk = (e, s, k)
@@ -216,7 +219,7 @@ class FixedWindowOperator(WindowOperator):
                         if a is _MISSING:
                             a = acc_get(wk, _MISSING)
                         changed.append((wk, first(v) if a is _MISSING else add(a, v)))
-                    s -= adv
+                    s += adv
             except Exception as exc:
                 self.failed(k, v, t, exc)
                 continue
@@ -349,6 +352,8 @@ class SessionWindowOperator(WindowOperator):
         self.merge = merge
 
     def push(self, keys: Keys, values: Values, stamps: Stamps, port: int) -> None:
+        if None in values:
+            keys, values, stamps = without_none_values(keys, values, stamps, self.metrics)
         gap, wm, allowed = self.gap, self.wm, self.allowed
         sessions, timers = self.sessions, self.timers
         late: list[int] = []
@@ -452,6 +457,8 @@ class SlidingWindowOperator(WindowOperator):
         self.gc = self.table("gc")
 
     def push(self, keys: Keys, values: Values, stamps: Stamps, port: int) -> None:
+        if None in values:
+            keys, values, stamps = without_none_values(keys, values, stamps, self.metrics)
         span, wm = self.span, self.wm
         live = wm - self.allowed  # windows ending after this may still change
         buf, timers = self.buffer, self.timers
@@ -472,7 +479,7 @@ class SlidingWindowOperator(WindowOperator):
             # timestamps t1 (end t1 + 1 + span) and left windows of t2 >= t (end t2 + 1).
             # A later t2 also makes the new timestamp's own right window non-empty.
             changed: list[int] = []
-            later = False
+            later = edge = False
             for (_, t2), _vals in buf.scan_range((k, t - span), (k, t + span + 1)):
                 if t2 < t:
                     e = t2 + 1 + span
@@ -482,19 +489,20 @@ class SlidingWindowOperator(WindowOperator):
                     e = t + 1
                     if new and e > live:
                         timers.put((e, k), 0)
+                elif t2 == t + span:
+                    edge = True  # t's right window is t2's left one, t not in it
+                    continue
                 else:
                     later = True
-                    if t2 == t + span:
-                        continue  # only in t's right window
                     e = t2 + 1
                 if e > live:
                     changed.append(e)
-            if new and later:
+            if new and later and not edge:  # t's right window is new (not t2's left)
                 e = t + 1 + span
                 timers.put((e, k), 0)
                 changed.append(e)
             refire: list[int] = []
-            for e in sorted(changed):
+            for e in sorted(set(changed)):  # a right window may be a left one too
                 if updates is not None:
                     updates += self._results([(e, k)])
                 elif e <= wm:
