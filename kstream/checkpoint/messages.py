@@ -166,6 +166,9 @@ class RestoreFailed:
     checkpoint_id: int
     reason: str
     object: str = ""
+    # Not corrupt: the task's exactly-once sink already published the output of this
+    # newer checkpoint, so restoring ``checkpoint_id`` would publish it twice (0: none).
+    published: int = 0
 
 
 @dataclass(frozen=True)
