@@ -194,7 +194,8 @@ def test_a_task_that_cannot_restore_makes_every_task_restore_one_older_checkpoin
         log,
     )
     assert refused is not None, log[-4000:]
-    assert fallback <= int(refused[1]) < int(refused[2]) == ids[-1], refused[0]
+    # (The sink's marker names the newest checkpoint that had output for it.)
+    assert fallback <= int(refused[1]) < int(refused[2]) <= ids[-1], refused[0]
     assert re.findall(r"attempt (\d+) resumed", log) == []
     assert Counter(
         (r.key.decode() if r.key else "", int(r.value or b"0"))

@@ -447,11 +447,10 @@ class CheckpointCoordinator:
     def _republishing(self, n: int, msg: RestoreFailed) -> str:
         """Why the job stops rather than restore ``n``: a sink already published the
         output of a newer checkpoint, which processing from ``n`` would publish again."""
-        newer = sorted(k for k in self.unrestorable if k > n)
-        why = "; ".join(f"checkpoint {k}: {self.unrestorable[k]}" for k in newer)
+        newer = ", ".join(str(k) for k in sorted(self.unrestorable) if k > n)
         return (
             f"exactly-once cannot be kept: checkpoint {n} is the newest restorable one"
-            + (f" (not restorable: {why})" if why else "")
+            + (f" (not restorable: {newer}, see RESTORE FAILED above)" if newer else "")
             + f", but task {msg.task_id}'s sink already published the output of checkpoint "
             f"{msg.published} ({msg.object}); restoring {n} would publish output twice. "
             f"Restore the newer checkpoint's objects, or accept re-published output by "
