@@ -107,7 +107,7 @@ def test_the_job_stops_rather_than_fall_back_past_output_a_sink_published(
     cmds = c.handle(RestoreFailed(3, "a", "w1", 6, why, "app.commits", 7), 1.0)
     reason = (
         "exactly-once cannot be kept: checkpoint 6 is the newest restorable one (not "
-        "restorable: 7, see RESTORE FAILED above), but task a's sink "
+        "restorable: 7, named above), but task a's sink "
         "already published the output of checkpoint 7 (app.commits); restoring 6 would "
         "publish output twice. Restore the newer checkpoint's objects, or accept "
         "re-published output by starting from it with --from-checkpoint 6"

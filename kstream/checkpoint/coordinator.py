@@ -450,7 +450,7 @@ class CheckpointCoordinator:
         newer = ", ".join(str(k) for k in sorted(self.unrestorable) if k > n)
         return (
             f"exactly-once cannot be kept: checkpoint {n} is the newest restorable one"
-            + (f" (not restorable: {newer}, see RESTORE FAILED above)" if newer else "")
+            + (f" (not restorable: {newer}, named above)" if newer else "")
             + f", but task {msg.task_id}'s sink already published the output of checkpoint "
             f"{msg.published} ({msg.object}); restoring {n} would publish output twice. "
             f"Restore the newer checkpoint's objects, or accept re-published output by "
