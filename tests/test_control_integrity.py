@@ -42,8 +42,8 @@ KEY = b"k" * 32
 
 
 def test_only_messages_signed_with_the_key_verify() -> None:
-    data = sign(encode(CheckpointCompleted(5, 2)), KEY, 3)
-    assert verify(data, KEY) == 3
+    data = sign(encode(CheckpointCompleted(5, 2)), KEY, 3, 1)
+    assert verify(data, KEY) == (3, 1)
     assert decode(data) == CheckpointCompleted(5, 2)
     assert verify(data, b"x" * 32) is None  # another job's key
     assert verify(encode(CheckpointCompleted(5, 2)), KEY) is None  # unsigned (a plain client)

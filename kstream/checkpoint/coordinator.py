@@ -426,6 +426,8 @@ class CheckpointCoordinator:
         ):
             self.ignored_messages += 1
             return []
+        if msg.published > n:
+            return self.failover.fail(self._republishing(n, msg))
         what = msg.object or "(object not named)"
         self.unrestorable[n] = f"task {msg.task_id} on {msg.member}: {msg.reason}"
         older = self.restore_point()
@@ -447,6 +449,19 @@ class CheckpointCoordinator:
         )
         return self._fail_over(
             f"checkpoint {n} cannot be restored ({what}); restoring checkpoint {older}", now
+        )
+
+    def _republishing(self, n: int, msg: RestoreFailed) -> str:
+        """Why the job stops rather than restore ``n``: a sink already published the
+        output of a newer checkpoint, which processing from ``n`` would publish again."""
+        newer = ", ".join(str(k) for k in sorted(self.unrestorable) if k > n)
+        return (
+            f"exactly-once cannot be kept: checkpoint {n} is the newest restorable one"
+            + (f" (not restorable: {newer}, named above)" if newer else "")
+            + f", but task {msg.task_id}'s sink already published the output of checkpoint "
+            f"{msg.published} ({msg.object}); restoring {n} would publish output twice. "
+            f"Restore the newer checkpoint's objects, or accept re-published output by "
+            f"starting from it with --from-checkpoint {n}"
         )
 
     def _refuse_plan(self, member: str, plan: str) -> list[Command]:
