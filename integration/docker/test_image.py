@@ -37,7 +37,7 @@ def test_worker_image_is_healthy_while_running_and_stops_gracefully_on_sigterm(
     tmp_path: Path,
     containers: Containers,
 ) -> None:
-    image = images()["KSTREAM_IMAGE"]
+    image = images()["IMAGE_KSTREAM"]
     src, dst, app = unique_name("in"), unique_name("out"), unique_name("app")
     ensure_topics(make_admin(kafka_bootstrap), [TopicSpec(src, 2), TopicSpec(dst, 2)])
     producer = make_producer(kafka_bootstrap)

@@ -57,8 +57,8 @@ build "kstream-test/prometheus:$PROM_VERSION" docker/prometheus-image
 
 # What the tests use (sourced as shell assignments by scripts/docker/test.sh).
 cat > docker/images.env <<ENV
-KSTREAM_IMAGE=kstream:dev
-KSTREAM_KAFKA_IMAGE=kstream-test/kafka:$KAFKA_VERSION
-KSTREAM_S3_IMAGE=kstream-test/s3proxy:$S3PROXY_VERSION
-KSTREAM_PROMETHEUS_IMAGE=kstream-test/prometheus:$PROM_VERSION
+IMAGE_KSTREAM=kstream:dev
+IMAGE_KAFKA=kstream-test/kafka:$KAFKA_VERSION
+IMAGE_S3=kstream-test/s3proxy:$S3PROXY_VERSION
+IMAGE_PROMETHEUS=kstream-test/prometheus:$PROM_VERSION
 ENV

@@ -17,11 +17,10 @@ kstream_docker_engine
 start=$SECONDS
 scripts/docker/build-images.sh
 echo "docker-test: images ready in $((SECONDS - start)) s" >&2
-set -a
+# (not exported: the tests read docker/images.env themselves)
 . docker/images.env
-set +a
 export TESTCONTAINERS_RYUK_DISABLED=true KSTREAM_TEST_KAFKA=testcontainers \
-    KSTREAM_TEST_KAFKA_IMAGE=$KSTREAM_KAFKA_IMAGE
+    KSTREAM_TEST_KAFKA_IMAGE=$IMAGE_KAFKA
 "$PYTHON" -m pytest -p no:cacheprovider --durations=5 \
     integration/docker \
     "integration/test_e2e_crash.py::test_exactly_once_under_kills" \
