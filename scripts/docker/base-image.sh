@@ -41,7 +41,10 @@ echo "base-image: no registry answers; building $NAME with debootstrap from $MIR
 start=$SECONDS
 rc=0
 debootstrap --variant=minbase --include="$PACKAGES" "$SUITE" "$ROOT" "$MIRROR" >"$ROOT.log" 2>&1 || rc=$?
-if [ $rc != 0 ] || [ ! -x "$ROOT/usr/bin/python3" ]; then
+# (a non-zero exit after "Base system installed successfully" was seen once here, with a
+# complete tree: the tree is judged by its content and the log's last line)
+if [ ! -x "$ROOT/usr/bin/python3" ] || ! ls "$ROOT"/usr/lib/jvm/*/bin/java >/dev/null 2>&1 \
+    || { [ $rc != 0 ] && ! tail -n 1 "$ROOT.log" | grep -q 'Base system installed successfully'; }; then
     echo "base-image: debootstrap failed (exit $rc); see $ROOT.log" >&2
     tail -5 "$ROOT.log" >&2
     exit 1
