@@ -1,5 +1,6 @@
 # kstream developer entry points.
-#   make test   venv + ruff + mypy + pytest tests integration in 2 processes (each starts its own broker)
+#   make test   venv + ruff + mypy + pytest tests integration in 2 processes (each starts its own broker);
+#               under CI=true (.ci/run) then make docker-test
 #   make docker-test  Docker Engine (installed/started if needed) + images + integration/docker
 #               + a testcontainers subset of integration/ (docs/deploy.md); part of
 #               `make test` under CI=true
@@ -36,6 +37,7 @@ test: export AWS_METADATA_ENDPOINT = http://127.0.0.1:9
 # the integration tests mostly wait, so two take ~14 min instead of ~23 on 2 cores.
 test: lint
 	$(BIN)/python -m pytest -n 2 --dist loadfile tests integration benchmarks/tests --ignore=benchmarks/tests/test_smoke_broker.py --ignore=integration/docker --durations=10
+	$(if $(filter true 1 yes on,$(CI)),$(MAKE) docker-test)
 
 # The Docker tests (scripts/docker/test.sh, docs/deploy.md): as root on a Debian-like host,
 # installs Docker Engine if missing, starts dockerd on kstream's own socket if none answers
