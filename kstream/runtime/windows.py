@@ -196,7 +196,8 @@ class FixedWindowOperator(WindowOperator):
         if self.advance_ms == self.size and not self.updates:
             self._push_tumbling(keys, values, stamps)
             return
-        size, adv, off, live_after = self.size, self.advance_ms, self.offset, self.wm - self.allowed
+        size, adv, off = self.size, self.advance_ms, self.offset
+        live_after = max(self.wm, self.late_floor) - self.allowed
         acc_get, add, first = self.acc.get, self.agg.add, self._first
         local: dict[tuple[int, int, Any], Any] = {}
         late: list[int] = []
@@ -243,7 +244,7 @@ class FixedWindowOperator(WindowOperator):
         there is nothing to undo when the function raises; the same results in the same
         order as the general loop."""
         size, off, wm = self.size, self.offset, self.wm
-        live_after = wm - self.allowed
+        live_after = max(wm, self.late_floor) - self.allowed
         acc_get, add, init = self.acc.get, self.agg.add, self.agg.init
         local: dict[tuple[int, int, Any], Any] = {}
         local_get = local.get
@@ -350,6 +351,7 @@ class SessionWindowOperator(WindowOperator):
 
     def push(self, keys: Keys, values: Values, stamps: Stamps, port: int) -> None:
         gap, wm, allowed = self.gap, self.wm, self.allowed
+        closed = max(wm, self.late_floor)
         sessions, timers = self.sessions, self.timers
         late: list[int] = []
         updates: list[WindowResult] | None = [] if self.updates else None
@@ -360,7 +362,7 @@ class SessionWindowOperator(WindowOperator):
             ]
             for s, ext in touching:
                 start, end = min(start, s), max(end, ext[0])
-            if end + allowed < wm:  # the merged session expired already
+            if end + allowed < closed:  # the merged session expired already
                 late.append(i)
                 continue
             try:  # the functions first: one that raises leaves every session unchanged
@@ -453,7 +455,7 @@ class SlidingWindowOperator(WindowOperator):
 
     def push(self, keys: Keys, values: Values, stamps: Stamps, port: int) -> None:
         span, wm = self.span, self.wm
-        live = wm - self.allowed  # windows ending after this may still change
+        live = max(wm, self.late_floor) - self.allowed  # windows ending after it may change
         buf, timers = self.buffer, self.timers
         late: list[int] = []
         updates: list[WindowResult] | None = [] if self.updates else None
