@@ -32,9 +32,11 @@ time back; the task watermark never goes back. Watermarks are per record: a sour
 partition's advances record by record within a batch (a running maximum), an
 internal input's at each ``Watermark`` event among its records, and each record's
 lateness is decided against the task watermark just before it (see
-:mod:`kstream.runtime.recordwatermarks`). Downstream gets a ``Watermark`` event after every call that wrote
-internal records (and before a record that was behind the watermark), every
-``watermark_interval_s`` otherwise, and on every forwarded barrier.
+:mod:`kstream.runtime.recordwatermarks`) — or, for a run of one upstream task's
+records, against that task's watermark there when it is ahead (see
+:mod:`kstream.runtime.lateness`). Downstream gets a ``Watermark`` event after every
+call that wrote internal records, before any records processed after the watermark
+moved, every ``watermark_interval_s`` otherwise, and on every forwarded barrier.
 
 Firing in slices (:mod:`kstream.runtime.firing`): with a ``firing_budget`` windows
 fire a slice per call, :meth:`Task.tick` goes on; no record is processed meanwhile
@@ -70,7 +72,7 @@ from kstream.runtime.events import (
 from kstream.runtime.firing import Budget, TaskFiring
 from kstream.runtime.gate import InputGate, QueuedBarrier, second_copy, unseen
 from kstream.runtime.graph import build_graph
-from kstream.runtime.lateness import late_counts
+from kstream.runtime.lateness import late_counts, push_judged_at
 from kstream.runtime.operators import Operator
 from kstream.runtime.records import (
     AlignmentAborted,
@@ -401,15 +403,8 @@ class Task:
         entry = self._graph.readers[topic].entry
         if c is None or c.watermark <= self.watermark:
             entry.emit(keys, values, stamps)
-            return
-        ops = self._graph.stateful
-        for op in ops:
-            op.late_floor = c.watermark
-        try:
-            entry.emit(keys, values, stamps)
-        finally:
-            for op in ops:
-                op.late_floor = MIN_TS
+        else:
+            push_judged_at(entry, self._graph.stateful, c.watermark, keys, values, stamps)
 
     def _decode(
         self, topic: str, partition: int, rows: Sequence[Sequence[Any]], fields: tuple[int, ...]
