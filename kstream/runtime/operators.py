@@ -12,6 +12,7 @@ from itertools import compress
 from typing import Any
 
 from kstream.runtime.errors import OperatorErrors
+from kstream.runtime.events import MIN_TS
 from kstream.runtime.firing import Budget
 from kstream.runtime.records import Output, OutputBatch
 from kstream.serde import Serde, SerdeError
@@ -43,6 +44,11 @@ class Operator:
     """A node of a task's operator chain."""
 
     stateful = False
+    # While the task pushes a run of internal records whose writer's watermark is above
+    # the task's: that watermark. Windows and joins judge lateness against the larger of
+    # it and their own (they fire on their own), so a record its upstream task had made
+    # late is late here whatever the other upstream tasks' progress.
+    late_floor = MIN_TS
 
     def __init__(self, name: str) -> None:
         self.name = name

@@ -198,7 +198,8 @@ class FixedWindowOperator(WindowOperator):
         if self.advance_ms == self.size and not self.updates:
             self._push_tumbling(keys, values, stamps)
             return
-        size, adv, off, live_after = self.size, self.advance_ms, self.offset, self.wm - self.allowed
+        size, adv, off = self.size, self.advance_ms, self.offset
+        live_after = max(self.wm, self.late_floor) - self.allowed
         acc_get, add, first = self.acc.get, self.agg.add, self._first
         local: dict[tuple[int, int, Any], Any] = {}
         late: list[int] = []
@@ -246,7 +247,7 @@ class FixedWindowOperator(WindowOperator):
         there is nothing to undo when the function raises; the same results in the same
         order as the general loop."""
         size, off, wm = self.size, self.offset, self.wm
-        live_after = wm - self.allowed
+        live_after = max(wm, self.late_floor) - self.allowed
         acc_get, add, init = self.acc.get, self.agg.add, self.agg.init
         local: dict[tuple[int, int, Any], Any] = {}
         local_get = local.get
@@ -355,6 +356,7 @@ class SessionWindowOperator(WindowOperator):
         if None in values:
             keys, values, stamps = without_none_values(keys, values, stamps, self.metrics)
         gap, wm, allowed = self.gap, self.wm, self.allowed
+        closed = max(wm, self.late_floor)
         sessions, timers = self.sessions, self.timers
         late: list[int] = []
         updates: list[WindowResult] | None = [] if self.updates else None
@@ -365,7 +367,7 @@ class SessionWindowOperator(WindowOperator):
             ]
             for s, ext in touching:
                 start, end = min(start, s), max(end, ext[0])
-            if end + allowed < wm:  # the merged session expired already
+            if end + allowed < closed:  # the merged session expired already
                 late.append(i)
                 continue
             try:  # the functions first: one that raises leaves every session unchanged
@@ -460,7 +462,7 @@ class SlidingWindowOperator(WindowOperator):
         if None in values:
             keys, values, stamps = without_none_values(keys, values, stamps, self.metrics)
         span, wm = self.span, self.wm
-        live = wm - self.allowed  # windows ending after this may still change
+        live = max(wm, self.late_floor) - self.allowed  # windows ending after it may change
         buf, timers = self.buffer, self.timers
         late: list[int] = []
         updates: list[WindowResult] | None = [] if self.updates else None
