@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 
 from integration.cli_job import CLI, KEYED_COUNT, CliJob, run_to_end
+from integration.s3server import S3Server
 from kstream.kafka.clients import TopicSpec, ensure_topics, make_admin
 from kstream.store.metadata import CheckpointMetadata, latest_completed
 from kstream.store.savepoints import create_savepoint
@@ -157,3 +158,52 @@ def test_start_up_checks_and_options_in_every_mode(
                           "".join(j.log() for j in jobs))  # fmt: skip
     assert first is not None and first.group(1) == "1", jobs[0].tail()
     assert imported.description == latest.description
+
+
+S3_CASES = {
+    "wrong secret": (
+        {"secret_access_key": "not-the-secret"},
+        "SignatureDoesNotMatch (403 Forbidden): the store refused the secret access key "
+        "(check AWS_SECRET_ACCESS_KEY or --store-option secret_access_key=)",
+    ),
+    "wrong key id": (
+        {"access_key_id": "nobody"},
+        "InvalidAccessKeyId (403 Forbidden): the store does not know the access key id "
+        "(check AWS_ACCESS_KEY_ID or --store-option access_key_id=)",
+    ),
+    "missing bucket": (
+        {},
+        "NoSuchBucket (404 Not Found): the bucket does not exist (create it, or fix the store URL)",
+    ),
+    "unreachable endpoint": (
+        {"endpoint": "http://127.0.0.1:9"},
+        "cannot reach http://127.0.0.1:9 (check the endpoint, AWS_ENDPOINT_URL or "
+        "--store-option endpoint=)",
+    ),
+}
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_store_errors_are_one_line_in_every_mode(
+    kafka_bootstrap: str,
+    s3_server: S3Server,
+    unique_name: Callable[[str], str],
+    tmp_path: Path,
+    mode: str,
+) -> None:
+    """A wrong secret printed 60 lines and two tracebacks (and with the elected
+    coordinator, a traceback every 10 s forever); a missing bucket said "control.key
+    does not exist"; an unreachable endpoint 74 lines."""
+    src, out, app = unique_name("users"), unique_name("counts"), unique_name("app")
+    ensure_topics(make_admin(kafka_bootstrap), [TopicSpec(src, 2), TopicSpec(out, 2)])
+    d = Deployment(kafka_bootstrap, tmp_path, src, out, mode)
+    for case, (options, reason) in S3_CASES.items():
+        url = "s3://no-such-bucket/x" if case == "missing bucket" else s3_server.fresh_url()
+        d.store_url = url
+        extra = s3_server.cli_options(**options)
+        for code, output in d.refusals(app, 1000, *extra):
+            assert (code, output) == (
+                1,
+                f"kstream: the checkpoint store cannot be used: listing {url}/{app}/control.key "
+                f"failed: {reason}\n",
+            ), case
