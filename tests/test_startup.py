@@ -206,3 +206,12 @@ def test_every_mode_coordinates_through_one_function() -> None:
         assert "coordinate(" in (root / module).read_text()
     for module in ("cli/run.py", "cli/worker.py", "cli/coordinator.py"):
         assert "from kstream.cli.startup import prepare_job" in (root / module).read_text()
+
+
+def test_a_bounded_run_checks_the_store_but_restores_no_checkpoint(tmp_path: Path) -> None:
+    """A bounded run keeps its final state in the store (so a failing store is refused)
+    and continues from that, not from a checkpoint (so none is compared)."""
+    bounded = _job(tmp_path, checkpointing=CheckpointingConfig(enabled=False), bounded=True)
+    assert _refusal(bounded, _BrokenStore())[0] == EXIT_FAILED
+    _checkpoint(FileStore(tmp_path), 3, 2000)
+    check_start(bounded, describe(_plan()))

@@ -79,9 +79,10 @@ def check_start(
     """Raise :class:`StartRefused` if ``job`` cannot start (module doc, step 1).
 
     ``description`` is the plan's (None: not checked). Without checkpointing there is
-    no state to restore and no store to ask.
+    no checkpoint to restore, and unless the run is bounded (its final state is in the
+    store) no store to ask.
     """
-    if not job.checkpointing.enabled:
+    if not job.checkpointing.enabled and not job.bounded:
         return
     try:
         # 1. The store answers (a listing: a missing bucket is an error, not an empty
@@ -90,7 +91,7 @@ def check_start(
         store.list(control_key_path(job.app_id))
     except StoreError as e:
         raise StartRefused(f"the checkpoint store cannot be used: {e}", EXIT_FAILED) from e
-    if description is None:
+    if description is None or not job.checkpointing.enabled:
         return
     # 2. The state the job starts from: the one a flag names (until this app imported
     #    it), else its latest completed checkpoint.
