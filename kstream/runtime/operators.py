@@ -72,9 +72,7 @@ class Operator:
             ok_t.append(t)
         return ok_k, ok_v, ok_t, results
 
-    def failed(
-        self, key: Any, value: Any, ts: int, error: Exception, *, in_batch: bool = True
-    ) -> None:
+    def failed(self, key: Any, value: Any, ts: int, error: Exception, *, in_batch: bool = True) -> None:
         """A user function raised on one record (called in the ``except`` block): with
         ``on_error="dead_letter"`` the record is dead-lettered and the caller goes on
         without it; otherwise the error propagates. ``in_batch``: the record came in the
