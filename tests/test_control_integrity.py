@@ -111,8 +111,8 @@ def test_kstream_run_exits_non_zero_when_its_coordinator_thread_dies(
     def dying_coordinator(*_a: Any, **_k: Any) -> int:
         raise RuntimeError("coordinator bug")
 
-    monkeypatch.setattr(embedded, "run_coordinator", dying_coordinator)
-    monkeypatch.setattr(embedded, "fingerprint", lambda plan: None)
+    monkeypatch.setattr(embedded, "coordinate", dying_coordinator)
+    monkeypatch.setattr(embedded.Coordination, "of", lambda plan: None)
     stop = threading.Event()
 
     def run() -> int:
@@ -136,9 +136,8 @@ def test_kstream_run_stops_gracefully_when_its_coordinator_finishes_a_stop_with_
     """A coordinator that ended cleanly (``savepoint --stop``) has published the final
     checkpoint's completion: the worker must read it and publish its output, not be
     stopped at once (which lost "stopping: the final checkpoint completed")."""
-    monkeypatch.setattr(embedded, "run_coordinator", lambda *_a, **_k: 0)
-    monkeypatch.setattr(embedded, "fingerprint", lambda plan: None)
-    monkeypatch.setattr(embedded, "describe", lambda plan: None)
+    monkeypatch.setattr(embedded, "coordinate", lambda *_a, **_k: 0)
+    monkeypatch.setattr(embedded.Coordination, "of", lambda plan: None)
     stop, graceful = threading.Event(), threading.Event()
 
     def run() -> int:
