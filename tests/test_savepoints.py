@@ -12,12 +12,16 @@ from click.testing import CliRunner
 
 from kstream.api import Topology, Tumbling, WatermarkStrategy
 from kstream.checkpoint.commands import ApplyRetention, CreateSavepoint, Finish, Send, WriteMetadata
+from kstream.checkpoint.failover import Phase
 from kstream.checkpoint.messages import (
     CheckpointCompleted,
+    CheckpointRequest,
+    JobStopped,
     Message,
     Restore,
     SavepointRequest,
     StopJob,
+    WorkerStopped,
     decode,
     encode,
 )
@@ -50,6 +54,7 @@ from kstream.store.savepoints import (
 )
 from kstream.store.startfrom import import_start
 from kstream.worker.protocol import Exit, StopRequested, WorkerProtocol
+from kstream.worker.protocol import Send as WorkerSend
 from tests.conftest import Kit
 from tests.test_coordinator import Harness, messages, triggers
 from tests.test_coordinator_run import Event, FakeTransport
@@ -88,10 +93,23 @@ def test_stop_with_savepoint_stops_workers_before_the_trigger_then_finishes() ->
     assert not any(isinstance(c, CreateSavepoint | Finish) for c in out)
     assert triggers(h.tick(1.3)) == [2]  # triggered after StopJob on the control topic
     out = h.ack(2, "a", 1.4)
-    assert [type(c) for c in out] == [WriteMetadata, Send, CreateSavepoint, ApplyRetention, Finish]
-    assert messages(out) == [CheckpointCompleted(2, 0)]  # sinks publish, workers exit
-    assert out[-1] == Finish("stopped with savepoint last (checkpoint 2)")
-    assert h.send(SavepointRequest("again", False, "cli"), 1.5) == []  # one at a time only
+    assert [type(c) for c in out] == [
+        WriteMetadata,
+        Send,
+        CreateSavepoint,
+        ApplyRetention,
+        Send,
+        Finish,
+    ]
+    reason = "stopped with savepoint last (checkpoint 2)"
+    # Sinks publish, workers exit; the control topic says the job stopped, and why.
+    assert messages(out) == [CheckpointCompleted(2, 0), JobStopped(0, reason)]
+    assert out[-1] == Finish(reason)
+    assert h.c.phase is Phase.STOPPED
+    # A worker's graceful-stop request that crossed the completion triggers nothing.
+    assert h.send(CheckpointRequest("m", 0, "graceful stop"), 1.5) == []
+    assert h.tick(100.0) == []
+    assert h.send(SavepointRequest("again", False, "cli"), 1.5) == []
 
 
 def test_a_savepoint_is_refused_while_the_job_restores() -> None:
@@ -106,7 +124,8 @@ def test_worker_stops_gracefully_on_stop_job_of_its_attempt() -> None:
     assert not p.stopping
     acts = p.handle(StopJob(0, "stop with savepoint x"), 0.0)
     assert p.stopping
-    assert acts == [Exit(0, "stopping: nothing runs here, so nothing is left to commit")]
+    why = "stopping: nothing runs here, so nothing is left to commit"
+    assert acts == [WorkerSend(WorkerStopped("m", 0, why)), Exit(0, why)]
     assert p.handle(StopRequested(), 0.1) == []
 
 

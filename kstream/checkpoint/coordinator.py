@@ -12,6 +12,7 @@ import logging
 from dataclasses import replace
 from typing import Any
 
+from kstream.checkpoint.causes import reassignment_reason, stopped_reason
 from kstream.checkpoint.commands import (
     ApplyRetention,
     CleanupCheckpoint,
@@ -26,6 +27,7 @@ from kstream.checkpoint.completionlog import CompletionLog
 from kstream.checkpoint.failover import FailoverController, Phase
 from kstream.checkpoint.failures import CheckpointFailureManager
 from kstream.checkpoint.messages import (
+    REASSIGNED,
     AcknowledgeCheckpoint,
     CheckpointAborted,
     CheckpointCompleted,
@@ -33,6 +35,7 @@ from kstream.checkpoint.messages import (
     DeclineCheckpoint,
     Heartbeat,
     JobFailed,
+    JobStopped,
     Message,
     Restore,
     RestoreFailed,
@@ -41,6 +44,7 @@ from kstream.checkpoint.messages import (
     TaskFailed,
     TaskReady,
     TriggerCheckpoint,
+    WorkerStopped,
 )
 from kstream.checkpoint.pending import AckOutcome, PendingCheckpoint
 from kstream.checkpoint.recovery import RecoveredState
@@ -111,6 +115,7 @@ class CheckpointCoordinator:
         self._requested = False  # a worker asked for a checkpoint before the interval
         self._last_finish = float("-inf")  # end of the previous checkpoint (min_pause)
         self._members: dict[str, tuple[float, tuple[str, ...]]] = {}  # member -> (seen, tasks)
+        self._stopped: dict[str, str] = {}  # members that stopped gracefully -> why
         # Checkpoints that failed or were aborted, for the history (drained by the adapter).
         self.ended: list[CheckpointFailure] = []
         self._completions = CompletionLog()  # INFO: an attempt's first, then a minute's
@@ -178,6 +183,9 @@ class CheckpointCoordinator:
             cmds += self.failover.on_failure(
                 f"coordinator restarted during the restore of attempt {rec.attempt}", now
             )
+        elif isinstance(rec.last_lifecycle, JobStopped):
+            # Started again after a stop: a start, not a restart of a failed job.
+            cmds += self.failover.schedule_initial_restore(now)
         elif isinstance(rec.last_lifecycle, JobFailed):
             cmds += self.failover.on_failure(
                 f"coordinator restarted after job failure ({rec.last_lifecycle.reason})", now
@@ -188,7 +196,11 @@ class CheckpointCoordinator:
 
     def handle(self, msg: Message, now: float) -> list[Command]:
         """React to one control message from a worker; coordinator messages are ignored."""
-        if self.phase is Phase.FAILED:
+        if isinstance(msg, WorkerStopped):
+            return self._on_worker_stopped(msg, now)
+        if self.phase is Phase.STOPPED and isinstance(msg, Heartbeat):
+            return self._restart_stopped(msg, now)
+        if self.phase in (Phase.FAILED, Phase.STOPPED):
             return []
         match msg:
             case AcknowledgeCheckpoint():
@@ -227,6 +239,8 @@ class CheckpointCoordinator:
             case TaskFailed():
                 if msg.attempt != self.attempt:
                     return []  # a failure of a superseded attempt is already handled
+                if msg.reason == REASSIGNED:
+                    return self._fail_over(self._reassigned(msg, now), now)
                 return self._fail_over(
                     f"task {msg.task_id} failed on {msg.member}: {msg.reason}", now
                 )
@@ -235,7 +249,7 @@ class CheckpointCoordinator:
 
     def tick(self, now: float) -> list[Command]:
         """Time passes: time out checkpoints, detect lost workers, restore, trigger."""
-        if self.phase is Phase.FAILED:
+        if self.phase in (Phase.FAILED, Phase.STOPPED):
             return []
         cmds: list[Command] = []
         # 1. Time-outs first: a timed-out checkpoint frees its slot for a new trigger.
@@ -303,8 +317,45 @@ class CheckpointCoordinator:
             cmds.append(CreateSavepoint(sp.name, meta))
         cmds.append(ApplyRetention(self.config.retained))
         if sp is not None and sp.stop and self._savepoint is None:
-            cmds.append(Finish(f"stopped with savepoint {sp.name} (checkpoint {checkpoint_id})"))
+            reason = f"stopped with savepoint {sp.name} (checkpoint {checkpoint_id})"
+            cmds += [*self._stop(reason, now), Finish(reason)]
         return cmds
+
+    # -- stopping ------------------------------------------------------------------------
+
+    def _stop(self, reason: str, now: float) -> list[Command]:
+        """The job stopped: ``JobStopped`` says when and why; checkpoints still in flight
+        can never complete (aborted) and nothing is triggered any more."""
+        cmds: list[Command] = []
+        for p in list(self.pending.values()):
+            cmds += self._abort(p, f"job stopped: {reason}", now, counts=False)
+        self.failover.phase = Phase.STOPPED
+        self._requested = False
+        log.info("job stopped in attempt %d: %s", self.attempt, reason)
+        return [*cmds, Send(JobStopped(self.attempt, reason))]
+
+    def _on_worker_stopped(self, msg: WorkerStopped, now: float) -> list[Command]:
+        """A worker exited gracefully: it is not lost; once every owner of the running
+        attempt stopped (``--stop-when-idle``, SIGTERM to all), the job is stopped."""
+        self._members.pop(msg.member, None)
+        self._stopped[msg.member] = msg.reason
+        owners = set(self.failover.owners.values())
+        if self.phase is not Phase.RUNNING or msg.attempt != self.attempt or not owners:
+            return []
+        if not owners <= self._stopped.keys():
+            return []  # the group rebalances; the others take its tasks over
+        return self._stop(stopped_reason({m: self._stopped[m] for m in owners}), now)
+
+    def _restart_stopped(self, hb: Heartbeat, now: float) -> list[Command]:
+        """A stopped job restarts when a worker joins (a newer group generation): every
+        task is restored from the latest checkpoint, as at a first start."""
+        if hb.member in self._stopped or hb.generation <= self.failover.generation:
+            return []
+        self.failover.observe_generation(hb.generation)
+        self._members[hb.member] = (now, hb.tasks)
+        self._stopped.clear()
+        log.info("worker %s joined the stopped job: starting it again", hb.member)
+        return self.failover.schedule_initial_restore(now)
 
     def _on_savepoint_request(self, msg: SavepointRequest) -> list[Command]:
         """Savepoint ``msg.name`` of the next checkpoint; with ``stop`` the workers stop
@@ -471,6 +522,18 @@ class CheckpointCoordinator:
             return []
         self._refused.add((member, plan))
         return [RefusePlan(member, plan)]
+
+    def _reassigned(self, msg: TaskFailed, now: float) -> str:
+        owner = self.failover.owners.get(msg.task_id)
+        seen = self._members.get(owner) if owner else None
+        return reassignment_reason(
+            msg.task_id,
+            msg.member,
+            owner,
+            self._owned_by(owner) if owner else [],
+            stopped=self._stopped.get(owner) if owner else None,
+            silent_s=None if seen is None else now - seen[0],
+        )
 
     def _on_heartbeat(self, hb: Heartbeat, now: float) -> list[Command]:
         self._members[hb.member] = (now, hb.tasks)

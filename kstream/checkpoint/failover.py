@@ -23,6 +23,7 @@ class Phase(StrEnum):
     SUSPENDED = "suspended"  # a failure happened; waiting for the restart delay
     RESTORING = "restoring"  # Restore written; collecting TaskReady
     FAILED = "failed"  # hard failure; nothing more happens
+    STOPPED = "stopped"  # stopped on request or by its workers; a joining worker restarts it
 
 
 class FailoverController:

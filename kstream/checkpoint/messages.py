@@ -9,9 +9,9 @@ frozen dataclasses below from plain JSON values, nothing more.
 Who writes what:
 
 * coordinator: TriggerCheckpoint, CheckpointCompleted, CheckpointAborted,
-  Restore, Resume, JobFailed, StopJob;
+  Restore, Resume, JobFailed, StopJob, JobStopped;
 * workers: AcknowledgeCheckpoint, DeclineCheckpoint, TaskReady, Heartbeat,
-  TaskFailed, RestoreFailed, CheckpointRequest;
+  TaskFailed, RestoreFailed, CheckpointRequest, WorkerStopped;
 * ``kstream savepoint``: SavepointRequest.
 
 **Signed coordinator messages.** The coordinator signs what it writes with
@@ -44,6 +44,10 @@ from kstream.store.metadata import TaskSnapshot
 
 SCHEMA_VERSION = 1
 MAX_MESSAGE_BYTES = 256 * 1024  # an ack with many partition offsets stays far below this
+# The reason of a ``TaskFailed`` a worker reports for a task whose partitions the group
+# gave it while the current attempt has another owner (a rebalance: its owner left,
+# died or was slow): the coordinator names the cause from what it knows of the owner.
+REASSIGNED = "its partitions were reassigned to a worker that does not run it"
 
 
 class ProtocolError(ValueError):
@@ -200,6 +204,26 @@ class StopJob:
     reason: str
 
 
+@dataclass(frozen=True)
+class JobStopped:
+    """Coordinator → everyone: the job stopped on request or because every worker that
+    ran it stopped (``reason``) in ``attempt``; nothing is triggered after it. A worker
+    that joins later restarts the job with a restore."""
+
+    attempt: int
+    reason: str
+
+
+@dataclass(frozen=True)
+class WorkerStopped:
+    """Worker → coordinator: ``member`` stopped gracefully in ``attempt`` (``reason``):
+    it is not lost, and once every owner of the attempt stopped, the job is stopped."""
+
+    member: str
+    attempt: int
+    reason: str
+
+
 Message = (
     TriggerCheckpoint
     | AcknowledgeCheckpoint
@@ -216,6 +240,8 @@ Message = (
     | CheckpointRequest
     | SavepointRequest
     | StopJob
+    | JobStopped
+    | WorkerStopped
 )
 
 MESSAGE_TYPES: dict[str, type[Any]] = {
@@ -236,6 +262,8 @@ MESSAGE_TYPES: dict[str, type[Any]] = {
         CheckpointRequest,
         SavepointRequest,
         StopJob,
+        JobStopped,
+        WorkerStopped,
     )
 }
 
@@ -279,6 +307,7 @@ COORDINATOR_MESSAGES: tuple[type[Any], ...] = (
     Restore,
     Resume,
     JobFailed,
+    JobStopped,
 )
 """The messages only a coordinator writes (signed)."""
 

@@ -25,6 +25,7 @@ from kstream.checkpoint.messages import (
     CheckpointAborted,
     CheckpointCompleted,
     JobFailed,
+    JobStopped,
     Message,
     Restore,
     Resume,
@@ -40,8 +41,9 @@ class RecoveredState:
 
     max_checkpoint_id: int = 0
     attempt: int = 0
-    # The last lifecycle message: None (job never restored), Resume, Restore or JobFailed.
-    last_lifecycle: Restore | Resume | JobFailed | None = None
+    # The last lifecycle message: None (job never restored), Resume, Restore, JobFailed
+    # or JobStopped.
+    last_lifecycle: Restore | Resume | JobFailed | JobStopped | None = None
     announced_id: int = 0  # newest CheckpointCompleted seen
     in_flight: dict[int, set[str]] = field(default_factory=dict)  # triggered, unfinished → handles
     latest_completed: CheckpointMetadata | None = None
@@ -85,7 +87,7 @@ def recover(
                 st.attempt = max(st.attempt, a)
                 st.last_lifecycle = msg
                 st.unhandled_failure = ""
-            case JobFailed():
+            case JobFailed() | JobStopped():
                 st.last_lifecycle = msg
                 st.unhandled_failure = ""
             case TaskFailed(attempt=a) if a == st.attempt:
