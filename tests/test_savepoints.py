@@ -353,20 +353,34 @@ def test_savepoints_and_state_dump_commands(tmp_path: Path, kit: type[Kit]) -> N
     create_savepoint(store, "wc", "before-v2", meta)
     url = f"file://{tmp_path / 'store'}"
     runner = CliRunner()
-    listed = runner.invoke(main, ["savepoints", "list", "wc", "--store", url])
+    listed = runner.invoke(main, ["savepoints", "list", "--app-id", "wc", "--store", url])
     assert listed.exit_code == 0 and listed.output.startswith(
         "wc/savepoints/before-v2  checkpoint 3  "
     )
     for where in (["--checkpoint", "3"], ["--savepoint", "wc/savepoints/before-v2"], []):
         dumped = runner.invoke(
             main,
-            ["state", "dump", "wc", "--store", url, "--operator", "counts", "--key", "k", *where],
+            [
+                "state",
+                "dump",
+                "--app-id",
+                "wc",
+                "--store",
+                url,
+                "--operator",
+                "counts",
+                "--key",
+                "k",
+                *where,
+            ],
         )
         assert dumped.exit_code == 0, dumped.output
         assert dumped.stdout.splitlines() == [
             '{"key": [1000, 0, "k"], "table": "acc", "task": "stage0-0", "value": 1}'
         ]
-    bad = runner.invoke(main, ["state", "dump", "wc", "--store", url, "--operator", "x"])
+    bad = runner.invoke(
+        main, ["state", "dump", "--app-id", "wc", "--store", url, "--operator", "x"]
+    )
     assert bad.exit_code == 2 and "operators: counts" in bad.output
     gone = runner.invoke(main, ["savepoints", "delete", "wc/savepoints/before-v2", "--store", url])
     assert gone.exit_code == 0
