@@ -31,6 +31,7 @@ from kstream.config import Guarantee, OnError
 from kstream.serde import Serde, serde_by_name
 
 EMIT_ROLLING = ("change", "checkpoint")
+SINK_TIMESTAMPS = ("event", "processing")  # .to(timestamp=...): what output records carry
 
 SerdeLike = Serde | str
 
@@ -255,10 +256,22 @@ class Stream:
         value_serde: SerdeLike = "json",
         guarantee: Guarantee | None = None,
         compacted: bool = False,
+        timestamp: str = "event",
     ) -> None:
         """Write to ``topic`` with the sink ``guarantee`` (default: the topology's).
         A ``None`` value is written as a tombstone; ``compacted=True`` creates a missing
-        topic with ``cleanup.policy=compact`` (an upsert topic, e.g. for an update stream)."""
+        topic with ``cleanup.policy=compact`` (an upsert topic, e.g. for an update stream).
+
+        ``timestamp``: what the output records' Kafka timestamps are. ``"event"``
+        (default): the record's event time (a window's result: its end - 1), so
+        downstream jobs see event time; but the topic's time-based retention and
+        segment rolling go by it, so output about old events may be deleted almost at
+        once. ``"processing"``: the wall clock when the record was emitted, so retention
+        counts from when it was written (downstream event time is then in the value,
+        or lost). For the broker's own time, create the topic with
+        ``message.timestamp.type=LogAppendTime``: the broker overwrites either."""
+        if timestamp not in SINK_TIMESTAMPS:
+            raise ValueError(f"timestamp must be one of {SINK_TIMESTAMPS}, got {timestamp!r}")
         self._then(
             "sink",
             f"sink:{topic}",
@@ -267,6 +280,8 @@ class Stream:
             value_serde=as_serde(value_serde),
             guarantee=guarantee,
             compacted=compacted,
+            # Only when not the default: every existing plan keeps its fingerprint.
+            **({"timestamp": timestamp} if timestamp != "event" else {}),
         )
 
 

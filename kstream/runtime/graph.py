@@ -104,7 +104,8 @@ def _operator(
         t = internal_by_keyby[n.id]
         return KeyByOp(n.name, p["fn"], t.name, t.partitions, t.key_serde, out)
     if n.kind == "sink":
-        return SinkOp(n.name, p["topic"], p["key_serde"], p["value_serde"], out)
+        stamp = p.get("timestamp", "event")
+        return SinkOp(n.name, p["topic"], p["key_serde"], p["value_serde"], out, stamp)
     # Stateful operators are named by their stable id; their state lives under it.
     sid = state_ids.get(n.id, n.name)
     if n.kind == "window":

@@ -6,6 +6,7 @@ stateless operators are one list comprehension each.
 from __future__ import annotations
 
 import json
+import time
 import zlib
 from collections.abc import Callable
 from itertools import compress
@@ -232,10 +233,18 @@ class KeyByOp(Operator):
 
 
 class SinkOp(Operator):
-    """Serializes records for a user topic (partition left to Kafka)."""
+    """Serializes records for a user topic (partition left to Kafka). ``timestamp``:
+    the records keep their event times (``"event"``) or carry the wall clock when they
+    are emitted (``"processing"``; see ``Stream.to``)."""
 
     def __init__(
-        self, name: str, topic: str, key_serde: Serde, value_serde: Serde, out: list[Output]
+        self,
+        name: str,
+        topic: str,
+        key_serde: Serde,
+        value_serde: Serde,
+        out: list[Output],
+        timestamp: str = "event",
     ) -> None:
         super().__init__(name)
         self.topic, self.key_serde, self.value_serde, self.out = (
@@ -244,6 +253,7 @@ class SinkOp(Operator):
             value_serde,
             out,
         )
+        self.processing_time = timestamp == "processing"
 
     def push(self, keys: Keys, values: Values, stamps: Stamps, port: int) -> None:
         try:
@@ -251,4 +261,6 @@ class SinkOp(Operator):
             vb = self.value_serde.serialize_many(values)
         except SerdeError as e:
             raise SerdeError(f"sink {self.topic!r}: a record cannot be serialized: {e}") from e
+        if self.processing_time:
+            stamps = [int(time.time() * 1000)] * len(kb)
         self.out.append(OutputBatch(self.topic, False, None, kb, vb, list(stamps)))
