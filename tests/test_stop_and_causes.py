@@ -104,6 +104,29 @@ def test_a_killed_worker_is_a_lost_worker_not_a_task_failure() -> None:
     assert restart_cause(reason) == "worker_lost"  # the restart metric's label
 
 
+def test_a_killed_worker_noticed_by_the_group_first_is_a_lost_worker() -> None:
+    """kill -9 of w1 with the group's session timeout no longer than the heartbeat
+    timeout: the survivor's heartbeat in the new generation comes first."""
+    h = two_owners()
+    h.send(Heartbeat("w2", ("b",), 4), 5.0)
+    h.send(Heartbeat("w2", ("a", "b"), 5), 6.5)
+    reason = "worker w1 lost: no heartbeat for 6.5s (consumer group generation changed 4 -> 5)"
+    assert h.c.failover.failure_reason == reason
+    assert restart_cause(reason) == "worker_lost"
+
+
+def test_a_generation_change_after_a_worker_stopped_says_it_stopped() -> None:
+    h = two_owners()
+    h.send(WorkerStopped("w1", 1, "stopping: the final checkpoint completed"), 1.0)
+    h.send(Heartbeat("w2", ("b",), 5), 1.5)
+    reason = (
+        "worker w1 stopped (stopping: the final checkpoint completed; "
+        "consumer group generation changed 4 -> 5)"
+    )
+    assert h.c.failover.failure_reason == reason
+    assert restart_cause(reason) == "worker_stopped"
+
+
 def test_a_task_given_away_while_its_owner_heartbeats_is_a_rebalance() -> None:
     h = two_owners()
     h.send(Heartbeat("w1", ("a",), 4), 10.0)
@@ -138,7 +161,10 @@ def test_the_causes_of_the_other_failovers() -> None:
     assert h.c.failover.failure_reason == "worker w1 lost: no heartbeat for 11.0s (tasks a)"
     assert restart_cause(h.c.failover.failure_reason) == "worker_lost"
     h = two_owners()
-    h.send(Heartbeat("w1", ("a",), 5), 1.0)
+    h.send(Heartbeat("w1", ("a",), 5), 1.0)  # a worker joined: every owner heartbeats
+    assert h.c.failover.failure_reason == (
+        "consumer group generation changed 4 -> 5 (partitions were reassigned)"
+    )
     assert restart_cause(h.c.failover.failure_reason) == "rebalance"
 
 

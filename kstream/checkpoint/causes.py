@@ -48,3 +48,22 @@ def stopped_reason(stopped: dict[str, str]) -> str:
     of the running attempt to the reason it gave (``WorkerStopped``)."""
     why = "; ".join(f"{m}: {r}" for m, r in sorted(stopped.items()))
     return f"{'every worker' if len(stopped) > 1 else 'its worker'} stopped ({why})"
+
+
+def generation_reason(
+    previous: int, generation: int, silent: dict[str, float], stopped: dict[str, str]
+) -> str:
+    """Why the group's generation changed while the job ran, from what is known of the
+    owners of the running attempt: ``silent`` (owner -> seconds since its last
+    heartbeat) and ``stopped`` (owner -> why it stopped). An owner silent for longer
+    than :data:`SILENT_AFTER_S` was lost — the group noticed first (its session timed
+    out); one that stopped left; otherwise workers joined or left (a rebalance)."""
+    change = f"consumer group generation changed {previous} -> {generation}"
+    lost = sorted(m for m, s in silent.items() if s > SILENT_AFTER_S and m not in stopped)
+    if lost:
+        m = lost[0]
+        return f"worker {m} lost: no heartbeat for {silent[m]:.1f}s ({change})"
+    if stopped:
+        m = sorted(stopped)[0]
+        return f"worker {m} stopped ({stopped[m]}; {change})"
+    return f"{change} (partitions were reassigned)"

@@ -12,7 +12,7 @@ import logging
 from dataclasses import replace
 from typing import Any
 
-from kstream.checkpoint.causes import reassignment_reason, stopped_reason
+from kstream.checkpoint.causes import generation_reason, reassignment_reason, stopped_reason
 from kstream.checkpoint.commands import (
     ApplyRetention,
     CleanupCheckpoint,
@@ -540,13 +540,13 @@ class CheckpointCoordinator:
         previous = self.failover.generation
         self.failover.observe_generation(hb.generation)
         if previous >= 0 and hb.generation > previous and self.phase is Phase.RUNNING:
-            # A worker joined or left the group (scaling, a restart): normal operation.
-            return self._fail_over(
-                f"consumer group generation changed {previous} -> {hb.generation} "
-                "(partitions were reassigned)",
-                now,
-                normal=True,
-            )
+            # A worker joined or left the group (scaling, a restart): normal operation,
+            # unless an owner fell silent (killed: the group noticed first) or stopped.
+            others = set(self.failover.owners.values()) - {hb.member}
+            silent = {m: now - self._members[m][0] for m in others if m in self._members}
+            stopped = {m: self._stopped[m] for m in others if m in self._stopped}
+            reason = generation_reason(previous, hb.generation, silent, stopped)
+            return self._fail_over(reason, now, normal=reason.endswith("were reassigned)"))
         owners = self.failover.owners
         if self.phase is Phase.RUNNING and owners:
             # A worker runs exactly the tasks it owns; anything else means it lost
