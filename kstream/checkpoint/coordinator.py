@@ -347,11 +347,12 @@ class CheckpointCoordinator:
         return self._stop(stopped_reason({m: self._stopped[m] for m in owners}), now)
 
     def _restart_stopped(self, hb: Heartbeat, now: float) -> list[Command]:
-        """A stopped job restarts when a worker joins (a newer group generation): every
-        task is restored from the latest checkpoint, as at a first start."""
-        if hb.member in self._stopped or hb.generation <= self.failover.generation:
-            return []
-        self.failover.observe_generation(hb.generation)
+        """A stopped job starts again when a worker that did not stop heartbeats (one
+        joined; any generation: an emptied group may start over at 1): every task is
+        restored from the latest checkpoint, as at a first start."""
+        if hb.member in self._stopped:
+            return []  # a heartbeat it sent before it stopped
+        self.failover.generation = hb.generation
         self._members[hb.member] = (now, hb.tasks)
         self._stopped.clear()
         log.info("worker %s joined the stopped job: starting it again", hb.member)
