@@ -112,7 +112,24 @@ def test_a_killed_worker_noticed_by_the_group_first_is_a_lost_worker() -> None:
     h = two_owners()
     h.send(Heartbeat("w2", ("b",), 4), 5.0)
     h.send(Heartbeat("w2", ("a", "b"), 5), 6.5)
-    reason = "worker w1 lost: no heartbeat for 6.5s (consumer group generation changed 4 -> 5)"
+    reason = (
+        "worker w1 lost: no heartbeat for 6.5s "
+        "(consumer group generation changed 4 -> 5 (partitions were reassigned))"
+    )
+    assert h.c.failover.failure_reason == reason
+    assert restart_cause(reason) == "worker_lost"
+
+
+def test_a_survivor_whose_tasks_were_revoked_names_the_killed_worker() -> None:
+    """The eager protocol revokes every partition first: the survivor's heartbeat in the
+    old generation holds no task; w1 has been silent since the kill."""
+    h = two_owners()
+    h.send(Heartbeat("w2", ("b",), 4), 5.0)
+    h.send(Heartbeat("w2", (), 4), 6.5)
+    reason = (
+        "worker w1 lost: no heartbeat for 6.5s (worker w2 no longer runs its tasks b of "
+        "attempt 1 (the group rebalanced or the worker restarted): restoring them)"
+    )
     assert h.c.failover.failure_reason == reason
     assert restart_cause(reason) == "worker_lost"
 
@@ -123,7 +140,7 @@ def test_a_generation_change_after_a_worker_stopped_says_it_stopped() -> None:
     h.send(Heartbeat("w2", ("b",), 5), 1.5)
     reason = (
         "worker w1 stopped (stopping: the final checkpoint completed; "
-        "consumer group generation changed 4 -> 5)"
+        "consumer group generation changed 4 -> 5 (partitions were reassigned))"
     )
     assert h.c.failover.failure_reason == reason
     assert restart_cause(reason) == "worker_stopped"

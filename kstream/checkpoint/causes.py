@@ -50,15 +50,14 @@ def stopped_reason(stopped: dict[str, str]) -> str:
     return f"{'every worker' if len(stopped) > 1 else 'its worker'} stopped ({why})"
 
 
-def generation_reason(
-    previous: int, generation: int, silent: dict[str, float], stopped: dict[str, str]
-) -> str:
-    """Why the group's generation changed while the job ran, from what is known of the
-    owners of the running attempt: ``silent`` (owner -> seconds since its last
-    heartbeat) and ``stopped`` (owner -> why it stopped). An owner silent for longer
-    than :data:`SILENT_AFTER_S` was lost — the group noticed first (its session timed
-    out); one that stopped left; otherwise workers joined or left (a rebalance)."""
-    change = f"consumer group generation changed {previous} -> {generation}"
+def group_change_reason(change: str, silent: dict[str, float], stopped: dict[str, str]) -> str:
+    """Why the group's assignment changed while the job ran (``change`` says what was
+    seen: a new generation, or a worker whose tasks were revoked), from what is known
+    of the other owners of the running attempt: ``silent`` (owner -> seconds since its
+    last heartbeat) and ``stopped`` (owner -> why it stopped). An owner silent for
+    longer than :data:`SILENT_AFTER_S` was lost — the group noticed first (its session
+    timed out); one that stopped left; otherwise workers joined or left (a rebalance:
+    ``change`` itself)."""
     lost = sorted(m for m, s in silent.items() if s > SILENT_AFTER_S and m not in stopped)
     if lost:
         m = lost[0]
@@ -66,4 +65,4 @@ def generation_reason(
     if stopped:
         m = sorted(stopped)[0]
         return f"worker {m} stopped ({stopped[m]}; {change})"
-    return f"{change} (partitions were reassigned)"
+    return change

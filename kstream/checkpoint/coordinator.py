@@ -12,7 +12,7 @@ import logging
 from dataclasses import replace
 from typing import Any
 
-from kstream.checkpoint.causes import generation_reason, reassignment_reason, stopped_reason
+from kstream.checkpoint.causes import group_change_reason, reassignment_reason, stopped_reason
 from kstream.checkpoint.commands import (
     ApplyRetention,
     CleanupCheckpoint,
@@ -536,6 +536,14 @@ class CheckpointCoordinator:
             silent_s=None if seen is None else now - seen[0],
         )
 
+    def _group_change(self, member: str, change: str, now: float) -> str:
+        """The reason of a group change ``member`` reported: a lost or stopped owner
+        other than ``member`` if there is one (kstream.checkpoint.causes)."""
+        others = set(self.failover.owners.values()) - {member}
+        silent = {m: now - self._members[m][0] for m in others if m in self._members}
+        stopped = {m: self._stopped[m] for m in others if m in self._stopped}
+        return group_change_reason(change, silent, stopped)
+
     def _on_heartbeat(self, hb: Heartbeat, now: float) -> list[Command]:
         self._members[hb.member] = (now, hb.tasks)
         previous = self.failover.generation
@@ -543,11 +551,9 @@ class CheckpointCoordinator:
         if previous >= 0 and hb.generation > previous and self.phase is Phase.RUNNING:
             # A worker joined or left the group (scaling, a restart): normal operation,
             # unless an owner fell silent (killed: the group noticed first) or stopped.
-            others = set(self.failover.owners.values()) - {hb.member}
-            silent = {m: now - self._members[m][0] for m in others if m in self._members}
-            stopped = {m: self._stopped[m] for m in others if m in self._stopped}
-            reason = generation_reason(previous, hb.generation, silent, stopped)
-            return self._fail_over(reason, now, normal=reason.endswith("were reassigned)"))
+            change = f"consumer group generation changed {previous} -> {hb.generation}"
+            reason = self._group_change(hb.member, f"{change} (partitions were reassigned)", now)
+            return self._fail_over(reason, now, normal=reason.startswith(change))
         owners = self.failover.owners
         if self.phase is Phase.RUNNING and owners:
             # A worker runs exactly the tasks it owns; anything else means it lost
@@ -556,13 +562,13 @@ class CheckpointCoordinator:
             if not hb.tasks and owned:
                 # A worker that restarted (or rejoined after a rebalance) runs nothing until
                 # the next restore names it an owner again: the normal way back in.
-                return self._fail_over(
+                revoked = (
                     f"worker {hb.member} no longer runs its tasks {', '.join(sorted(owned))} "
                     f"of attempt {self.attempt} (the group rebalanced or the worker restarted): "
-                    "restoring them",
-                    now,
-                    normal=True,
+                    "restoring them"
                 )
+                reason = self._group_change(hb.member, revoked, now)
+                return self._fail_over(reason, now, normal=reason == revoked)
             if set(hb.tasks) != owned:
                 return self._fail_over(
                     f"worker {hb.member} runs tasks {sorted(hb.tasks)} but owns {sorted(owned)} "
