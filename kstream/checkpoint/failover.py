@@ -160,8 +160,3 @@ class FailoverController:
     def ready_by(self, member: str) -> frozenset[str]:
         """Tasks ``member`` reported ready for the current restore."""
         return frozenset(t for t, (m, _gen) in self._ready.items() if m == member)
-
-    @property
-    def ready_tasks(self) -> frozenset[str]:
-        """Tasks that reported ready for the current restore."""
-        return frozenset(self._ready)

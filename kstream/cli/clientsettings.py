@@ -56,11 +56,6 @@ def kafka_options(f: F) -> F:
     )(f)
 
 
-def pop_kafka_options(kwargs: dict[str, Any]) -> tuple[tuple[str, ...], Path | None]:
-    """Remove ``-X`` and ``--kafka-config`` from a command's kwargs and return them."""
-    return tuple(kwargs.pop("kafka_settings")), kwargs.pop("kafka_config")
-
-
 def from_environment(environ: Mapping[str, str]) -> dict[str, tuple[str, str]]:
     """Settings from ``KSTREAM_KAFKA_<NAME>`` variables (not ``KSTREAM_KAFKA_CONFIG``):
     name -> (value, variable)."""
