@@ -11,6 +11,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from kstream.api.spec import TopicInput
 from kstream.api.topology import Topology
 from kstream.config import ConfigError, JobConfig
 from kstream.kafka.clients import (
@@ -40,7 +41,7 @@ def load_topology(path: str | Path) -> Topology:
 
 def source_topics(topology: Topology) -> set[str]:
     """User topics the topology reads (streams and tables)."""
-    return {n.params["topic"] for n in topology.nodes if n.kind in ("source", "table")}
+    return {n.spec.topic for n in topology.nodes if isinstance(n.spec, TopicInput)}
 
 
 INTERNAL_TOPIC_CONFIG = {"retention.ms": "-1", "cleanup.policy": "delete"}
