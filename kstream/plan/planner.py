@@ -212,9 +212,7 @@ def plan_job(
                 )
             parts = next(iter(counts.values()))
         else:
-            explicit = {
-                want for f in feeders if (want := _key_by(by_id[f]).partitions)
-            }
+            explicit = {want for f in feeders if (want := _key_by(by_id[f]).partitions)}
             if len(explicit) > 1:
                 raise PlanError(
                     f"co-partitioning violated in {stage_name[g]}: key_by partitions "

@@ -70,4 +70,3 @@ def build_graph(
             internal_inputs[parent.id].connect(0, op, in_port)
     graph.stateful = [op for op in graph.ops if op.stateful]
     return graph
-
