@@ -51,6 +51,12 @@ class FlatMapSpec(OpSpec):
 
 
 @dataclass(frozen=True)
+class PeekSpec(OpSpec):
+    kind: ClassVar[str] = "peek"
+    fn: Callable[[Any], Any]
+
+
+@dataclass(frozen=True)
 class KeyBySpec(OpSpec):
     kind: ClassVar[str] = "key_by"
     keyed_output: ClassVar[bool | None] = True
@@ -182,6 +188,14 @@ class Stream:
     def flat_map(self, fn: Callable[[Any], Iterable[Any]], *, name: str | None = None) -> Self:
         """Replace each value by zero or more values (same key and timestamp)."""
         return self._wrap(self._then(FlatMapSpec(fn), name))
+
+    def peek(self, fn: Callable[[Any], Any], *, name: str | None = None) -> Self:
+        """Call ``fn(value)`` on each record (for debugging or side effects) and pass the
+        record on unchanged; what ``fn`` returns is ignored. A record ``fn`` raises on
+        follows the topology's ``on_error``, as in ``map``: it fails the task, or is
+        dead-lettered and not passed on. ``fn`` may be called again for a record the job
+        reprocesses after a failure (side effects are at least once)."""
+        return self._wrap(self._then(PeekSpec(fn), name))
 
     def key_by(
         self,

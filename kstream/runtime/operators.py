@@ -17,7 +17,7 @@ from itertools import compress
 from typing import Any, Self, TypeVar
 
 from kstream.api.spec import OpSpec
-from kstream.api.stream import FilterSpec, FlatMapSpec, KeyBySpec, MapSpec, SinkSpec
+from kstream.api.stream import FilterSpec, FlatMapSpec, KeyBySpec, MapSpec, PeekSpec, SinkSpec
 from kstream.api.topology import SourceSpec, TableSourceSpec
 from kstream.plan.model import InternalTopic
 from kstream.runtime.errors import OperatorErrors
@@ -251,6 +251,38 @@ class FlatMapOp(Operator):
         if triples:
             ks, vs, ts = zip(*triples, strict=True)
             self.emit(list(ks), list(vs), list(ts))
+
+
+@implements(PeekSpec)
+class PeekOp(Operator):
+    """Calls ``fn(value)`` on each record and forwards the batch unchanged (without the
+    records ``fn`` raised on, when they are dead-lettered)."""
+
+    def __init__(self, name: str, fn: Callable[[Any], Any]) -> None:
+        super().__init__(name)
+        self.fn = fn
+
+    @classmethod
+    def from_spec(cls, spec: PeekSpec, build: Build) -> Self:
+        return cls(build.name, spec.fn)
+
+    def push(self, keys: Keys, values: Values, stamps: Stamps, port: int) -> None:
+        fn = self.fn
+        failed: list[int] = []
+        for i, v in enumerate(values):
+            try:
+                fn(v)
+            except Exception as e:
+                self.failed(keys[i], v, stamps[i], e)  # raises unless dead-lettered
+                failed.append(i)
+        if failed:
+            keep = [True] * len(values)
+            for i in failed:
+                keep[i] = False
+            keys = list(compress(keys, keep))
+            values = list(compress(values, keep))
+            stamps = list(compress(stamps, keep))
+        self.emit(keys, values, stamps)
 
 
 @implements(KeyBySpec)
