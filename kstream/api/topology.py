@@ -83,7 +83,7 @@ class Topology:
         """``on_error``: what a user function that raises on a record does — ``"fail"``
         the task (the job rolls back; default) or ``"dead_letter"`` the record (to
         ``<app>.dlq`` with the operator's name and the exception, counted): ``map``,
-        ``filter``, ``flat_map``, ``key_by``, aggregations, joiners and process
+        ``filter``, ``flat_map``, ``peek``, ``key_by``, aggregations, joiners and process
         functions and their timer callbacks (a dead letter describing the timer; see
         :mod:`kstream.runtime.errors`)."""
         self.name = name
