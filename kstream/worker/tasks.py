@@ -48,9 +48,9 @@ class WorkerTasks:
         self._next_align = 0.0
         self.aligner = WatermarkAligner(
             {
-                n.params["topic"]: n.params["watermark"].max_drift_ms
-                for n in plan.topology.nodes
-                if n.kind == "source" and n.params["watermark"].max_drift_ms is not None
+                topic: s.max_drift_ms
+                for topic, s in plan.watermark_strategies.items()
+                if s.max_drift_ms is not None
             }
         )
 
