@@ -4,7 +4,10 @@ the DSL method that adds it (its runtime class registers for the spec, see
 
 Adding an operator: a frozen ``OpSpec`` dataclass here (its parameters typed, its
 planner flags set) and the method that adds it, plus its runtime class decorated
-with ``@implements(TheSpec)`` in :mod:`kstream.runtime` — nothing else.
+with ``@implements(TheSpec)`` in one of the runtime operator modules — nothing else
+(a new runtime module is also listed in ``kstream.runtime.graph.OPERATOR_MODULES``).
+``peek`` was added that way: ``PeekSpec`` and ``Stream.peek`` here, ``PeekOp`` in
+:mod:`kstream.runtime.operators`.
 """
 
 from __future__ import annotations
