@@ -1,6 +1,6 @@
 """Kafka client settings from the command line, the environment and a properties file.
 
-Three sources, later wins (documented in the README, "Production"):
+Three sources, later wins (documented in docs/operations.md, "Production"):
 
 1. ``--kafka-config FILE`` (env ``KSTREAM_KAFKA_CONFIG``): a Java-style
    ``client.properties``. Its ``bootstrap.servers`` is the bootstrap when neither

@@ -21,6 +21,7 @@ from kstream.api.stream import FilterSpec, FlatMapSpec, KeyBySpec, MapSpec, Peek
 from kstream.api.topology import SourceSpec, TableSourceSpec
 from kstream.plan.model import InternalTopic
 from kstream.runtime.errors import OperatorErrors
+from kstream.runtime.events import MIN_TS
 from kstream.runtime.firing import Budget
 from kstream.runtime.records import Output, OutputBatch
 from kstream.serde import Serde, SerdeError
@@ -96,6 +97,11 @@ class Operator:
     """A node of a task's operator chain."""
 
     stateful = False
+    # While the task pushes a run of internal records whose writer's watermark is above
+    # the task's: that watermark. Windows and joins judge lateness against the larger of
+    # it and their own (they fire on their own), so a record its upstream task had made
+    # late is late here whatever the other upstream tasks' progress.
+    late_floor = MIN_TS
 
     @classmethod
     def from_spec(cls, spec: Any, build: Build) -> Operator:
@@ -140,7 +146,9 @@ class Operator:
             ok_t.append(t)
         return ok_k, ok_v, ok_t, results
 
-    def failed(self, key: Any, value: Any, ts: int, error: Exception, *, in_batch: bool = True) -> None:
+    def failed(
+        self, key: Any, value: Any, ts: int, error: Exception, *, in_batch: bool = True
+    ) -> None:
         """A user function raised on one record (called in the ``except`` block): with
         ``on_error="dead_letter"`` the record is dead-lettered and the caller goes on
         without it; otherwise the error propagates. ``in_batch``: the record came in the

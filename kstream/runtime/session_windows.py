@@ -51,6 +51,7 @@ class SessionWindowOperator(WindowOperator):
         if None in values:
             keys, values, stamps = without_none_values(keys, values, stamps, self.metrics)
         gap, wm, allowed = self.gap, self.wm, self.allowed
+        closed = max(wm, self.late_floor)
         sessions, timers = self.sessions, self.timers
         late: list[int] = []
         updates: list[WindowResult] | None = [] if self.updates else None
@@ -61,7 +62,7 @@ class SessionWindowOperator(WindowOperator):
             ]
             for s, ext in touching:
                 start, end = min(start, s), max(end, ext[0])
-            if end + allowed < wm:  # the merged session expired already
+            if end + allowed < closed:  # the merged session expired already
                 late.append(i)
                 continue
             try:  # the functions first: one that raises leaves every session unchanged

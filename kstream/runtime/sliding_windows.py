@@ -56,7 +56,7 @@ class SlidingWindowOperator(WindowOperator):
         if None in values:
             keys, values, stamps = without_none_values(keys, values, stamps, self.metrics)
         span, wm = self.span, self.wm
-        live = wm - self.allowed  # windows ending after this may still change
+        live = max(wm, self.late_floor) - self.allowed  # windows ending after it may change
         buf, timers = self.buffer, self.timers
         late: list[int] = []
         updates: list[WindowResult] | None = [] if self.updates else None

@@ -232,7 +232,8 @@ class FixedWindowOperator(WindowOperator):
         if self.advance_ms == self.size and not self.updates:
             self._push_tumbling(keys, values, stamps)
             return
-        size, adv, off, live_after = self.size, self.advance_ms, self.offset, self.wm - self.allowed
+        size, adv, off = self.size, self.advance_ms, self.offset
+        live_after = max(self.wm, self.late_floor) - self.allowed
         acc_get, add, first = self.acc.get, self.agg.add, self._first
         local: dict[tuple[int, int, Any], Any] = {}
         late: list[int] = []
@@ -280,7 +281,7 @@ class FixedWindowOperator(WindowOperator):
         there is nothing to undo when the function raises; the same results in the same
         order as the general loop."""
         size, off, wm = self.size, self.offset, self.wm
-        live_after = wm - self.allowed
+        live_after = max(wm, self.late_floor) - self.allowed
         acc_get, add, init = self.acc.get, self.agg.add, self.agg.init
         local: dict[tuple[int, int, Any], Any] = {}
         local_get = local.get

@@ -60,6 +60,17 @@ class CorruptSnapshotError(RuntimeError):
         self.object = object  # the full store name of the corrupt or missing object
 
 
+class PublishedPastRestore(CorruptSnapshotError):
+    """A sink of the task already published the output of a checkpoint newer than the
+    one to restore (its commit marker says ``published``): restoring this checkpoint
+    would process that output's input again and publish it twice, so for an
+    exactly-once sink the checkpoint cannot be restored. ``object`` names the marker."""
+
+    def __init__(self, message: str, *, manifest_path: str, object: str, published: int) -> None:
+        super().__init__(message, manifest_path=manifest_path, object=object)
+        self.published = published
+
+
 @dataclass(frozen=True)
 class RestoreStats:
     """How a restore went: which manifest was used, what was reused or downloaded."""
