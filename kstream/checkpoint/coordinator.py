@@ -12,6 +12,7 @@ import logging
 from dataclasses import replace
 from typing import Any
 
+from kstream.checkpoint.alignment import GlobalWatermarks
 from kstream.checkpoint.commands import (
     ApplyRetention,
     CleanupCheckpoint,
@@ -40,6 +41,7 @@ from kstream.checkpoint.messages import (
     TaskFailed,
     TaskReady,
     TriggerCheckpoint,
+    WatermarkReport,
 )
 from kstream.checkpoint.pending import AckOutcome, PendingCheckpoint
 from kstream.checkpoint.recovery import RecoveredState
@@ -112,6 +114,8 @@ class CheckpointCoordinator:
         self._members: dict[str, tuple[float, tuple[str, ...]]] = {}  # member -> (seen, tasks)
         # Checkpoints that failed or were aborted, for the history (drained by the adapter).
         self.ended: list[CheckpointFailure] = []
+        # Global watermark alignment: the workers' reports, the bound published from them.
+        self.watermarks = GlobalWatermarks(timeout=heartbeat_timeout)
 
     # -- state ---------------------------------------------------------------------------
 
@@ -222,6 +226,9 @@ class CheckpointCoordinator:
                 return self._on_savepoint_request(msg)
             case RestoreFailed():
                 return self._on_restore_failed(msg, now)
+            case WatermarkReport():
+                self.watermarks.report(msg, self.attempt, now)
+                return []
             case TaskFailed():
                 if msg.attempt != self.attempt:
                     return []  # a failure of a superseded attempt is already handled
@@ -258,7 +265,9 @@ class CheckpointCoordinator:
         # 4. Trigger.
         if self._may_trigger(now):
             cmds.append(self._trigger(now))
-        return cmds
+        # 5. The global watermark alignment's bound, while the job runs.
+        bound = self.watermarks.tick(self.attempt, now) if self.phase is Phase.RUNNING else None
+        return cmds + ([Send(bound)] if bound is not None else [])
 
     def cut_off(self, now: float) -> None:
         """This coordinator could not reach the brokers until ``now`` (its own outage).
