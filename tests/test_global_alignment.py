@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from kstream.api import Topology, WatermarkStrategy
 from kstream.checkpoint import messages
 from kstream.checkpoint.alignment import GlobalWatermarks
 from kstream.checkpoint.commands import Send
@@ -25,10 +26,12 @@ from kstream.checkpoint.messages import (
 )
 from kstream.checkpoint.recovery import recover
 from kstream.config import CheckpointingConfig
+from kstream.plan import plan_job
 from kstream.runtime.events import MIN_TS
 from kstream.runtime.watermark_alignment import PartitionTime, WatermarkAligner
 from kstream.worker.global_alignment import GlobalAlignment
 from kstream.worker.protocol import WorkerProtocol
+from kstream.worker.tasks import WorkerTasks
 
 # ---- the coordinator's part -------------------------------------------------------------
 
@@ -279,3 +282,40 @@ def test_the_worker_protocol_ignores_alignment_messages() -> None:
     p = WorkerProtocol("w1", now=0.0)
     assert p.handle(WatermarkReport("w2", 0, {"in": 5}), 0.0) == []
     assert p.handle(WatermarkBound(0, {"in": 5}, {"in": "w2"}, {}), 0.0) == []
+
+
+# ---- the worker's wiring -----------------------------------------------------------------
+
+
+class _Source:
+    assignment: set[tuple[str, int]] = set()
+
+    def lag(self) -> dict[tuple[str, int], int]:
+        return {("in", 0): 5, ("in", 1): 5}
+
+
+class _Runner:
+    running = True
+
+    def __init__(self, marks: dict[tuple[str, int], tuple[int, bool]]) -> None:
+        self.task = self
+        self.marks = marks
+
+    def source_watermarks(self) -> dict[tuple[str, int], tuple[int, bool]]:
+        return self.marks
+
+
+def test_worker_tasks_hold_by_the_global_floor_at_once_and_keep_their_slowest() -> None:
+    t = Topology("a")
+    t.source("in", keyed=True, watermark=WatermarkStrategy(100, max_drift_ms=1000)).to("out")
+    tasks = WorkerTasks(plan_job(t, "a", {"in": 2}), _Source(), None)  # type: ignore[arg-type]
+    runner = _Runner({("in", 0): (5000, False), ("in", 1): (5800, False)})
+    tasks.runners = {"t": runner}  # type: ignore[dict-item]
+    assert tasks.held(set()) == frozenset()
+    assert tasks.slowest == {"in": 5000}  # what the worker reports
+    # A bound arrives (the mode sets the floor): decided again at once, not after
+    # ALIGN_EVERY_S, although the running tasks did not change.
+    tasks.floor = {"in": 4500}
+    assert tasks.held(set()) == {("in", 1)}
+    tasks.floor = {}
+    assert tasks.held(set()) == frozenset()
