@@ -89,12 +89,26 @@ def test_a_dead_workers_report_expires_after_the_timeout() -> None:
     assert g.tick(1, 18.2) == WatermarkBound(1, {}, {}, {})  # ... until 18.0
 
 
+def test_the_first_bound_of_an_attempt_waits_for_every_owner() -> None:
+    g = GlobalWatermarks(timeout=10.0)
+    owners = ["w1", "w2", "w1"]
+    g.report(WatermarkReport("w1", 1, {"in": 9000}), 1, 0.0)
+    assert g.tick(1, 0.1, owners) is None  # w2 not heard of: its partitions may be at 0
+    g.report(WatermarkReport("w2", 1, {}), 1, 0.3)  # w2 holds no one back
+    assert g.tick(1, 0.3, owners) == bound_of(1, **{"in": (9000, "w1", None)})
+    # An owner that never reports (an older worker) delays the first bound 2 s at most.
+    g.report(WatermarkReport("w1", 2, {"in": 5}), 2, 5.0)
+    assert g.tick(2, 6.9, owners) is None
+    assert g.tick(2, 7.0, owners) == bound_of(2, **{"in": (5, "w1", None)})
+
+
 def test_a_failover_forgets_every_report_and_reports_of_another_attempt_are_ignored() -> None:
     g = GlobalWatermarks(timeout=10.0)
     g.report(WatermarkReport("w1", 1, {"in": 100}), 1, 0.0)
     assert g.tick(1, 0.0) == bound_of(1, **{"in": (100, "w1", None)})
     assert g.tick(2, 0.5) is None  # attempt 2: the restored tasks report again
     assert g.reports == {}
+    assert g.tick(2, 0.55) is None
     g.report(WatermarkReport("w1", 1, {"in": 100}), 2, 0.6)  # late, of attempt 1
     assert (g.tick(2, 0.7), g.ignored) == (None, 1)
     g.report(WatermarkReport("w1", 2, {"in": 50}), 2, 0.8)
@@ -125,9 +139,9 @@ def test_the_coordinator_publishes_the_bound_from_its_tick() -> None:
 
 def test_a_worker_reports_when_its_slowest_moved_by_a_quarter_of_the_drift() -> None:
     w = GlobalAlignment({"in": 1000, "other": 400})
-    assert w.report("m", 1, {}, 0.0) is None  # nothing holds back: nothing to say
-    assert w.report("m", 1, {"in": MIN_TS}, 0.0) == WatermarkReport("m", 1, {"in": MIN_TS})
-    assert w.report("m", 1, {"in": 100}, 0.1) is None  # at most one per 0.2 s
+    # The first report of an attempt goes out even when empty (the coordinator waits for it).
+    assert w.report("m", 1, {}, 0.0) == WatermarkReport("m", 1, {})
+    assert w.report("m", 1, {"in": MIN_TS}, 0.1) is None  # at most one per 0.2 s
     assert w.report("m", 1, {"in": 100}, 0.3) == WatermarkReport("m", 1, {"in": 100})
     assert w.report("m", 1, {"in": 349}, 0.6) is None  # moved less than 1000 / 4
     assert w.report("m", 1, {"in": 350}, 0.7) == WatermarkReport("m", 1, {"in": 350})
@@ -150,6 +164,21 @@ def test_a_worker_reports_when_its_slowest_moved_by_a_quarter_of_the_drift() -> 
 def test_a_worker_without_aligned_sources_reports_nothing() -> None:
     w = GlobalAlignment({})
     assert w.report("m", 1, {"in": 5}, 0.0) is None
+
+
+def test_until_the_first_bound_of_an_attempt_every_partition_is_held_after_a_batch() -> None:
+    w = GlobalAlignment({"in": 1000, "b": 10})
+    assert w.floor("me", 1, 0.0) == {}  # not running yet (no report in attempt 1)
+    assert w.report("me", 1, {"in": MIN_TS}, 0.0) == WatermarkReport("me", 1, {"in": MIN_TS})
+    # The others may be at the very beginning: the lowest floor, for at most 3 s.
+    assert w.floor("me", 1, 0.1) == {"in": MIN_TS, "b": MIN_TS}
+    assert w.floor("me", 1, 3.1) == {}  # no bound came (an older coordinator): run on
+    w.on_bound(bound_of(1, **{"in": (500, "w2", 800)}), 3.2)
+    assert w.floor("me", 1, 3.2) == {"in": 500}
+    # A restore: attempt 2 starts over, the bound of attempt 1 means nothing.
+    assert w.floor("me", 2, 3.3) == {}
+    assert w.report("me", 2, {}, 3.4) == WatermarkReport("me", 2, {})
+    assert w.floor("me", 2, 3.5) == {"in": MIN_TS, "b": MIN_TS}
 
 
 def test_the_floor_is_the_other_workers_slowest_of_the_bounds_attempt() -> None:
@@ -207,7 +236,7 @@ def _simulate(steps: int, kill_a_at: int | None = None) -> dict[str, list[Any]]:
             if report is not None:
                 coord.report(report, 0, now)
                 out["A sent"] += [step] if m == "A" else []
-        bound = coord.tick(0, now)
+        bound = coord.tick(0, now, ["A", "B"])
         if bound is not None:
             for m in alive:
                 workers[m].on_bound(bound, now)

@@ -16,6 +16,12 @@ the others' reports and its own partitions as they are now, not with its own rep
 which lags by a report's round trip and would hold the slowest worker itself back, so
 a catch-up would advance by at most the drift bound per round trip.
 
+At the start of an attempt every worker holds its partitions after a first batch until
+the attempt's first bound comes (the others may still be at the very beginning), and
+the coordinator publishes that first bound once every member that owns a task reported
+(at most ``wait_for_all`` after the first report), so no worker races through its
+backlog before the others were heard of.
+
 What keeps a job from stalling on a worker that stopped reporting:
 
 * a report is of one attempt: a failover (a new attempt) forgets every report, and the
@@ -35,6 +41,7 @@ all is never held once the reports have caught up, and the job always progresses
 from __future__ import annotations
 
 import logging
+from collections.abc import Collection
 
 from kstream.checkpoint.messages import WatermarkBound, WatermarkReport
 
@@ -44,6 +51,10 @@ PUBLISH_EVERY_S = 0.2
 """A changed bound is published at most this often (one transaction each)."""
 REFRESH_S = 2.0
 """An unchanged bound that names any topic is published again this often."""
+WAIT_FOR_ALL_S = 2.0
+"""The first bound of an attempt waits for a report of every member that owns a task, at
+most this long after the attempt's first report (workers hold their partitions after a
+first batch until a bound comes, at most 3 s: ``kstream.worker.global_alignment``)."""
 
 
 class GlobalWatermarks:
@@ -55,10 +66,13 @@ class GlobalWatermarks:
         timeout: float,
         publish_every: float = PUBLISH_EVERY_S,
         refresh_every: float = REFRESH_S,
+        wait_for_all: float = WAIT_FOR_ALL_S,
     ) -> None:
         self.timeout = timeout
         self.publish_every = publish_every
         self.refresh_every = refresh_every
+        self.wait_for_all = wait_for_all
+        self._first_report = float("inf")  # when the attempt's first report came
         self.attempt: int | None = None  # the attempt the reports are of
         self.reports: dict[str, tuple[float, dict[str, int]]] = {}  # member -> (seen, slowest)
         self.ignored = 0  # reports of another attempt
@@ -72,6 +86,7 @@ class GlobalWatermarks:
             self.ignored += 1
             return
         self.reports[msg.member] = (now, dict(msg.slowest))
+        self._first_report = min(self._first_report, now)
 
     def bound(self, attempt: int) -> WatermarkBound:
         """Per topic, the minimum over the reports kept, whose it is, and the minimum over
@@ -90,9 +105,19 @@ class GlobalWatermarks:
                     second[topic] = min(wm, second.get(topic, wm))
         return WatermarkBound(attempt, slowest, by, second)
 
-    def tick(self, attempt: int, now: float) -> WatermarkBound | None:
-        """The bound to publish now, if any (expired reports dropped first)."""
+    def tick(
+        self, attempt: int, now: float, members: Collection[str] = ()
+    ) -> WatermarkBound | None:
+        """The bound to publish now, if any (expired reports dropped first). The first of
+        an attempt waits until each of ``members`` (those that own tasks) reported, or
+        ``wait_for_all`` passed: one published before would let the partitions of the
+        first to report run ahead of those not heard of yet."""
         self._attempt(attempt)
+        if self._first_report == float("inf"):
+            return None  # nobody reported in this attempt yet
+        waiting = self._published is None and now - self._first_report < self.wait_for_all
+        if waiting and not set(members) <= self.reports.keys():
+            return None
         for member, (seen, slowest) in list(self.reports.items()):
             if now - seen > self.timeout:
                 del self.reports[member]
@@ -108,7 +133,7 @@ class GlobalWatermarks:
         if bound == self._published:
             if not bound.slowest or since < self.refresh_every:
                 return None
-        elif since < self.publish_every or (self._published is None and not bound.slowest):
+        elif since < self.publish_every:
             return None
         self._published, self._published_at = bound, now
         return bound
@@ -118,3 +143,4 @@ class GlobalWatermarks:
             self.attempt = attempt
             self.reports.clear()
             self._published, self._published_at = None, float("-inf")
+            self._first_report = float("inf")

@@ -266,8 +266,11 @@ class CheckpointCoordinator:
         if self._may_trigger(now):
             cmds.append(self._trigger(now))
         # 5. The global watermark alignment's bound, while the job runs.
-        bound = self.watermarks.tick(self.attempt, now) if self.phase is Phase.RUNNING else None
-        return cmds + ([Send(bound)] if bound is not None else [])
+        if self.phase is Phase.RUNNING:
+            owners = self.failover.owners.values()
+            bound = self.watermarks.tick(self.attempt, now, owners)
+            cmds += [Send(bound)] if bound is not None else []
+        return cmds
 
     def cut_off(self, now: float) -> None:
         """This coordinator could not reach the brokers until ``now`` (its own outage).

@@ -128,8 +128,12 @@ class Checkpointed(Mode):
             finished = []  # acknowledged at a later iteration
         member = self.member if finished else ""  # asks the client: only when needed
         reports = [msg for r in finished for msg in r.finished_uploads(member)]
-        report = self.alignment.report(
-            self.protocol.member, self.protocol.attempt, self.tasks.slowest, now
+        report = (
+            None  # restoring: nothing runs, so nothing to report yet
+            if self.protocol.restoring
+            else self.alignment.report(
+                self.protocol.member, self.protocol.attempt, self.tasks.slowest, now
+            )
         )
         if report is not None:
             reports.append(report)
