@@ -1,5 +1,9 @@
 # kstream developer entry points.
-#   make test   venv + ruff + mypy + pytest tests integration in 2 processes (each starts its own broker)
+#   make test   venv + ruff + mypy + pytest tests integration in 2 processes (each starts its own broker);
+#               under CI=true (.ci/run) then make docker-test
+#   make docker-test  Docker Engine (installed/started if needed) + images + integration/docker
+#               + a testcontainers subset of integration/ (docs/deploy.md); part of
+#               `make test` under CI=true
 #   make demo   venv + local Kafka broker + the word-count example job
 #   make bench  RESULTS.md (benchmarks.run) and SCALING.md + plots (benchmarks.scaling),
 #               at most 45 min; QUICK=1 for the quick mode of both (benchmarks/README.md)
@@ -10,7 +14,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: test demo venv lint clean bench
+.PHONY: test demo venv lint clean bench docker-test
 
 venv: $(STAMP)
 
@@ -32,7 +36,16 @@ test: export AWS_METADATA_ENDPOINT = http://127.0.0.1:9
 # Two pytest processes (pytest-xdist; a file's tests stay in one; each its own broker):
 # the integration tests mostly wait, so two take ~14 min instead of ~23 on 2 cores.
 test: lint
-	$(BIN)/python -m pytest -n 2 --dist loadfile tests integration benchmarks/tests --ignore=benchmarks/tests/test_smoke_broker.py --durations=10
+	$(BIN)/python -m pytest -n 2 --dist loadfile tests integration benchmarks/tests --ignore=benchmarks/tests/test_smoke_broker.py --ignore=integration/docker --durations=10
+	$(if $(filter true 1 yes on,$(CI)),$(MAKE) docker-test)
+
+# The Docker tests (scripts/docker/test.sh, docs/deploy.md): as root on a Debian-like host,
+# installs Docker Engine if missing, starts dockerd on kstream's own socket if none answers
+# (and stops it), builds the images offline, runs integration/docker and a subset of
+# integration/ on Kafka from testcontainers. A missing engine fails, never skips.
+docker-test: export AWS_METADATA_ENDPOINT = http://127.0.0.1:9
+docker-test: $(STAMP)
+	PYTHON=$(BIN)/python scripts/docker/test.sh
 
 # The benchmarks (at most 45 min on 2 cores; QUICK=1: about 10). Each command starts
 # its own local broker. matplotlib (the `bench` extra) draws the plots. The scaling

@@ -1,8 +1,10 @@
 """The Kafka broker integration tests run against, chosen once per session.
 
-Order: an existing cluster named by ``KSTREAM_TEST_BOOTSTRAP``; else the
-``apache/kafka`` image through testcontainers when a Docker engine answers;
-else kstream's local broker (Java 17+, see ``kstream.dev.localbroker``).
+Order: an existing cluster named by ``KSTREAM_TEST_BOOTSTRAP``; else what
+``KSTREAM_TEST_KAFKA`` says: ``local`` (the default) kstream's local broker (Java 17+,
+see ``kstream.dev.localbroker``), ``testcontainers`` a broker container started by
+testcontainers (``integration/docker/kafka_container.py``; ``make docker-test``), or a
+bootstrap address of an existing cluster. The presence of Docker alone changes nothing.
 With ``CI=true`` a broker (or S3 server, or capability) that cannot be had fails the
 run, and any skip of an integration test is reported as a failure; elsewhere the
 integration tests are skipped with the reason.
@@ -22,13 +24,11 @@ import pytest
 
 from integration.ci import unavailable, under_ci
 from integration.s3server import S3Server
-from kstream.dev.jvm import free_port
 from kstream.dev.localbroker import KAFKA_VERSION, LocalBroker, LocalBrokerError
 from kstream.dev.localcluster import LocalCluster
 from kstream.dev.s3proxy import S3ProxyError
 from kstream.kafka.clients import AdminClient, KafkaException, make_admin
 
-DOCKER_IMAGE = f"apache/kafka:{KAFKA_VERSION}"
 _broker_source: list[str] = []  # what ran, for the terminal summary
 
 
@@ -125,39 +125,31 @@ def kafka_bootstrap(
         yield external
         return
 
-    if _docker_answers():
-        from testcontainers.core.container import DockerContainer
+    choice = os.environ.get("KSTREAM_TEST_KAFKA", "local")
+    if choice == "testcontainers":
+        from integration.docker.kafka_container import IMAGE, kafka_container
 
-        port = free_port()
-        container = (
-            DockerContainer(DOCKER_IMAGE)
-            .with_bind_ports(9092, port)
-            .with_env("KAFKA_NODE_ID", "1")
-            .with_env("KAFKA_PROCESS_ROLES", "broker,controller")
-            .with_env("KAFKA_LISTENERS", "PLAINTEXT://:9092,CONTROLLER://:9093")
-            .with_env("KAFKA_ADVERTISED_LISTENERS", f"PLAINTEXT://127.0.0.1:{port}")
-            .with_env("KAFKA_CONTROLLER_LISTENER_NAMES", "CONTROLLER")
-            .with_env(
-                "KAFKA_LISTENER_SECURITY_PROTOCOL_MAP", "CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT"
+        if not _docker_answers():
+            _no_broker(
+                "KSTREAM_TEST_KAFKA=testcontainers but no Docker engine answers at "
+                f"{os.environ.get('DOCKER_HOST', 'unix:///var/run/docker.sock')} "
+                "(make docker-test starts one)"
             )
-            .with_env("KAFKA_CONTROLLER_QUORUM_VOTERS", "1@localhost:9093")
-            .with_env("KAFKA_OFFSETS_TOPIC_REPLICATION_FACTOR", "1")
-            .with_env("KAFKA_TRANSACTION_STATE_LOG_REPLICATION_FACTOR", "1")
-            .with_env("KAFKA_TRANSACTION_STATE_LOG_MIN_ISR", "1")
-            .with_env("KAFKA_GROUP_INITIAL_REBALANCE_DELAY_MS", "0")
-            # Tests write synthetic event times far in the past: keep records regardless.
-            .with_env("KAFKA_LOG_RETENTION_MS", "-1")
-        )
-        container.start()
-        try:
-            bootstrap = f"127.0.0.1:{port}"
+        with kafka_container() as bootstrap:
             _wait_reachable(bootstrap, 120.0)
             _announce(
-                request.config, f"Kafka {KAFKA_VERSION} in Docker ({DOCKER_IMAGE}) at {bootstrap}"
+                request.config,
+                f"Kafka {KAFKA_VERSION} in Docker via testcontainers ({IMAGE}) at {bootstrap}",
             )
             yield bootstrap
-        finally:
-            container.stop()
+        return
+    if choice != "local":
+        try:
+            _check_reachable(choice)
+        except KafkaException as e:
+            _no_broker(f"KSTREAM_TEST_KAFKA={choice} does not answer: {e}")
+        _announce(request.config, f"existing Kafka cluster at {choice} (KSTREAM_TEST_KAFKA)")
+        yield choice
         return
 
     data_dir: Path = tmp_path_factory.mktemp("kafka")

@@ -245,7 +245,7 @@ def test_malformed_input_goes_to_the_dlq_exactly(
 def test_checkpointing_off_resumes_from_committed_offsets(
     kafka_bootstrap: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """No coordinator, no state restore (DESIGN §7): a killed worker's partitions are
+    """No coordinator, no state restore (docs/design.md §7): a killed worker's partitions are
     re-read from the group's committed offsets by whoever gets them, every task starts
     with empty state on each rebalance, and the group's offsets reach the end.
 

@@ -6,8 +6,12 @@ completes checkpoints, then stops gracefully. One object of the newest checkpoin
 snapshot of one task, shared by the newest checkpoints but not by an older retained
 one, is then overwritten with garbage through the store's own API, and the local state
 is removed (no task-local copy to reuse). More input arrives; on restart that task
-cannot restore the newest checkpoints: the coordinator says so once per checkpoint,
-naming the object, and every task restores the same older checkpoint — never a mix.
+cannot restore the newest checkpoints: the coordinator says so, naming the object.
+The newest checkpoint's output is published (the graceful stop), so falling back to
+the older checkpoint would publish output twice: the job stops, naming the
+checkpoints (issue 37 point B). Started from the older checkpoint on purpose
+(``--from-checkpoint``, accepting re-published output), every task restores that
+same checkpoint — never a mix.
 
 The exact ``read_committed`` output proves it: per word, the first run emitted the
 counts 1..n1 and the second run the counts f+1..N, where f is the word's count in the
@@ -172,29 +176,52 @@ def test_a_task_that_cannot_restore_makes_every_task_restore_one_older_checkpoin
     data.send(200)  # input the second run reads beyond the first one's
 
     # 3. Restart: one loud line per checkpoint that cannot be restored, naming the
-    #    object; every task restores the same older checkpoint.
+    #    object. The older checkpoint is restorable, but the first run published the
+    #    newest checkpoint's output: restoring the older one would publish output twice
+    #    (issue 37 point B). The job stops instead, naming the checkpoints, with nothing
+    #    published and no task resumed.
     again = subprocess.run(
         job("--stop-when-idle", "3"), capture_output=True, text=True, timeout=240, cwd=REPO
     )
     log = again.stdout + again.stderr
-    assert again.returncode == 0, log[-4000:]
+    assert again.returncode == 1, log[-4000:]
     loud = [line for line in log.splitlines() if "RESTORE FAILED" in line]
-    assert [int(re.findall(r"checkpoint (\d+) cannot", line)[0]) for line in loud] == sorted(
-        unrestorable, reverse=True
-    ), loud
+    assert loud, log[-4000:]
     assert all(f"{store.url}/{victim.path} is corrupt or missing" in line for line in loud)
-    assert f"older checkpoint {fallback}" in loud[-1]
-    # Tasks of the abandoned attempts may have restored newer checkpoints, but none was
-    # reported ready or ran: the only attempt that became ready restored `fallback`
-    # for every task.
+    refused = re.search(
+        r"exactly-once cannot be kept: checkpoint (\d+) is the newest restorable one.*"
+        r"already published the output of checkpoint (\d+).*--from-checkpoint \1",
+        log,
+    )
+    assert refused is not None, log[-4000:]
+    # (The sink's marker names the newest checkpoint that had output for it.)
+    assert fallback <= int(refused[1]) < int(refused[2]) <= ids[-1], refused[0]
+    assert re.findall(r"attempt (\d+) resumed", log) == []
+    assert Counter(
+        (r.key.decode() if r.key else "", int(r.value or b"0"))
+        for r in read_all(kafka_bootstrap, out)
+    ) == Counter((w, c) for w in WORDS for c in range(1, first_run[w] + 1))
+
+    # 4. The operator accepts re-published output: the job starts from the older
+    #    checkpoint (imported as its next one), every task restores it — never a mix.
+    again = subprocess.run(
+        job("--stop-when-idle", "3", "--from-checkpoint", str(fallback)),
+        capture_output=True,
+        text=True,
+        timeout=240,
+        cwd=REPO,
+    )
+    log = again.stdout + again.stderr
+    assert again.returncode == 0, log[-4000:]
     ready = re.findall(
         r"attempt (\d+): restored (\d+) task\(s\) to checkpoint (\d+) \(generation", log
     )
-    assert [(int(n), int(c)) for _a, n, c in ready] == [(tasks, fallback)], ready
+    assert [int(n) for _a, n, _c in ready] == [tasks], ready
     resumed = re.findall(r"attempt (\d+) resumed", log)
     assert resumed == [ready[0][0]], resumed
 
-    # 4. The exact output: counts 1..n1 from the first run, f+1..N from the second.
+    # 5. The exact output: counts 1..n1 from the first run, f+1..N from the second (the
+    #    output after the older checkpoint published again, as the operator accepted).
     below = data.counts(cut)
     total = data.counts()
     expected = Counter(

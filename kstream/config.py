@@ -39,7 +39,7 @@ class OnError(StrEnum):
 
 @dataclass(frozen=True)
 class CheckpointingConfig:
-    """Checkpointing is a flag plus an interval, not a "streaming mode" (seed, DESIGN §9).
+    """Checkpointing is a flag plus an interval, not a "streaming mode" (seed, docs/design.md §9).
 
     Times are in seconds. With ``enabled=False`` no coordinator is needed: workers
     run on committed group offsets and restart wherever the sources are.

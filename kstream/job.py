@@ -1,13 +1,14 @@
 """A deployed job: its topology file loaded, planned against the live topics, topics ensured.
 
 Shared by ``kstream worker``, ``kstream coordinator`` and ``kstream run`` so they
-all see the same plan (DESIGN §2: the plan is fixed for a deployment).
+all see the same plan (docs/design.md §2: the plan is fixed for a deployment).
 """
 
 from __future__ import annotations
 
 import runpy
 import time
+import traceback
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -27,8 +28,16 @@ from kstream.plan import JobPlan, PlanError, plan_job
 
 
 def load_topology(path: str | Path) -> Topology:
-    """The module variable ``topology`` of the Python file at ``path``."""
-    module = runpy.run_path(str(path))
+    """The module variable ``topology`` of the Python file at ``path``; ConfigError (one
+    line: the exception, the file and line) if the file does not run or defines none."""
+    try:
+        module = runpy.run_path(str(path))
+    except SyntaxError as e:
+        raise ConfigError(
+            f"{path} is not valid Python: {e.msg} ({e.filename}, line {e.lineno})"
+        ) from e
+    except Exception as e:  # the user's file ran and raised: say what and where
+        raise ConfigError(f"{path} raised {_where(e, path)}") from e
     topology = module.get("topology")
     if not isinstance(topology, Topology):
         raise ConfigError(
@@ -36,6 +45,17 @@ def load_topology(path: str | Path) -> Topology:
             f"found {type(topology).__name__}"
         )
     return topology
+
+
+def _where(e: BaseException, path: str | Path) -> str:
+    """``Name: message (file, line N)``: ``e`` and the deepest frame of it in ``path``
+    (else its deepest frame: a module the topology imports)."""
+    frames = traceback.extract_tb(e.__traceback__)
+    ours = [f for f in frames if Path(f.filename).resolve() == Path(path).resolve()]
+    deepest = ours or frames
+    where = f" ({deepest[-1].filename}, line {deepest[-1].lineno})" if deepest else ""
+    first = str(e).strip().splitlines()[0] if str(e).strip() else ""
+    return f"{type(e).__name__}{': ' + first if first else ''}{where}"
 
 
 def source_topics(topology: Topology) -> set[str]:

@@ -1,7 +1,7 @@
 """Every Kafka name kstream derives from an app id: topics, groups, transactional ids.
 
 Fencing depends on the transactional ids being fixed: a restarted coordinator or sink
-task must produce with the same id as its predecessor (DESIGN §5, §7).
+task must produce with the same id as its predecessor (docs/design.md §5, §7).
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ def group_id(app_id: str) -> str:
 
 
 def control_topic(app_id: str) -> str:
-    """The single-partition control topic of ``app_id`` (DESIGN §5)."""
+    """The single-partition control topic of ``app_id`` (docs/design.md §5)."""
     return f"{app_id}.control"
 
 

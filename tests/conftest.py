@@ -70,6 +70,7 @@ class Kit:
         out_of_orderness_ms: int = 0,
         late_output: bool = False,
         agg: str = "count",
+        emit: str = "final",
     ) -> JobPlan:
         """One keyed source ``events`` -> window -> ``out`` as ``[key, start, end, value]``
         (plus late records to ``late``)."""
@@ -79,7 +80,7 @@ class Kit:
             keyed=True,
             watermark=WatermarkStrategy(max_out_of_orderness_ms=out_of_orderness_ms),
         )
-        w = s.window(spec, allowed_lateness_ms=allowed_lateness_ms)
+        w = s.window(spec, allowed_lateness_ms=allowed_lateness_ms, emit=emit)
         if late_output:
             w.late().to("late")
         if agg == "count":

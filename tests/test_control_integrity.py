@@ -42,8 +42,8 @@ KEY = b"k" * 32
 
 
 def test_only_messages_signed_with_the_key_verify() -> None:
-    data = sign(encode(CheckpointCompleted(5, 2)), KEY, 3)
-    assert verify(data, KEY) == 3
+    data = sign(encode(CheckpointCompleted(5, 2)), KEY, 3, 1)
+    assert verify(data, KEY) == (3, 1)
     assert decode(data) == CheckpointCompleted(5, 2)
     assert verify(data, b"x" * 32) is None  # another job's key
     assert verify(encode(CheckpointCompleted(5, 2)), KEY) is None  # unsigned (a plain client)
@@ -111,8 +111,8 @@ def test_kstream_run_exits_non_zero_when_its_coordinator_thread_dies(
     def dying_coordinator(*_a: Any, **_k: Any) -> int:
         raise RuntimeError("coordinator bug")
 
-    monkeypatch.setattr(embedded, "run_coordinator", dying_coordinator)
-    monkeypatch.setattr(embedded, "fingerprint", lambda plan: None)
+    monkeypatch.setattr(embedded, "coordinate", dying_coordinator)
+    monkeypatch.setattr(embedded.Coordination, "of", lambda plan: None)
     stop = threading.Event()
 
     def run() -> int:
@@ -136,9 +136,8 @@ def test_kstream_run_stops_gracefully_when_its_coordinator_finishes_a_stop_with_
     """A coordinator that ended cleanly (``savepoint --stop``) has published the final
     checkpoint's completion: the worker must read it and publish its output, not be
     stopped at once (which lost "stopping: the final checkpoint completed")."""
-    monkeypatch.setattr(embedded, "run_coordinator", lambda *_a, **_k: 0)
-    monkeypatch.setattr(embedded, "fingerprint", lambda plan: None)
-    monkeypatch.setattr(embedded, "describe", lambda plan: None)
+    monkeypatch.setattr(embedded, "coordinate", lambda *_a, **_k: 0)
+    monkeypatch.setattr(embedded.Coordination, "of", lambda plan: None)
     stop, graceful = threading.Event(), threading.Event()
 
     def run() -> int:

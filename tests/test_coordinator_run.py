@@ -207,8 +207,10 @@ def test_checkpoints_list_and_show(tmp_path: Path) -> None:
     assert "checkpoint 9 of 'app'" in out.output
 
 
-def _sample(registry: CollectorRegistry, name: str, **labels: str) -> float:
-    value = registry.get_sample_value(name, labels or None)
+def _sample(metrics: Metrics, name: str, **labels: str) -> float:
+    """A sample of ``metrics``, as the process exports it while it hosts the coordinator."""
+    with metrics.coordinating():
+        value = metrics.registry.get_sample_value(name, labels or None)
     return 0.0 if value is None else value
 
 
@@ -229,6 +231,7 @@ def test_executor_exports_checkpoint_metrics_and_keeps_the_failure_history(
 
     transport = FakeTransport(events, answer)
     registry = CollectorRegistry()
+    metrics = Metrics(registry)
     code = run_coordinator(
         job(tolerable_failures=5),
         frozenset({"a", "b"}),
@@ -237,20 +240,20 @@ def test_executor_exports_checkpoint_metrics_and_keeps_the_failure_history(
         clock=lambda: transport.now,
         should_stop=lambda: sum(isinstance(m, CheckpointAborted) for m in transport.sent()) >= 2,
         poll_timeout=0.25,
-        metrics=Metrics(registry),
+        metrics=metrics,
     )
     assert code == 0
     sent = transport.sent()
     completed = [m.checkpoint_id for m in sent if isinstance(m, CheckpointCompleted)]
     aborted = [m.checkpoint_id for m in sent if isinstance(m, CheckpointAborted)]
     assert completed == [1, 3] and aborted == [2, 4]
-    assert _sample(registry, "kstream_checkpoints_completed_total") == 2
-    assert _sample(registry, "kstream_checkpoints_failed_total", reason="timeout") == 2
-    assert _sample(registry, "kstream_checkpoint_duration_seconds_count") == 2
-    assert _sample(registry, "kstream_checkpoint_size_bytes_sum") == 4000
-    assert _sample(registry, "kstream_checkpoint_uploaded_bytes_sum") == 40
-    assert _sample(registry, "kstream_checkpoint_alignment_seconds_count") == 4
-    assert _sample(registry, "kstream_last_completed_checkpoint_id") == 3
+    assert _sample(metrics, "kstream_checkpoints_completed_total") == 2
+    assert _sample(metrics, "kstream_checkpoints_failed_total", reason="timeout") == 2
+    assert _sample(metrics, "kstream_checkpoint_duration_seconds_count") == 2
+    assert _sample(metrics, "kstream_checkpoint_size_bytes_sum") == 4000
+    assert _sample(metrics, "kstream_checkpoint_uploaded_bytes_sum") == 40
+    assert _sample(metrics, "kstream_checkpoint_alignment_seconds_count") == 4
+    assert _sample(metrics, "kstream_last_completed_checkpoint_id") == 3
     # The history: both timeouts with their reason and the task that did acknowledge.
     failures = list_failures(FileStore(tmp_path), "app")
     assert [(f.checkpoint_id, f.status, f.missing) for f in failures] == [
@@ -301,18 +304,30 @@ def test_a_restarted_coordinator_exports_the_attempt_and_latest_checkpoint_at_on
     assert run(tmp_path, transport, events, until=6) == 0  # checkpoints 1..3 complete
     registry = CollectorRegistry()
     again = FakeTransport([], acking("a", "b"))
+    seen: dict[str, float | None] = {}
+
+    def look_then_stop() -> bool:  # what the endpoint shows while the coordinator runs
+        for name in ("kstream_last_completed_checkpoint_id", "kstream_job_attempt",
+                     "kstream_checkpoints_completed_total"):  # fmt: skip
+            seen[name] = registry.get_sample_value(name)
+        return True  # stops before its first trigger
+
     run_coordinator(
         job(),
         frozenset({"a", "b"}),
         transport=again,
         store=FileStore(tmp_path),
         clock=lambda: again.now,
-        should_stop=lambda: True,  # stops before its first trigger
+        should_stop=look_then_stop,
         metrics=Metrics(registry),
     )
-    assert registry.get_sample_value("kstream_last_completed_checkpoint_id") == 3
-    assert registry.get_sample_value("kstream_job_attempt") == 0
-    assert registry.get_sample_value("kstream_checkpoints_completed_total") == 0
+    assert seen == {
+        "kstream_last_completed_checkpoint_id": 3,
+        "kstream_job_attempt": 0,
+        "kstream_checkpoints_completed_total": 0,
+    }
+    # Once it stopped, this process no longer speaks for the job.
+    assert registry.get_sample_value("kstream_last_completed_checkpoint_id") is None
 
 
 class OutageTransport(FakeTransport):

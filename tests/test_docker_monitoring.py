@@ -20,7 +20,9 @@ def _exported_names() -> set[str]:
     """Every sample name the metrics can produce (with _total, _bucket, _sum, _count...)."""
     m = Metrics(CollectorRegistry())
     names = set()
-    for fam in m.registry.collect():
+    with m.coordinating():  # the job's families too (one worker exports them)
+        families = list(m.registry.collect())
+    for fam in families:
         base = fam.name
         names |= {base, f"{base}_total", f"{base}_created", f"{base}_info"}
         names |= {f"{base}_bucket", f"{base}_sum", f"{base}_count"}

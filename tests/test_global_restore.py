@@ -89,3 +89,28 @@ def test_a_failure_report_for_another_restore_is_ignored() -> None:
     assert c.handle(RestoreFailed(1, "a", "w1", 7, "old attempt", OBJ), 0.1) == []
     assert c.handle(RestoreFailed(2, "a", "w1", 6, "not this checkpoint", OBJ), 0.1) == []
     assert c.unrestorable == {} and c.ignored_messages == 2
+
+
+def test_the_job_stops_rather_than_fall_back_past_output_a_sink_published(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Issue 37 point B: checkpoint 7 cannot be restored, but task a's exactly-once sink
+    already published checkpoint 7's output; restoring 6 would process that input again
+    and publish its output twice. The job fails, naming the checkpoints, and never
+    falls back further (an older checkpoint is further behind the marker)."""
+    c = _coordinator()
+    c.start(0.0)
+    c.tick(0.0)
+    c.handle(RestoreFailed(2, "b", "w2", 7, "sha256 mismatch", OBJ), 0.1)
+    assert _restore_at(c, 0.2) == [Send(Restore(3, 6))]
+    why = "its exactly-once sink already published the output of checkpoint 7 (...)"
+    cmds = c.handle(RestoreFailed(3, "a", "w1", 6, why, "app.commits", 7), 1.0)
+    reason = (
+        "exactly-once cannot be kept: checkpoint 6 is the newest restorable one (not "
+        "restorable: 7, named above), but task a's sink "
+        "already published the output of checkpoint 7 (app.commits); restoring 6 would "
+        "publish output twice. Restore the newer checkpoint's objects, or accept "
+        "re-published output by starting from it with --from-checkpoint 6"
+    )
+    assert cmds == [Send(JobFailed(reason)), Fail(reason)]
+    assert c.tick(5.0) == []  # no older restore: the job failed

@@ -27,6 +27,7 @@ from kstream.dev.localbroker import (
     kafka_version_of,
     log4j2_properties,
     new_cluster_id,
+    previous_ports,
     resolve_libs,
     stop_pid,
 )
@@ -311,3 +312,48 @@ def test_cluster_ids_never_look_like_an_option() -> None:
     ids = [new_cluster_id() for _ in range(3000)]  # ~47 would start with "-" otherwise
     assert not any(i.startswith("-") for i in ids)
     assert all(len(i) == 22 for i in ids)
+
+
+def test_a_restart_on_the_same_data_keeps_its_ports(tmp_path: Path) -> None:
+    """`kstream dev kafka stop` then `start` picked new ports, breaking scripts that
+    saved the bootstrap (issue 37); a given port still wins."""
+    _fake_java(tmp_path / "bin", kafka="exit 3")
+    env = _cached_env(tmp_path, tmp_path / "bin")
+    first = LocalBroker(tmp_path / "data", env=env)
+    with pytest.raises(LocalBrokerError, match="exited with code 3"):
+        first.start()
+    again = LocalBroker(tmp_path / "data", env=env)
+    with pytest.raises(LocalBrokerError, match="exited with code 3"):
+        again.start()
+    assert (again.port, again.controller_port) == (first.port, first.controller_port)
+    assert previous_ports(tmp_path / "data" / "server.properties") == (
+        first.port,
+        first.controller_port,
+    )
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        given = s.getsockname()[1]
+    chosen = LocalBroker(tmp_path / "data", port=given, env=env)
+    with pytest.raises(LocalBrokerError, match="exited with code 3"):
+        chosen.start()
+    assert (chosen.port, chosen.controller_port) == (given, first.controller_port)
+
+
+def test_a_kept_port_in_use_is_refused_saying_why(tmp_path: Path) -> None:
+    _fake_java(tmp_path / "bin", kafka="echo must-not-run; exit 9")
+    env = _cached_env(tmp_path, tmp_path / "bin")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        port = s.getsockname()[1]
+        (tmp_path / "data").mkdir()
+        (tmp_path / "data" / "server.properties").write_text(
+            render_properties(broker_properties(tmp_path / "data", port, port + 1))
+        )
+        with pytest.raises(LocalBrokerError) as info:
+            LocalBroker(tmp_path / "data", env=env).start()
+    assert str(info.value).startswith(f"broker port 127.0.0.1:{port} is already in use")
+    assert str(info.value).endswith(
+        "(the port this data directory's broker had before, kept so a saved bootstrap stays "
+        "valid; free it, or give --port/--controller-port)"
+    )

@@ -49,7 +49,8 @@ ALLOWED_LABELS = {"task", "topic", "partition", "operator", "reason", "cause", "
 
 def test_every_metric_follows_prometheus_conventions() -> None:
     m = Metrics(CollectorRegistry())
-    families = [f for f in m.registry.collect() if f.name != "kstream"]  # the Info metric
+    with m.coordinating():
+        families = [f for f in m.registry.collect() if f.name != "kstream"]  # the Info metric
     assert len(families) >= 25
     for fam in families:
         assert fam.name.startswith("kstream_"), fam.name
@@ -64,7 +65,8 @@ def test_every_metric_follows_prometheus_conventions() -> None:
         assert set(names) <= ALLOWED_LABELS, names
     m.records_in.labels("s0-0", "in").inc(3)
     m.checkpoints_failed.labels("timeout").inc()
-    text = _exposition(m.registry)
+    with m.coordinating():
+        text = _exposition(m.registry)
     assert 'kstream_records_in_total{task="s0-0",topic="in"} 3.0' in text
     assert 'kstream_checkpoints_failed_total{reason="timeout"} 1.0' in text
     assert "kstream_checkpoint_duration_seconds_bucket" in text
@@ -108,7 +110,43 @@ def test_endpoint_serves_the_registry_and_skips_a_busy_port_of_a_range() -> None
                 continue
         assert port is not None and low < port
     body = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
-    assert "kstream_checkpoints_completed_total 2.0" in body
+    assert "kstream_checkpoints_completed_total" not in body  # not coordinating here
+    with m.coordinating():
+        hosting = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read()
+    assert "kstream_checkpoints_completed_total 2.0" in hosting.decode()
+
+
+def test_only_the_process_hosting_the_coordinator_exports_the_jobs_families() -> None:
+    """Of N workers electing their coordinator one speaks for the job: the others export
+    no kstream_last_completed_checkpoint_timestamp_seconds 0 to alert on, and kstream_info
+    says which process it is."""
+    m = Metrics(CollectorRegistry())
+    m.identify("app", "worker", "1.0")
+    m.job_attempt.set(4)
+    m.last_checkpoint_time.set(1_700_000_000)
+
+    def sample(name: str) -> float | None:
+        return m.registry.get_sample_value(name)
+
+    def role() -> str | None:
+        for fam in m.registry.collect():
+            if fam.name == "kstream":
+                return str(fam.samples[0].labels["role"])
+        return None
+
+    assert sample("kstream_job_attempt") is None
+    assert sample("kstream_last_completed_checkpoint_timestamp_seconds") is None
+    assert sample("kstream_tasks_running") == 0  # the worker's own families stay
+    assert role() == "worker"
+    with m.coordinating():
+        assert sample("kstream_job_attempt") == 4
+        assert sample("kstream_last_completed_checkpoint_timestamp_seconds") == 1_700_000_000
+        assert role() == "worker+coordinator"
+    assert sample("kstream_job_attempt") is None
+    assert role() == "worker"
+    m.identify("app", "coordinator", "1.0")
+    with m.coordinating():
+        assert role() == "coordinator"
 
 
 # ---- bounded labels, from the messages the real code writes -----------------------------

@@ -10,7 +10,12 @@ from click.testing import CliRunner
 
 from kstream.cli import main
 from kstream.store.base import StoreError
-from kstream.store.objectstore import ObjectStore, is_object_store_url, parse_store_options
+from kstream.store.objectstore import (
+    ObjectStore,
+    failure_reason,
+    is_object_store_url,
+    parse_store_options,
+)
 
 # Explicit (dummy) credentials: without them the library's credential chain would ask
 # the cloud instance-metadata endpoint, an address these tests must never contact.
@@ -78,3 +83,43 @@ def test_every_job_command_takes_store_options() -> None:
         assert "--store-option KEY=VALUE" in result.output
     result = CliRunner().invoke(main, ["worker", "--help"])
     assert "--coordinator [auto|external]" in result.output
+
+
+# The library's messages as S3Proxy answered them (integration/test_startup_modes.py
+# runs the real ones through the CLI).
+_LIST = "Generic S3 error: Error performing list request: Error performing GET http://127.0.0.1:33505/kstream?list-type=2&prefix=t%2F in 21.7ms - "
+
+
+@pytest.mark.parametrize(
+    ("library", "reason"),
+    [
+        (
+            _LIST + "Server returned non-2xx status code: 403 Forbidden: <?xml version='1.0' "
+            "encoding='UTF-8'?><Error><Code>SignatureDoesNotMatch</Code><Message>Forbidden"
+            "</Message></Error>\n\nDebug source:\nGeneric {",
+            "SignatureDoesNotMatch (403 Forbidden): the store refused the secret access key "
+            "(check AWS_SECRET_ACCESS_KEY or --store-option secret_access_key=)",
+        ),
+        (
+            _LIST + "Server returned non-2xx status code: 404 Not Found: <Error><Code>"
+            "NoSuchBucket</Code><Message>The specified bucket does not exist</Message></Error>",
+            "NoSuchBucket (404 Not Found): the bucket does not exist (create it, or fix the "
+            "store URL)",
+        ),
+        (
+            _LIST + "Server returned non-2xx status code: 503 Service Unavailable: <Error><Code>"
+            "SlowDown</Code></Error>",
+            "SlowDown (503 Service Unavailable)",
+        ),
+        (
+            "Generic S3 error: Error performing list request: Error performing GET "
+            "http://10.9.9.9:9000/kstream?list-type=2 in 13s, after 6 retries, max_retries: 6, "
+            "retry_timeout: 30s  - HTTP error: error sending request\n\nDebug source: ...",
+            "cannot reach http://10.9.9.9:9000 (check the endpoint, AWS_ENDPOINT_URL or "
+            "--store-option endpoint=)",
+        ),
+        ("first line\nsecond line", "first line"),
+    ],
+)
+def test_a_store_failure_is_one_line_naming_its_cause(library: str, reason: str) -> None:
+    assert failure_reason(RuntimeError(library)) == reason

@@ -161,6 +161,24 @@ def test_kafka_streams_stream_stream_join_window_is_inclusive(kit: Any) -> None:
     assert kit.sink(task.drain(), "out") == [("0", "L+r-100", 1000), ("0", "L+r+100", 1100)]
 
 
+def test_kafka_streams_join_record_behind_the_watermark_differs_on_purpose(kit: Any) -> None:
+    """KStreamKStreamJoinTest (grace): JoinWindows of 100 ms, no grace; after records at
+    1000 on both sides, a left record at 950 still has an open join window ([850; 1050]
+    ends after stream time 1000), so Kafka Streams joins it with the right record at
+    1000. kstream judges a join record by its own timestamp (Flink's interval join): 950
+    is behind the watermark 1000 and dropped as late (see the README's Joins)."""
+    t = Topology("j")
+    left = t.source("left", keyed=True, watermark=WatermarkStrategy(0))
+    right = t.source("right", keyed=True, watermark=WatermarkStrategy(0))
+    left.join(right, lambda a, b: f"{a}+{b}", within_ms=100).to("out")
+    task = kit.task(plan_job(t, "j", {"left": 1, "right": 1}))
+    task.feed_source("left", 0, kit.records([("0", "L1000", 1000)]), 0.0)
+    task.feed_source("right", 0, kit.records([("0", "R1000", 1000)]), 0.0)
+    task.feed_source("left", 0, kit.records([("0", "L950", 950)], 1), 0.0)
+    assert kit.sink(task.drain(), "out") == [("0", "L1000+R1000", 1000)]
+    assert task.metrics["late_dropped"] == 1
+
+
 def test_kafka_streams_sliding_windows_created_and_dropped_out(kit: Any) -> None:
     """KStreamSlidingWindowAggregateTest (and the SlidingWindows javadoc): time difference
     10; a window for each record entering (left) and each record dropping out (right,
@@ -204,3 +222,102 @@ def test_quix_hopping_windows_of_one_record(kit: Any) -> None:
     feed(kit, task, [("k", 1, 7)])
     task.end_input("events", 0, 0.0)
     assert results(kit, task) == [("k", 0, 10, 1), ("k", 5, 15, 1)]
+
+
+def test_quix_hopping_updates_come_earliest_window_first(kit: Any) -> None:
+    """test_hopping.py (current()): a record's hopping windows update in order of start,
+    earliest first (Kafka Streams' TimeWindows.windowsFor likewise); windows of 10 ms
+    stepping 5 ms, records at 7 and 12."""
+    task = kit.task(kit.window_job(Hopping(10, 5), emit="update"))
+    feed(kit, task, [("k", 1, 7), ("k", 1, 12)])
+    assert results(kit, task) == [
+        ("k", 0, 10, 1),
+        ("k", 5, 15, 1),
+        ("k", 5, 15, 2),
+        ("k", 10, 20, 1),
+    ]
+
+
+def test_hopping_windows_before_zero_are_opened_on_purpose(kit: Any) -> None:
+    """Kafka Streams and Quix open no window that starts before 0 (a record at 3 is in
+    [0, 10) only); kstream keeps the grid (Flink's rule): every record is in size /
+    advance windows, here also [-5, 5) (see the README)."""
+    task = kit.task(kit.window_job(Hopping(10, 5)))
+    feed(kit, task, [("k", 1, 3)])
+    task.end_input("events", 0, 0.0)
+    assert results(kit, task) == [("k", -5, 5, 1), ("k", 0, 10, 1)]
+
+
+def test_kafka_streams_sliding_updates_once_per_record_and_window(kit: Any) -> None:
+    """KStreamSlidingWindowAggregateTest (without suppression): each record updates each
+    window it changes once. Time difference 5, records at 5, 7, 11: the record at 11
+    changes [6;11] (the left window of 11, also the right window of 5) and [8;13] (the
+    right window of 7)."""
+    task = kit.task(kit.window_job(Sliding(5), emit="update"))
+    feed(kit, task, [("k", 1, 5), ("k", 1, 7), ("k", 1, 11)])
+    assert results(kit, task) == [
+        ("k", 0, 6, 1),  # [0;5]
+        ("k", 2, 8, 2),  # [2;7]
+        ("k", 6, 12, 1),  # [6;11]: right window of 5
+        ("k", 6, 12, 2),  # [6;11]: the record at 11
+        ("k", 8, 14, 1),  # [8;13]: right window of 7
+    ]
+
+
+def test_kafka_streams_sliding_update_skips_an_unchanged_right_window(kit: Any) -> None:
+    """KStreamSlidingWindowAggregateTest (out-of-order record): time difference 5, a
+    record at 11, then one at 5 (6 earlier). The right window of 5, [6;11], is the left
+    window of 11 and does not hold 5: it is unchanged and not emitted again."""
+    task = kit.task(kit.window_job(Sliding(5), out_of_orderness_ms=100, emit="update"))
+    feed(kit, task, [("k", 1, 11), ("k", 1, 5)])
+    assert results(kit, task) == [("k", 6, 12, 1), ("k", 0, 6, 1)]
+
+
+# ---- Kafka Streams: records with a None value ------------------------------------------
+
+_ABC = [("1", "A", 1), ("2", "B", 2), ("1", "C", 3), ("1", "D", 4), ("3", "E", 5),
+        ("3", "F", 6), ("3", None, 7)]  # fmt: skip
+
+
+def _aggregated(kit: Any, build: Any) -> tuple[dict[str, Any], int]:
+    """``_ABC`` through ``build(keyed stream)``: each key's largest output (its last one,
+    or its fullest window's), and the ``null_values_skipped`` counter."""
+    t = Topology("n")
+    build(t.source("events", keyed=True)).to("out")
+    task = kit.task(plan_job(t, "n", {"events": 1}))
+    feed(kit, task, _ABC)
+    task.end_input("events", 0, 0.0)
+    outputs: dict[str, list[Any]] = {}
+    for k, v, _ in kit.sink(task.drain(), "out"):
+        outputs.setdefault(k, []).append(v)
+    largest = {
+        k: max(vs, key=lambda v: v if isinstance(v, int) else len(v)) for k, vs in outputs.items()
+    }
+    return largest, task.metrics["null_values_skipped"]
+
+
+def test_kafka_streams_rolling_aggregations_skip_none_values(kit: Any) -> None:
+    """KGroupedStreamImplTest#shouldReduce / #shouldCount / #shouldAggregate: records
+    whose value is null are skipped (a plain ``a + "+" + b`` reducer never sees one)."""
+    assert _aggregated(kit, lambda s: s.reduce(lambda a, b: a + "+" + b)) == (
+        {"1": "A+C+D", "2": "B", "3": "E+F"},
+        1,
+    )
+    assert _aggregated(kit, lambda s: s.count()) == ({"1": 3, "2": 1, "3": 2}, 1)
+    assert _aggregated(kit, lambda s: s.aggregate(lambda: "0", lambda a, v: a + "+" + v)) == (
+        {"1": "0+A+C+D", "2": "0+B", "3": "0+E+F"},
+        1,
+    )
+
+
+def test_kafka_streams_windowed_aggregations_skip_none_values(kit: Any) -> None:
+    """KGroupedStreamImplTest#shouldReduceWindowed / #shouldCountSessionWindows: the
+    same for tumbling, hopping, sliding and session windows."""
+
+    def reduce(spec: Any) -> Any:
+        return lambda s: s.window(spec).reduce(lambda a, b: a + "+" + b).map(lambda r: r.value)
+
+    for spec in (Tumbling(100), Hopping(100, 50), Sliding(100)):
+        assert _aggregated(kit, reduce(spec)) == ({"1": "A+C+D", "2": "B", "3": "E+F"}, 1)
+    session = lambda s: s.window(Session(100)).count().map(lambda r: r.value)  # noqa: E731
+    assert _aggregated(kit, session) == ({"1": 3, "2": 1, "3": 2}, 1)

@@ -48,7 +48,7 @@ from kstream.store.savepoints import (
     list_savepoints,
     read_savepoint,
 )
-from kstream.store.startfrom import import_start, validate_start
+from kstream.store.startfrom import import_start
 from kstream.worker.protocol import Exit, StopRequested, WorkerProtocol
 from tests.conftest import Kit
 from tests.test_coordinator import Harness, messages, triggers
@@ -313,16 +313,6 @@ def test_the_coordinator_restores_an_imported_savepoint_at_once(tmp_path: Path) 
     assert code == 0
     assert sent[0] == Restore(1, 5)
     assert read_metadata(store, "app", 5).origin == "savepoint app/savepoints/v1"
-
-
-def test_a_worker_refuses_an_incompatible_start_state_early(tmp_path: Path) -> None:
-    store = FileStore(tmp_path)
-    meta = _checkpoint(store, "app", 2, {"s": b"x"})
-    path = create_savepoint(store, "app", "old", replace(meta, description=_plan_description(10)))
-    with pytest.raises(IncompatibleStateError, match="operator 'counts': its window changed"):
-        validate_start(store, "app", StartFrom(savepoint=path), _plan_description())
-    validate_start(store, "app", StartFrom(savepoint="app/savepoints/gone"), _plan_description())
-    validate_start(store, "app", StartFrom(), _plan_description())
 
 
 def test_savepoints_and_state_dump_commands(tmp_path: Path, kit: type[Kit]) -> None:

@@ -72,7 +72,12 @@ def test_open_store_urls(tmp_path: Path) -> None:
     assert isinstance(opened, FileStore) and opened.root == tmp_path.resolve()
     s3 = open_store(
         "s3://bucket/prefix",
-        {"endpoint": "http://127.0.0.1:9", "region": "x", "access_key_id": "t", "secret_access_key": "t"},
+        {
+            "endpoint": "http://127.0.0.1:9",
+            "region": "x",
+            "access_key_id": "t",
+            "secret_access_key": "t",
+        },
     )
     assert isinstance(s3, ObjectStore) and s3.url == "s3://bucket/prefix"
     with pytest.raises(StoreError, match="use s3://bucket/prefix"):

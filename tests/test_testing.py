@@ -143,3 +143,13 @@ def test_the_readme_example_runs_as_written() -> None:
     }
     exec(code, scope)  # the README's own test function, defined and then called
     scope["test_counts_per_word"]()
+
+
+def test_the_processing_time_clock_stays_at_zero() -> None:
+    def stamp(key: Any, value: Any, ts: int, state: Any, out: Any) -> None:
+        out([value, state.processing_time])
+
+    t = Topology("clock")
+    t.source("in", keyed=True).process(stamp).to("out")
+    run = run_topology(t, {"in": [("a", 1, 5), ("b", 2, 6)]})
+    assert run.output("out") == [("a", [1, 0], 5), ("b", [2, 0], 6)]

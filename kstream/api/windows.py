@@ -3,7 +3,8 @@
 * ``Tumbling(size_ms)`` - fixed, non-overlapping ``[start, start + size)``, aligned
   to ``offset_ms`` (epoch by default).
 * ``Hopping(size_ms, advance_ms)`` - fixed windows of ``size_ms`` starting every
-  ``advance_ms``; a record belongs to ``size_ms / advance_ms`` windows.
+  ``advance_ms``; a record belongs to ``size_ms / advance_ms`` windows (also those
+  starting before 0, unlike Kafka Streams and Quix), updated earliest first.
 * ``Sliding(time_difference_ms)`` - Kafka Streams' sliding windows: a window holds
   records at most ``d = time_difference_ms`` apart. Per distinct record timestamp
   ``t`` of a key there is the *left* window ``[t - d, t]`` and, if any record of the
@@ -136,7 +137,8 @@ WindowSpec = Tumbling | Hopping | Sliding | Session
 class Aggregation:
     """How a window folds values: ``add(acc, value)`` from ``init()``.
 
-    ``init`` is ``None`` for a reduce (the first value is the accumulator).
+    ``init`` is ``None`` for a reduce (the first value is the accumulator). Records
+    whose value is ``None`` are skipped (Kafka Streams' rule), so ``add`` never sees one.
     ``merge(a, b)`` combines two accumulators; session windows need it.
     """
 

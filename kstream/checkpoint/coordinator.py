@@ -1,6 +1,6 @@
 """The checkpoint coordinator: decides when to trigger, commit, abort, fail over and fail.
 
-Pure state machine (DESIGN §5, §6): fed control messages and a clock (epoch
+Pure state machine (docs/design.md §5, §6): fed control messages and a clock (epoch
 seconds), it returns :mod:`~kstream.checkpoint.commands` for the adapter to
 execute in order. No I/O, no sleeping, so every rule here is tested in
 milliseconds with a fake clock.
@@ -23,6 +23,7 @@ from kstream.checkpoint.commands import (
     Send,
     WriteMetadata,
 )
+from kstream.checkpoint.completionlog import CompletionLog
 from kstream.checkpoint.failover import FailoverController, Phase
 from kstream.checkpoint.failures import CheckpointFailureManager
 from kstream.checkpoint.messages import (
@@ -97,7 +98,7 @@ class CheckpointCoordinator:
         self._savepoint: SavepointRequest | None = None
         self._savepoint_after = 0
         # Completed checkpoints a restore may use, ascending, and those a task could
-        # not restore (id -> why): one global restore point, never a mix (DESIGN §12).
+        # not restore (id -> why): one global restore point, never a mix (docs/design.md §12).
         self.retained: list[CheckpointMetadata] = list(rec.retained)
         if rec.latest_completed is not None and all(
             m.checkpoint_id != rec.latest_completed.checkpoint_id for m in self.retained
@@ -114,6 +115,7 @@ class CheckpointCoordinator:
         self._members: dict[str, tuple[float, tuple[str, ...]]] = {}  # member -> (seen, tasks)
         # Checkpoints that failed or were aborted, for the history (drained by the adapter).
         self.ended: list[CheckpointFailure] = []
+        self._completions = CompletionLog()  # INFO: an attempt's first, then a minute's
         # Global watermark alignment: the workers' reports, the bound published from them.
         self.watermarks = GlobalWatermarks(timeout=heartbeat_timeout)
 
@@ -289,7 +291,7 @@ class CheckpointCoordinator:
         self.retained = [*self.retained, meta][-self.config.retained :]
         self._last_finish = now
         self.failures.record_success(checkpoint_id)
-        log.info(
+        log.debug(
             "checkpoint %d completed in %.0f ms (%d bytes, %d tasks)",
             checkpoint_id,
             meta.duration_ms,
@@ -297,6 +299,11 @@ class CheckpointCoordinator:
             len(meta.tasks),
             extra=ctx(attempt=meta.attempt, checkpoint=checkpoint_id),
         )
+        line = self._completions.completed(
+            checkpoint_id, meta.attempt, meta.duration_ms, meta.state_size, len(meta.tasks), now
+        )
+        if line is not None:
+            log.info(line, extra=ctx(attempt=meta.attempt, checkpoint=checkpoint_id))
         cmds: list[Command] = [Send(CheckpointCompleted(checkpoint_id, meta.attempt))]
         # A completed checkpoint subsumes older ones still in flight (not failures).
         for p in [p for n, p in self.pending.items() if n < checkpoint_id]:
@@ -431,6 +438,8 @@ class CheckpointCoordinator:
         ):
             self.ignored_messages += 1
             return []
+        if msg.published > n:
+            return self.failover.fail(self._republishing(n, msg))
         what = msg.object or "(object not named)"
         self.unrestorable[n] = f"task {msg.task_id} on {msg.member}: {msg.reason}"
         older = self.restore_point()
@@ -452,6 +461,19 @@ class CheckpointCoordinator:
         )
         return self._fail_over(
             f"checkpoint {n} cannot be restored ({what}); restoring checkpoint {older}", now
+        )
+
+    def _republishing(self, n: int, msg: RestoreFailed) -> str:
+        """Why the job stops rather than restore ``n``: a sink already published the
+        output of a newer checkpoint, which processing from ``n`` would publish again."""
+        newer = ", ".join(str(k) for k in sorted(self.unrestorable) if k > n)
+        return (
+            f"exactly-once cannot be kept: checkpoint {n} is the newest restorable one"
+            + (f" (not restorable: {newer}, named above)" if newer else "")
+            + f", but task {msg.task_id}'s sink already published the output of checkpoint "
+            f"{msg.published} ({msg.object}); restoring {n} would publish output twice. "
+            f"Restore the newer checkpoint's objects, or accept re-published output by "
+            f"starting from it with --from-checkpoint {n}"
         )
 
     def _refuse_plan(self, member: str, plan: str) -> list[Command]:

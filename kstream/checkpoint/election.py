@@ -1,4 +1,4 @@
-"""Which worker hosts the coordinator: a pure state machine (DESIGN §12, "many hosts").
+"""Which worker hosts the coordinator: a pure state machine (docs/design.md §12, "many hosts").
 
 Every worker started with ``--coordinator auto`` is a candidate. Candidates are the
 members of the consumer group ``<app>.coordinator`` subscribed to the one-partition

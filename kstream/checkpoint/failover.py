@@ -1,4 +1,4 @@
-"""Failover: suspend → ``Restore(attempt)`` → every ``TaskReady`` → ``Resume(owners)`` (DESIGN §6).
+"""Failover: suspend → ``Restore(attempt)`` → every ``TaskReady`` → ``Resume(owners)`` (docs/design.md §6).
 
 The restart strategy (:class:`kstream.config.RestartStrategy`) spaces and bounds it:
 exponential delay by default, fixed count with ``max_restarts``; a restore not

@@ -1,4 +1,4 @@
-"""Counting successive failed checkpoints against ``tolerable_failures`` (DESIGN §5.8)."""
+"""Counting successive failed checkpoints against ``tolerable_failures`` (docs/design.md §5.8)."""
 
 from __future__ import annotations
 

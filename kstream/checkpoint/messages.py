@@ -1,4 +1,4 @@
-"""The control protocol: messages on ``<app>.control`` (DESIGN §5-§7).
+"""The control protocol: messages on ``<app>.control`` (docs/design.md §5-§7).
 
 Every message is one JSON object ``{"v": 1, "type": "<Name>", ...fields}``.
 Decoding validates the version, the type and every field's type; anything else
@@ -17,7 +17,9 @@ Who writes what:
 **Signed coordinator messages.** The coordinator signs what it writes with
 HMAC-SHA256 under a key only the checkpoint store holds (``<app>/control.key``,
 :mod:`kstream.store.controlkey`): ``sign`` appends ``"epoch"`` (the coordinator's
-incarnation) and ``"sig"`` to the JSON; ``verify`` checks the exact bytes. A
+incarnation), ``"seq"`` (the message's number in that epoch) and ``"sig"`` to the
+JSON; ``verify`` checks the exact bytes and returns the stamp, by which readers skip
+a copy of an earlier message (:mod:`kstream.checkpoint.replay`). A
 coordinator message that does not verify was not written by a coordinator of the
 job (any Kafka client can write to the topic): readers that hold the key log,
 count and skip it. Workers' messages are reports, not authority, and unsigned.
@@ -37,6 +39,7 @@ import types
 from dataclasses import MISSING, asdict, dataclass, fields, is_dataclass
 from typing import Any, Union, get_args, get_origin, get_type_hints
 
+from kstream.checkpoint.replay import Stamp
 from kstream.store.metadata import TaskSnapshot
 
 SCHEMA_VERSION = 1
@@ -163,6 +166,9 @@ class RestoreFailed:
     checkpoint_id: int
     reason: str
     object: str = ""
+    # Not corrupt: the task's exactly-once sink already published the output of this
+    # newer checkpoint, so restoring ``checkpoint_id`` would publish it twice (0: none).
+    published: int = 0
 
 
 @dataclass(frozen=True)
@@ -308,25 +314,36 @@ COORDINATOR_MESSAGES: tuple[type[Any], ...] = (
 """The messages only a coordinator writes (signed)."""
 
 _SIG = b',"sig":"'
+_EPOCH = b',"epoch":'
+_SEQ = b',"seq":'
 
 
-def sign(data: bytes, key: bytes, epoch: int) -> bytes:
-    """``data`` (an ``encode`` result) with the coordinator ``epoch`` and the HMAC of it all."""
-    body = data[:-1] + b',"epoch":%d' % epoch
+def sign(data: bytes, key: bytes, epoch: int, seq: int) -> bytes:
+    """``data`` (an ``encode`` result) with the coordinator ``epoch``, the message's
+    sequence number ``seq`` in that epoch (:mod:`kstream.checkpoint.replay`) and the
+    HMAC of it all."""
+    body = data[:-1] + b"%s%d%s%d" % (_EPOCH, epoch, _SEQ, seq)
     mac = hmac.new(key, body + b"}", hashlib.sha256).hexdigest()
     return body + _SIG + mac.encode() + b'"}'
 
 
-def verify(data: bytes, key: bytes) -> int | None:
-    """The epoch of a message ``sign`` wrote with ``key``; None if it is not one."""
+def verify(data: bytes, key: bytes) -> Stamp | None:
+    """The stamp of a message ``sign`` wrote with ``key``; None if it is not one.
+    A message signed before sequence numbers (``...,"epoch":E,"sig":...``) has
+    ``seq`` None."""
     head, sep, tail = data.rpartition(_SIG)
     if not sep or not tail.endswith(b'"}') or len(tail) != 66:
         return None
     mac = hmac.new(key, head + b"}", hashlib.sha256).hexdigest().encode()
     if not hmac.compare_digest(mac, tail[:-2]):
         return None
-    _, sep, epoch = head.rpartition(b',"epoch":')
-    return int(epoch) if sep and epoch.isdigit() else None
+    rest, sep, seq = head.rpartition(_SEQ)
+    if not (sep and seq.isdigit()):
+        rest, seq = head, b""
+    _, sep, epoch = rest.rpartition(_EPOCH)
+    if not (sep and epoch.isdigit()):
+        return None
+    return Stamp(int(epoch), int(seq) if seq else None)
 
 
 def decode(data: bytes | None) -> Message:
@@ -347,7 +364,7 @@ def decode(data: bytes | None) -> Message:
     name = obj.get("type")
     if not isinstance(name, str) or name not in MESSAGE_TYPES:
         raise ProtocolError(f"unknown message type {name!r}")
-    body = {k: v for k, v in obj.items() if k not in ("v", "type", "epoch", "sig")}
+    body = {k: v for k, v in obj.items() if k not in ("v", "type", "epoch", "seq", "sig")}
     message: Message = _build(MESSAGE_TYPES[name], body, name)
     return message
 

@@ -1,4 +1,4 @@
-"""What a starting coordinator learns from the control topic and the store (DESIGN §5.9).
+"""What a starting coordinator learns from the control topic and the store (docs/design.md §5.9).
 
 A starting coordinator first fences its predecessor, then reads the control
 topic to its end (read_committed) and the store's metadata, and summarises them

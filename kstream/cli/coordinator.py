@@ -11,18 +11,13 @@ import click
 
 from kstream.cli.options import (
     bootstrap_option,
-    build_job_config,
-    connect,
     job_options,
     metrics_options,
     pop_job_options,
     start_observability,
 )
-from kstream.config import ConfigError
-from kstream.job import load_topology, plan_live
-from kstream.plan.fingerprint import PlanFingerprint, fingerprint
-from kstream.plan.operators import describe
-from kstream.process.coordinator import EXIT_USAGE, run_coordinator
+from kstream.cli.startup import prepare_job, prepare_tasks
+from kstream.process.startup import Coordination, coordinate
 
 
 @click.command()
@@ -59,27 +54,15 @@ def coordinator(
     Exits 1 with the reason when the job fails hard or another coordinator takes over.
     """
     opts = pop_job_options(kwargs)
-    try:
-        if tasks:
-            if opts["app_id"] is None:
-                raise ConfigError("--tasks needs --app-id")
-            cfg = build_job_config(opts, bootstrap=bootstrap, default_app_id=opts["app_id"])
-            expected = frozenset(t.strip() for t in tasks.split(",") if t.strip())
-            description = None  # no plan: restored state is not checked
-            connect(cfg)
-            fp: PlanFingerprint | None = None  # nor workers' plans
-        elif topology:
-            topo = load_topology(topology)
-            cfg = build_job_config(opts, bootstrap=bootstrap, default_app_id=topo.name)
-            connect(cfg)
-            plan = plan_live(topo, cfg).plan
-            expected, description = plan.expected_tasks, describe(plan)
-            fp = fingerprint(plan)
-        else:
-            raise click.UsageError("give TOPOLOGY or --tasks")
-    except ConfigError as e:
-        click.echo(f"kstream: {e}", err=True)
-        sys.exit(EXIT_USAGE)
+    if topology:
+        job = prepare_job(topology, bootstrap, opts)
+        cfg, coordination = job.config, Coordination.of(job.plan)
+    elif tasks:
+        cfg = prepare_tasks(bootstrap, opts, tasks)
+        # No plan: restored state is not checked, nor are workers' plans.
+        coordination = Coordination(frozenset(t.strip() for t in tasks.split(",") if t.strip()))
+    else:
+        raise click.UsageError("give TOPOLOGY or --tasks")
 
     start_observability(cfg.app_id, "coordinator", metrics_port, metrics_host)
     stop = False
@@ -90,12 +73,7 @@ def coordinator(
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
-    code = run_coordinator(
-        cfg,
-        expected,
-        heartbeat_timeout=heartbeat_timeout,
-        should_stop=lambda: stop,
-        description=description,
-        plan=fp,
+    code = coordinate(
+        cfg, coordination, heartbeat_timeout=heartbeat_timeout, should_stop=lambda: stop
     )
     sys.exit(code)

@@ -21,15 +21,9 @@ from kstream.config import (
     RestartStrategy,
     StartFrom,
 )
-from kstream.job import Job, ensure_job_topics, load_topology, plan_live
-from kstream.kafka.clients import KafkaUnreachable, check_cluster
 from kstream.logs import log_at_least, set_app
 from kstream.metrics import METRICS, MetricsPortError, serve_metrics
-from kstream.plan.compat import IncompatibleStateError
-from kstream.plan.operators import describe
 from kstream.store.objectstore import parse_store_options
-from kstream.store.startfrom import validate_start
-from kstream.store.urls import open_store
 
 
 class ByteSize(click.ParamType):
@@ -373,40 +367,6 @@ def run_options(f: F) -> F:
     )(f)
 
 
-def prepare_job(
-    topology: str,
-    bootstrap: str | None,
-    opts: dict[str, Any],
-    *,
-    bounded: bool,
-    default_bootstrap: Callable[[], str] | None = None,
-) -> Job:
-    """Load and plan TOPOLOGY against the live topics and create the job's topics.
-
-    A configuration problem is printed as ``kstream: ...`` and exits 2; a cluster
-    that does not answer (or refuses the credentials) exits 1, with one line.
-    """
-    try:
-        topo = load_topology(topology)
-        cfg = build_job_config(
-            opts,
-            bootstrap=bootstrap,
-            default_app_id=topo.name,
-            bounded=bounded,
-            default_bootstrap=default_bootstrap,
-        )
-        connect(cfg)
-        job = plan_live(topo, cfg)
-        # Refuse at once a --from-checkpoint/--from-savepoint state this topology cannot
-        # restore (the coordinator imports it; kstream.plan.compat says why not).
-        validate_start(open_store(cfg.store_url), cfg.app_id, cfg.start, describe(job.plan))
-        ensure_job_topics(job)
-    except (ConfigError, IncompatibleStateError) as e:
-        click.echo(f"kstream: {e}", err=True)
-        sys.exit(2)
-    return job
-
-
 def metrics_options(f: F) -> F:
     """``--metrics-port`` and ``--metrics-host``: where this process serves ``/metrics``."""
     f = click.option(
@@ -432,7 +392,7 @@ def start_observability(app_id: str, role: str, metrics_port: str, metrics_host:
     (exit 2 on a bad port)."""
     log_at_least(logging.INFO)
     set_app(app_id)
-    METRICS.info.info({"app_id": app_id, "role": role, "version": __version__})
+    METRICS.identify(app_id, role, __version__)
     try:
         port = serve_metrics(metrics_port, metrics_host)
     except (MetricsPortError, OSError) as e:
@@ -440,15 +400,6 @@ def start_observability(app_id: str, role: str, metrics_port: str, metrics_host:
         sys.exit(2)
     if port is not None:
         click.echo(f"metrics at http://{metrics_host}:{port}/metrics", err=True)
-
-
-def connect(cfg: JobConfig, timeout: float = 10.0) -> None:
-    """Exit 1 with one line unless the job's cluster answers within ``timeout`` seconds."""
-    try:
-        check_cluster(cfg.bootstrap_servers, cfg.kafka, timeout)
-    except KafkaUnreachable as e:
-        click.echo(f"kstream: {e}", err=True)
-        sys.exit(1)
 
 
 def _store_options(pairs: tuple[str, ...]) -> dict[str, str]:

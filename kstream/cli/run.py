@@ -15,10 +15,10 @@ from kstream.cli.options import (
     job_options,
     metrics_options,
     pop_job_options,
-    prepare_job,
     run_options,
     start_observability,
 )
+from kstream.cli.startup import prepare_job
 from kstream.dev.localbroker import BrokerRecord, LocalBroker, LocalBrokerError
 from kstream.process.embedded import run_embedded
 from kstream.process.signals import install_signal_handlers

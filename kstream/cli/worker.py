@@ -12,12 +12,14 @@ from kstream.cli.options import (
     job_options,
     metrics_options,
     pop_job_options,
-    prepare_job,
     run_options,
     start_observability,
 )
+from kstream.cli.startup import prepare_job
+from kstream.process.coordinator import EXIT_USAGE
 from kstream.process.election import ElectedCoordinator
 from kstream.process.signals import install_signal_handlers
+from kstream.process.startup import Coordination
 from kstream.process.tuning import tune_gc
 from kstream.worker.loop import Worker
 from kstream.worker.settings import PausePoint, WorkerSettings
@@ -93,15 +95,18 @@ def worker(
     if coordinator == "auto" and w.checkpointed and not w.cfg.bounded:
         election = ElectedCoordinator(
             w.cfg,
-            w.plan.expected_tasks,
+            Coordination.of(w.plan),
             session_timeout=session_timeout,
             heartbeat_timeout=heartbeat_timeout,
             restart_delay=w.cfg.restart.delay,
+            on_refused=w.stop_event.set,
         )
         election.start()
     code = w.run()
     if election is not None:
         election.stop()  # after the worker: its graceful stop may need our coordinator
-        if code == 0 and election.job_failed.is_set():
+        if code == 0 and election.refused.is_set():
+            code = EXIT_USAGE  # as the coordinator of `kstream run` or its own process exits
+        elif code == 0 and election.job_failed.is_set():
             code = 1
     sys.exit(code)

@@ -141,6 +141,20 @@ def new_cluster_id() -> str:
             return cid
 
 
+def previous_ports(props_file: Path) -> tuple[int, int] | None:
+    """``(client port, controller port)`` of the broker configured in ``props_file``
+    (a previous start on the same data), or None."""
+    try:
+        text = props_file.read_text()
+    except OSError:
+        return None
+    listeners = re.search(r"^listeners=(.*)$", text, re.MULTILINE)
+    ports = dict(re.findall(r"(\w+)://[^,]*:(\d+)", listeners.group(1))) if listeners else {}
+    if "PLAINTEXT" not in ports or "CONTROLLER" not in ports:
+        return None
+    return int(ports["PLAINTEXT"]), int(ports["CONTROLLER"])
+
+
 def broker_properties(
     data_dir: Path, port: int, controller_port: int, host: str = "127.0.0.1"
 ) -> dict[str, str]:
@@ -243,7 +257,8 @@ class LocalBroker:
     """One single-node KRaft Kafka broker process with its data in ``data_dir``.
 
     Use as a context manager, or call :meth:`start` / :meth:`stop`. ``port=0``
-    (default) picks a free port. ``detach=True`` keeps the broker running after
+    (default) picks a free port, or the one the broker had on a previous start on the
+    same ``data_dir`` (so does ``controller_port=0``). ``detach=True`` keeps the broker running after
     this Python process exits (the caller records the pid and stops it later).
     """
 
@@ -341,14 +356,28 @@ class LocalBroker:
         java, _ = find_java(KAFKA, self._env)
         self.libs = resolve_libs(self._env)
         self.kafka_version = kafka_version_of(self.libs)
+        # A restart on the same data keeps its ports: a saved bootstrap stays valid.
+        before = previous_ports(self.data_dir / "server.properties")
+        kept = before is not None and 0 in (self.port, self.controller_port)
+        if before is not None:
+            self.port = self.port or before[0]
+            self.controller_port = self.controller_port or before[1]
         if self.port == 0:
             self.port = free_port(self.host)
         if self.controller_port == 0:
             self.controller_port = free_port(self.host)
             while self.controller_port == self.port:
                 self.controller_port = free_port(self.host)
-        check_port_free(KAFKA, self.host, self.port, "broker")
-        check_port_free(KAFKA, self.host, self.controller_port, "controller")
+        try:
+            check_port_free(KAFKA, self.host, self.port, "broker")
+            check_port_free(KAFKA, self.host, self.controller_port, "controller")
+        except LocalBrokerError as e:
+            if not kept:
+                raise
+            raise LocalBrokerError(
+                f"{e} (the port this data directory's broker had before, kept so a saved "
+                f"bootstrap stays valid; free it, or give --port/--controller-port)"
+            ) from e
 
         self.data_dir.mkdir(parents=True, exist_ok=True)
         props_file = self.data_dir / "server.properties"

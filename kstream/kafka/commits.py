@@ -1,4 +1,4 @@
-"""The ``<app>.commits`` topic (DESIGN §7): the exactly-once sinks' commit markers.
+"""The ``<app>.commits`` topic (docs/design.md §7): the exactly-once sinks' commit markers.
 
 A marker ``(task, checkpoint, attempt)`` is written in the same Kafka transaction as
 the output of that task's epochs up to ``checkpoint``; a restarted sink reads its latest

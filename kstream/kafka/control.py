@@ -37,6 +37,7 @@ from kstream.checkpoint.messages import (
     record_key,
     verify,
 )
+from kstream.checkpoint.replay import ReplayGuard
 from kstream.config import Replication
 from kstream.kafka.clients import (
     KafkaError,
@@ -171,6 +172,8 @@ class ControlReader:
         self._key_source = key_source
         self.unverified = 0  # coordinator messages skipped as unverifiable
         self.max_epoch = 0  # newest coordinator epoch among verified messages
+        # Copies of earlier signed messages (kstream.checkpoint.replay) are skipped.
+        self.replays = ReplayGuard()
         self.reach = reachability or Reachability(DEFAULT_MAX_OUTAGE)
         self._reported: set[int] = set()  # error codes logged since the last record
 
@@ -297,10 +300,26 @@ class ControlReader:
         """_Unverified unless ``value`` is signed by a coordinator of this job."""
         assert self._key_source is not None
         key = self._key_source()
-        epoch = verify(value, key) if key is not None else None
-        if epoch is not None:
-            self.max_epoch = max(self.max_epoch, epoch)
-            return
+        stamp = verify(value, key) if key is not None else None
+        if stamp is not None:
+            if self.replays.admit(stamp):
+                self.max_epoch = max(self.max_epoch, stamp.epoch)
+                return
+            n = self.replays.replayed
+            if n <= 10 or n % 1000 == 0:
+                log.warning(
+                    "skipping %s at %s offset %s: a copy of an earlier coordinator message "
+                    "(epoch %d, seq %s; newest read: epoch %d, seq %s) (%d replays so far; "
+                    "restrict writes to the topic with ACLs)",
+                    type(msg).__name__,
+                    self.topic,
+                    offset,
+                    stamp.epoch,
+                    stamp.seq,
+                    *(self.replays.last or (0, None)),
+                    n,
+                )
+            raise _Unverified
         self.unverified += 1
         if self.unverified <= 10 or self.unverified % 1000 == 0:
             log.warning(
@@ -340,7 +359,8 @@ class ControlReader:
 
 
 class _Unverified(Exception):
-    """A coordinator message whose signature does not verify (logged and counted)."""
+    """A coordinator message whose signature does not verify, or a replay of an earlier
+    one (logged and counted)."""
 
 
 def _note_failure(
@@ -395,8 +415,9 @@ class ControlClient:
 
     @property
     def unverified(self) -> int:
-        """Coordinator messages skipped as not signed by a coordinator of the job."""
-        return self._reader.unverified
+        """Coordinator messages skipped as not signed by a coordinator of the job, or
+        as copies of earlier ones (replays)."""
+        return self._reader.unverified + self._reader.replays.replayed
 
     def poll(self, timeout: float) -> list[Message]:
         """Control messages arriving within ``timeout`` seconds (possibly none)."""

@@ -43,8 +43,10 @@ class CoordinatorChannel:
     """The coordinator's end: fenced transactional writes, read_committed reads.
 
     With ``key`` (the store's control key) every write is signed with this
-    coordinator's epoch — one above the newest verified epoch in the history — and
-    only verified coordinator messages are read. This coordinator was replaced when
+    coordinator's epoch — one above the newest verified epoch in the history — and a
+    sequence number in it, and only verified coordinator messages newer than every
+    one read before are read (a copy of an earlier one is a replay, skipped:
+    :mod:`kstream.checkpoint.replay`). This coordinator was replaced when
     its transactional producer is fenced, or when it reads a verified message of an
     epoch at least its own that it did not write; an unverifiable record never
     decides that.
@@ -63,6 +65,7 @@ class CoordinatorChannel:
         self.app_id = app_id
         self.key = key
         self.epoch = 0
+        self.seq = 0  # the number of the last message signed in this epoch
         self._bootstrap = bootstrap
         self._extra = dict(extra or {})
         self._replication = replication
@@ -107,7 +110,7 @@ class CoordinatorChannel:
             key_source=(lambda: key) if key is not None else None,
         )
         history = self._reader.read_to_end(timeout)
-        self.epoch = self._reader.max_epoch + 1
+        self.epoch, self.seq = self._reader.max_epoch + 1, 0
         return history
 
     def poll(self, timeout: float) -> list[Message]:
@@ -122,8 +125,11 @@ class CoordinatorChannel:
                     self._unseen[raw] -= 1  # our own write, read back
                 else:
                     # Not ours: a verified successor (noticed here even while we have
-                    # nothing to write), or an unsigned write when signing is off.
-                    epoch = verify(raw, self.key) if self.key is not None else None
+                    # nothing to write), or an unsigned write when signing is off. A
+                    # copy of an earlier signed message (ours or older) never gets here:
+                    # the reader skips replays (kstream.checkpoint.replay).
+                    stamp = verify(raw, self.key) if self.key is not None else None
+                    epoch = stamp.epoch if stamp is not None else None
                     if self.key is None or (epoch is not None and epoch >= self.epoch):
                         raise CoordinatorFenced(
                             f"another coordinator took over app {self.app_id!r}: it wrote "
@@ -145,9 +151,10 @@ class CoordinatorChannel:
             return
         topic = control_topic(self.app_id)
         values = [
-            encode(msg) if self.key is None else sign(encode(msg), self.key, self.epoch)
-            for msg in messages
+            encode(msg) if self.key is None else sign(encode(msg), self.key, self.epoch, seq)
+            for seq, msg in enumerate(messages, self.seq + 1)
         ]
+        self.seq += len(messages)  # (a transaction written again keeps its numbers)
         backoff = Backoff()
         while True:
             try:

@@ -41,8 +41,9 @@ visible while checkpoints fail — when they are most needed).
 from __future__ import annotations
 
 import logging
+import time
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from functools import partial
 from typing import Any
 
@@ -71,6 +72,8 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
+
+LOG_EVERY_S = 60.0  # while bad records keep coming: one summary line a minute
 
 HEADER_ERROR = "ks.error"
 HEADER_TOPIC = "ks.topic"
@@ -133,6 +136,7 @@ class DeadLetterWriter:
         *,
         producer_config: Mapping[str, Any] | None = None,
         timeout: float = 30.0,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.topic = dlq_topic(app)
         self.mode = mode
@@ -151,7 +155,9 @@ class DeadLetterWriter:
         )
         self.count = 0  # dead letters queued by this writer
         self.by_topic: Counter[str] = Counter()
-        self._logged = 0
+        self._logged = 0  # dead letters counted in the last log line
+        self._clock = clock
+        self._logged_at: float | None = None  # the first is logged at once, then a minute's
         self._failed = 0
         self._first_error: str | None = None
         # refused as too large: (key, value, headers, send again unchanged)
@@ -248,14 +254,7 @@ class DeadLetterWriter:
                 break
             self._resend_too_large()
             left = self._producer.flush(self.timeout)
-        if self.count != self._logged:
-            log.warning(
-                "%d records sent to dead-letter topic %s since start (%s)",
-                self.count,
-                self.topic,
-                ", ".join(f"{t}: {n}" for t, n in sorted(self.by_topic.items())),
-            )
-            self._logged = self.count
+        self._log_summary()
         if left or self._failed:
             failed, first = self._failed, self._first_error
             self._failed, self._first_error = 0, None
@@ -264,11 +263,32 @@ class DeadLetterWriter:
                 f"undelivered after {self.timeout}s (first error: {first})"
             )
 
+    def _log_summary(self, final: bool = False) -> None:
+        """One WARNING for the first dead letters, then at most one a minute while bad
+        records keep coming (not one a second), and a last one at close."""
+        now = self._clock()
+        if self.count == self._logged:
+            return
+        if not final and self._logged_at is not None and now - self._logged_at < LOG_EVERY_S:
+            return
+        since = ""
+        if self._logged_at is not None:
+            since = f", {self.count - self._logged} in the last {now - self._logged_at:.0f} s"
+        log.warning(
+            "%d records sent to dead-letter topic %s since start%s (%s)",
+            self.count,
+            self.topic,
+            since,
+            ", ".join(f"{t}: {n}" for t, n in sorted(self.by_topic.items())),
+        )
+        self._logged, self._logged_at = self.count, now
+
     def close(self) -> None:
         """Flush what is queued and release the producer."""
         if self._producer is not None:
             self.flush()
             self._producer = None
+        self._log_summary(final=True)
 
 
 def _is_truncated(headers: list[Any] | None) -> bool:

@@ -1,4 +1,4 @@
-"""Record format of internal repartition topics (DESIGN §2, §3).
+"""Record format of internal repartition topics (docs/design.md §2, §3).
 
 Every record on ``<app>.<stage>.repartition`` carries two headers naming who wrote
 it: ``ks.task`` (the producing task id) and ``ks.attempt`` (its attempt, decimal).
@@ -153,7 +153,7 @@ class DeliveryFailures:
 
 
 class EventKind(StrEnum):
-    """Kinds of stream event carried on internal topics (DESIGN §3)."""
+    """Kinds of stream event carried on internal topics (docs/design.md §3)."""
 
     BARRIER = "barrier"
     WATERMARK = "watermark"

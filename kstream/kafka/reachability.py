@@ -1,6 +1,6 @@
 """Whether this process reaches the Kafka brokers: one log line per change, a bounded outage.
 
-Broker failures are ordinary events (DESIGN §12): while the brokers cannot be
+Broker failures are ordinary events (docs/design.md §12): while the brokers cannot be
 reached, control sends, acknowledgements and heartbeats are retried with backoff
 (:class:`Backoff`) and the process stays up. :class:`Reachability` remembers since
 when nothing got through, logs exactly one line when that starts and one when it

@@ -1,4 +1,4 @@
-"""Kafka sinks: exactly-once through a write-ahead buffer, and at-least-once (DESIGN §7).
+"""Kafka sinks: exactly-once through a write-ahead buffer, and at-least-once (docs/design.md §7).
 
 Both implement :class:`Sink`, so the worker drives them alike:
 
@@ -263,6 +263,8 @@ class ExactlyOnceSink(Sink):
         self._producer: Any = None
         self._marker_parts: int | None = None
         self.attempt: int | None = None
+        # The latest commit marker read at the last recover: what is already published.
+        self.marker: CommitMarker | None = None
         self.spill_dir = spill_dir
         self.memory_budget = memory_budget
         self.buffer = self._new_buffer(None)
@@ -451,7 +453,7 @@ class ExactlyOnceSink(Sink):
         #    returns only once an older instance's transaction is completed (the
         #    coordinator answers CONCURRENT_TRANSACTIONS until its markers are
         #    written), so a commit that raced our start is visible here.
-        marker = self.read_marker()
+        marker = self.marker = self.read_marker()
         # 3. Epochs at or below the marker were published in the transaction that
         #    wrote it: drop them (publishing again would duplicate).
         self.buffer = buffer

@@ -1,7 +1,7 @@
 """Source consumer of a worker: consumer-group membership and batched reads.
 
 **Assignor: eager ``range``.** Co-partitioned inputs of a join must land on the
-same worker (DESIGN §2). The range assignor assigns each topic separately but
+same worker (docs/design.md §2). The range assignor assigns each topic separately but
 in the same way: members sorted by member id, partitions split into contiguous
 ranges in that order. With every member subscribed to the same topics and the
 topics having identical partition counts, partition *i* of every topic goes to
@@ -9,7 +9,7 @@ the same member (proved on a real broker by
 ``integration/test_source_consumer.py``). ``cooperative-sticky`` gives no
 such guarantee (it balances all partitions together and keeps earlier owners),
 and its benefit — keeping partitions through a rebalance — does not apply here:
-any reassignment rolls the job back to the last checkpoint anyway (DESIGN §6).
+any reassignment rolls the job back to the last checkpoint anyway (docs/design.md §6).
 Mismatched partition counts must be rejected at start-up by the planner
 (:func:`check_copartitioned` helps).
 

@@ -14,11 +14,25 @@ Who updates what (each process serves its own registry, see
   or once per second, never per record;
 * the **coordinator**: checkpoint outcomes, durations, alignment, sizes, job
   restarts and the current attempt.
+
+The coordinator's families are the job's, not the process's: a process exports them
+only while it hosts the running coordinator (:meth:`Metrics.coordinating`), so of N
+workers electing their coordinator exactly one reports the job's checkpoints and
+attempt, and an alert on "no completed checkpoint for N minutes" cannot fire on a
+worker that merely never coordinated. ``kstream_info``'s ``role`` says the same
+(``worker+coordinator`` while the worker hosts it).
 """
 
 from __future__ import annotations
 
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+
 from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge, Histogram, Info
+from prometheus_client.metrics import MetricWrapperBase
+from prometheus_client.metrics_core import Metric
+from prometheus_client.registry import Collector
 
 # Checkpoint durations: 10 ms .. 10 min. Sizes: 1 KiB .. 64 GiB (x4 steps).
 DURATION_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600)
@@ -35,6 +49,9 @@ class Metrics:
         r = registry if registry is not None else CollectorRegistry()
         self.registry = r
         self.info = Info("kstream", "The kstream process: app id, role, version.", registry=r)
+        self._identity: dict[str, str] = {}
+        self._hosting = 0  # coordinators running in this process now
+        self._lock = threading.Lock()
 
         # ---- worker: data ------------------------------------------------------------
         self.records_in = Counter(
@@ -125,73 +142,139 @@ class Metrics:
             "kstream_tasks_running", "Tasks this worker runs now.", registry=r
         )
 
-        # ---- coordinator -------------------------------------------------------------
+        # ---- coordinator (exported only while this process hosts it) ---------------------
         self.checkpoints_completed = Counter(
-            "kstream_checkpoints_completed", "Checkpoints completed.", registry=r
+            "kstream_checkpoints_completed", "Checkpoints completed.", registry=None
         )
         self.checkpoints_failed = Counter(
             "kstream_checkpoints_failed",
             "Checkpoints that failed (count towards tolerable_failures), by reason.",
             ["reason"],
-            registry=r,
+            registry=None,
         )
         self.checkpoints_aborted = Counter(
             "kstream_checkpoints_aborted",
             "Checkpoints aborted without counting as failures (subsumed, failover), by reason.",
             ["reason"],
-            registry=r,
+            registry=None,
         )
         self.checkpoint_duration = Histogram(
             "kstream_checkpoint_duration_seconds",
             "Time from a checkpoint's trigger to its last acknowledgement.",
             buckets=DURATION_BUCKETS,
-            registry=r,
+            registry=None,
         )
         self.checkpoint_alignment = Histogram(
             "kstream_checkpoint_alignment_seconds",
             "Per task: time from the trigger reaching the worker to the aligned snapshot.",
             buckets=DURATION_BUCKETS,
-            registry=r,
+            registry=None,
         )
         self.checkpoint_size = Histogram(
             "kstream_checkpoint_size_bytes",
             "Full state size of a completed checkpoint (all tasks).",
             buckets=SIZE_BUCKETS,
-            registry=r,
+            registry=None,
         )
         self.checkpoint_uploaded = Histogram(
             "kstream_checkpoint_uploaded_bytes",
             "Bytes uploaded for a completed checkpoint (incremental snapshots).",
             buckets=SIZE_BUCKETS,
-            registry=r,
+            registry=None,
         )
         self.last_checkpoint_id = Gauge(
             "kstream_last_completed_checkpoint_id",
             "Id of the newest completed checkpoint.",
-            registry=r,
+            registry=None,
         )
         self.last_checkpoint_time = Gauge(
             "kstream_last_completed_checkpoint_timestamp_seconds",
             "When the newest checkpoint completed (epoch seconds).",
-            registry=r,
+            registry=None,
         )
         self.job_restarts = Counter(
             "kstream_job_restarts",
             "Restores of the whole job decided by the coordinator, by cause "
             "(cause=start: a job's first start).",
             ["cause"],
-            registry=r,
+            registry=None,
         )
         self.job_attempt = Gauge(
             "kstream_job_attempt",
             "The job's current attempt (raised by every restore).",
-            registry=r,
+            registry=None,
+        )
+        r.register(
+            _WhileCoordinating(
+                self,
+                [
+                    self.checkpoints_completed,
+                    self.checkpoints_failed,
+                    self.checkpoints_aborted,
+                    self.checkpoint_duration,
+                    self.checkpoint_alignment,
+                    self.checkpoint_size,
+                    self.checkpoint_uploaded,
+                    self.last_checkpoint_id,
+                    self.last_checkpoint_time,
+                    self.job_restarts,
+                    self.job_attempt,
+                ],
+            )
         )
         self.control_skipped = Counter(
             "kstream_control_messages_skipped",
             "Malformed control records skipped by this process's control reader.",
             registry=r,
         )
+
+    def identify(self, app_id: str, role: str, version: str) -> None:
+        """Set ``kstream_info`` (``role``: worker, coordinator or worker+coordinator)."""
+        with self._lock:
+            self._identity = {"app_id": app_id, "role": role, "version": version}
+            self._show_identity()
+
+    @property
+    def hosting_coordinator(self) -> bool:
+        """Whether a coordinator runs in this process now (its families are exported)."""
+        return self._hosting > 0
+
+    @contextmanager
+    def coordinating(self) -> Iterator[None]:
+        """While inside, this process hosts the job's coordinator: the job's families are
+        exported and a worker's ``role`` reads ``worker+coordinator``."""
+        with self._lock:
+            self._hosting += 1
+            self._show_identity()
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._hosting -= 1
+                self._show_identity()
+
+    def _show_identity(self) -> None:
+        if not self._identity:
+            return
+        role = self._identity["role"]
+        if self._hosting and "coordinator" not in role:
+            role = f"{role}+coordinator"
+        self.info.info({**self._identity, "role": role})
+
+
+class _WhileCoordinating(Collector):
+    """The job's families (checkpoints, restarts, attempt), collected only while the
+    process hosts the coordinator."""
+
+    def __init__(self, metrics: Metrics, families: list[MetricWrapperBase]) -> None:
+        self._metrics = metrics
+        self._families = families
+
+    def collect(self) -> Iterator[Metric]:
+        if not self._metrics.hosting_coordinator:
+            return
+        for family in self._families:
+            yield from family.collect()
 
 
 METRICS = Metrics(REGISTRY)

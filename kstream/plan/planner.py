@@ -1,6 +1,7 @@
 """Topology -> stages -> tasks, with validation (``PlanError``).
 
-Stages are the connected parts of the graph once every ``key_by`` edge is cut;
+Stages are the connected parts of the graph once every ``key_by`` edge is cut, the
+readers of one ``key_by`` kept together (one stage reads each repartition topic);
 they are numbered ``stage0, stage1, ...`` in dependency order. The repartition
 topic of a ``key_by`` is ``<app>.<stage>.repartition`` named after the *writing*
 stage (``<app>.<stage>.repartition<i>`` for its i-th further key_by, i >= 1).
@@ -98,7 +99,11 @@ def _validate_nodes(topology: Topology) -> None:
 
 
 def _stages(topology: Topology) -> dict[int, int]:
-    """Node id -> stage group root (union-find, cutting key_by -> child edges)."""
+    """Node id -> stage group root (union-find, cutting key_by -> child edges).
+
+    Every consumer of one key_by joins one group: its repartition topic is read by
+    one stage, whose tasks own its partitions (two stages reading one topic would
+    split its partitions between them and each would miss the other's records)."""
     parent = {n.id: n.id for n in topology.nodes}
 
     def find(x: int) -> int:
@@ -107,10 +112,13 @@ def _stages(topology: Topology) -> dict[int, int]:
             x = parent[x]
         return x
 
+    first_consumer: dict[int, int] = {}
     for n in topology.nodes:
         for p, _ in n.parents:
             if p.kind != "key_by":
                 parent[find(n.id)] = find(p.id)
+            else:
+                parent[find(n.id)] = find(first_consumer.setdefault(p.id, n.id))
     return {n.id: find(n.id) for n in topology.nodes}
 
 
@@ -147,6 +155,21 @@ def plan_job(
                 deps[h].discard(g)
                 if not deps[h] and h not in order and h not in ready:
                     ready.append(h)
+    if len(order) < len(deps):
+        loop = sorted(
+            {
+                p.name
+                for n in topology.nodes
+                for p, _ in n.parents
+                if p.kind == "key_by" and groups[n.id] not in order
+            }
+        )
+        raise PlanError(
+            f"the repartition topic of key_by {', '.join(map(repr, loop))} would be read by "
+            f"the stage that writes it (the readers of one key_by form one stage, and one "
+            f"of them also reads, with no key_by between, a stream this stage writes): "
+            f"give one of those readers its own key_by (call key_by(...) a second time)"
+        )
     stage_name = {g: f"stage{i}" for i, g in enumerate(order)}
     members: dict[int, list[Node]] = {g: [] for g in order}
     for n in topology.nodes:

@@ -13,6 +13,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
+from contextlib import ExitStack
 from typing import Any, Protocol
 
 from kstream.checkpoint.commands import (
@@ -314,19 +315,21 @@ def run_coordinator(
             job.app_id,
         )
         return EXIT_OK
-    store = store or open_store(job.store_url, job.store_options)
-    # The key only the store's readers hold: this coordinator signs what it writes
-    # and believes only signed coordinator messages (kstream.checkpoint.messages).
-    channel = transport or CoordinatorChannel(
-        job.bootstrap_servers,
-        job.app_id,
-        extra=job.kafka,
-        replication=job.replication,
-        max_outage=job.max_outage,
-        key=ensure_key(store, job.app_id),
-    )
     executor: CommandExecutor | None = None
+    hosting = ExitStack()  # the job's metric families, exported from recovery to exit
+    channel: CoordinatorTransport | None = None
     try:
+        store = store or open_store(job.store_url, job.store_options)
+        # The key only the store's readers hold: this coordinator signs what it writes
+        # and believes only signed coordinator messages (kstream.checkpoint.messages).
+        channel = transport or CoordinatorChannel(
+            job.bootstrap_servers,
+            job.app_id,
+            extra=job.kafka,
+            replication=job.replication,
+            max_outage=job.max_outage,
+            key=ensure_key(store, job.app_id),
+        )
         # 1. Fence the predecessor and read the control topic to its end;
         # 2. read the store's completed checkpoints — why both: ids continue above
         #    every id either of them has seen, and a lost announcement is repeated.
@@ -367,6 +370,7 @@ def run_coordinator(
         )
         skipped = getattr(channel, "skipped", 0)
         executor.recovered()
+        hosting.enter_context(executor.metrics.coordinating())
         failure = executor.execute(coordinator.start(clock()))
         # An outage of our own (seen while reading, or inside a send that waited it
         # out) silenced every worker's heartbeats too: they do not count against them.
@@ -403,7 +407,9 @@ def run_coordinator(
     finally:
         if executor is not None:
             executor.close()
-        channel.close()
+        hosting.close()
+        if channel is not None:
+            channel.close()
 
 
 def _is_manifest_of(app_id: str, handle: str, checkpoint_id: int) -> bool:

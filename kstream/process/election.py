@@ -3,7 +3,8 @@
 :class:`ElectedCoordinator` runs in a worker process beside the worker loop: a
 consumer in the group ``<app>.coordinator`` subscribed to the one-partition topic
 ``<app>.coordinator-election``; while Kafka assigns this member that partition, the
-job's coordinator (:func:`kstream.process.coordinator.run_coordinator`) runs in a thread
+job's coordinator (:func:`kstream.process.startup.coordinate`: the same as every
+mode's) runs in a thread
 here. The decisions are :class:`kstream.checkpoint.election.Election`'s; this
 module only feeds it and carries out its commands.
 
@@ -25,7 +26,8 @@ from kstream.checkpoint.election import Cmd, Election, Outcome, Phase
 from kstream.config import JobConfig
 from kstream.kafka.clients import TopicSpec, ensure_topics, make_admin, make_consumer
 from kstream.names import election_group, election_topic
-from kstream.process.coordinator import run_coordinator
+from kstream.process.coordinator import EXIT_USAGE
+from kstream.process.startup import Coordination, coordinate
 
 log = logging.getLogger(__name__)
 
@@ -36,15 +38,17 @@ class ElectedCoordinator:
     def __init__(
         self,
         job: JobConfig,
-        expected_tasks: frozenset[str],
+        coordination: Coordination,
         *,
         session_timeout: float = 10.0,
         heartbeat_timeout: float = 10.0,
         restart_delay: float = 1.0,
         clock: Callable[[], float] = time.monotonic,
+        on_refused: Callable[[], None] = lambda: None,
     ) -> None:
         self.job = job
-        self.expected_tasks = expected_tasks
+        self.coordination = coordination
+        self.on_refused = on_refused
         self.session_timeout = session_timeout
         self.heartbeat_timeout = heartbeat_timeout
         self.clock = clock
@@ -55,6 +59,9 @@ class ElectedCoordinator:
         self._outcome: Outcome | None = None
         self._thread = threading.Thread(target=self._run, name="election", daemon=True)
         self.job_failed = threading.Event()  # our coordinator failed the job
+        # Our coordinator refused the state to restore (exit 2): the job cannot run as
+        # deployed; on_refused stops this process's worker (as `kstream run` does).
+        self.refused = threading.Event()
 
     @property
     def active(self) -> bool:
@@ -139,14 +146,18 @@ class ElectedCoordinator:
 
     def _coordinate(self) -> None:
         try:
-            code = run_coordinator(
+            code = coordinate(
                 self.job,
-                self.expected_tasks,
+                self.coordination,
                 heartbeat_timeout=self.heartbeat_timeout,
                 should_stop=lambda: self._coord_stop.is_set() or self._stop.is_set(),
                 detailed=True,
             )
             known = {o.value for o in Outcome}
+            if code == EXIT_USAGE:  # as final as a failed job; the reason is logged
+                self.refused.set()
+                self.on_refused()
+                code = Outcome.JOB_FAILED.value
             self._outcome = Outcome(code) if code in known else Outcome.UNAVAILABLE
         except Exception:  # reported, then restarted while still elected
             log.exception("the elected coordinator of %r crashed", self.job.app_id)

@@ -5,9 +5,8 @@ from __future__ import annotations
 import logging
 import threading
 
-from kstream.plan.fingerprint import fingerprint
-from kstream.plan.operators import describe
-from kstream.process.coordinator import EXIT_FAILED, EXIT_OK, run_coordinator
+from kstream.process.coordinator import EXIT_FAILED, EXIT_OK
+from kstream.process.startup import Coordination, coordinate
 from kstream.worker.loop import Worker
 
 log = logging.getLogger(__name__)
@@ -28,15 +27,11 @@ def run_embedded(worker: Worker) -> int:
     codes: list[int] = []
     thread = None
 
-    def coordinate() -> None:
+    def coordinator_thread() -> None:
         code = EXIT_FAILED
         try:
-            code = run_coordinator(
-                cfg,
-                worker.plan.expected_tasks,
-                plan=fingerprint(worker.plan),
-                should_stop=worker.stop_event.is_set,
-                description=describe(worker.plan),
+            code = coordinate(
+                cfg, Coordination.of(worker.plan), should_stop=worker.stop_event.is_set
             )
         except Exception:
             log.exception("kstream: the coordinator thread crashed")
@@ -51,7 +46,7 @@ def run_embedded(worker: Worker) -> int:
                 worker.stop_event.set()
 
     if worker.checkpointed:
-        thread = threading.Thread(target=coordinate, name="coordinator", daemon=True)
+        thread = threading.Thread(target=coordinator_thread, name="coordinator", daemon=True)
         thread.start()
     code = worker.run()
     worker.stop_event.set()

@@ -15,6 +15,7 @@ TASK_COUNTERS: dict[str, str] = {
     "dead_letters": "records sent to the dead-letter topic",
     "operator_errors": "records a user function raised on (on_error=dead_letter)",
     "join_unmatched": "join records without a match",
+    "null_values_skipped": "records with a None value, which aggregations skip (Kafka Streams')",
     "stale_barriers": "barriers of an aborted checkpoint or an older attempt",
 }
 

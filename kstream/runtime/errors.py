@@ -59,7 +59,14 @@ class OperatorErrors:
         self.count = 0
 
     def dead_letter(
-        self, operator: str, key: Any, value: Any, ts: int, e: BaseException, *, in_batch: bool = True
+        self,
+        operator: str,
+        key: Any,
+        value: Any,
+        ts: int,
+        e: BaseException,
+        *,
+        in_batch: bool = True,
     ) -> None:
         self.count += 1
         reason = f"operator {operator!r} raised {describe_error(e)}"

@@ -1,4 +1,4 @@
-"""Stream events carried between tasks besides data records (DESIGN §3).
+"""Stream events carried between tasks besides data records (docs/design.md §3).
 
 Each event says whether it *requires pipelined execution*: a bounded run that
 meets such an event fails at once (``PipelinedEventError``). Their wire form on

@@ -1,7 +1,7 @@
 """A task's input gate: its channels, what they hold back, and where they resume.
 
 One channel per source/table partition, one per upstream task inside an internal
-partition (:mod:`kstream.runtime.channels`). Barrier alignment (DESIGN §4, §5.4) is
+partition (:mod:`kstream.runtime.channels`). Barrier alignment (docs/design.md §4, §5.4) is
 kept here: a channel that delivered barrier *n* is blocked and buffers what arrives
 after it until every live channel delivered *n*; a newer barrier before that aborts
 *n*. ``holding``: the task's snapshot is being taken (the task defers all work).

@@ -118,7 +118,7 @@ def _operator(
             return SlidingWindowOperator(sid, sid, backend, spec, agg, allowed, metrics, *trigger)
         raise TypeError(f"unknown window spec {spec!r}")
     if n.kind == "rolling":
-        return RollingOperator(sid, sid, backend, p["aggregation"], p["emit"])
+        return RollingOperator(sid, sid, backend, p["aggregation"], p["emit"], metrics)
     if n.kind == "process":
         return ProcessOperator(sid, sid, backend, p["fn"], p["state"])
     if n.kind == "join_table":

@@ -121,7 +121,7 @@ class IntervalJoinOperator(Operator):
         mine, other, exp = self.buffers[port], self.buffers[1 - port], self.expiry[port]
         mine_un, other_un = self.unmatched[port], self.unmatched[1 - port]
         lo, hi = self.reach[port]
-        joiner, oldest = self.joiner, self.wm - self.allowed
+        joiner, oldest = self.joiner, max(self.wm, self.late_floor) - self.allowed
         ok: list[Any] = []
         ov: list[Any] = []
         ot: list[int] = []

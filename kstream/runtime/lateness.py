@@ -1,4 +1,4 @@
-"""The log summary of late records per operator.
+"""Late records: what a run of records is judged against, and the per-operator summary.
 
 A record is *late* at a window or windowed join when every window (or join interval)
 it could still change is past the watermark plus the allowed lateness (see
@@ -7,15 +7,42 @@ output. Each such operator counts them (``Operator.late_dropped`` and
 ``late_side_output``); ``Task.late_counts()`` lists them by operator name — what the
 Prometheus metrics export (``kstream.metrics``) and what a worker logs with
 ``late_summary`` when it stops. ``Task.metrics`` holds the task-wide totals.
+
+Behind a repartition a run of one upstream task's records is judged against that
+task's watermark where it wrote them, when it is ahead of the operators' own
+(:func:`push_judged_at`): their own is the minimum over all upstream tasks, which
+depends on how the catch-up interleaves their writes; the writer's does not.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
+
+from kstream.runtime.events import MIN_TS
 
 if TYPE_CHECKING:
     from kstream.runtime.operators import Operator
+
+
+def push_judged_at(
+    entry: Operator,
+    stateful: Iterable[Operator],
+    watermark: int,
+    keys: list[Any],
+    values: list[Any],
+    stamps: list[int],
+) -> None:
+    """``entry.emit`` the run with the ``stateful`` operators judging lateness against
+    at least ``watermark`` (``Operator.late_floor``); they fire on their own."""
+    ops = list(stateful)
+    for op in ops:
+        op.late_floor = watermark
+    try:
+        entry.emit(keys, values, stamps)
+    finally:
+        for op in ops:
+            op.late_floor = MIN_TS
 
 
 def late_counts(ops: Iterable[Operator]) -> dict[str, tuple[int, int]]:

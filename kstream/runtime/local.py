@@ -3,9 +3,9 @@
 Stage by stage, every task runs in bounded mode on a ``MemoryBackend``: user
 topics are fed in batches then ended, repartition output is appended to in-memory
 internal partitions (with the producing task id and offsets, as the worker would)
-and read by the next stage. Used by fast tests, to compute expected outputs and by
-``kstream.testing`` (users' unit tests); it exercises the same ``Task`` code as the
-Kafka worker.
+and read by the next stage. The processing-time clock is 0 throughout. Used by fast
+tests, to compute expected outputs and by ``kstream.testing`` (users' unit tests); it
+exercises the same ``Task`` code as the Kafka worker.
 """
 
 from __future__ import annotations
@@ -55,6 +55,7 @@ def run_bounded(
         for spec in (t for t in plan.tasks if t.stage == stage.name):
             backend = MemoryBackend()
             task = Task(plan, spec, backend, bounded=True)
+            task.tick(0.0, wall_ms=0)  # the processing-time clock: 0 throughout
             # Tables first so lookups see them, then streams, then internal topics.
             order = sorted(
                 spec.inputs,

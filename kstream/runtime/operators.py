@@ -12,6 +12,7 @@ from itertools import compress
 from typing import Any
 
 from kstream.runtime.errors import OperatorErrors
+from kstream.runtime.events import MIN_TS
 from kstream.runtime.firing import Budget
 from kstream.runtime.records import Output, OutputBatch
 from kstream.serde import Serde, SerdeError
@@ -29,10 +30,25 @@ def partition_for_key(key: bytes | None, partitions: int) -> int:
     return 0 if key is None else zlib.crc32(key) % partitions
 
 
+def without_none_values(
+    keys: Keys, values: Values, stamps: Stamps, metrics: dict[str, int]
+) -> tuple[Keys, Values, Stamps]:
+    """The batch without its records whose value is ``None``, which an aggregation (rolling
+    or windowed) skips as Kafka Streams does; counted in ``null_values_skipped``."""
+    keep = [v is not None for v in values]
+    metrics["null_values_skipped"] += len(keep) - sum(keep)
+    return list(compress(keys, keep)), list(compress(values, keep)), list(compress(stamps, keep))
+
+
 class Operator:
     """A node of a task's operator chain."""
 
     stateful = False
+    # While the task pushes a run of internal records whose writer's watermark is above
+    # the task's: that watermark. Windows and joins judge lateness against the larger of
+    # it and their own (they fire on their own), so a record its upstream task had made
+    # late is late here whatever the other upstream tasks' progress.
+    late_floor = MIN_TS
 
     def __init__(self, name: str) -> None:
         self.name = name
@@ -72,7 +88,9 @@ class Operator:
             ok_t.append(t)
         return ok_k, ok_v, ok_t, results
 
-    def failed(self, key: Any, value: Any, ts: int, error: Exception, *, in_batch: bool = True) -> None:
+    def failed(
+        self, key: Any, value: Any, ts: int, error: Exception, *, in_batch: bool = True
+    ) -> None:
         """A user function raised on one record (called in the ``except`` block): with
         ``on_error="dead_letter"`` the record is dead-lettered and the caller goes on
         without it; otherwise the error propagates. ``in_batch``: the record came in the

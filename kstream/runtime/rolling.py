@@ -1,7 +1,7 @@
 """``RollingOperator``: an aggregation per key without windows (an update stream).
 
 State: ``n<node>.acc`` ``(key,) -> accumulator``. Each record folds into its key's
-accumulator; an accumulator that becomes ``None`` deletes the key, and the update
+accumulator (a record whose value is ``None`` is skipped, as in Kafka Streams); an accumulator that becomes ``None`` deletes the key, and the update
 is a tombstone (value ``None``). Emission:
 
 * ``"change"``: every record emits ``(key, new accumulator)`` with its timestamp;
@@ -16,7 +16,7 @@ from __future__ import annotations
 from typing import Any
 
 from kstream.api.windows import Aggregation
-from kstream.runtime.operators import Keys, Operator, Stamps, Values
+from kstream.runtime.operators import Keys, Operator, Stamps, Values, without_none_values
 from kstream.state.base import KeyedStateBackend, TableSpec
 
 _MISSING: Any = object()
@@ -32,14 +32,18 @@ class RollingOperator(Operator):
         backend: KeyedStateBackend,
         aggregation: Aggregation,
         emit: str,
+        metrics: dict[str, int],
     ) -> None:
         super().__init__(name)
+        self.metrics = metrics
         self.acc = backend.table(TableSpec(f"{state_id}.acc"))
         self.agg = aggregation
         self.per_change = emit == "change"
         self.changed: dict[Any, tuple[Any, int]] = {}
 
     def push(self, keys: Keys, values: Values, stamps: Stamps, port: int) -> None:
+        if None in values:
+            keys, values, stamps = without_none_values(keys, values, stamps, self.metrics)
         get, put, delete = self.acc.get, self.acc.put, self.acc.delete
         add, init = self.agg.add, self.agg.init
 

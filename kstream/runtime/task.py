@@ -2,7 +2,7 @@
 events with the processing time ``now`` (seconds, monotonic) and drains its
 ordered outputs after every call (see ``kstream.runtime.records``).
 
-Checkpoint barrier handling, in order (DESIGN §4, §5.4):
+Checkpoint barrier handling, in order (docs/design.md §4, §5.4):
 
 1. An input that delivers barrier *n* is held back: ``paused_inputs()`` lists the
    partitions to pause; anything still fed for it is buffered, per upstream task
@@ -32,9 +32,11 @@ time back; the task watermark never goes back. Watermarks are per record: a sour
 partition's advances record by record within a batch (a running maximum), an
 internal input's at each ``Watermark`` event among its records, and each record's
 lateness is decided against the task watermark just before it (see
-:mod:`kstream.runtime.recordwatermarks`). Downstream gets a ``Watermark`` event after every call that wrote
-internal records (and before a record that was behind the watermark), every
-``watermark_interval_s`` otherwise, and on every forwarded barrier.
+:mod:`kstream.runtime.recordwatermarks`) — or, for a run of one upstream task's
+records, against that task's watermark there when it is ahead (see
+:mod:`kstream.runtime.lateness`). Downstream gets a ``Watermark`` event after every
+call that wrote internal records, before any records processed after the watermark
+moved, every ``watermark_interval_s`` otherwise, and on every forwarded barrier.
 
 Firing in slices (:mod:`kstream.runtime.firing`): with a ``firing_budget`` windows
 fire a slice per call, :meth:`Task.tick` goes on; no record is processed meanwhile
@@ -70,7 +72,7 @@ from kstream.runtime.events import (
 from kstream.runtime.firing import Budget, TaskFiring
 from kstream.runtime.gate import InputGate, QueuedBarrier, second_copy, unseen
 from kstream.runtime.graph import build_graph
-from kstream.runtime.lateness import late_counts
+from kstream.runtime.lateness import late_counts, push_judged_at
 from kstream.runtime.operators import Operator
 from kstream.runtime.records import (
     AlignmentAborted,
@@ -313,6 +315,7 @@ class Task:
         if stamps and c.kind is InputKind.SOURCE:
             self._emit_timed(c, entry, keys, values, stamps)
         else:
+            self._before_writing()
             entry.emit(keys, values, stamps)
 
     def _emit_timed(
@@ -329,6 +332,7 @@ class Task:
             lambda: gate.others_watermark(c, now),
             self.watermark,
         )
+        self._before_writing()
         lo = 0
         for i, before in cuts:
             entry.emit(keys[lo:i], values[lo:i], stamps[lo:i])
@@ -343,6 +347,7 @@ class Task:
         gate = self._gate
         channels = gate.channels
         run: list[InternalRecord] = []
+        run_c: Channel | None = None  # whose records the run holds (one writer's)
         attempt = self.attempt
         for i, it in enumerate(items):
             c = channels.get((topic, partition, it.upstream)) or gate.channel(
@@ -374,19 +379,32 @@ class Task:
                 self.metrics["duplicates_dropped"] += 1
                 continue
             if type(it) is InternalRecord:
+                if c is not run_c:
+                    self._internal_run(topic, partition, run, run_c)
+                    run, run_c = [], c
                 run.append(it)
                 continue
-            self._internal_run(topic, partition, run)
+            self._internal_run(topic, partition, run, run_c)
             run = []
             assert isinstance(it, InternalEvent)
             self._on_event(c, it.event, it.offset)
-        self._internal_run(topic, partition, run)
+        self._internal_run(topic, partition, run, run_c)
 
-    def _internal_run(self, topic: str, partition: int, run: list[InternalRecord]) -> None:
+    def _internal_run(
+        self, topic: str, partition: int, run: list[InternalRecord], c: Channel | None
+    ) -> None:
+        """One writer's records: judged late against its watermark when it is ahead of
+        the task's (the other writers' lag must not make a record the writer had made
+        late count again: a catch-up would count what a live run drops)."""
         if not run:
             return
         keys, values, stamps = self._decode(topic, partition, run, _INTERNAL_FIELDS)
-        self._graph.readers[topic].entry.emit(keys, values, stamps)
+        self._before_writing()
+        entry = self._graph.readers[topic].entry
+        if c is None or c.watermark <= self.watermark:
+            entry.emit(keys, values, stamps)
+        else:
+            push_judged_at(entry, self._graph.stateful, c.watermark, keys, values, stamps)
 
     def _decode(
         self, topic: str, partition: int, rows: Sequence[Sequence[Any]], fields: tuple[int, ...]
@@ -559,6 +577,13 @@ class Task:
             if c.buffer and c.blocked_on is None:
                 self._replay(c)  # (waits again if it starts a firing or a snapshot point)
         self._update_watermark()
+
+    def _before_writing(self) -> None:
+        """Records are about to be processed: downstream gets the watermark they are
+        judged against before any record they lead to (a record behind it is late there
+        too, however the writes are batched)."""
+        if self.watermark > self._emitted_wm:
+            self._emit_watermark()
 
     def _emit_watermark(self) -> None:
         if self.watermark > self._emitted_wm:

@@ -18,7 +18,7 @@ from typing import Any
 from kstream.api.windows import Aggregation, Hopping, Session, Sliding, Tumbling, WindowResult
 from kstream.runtime.events import MAX_TIMESTAMP, MAX_TS, MIN_TS
 from kstream.runtime.firing import FIRE_BATCH, Budget, Cursor, Firing, Step, fire_scan
-from kstream.runtime.operators import Keys, Operator, Stamps, Values
+from kstream.runtime.operators import Keys, Operator, Stamps, Values, without_none_values
 from kstream.state.base import KeyedStateBackend, StateKey, StateTable, TableSpec
 
 __all__ = [
@@ -193,22 +193,26 @@ class FixedWindowOperator(WindowOperator):
         self.acc = self.table("acc")
 
     def push(self, keys: Keys, values: Values, stamps: Stamps, port: int) -> None:
+        if None in values:
+            keys, values, stamps = without_none_values(keys, values, stamps, self.metrics)
         if self.advance_ms == self.size and not self.updates:
             self._push_tumbling(keys, values, stamps)
             return
-        size, adv, off, live_after = self.size, self.advance_ms, self.offset, self.wm - self.allowed
+        size, adv, off = self.size, self.advance_ms, self.offset
+        live_after = max(self.wm, self.late_floor) - self.allowed
         acc_get, add, first = self.acc.get, self.agg.add, self._first
         local: dict[tuple[int, int, Any], Any] = {}
         late: list[int] = []
         wm = self.wm
         updates: list[WindowResult] | None = [] if self.updates else None
         for i, (k, v, t) in enumerate(zip(keys, values, stamps, strict=True)):
-            s = t - (t - off) % adv
+            latest = t - (t - off) % adv
+            s = latest - (latest - (t - size) - 1) // adv * adv  # earliest first
             # Every window of the record first, then the updates: a function that raises
             # on one of them (on_error="dead_letter") leaves all of them unchanged.
             changed: list[tuple[tuple[int, int, Any], Any]] = []
             try:
-                while s > t - size:
+                while s <= latest:
                     e = s + size
                     if e > live_after:
                         wk = (e, s, k)
@@ -216,7 +220,7 @@ class FixedWindowOperator(WindowOperator):
                         if a is _MISSING:
                             a = acc_get(wk, _MISSING)
                         changed.append((wk, first(v) if a is _MISSING else add(a, v)))
-                    s -= adv
+                    s += adv
             except Exception as exc:
                 self.failed(k, v, t, exc)
                 continue
@@ -243,7 +247,7 @@ class FixedWindowOperator(WindowOperator):
         there is nothing to undo when the function raises; the same results in the same
         order as the general loop."""
         size, off, wm = self.size, self.offset, self.wm
-        live_after = wm - self.allowed
+        live_after = max(wm, self.late_floor) - self.allowed
         acc_get, add, init = self.acc.get, self.agg.add, self.agg.init
         local: dict[tuple[int, int, Any], Any] = {}
         local_get = local.get
@@ -349,7 +353,10 @@ class SessionWindowOperator(WindowOperator):
         self.merge = merge
 
     def push(self, keys: Keys, values: Values, stamps: Stamps, port: int) -> None:
+        if None in values:
+            keys, values, stamps = without_none_values(keys, values, stamps, self.metrics)
         gap, wm, allowed = self.gap, self.wm, self.allowed
+        closed = max(wm, self.late_floor)
         sessions, timers = self.sessions, self.timers
         late: list[int] = []
         updates: list[WindowResult] | None = [] if self.updates else None
@@ -360,7 +367,7 @@ class SessionWindowOperator(WindowOperator):
             ]
             for s, ext in touching:
                 start, end = min(start, s), max(end, ext[0])
-            if end + allowed < wm:  # the merged session expired already
+            if end + allowed < closed:  # the merged session expired already
                 late.append(i)
                 continue
             try:  # the functions first: one that raises leaves every session unchanged
@@ -452,8 +459,10 @@ class SlidingWindowOperator(WindowOperator):
         self.gc = self.table("gc")
 
     def push(self, keys: Keys, values: Values, stamps: Stamps, port: int) -> None:
+        if None in values:
+            keys, values, stamps = without_none_values(keys, values, stamps, self.metrics)
         span, wm = self.span, self.wm
-        live = wm - self.allowed  # windows ending after this may still change
+        live = max(wm, self.late_floor) - self.allowed  # windows ending after it may change
         buf, timers = self.buffer, self.timers
         late: list[int] = []
         updates: list[WindowResult] | None = [] if self.updates else None
@@ -472,7 +481,7 @@ class SlidingWindowOperator(WindowOperator):
             # timestamps t1 (end t1 + 1 + span) and left windows of t2 >= t (end t2 + 1).
             # A later t2 also makes the new timestamp's own right window non-empty.
             changed: list[int] = []
-            later = False
+            later = edge = False
             for (_, t2), _vals in buf.scan_range((k, t - span), (k, t + span + 1)):
                 if t2 < t:
                     e = t2 + 1 + span
@@ -482,19 +491,20 @@ class SlidingWindowOperator(WindowOperator):
                     e = t + 1
                     if new and e > live:
                         timers.put((e, k), 0)
+                elif t2 == t + span:
+                    edge = True  # t's right window is t2's left one, t not in it
+                    continue
                 else:
                     later = True
-                    if t2 == t + span:
-                        continue  # only in t's right window
                     e = t2 + 1
                 if e > live:
                     changed.append(e)
-            if new and later:
+            if new and later and not edge:  # t's right window is new (not t2's left)
                 e = t + 1 + span
                 timers.put((e, k), 0)
                 changed.append(e)
             refire: list[int] = []
-            for e in sorted(changed):
+            for e in sorted(set(changed)):  # a right window may be a left one too
                 if updates is not None:
                     updates += self._results([(e, k)])
                 elif e <= wm:

@@ -1,4 +1,4 @@
-"""The exactly-once sink's write-ahead buffer (DESIGN §7): the open epoch and the sealed
+"""The exactly-once sink's write-ahead buffer (docs/design.md §7): the open epoch and the sealed
 epochs kept until their checkpoint is committed.
 
 In memory up to a budget; past it the epochs' records are spilled to local disk

@@ -1,4 +1,4 @@
-"""Sink epochs (DESIGN §7): the output of one checkpoint interval, as general records
+"""Sink epochs (docs/design.md §7): the output of one checkpoint interval, as general records
 or as one topic's column batches, and their explicit states open → sealed → committed.
 
 Pure: no I/O. The buffer of a sink task is :mod:`kstream.sinkbuffer.buffer`, its

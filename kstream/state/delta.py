@@ -1,4 +1,4 @@
-"""Delta snapshots: one checkpoint interval's state changes as a file (DESIGN §6.2).
+"""Delta snapshots: one checkpoint interval's state changes as a file (docs/design.md §5.5, §8).
 
 A task's snapshot is either *full* (a RocksDB checkpoint, the *base*) or a *delta*
 snapshot: the base's files plus, in order, one delta file per checkpoint taken since

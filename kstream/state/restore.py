@@ -1,4 +1,4 @@
-"""Restore a task's RocksDB state from a snapshot manifest (DESIGN §6.3, §8).
+"""Restore a task's RocksDB state from a snapshot manifest (docs/design.md §6.3, §8).
 
 Every file is checked against the manifest's SHA-256. A file the task still has
 locally (in ``<local_dir>/snapshots/*/``, hard links of earlier snapshots) with a
@@ -58,6 +58,17 @@ class CorruptSnapshotError(RuntimeError):
         self.manifest_path = manifest_path
         self.file = file
         self.object = object  # the full store name of the corrupt or missing object
+
+
+class PublishedPastRestore(CorruptSnapshotError):
+    """A sink of the task already published the output of a checkpoint newer than the
+    one to restore (its commit marker says ``published``): restoring this checkpoint
+    would process that output's input again and publish it twice, so for an
+    exactly-once sink the checkpoint cannot be restored. ``object`` names the marker."""
+
+    def __init__(self, message: str, *, manifest_path: str, object: str, published: int) -> None:
+        super().__init__(message, manifest_path=manifest_path, object=object)
+        self.published = published
 
 
 @dataclass(frozen=True)

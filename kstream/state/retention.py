@@ -1,4 +1,4 @@
-"""Retention and garbage collection of one app's checkpoints in the store (DESIGN §8).
+"""Retention and garbage collection of one app's checkpoints in the store (docs/design.md §8).
 
 ``apply_retention`` keeps the newest ``retained`` completed checkpoints and
 deletes, in this order (so a crash part-way leaves only garbage a later run

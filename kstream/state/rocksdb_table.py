@@ -16,7 +16,7 @@ from the table (``_pending``), and scans and later writes wait for it. A delta
 snapshot (``kstream.state.delta``) encodes the changes into a delta file instead and
 the cache keeps them (``_unflushed``, counted in the cache's bound). Writes skip the
 WAL: durability comes from snapshots, never from the live DB (a crashed task restores
-from a snapshot, DESIGN §6.3).
+from a snapshot, docs/design.md §6.3).
 
 TTL: entries of a table with ``TableSpec.ttl`` whose last write is older than the
 TTL (by the injected clock) are invisible to ``get``/``scan``; ``get`` deletes them

@@ -128,7 +128,7 @@ class SnapshotManifest:
 
 @dataclass(frozen=True)
 class StateHandle:
-    """The result of an uploaded snapshot: what a task acknowledges (DESIGN §5.5)."""
+    """The result of an uploaded snapshot: what a task acknowledges (docs/design.md §5.5)."""
 
     manifest_path: str
     checkpoint_id: int

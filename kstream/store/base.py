@@ -7,7 +7,7 @@ an S3 adapter is a new class, not a rewrite:
 * writes are atomic: a reader sees the whole object or nothing (temp + rename
   on a file system, single PUT on an object store);
 * ``exclusive=True`` refuses to overwrite (checkpoint metadata is created
-  exclusively, never overwritten — DESIGN §5.9);
+  exclusively, never overwritten — docs/design.md §5.9);
 * no rename of directories, no appends.
 
 Every path of one app's layout (``<app>/`` prefix) is built in

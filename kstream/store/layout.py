@@ -157,9 +157,14 @@ def savepoint_of(path: str) -> str | None:
     return head if tail == "_metadata.json" else None
 
 
+def imports_prefix(app_id: str) -> str:
+    """Folder of ``app_id``'s import markers."""
+    return f"{app_id}/imports"
+
+
 def import_marker_path(app_id: str, digest: str) -> str:
     """The marker of ``app_id`` having started from the state with hash ``digest``."""
-    return f"{app_id}/imports/{digest}.json"
+    return f"{imports_prefix(app_id)}/{digest}.json"
 
 
 def plan_path(app_id: str, digest: str) -> str:

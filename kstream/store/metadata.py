@@ -1,7 +1,7 @@
 """Completed-checkpoint metadata: ``<app>/checkpoints/chk-<n>.json`` in the checkpoint store.
 
 A metadata file exists only for a completed checkpoint. It is written by the
-coordinator exclusively (never overwritten, DESIGN §5.9) BEFORE
+coordinator exclusively (never overwritten, docs/design.md §5.9) BEFORE
 ``CheckpointCompleted(n)`` is announced, so a reader that sees the announcement
 always finds the file. It lists, per task, the snapshot handle (manifest path),
 input offsets, sizes and the task's alignment/sync/async times.
@@ -196,7 +196,7 @@ def unbacked_completion(
 ) -> str | None:
     """Why the store does not back a ``CheckpointCompleted(checkpoint_id, attempt)`` seen
     by a process running ``plan`` (a fingerprint; '': any) — None when it does: the
-    checkpoint's metadata is there, of that attempt and plan (DESIGN §12: the control
+    checkpoint's metadata is there, of that attempt and plan (docs/design.md §12: the control
     topic carries no authority, the store does)."""
     try:
         meta = read_metadata(store, app_id, checkpoint_id)
@@ -249,7 +249,7 @@ def purgeable_offsets(retained: list[CheckpointMetadata]) -> dict[tuple[str, int
 
     An internal partition's position is recorded per upstream task (a dict); a restore
     seeks to the smallest of them. Records below the smallest such seek over every
-    retained checkpoint are never needed again (DESIGN §2). A partition missing from
+    retained checkpoint are never needed again (docs/design.md §2). A partition missing from
     any retained checkpoint is left alone.
     """
     if not retained:

@@ -14,7 +14,7 @@ Option keys are the library's configuration keys (``endpoint``, ``region``,
 ``access_key_id``, ``virtual_hosted_style_request``, …) plus those of
 :data:`OWN_OPTIONS`, :data:`CLIENT_OPTIONS` and :data:`RETRY_OPTIONS`.
 
-What the checkpoint path relies on (DESIGN §12):
+What the checkpoint path relies on (docs/design.md §12):
 
 * every object is immutable and content-addressed or named once; writes are
   single atomic PUTs (multipart above ``part_size``, completed atomically);
@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import tempfile
 from collections.abc import Mapping
 from datetime import timedelta
@@ -104,6 +105,35 @@ def _int(key: str, value: str) -> int:
     return n
 
 
+# What the usual S3-compatible error codes mean for the user, and what to check.
+_HINTS = {
+    "SignatureDoesNotMatch": "the store refused the secret access key (check "
+    "AWS_SECRET_ACCESS_KEY or --store-option secret_access_key=)",
+    "InvalidAccessKeyId": "the store does not know the access key id (check "
+    "AWS_ACCESS_KEY_ID or --store-option access_key_id=)",
+    "AccessDenied": "the credentials may not access this bucket or prefix (check their policy)",
+    "NoSuchBucket": "the bucket does not exist (create it, or fix the store URL)",
+}
+
+
+def failure_reason(e: Exception) -> str:
+    """One line saying why an object-store call failed: the service's error code and what
+    it means (:data:`_HINTS`), or that the endpoint could not be reached, else the
+    library's first line."""
+    text = str(e).strip()
+    code = re.search(r"<Code>([^<]+)</Code>", text)
+    status = re.search(r"status code: (\d{3} [A-Za-z ]+?):", text)
+    if code is not None:
+        what = f"{code.group(1)} ({status.group(1)})" if status else code.group(1)
+        hint = _HINTS.get(code.group(1))
+        return f"{what}: {hint}" if hint else what
+    if "error sending request" in text:
+        endpoint = re.search(r"(https?://[^/\s]+)", text)
+        where = endpoint.group(1) if endpoint else "the store's endpoint"
+        return f"cannot reach {where} (check the endpoint, AWS_ENDPOINT_URL or --store-option endpoint=)"
+    return text.splitlines()[0] if text else type(e).__name__
+
+
 class ObjectStore(CheckpointStore):
     """A checkpoint store in an S3 bucket (or GCS / Azure container) under a prefix."""
 
@@ -157,8 +187,7 @@ class ObjectStore(CheckpointStore):
             err = StoreError(f"{self.url}/{path} does not exist")
             err.__cause__ = e
             return err
-        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        return StoreError(f"{op} {self.url}/{path} failed: {first}")
+        return StoreError(f"{op} {self.url}/{path} failed: {failure_reason(e)}")
 
     # ------------------------------------------------------------------ writes
 

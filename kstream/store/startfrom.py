@@ -25,8 +25,8 @@ from typing import Any
 
 from kstream.config import StartFrom
 from kstream.plan.compat import IncompatibleStateError, check_restorable
-from kstream.store.base import CheckpointStore, ObjectExists
-from kstream.store.layout import import_marker_path
+from kstream.store.base import CheckpointStore, ObjectExists, StoreError
+from kstream.store.layout import import_marker_path, imports_prefix
 from kstream.store.metadata import (
     CheckpointMetadata,
     MetadataError,
@@ -37,20 +37,61 @@ from kstream.store.savepoints import read_savepoint
 
 log = logging.getLogger(__name__)
 
-__all__ = ["check_state", "import_start", "resolve_start", "validate_start"]
+__all__ = ["check_state", "import_start", "pending_import", "resolve_start", "start_label"]
+
+
+def start_label(app_id: str, start: StartFrom) -> str:
+    """How messages name the state ``start`` names: ``savepoint PATH`` or ``checkpoint N of APP``."""
+    if start.savepoint is not None:
+        return f"savepoint {start.savepoint.rstrip('/')}"
+    assert start.checkpoint is not None
+    app, _, n = start.checkpoint.rpartition(":")
+    return f"checkpoint {n} of {app or app_id}"
 
 
 def resolve_start(
     store: CheckpointStore, app_id: str, start: StartFrom
 ) -> tuple[str, CheckpointMetadata]:
     """``(label, metadata)`` of the state ``start`` names; MetadataError if it is not there."""
+    label = start_label(app_id, start)
     if start.savepoint is not None:
-        path = start.savepoint.rstrip("/")
-        return f"savepoint {path}", read_savepoint(store, path)
+        return label, read_savepoint(store, start.savepoint.rstrip("/"))
     assert start.checkpoint is not None
     app, _, n = start.checkpoint.rpartition(":")
-    app = app or app_id
-    return f"checkpoint {n} of {app}", read_metadata(store, app, int(n))
+    return label, read_metadata(store, app or app_id, int(n))
+
+
+def pending_import(
+    store: CheckpointStore, app_id: str, start: StartFrom
+) -> tuple[str, CheckpointMetadata] | None:
+    """``(label, metadata)`` of the state ``start`` names while it is still to be imported;
+    None without a flag or once this app imported it (also when it was deleted since).
+    MetadataError if it is not there and never was imported."""
+    if not start.given:
+        return None
+    try:
+        label, source = resolve_start(store, app_id, start)
+    except MetadataError:
+        if _imported_from(store, app_id, start_label(app_id, start)):
+            return None
+        raise
+    return None if store.exists(_marker(app_id, label, source)) else (label, source)
+
+
+def _marker(app_id: str, label: str, source: CheckpointMetadata) -> str:
+    key = json.dumps([label, source.checkpoint_id, source.complete_time]).encode()
+    return import_marker_path(app_id, hashlib.sha256(key).hexdigest()[:24])
+
+
+def _imported_from(store: CheckpointStore, app_id: str, label: str) -> bool:
+    """Whether an import marker of ``app_id`` says it started from ``label``."""
+    for path in store.list(imports_prefix(app_id)):
+        try:
+            if json.loads(store.get_bytes(path)).get("from") == label:
+                return True
+        except (StoreError, ValueError, AttributeError):
+            continue
+    return False
 
 
 def check_state(
@@ -85,14 +126,15 @@ def import_start(
 
     Raises MetadataError (no such state) or IncompatibleStateError (module doc).
     """
-    if not start.given:
+    pending = pending_import(store, app_id, start)
+    if pending is None:
+        if start.given:
+            log.info(
+                "this job already started from %s: continuing from its own checkpoints",
+                start_label(app_id, start),
+            )
         return None
-    label, source = resolve_start(store, app_id, start)
-    key = json.dumps([label, source.checkpoint_id, source.complete_time]).encode()
-    marker = import_marker_path(app_id, hashlib.sha256(key).hexdigest()[:24])
-    if store.exists(marker):
-        log.info("this job already started from %s: continuing from its own checkpoints", label)
-        return None
+    label, source = pending
     check_state(source, label, description, start.allow_non_restored_state)
     # 1. The imported checkpoint (accepted under this plan: it carries this plan's
     #    description); 2. the marker — a crash between them imports again, harmlessly.
@@ -106,22 +148,10 @@ def import_start(
     )
     write_metadata(store, app_id, meta)
     with contextlib.suppress(ObjectExists):
-        store.put_bytes(marker, json.dumps({"from": label, "as": next_id}).encode(), exclusive=True)
+        store.put_bytes(
+            _marker(app_id, label, source),
+            json.dumps({"from": label, "as": next_id}).encode(),
+            exclusive=True,
+        )
     log.info("starting from %s, imported as checkpoint %d", label, next_id)
     return meta
-
-
-def validate_start(
-    store: CheckpointStore, app_id: str, start: StartFrom, description: Mapping[str, Any]
-) -> None:
-    """A worker's early check of ``start`` (the coordinator imports it): raises
-    IncompatibleStateError if the state does not fit this plan; a state that cannot be
-    read is left to the coordinator (it may have been imported and deleted since)."""
-    if not start.given:
-        return
-    try:
-        label, source = resolve_start(store, app_id, start)
-    except MetadataError as e:
-        log.warning("cannot check the state to start from here: %s", e)
-        return
-    check_state(source, label, description, start.allow_non_restored_state)

@@ -1,6 +1,6 @@
 """Bounded mode (a batch job, one worker): read every source partition up to the end
 offsets seen at start, end the inputs, store the final state once (no barrier),
-publish the output with its commit marker and exit (DESIGN §9)."""
+publish the output with its commit marker and exit (docs/design.md §9)."""
 
 from __future__ import annotations
 

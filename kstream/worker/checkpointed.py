@@ -255,8 +255,11 @@ class Checkpointed(Mode):
         if corrupt and checkpoint_id is not None:
             for task_id, e in sorted(corrupt.items()):
                 what = getattr(e, "object", None) or ""
+                published = getattr(e, "published", 0)
                 self.control.report(
-                    RestoreFailed(attempt, task_id, self.member, checkpoint_id, str(e)[:2000], what)
+                    RestoreFailed(
+                        attempt, task_id, self.member, checkpoint_id, str(e)[:2000], what, published
+                    )
                 )
             self.protocol.tasks, self.protocol.running = set(), set()
             return False, {}

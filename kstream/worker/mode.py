@@ -1,4 +1,4 @@
-"""What differs between the worker's three ways of running (DESIGN §7, §9): the steps
+"""What differs between the worker's three ways of running (docs/design.md §7, §9): the steps
 of the loop a mode fills in.
 
 * :class:`~kstream.worker.checkpointed.Checkpointed` (default): the coordinator's

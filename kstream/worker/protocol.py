@@ -1,4 +1,4 @@
-"""The worker's half of the control protocol (DESIGN §5-§7): what it decides. The
+"""The worker's half of the control protocol (docs/design.md §5-§7): what it decides. The
 checkpointed mode that carries those decisions out: :mod:`kstream.worker.checkpointed`.
 
 :class:`WorkerProtocol` is a pure state machine: ``handle(message, now)`` and

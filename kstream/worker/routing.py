@@ -1,5 +1,5 @@
 """Where a task's drained outputs go, in order: internal topics, sinks, dead letters,
-declined checkpoints (DESIGN §2, §7)."""
+declined checkpoints (docs/design.md §2, §7)."""
 
 from __future__ import annotations
 

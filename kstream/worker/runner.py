@@ -1,5 +1,5 @@
 """One task on this worker: its build or restore, its snapshots, and each snapshot's
-upload up to the acknowledgement (DESIGN §4, §5, §7).
+upload up to the acknowledgement (docs/design.md §4, §5, §7).
 
 The runner calls its task and writes what the task outputs; when the outputs hold a
 ``SnapshotPoint`` the task holds still until the runner took the snapshot
@@ -196,7 +196,7 @@ def open_runner(ctx: RunnerContext, spec: TaskSpec, attempt: int, handle: str | 
         )
     for s in route.sinks.values():
         # Fence zombies of this sink task, then publish what the restored
-        # snapshot buffered but never committed (DESIGN §7).
+        # snapshot buffered but never committed (docs/design.md §7).
         s.recover(blob if s.guarantee is Guarantee.EXACTLY_ONCE else None, attempt)
     ctx.metrics.restored(time.perf_counter() - t0, downloaded)
     return TaskRunner(ctx, spec, attempt, backend, route, positions, watermarks)

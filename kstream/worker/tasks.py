@@ -10,13 +10,14 @@ from concurrent.futures import ThreadPoolExecutor
 from kstream.kafka.clients import OFFSET_BEGINNING
 from kstream.kafka.dlq import DeadLetterWriter
 from kstream.kafka.internal import decode_records
+from kstream.kafka.sink import ExactlyOnceSink
 from kstream.kafka.source import RawRecord, SourceConsumer, SourceError
 from kstream.logs import ctx
 from kstream.plan import JobPlan, TaskSpec
 from kstream.runtime.records import InternalEvent, InternalRecord
 from kstream.runtime.watermark_alignment import PartitionTime, WatermarkAligner
 from kstream.sinkbuffer.epochs import SinkError
-from kstream.state.restore import CorruptSnapshotError
+from kstream.state.restore import CorruptSnapshotError, PublishedPastRestore
 from kstream.store.base import StoreError
 from kstream.store.metadata import task_manifest
 from kstream.worker.runner import RunnerContext, TaskRunner, open_runner
@@ -119,7 +120,13 @@ class WorkerTasks:
         # (init_transactions, marker reads) wait on I/O and release the GIL.
         def build(spec: TaskSpec) -> TaskRunner:
             handle = task_manifest(store, app_id, spec.task_id, checkpoint_id)
-            return open_runner(self.ctx, spec, attempt, handle)
+            runner = open_runner(self.ctx, spec, attempt, handle)
+            try:
+                refuse_republishing(runner, checkpoint_id, handle)
+            except PublishedPastRestore:
+                runner.close()
+                raise
+            return runner
 
         with ThreadPoolExecutor(max_workers=min(8, max(1, len(specs)))) as pool:
             futures = [pool.submit(build, spec) for spec in specs]
@@ -304,3 +311,28 @@ class WorkerTasks:
             dlq.handle(tp[0], tp[1], offset, ts, key, value, reason)
             self.ctx.metrics.dead_letter(tp[0], reason)
         return items
+
+
+def refuse_republishing(runner: TaskRunner, checkpoint_id: int | None, handle: str | None) -> None:
+    """PublishedPastRestore if an exactly-once sink of ``runner``, restored to
+    ``checkpoint_id``, already published the output of a newer checkpoint (its commit
+    marker, read by the sink's recover, is above ``checkpoint_id``): processing from
+    this checkpoint's positions would produce that output again, in epochs no marker
+    covers — published twice. Happens only when a job falls back past a newer
+    completed checkpoint (one that cannot be restored); a job that starts from a
+    checkpoint or savepoint imports it under a new id, above every marker."""
+    if checkpoint_id is None:
+        return
+    for sink in runner.sinks.values():
+        if not isinstance(sink, ExactlyOnceSink):
+            continue
+        marker = sink.marker
+        if marker is not None and marker.checkpoint > checkpoint_id:
+            raise PublishedPastRestore(
+                f"its exactly-once sink already published the output of checkpoint "
+                f"{marker.checkpoint} (commit marker of attempt {marker.attempt}); "
+                f"restoring checkpoint {checkpoint_id} would publish output twice",
+                manifest_path=handle or "",
+                object=sink.commits_topic,
+                published=marker.checkpoint,
+            )

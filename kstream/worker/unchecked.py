@@ -1,6 +1,6 @@
 """Checkpointing off: no coordinator. Tasks start with empty state where the group's
 committed offsets are; sinks are at-least-once; offsets are committed about every
-``commit_interval`` after the output is flushed (DESIGN §9)."""
+``commit_interval`` after the output is flushed (docs/design.md §9)."""
 
 from __future__ import annotations
 

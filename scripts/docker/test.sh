@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# `make docker-test`: kstream's Docker tests, from nothing but root on a Debian-like host.
+#   1. a Docker Engine (scripts/docker/engine.sh: installed from the distribution's
+#      packages if missing, dockerd started on kstream's own socket if none answers,
+#      and stopped again at the end);
+#   2. the images (scripts/docker/build-images.sh; the base image offline when no
+#      registry answers, scripts/docker/base-image.sh);
+#   3. the tests: integration/docker/ (the images themselves, compose) and a subset of
+#      integration/ against Kafka started by testcontainers from the built image.
+# A missing engine fails the run (never a skip). PYTHON: kstream's interpreter.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+export PYTHON=${PYTHON:-.venv/bin/python}
+. scripts/docker/engine.sh
+trap kstream_docker_engine_stop EXIT
+kstream_docker_engine
+start=$SECONDS
+scripts/docker/build-images.sh
+echo "docker-test: images ready in $((SECONDS - start)) s" >&2
+# (not exported: the tests read docker/images.env themselves)
+. docker/images.env
+export TESTCONTAINERS_RYUK_DISABLED=true KSTREAM_TEST_KAFKA=testcontainers \
+    KSTREAM_TEST_KAFKA_IMAGE=$IMAGE_KAFKA
+"$PYTHON" -m pytest -p no:cacheprovider --durations=5 \
+    integration/docker \
+    "integration/test_e2e_crash.py::test_exactly_once_under_kills" \
+    "$@"
