@@ -12,6 +12,7 @@ import logging
 from dataclasses import replace
 from typing import Any
 
+from kstream.checkpoint.alignment import GlobalWatermarks
 from kstream.checkpoint.commands import (
     ApplyRetention,
     CleanupCheckpoint,
@@ -41,6 +42,7 @@ from kstream.checkpoint.messages import (
     TaskFailed,
     TaskReady,
     TriggerCheckpoint,
+    WatermarkReport,
 )
 from kstream.checkpoint.pending import AckOutcome, PendingCheckpoint
 from kstream.checkpoint.recovery import RecoveredState
@@ -114,6 +116,8 @@ class CheckpointCoordinator:
         # Checkpoints that failed or were aborted, for the history (drained by the adapter).
         self.ended: list[CheckpointFailure] = []
         self._completions = CompletionLog()  # INFO: an attempt's first, then a minute's
+        # Global watermark alignment: the workers' reports, the bound published from them.
+        self.watermarks = GlobalWatermarks(timeout=heartbeat_timeout)
 
     # -- state ---------------------------------------------------------------------------
 
@@ -224,6 +228,9 @@ class CheckpointCoordinator:
                 return self._on_savepoint_request(msg)
             case RestoreFailed():
                 return self._on_restore_failed(msg, now)
+            case WatermarkReport():
+                self.watermarks.report(msg, self.attempt, now)
+                return []
             case TaskFailed():
                 if msg.attempt != self.attempt:
                     return []  # a failure of a superseded attempt is already handled
@@ -260,6 +267,11 @@ class CheckpointCoordinator:
         # 4. Trigger.
         if self._may_trigger(now):
             cmds.append(self._trigger(now))
+        # 5. The global watermark alignment's bound, while the job runs.
+        if self.phase is Phase.RUNNING:
+            owners = self.failover.owners.values()
+            bound = self.watermarks.tick(self.attempt, now, owners)
+            cmds += [Send(bound)] if bound is not None else []
         return cmds
 
     def cut_off(self, now: float) -> None:
