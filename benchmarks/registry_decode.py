@@ -53,7 +53,9 @@ def framed(sid: int, schema: Any, value: dict[str, Any]) -> bytes:
     return buf.getvalue()
 
 
-def per_record_us(decode: Callable[[Sequence[bytes]], list[Any]], items: Sequence[bytes], batch: int) -> float:
+def per_record_us(
+    decode: Callable[[Sequence[bytes]], list[Any]], items: Sequence[bytes], batch: int
+) -> float:
     start = time.perf_counter()
     for i in range(0, len(items), batch):
         decode(items[i : i + batch])

@@ -46,11 +46,16 @@ class RegistryStub:
     def register(self, subject: str, schema: str, schema_type: str = "AVRO") -> int:
         """Register ``schema`` under ``subject`` (as a producer would); its id."""
         with self.lock:
-            return self._register(subject, {"schema": schema, "schemaType": schema_type, "references": []})
+            return self._register(
+                subject, {"schema": schema, "schemaType": schema_type, "references": []}
+            )
 
     def _register(self, subject: str, doc: dict[str, Any]) -> int:
-        doc = {"schema": doc["schema"], "schemaType": doc.get("schemaType", "AVRO"),
-               "references": doc.get("references") or []}
+        doc = {
+            "schema": doc["schema"],
+            "schemaType": doc.get("schemaType", "AVRO"),
+            "references": doc.get("references") or [],
+        }
         for i, known in enumerate(self.schemas):
             if known == doc:
                 sid = i + 1

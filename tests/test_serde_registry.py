@@ -119,7 +119,7 @@ def test_bad_input_fails_the_record_with_the_reason(stub: RegistryStub) -> None:
         (b"k", b"\x01\x00\x00\x00\x01\x02", 13),  # no wire-format header
         (b"k", good + b"\x00", 14),  # trailing bytes
     ]
-    keys, values, stamps, failures = reader.decode(raw)
+    _keys, values, stamps, failures = reader.decode(raw)
     assert values == [{"id": 1, "amount": 5, "currency": "EUR"}]
     assert stamps == [10]
     assert [(i, r.split(":")[0]) for i, r in failures] == [
@@ -130,7 +130,9 @@ def test_bad_input_fails_the_record_with_the_reason(stub: RegistryStub) -> None:
     ]
     assert "not in the schema registry" in failures[0][1]
     assert "1 trailing bytes" in failures[3][1]
-    with pytest.raises(SerdeError, match="writer schema id 1 cannot be resolved against the reader schema"):
+    with pytest.raises(
+        SerdeError, match="writer schema id 1 cannot be resolved against the reader schema"
+    ):
         serde.deserialize(good)
 
 
@@ -188,7 +190,7 @@ def test_a_registry_that_comes_back_within_the_retry_window_is_used() -> None:
 def test_writing_looks_the_schema_up_unless_auto_register(stub: RegistryStub) -> None:
     value = {"id": 1, "amount": 5, "currency": "EUR"}
     lookup_only = AvroSerde.registry(stub.url, schema=V2, topic="orders")
-    with pytest.raises(SerdeUnavailable, match="not in the schema registry.*register it"):
+    with pytest.raises(SerdeUnavailable, match=r"not in the schema registry.*register it"):
         lookup_only.serialize(value)
     registering = AvroSerde.registry(stub.url, schema=V2, topic="orders", auto_register=True)
     data = registering.serialize(value)

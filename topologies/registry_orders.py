@@ -93,7 +93,9 @@ def order_line(order: dict[str, Any]) -> Any:
 
 topology = Topology("registry_orders")
 (
-    topology.source(SOURCE, key_serde="bytes", value_serde=AvroSerde.registry(reader_schema=ORDER_V2))
+    topology.source(
+        SOURCE, key_serde="bytes", value_serde=AvroSerde.registry(reader_schema=ORDER_V2)
+    )
     .filter(lambda order: order["amount"] > 0)
     .key_by(lambda order: order["user"], key_serde="str")
     .map(order_line)

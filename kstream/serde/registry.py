@@ -10,7 +10,9 @@ install ``kstream[schema-registry]``), which caches schemas by id and ids by sch
 job's Kafka client settings whose names start with ``schema.registry.`` (``-X
 schema.registry.url=...``, ``KSTREAM_KAFKA_SCHEMA_REGISTRY_URL``, ``--kafka-config``;
 installed by :func:`use_settings` when a job is planned; they never reach librdkafka),
-then the serde's own ``config``, then its ``url``.
+then the serde's own ``config``, then its ``url``. One setting is kstream's, not the
+client's: ``schema.registry.retry.for.s``, how long an outage is retried (default
+60 s; a serde's ``retry_for`` wins).
 
 **Bad data or outage.** A registry that answers "no such schema" (404) makes the
 record bad: ``SerdeError``, and the source sends it to the dead-letter topic. A
@@ -42,6 +44,8 @@ PREFIX = "schema.registry."
 """Job client settings with this prefix are the registry client's (prefix removed)."""
 
 T = TypeVar("T")
+RETRY_FOR = "retry.for.s"
+DEFAULT_RETRY_FOR = 60.0
 
 _NUMERIC = {
     "timeout": float,
@@ -98,6 +102,7 @@ def client_config(url: str | None, config: Mapping[str, Any] | None = None) -> d
                     f"schema registry setting {name}={conf[name]!r} is not a number"
                 ) from None
     conf.setdefault("max.retries", 0)  # RegistryAccess.call retries, with its own deadline
+    conf.pop(RETRY_FOR, None)  # kstream's, not the client's
     return conf
 
 
@@ -129,14 +134,28 @@ class RegistryAccess:
         self,
         url: str | None,
         config: Mapping[str, Any] | None,
-        retry_for: float,
+        retry_for: float | None,
         backoff: tuple[float, float] = (0.1, 5.0),
     ) -> None:
         self._url, self._config = url, dict(config or {})
-        self.retry_for = retry_for
+        self._retry_for = retry_for
         self.backoff = backoff
         self._conf: dict[str, Any] | None = None
         self._sleep: Callable[[float], None] = time.sleep
+
+    @property
+    def retry_for(self) -> float:
+        """Seconds an outage is retried: the serde's, else the job's setting, else 60."""
+        if self._retry_for is not None:
+            return self._retry_for
+        merged = {k.removeprefix(PREFIX): v for k, v in _settings.items()}
+        merged.update({k.removeprefix(PREFIX): v for k, v in self._config.items()})
+        try:
+            return float(merged.get(RETRY_FOR, DEFAULT_RETRY_FOR))
+        except ValueError:
+            raise SerdeUnavailable(
+                f"schema registry setting {PREFIX}{RETRY_FOR}={merged[RETRY_FOR]!r} is not a number"
+            ) from None
 
     @property
     def client(self) -> Any:

@@ -83,7 +83,7 @@ class RegistryAvroSerde(Serde):
         is_key: bool = False,
         auto_register: bool = False,
         config: Mapping[str, Any] | None = None,
-        retry_for: float = 60.0,
+        retry_for: float | None = None,
     ) -> None:
         self.access = RegistryAccess(url, config, retry_for)
         self.reader_schema = (
@@ -263,4 +263,3 @@ def _no_header(data: bytes) -> str:
     if len(data) < 5:
         return f"not Schema Registry framed: {len(data)} bytes, shorter than the 5-byte header"
     return f"not Schema Registry framed: magic byte {data[0]}, expected 0"
-

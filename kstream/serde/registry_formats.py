@@ -151,7 +151,7 @@ class ProtobufSerde:
         is_key: bool = False,
         auto_register: bool = False,
         config: Mapping[str, Any] | None = None,
-        retry_for: float = 60.0,
+        retry_for: float | None = None,
     ) -> RegistrySerde:
         """Reads values as ``message_type`` instances; writes those (or dicts of their
         fields) under ``subject`` (or the ``strategy``'s subject for ``topic``)."""
@@ -201,7 +201,7 @@ class JsonSchemaSerde:
         is_key: bool = False,
         auto_register: bool = False,
         config: Mapping[str, Any] | None = None,
-        retry_for: float = 60.0,
+        retry_for: float | None = None,
     ) -> RegistrySerde:
         """Reads values (dicts) validated against ``schema``; writes them under ``subject``
         (or the ``strategy``'s subject for ``topic``)."""
