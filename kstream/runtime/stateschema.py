@@ -21,7 +21,6 @@ from __future__ import annotations
 import binascii
 import io
 import json
-from collections.abc import Mapping
 from typing import Any
 
 import fastavro
