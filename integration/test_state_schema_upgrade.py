@@ -61,14 +61,14 @@ def test_state_schema_evolves_across_a_savepoint(
 ) -> None:
     src, dst, app = unique_name("users"), unique_name("tallies"), unique_name("app")
     ensure_topics(make_admin(kafka_bootstrap), [TopicSpec(src, 1), TopicSpec(dst, 1)])
-    versions = {
+    versions: dict[str, tuple[dict[str, Any], dict[str, Any], str]] = {
         "v1": (V1, {"count": 0}, ""),
         "v2": (V2, {"count": 0, "seen": 0}, 't["seen"] += 1'),
         "v3": (V3, {"count": 0, "region": "eu"}, ""),
     }
-    for name, (schema, start, bump) in versions.items():
+    for name, (schema, initial, bump) in versions.items():
         (tmp_path / f"{name}.py").write_text(
-            TOPOLOGY.format(schema=schema, start=start, bump=bump, src=src, dst=dst)
+            TOPOLOGY.format(schema=schema, start=initial, bump=bump, src=src, dst=dst)
         )
     store_url = f"file://{tmp_path}/store"
     common = ["--bootstrap", kafka_bootstrap, "--store", store_url, "--interval", "1"]

@@ -10,6 +10,7 @@ import fastavro
 import pytest
 
 from kstream.api import MapState, ValueState
+from kstream.api.process import StateSpec
 from kstream.runtime.keyedstate import KeyScope
 from kstream.runtime.stateschema import StateSchemaError, incompatibility
 from kstream.state.memory import MemoryBackend
@@ -31,7 +32,10 @@ V3 = {
 
 
 def scope(backend: MemoryBackend, schema: Any) -> KeyScope:
-    specs = {"tally": ValueState(schema=schema), "by_day": MapState(schema=schema)}
+    specs: dict[str, StateSpec] = {
+        "tally": ValueState(schema=schema),
+        "by_day": MapState(schema=schema),
+    }
     return KeyScope("op7", backend, specs, operator="tallies")
 
 

@@ -187,4 +187,3 @@ class AvroStateCodec:
         if writer is None:
             return fastavro.schemaless_reader(buf, self.reader, None)
         return fastavro.schemaless_reader(buf, writer, self.reader)
-
