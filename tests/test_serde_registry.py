@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import io
 import json
+import re
 import socket
 import struct
 from collections.abc import Iterator
@@ -279,3 +280,41 @@ def test_json_schema_round_trip_and_validation(stub: RegistryStub) -> None:
     bad = b"\x00\x00\x00\x00\x01" + b'{"name": "no id"}'
     with pytest.raises(SerdeError, match="invalid JSON Schema data"):
         serde.deserialize(bad)
+
+
+@pytest.mark.parametrize(
+    ("status", "retried", "message"),
+    [
+        (401, False, "refused schema id 1: HTTP 401 (error 40101): Unauthorized"),
+        (503, True, "unreachable: schema id 1 failed"),
+    ],
+)
+def test_refusals_and_server_errors_fail_the_task(
+    stub: RegistryStub, monkeypatch: pytest.MonkeyPatch, status: int, retried: bool, message: str
+) -> None:
+    def answer(method: str, path: str, body: Any) -> tuple[int, Any]:
+        return status, {"error_code": status * 100 + 1, "message": "Unauthorized"}
+
+    monkeypatch.setattr(stub, "answer", answer)
+    serde = AvroSerde.registry(stub.url, reader_schema=V1, retry_for=0.25)
+    waits: list[float] = []
+    serde.access._sleep = waits.append
+    with pytest.raises(SerdeUnavailable, match=re.escape(message)):
+        serde.deserialize(framed(1, V1, {"id": 1, "amount": 5}))
+    assert bool(waits) is retried
+
+
+def test_an_unknown_id_is_asked_again_later(
+    stub: RegistryStub, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    serde = AvroSerde.registry(stub.url, reader_schema=V1)
+    record = framed(1, V1, {"id": 1, "amount": 5})
+    with pytest.raises(SerdeError, match="schema id 1: not in the schema registry"):
+        serde.deserialize(record)
+    stub.register("late-value", json.dumps(V1))  # e.g. a lagging registry replica caught up
+    with pytest.raises(SerdeError):
+        serde.deserialize(record)  # remembered for a while: not asked per record
+    assert stub.requests.count("GET /schemas/ids/1") == 1
+    reason, _until = serde._bad_ids[1]
+    serde._bad_ids[1] = (reason, 0.0)  # its time is up
+    assert serde.deserialize(record) == {"id": 1, "amount": 5}

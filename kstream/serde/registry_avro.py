@@ -26,6 +26,7 @@ from __future__ import annotations
 import io
 import json
 import threading
+import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -44,6 +45,7 @@ from kstream.serde.registry import (
 __all__ = ["RegistryAvroSerde"]
 
 _MAX_BAD_IDS = 10_000
+_BAD_ID_SECONDS = 30.0  # an unknown id is asked again after this (a registry replica may lag)
 
 
 class _Writer:
@@ -103,7 +105,7 @@ class RegistryAvroSerde(Serde):
             else None
         )
         self._writers: dict[int, _Writer] = {}
-        self._bad_ids: dict[int, str] = {}
+        self._bad_ids: dict[int, tuple[str, float]] = {}  # id -> (reason, until)
         self._serializer: Any = None
         self._ctx: Any = None
         self._lock = threading.Lock()
@@ -168,14 +170,14 @@ class RegistryAvroSerde(Serde):
     def _writer(self, sid: int) -> _Writer:
         """The reader of writer schema ``sid``: fetched once (an unknown id: SerdeError)."""
         bad = self._bad_ids.get(sid)
-        if bad is not None:
-            raise SerdeError(bad)
+        if bad is not None and time.monotonic() < bad[1]:
+            raise SerdeError(bad[0])
         try:
             w = self.access.call(f"schema id {sid}", lambda: self._fetch(sid))
         except SerdeError as e:
             if len(self._bad_ids) >= _MAX_BAD_IDS:
                 self._bad_ids.clear()
-            self._bad_ids[sid] = str(e)
+            self._bad_ids[sid] = (str(e), time.monotonic() + _BAD_ID_SECONDS)
             raise
         self._writers[sid] = w
         return w
