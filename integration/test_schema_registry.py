@@ -29,7 +29,7 @@ from integration.edge_tools import read_all
 from kstream.dev.jvm import DevServerError
 from kstream.dev.schemaregistry import SchemaRegistry
 from kstream.kafka.clients import TopicSpec, ensure_topics, make_admin, make_producer
-from kstream.serde import AvroSerde, ProtobufSerde
+from kstream.serde import AvroSerde, ProtobufSerde, SerdeUnavailable
 
 EXAMPLE = REPO / "topologies" / "registry_orders.py"
 example = runpy.run_path(str(EXAMPLE))
@@ -106,6 +106,18 @@ def test_evolving_avro_in_protobuf_out_bad_records_dead_lettered(
     assert got == example["expected_output"](orders)
     assert any(line["currency"] == "USD" for _u, line in got)  # v2 records
     assert any(line["currency"] == "EUR" for _u, line in got)  # v1 records, the default
+    # The job registered its output schema under the record-name subject; a lookup-only
+    # writer (auto_register=False, the production default) finds the same id.
+    lookup = ProtobufSerde.registry(
+        registry.url, message_type=example["OrderLine"], strategy="record"
+    )
+    line = example["OrderLine"](id=1, user="u", cents=2, currency="EUR")
+    first_value = read_all(kafka_bootstrap, sink)[0].value
+    assert first_value is not None
+    assert (lookup.serialize(line) or b"")[:5] == first_value[:5]
+    missing = AvroSerde.registry(registry.url, schema=ORDER_V1, subject=unique_name("none"))
+    with pytest.raises(SerdeUnavailable, match="register it"):
+        missing.serialize({"id": 1, "user": "u", "amount": 1})
 
     dead = read_all(kafka_bootstrap, f"{app}.dlq")
     reasons = {r.key: bytes(dict(r.headers)["ks.error"] or b"").decode() for r in dead}
