@@ -173,7 +173,11 @@ class CheckpointCoordinator:
             self._members.setdefault(member, (now, tasks))
         # 3. A job that was running keeps running in its attempt; one that was
         #    restoring, failed, or had an unhandled task failure is restored anew.
-        if rec.last_lifecycle is None:
+        if rec.starting_from:
+            # Started from an imported checkpoint or savepoint: a first start, whatever
+            # the control topic says of the app's previous version.
+            cmds += self.failover.schedule_initial_restore(now, rec.starting_from)
+        elif rec.last_lifecycle is None:
             # A job that never ran: restore every task (to the latest completed
             # checkpoint, or the start positions) and resume with one owner per task,
             # so no worker ever runs a task it was not named the owner of (§6.4).

@@ -102,9 +102,10 @@ class FailoverController:
         """Seconds from the failure to the scheduled restore (while SUSPENDED)."""
         return self._backoff
 
-    def schedule_initial_restore(self, now: float) -> list[Command]:
-        """A job's first start: restore and resume every task now (not counted as a restart)."""
-        self.failure_reason = "job start"
+    def schedule_initial_restore(self, now: float, reason: str = "job start") -> list[Command]:
+        """A job's first start — also from an imported checkpoint or savepoint: restore and
+        resume every task now (not counted as a restart)."""
+        self.failure_reason = reason
         self.phase = Phase.SUSPENDED
         self._restore_at = now
         return []
