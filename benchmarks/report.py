@@ -266,7 +266,7 @@ def results_text(
         "",
         f"{info.records:,} input records, {info.keys:,} keys, event rate {info.event_rate}/s of "
         f"event time, window {info.window_ms} ms. records/s = input records / (t_end - t_first), "
-        "see README.md. steal s: CPU time the hypervisor gave to other guests while the "
+        "see docs/testing.md. steal s: CPU time the hypervisor gave to other guests while the "
         "contender's process ran, summed over this machine's CPUs (/proc/stat): a run with "
         "seconds of it ran on a slower machine than one without.",
         "",

@@ -325,7 +325,7 @@ def report(
         lines += [
             "",
             "Only new files are uploaded (the store is content-addressed: a file it holds "
-            "is never sent again), and a worker's checkpoint is a delta snapshot (README, "
+            "is never sent again), and a worker's checkpoint is a delta snapshot (docs/decisions.md, "
             "Design decisions): an interval uploads one zlib-compressed file of the entries "
             "it changed. The share is over the state without delta files. Every so often a "
             "snapshot is full (after 60 deltas, past max(8 MiB, half the last full snapshot) "
@@ -345,7 +345,7 @@ def report(
         "(task-local recovery). Restored = window results read back (must equal keys). "
         "The first output is visible when the first checkpoint after the restart "
         "completes; a firing runs in slices and a barrier is taken between two of them "
-        "(README, Stopping), so that checkpoint publishes the results fired so far: the "
+        "(docs/operations.md, Stopping), so that checkpoint publishes the results fired so far: the "
         "time is restoring the state, replaying to the probe and the first slices, not "
         "the whole firing (every key's result is read back after). Failovers: the "
         "coordinator's failovers during the restart (its log); a worker loop blocked "

@@ -155,7 +155,7 @@ def test_metrics_equal_the_jobs_exact_counts_and_status_describes_it(
                 if name == "kstream_late_records_dropped_total" and v == LATE
             ],
         )
-        assert operator == ["stage1.window0"]  # its stable id (README: stable operator ids)
+        assert operator == ["stage1.window0"]  # its stable id (docs/guide.md: stable operator ids)
 
         # 3. kstream status --json against the running job: wait for a checkpoint that
         #    covers every record (no lag left), then check the whole picture.

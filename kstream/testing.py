@@ -19,6 +19,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from kstream.api import Topology
+from kstream.api.spec import TopicInput
+from kstream.api.stream import SinkSpec
 from kstream.plan import plan_job
 from kstream.runtime.local import run_bounded
 from kstream.runtime.records import DeadLetter, SourceRecord
@@ -111,16 +113,16 @@ def _source_serdes(topology: Topology) -> dict[str, tuple[Serde, Serde]]:
     """Source (and table) topic -> its key and value serdes (the first reader's)."""
     out: dict[str, tuple[Serde, Serde]] = {}
     for n in topology.nodes:
-        if n.kind in ("source", "table"):
-            out.setdefault(n.params["topic"], (n.params["key_serde"], n.params["value_serde"]))
+        if isinstance(n.spec, TopicInput):
+            out.setdefault(n.spec.topic, (n.spec.key_serde, n.spec.value_serde))
     return out
 
 
 def _sink_serdes(topology: Topology) -> dict[str, tuple[Serde, Serde]]:
     out: dict[str, tuple[Serde, Serde]] = {}
     for n in topology.nodes:
-        if n.kind == "sink":
-            out.setdefault(n.params["topic"], (n.params["key_serde"], n.params["value_serde"]))
+        if isinstance(n.spec, SinkSpec):
+            out.setdefault(n.spec.topic, (n.spec.key_serde, n.spec.value_serde))
     return out
 
 

@@ -1,7 +1,7 @@
 """One CLI grammar: every command's ``--help`` works, and the options commands share are
 spelled the same everywhere (``--app-id``, ``--bootstrap/-b``, ``--store``,
-``--store-option``, with the same environment variables); the README's command table
-names commands that exist; the old positional app ids still work, with a note."""
+``--store-option``, with the same environment variables); the command table
+(docs/operations.md) names commands that exist; the old positional app ids still work, with a note."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from kstream.cli.main import main
 from kstream.store.file import FileStore
 from kstream.store.metadata import CheckpointMetadata, TaskSnapshot, write_metadata
 
-README = Path(__file__).resolve().parent.parent / "README.md"
+COMMAND_TABLE = Path(__file__).resolve().parent.parent / "docs" / "operations.md"
 
 # name -> (option strings, environment variable)
 SHARED = {
@@ -81,8 +81,8 @@ def test_the_top_level_help_says_workers_elect_their_coordinator() -> None:
     assert "deploy `kstream coordinator` plus" not in text
 
 
-def test_the_readmes_command_table_names_commands_that_exist() -> None:
-    cells = re.findall(r"^\| (`kstream .+?) \| ", README.read_text(), re.M)
+def test_the_docs_command_table_names_commands_that_exist() -> None:
+    cells = re.findall(r"^\| (`kstream .+?) \| ", COMMAND_TABLE.read_text(), re.M)
     rows = [row for cell in cells for row in re.findall(r"`kstream ([^`]+)`", cell)]
     assert len(rows) >= 12
     for row in rows:
@@ -94,7 +94,9 @@ def test_the_readmes_command_table_names_commands_that_exist() -> None:
         *head, last = words
         for alternative in last.split("\\|"):
             path = " ".join([*head, alternative])
-            assert path in COMMANDS, f"README names `kstream {path}`, which does not exist"
+            assert path in COMMANDS, (
+                f"docs/operations.md names `kstream {path}`, which does not exist"
+            )
 
 
 def test_without_bootstrap_every_command_falls_back_to_the_local_broker_or_says_how(

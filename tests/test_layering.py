@@ -1,8 +1,8 @@
-"""The package's layers: no import cycle between its packages, and the README's Layout
+"""The package's layers: no import cycle between its packages, and the Layout of docs/architecture.md
 section names every package and module of ``kstream/`` in the order calls go.
 
 The import graph is read from the source (every ``import`` statement, also those
-inside functions), at the level of the README's entries: a sub-package of
+inside functions), at the level of that Layout's entries: a sub-package of
 ``kstream`` (``kstream/worker/``) or a top-level module (``kstream/job.py``).
 """
 
@@ -80,7 +80,7 @@ def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
 
 
 def layout_entries(readme: str, package: str) -> list[str]:
-    """The ``kstream/...`` entries of the README's Layout block, top to bottom."""
+    """The ``kstream/...`` entries of the Layout of docs/architecture.md block, top to bottom."""
     section = readme.split("\n## Layout\n", 1)[1].split("\n## ", 1)[0]
     block = section.split("```", 2)[1]
     return re.findall(rf"(?<![\w/]){package}/[\w]+(?:/|\.py)", block)
@@ -93,7 +93,7 @@ def test_no_import_cycle_between_packages() -> None:
 
 
 def test_the_readme_layout_names_every_package_and_module_in_the_order_calls_go() -> None:
-    entries = layout_entries((ROOT / "README.md").read_text(), "kstream")
+    entries = layout_entries((ROOT / "docs" / "architecture.md").read_text(), "kstream")
     assert len(entries) == len(set(entries)), f"named twice: {entries}"
     on_disk = {
         f"kstream/{p.name}/" if p.is_dir() else f"kstream/{p.name}"
@@ -102,7 +102,7 @@ def test_the_readme_layout_names_every_package_and_module_in_the_order_calls_go(
         or (p.suffix == ".py" and p.name != "__init__.py")
     }
     assert set(entries) == on_disk, (
-        f"not in the README's Layout: {sorted(on_disk - set(entries))}; "
+        f"not in the Layout of docs/architecture.md: {sorted(on_disk - set(entries))}; "
         f"in it but not in kstream/: {sorted(set(entries) - on_disk)}"
     )
     rank = {e: i for i, e in enumerate(entries)}
@@ -112,7 +112,7 @@ def test_the_readme_layout_names_every_package_and_module_in_the_order_calls_go(
         for dst in deps
         if rank[dst] < rank[src]
     )
-    assert not upward, "calls must go down the README's Layout list:\n" + "\n".join(upward)
+    assert not upward, "calls must go down the Layout of docs/architecture.md list:\n" + "\n".join(upward)
 
 
 # ---- the checks themselves can fail ----------------------------------------------------------

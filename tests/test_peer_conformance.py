@@ -13,7 +13,7 @@ their code) and maps the peer's conventions onto kstream's:
 * Quix Streams' ``grace_ms`` closes a window at ``latest timestamp - grace``: kstream's
   ``max_out_of_orderness_ms`` with no allowed lateness.
 
-Where kstream differs on purpose, the README's "Windows compared with the peers"
+Where kstream differs on purpose, docs/guide.md's "Windows compared with the peers"
 lists it and the case here asserts kstream's documented behaviour.
 """
 
@@ -122,7 +122,7 @@ def test_kafka_streams_late_session_record_differs_on_purpose(kit: Any) -> None:
     """KStreamSessionWindowAggregateProcessorTest#shouldLogAndMeterWhenSkippingLate
     RecordWithZeroGrace: gap 10 ms, grace 0, stream time 1; Kafka Streams drops a
     record at 0 (its session [0, 0] ends before stream time). kstream keeps it: its
-    session [0, 10) is still open at watermark 1 (Flink's rule; see the README)."""
+    session [0, 10) is still open at watermark 1 (Flink's rule; see docs/guide.md)."""
     task = kit.task(kit.window_job(Session(10)))
     feed(kit, task, [("dummy", 1, 0), ("OnTime1", 1, 0), ("dummy", 1, 1), ("Late1", 1, 0)])
     task.end_input("events", 0, 0.0)
@@ -166,7 +166,7 @@ def test_kafka_streams_join_record_behind_the_watermark_differs_on_purpose(kit: 
     1000 on both sides, a left record at 950 still has an open join window ([850; 1050]
     ends after stream time 1000), so Kafka Streams joins it with the right record at
     1000. kstream judges a join record by its own timestamp (Flink's interval join): 950
-    is behind the watermark 1000 and dropped as late (see the README's Joins)."""
+    is behind the watermark 1000 and dropped as late (see docs/guide.md, Joins)."""
     t = Topology("j")
     left = t.source("left", keyed=True, watermark=WatermarkStrategy(0))
     right = t.source("right", keyed=True, watermark=WatermarkStrategy(0))
@@ -184,7 +184,7 @@ def test_kafka_streams_sliding_windows_created_and_dropped_out(kit: Any) -> None
     10; a window for each record entering (left) and each record dropping out (right,
     when non-empty). Kafka Streams reports [start, end] inclusive; kstream's end is
     one past. Records before the time difference are not clipped to start at 0 here
-    (see the README)."""
+    (see docs/guide.md)."""
     task = kit.task(kit.window_job(Sliding(10), out_of_orderness_ms=100))
     feed(kit, task, [("A", 1, 15), ("A", 1, 20), ("A", 1, 30)])
     task.end_input("events", 0, 0.0)
@@ -241,7 +241,7 @@ def test_quix_hopping_updates_come_earliest_window_first(kit: Any) -> None:
 def test_hopping_windows_before_zero_are_opened_on_purpose(kit: Any) -> None:
     """Kafka Streams and Quix open no window that starts before 0 (a record at 3 is in
     [0, 10) only); kstream keeps the grid (Flink's rule): every record is in size /
-    advance windows, here also [-5, 5) (see the README)."""
+    advance windows, here also [-5, 5) (see docs/guide.md)."""
     task = kit.task(kit.window_job(Hopping(10, 5)))
     feed(kit, task, [("k", 1, 3)])
     task.end_input("events", 0, 0.0)

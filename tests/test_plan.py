@@ -141,3 +141,15 @@ def test_session_aggregate_needs_merge() -> None:
     t = Topology("s")
     with pytest.raises(ValueError, match="merge"):
         t.source("in", keyed=True).window(Session(5)).aggregate(lambda: 0, lambda a, v: a + v)
+
+
+def test_watermark_strategies_are_those_of_the_stream_sources_not_the_tables() -> None:
+    from kstream.api import WatermarkStrategy
+
+    t = Topology("w")
+    strategy = WatermarkStrategy(max_out_of_orderness_ms=5, max_drift_ms=1000)
+    s = t.source("clicks", keyed=True, watermark=strategy)
+    s.join_table(t.table("users"), lambda c, u: c).to("out")
+    t.source("views").to("out2")
+    plan = plan_job(t, "w", {"clicks": 2, "users": 2, "views": 1})
+    assert plan.watermark_strategies == {"clicks": strategy, "views": WatermarkStrategy()}

@@ -16,6 +16,7 @@ from kstream.checkpoint.failover import Phase
 from kstream.checkpoint.messages import (
     CheckpointCompleted,
     CheckpointRequest,
+    JobFailed,
     JobStopped,
     Message,
     Restore,
@@ -27,7 +28,7 @@ from kstream.checkpoint.messages import (
 )
 from kstream.cli import main
 from kstream.cli.state import dump_state
-from kstream.config import ConfigError, JobConfig, StartFrom
+from kstream.config import ConfigError, JobConfig, RestartStrategy, StartFrom
 from kstream.plan import plan_job
 from kstream.plan.compat import IncompatibleStateError
 from kstream.plan.operators import describe
@@ -292,12 +293,15 @@ def test_state_dump_reads_an_operators_keyed_state_from_the_store(
 
 
 def _run_coordinator(
-    tmp_path: Path, start: StartFrom, description: dict[str, object]
+    tmp_path: Path,
+    start: StartFrom,
+    description: dict[str, object],
+    restart: RestartStrategy | None = None,
 ) -> list[Message]:
     events: list[Event] = []
     transport = FakeTransport(events, lambda m: [])
     code = run_coordinator(
-        JobConfig("app", "unused:9092", start=start),
+        JobConfig("app", "unused:9092", start=start, restart=restart or RestartStrategy()),
         frozenset({"stage0-0"}),
         transport=transport,
         store=FileStore(tmp_path),
@@ -332,6 +336,21 @@ def test_the_coordinator_restores_an_imported_savepoint_at_once(tmp_path: Path) 
     assert code == 0
     assert sent[0] == Restore(1, 5)
     assert read_metadata(store, "app", 5).origin == "savepoint app/savepoints/v1"
+
+
+def test_a_start_from_a_savepoint_is_a_first_start_not_a_restart(tmp_path: Path) -> None:
+    """--max-restarts 0 allows no restart, and starting from a savepoint is none (it was
+    counted as one: 'starting from savepoint ...; restart strategy exhausted')."""
+    store = FileStore(tmp_path)
+    desc = _plan_description()
+    src = replace(_checkpoint(store, "app", 4, {"s": b"x"}), description=desc)
+    path = create_savepoint(store, "app", "v1", src)
+    code, *sent = _run_coordinator(
+        tmp_path, StartFrom(savepoint=path), desc, RestartStrategy(max_restarts=0)
+    )
+    assert code == 0
+    assert sent[0] == Restore(1, 5)
+    assert not [m for m in sent if isinstance(m, JobFailed)]
 
 
 def test_savepoints_and_state_dump_commands(tmp_path: Path, kit: type[Kit]) -> None:

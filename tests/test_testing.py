@@ -133,15 +133,15 @@ def test_inputs_it_cannot_place_are_refused_with_the_reason() -> None:
         run.output("count")
 
 
-def test_the_readme_example_runs_as_written() -> None:
-    readme = (TOPOLOGIES.parent / "README.md").read_text()
+def test_the_guides_example_runs_as_written() -> None:
+    readme = (TOPOLOGIES.parent / "docs" / "guide.md").read_text()
     section = readme[readme.index("**Testing a topology**") :]
     start = section.index("```python\n") + len("```python\n")
     code = section[start : section.index("\n```", start)]
     scope: dict[str, Any] = {
         "topology": runpy.run_path(str(TOPOLOGIES / "wordcount.py"))["topology"]
     }
-    exec(code, scope)  # the README's own test function, defined and then called
+    exec(code, scope)  # the guide's own test function, defined and then called
     scope["test_counts_per_word"]()
 
 

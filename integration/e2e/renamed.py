@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import runpy
 from collections.abc import Mapping
 
@@ -13,7 +14,7 @@ def renamed(path: str, renames: Mapping[str, str]) -> Topology:
     topology = runpy.run_path(path)["topology"]
     assert isinstance(topology, Topology), f"{path} defines no topology"
     for node in topology.nodes:
-        topic = node.params.get("topic")
+        topic = getattr(node.spec, "topic", None)
         if isinstance(topic, str) and topic in renames:
-            node.params["topic"] = renames[topic]
+            node.spec = dataclasses.replace(node.spec, topic=renames[topic])  # type: ignore[call-arg]
     return topology

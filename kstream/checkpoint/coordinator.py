@@ -12,6 +12,7 @@ import logging
 from dataclasses import replace
 from typing import Any
 
+from kstream.checkpoint.alignment import GlobalWatermarks
 from kstream.checkpoint.causes import group_change_reason, reassignment_reason, stopped_reason
 from kstream.checkpoint.commands import (
     ApplyRetention,
@@ -44,6 +45,7 @@ from kstream.checkpoint.messages import (
     TaskFailed,
     TaskReady,
     TriggerCheckpoint,
+    WatermarkReport,
     WorkerStopped,
 )
 from kstream.checkpoint.pending import AckOutcome, PendingCheckpoint
@@ -119,6 +121,8 @@ class CheckpointCoordinator:
         # Checkpoints that failed or were aborted, for the history (drained by the adapter).
         self.ended: list[CheckpointFailure] = []
         self._completions = CompletionLog()  # INFO: an attempt's first, then a minute's
+        # Global watermark alignment: the workers' reports, the bound published from them.
+        self.watermarks = GlobalWatermarks(timeout=heartbeat_timeout)
 
     # -- state ---------------------------------------------------------------------------
 
@@ -174,7 +178,11 @@ class CheckpointCoordinator:
             self._members.setdefault(member, (now, tasks))
         # 3. A job that was running keeps running in its attempt; one that was
         #    restoring, failed, or had an unhandled task failure is restored anew.
-        if rec.last_lifecycle is None:
+        if rec.starting_from:
+            # Started from an imported checkpoint or savepoint: a first start, whatever
+            # the control topic says of the app's previous version.
+            cmds += self.failover.schedule_initial_restore(now, rec.starting_from)
+        elif rec.last_lifecycle is None:
             # A job that never ran: restore every task (to the latest completed
             # checkpoint, or the start positions) and resume with one owner per task,
             # so no worker ever runs a task it was not named the owner of (§6.4).
@@ -236,6 +244,9 @@ class CheckpointCoordinator:
                 return self._on_savepoint_request(msg)
             case RestoreFailed():
                 return self._on_restore_failed(msg, now)
+            case WatermarkReport():
+                self.watermarks.report(msg, self.attempt, now)
+                return []
             case TaskFailed():
                 if msg.attempt != self.attempt:
                     return []  # a failure of a superseded attempt is already handled
@@ -274,6 +285,11 @@ class CheckpointCoordinator:
         # 4. Trigger.
         if self._may_trigger(now):
             cmds.append(self._trigger(now))
+        # 5. The global watermark alignment's bound, while the job runs.
+        if self.phase is Phase.RUNNING:
+            owners = self.failover.owners.values()
+            bound = self.watermarks.tick(self.attempt, now, owners)
+            cmds += [Send(bound)] if bound is not None else []
         return cmds
 
     def cut_off(self, now: float) -> None:

@@ -103,9 +103,10 @@ class FailoverController:
         """Seconds from the failure to the scheduled restore (while SUSPENDED)."""
         return self._backoff
 
-    def schedule_initial_restore(self, now: float) -> list[Command]:
-        """A job's first start: restore and resume every task now (not counted as a restart)."""
-        self.failure_reason = "job start"
+    def schedule_initial_restore(self, now: float, reason: str = "job start") -> list[Command]:
+        """A job's first start — also from an imported checkpoint or savepoint: restore and
+        resume every task now (not counted as a restart)."""
+        self.failure_reason = reason
         self.phase = Phase.SUSPENDED
         self._restore_at = now
         return []
@@ -161,8 +162,3 @@ class FailoverController:
     def ready_by(self, member: str) -> frozenset[str]:
         """Tasks ``member`` reported ready for the current restore."""
         return frozenset(t for t, (m, _gen) in self._ready.items() if m == member)
-
-    @property
-    def ready_tasks(self) -> frozenset[str]:
-        """Tasks that reported ready for the current restore."""
-        return frozenset(self._ready)

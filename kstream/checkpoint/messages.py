@@ -9,9 +9,9 @@ frozen dataclasses below from plain JSON values, nothing more.
 Who writes what:
 
 * coordinator: TriggerCheckpoint, CheckpointCompleted, CheckpointAborted,
-  Restore, Resume, JobFailed, StopJob, JobStopped;
+  Restore, Resume, JobFailed, StopJob, JobStopped, WatermarkBound;
 * workers: AcknowledgeCheckpoint, DeclineCheckpoint, TaskReady, Heartbeat,
-  TaskFailed, RestoreFailed, CheckpointRequest, WorkerStopped;
+  TaskFailed, RestoreFailed, CheckpointRequest, WorkerStopped, WatermarkReport;
 * ``kstream savepoint``: SavepointRequest.
 
 **Signed coordinator messages.** The coordinator signs what it writes with
@@ -224,6 +224,32 @@ class WorkerStopped:
     reason: str
 
 
+@dataclass(frozen=True)
+class WatermarkReport:
+    """Worker → coordinator: in ``attempt``, the watermark of the slowest source partition
+    ``member`` reads that still holds others back, per aligned source topic (``slowest``;
+    a topic without such a partition here is absent). Global watermark alignment:
+    :mod:`kstream.checkpoint.alignment`."""
+
+    member: str
+    attempt: int
+    slowest: dict[str, int]
+
+
+@dataclass(frozen=True)
+class WatermarkBound:
+    """Coordinator → workers: in ``attempt``, the slowest watermark over every worker's
+    report, per aligned source topic (``slowest``), the member that reported it (``by``)
+    and the slowest of the other members' reports (``second``; absent: none). A worker
+    holds a partition whose watermark is more than the topic's ``max_drift_ms`` ahead of
+    the slowest report but its own (its own slowest it knows first hand)."""
+
+    attempt: int
+    slowest: dict[str, int]
+    by: dict[str, str]
+    second: dict[str, int]
+
+
 Message = (
     TriggerCheckpoint
     | AcknowledgeCheckpoint
@@ -242,6 +268,8 @@ Message = (
     | StopJob
     | JobStopped
     | WorkerStopped
+    | WatermarkReport
+    | WatermarkBound
 )
 
 MESSAGE_TYPES: dict[str, type[Any]] = {
@@ -264,6 +292,8 @@ MESSAGE_TYPES: dict[str, type[Any]] = {
         StopJob,
         JobStopped,
         WorkerStopped,
+        WatermarkReport,
+        WatermarkBound,
     )
 }
 
@@ -308,6 +338,7 @@ COORDINATOR_MESSAGES: tuple[type[Any], ...] = (
     Resume,
     JobFailed,
     JobStopped,
+    WatermarkBound,
 )
 """The messages only a coordinator writes (signed)."""
 

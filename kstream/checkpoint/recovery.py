@@ -50,6 +50,9 @@ class RecoveredState:
     # Every readable completed checkpoint still in the store, ascending (restore fallbacks).
     retained: list[CheckpointMetadata] = field(default_factory=list)
     unhandled_failure: str = ""  # a TaskFailed of the current attempt after the last lifecycle
+    # Set when the job starts from an imported checkpoint or savepoint: a first start
+    # (restored at once, not counted by the restart strategy), whatever ran before.
+    starting_from: str = ""
 
     @property
     def owners(self) -> dict[str, str]:

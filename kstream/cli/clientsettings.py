@@ -1,6 +1,6 @@
 """Kafka client settings from the command line, the environment and a properties file.
 
-Three sources, later wins (documented in the README, "Production"):
+Three sources, later wins (documented in docs/operations.md, "Production"):
 
 1. ``--kafka-config FILE`` (env ``KSTREAM_KAFKA_CONFIG``): a Java-style
    ``client.properties``. Its ``bootstrap.servers`` is the bootstrap when neither
@@ -54,11 +54,6 @@ def kafka_options(f: F) -> F:
         help="A librdkafka client setting for every client of the job (repeatable; wins over "
         f"{ENV_PREFIX}<NAME>, e.g. {ENV_PREFIX}SASL_MECHANISM=PLAIN, and --kafka-config).",
     )(f)
-
-
-def pop_kafka_options(kwargs: dict[str, Any]) -> tuple[tuple[str, ...], Path | None]:
-    """Remove ``-X`` and ``--kafka-config`` from a command's kwargs and return them."""
-    return tuple(kwargs.pop("kafka_settings")), kwargs.pop("kafka_config")
 
 
 def from_environment(environ: Mapping[str, str]) -> dict[str, tuple[str, str]]:

@@ -109,11 +109,6 @@ def dump_state(
     return rows
 
 
-def manifest_app(handle: str) -> str:
-    """The app a manifest path belongs to (its first path component)."""
-    return handle.split("/", 1)[0]
-
-
 @click.group()
 def state() -> None:
     """Inspect a job's state in the checkpoint store (read-only, no job running)."""

@@ -98,9 +98,9 @@ def fingerprint(plan: JobPlan) -> PlanFingerprint:
         parts[f"operator:{stage_of.get(node.id, '?')}/{node.name}"] = _hash(
             {
                 "id": node.id,
-                "kind": node.kind,
+                "kind": node.spec.kind,
                 "parents": [[p.id, port] for p, port in node.parents],
-                "params": _canon(node.params),
+                "params": _canon(node.spec.params()),
             }
         )
     for s in plan.stages:

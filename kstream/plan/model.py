@@ -5,7 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import StrEnum
 
-from kstream.api.topology import Node, Topology
+from kstream.api.time import WatermarkStrategy
+from kstream.api.topology import Node, SourceSpec, Topology
 from kstream.config import Guarantee
 from kstream.serde import Serde
 
@@ -120,6 +121,15 @@ class JobPlan:
     def source_topics(self) -> frozenset[str]:
         """User topics read (streams and tables)."""
         return frozenset(t for t, _ in self.source_partitions)
+
+    @property
+    def watermark_strategies(self) -> dict[str, WatermarkStrategy]:
+        """Stream source topic -> its watermark strategy (tables have none)."""
+        return {
+            n.spec.topic: n.spec.watermark
+            for n in self.topology.nodes
+            if isinstance(n.spec, SourceSpec)
+        }
 
     @property
     def internal_topic_partitions(self) -> dict[str, int]:

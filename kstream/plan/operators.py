@@ -27,16 +27,15 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-from collections.abc import Mapping
 from typing import Any
 
-from kstream.api.topology import Node
+from kstream.api.spec import Node, TopicInput
+from kstream.api.stream import KeyBySpec
 from kstream.plan.model import JobPlan, PlanError
 from kstream.serde import AvroSerde, Serde
 
-__all__ = ["STATEFUL_KINDS", "describe", "operator_ids"]
+__all__ = ["describe", "operator_ids"]
 
-STATEFUL_KINDS = frozenset({"window", "join_table", "join_window", "process", "rolling"})
 DESCRIPTION_VERSION = 1
 
 
@@ -47,7 +46,7 @@ def operator_ids(plan: JobPlan) -> dict[int, str]:
     for stage in plan.stages:
         per_kind: dict[str, int] = {}
         for node in plan.nodes_of(stage.name):
-            if node.kind not in STATEFUL_KINDS:
+            if not node.spec.stateful:
                 continue
             k = per_kind.get(node.kind, 0)
             per_kind[node.kind] = k + 1
@@ -87,26 +86,19 @@ def _key_serde(node: Node, plan: JobPlan) -> str:
     """The serde of the keys a stateful operator sees (keys are state key components)."""
     internal = {t.key_by_node: t for t in plan.internal_topics}
     while True:
-        if node.kind == "key_by":
+        if isinstance(node.spec, KeyBySpec):
             return _serde(internal[node.id].key_serde)
-        if node.kind in ("source", "table"):
-            return _serde(node.params.get("key_serde"))
+        if isinstance(node.spec, TopicInput):
+            return _serde(node.spec.key_serde)
         if not node.parents:
             return "json"
         node = node.parents[0][0]
 
 
 def _describe_operator(node: Node, plan: JobPlan, stage: str) -> dict[str, str]:
-    p = node.params
     d = {"kind": node.kind, "stage": stage, "key serde": _key_serde(node, plan)}
-    if node.kind == "window":
-        d["window"] = _spec(p["spec"])
-    if node.kind in ("window", "rolling"):
-        agg = p["aggregation"]
-        d["aggregation"] = agg.kind if agg is not None else "none"
-    if node.kind == "process":
-        states: Mapping[str, Any] = p.get("state") or {}
-        d["state"] = ", ".join(f"{k}: {type(v).__name__}" for k, v in sorted(states.items()))
+    for what, value in node.spec.state_description().items():
+        d[what] = value if isinstance(value, str) else _spec(value)
     return d
 
 

@@ -16,7 +16,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from kstream.api.topology import Node, Topology
+from kstream.api.spec import Node, TopicInput
+from kstream.api.stream import KeyBySpec, SinkSpec
+from kstream.api.topology import Topology
 from kstream.config import Guarantee
 from kstream.names import repartition_topic
 from kstream.plan.model import (
@@ -34,65 +36,50 @@ from kstream.plan.model import (
 from kstream.plan.operators import operator_ids
 from kstream.serde import JsonSerde, Serde
 
-_STATEFUL = frozenset({"window", "join_table", "join_window", "process", "rolling"})
-_KEYED_PRODUCERS = frozenset(
-    {"key_by", "table", "window", "join_table", "join_window", "process", "rolling"}
-)
-
 
 def _keyed(node: Node, memo: dict[int, bool]) -> bool:
     """True when ``node``'s output is partitioned by its key."""
     if node.id not in memo:
-        if node.kind == "source":
-            memo[node.id] = bool(node.params.get("keyed"))
-        elif node.kind in _KEYED_PRODUCERS:
-            memo[node.id] = True
-        else:
-            memo[node.id] = all(_keyed(p, memo) for p, _ in node.parents)
+        inputs = all(_keyed(p, memo) for p, _ in node.parents)
+        memo[node.id] = node.spec.output_keyed(inputs)
     return memo[node.id]
+
+
+def _key_by(node: Node) -> KeyBySpec:
+    """The spec of a node that ends a stage (a key_by)."""
+    assert isinstance(node.spec, KeyBySpec), node
+    return node.spec
+
+
+def _topic_input(node: Node) -> TopicInput | None:
+    return node.spec if isinstance(node.spec, TopicInput) else None
 
 
 def _validate_nodes(topology: Topology) -> None:
     keyed: dict[int, bool] = {}
     seen_topics: dict[str, Node] = {}
     for n in topology.nodes:
-        if n.kind in ("source", "table"):
-            topic = n.params["topic"]
+        spec = n.spec
+        if isinstance(spec, TopicInput):
+            topic = spec.topic
             if topic in seen_topics:
                 raise PlanError(
                     f"topic {topic!r} is read by two sources ({seen_topics[topic].name!r} and "
                     f"{n.name!r}); read it once and reuse the Stream"
                 )
             seen_topics[topic] = n
-        if n.kind == "window":
-            parent = n.parents[0][0]
-            if not _keyed(parent, keyed):
-                raise PlanError(
-                    f"window {n.name!r} is applied to the unkeyed stream {parent.name!r}: "
-                    f"call key_by(...) before window(...)"
-                )
-            if n.params["aggregation"] is None:
-                raise PlanError(
-                    f"window {n.name!r} has no aggregation: finish it with count(), "
-                    f"reduce(fn) or aggregate(init, add)"
-                )
-        if n.kind in ("process", "rolling"):
-            parent = n.parents[0][0]
-            if not _keyed(parent, keyed):
-                raise PlanError(
-                    f"{n.kind} {n.name!r} is applied to the unkeyed stream {parent.name!r}: "
-                    f"call key_by(...) first (state is per key)"
-                )
-        if n.kind in ("join_table", "join_window"):
+        if spec.unkeyed_input is not None:
             for p, _ in n.parents:
                 if not _keyed(p, keyed):
                     raise PlanError(
-                        f"join {n.name!r} has the unkeyed input {p.name!r}: "
-                        f"call key_by(...) on both sides first"
+                        spec.unkeyed_input.format(kind=spec.kind, name=n.name, input=p.name)
                     )
+        problem = spec.problem(n.name)
+        if problem is not None:
+            raise PlanError(problem)
     consumed = {p.id for n in topology.nodes for p, _ in n.parents}
     for n in topology.nodes:
-        if n.kind not in ("sink", "table") and n.id not in consumed:
+        if n.spec.needs_consumer and n.id not in consumed:
             raise PlanError(
                 f"the output of {n.kind} {n.name!r} goes nowhere: end it with .to(topic)"
             )
@@ -115,7 +102,7 @@ def _stages(topology: Topology) -> dict[int, int]:
     first_consumer: dict[int, int] = {}
     for n in topology.nodes:
         for p, _ in n.parents:
-            if p.kind != "key_by":
+            if not p.spec.ends_stage:
                 parent[find(n.id)] = find(p.id)
             else:
                 parent[find(n.id)] = find(first_consumer.setdefault(p.id, n.id))
@@ -143,7 +130,7 @@ def plan_job(
     deps: dict[int, set[int]] = {g: set() for g in groups.values()}
     for n in topology.nodes:
         for p, _ in n.parents:
-            if p.kind == "key_by":
+            if p.spec.ends_stage:
                 deps[groups[n.id]].add(groups[p.id])
     order: list[int] = []
     ready = sorted(g for g, d in deps.items() if not d)
@@ -161,7 +148,7 @@ def plan_job(
                 p.name
                 for n in topology.nodes
                 for p, _ in n.parents
-                if p.kind == "key_by" and groups[n.id] not in order
+                if p.spec.ends_stage and groups[n.id] not in order
             }
         )
         raise PlanError(
@@ -179,21 +166,24 @@ def plan_job(
     internal_of: dict[int, str] = {}
     per_stage_count: dict[int, int] = {}
     for n in topology.nodes:
-        if n.kind == "key_by":
+        if n.spec.ends_stage:
             g = groups[n.id]
             i = per_stage_count.get(g, 0)
             per_stage_count[g] = i + 1
             internal_of[n.id] = repartition_topic(app_id, stage_name[g], i)
 
-    user_topics = {n.params["topic"] for n in topology.nodes if n.kind in ("source", "table")}
+    inputs_of = {n.id: ti for n in topology.nodes if (ti := _topic_input(n)) is not None}
+    user_topics = {t.topic for t in inputs_of.values()}
     for n in topology.nodes:
-        if n.kind == "sink" and n.params["topic"] in user_topics:
+        if not isinstance(n.spec, SinkSpec):
+            continue
+        if n.spec.topic in user_topics:
             raise PlanError(
-                f"cycle: sink topic {n.params['topic']!r} is also read by this topology; "
+                f"cycle: sink topic {n.spec.topic!r} is also read by this topology; "
                 f"write to a different topic"
             )
-        if n.kind == "sink" and n.params["topic"] in internal_of.values():
-            raise PlanError(f"sink topic {n.params['topic']!r} collides with an internal topic")
+        if n.spec.topic in internal_of.values():
+            raise PlanError(f"sink topic {n.spec.topic!r} collides with an internal topic")
     for t in internal_of.values():
         if t in user_topics:
             raise PlanError(f"internal topic {t!r} collides with a user topic of the same name")
@@ -211,10 +201,10 @@ def plan_job(
     internal_topics: list[InternalTopic] = []
     for g in order:
         nodes = members[g]
-        users = [n for n in nodes if n.kind in ("source", "table")]
-        feeders = sorted({p.id for n in nodes for p, _ in n.parents if p.kind == "key_by"})
+        users = [inputs_of[n.id] for n in nodes if n.id in inputs_of]
+        feeders = sorted({p.id for n in nodes for p, _ in n.parents if p.spec.ends_stage})
         if users:
-            counts = {n.params["topic"]: partition_counts[n.params["topic"]] for n in users}
+            counts = {t.topic: partition_counts[t.topic] for t in users}
             if len(set(counts.values())) > 1:
                 raise PlanError(
                     f"co-partitioning violated in {stage_name[g]}: topics {counts} must have "
@@ -222,9 +212,7 @@ def plan_job(
                 )
             parts = next(iter(counts.values()))
         else:
-            explicit = {
-                by_id[f].params["partitions"] for f in feeders if by_id[f].params["partitions"]
-            }
+            explicit = {want for f in feeders if (want := _key_by(by_id[f]).partitions)}
             if len(explicit) > 1:
                 raise PlanError(
                     f"co-partitioning violated in {stage_name[g]}: key_by partitions "
@@ -232,7 +220,7 @@ def plan_job(
                 )
             parts = explicit.pop() if explicit else max(stage_parts[groups[f]] for f in feeders)
         for f in feeders:
-            want = by_id[f].params["partitions"]
+            want = _key_by(by_id[f]).partitions
             if want and want != parts:
                 raise PlanError(
                     f"co-partitioning violated in {stage_name[g]}: key_by {by_id[f].name!r} asks "
@@ -240,11 +228,11 @@ def plan_job(
                 )
         stage_parts[g] = parts
         # Key serde: what co-partitioned user topics use, so key bytes hash alike.
-        user_key_serdes = [n.params["key_serde"] for n in users if n.kind == "table"] + [
-            n.params["key_serde"] for n in users if n.kind == "source"
+        user_key_serdes = [t.key_serde for t in users if t.changelog] + [
+            t.key_serde for t in users if not t.changelog
         ]
         for f in feeders:
-            ks: Serde | None = by_id[f].params["key_serde"]
+            ks: Serde | None = _key_by(by_id[f]).key_serde
             if ks is None:
                 ks = user_key_serdes[0] if user_key_serdes else JsonSerde()
             internal_topics.append(
@@ -259,23 +247,21 @@ def plan_job(
         name = stage_name[g]
         nodes = members[g]
         in_topics: list[tuple[str, InputKind]] = [
-            (n.params["topic"], InputKind.SOURCE if n.kind == "source" else InputKind.TABLE)
+            (ti.topic, InputKind.TABLE if ti.changelog else InputKind.SOURCE)
             for n in nodes
-            if n.kind in ("source", "table")
+            if (ti := inputs_of.get(n.id)) is not None
         ]
-        feeders = sorted({p.id for n in nodes for p, _ in n.parents if p.kind == "key_by"})
+        feeders = sorted({p.id for n in nodes for p, _ in n.parents if p.spec.ends_stage})
         in_topics += [(internal_of[f], InputKind.INTERNAL) for f in feeders]
         outs: list[OutputSpec] = []
         for n in nodes:
-            if n.kind == "key_by":
+            if n.spec.ends_stage:
                 it = internal_by_name[internal_of[n.id]]
                 outs.append(OutputSpec(it.name, OutputKind.INTERNAL, it.partitions))
-            elif n.kind == "sink":
-                gu = n.params["guarantee"] or guarantee_default
-                outs.append(OutputSpec(n.params["topic"], OutputKind.SINK, None, gu))
-                sinks.append(
-                    SinkTopic(n.params["topic"], gu, name, bool(n.params.get("compacted")))
-                )
+            elif isinstance(n.spec, SinkSpec):
+                gu = n.spec.guarantee or guarantee_default
+                outs.append(OutputSpec(n.spec.topic, OutputKind.SINK, None, gu))
+                sinks.append(SinkTopic(n.spec.topic, gu, name, bool(n.spec.compacted)))
         stages.append(
             StageSpec(
                 name,
@@ -283,7 +269,7 @@ def plan_job(
                 tuple(n.id for n in nodes),
                 tuple(topic for topic, _ in in_topics),
                 tuple(o.topic for o in outs),
-                any(n.kind in _STATEFUL for n in nodes),
+                any(n.spec.stateful for n in nodes),
             )
         )
         for part in range(stage_parts[g]):

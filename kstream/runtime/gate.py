@@ -87,11 +87,7 @@ class InputGate:
         """The channels of ``spec``'s inputs, at their ``restore`` positions and
         ``watermarks`` (by topic, partition and upstream task, "" for a source's)."""
         self.task_id = spec.task_id
-        strategies: dict[str, WatermarkStrategy] = {
-            n.params["topic"]: n.params["watermark"]
-            for n in plan.topology.nodes
-            if n.kind == "source"
-        }
+        strategies: dict[str, WatermarkStrategy] = plan.watermark_strategies
         self.out_of_orderness = {t: s.max_out_of_orderness_ms for t, s in strategies.items()}
         timeouts = [s.idle_timeout_s for s in strategies.values() if s.idle_timeout_s]
         internal_idle = max(timeouts) if timeouts else None

@@ -3,35 +3,21 @@ reader per input topic that decodes batches into the graph's entry operator."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
 
-from kstream.api.topology import Node
-from kstream.api.windows import Hopping, Session, Sliding, Tumbling
+from kstream.api.spec import TopicInput
+from kstream.api.topology import SourceSpec
 from kstream.plan.model import JobPlan, TaskSpec
 from kstream.plan.operators import operator_ids
-from kstream.runtime.joins import IntervalJoinOperator, TableJoinOperator
-from kstream.runtime.operators import (
-    FilterOp,
-    FlatMapOp,
-    KeyByOp,
-    MapOp,
-    Operator,
-    Passthrough,
-    SinkOp,
-)
-from kstream.runtime.process import ProcessOperator
+from kstream.runtime import joins, process, rolling, session_windows, sliding_windows, windows
+from kstream.runtime.operators import Build, Operator, Passthrough, build_operator
 from kstream.runtime.reader import Reader
 from kstream.runtime.records import Output
-from kstream.runtime.rolling import RollingOperator
-from kstream.runtime.windows import (
-    FixedWindowOperator,
-    SessionWindowOperator,
-    SlidingWindowOperator,
-)
 from kstream.serde import JsonSerde
 from kstream.state.base import KeyedStateBackend
+
+# The runtime operator modules: each registers its classes (``@implements``) on import.
+OPERATOR_MODULES = (joins, process, rolling, session_windows, sliding_windows, windows)
 
 
 @dataclass
@@ -61,13 +47,16 @@ def build_graph(
     state_ids = operator_ids(plan)
     graph = Graph({}, [])
     for n in nodes:
-        op = _operator(n, internal_by_keyby, state_ids, backend, metrics, out)
+        # Stateful operators are named by their stable id; their state lives under it.
+        sid = state_ids.get(n.id, n.name)
+        build = Build(n.name, sid, backend, metrics, out, internal_by_keyby.get(n.id))
+        op = build_operator(n.spec, build)
         ops[n.id] = op
         graph.ops.append(op)
-        if n.kind in ("source", "table"):
-            graph.readers[n.params["topic"]] = Reader(
-                op, n.params["key_serde"], n.params["value_serde"], n.params.get("timestamp")
-            )
+        reads = n.spec
+        if isinstance(reads, TopicInput):
+            timestamp = reads.timestamp if isinstance(reads, SourceSpec) else None
+            graph.readers[reads.topic] = Reader(op, reads.key_serde, reads.value_serde, timestamp)
         for in_port, (parent, port) in enumerate(n.parents):
             if parent.id in ops:
                 ops[parent.id].connect(port, op, in_port)
@@ -81,59 +70,3 @@ def build_graph(
             internal_inputs[parent.id].connect(0, op, in_port)
     graph.stateful = [op for op in graph.ops if op.stateful]
     return graph
-
-
-def _operator(
-    n: Node,
-    internal_by_keyby: Mapping[int, Any],
-    state_ids: Mapping[int, str],
-    backend: KeyedStateBackend,
-    metrics: dict[str, int],
-    out: list[Output],
-) -> Operator:
-    p = n.params
-    if n.kind in ("source", "table"):
-        return Passthrough(n.name)
-    if n.kind == "map":
-        return MapOp(n.name, p["fn"])
-    if n.kind == "filter":
-        return FilterOp(n.name, p["fn"])
-    if n.kind == "flat_map":
-        return FlatMapOp(n.name, p["fn"])
-    if n.kind == "key_by":
-        t = internal_by_keyby[n.id]
-        return KeyByOp(n.name, p["fn"], t.name, t.partitions, t.key_serde, out)
-    if n.kind == "sink":
-        stamp = p.get("timestamp", "event")
-        return SinkOp(n.name, p["topic"], p["key_serde"], p["value_serde"], out, stamp)
-    # Stateful operators are named by their stable id; their state lives under it.
-    sid = state_ids.get(n.id, n.name)
-    if n.kind == "window":
-        spec, agg, allowed = p["spec"], p["aggregation"], p["allowed_lateness_ms"]
-        trigger = (p.get("emit", "final"), p.get("early_fire_ms"))
-        if isinstance(spec, (Tumbling, Hopping)):
-            return FixedWindowOperator(sid, sid, backend, spec, agg, allowed, metrics, *trigger)
-        if isinstance(spec, Session):
-            return SessionWindowOperator(sid, sid, backend, spec, agg, allowed, metrics, *trigger)
-        if isinstance(spec, Sliding):
-            return SlidingWindowOperator(sid, sid, backend, spec, agg, allowed, metrics, *trigger)
-        raise TypeError(f"unknown window spec {spec!r}")
-    if n.kind == "rolling":
-        return RollingOperator(sid, sid, backend, p["aggregation"], p["emit"], metrics)
-    if n.kind == "process":
-        return ProcessOperator(sid, sid, backend, p["fn"], p["state"])
-    if n.kind == "join_table":
-        return TableJoinOperator(sid, sid, backend, p["joiner"], p["left"], metrics)
-    if n.kind == "join_window":
-        return IntervalJoinOperator(
-            sid,
-            sid,
-            backend,
-            p["joiner"],
-            p["before_ms"],
-            p["after_ms"],
-            p["allowed_lateness_ms"],
-            metrics,
-            p["how"],
-        )
-    raise TypeError(f"unknown operator kind {n.kind!r}")

@@ -4,16 +4,18 @@ left or outer, symmetric or asymmetric bounds)."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Self
 
+from kstream.api.stream import JoinTableSpec, JoinWindowSpec
 from kstream.runtime.events import MAX_TS, MIN_TS
 from kstream.runtime.firing import Budget
-from kstream.runtime.operators import Keys, Operator, Stamps, Values
+from kstream.runtime.operators import Build, Keys, Operator, Stamps, Values, implements
 from kstream.state.base import KeyedStateBackend, TableSpec
 
 _MISSING = object()
 
 
+@implements(JoinTableSpec)
 class TableJoinOperator(Operator):
     """Port 0: the stream; port 1: the table changelog (``None`` deletes).
 
@@ -21,6 +23,11 @@ class TableJoinOperator(Operator):
     """
 
     stateful = True
+
+    @classmethod
+    def from_spec(cls, spec: JoinTableSpec, build: Build) -> Self:
+        sid = build.state_id
+        return cls(sid, sid, build.backend, spec.joiner, spec.left, build.metrics)
 
     def __init__(
         self,
@@ -69,6 +76,7 @@ class TableJoinOperator(Operator):
         self.emit([keys[i] for i in idx], joined, [stamps[i] for i in idx])
 
 
+@implements(JoinWindowSpec)
 class IntervalJoinOperator(Operator):
     """Port 0: left, port 1: right. A pair matches when ``l.ts - before <= r.ts <= l.ts
     + after``. Buffers ``(key, ts) -> [values]`` per side and an expiry index ``(ts,
@@ -81,6 +89,21 @@ class IntervalJoinOperator(Operator):
     (left) / 2 (right) when wired, else they are dropped and counted."""
 
     stateful = True
+
+    @classmethod
+    def from_spec(cls, spec: JoinWindowSpec, build: Build) -> Self:
+        sid = build.state_id
+        return cls(
+            sid,
+            sid,
+            build.backend,
+            spec.joiner,
+            spec.before_ms,
+            spec.after_ms,
+            spec.allowed_lateness_ms,
+            build.metrics,
+            spec.how,
+        )
 
     def __init__(
         self,

@@ -1,6 +1,10 @@
 """Operators: each processes a whole batch as parallel lists (keys, values,
 timestamps) and pushes its result to its children. No per-record objects: the
 stateless operators are one list comprehension each.
+
+Each runtime operator class registers for the spec it runs (:mod:`kstream.api.spec`)
+with ``@implements(TheSpec)`` and builds itself from it in ``from_spec``; a task's
+graph (:mod:`kstream.runtime.graph`) is built through :func:`build_operator` only.
 """
 
 from __future__ import annotations
@@ -9,14 +13,20 @@ import json
 import time
 import zlib
 from collections.abc import Callable
+from dataclasses import dataclass
 from itertools import compress
-from typing import Any
+from typing import Any, Self, TypeVar
 
+from kstream.api.spec import OpSpec
+from kstream.api.stream import FilterSpec, FlatMapSpec, KeyBySpec, MapSpec, PeekSpec, SinkSpec
+from kstream.api.topology import SourceSpec, TableSourceSpec
+from kstream.plan.model import InternalTopic
 from kstream.runtime.errors import OperatorErrors
 from kstream.runtime.events import MIN_TS
 from kstream.runtime.firing import Budget
 from kstream.runtime.records import Output, OutputBatch
 from kstream.serde import Serde, SerdeError
+from kstream.state.base import KeyedStateBackend
 
 Keys = list[Any]
 Values = list[Any]
@@ -41,6 +51,49 @@ def without_none_values(
     return list(compress(keys, keep)), list(compress(values, keep)), list(compress(stamps, keep))
 
 
+@dataclass(frozen=True)
+class Build:
+    """What a task gives an operator it builds, besides the operator's spec."""
+
+    name: str  # the node's name
+    state_id: str  # a stateful operator's stable id (its state lives under it)
+    backend: KeyedStateBackend
+    metrics: dict[str, int]
+    out: list[Output]  # where operators that write (key_by, sinks) append
+    repartition: InternalTopic | None  # the topic a stage-ending operator writes
+
+
+_RUNTIME: dict[type[OpSpec], Callable[[Any, Build], Operator]] = {}
+
+OpClass = TypeVar("OpClass", bound="type[Operator]")
+
+
+def implements(*specs: type[OpSpec]) -> Callable[[OpClass], OpClass]:
+    """Class decorator: the decorated operator class runs ``specs`` (built with its
+    ``from_spec``). One runtime class per spec class."""
+
+    def register(cls: OpClass) -> OpClass:
+        for spec in specs:
+            if spec in _RUNTIME:
+                raise TypeError(f"{spec.__name__} already has a runtime operator")
+            _RUNTIME[spec] = cls.from_spec
+        return cls
+
+    return register
+
+
+def build_operator(spec: OpSpec, build: Build) -> Operator:
+    """The runtime operator of ``spec`` (``TypeError`` when none is registered)."""
+    try:
+        make = _RUNTIME[type(spec)]
+    except KeyError:
+        raise TypeError(
+            f"no runtime operator runs {type(spec).__name__}: decorate its runtime class "
+            f"with @implements({type(spec).__name__})"
+        ) from None
+    return make(spec, build)
+
+
 class Operator:
     """A node of a task's operator chain."""
 
@@ -50,6 +103,11 @@ class Operator:
     # it and their own (they fire on their own), so a record its upstream task had made
     # late is late here whatever the other upstream tasks' progress.
     late_floor = MIN_TS
+
+    @classmethod
+    def from_spec(cls, spec: Any, build: Build) -> Operator:
+        """The operator running ``spec`` in a task (see :func:`implements`)."""
+        raise NotImplementedError(f"{cls.__name__} cannot be built from a spec")
 
     def __init__(self, name: str) -> None:
         self.name = name
@@ -122,17 +180,27 @@ class Operator:
         """All inputs ended: emit every pending result (stateful only)."""
 
 
+@implements(SourceSpec, TableSourceSpec)
 class Passthrough(Operator):
     """An input of the stage (source, table, internal topic): forwards batches."""
+
+    @classmethod
+    def from_spec(cls, spec: SourceSpec | TableSourceSpec, build: Build) -> Self:
+        return cls(build.name)
 
     def push(self, keys: Keys, values: Values, stamps: Stamps, port: int) -> None:
         self.emit(keys, values, stamps)
 
 
+@implements(MapSpec)
 class MapOp(Operator):
     def __init__(self, name: str, fn: Callable[[Any], Any]) -> None:
         super().__init__(name)
         self.fn = fn
+
+    @classmethod
+    def from_spec(cls, spec: MapSpec, build: Build) -> Self:
+        return cls(build.name, spec.fn)
 
     def push(self, keys: Keys, values: Values, stamps: Stamps, port: int) -> None:
         fn = self.fn
@@ -145,10 +213,15 @@ class MapOp(Operator):
         self.emit(keys, out, stamps)
 
 
+@implements(FilterSpec)
 class FilterOp(Operator):
     def __init__(self, name: str, fn: Callable[[Any], bool]) -> None:
         super().__init__(name)
         self.fn = fn
+
+    @classmethod
+    def from_spec(cls, spec: FilterSpec, build: Build) -> Self:
+        return cls(build.name, spec.fn)
 
     def push(self, keys: Keys, values: Values, stamps: Stamps, port: int) -> None:
         fn = self.fn
@@ -163,10 +236,15 @@ class FilterOp(Operator):
         )
 
 
+@implements(FlatMapSpec)
 class FlatMapOp(Operator):
     def __init__(self, name: str, fn: Callable[[Any], Any]) -> None:
         super().__init__(name)
         self.fn = fn
+
+    @classmethod
+    def from_spec(cls, spec: FlatMapSpec, build: Build) -> Self:
+        return cls(build.name, spec.fn)
 
     def push(self, keys: Keys, values: Values, stamps: Stamps, port: int) -> None:
         fn = self.fn
@@ -184,8 +262,47 @@ class FlatMapOp(Operator):
             self.emit(list(ks), list(vs), list(ts))
 
 
+@implements(PeekSpec)
+class PeekOp(Operator):
+    """Calls ``fn(value)`` on each record and forwards the batch unchanged (without the
+    records ``fn`` raised on, when they are dead-lettered)."""
+
+    def __init__(self, name: str, fn: Callable[[Any], Any]) -> None:
+        super().__init__(name)
+        self.fn = fn
+
+    @classmethod
+    def from_spec(cls, spec: PeekSpec, build: Build) -> Self:
+        return cls(build.name, spec.fn)
+
+    def push(self, keys: Keys, values: Values, stamps: Stamps, port: int) -> None:
+        fn = self.fn
+        failed: list[int] = []
+        for i, v in enumerate(values):
+            try:
+                fn(v)
+            except Exception as e:
+                self.failed(keys[i], v, stamps[i], e)  # raises unless dead-lettered
+                failed.append(i)
+        if failed:
+            keep = [True] * len(values)
+            for i in failed:
+                keep[i] = False
+            keys = list(compress(keys, keep))
+            values = list(compress(values, keep))
+            stamps = list(compress(stamps, keep))
+        self.emit(keys, values, stamps)
+
+
+@implements(KeyBySpec)
 class KeyByOp(Operator):
     """Sets the key, serializes, and writes to the stage's repartition topic."""
+
+    @classmethod
+    def from_spec(cls, spec: KeyBySpec, build: Build) -> Self:
+        t = build.repartition
+        assert t is not None, f"key_by {build.name!r} has no repartition topic"
+        return cls(build.name, spec.fn, t.name, t.partitions, t.key_serde, build.out)
 
     def __init__(
         self,
@@ -232,10 +349,17 @@ class KeyByOp(Operator):
         self.out.append(OutputBatch(self.topic, True, parts, kb, vb, list(stamps)))
 
 
+@implements(SinkSpec)
 class SinkOp(Operator):
     """Serializes records for a user topic (partition left to Kafka). ``timestamp``:
     the records keep their event times (``"event"``) or carry the wall clock when they
     are emitted (``"processing"``; see ``Stream.to``)."""
+
+    @classmethod
+    def from_spec(cls, spec: SinkSpec, build: Build) -> Self:
+        return cls(
+            build.name, spec.topic, spec.key_serde, spec.value_serde, build.out, spec.timestamp
+        )
 
     def __init__(
         self,

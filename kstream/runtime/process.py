@@ -11,13 +11,14 @@ timers a callback registers at or before that time fire in the same pass.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Self
 
 from kstream.api.process import StateSpec, resolve_process
+from kstream.api.stream import ProcessSpec
 from kstream.runtime.events import MAX_TS, MIN_TS
 from kstream.runtime.firing import Budget, Cursor, Firing
 from kstream.runtime.keyedstate import KeyScope, TimerQueue
-from kstream.runtime.operators import Keys, Operator, Stamps, Values
+from kstream.runtime.operators import Build, Keys, Operator, Stamps, Values, implements
 from kstream.state.base import KeyedStateBackend, TableSpec
 
 # Timers fired per state scan; output goes downstream per chunk.
@@ -50,10 +51,15 @@ class Collector:
         return out
 
 
+@implements(ProcessSpec)
 class ProcessOperator(Operator):
     """Runs ``fn`` per record with per-key state; fires its timers."""
 
     stateful = True
+
+    @classmethod
+    def from_spec(cls, spec: ProcessSpec, build: Build) -> Self:
+        return cls(build.state_id, build.state_id, build.backend, spec.fn, spec.state)
 
     def __init__(
         self,
@@ -66,7 +72,7 @@ class ProcessOperator(Operator):
         super().__init__(name)
         self.process_fn, self.on_timer = resolve_process(fn)
         prefix = state_id
-        self.scope = KeyScope(prefix, backend, state)
+        self.scope = KeyScope(prefix, backend, state, operator=name)
         self.scope.timers_allowed = self.on_timer is not None
         self.out = Collector(self.scope)
         self.meta = backend.table(TableSpec(f"{prefix}.meta"))

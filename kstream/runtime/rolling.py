@@ -13,17 +13,32 @@ is a tombstone (value ``None``). Emission:
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Self
 
+from kstream.api.stream import RollingSpec
 from kstream.api.windows import Aggregation
-from kstream.runtime.operators import Keys, Operator, Stamps, Values, without_none_values
+from kstream.runtime.operators import (
+    Build,
+    Keys,
+    Operator,
+    Stamps,
+    Values,
+    implements,
+    without_none_values,
+)
 from kstream.state.base import KeyedStateBackend, TableSpec
 
 _MISSING: Any = object()
 
 
+@implements(RollingSpec)
 class RollingOperator(Operator):
     stateful = True
+
+    @classmethod
+    def from_spec(cls, spec: RollingSpec, build: Build) -> Self:
+        sid = build.state_id
+        return cls(sid, sid, build.backend, spec.aggregation, spec.emit, build.metrics)
 
     def __init__(
         self,

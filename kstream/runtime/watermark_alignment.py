@@ -17,6 +17,10 @@ back: it is not slow, only silent, and stopping the others for it would stall a 
 job. A partition that has read nothing yet holds the others back from the start, so
 no partition races ahead before every one has begun.
 
+Across workers (Flink aligns through its coordinator): each worker reports its
+``slowest`` per topic to the checkpoint coordinator, which publishes the minimum over
+all workers; ``paused(..., floor=...)`` counts it as one more partition.
+
 Pure and I/O free: the worker feeds partition states and applies the result with
 pause/resume (``kstream.worker``); tests drive it directly.
 """
@@ -47,13 +51,27 @@ class WatermarkAligner:
     def __init__(self, max_drift_ms: Mapping[str, int]) -> None:
         self.max_drift_ms = dict(max_drift_ms)
 
-    def paused(self, partitions: Mapping[TP, PartitionTime]) -> frozenset[TP]:
-        """The partitions to pause now: those more than the drift bound ahead of the
-        slowest partition of their topic that holds the others back."""
+    def slowest(self, partitions: Mapping[TP, PartitionTime]) -> dict[str, int]:
+        """Per aligned topic, the watermark of its slowest partition that holds the others
+        back (a topic without one is absent): what a worker reports for global alignment
+        (:mod:`kstream.checkpoint.alignment`)."""
         slowest: dict[str, int] = {}
         for (topic, _), p in partitions.items():
             if topic in self.max_drift_ms and p.backlog and not p.ended:
                 slowest[topic] = min(p.watermark, slowest.get(topic, p.watermark))
+        return slowest
+
+    def paused(
+        self, partitions: Mapping[TP, PartitionTime], floor: Mapping[str, int] | None = None
+    ) -> frozenset[TP]:
+        """The partitions to pause now: those more than the drift bound ahead of the
+        slowest partition of their topic that holds the others back. ``floor``: the
+        slowest watermark per topic of the partitions other workers read (global
+        alignment): one more partition that may be the slowest."""
+        slowest = self.slowest(partitions)
+        for topic, wm in (floor or {}).items():
+            if topic in self.max_drift_ms:
+                slowest[topic] = min(wm, slowest.get(topic, wm))
         out = []
         for tp, p in partitions.items():
             low = slowest.get(tp[0])

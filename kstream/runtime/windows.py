@@ -1,4 +1,6 @@
-"""Window operators; semantics are documented in ``kstream.api.windows``.
+"""Window operators' shared parts and fixed (tumbling, hopping) windows; semantics
+are documented in ``kstream.api.windows``. Sessions: :mod:`kstream.runtime.session_windows`,
+sliding windows: :mod:`kstream.runtime.sliding_windows`.
 
 All state lives in the task's ``KeyedStateBackend`` (tables ``n<node>.<name>``):
 accumulators, session extents, sliding-window buffers, the fire/expiry timer
@@ -13,29 +15,59 @@ from __future__ import annotations
 from collections.abc import Callable
 from functools import partial
 from itertools import islice
-from typing import Any
+from typing import Any, ClassVar
 
-from kstream.api.windows import Aggregation, Hopping, Session, Sliding, Tumbling, WindowResult
+from kstream.api.stream import WindowOpSpec
+from kstream.api.windows import Aggregation, Hopping, Tumbling, WindowResult, WindowSpec
 from kstream.runtime.events import MAX_TIMESTAMP, MAX_TS, MIN_TS
 from kstream.runtime.firing import FIRE_BATCH, Budget, Cursor, Firing, Step, fire_scan
-from kstream.runtime.operators import Keys, Operator, Stamps, Values, without_none_values
+from kstream.runtime.operators import (
+    Build,
+    Keys,
+    Operator,
+    Stamps,
+    Values,
+    implements,
+    without_none_values,
+)
 from kstream.state.base import KeyedStateBackend, StateKey, StateTable, TableSpec
 
 __all__ = [
     "FIRE_BATCH",
     "FixedWindowOperator",
-    "SessionWindowOperator",
-    "SlidingWindowOperator",
     "WindowOperator",
 ]
 
 _MISSING = object()
 
 
+@implements(WindowOpSpec)
 class WindowOperator(Operator):
-    """Shared parts: watermark bookkeeping, late records, result emission."""
+    """Shared parts: watermark bookkeeping, late records, result emission. Built as
+    the subclass whose ``assigners`` include the spec's window assigner."""
 
     stateful = True
+    assigners: ClassVar[tuple[type[WindowSpec], ...]] = ()
+
+    @classmethod
+    def from_spec(cls, spec: WindowOpSpec, build: Build) -> WindowOperator:
+        assert spec.aggregation is not None, f"window {build.name!r} has no aggregation"
+        for sub in cls.__subclasses__():
+            if isinstance(spec.spec, sub.assigners):
+                sid = build.state_id
+                make: Callable[..., WindowOperator] = sub  # each takes its own assigner
+                return make(
+                    sid,
+                    sid,
+                    build.backend,
+                    spec.spec,
+                    spec.aggregation,
+                    spec.allowed_lateness_ms,
+                    build.metrics,
+                    spec.emit,
+                    spec.early_fire_ms,
+                )
+        raise TypeError(f"no window operator runs {spec.spec!r}")
 
     def __init__(
         self,
@@ -171,6 +203,8 @@ class WindowOperator(Operator):
 
 class FixedWindowOperator(WindowOperator):
     """Tumbling and hopping windows: accumulators keyed ``(end, start, key)``."""
+
+    assigners = (Tumbling, Hopping)
 
     def __init__(
         self,
@@ -325,242 +359,3 @@ class FixedWindowOperator(WindowOperator):
         if self.allowed == 0 or not self._ends_between(since, upto):
             return None
         return self._delete_upto(self.acc, (upto + 1,), None, cursor, budget)
-
-
-class SessionWindowOperator(WindowOperator):
-    """Sessions: extents ``(key, start) -> [end, acc]`` and timers ``(end, key, start)``."""
-
-    def __init__(
-        self,
-        name: str,
-        state_id: str,
-        backend: KeyedStateBackend,
-        spec: Session,
-        aggregation: Aggregation,
-        allowed_lateness_ms: int,
-        metrics: dict[str, int],
-        emit: str = "final",
-        early_fire_ms: int | None = None,
-    ) -> None:
-        super().__init__(
-            name, state_id, backend, aggregation, allowed_lateness_ms, metrics, emit, early_fire_ms
-        )
-        self.gap = spec.gap_ms
-        self.sessions = self.table("sessions")
-        self.timers = self.table("timers")
-        merge = aggregation.merge
-        assert merge is not None, "session windows need a merge function"
-        self.merge = merge
-
-    def push(self, keys: Keys, values: Values, stamps: Stamps, port: int) -> None:
-        if None in values:
-            keys, values, stamps = without_none_values(keys, values, stamps, self.metrics)
-        gap, wm, allowed = self.gap, self.wm, self.allowed
-        closed = max(wm, self.late_floor)
-        sessions, timers = self.sessions, self.timers
-        late: list[int] = []
-        updates: list[WindowResult] | None = [] if self.updates else None
-        for i, (k, v, t) in enumerate(zip(keys, values, stamps, strict=True)):
-            start, end = t, t + gap
-            touching = [
-                (key[1], ext) for key, ext in sessions.scan((k,)) if key[1] <= end and ext[0] >= t
-            ]
-            for s, ext in touching:
-                start, end = min(start, s), max(end, ext[0])
-            if end + allowed < closed:  # the merged session expired already
-                late.append(i)
-                continue
-            try:  # the functions first: one that raises leaves every session unchanged
-                acc = self._first(v)
-                for _s, ext in touching:
-                    acc = self.merge(ext[1], acc)
-            except Exception as e:
-                self.failed(k, v, t, e)
-                continue
-            for s, ext in touching:
-                sessions.delete((k, s))
-                timers.delete((ext[0], k, s))
-                if updates is not None and (s, ext[0]) != (start, end):
-                    updates.append(WindowResult(k, s, ext[0], None))  # merged away
-            sessions.put((k, start), [end, acc])
-            timers.put((end, k, start), 0)
-            if updates is not None:
-                updates.append(WindowResult(k, start, end, acc))
-            elif end < wm:  # fired already: each record fires it again, at once
-                self._emit_results([WindowResult(k, start, end, acc)])
-            elif self.early_ms is not None:
-                self.early[(end, start, k)] = None
-        if updates is not None:
-            self._emit_results(updates)
-        self._late(keys, values, stamps, late)
-
-    def _current(self, end: int, start: int, key: Any) -> WindowResult | None:
-        ext = self.sessions.get((key, start))  # the session may have grown since
-        return None if ext is None else WindowResult(key, start, ext[0], ext[1])
-
-    # A record at a session's end still joins it (touching sessions merge), so a
-    # session is complete once the watermark has passed its end: it fires at
-    # ``end < watermark`` and expires at ``end + allowed < watermark``.
-
-    def _steps(self, old: int, new: int, upto: int) -> list[Step]:
-        return [
-            partial(self._fire, old, new),
-            partial(self._delete_upto, self.timers, (upto,), self._drop_session),
-        ]
-
-    def _fire(
-        self, old: int, new: int, cursor: Cursor | None, budget: Budget | None
-    ) -> Cursor | None:
-        if self.updates:
-            return None
-        get = self.sessions.get
-        return fire_scan(
-            self.timers.scan_range(cursor or (old,), (new,)),
-            cursor,
-            budget,
-            lambda chunk: self._emit_results(
-                [WindowResult(k, s, end, get((k, s))[1]) for (end, k, s), _ in chunk]
-            ),
-        )
-
-    def _drop_session(self, timer: StateKey) -> None:
-        _end, k, s = timer
-        self.sessions.delete((k, s))
-
-
-class SlidingWindowOperator(WindowOperator):
-    """Kafka Streams' sliding windows over ``span = time_difference + 1`` ms: for each
-    distinct timestamp ``t`` of a key its *left* window ``[t - d, t + 1)`` and, when it
-    holds a record, its *right* window ``[t + 1, t + 1 + span)``; a window is known by
-    its end, so a right window that equals a later record's left window is one window.
-
-    State: values buffered ``(key, ts) -> [values]``, one timer ``(end, key)`` per
-    window, and ``(ts + span, key, ts)`` to collect a buffer entry once no window that
-    contains it (their ends lie in ``(ts, ts + span]``) can change any more."""
-
-    def __init__(
-        self,
-        name: str,
-        state_id: str,
-        backend: KeyedStateBackend,
-        spec: Sliding,
-        aggregation: Aggregation,
-        allowed_lateness_ms: int,
-        metrics: dict[str, int],
-        emit: str = "final",
-        early_fire_ms: int | None = None,
-    ) -> None:
-        super().__init__(
-            name, state_id, backend, aggregation, allowed_lateness_ms, metrics, emit, early_fire_ms
-        )
-        self.span = spec.time_difference_ms + 1
-        self.buffer = self.table("buffer")
-        self.timers = self.table("timers")
-        self.gc = self.table("gc")
-
-    def push(self, keys: Keys, values: Values, stamps: Stamps, port: int) -> None:
-        if None in values:
-            keys, values, stamps = without_none_values(keys, values, stamps, self.metrics)
-        span, wm = self.span, self.wm
-        live = max(wm, self.late_floor) - self.allowed  # windows ending after it may change
-        buf, timers = self.buffer, self.timers
-        late: list[int] = []
-        updates: list[WindowResult] | None = [] if self.updates else None
-        for i, (k, v, t) in enumerate(zip(keys, values, stamps, strict=True)):
-            if t + span <= live:  # every window containing t expired
-                late.append(i)
-                continue
-            held = buf.get((k, t))
-            new = held is None
-            if new:
-                buf.put((k, t), [v])
-                self.gc.put((t + span, k, t), 0)
-            else:
-                buf.put((k, t), [*held, v])
-            # Windows containing t end in (t, t + span]: right windows of earlier
-            # timestamps t1 (end t1 + 1 + span) and left windows of t2 >= t (end t2 + 1).
-            # A later t2 also makes the new timestamp's own right window non-empty.
-            changed: list[int] = []
-            later = edge = False
-            for (_, t2), _vals in buf.scan_range((k, t - span), (k, t + span + 1)):
-                if t2 < t:
-                    e = t2 + 1 + span
-                    if e > live:
-                        timers.put((e, k), 0)  # may be new: its first record
-                elif t2 == t:
-                    e = t + 1
-                    if new and e > live:
-                        timers.put((e, k), 0)
-                elif t2 == t + span:
-                    edge = True  # t's right window is t2's left one, t not in it
-                    continue
-                else:
-                    later = True
-                    e = t2 + 1
-                if e > live:
-                    changed.append(e)
-            if new and later and not edge:  # t's right window is new (not t2's left)
-                e = t + 1 + span
-                timers.put((e, k), 0)
-                changed.append(e)
-            refire: list[int] = []
-            for e in sorted(set(changed)):  # a right window may be a left one too
-                if updates is not None:
-                    updates += self._results([(e, k)])
-                elif e <= wm:
-                    refire.append(e)
-                elif self.early_ms is not None:
-                    self.early[(e, e - span, k)] = None
-            if refire:  # each record in fired windows fires them again, at once
-                self._emit_results(self._results([(e, k) for e in refire]))
-        if updates is not None:
-            self._emit_results(updates)
-        self._late(keys, values, stamps, late)
-
-    def _current(self, end: int, start: int, key: Any) -> WindowResult | None:
-        return self._result(end, key)
-
-    def _result(self, end: int, key: Any) -> WindowResult | None:
-        """The window's result; None if every value in it was dead-lettered."""
-        acc: Any = _MISSING
-        add = self.agg.add
-        bad: list[tuple[int, int]] = []  # (timestamp, index) of values a function raised on
-        for (_, t), vals in list(self.buffer.scan_range((key, end - self.span), (key, end))):
-            for j, v in enumerate(vals):
-                try:
-                    acc = self._first(v) if acc is _MISSING else add(acc, v)
-                except Exception as e:
-                    self.failed(key, v, t, e, in_batch=False)
-                    bad.append((t, j))
-        for t, j in reversed(bad):  # dead-lettered: aggregated no more
-            held = self.buffer.get((key, t))
-            self.buffer.put((key, t), held[:j] + held[j + 1 :])
-        return None if acc is _MISSING else WindowResult(key, end - self.span, end, acc)
-
-    def _results(self, windows: list[tuple[int, Any]]) -> list[WindowResult]:
-        """The results of windows ``(end, key)`` that have one."""
-        out = [self._result(e, k) for e, k in windows]
-        return [r for r in out if r is not None]
-
-    def _steps(self, old: int, new: int, upto: int) -> list[Step]:
-        return [
-            partial(self._fire, old, new),
-            partial(self._delete_upto, self.timers, (upto + 1,), None),
-            partial(self._delete_upto, self.gc, (upto + 1,), self._drop_value),
-        ]
-
-    def _fire(
-        self, old: int, new: int, cursor: Cursor | None, budget: Budget | None
-    ) -> Cursor | None:
-        if self.updates:
-            return None
-        return fire_scan(
-            self.timers.scan_range(cursor or (old + 1,), (new + 1,)),
-            cursor,
-            budget,
-            lambda chunk: self._emit_results(self._results([(e, k) for (e, k), _ in chunk])),
-        )
-
-    def _drop_value(self, gc_key: StateKey) -> None:
-        _last, k, t = gc_key
-        self.buffer.delete((k, t))

@@ -1,6 +1,6 @@
 """RocksDB options of kstream's state: compaction, files, filters, writes.
 
-Why each setting: the docstrings; the trade-offs are in the README ("Design decisions").
+Why each setting: the docstrings; the trade-offs are in docs/decisions.md.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ def cf_options() -> rocksdict.Options:
     already picked), so the large old run is rewritten only by a full compaction when
     the newer runs reach ``MAX_SIZE_AMPLIFICATION_PERCENT`` of it. The price: up to
     about twice the disk of the compacted state, and deletions reclaimed only by those
-    full compactions (see README, "Design decisions").
+    full compactions (see docs/decisions.md).
     """
     opts = rocksdict.Options(raw_mode=True)
     opts.set_compaction_style(rocksdict.DBCompactionStyle.universal())

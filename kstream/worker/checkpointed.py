@@ -13,6 +13,7 @@ from kstream.checkpoint.messages import (
     CheckpointCompleted,
     RestoreFailed,
     TaskReady,
+    WatermarkBound,
 )
 from kstream.kafka.control import ControlClient
 from kstream.kafka.internal import InternalDeliveryError
@@ -23,6 +24,7 @@ from kstream.plan.fingerprint import PlanFingerprint
 from kstream.store.base import CheckpointStore
 from kstream.store.metadata import unbacked_completion
 from kstream.store.plans import plan_refusal, publish_plan
+from kstream.worker.global_alignment import GlobalAlignment
 from kstream.worker.mode import Mode
 from kstream.worker.protocol import (
     Action,
@@ -76,6 +78,7 @@ class Checkpointed(Mode):
         self._pending: list[Action] = []  # decided from the history, carried out first
         self._verified: set[int] = set()  # completed checkpoints the store backs
         self._committer = SinkCommitter()
+        self.alignment = GlobalAlignment(tasks.aligner.max_drift_ms)
 
     @property
     def member(self) -> str:
@@ -95,9 +98,13 @@ class Checkpointed(Mode):
         for msg in self.control.poll(0):
             if isinstance(msg, CheckpointCompleted) and not self.backed(msg):
                 continue
+            if isinstance(msg, WatermarkBound):
+                self.alignment.on_bound(msg, now)
+                continue
             code = self._handle(msg, now)
             if code is not None:
                 return code
+        self.tasks.floor = self.alignment.floor(self.protocol.member, self.protocol.attempt, now)
         return None
 
     def stop(self, now: float) -> int | None:
@@ -121,6 +128,15 @@ class Checkpointed(Mode):
             finished = []  # acknowledged at a later iteration
         member = self.member if finished else ""  # asks the client: only when needed
         reports = [msg for r in finished for msg in r.finished_uploads(member)]
+        report = (
+            None  # restoring: nothing runs, so nothing to report yet
+            if self.protocol.restoring
+            else self.alignment.report(
+                self.protocol.member, self.protocol.attempt, self.tasks.slowest, now
+            )
+        )
+        if report is not None:
+            reports.append(report)
         self.control.post_all(reports)  # not waited for: see ControlClient.post_all
         self.stats.checkpoints_acked += sum(isinstance(m, AcknowledgeCheckpoint) for m in reports)
         if self.protocol.awaiting_first_output and any(

@@ -47,11 +47,16 @@ class WorkerTasks:
         self._aligned: frozenset[TP] = frozenset()
         self._aligned_for: frozenset[int] = frozenset()  # the running runners it is for
         self._next_align = 0.0
+        # Global alignment (kstream.worker.global_alignment): the slowest watermark per
+        # topic over all workers (set by the mode), and this worker's own (its report).
+        self.floor: dict[str, int] = {}
+        self._floor_used: dict[str, int] = {}
+        self.slowest: dict[str, int] = {}
         self.aligner = WatermarkAligner(
             {
-                n.params["topic"]: n.params["watermark"].max_drift_ms
-                for n in plan.topology.nodes
-                if n.kind == "source" and n.params["watermark"].max_drift_ms is not None
+                topic: s.max_drift_ms
+                for topic, s in plan.watermark_strategies.items()
+                if s.max_drift_ms is not None
             }
         )
 
@@ -271,25 +276,26 @@ class WorkerTasks:
         the consumer's lag says). Decided at most every ALIGN_EVERY_S (it reads every
         partition's position) — and at once when the running tasks changed: restored
         tasks that run ahead must be held from their first record, or each restart
-        lets one batch past the drift bound."""
+        lets one batch past the drift bound — or when the global ``floor`` changed."""
         if not self.aligner.max_drift_ms:
             return frozenset()
         running = [r for r in self.runners.values() if r.running]
         ids = frozenset(id(r) for r in running)
         now = time.monotonic()
-        if now < self._next_align and ids == self._aligned_for:
+        if now < self._next_align and ids == self._aligned_for and self.floor == self._floor_used:
             return self._aligned
         self._next_align, self._aligned_for = now + ALIGN_EVERY_S, ids
+        self._floor_used = self.floor
         marks: dict[TP, tuple[int, bool]] = {}
         for r in running:
             marks.update(r.task.source_watermarks())
         lag = self.source.lag()  # unknown (nothing read yet): records may be left
-        self._aligned = self.aligner.paused(
-            {
-                tp: PartitionTime(wm, tp in pending or lag.get(tp, 1) > 0, end)
-                for tp, (wm, end) in marks.items()
-            }
-        )
+        parts = {
+            tp: PartitionTime(wm, tp in pending or lag.get(tp, 1) > 0, end)
+            for tp, (wm, end) in marks.items()
+        }
+        self.slowest = self.aligner.slowest(parts)
+        self._aligned = self.aligner.paused(parts, self.floor)
         return self._aligned
 
     # ---- decoding --------------------------------------------------------------------------
