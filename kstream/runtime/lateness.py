@@ -8,10 +8,14 @@ output. Each such operator counts them (``Operator.late_dropped`` and
 Prometheus metrics export (``kstream.metrics``) and what a worker logs with
 ``late_summary`` when it stops. ``Task.metrics`` holds the task-wide totals.
 
-Behind a repartition a run of one upstream task's records is judged against that
-task's watermark where it wrote them, when it is ahead of the operators' own
-(:func:`push_judged_at`): their own is the minimum over all upstream tasks, which
-depends on how the catch-up interleaves their writes; the writer's does not.
+Behind a repartition a run of one upstream task's records is judged against the
+watermark that task judged them against, when it is ahead of the operators' own
+(:class:`JudgedRuns`): their own is the minimum over all upstream tasks, which depends
+on how the catch-up interleaves their writes; the writer's does not. The writer's is
+its watermark where it wrote them (its ``Watermark`` events, in order with its
+records) or, when it judged them against one ahead of its own in turn, that one
+(``Watermark.judged``): so a record late at any stage boundary is late at every
+later one, however many stages and repartitions the job has.
 """
 
 from __future__ import annotations
@@ -19,30 +23,72 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from kstream.runtime.events import MIN_TS
+from kstream.runtime.events import MIN_TS, Watermark
+from kstream.runtime.records import Output, OutputBatch, OutputEvent
 
 if TYPE_CHECKING:
     from kstream.runtime.operators import Operator
 
 
-def push_judged_at(
-    entry: Operator,
-    stateful: Iterable[Operator],
-    watermark: int,
-    keys: list[Any],
-    values: list[Any],
-    stamps: list[int],
-) -> None:
-    """``entry.emit`` the run with the ``stateful`` operators judging lateness against
-    at least ``watermark`` (``Operator.late_floor``); they fire on their own."""
-    ops = list(stateful)
-    for op in ops:
-        op.late_floor = watermark
-    try:
-        entry.emit(keys, values, stamps)
-    finally:
+class JudgedRuns:
+    """Pushes runs of records judged against a watermark ahead of the task's, and tells
+    downstream: before the first record such a run writes to an internal topic, a
+    ``Watermark(task watermark, judged=floor)``; after the run's last, a plain
+    ``Watermark(task watermark)`` again, so what the task writes otherwise (firings,
+    timers, other runs) is judged against its own watermark there. A run that writes
+    nothing downstream sends nothing; a reset still last in the outputs when the next
+    judged run starts is taken back (the next run's marker replaces it, or is not
+    needed when it judges against the same floor)."""
+
+    __slots__ = ("_floor", "_resets", "out", "topics")
+
+    def __init__(self, out: list[Output], topics: list[str]) -> None:
+        self.out = out
+        self.topics = topics  # the task's internal output topics
+        self._resets: list[OutputEvent] = []
+        self._floor = MIN_TS  # what downstream judges at until the resets are read
+
+    def push(
+        self,
+        entry: Operator,
+        stateful: Iterable[Operator],
+        floor: int,
+        watermark: int,
+        keys: list[Any],
+        values: list[Any],
+        stamps: list[int],
+    ) -> None:
+        """``entry.emit`` the run with the ``stateful`` operators judging lateness against
+        ``floor`` (``Operator.late_floor``, above the task's ``watermark``, which is the
+        one last sent downstream); they fire on their own."""
+        out, n = self.out, len(self.topics)
+        current = MIN_TS  # what downstream judges the next record at
+        resets = self._resets
+        if resets and len(out) >= n and all(a is b for a, b in zip(out[-n:], resets, strict=True)):
+            del out[-n:]  # nothing was written after them: downstream still has _floor
+            current = self._floor
+        self._resets = []
+        at = len(out)
+        if n and floor != current:
+            out.extend(OutputEvent(t, True, Watermark(watermark, floor)) for t in self.topics)
+        ops = list(stateful)
         for op in ops:
-            op.late_floor = MIN_TS
+            op.late_floor = floor
+        try:
+            entry.emit(keys, values, stamps)
+        finally:
+            for op in ops:
+                op.late_floor = MIN_TS
+        if not n:
+            return
+        if any(type(o) is OutputBatch and o.internal for o in out[at:]):
+            current = floor
+        elif floor != current:
+            del out[at : at + n]  # nothing written: the marker was not needed
+        if current != MIN_TS:
+            self._floor = current
+            self._resets = [OutputEvent(t, True, Watermark(watermark)) for t in self.topics]
+            out.extend(self._resets)
 
 
 def late_counts(ops: Iterable[Operator]) -> dict[str, tuple[int, int]]:
