@@ -138,7 +138,18 @@ def run(
     orders: list[list[int]],
     down_sizes: list[int],
 ) -> Counter[tuple[Any, ...]]:
-    p = PLANS[middle]
+    return Counter(run_plan(PLANS[middle], parts, read_sizes, orders, down_sizes))
+
+
+def run_plan(
+    p: JobPlan,
+    parts: list[list[tuple[str, int]]],
+    read_sizes: list[int],
+    orders: list[list[int]],
+    down_sizes: list[int],
+) -> list[tuple[Any, ...]]:
+    """``p`` run over the input with the given batchings and interleavings (one order
+    per hop): what its sink ``out`` got, in the order the last stage's tasks wrote it."""
     stages = [s.name for s in p.stages]
     topics = [t.name for t in p.internal_topics]
     writes: Writes = {}
@@ -155,7 +166,7 @@ def run(
             chunk, _ = drained(task, topics[0])
             if chunk:
                 writes.setdefault(task.task_id, []).append(chunk)
-    out: Counter[tuple[Any, ...]] = Counter()
+    out: list[tuple[Any, ...]] = []
     for hop, topic in enumerate(topics):
         following = topics[hop + 1] if hop + 1 < len(topics) else None
         spec = next(t for t in p.internal_topics if t.name == topic)
@@ -168,7 +179,7 @@ def run(
                 chunk, sink = drained(task, following)
                 if chunk:
                     nxt.setdefault(task.task_id, []).append(chunk)
-                out.update(tuple(json.loads(v)) for v in sink)
+                out += [tuple(json.loads(v)) for v in sink]
             assert task.finished
         writes = nxt
     return out
