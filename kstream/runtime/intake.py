@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 from kstream.runtime.events import Barrier, StreamEvent
 from kstream.runtime.gate import InputGate, second_copy
 from kstream.runtime.lateness import JudgedRuns
-from kstream.runtime.records import InternalEvent, InternalRecord
+from kstream.runtime.records import InternalEvent, InternalRecord, Output
 
 if TYPE_CHECKING:
     from kstream.runtime.channels import Channel
@@ -42,6 +42,7 @@ class InternalIntake:
     _firing: TaskFiring
     _held: list[tuple[str, Channel | None, list[Any]]]
     _now: float
+    _out: list[Output]
     _judged: JudgedRuns
 
     def _decode(
@@ -119,6 +120,4 @@ class InternalIntake:
         if floor <= self.watermark:
             entry.emit(keys, values, stamps)
         else:
-            self._judged.push(
-                entry, self._graph.stateful, floor, self.watermark, keys, values, stamps
-            )
+            self._judged.push(self._out, entry, self._graph.stateful, floor, keys, values, stamps)

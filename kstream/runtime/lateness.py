@@ -23,7 +23,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from kstream.runtime.events import MIN_TS, Watermark
+from kstream.runtime.events import MIN_TS, Barrier, Watermark
 from kstream.runtime.records import Output, OutputBatch, OutputEvent
 
 if TYPE_CHECKING:
@@ -32,45 +32,37 @@ if TYPE_CHECKING:
 
 class JudgedRuns:
     """Pushes runs of records judged against a watermark ahead of the task's, and tells
-    downstream: before the first record such a run writes to an internal topic, a
-    ``Watermark(task watermark, judged=floor)``; after the run's last, a plain
-    ``Watermark(task watermark)`` again, so what the task writes otherwise (firings,
-    timers, other runs) is judged against its own watermark there. A run that writes
-    nothing downstream sends nothing; a reset still last in the outputs when the next
-    judged run starts is taken back (the next run's marker replaces it, or is not
-    needed when it judges against the same floor)."""
+    downstream. The task's drained outputs get a ``Watermark(last watermark sent,
+    judged=floor)`` before an internal batch written under another floor than the one
+    downstream judges that topic's records at now (a plain ``Watermark`` for a batch
+    written at the task's own watermark: firings, timers, other runs) — only where the
+    floor changes and the batch holds a record behind one of the two floors (one at or
+    after both is late under neither), so records on time cost no event. A ``Watermark`` or ``Barrier`` the task sends
+    resets it downstream (so a task restored at a barrier judges what follows as the
+    failure-free run did: the floor is never part of a snapshot)."""
 
-    __slots__ = ("_floor", "_resets", "out", "topics")
+    __slots__ = ("_judged", "_last", "_spans", "internal")
 
-    def __init__(self, out: list[Output], topics: list[str]) -> None:
-        self.out = out
-        self.topics = topics  # the task's internal output topics
-        self._resets: list[OutputEvent] = []
-        self._floor = MIN_TS  # what downstream judges at until the resets are read
+    def __init__(self, topics: list[str]) -> None:
+        self.internal = bool(topics)  # whether the task writes internal topics
+        self._spans: list[tuple[int, int, int]] = []  # (first, end, floor) in the outputs
+        self._judged: dict[str, int] = {}  # topic -> its floor downstream (absent: none)
+        self._last = MIN_TS  # the last watermark sent downstream before these outputs
 
     def push(
         self,
+        out: list[Output],
         entry: Operator,
         stateful: Iterable[Operator],
         floor: int,
-        watermark: int,
         keys: list[Any],
         values: list[Any],
         stamps: list[int],
     ) -> None:
         """``entry.emit`` the run with the ``stateful`` operators judging lateness against
-        ``floor`` (``Operator.late_floor``, above the task's ``watermark``, which is the
-        one last sent downstream); they fire on their own."""
-        out, n = self.out, len(self.topics)
-        current = MIN_TS  # what downstream judges the next record at
-        resets = self._resets
-        if resets and len(out) >= n and all(a is b for a, b in zip(out[-n:], resets, strict=True)):
-            del out[-n:]  # nothing was written after them: downstream still has _floor
-            current = self._floor
-        self._resets = []
+        ``floor`` (``Operator.late_floor``, above the task's watermark); they fire on
+        their own. What it writes to ``out`` is marked as judged there."""
         at = len(out)
-        if n and floor != current:
-            out.extend(OutputEvent(t, True, Watermark(watermark, floor)) for t in self.topics)
         ops = list(stateful)
         for op in ops:
             op.late_floor = floor
@@ -79,16 +71,40 @@ class JudgedRuns:
         finally:
             for op in ops:
                 op.late_floor = MIN_TS
-        if not n:
-            return
-        if any(type(o) is OutputBatch and o.internal for o in out[at:]):
-            current = floor
-        elif floor != current:
-            del out[at : at + n]  # nothing written: the marker was not needed
-        if current != MIN_TS:
-            self._floor = current
-            self._resets = [OutputEvent(t, True, Watermark(watermark)) for t in self.topics]
-            out.extend(self._resets)
+        if self.internal and len(out) > at:
+            self._spans.append((at, len(out), floor))
+
+    def drained(self, out: list[Output], sent: int) -> list[Output]:
+        """``out`` (the task's outputs since the last drain) with the markers; ``sent``:
+        the last watermark the task sent downstream, at their end."""
+        if not self._spans and not self._judged:
+            self._last = sent
+            return out
+        spans, judged, last = self._spans, self._judged, self._last
+        self._spans = []
+        res: list[Output] = []
+        s = 0
+        for i, o in enumerate(out):
+            if type(o) is OutputEvent and o.internal:
+                if type(o.event) is Watermark or type(o.event) is Barrier:
+                    last = o.event.timestamp
+                    judged.pop(o.topic, None)  # downstream resets its floor
+            elif type(o) is OutputBatch and o.internal:
+                while s < len(spans) and spans[s][1] <= i:
+                    s += 1
+                f = spans[s][2] if s < len(spans) and spans[s][0] <= i else MIN_TS
+                f = f if f > last else MIN_TS  # (at most the watermark: nothing to tell)
+                cur = judged.get(o.topic, MIN_TS)
+                cur = cur if cur > last else MIN_TS
+                # A record at or after both floors is late under neither: only a batch
+                # with one behind them needs downstream to judge at exactly its own.
+                if f != cur and min(o.timestamps) < (f if f > cur else cur):
+                    marker = Watermark(last, None if f == MIN_TS else f)
+                    res.append(OutputEvent(o.topic, True, marker))
+                    judged[o.topic] = f
+            res.append(o)
+        self._last = sent
+        return res
 
 
 def late_counts(ops: Iterable[Operator]) -> dict[str, tuple[int, int]]:

@@ -136,7 +136,7 @@ class Task(InternalIntake):
         self._emitted_wm = MIN_TS
         self._graph = build_graph(plan, self.spec, backend, self.metrics, self._out)
         internal_out = [o.topic for o in self.spec.outputs if o.kind is OutputKind.INTERNAL]
-        self._judged = JudgedRuns(self._out, internal_out)  # (runtime.lateness)
+        self._judged = JudgedRuns(internal_out)  # (runtime.lateness)
         self._errors = OperatorErrors(self._out)  # on_error="dead_letter" (runtime.errors)
         if plan.topology.on_error is OnError.DEAD_LETTER:
             for op in self._graph.ops:
@@ -165,7 +165,7 @@ class Task(InternalIntake):
     def drain(self) -> list[Output]:
         """The outputs produced since the last drain, in order."""
         self.metrics["operator_errors"] = self._errors.count
-        out = self._out[:]
+        out = self._judged.drained(self._out[:], self._emitted_wm)  # (runtime.lateness)
         self._out.clear()
         return out
 
@@ -366,6 +366,7 @@ class Task(InternalIntake):
             c.ended = True
             self._after_end()
         elif isinstance(event, Barrier):
+            c.judged = MIN_TS  # (the writer's floor is not in a snapshot: told again)
             if self.bounded:
                 raise PipelinedEventError(event, c.topic, c.partition, self.task_id)
             self._on_barrier(c, event, None if offset is None else offset + 1)
