@@ -33,8 +33,9 @@ partition's advances record by record within a batch (a running maximum), an
 internal input's at each ``Watermark`` event among its records, and each record's
 lateness is decided against the task watermark just before it (see
 :mod:`kstream.runtime.recordwatermarks`) — or, for a run of one upstream task's
-records, against that task's watermark there when it is ahead (see
-:mod:`kstream.runtime.lateness`). Downstream gets a ``Watermark`` event after every
+records, against that task's watermark there, or the one it judged them against
+itself (``Watermark.judged``), when it is ahead; what this task writes under such a
+watermark is marked with it in turn (see :mod:`kstream.runtime.lateness`). Downstream gets a ``Watermark`` event after every
 call that wrote internal records, before any records processed after the watermark
 moved, every ``watermark_interval_s`` otherwise, and on every forwarded barrier.
 
