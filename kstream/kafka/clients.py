@@ -14,6 +14,7 @@ per change of state.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 from collections.abc import Callable, Iterable, Mapping
@@ -418,6 +419,7 @@ def _cleanup_policies(
                         f"the cleanup.policy of topic {res.name} could not be read within "
                         f"{timeout:g}s ({e or 'no answer'}): are the brokers up?"
                     ) from e
+                _refresh_metadata(admin)  # the controller it asked may be the one down
                 continue
             out[res.name] = _policy(entry.value if entry is not None and entry.value else "delete")
         if len(out) == len(names):
@@ -443,6 +445,13 @@ def _without_leader(admin: AdminClient, names: list[str]) -> list[str]:
         ):
             out.append(name)
     return out
+
+
+def _refresh_metadata(admin: AdminClient) -> None:
+    """Ask for the cluster's metadata: the client learns the current controller (a
+    DescribeConfigs waits for the one it knows, which may have been killed)."""
+    with contextlib.suppress(KafkaException):  # (asked again with the next request)
+        admin.list_topics(timeout=_DESCRIBE_TIMEOUT_S)
 
 
 _DESCRIBE_TIMEOUT_S = 5.0  # one DescribeConfigs request (a broker may be down: ask again)
