@@ -166,6 +166,15 @@ class CheckpointCoordinator:
                     n, rec.attempt, CheckpointStatus.ABORTED, "coordinator restarted", now, now
                 )
             )
+        # A task given away that the predecessor did not act on (it was on the worker
+        # that was lost, typically): its owner has not been heard by this coordinator.
+        report = rec.unhandled_report
+        if report is not None and report.reason == REASSIGNED:
+            owner = rec.owners.get(report.task_id)
+            owned = sorted(t for t, m in rec.owners.items() if m == owner)
+            rec.unhandled_failure = self.members.reassigned(
+                report.task_id, report.member, owner, owned, now
+            )
         # Owners that never heartbeat to this coordinator are lost after the timeout.
         self.members.expect(rec.owners, now)
         # 3. A job that was running keeps running in its attempt; one that was
