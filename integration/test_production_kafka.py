@@ -1,7 +1,8 @@
 """Production Kafka: a job over SASL, and broker failures on a real three-node cluster.
 
-One three-node KRaft cluster (``kafka_cluster``, from the project's launcher, with a
-SASL_PLAINTEXT listener on each node) serves every test here, in file order:
+One three-node KRaft cluster (``kafka_cluster``, from the project's launcher or, with
+``KSTREAM_TEST_KAFKA=testcontainers``, three containers; a SASL_PLAINTEXT listener on
+each node) serves every test here, in file order:
 
 - an exactly-once windowed word count run entirely over SASL, its exact
   ``read_committed`` output; wrong credentials: one line, exit 1, within seconds;
