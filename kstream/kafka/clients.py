@@ -390,22 +390,28 @@ def topic_conflicts(
 
 
 def _cleanup_policies(
-    admin: AdminClient, names: list[str], timeout: float = 30.0
+    admin: AdminClient, names: list[str], timeout: float = 30.0, request_timeout: float = 5.0
 ) -> dict[str, frozenset[str]]:
     """Each topic's cleanup.policy. A topic another process has just created may not be
-    known to the broker asked yet (UNKNOWN_TOPIC_OR_PART): asked again until ``timeout``."""
+    known to the broker asked yet (UNKNOWN_TOPIC_OR_PART), and a request sent to a broker
+    of the cluster that is down times out: asked again (each ask ends after
+    ``request_timeout``) until ``timeout``."""
     out: dict[str, frozenset[str]] = {}
     deadline = time.monotonic() + timeout
     while True:
         pending = [n for n in names if n not in out]
         futures = admin.describe_configs(
-            [ConfigResource(ConfigResource.Type.TOPIC, n) for n in pending]
+            [ConfigResource(ConfigResource.Type.TOPIC, n) for n in pending],
+            request_timeout=request_timeout,
         )
         for res, fut in futures.items():
             try:
-                entry = fut.result(timeout=timeout).get("cleanup.policy")
-            except KafkaException as e:
-                if e.args[0].code() not in _RETRIABLE_OFFSET_ERRORS or time.monotonic() > deadline:
+                entry = fut.result(timeout=request_timeout + 1.0).get("cleanup.policy")
+            except (KafkaException, TimeoutError) as e:
+                retriable = (
+                    isinstance(e, TimeoutError) or e.args[0].code() in _RETRIABLE_OFFSET_ERRORS
+                )
+                if not retriable or time.monotonic() > deadline:
                     raise
                 continue
             out[res.name] = _policy(entry.value if entry is not None and entry.value else "delete")
