@@ -2,8 +2,10 @@
 
 Seen in integration/test_cluster_chaos.py: a worker restarted while one of three
 brokers was killed died at start-up with a bare ``TimeoutError`` traceback, because
-the DescribeConfigs request it sent never completed within the 30 s it waited.
-Each ask now ends after ``request_timeout`` and is asked again until the deadline.
+the DescribeConfigs request it sent to the controller librdkafka knew (the killed
+broker) never completed within the 30 s it waited ("Timed out waiting for
+controller" once bounded). Each ask now ends after ``request_timeout`` and is asked
+again, after a metadata request, until the deadline.
 """
 
 from __future__ import annotations
@@ -28,6 +30,10 @@ class _Admin:
 
     def __init__(self) -> None:
         self.asks: list[float | None] = []
+        self.refreshed = 0
+
+    def list_topics(self, timeout: float) -> None:
+        self.refreshed += 1
 
     def describe_configs(self, resources: list[Any], request_timeout: float | None = None
                          ) -> dict[Any, Future[dict[str, _Entry]]]:  # fmt: skip
@@ -46,6 +52,7 @@ def test_an_ask_that_never_completes_is_asked_again() -> None:
     got = _cleanup_policies(admin, ["app.control"], timeout=10.0, request_timeout=0.05)  # type: ignore[arg-type]
     assert got == {"app.control": frozenset({"compact"})}
     assert admin.asks == [0.05, 0.05]
+    assert admin.refreshed == 1  # librdkafka learns the controller anew
 
 
 def test_past_the_deadline_the_timeout_is_raised() -> None:

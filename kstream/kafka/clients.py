@@ -14,6 +14,7 @@ per change of state.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 from collections.abc import Callable, Iterable, Mapping
@@ -394,8 +395,8 @@ def _cleanup_policies(
 ) -> dict[str, frozenset[str]]:
     """Each topic's cleanup.policy. A topic another process has just created may not be
     known to the broker asked yet (UNKNOWN_TOPIC_OR_PART), and a request sent to a broker
-    of the cluster that is down times out: asked again (each ask ends after
-    ``request_timeout``) until ``timeout``."""
+    of the cluster that is down (the controller librdkafka knew) times out: asked again,
+    with fresh metadata (each ask ends after ``request_timeout``), until ``timeout``."""
     out: dict[str, frozenset[str]] = {}
     deadline = time.monotonic() + timeout
     while True:
@@ -413,11 +414,20 @@ def _cleanup_policies(
                 )
                 if not retriable or time.monotonic() > deadline:
                     raise
+                _refresh_metadata(admin, request_timeout)
                 continue
             out[res.name] = _policy(entry.value if entry is not None and entry.value else "delete")
         if len(out) == len(names):
             return out
         time.sleep(0.2)
+
+
+def _refresh_metadata(admin: AdminClient, timeout: float) -> None:
+    """A metadata request, so librdkafka learns the cluster's controller anew: it sends
+    DescribeConfigs to the controller it last heard of, and while that broker is down
+    every ask fails with "Timed out waiting for controller"."""
+    with contextlib.suppress(KafkaException):  # the next ask says what is wrong
+        admin.list_topics(timeout=timeout)
 
 
 def _policy(value: str) -> frozenset[str]:
