@@ -41,8 +41,8 @@ from tests.difftopo.compare import canonical, describe, plan_problem, run_harnes
 from tests.difftopo.generate import Inputs, bad_count, from_seed
 from tests.difftopo.grammar import Graph
 
-GRAPHS = int(os.environ.get("KSTREAM_DIFFTEST_GRAPHS", "30"))
-BATCH = int(os.environ.get("KSTREAM_DIFFTEST_BATCH", "15"))
+GRAPHS = int(os.environ.get("KSTREAM_DIFFTEST_GRAPHS", "20"))
+BATCH = int(os.environ.get("KSTREAM_DIFFTEST_BATCH", "20"))
 FIRST_SEED = int(os.environ.get("KSTREAM_DIFFTEST_SEED", "1000"))
 
 
