@@ -204,6 +204,10 @@ class LocalCluster:
         for node in self.nodes:
             node.stop()
 
+    def wait(self) -> int:
+        """Block until the first node exits; its exit code."""
+        return self.nodes[0].wait()
+
     def __enter__(self) -> LocalCluster:
         self.start()
         return self
