@@ -16,8 +16,8 @@ import pytest
 from click.testing import CliRunner
 
 from kstream.cli import main
-from kstream.dev.jvm import pid_alive
-from kstream.dev.s3proxy import S3Proxy, S3ProxyError, S3ProxyRecord, stop_pid
+from kstream.dev.jvm import pid_alive, stop_server
+from kstream.dev.s3proxy import S3PROXY, S3Proxy, S3ProxyError, S3ProxyRecord
 
 SYSTEM_PATH = "/usr/bin:/bin"
 
@@ -98,16 +98,16 @@ def test_a_server_not_answering_in_time_is_stopped(tmp_path: Path) -> None:
         os.kill(int(pidfile.read_text()), 0)  # stopped and reaped: no orphan
 
 
-def test_stop_pid_refuses_a_process_that_is_not_s3proxy() -> None:
+def test_stopping_refuses_a_process_that_is_not_s3proxy() -> None:
     proc = subprocess.Popen(["sleep", "30"])
     try:
         with pytest.raises(S3ProxyError, match=f"pid {proc.pid} is not the S3Proxy"):
-            stop_pid(proc.pid)
+            stop_server(S3PROXY, proc.pid, 15.0)
         assert proc.poll() is None
     finally:
         proc.kill()
         proc.wait()
-    assert stop_pid(proc.pid) is False
+    assert stop_server(S3PROXY, proc.pid, 15.0) is False
 
 
 def test_cli_status_and_stop_without_a_server(tmp_path: Path) -> None:

@@ -35,7 +35,6 @@ from kstream.dev.jvm import (
     jvm_options,
     port_open,
     render_properties,
-    stop_server,
     tail,
 )
 from kstream.dev.maven import Jars, resolve
@@ -56,7 +55,6 @@ __all__ = [
     "previous_listeners",
     "previous_ports",
     "resolve_libs",
-    "stop_pid",
 ]
 
 KAFKA_VERSION = "4.1.1"
@@ -219,15 +217,6 @@ def log4j2_properties(log_file: Path) -> str:
         "logger.req.name = kafka.request.logger\n"
         "logger.req.level = WARN\n"
     )
-
-
-def stop_pid(pid: int, timeout: float = 20.0) -> bool:
-    """Stop the broker JVM ``pid`` (and its process group): SIGTERM, wait, then SIGKILL.
-
-    Returns False if no such broker process was running. A pid that is alive but
-    is not a Kafka JVM is left alone and raises :class:`LocalBrokerError`.
-    """
-    return stop_server(KAFKA, pid, timeout)
 
 
 @dataclass(frozen=True)

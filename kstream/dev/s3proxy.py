@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar
 
-from kstream.dev.jvm import DevServerError, ServerKind, jvm_options, render_properties, stop_server
+from kstream.dev.jvm import DevServerError, ServerKind, jvm_options, render_properties
 from kstream.dev.maven import Jars, resolve
 from kstream.dev.server import DevServer, ServerRecord
 
@@ -91,11 +91,6 @@ def s3proxy_properties(
         "jclouds.credential": secret_key,
         "jclouds.filesystem.basedir": str(buckets_dir),
     }
-
-
-def stop_pid(pid: int, timeout: float = 15.0) -> bool:
-    """Stop the S3Proxy JVM ``pid`` and its process group; False if none was running."""
-    return stop_server(S3PROXY, pid, timeout)
 
 
 @dataclass(frozen=True)
