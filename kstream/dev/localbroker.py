@@ -25,7 +25,7 @@ import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Unpack
 
 from kstream.dev.jvm import (
     DevServerError,
@@ -38,7 +38,7 @@ from kstream.dev.jvm import (
     tail,
 )
 from kstream.dev.maven import Jars, resolve
-from kstream.dev.server import DevServer, ServerRecord
+from kstream.dev.server import DevServer, ServerOptions, ServerRecord
 from kstream.kafka.clients import KafkaException, make_admin
 
 __all__ = [
@@ -266,32 +266,21 @@ class LocalBroker(DevServer):
     """
 
     KIND: ClassVar[ServerKind] = KAFKA
+    HEAP: ClassVar[str] = "512m"
+    START_TIMEOUT: ClassVar[float] = 90.0
     STOP_TIMEOUT: ClassVar[float] = 20.0
 
     def __init__(
         self,
         data_dir: Path | str,
         *,
-        port: int = 0,
         controller_port: int = 0,
-        host: str = "127.0.0.1",
-        heap: str = "512m",
-        start_timeout: float = 90.0,
-        detach: bool = False,
-        env: Mapping[str, str] | None = None,
         overrides: Mapping[str, str] | None = None,
         cluster_id: str | None = None,
         jvm_extra: tuple[str, ...] = (),
+        **options: Unpack[ServerOptions],
     ) -> None:
-        super().__init__(
-            data_dir,
-            host=host,
-            port=port,
-            heap=heap,
-            start_timeout=start_timeout,
-            detach=detach,
-            env=env,
-        )
+        super().__init__(data_dir, **options)
         # ``overrides``: server.properties entries that replace or add to the
         # single-node ones (a cluster node's id, quorum and replication; a SASL
         # listener); ``cluster_id``: the KRaft cluster id every node is formatted with.

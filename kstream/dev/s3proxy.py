@@ -19,14 +19,13 @@ from __future__ import annotations
 
 import urllib.error
 import urllib.request
-from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import ClassVar
+from typing import ClassVar, Unpack
 
 from kstream.dev.jvm import DevServerError, ServerKind, jvm_options, render_properties
 from kstream.dev.maven import Jars, resolve
-from kstream.dev.server import DevServer, ServerRecord
+from kstream.dev.server import DevServer, ServerOptions, ServerRecord
 
 S3PROXY_VERSION = "2.6.0"
 MAIN_CLASS = "org.gaul.s3proxy.Main"
@@ -152,25 +151,12 @@ class S3Proxy(DevServer):
         self,
         data_dir: Path | str,
         *,
-        host: str = "127.0.0.1",
-        port: int = 0,
         buckets: tuple[str, ...] = (DEFAULT_BUCKET,),
         access_key: str = DEV_ACCESS_KEY,
         secret_key: str = DEV_SECRET_KEY,
-        heap: str = "256m",
-        start_timeout: float = 60.0,
-        detach: bool = False,
-        env: Mapping[str, str] | None = None,
+        **options: Unpack[ServerOptions],
     ) -> None:
-        super().__init__(
-            data_dir,
-            host=host,
-            port=port,
-            heap=heap,
-            start_timeout=start_timeout,
-            detach=detach,
-            env=env,
-        )
+        super().__init__(data_dir, **options)
         self.buckets = buckets
         self.access_key = access_key
         self.secret_key = secret_key

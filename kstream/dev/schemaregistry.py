@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import urllib.error
 import urllib.request
-from collections.abc import Mapping
 from pathlib import Path
 from typing import ClassVar
 
@@ -122,20 +121,7 @@ class SchemaRegistry(DevServer):
     ``schema.registry.url`` takes."""
 
     KIND: ClassVar[ServerKind] = REGISTRY
-
-    def __init__(
-        self,
-        data_dir: Path | str,
-        *,
-        host: str = "127.0.0.1",
-        port: int = 0,
-        heap: str = "256m",
-        start_timeout: float = 120.0,
-        env: Mapping[str, str] | None = None,
-    ) -> None:
-        super().__init__(
-            data_dir, host=host, port=port, heap=heap, start_timeout=start_timeout, env=env
-        )
+    START_TIMEOUT: ClassVar[float] = 120.0
 
     @property
     def url(self) -> str:

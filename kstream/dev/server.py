@@ -20,7 +20,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, ClassVar, Self
+from typing import Any, ClassVar, Self, TypedDict
 
 from kstream.dev.jvm import (
     ServerKind,
@@ -35,15 +35,29 @@ from kstream.dev.jvm import (
 )
 
 
+class ServerOptions(TypedDict, total=False):
+    """What every server takes besides its data directory (see :class:`DevServer`)."""
+
+    host: str
+    port: int
+    heap: str | None
+    start_timeout: float | None
+    detach: bool
+    env: Mapping[str, str] | None
+
+
 class DevServer(ABC):
     """One development server's JVM with its files in ``data_dir``; see the module doc.
 
     ``port=0`` picks a free port (kept for a later ``start``: a restart after ``stop``
-    serves on the same address). ``detach=True`` keeps the server running after this
+    serves on the same address). ``heap`` and ``start_timeout`` default to the server's
+    ``HEAP`` and ``START_TIMEOUT``. ``detach=True`` keeps the server running after this
     Python process exits; otherwise it dies with it, whichever thread started it.
     """
 
     KIND: ClassVar[ServerKind]
+    HEAP: ClassVar[str] = "256m"
+    START_TIMEOUT: ClassVar[float] = 60.0
     STOP_TIMEOUT: ClassVar[float] = 15.0
 
     def __init__(
@@ -52,16 +66,16 @@ class DevServer(ABC):
         *,
         host: str = "127.0.0.1",
         port: int = 0,
-        heap: str,
-        start_timeout: float,
+        heap: str | None = None,
+        start_timeout: float | None = None,
         detach: bool = False,
         env: Mapping[str, str] | None = None,
     ) -> None:
         self.data_dir = Path(data_dir).resolve()
         self.host = host
         self.port = port
-        self.heap = heap
-        self.start_timeout = start_timeout
+        self.heap = heap or self.HEAP
+        self.start_timeout = self.START_TIMEOUT if start_timeout is None else start_timeout
         self.detach = detach
         self._env = dict(os.environ if env is None else env)
         self._process = ServerProcess(self.KIND)
