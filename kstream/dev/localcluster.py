@@ -13,7 +13,9 @@ Maven Central jars as :class:`~kstream.dev.localbroker.LocalBroker`:
 - :class:`LocalCluster`: N KRaft nodes (each broker and controller, the quorum
   of all N) as N processes on loopback ports, the brokers' internal topics at
   replication factor N and min ISR N-1, new topics at N replicas by default.
-  Sized for a small shared machine (small heaps, few threads, C1 only).
+  Sized for a small shared machine (small heaps, few threads, C1 only). A cluster
+  started again on the same data directory keeps its ports (saved bootstraps and
+  the quorum stay valid).
 """
 
 from __future__ import annotations
@@ -24,7 +26,13 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 from kstream.dev.jvm import free_port
-from kstream.dev.localbroker import BrokerRecord, LocalBroker, LocalBrokerError, new_cluster_id
+from kstream.dev.localbroker import (
+    BrokerRecord,
+    LocalBroker,
+    LocalBrokerError,
+    new_cluster_id,
+    previous_listeners,
+)
 from kstream.kafka.clients import KafkaException, make_admin
 
 SASL_MECHANISM = "PLAIN"
@@ -240,10 +248,11 @@ class LocalCluster(KafkaCluster):
         self.size = size
         self.host = host
         self.sasl_users = dict(sasl_users or {})
-        ports = distinct_ports(host, 3 * size)
+        listeners = ["PLAINTEXT", "CONTROLLER", *([_SASL] if self.sasl_users else [])]
+        ports = cluster_ports(self.data_dir, host, size, listeners)
         self.ports = ports[:size]
         self.controller_ports = ports[size : 2 * size]
-        self.sasl_ports = ports[2 * size :] if self.sasl_users else []
+        self.sasl_ports = ports[2 * size :]
         voters = ",".join(f"{i + 1}@{host}:{p}" for i, p in enumerate(self.controller_ports))
         cluster_id = new_cluster_id()
         self.nodes: list[LocalBroker] = []
@@ -312,6 +321,10 @@ class LocalCluster(KafkaCluster):
         for node in self.nodes:
             node.stop()
 
+    def wait(self) -> int:
+        """Block until the first node exits; its exit code."""
+        return self.nodes[0].wait()
+
     def __enter__(self) -> LocalCluster:
         self.start()
         return self
@@ -347,11 +360,34 @@ def distinct_ports(host: str, n: int) -> list[int]:
     return ports
 
 
+def cluster_ports(data_dir: Path, host: str, size: int, listeners: list[str]) -> list[int]:
+    """Each of ``listeners``' ports for nodes 1..``size`` (listener by listener): the ones
+    the nodes had on a previous start in ``data_dir`` (a restart keeps its bootstrap and
+    quorum), the others free and distinct."""
+    before = [
+        previous_listeners(data_dir / f"node-{i + 1}" / "server.properties") for i in range(size)
+    ]
+    kept = [node.get(name) for name in listeners for node in before]
+    taken = {p for p in kept if p is not None}
+    if len(taken) != len(kept) - kept.count(None):  # a damaged configuration: start afresh
+        kept, taken = [None] * len(kept), set()
+    chosen: list[int] = []
+    for port in kept:
+        if port is None:
+            port = free_port(host)
+            while port in taken:
+                port = free_port(host)
+        taken.add(port)
+        chosen.append(port)
+    return chosen
+
+
 __all__ = [
     "SASL_MECHANISM",
     "KafkaCluster",
     "LocalCluster",
     "client_settings",
+    "cluster_ports",
     "cluster_properties",
     "sasl_properties",
 ]
