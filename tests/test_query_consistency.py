@@ -41,7 +41,7 @@ class OneTask:
 
     def tables(self, task: str, operator: str) -> Tables | None:
         table = self.table
-        return Tables.of(operator, {f"{OP}.acc": lambda: table}) if task == TASK else None
+        return Tables.opened(operator, {f"{OP}.acc": table}) if task == TASK else None
 
     def position(self, task: str) -> dict[str, Any]:
         return {"offsets": {"in[0]": 17}}
@@ -58,7 +58,9 @@ class Job:
         self.directory = Directory(me="m1")
         self.directory.observe(Resume(0, {TASK: "m1"}))
         self.stored = StoredState(self.store, APP, root / "query")
-        self.service = QueryService({OP: INFO}, self.directory, StateGate(), self.local, self.stored)
+        self.service = QueryService(
+            {OP: INFO}, self.directory, StateGate(), self.local, self.stored
+        )
         self.checkpoints = 0
 
     def checkpoint(self) -> None:
@@ -145,7 +147,9 @@ def test_both_levels_match_their_model_after_any_history(
             for k in "abcde":
                 assert job.get(k, "latest").get("value") == latest.get(k)
                 if completed is None:
-                    no = job.service.answer("get", OP, {"key": k, "consistency": "checkpointed"}, False)
+                    no = job.service.answer(
+                        "get", OP, {"key": k, "consistency": "checkpointed"}, False
+                    )
                     assert no.status == 404 and "no completed checkpoint" in no.body["error"]
                 else:
                     assert job.get(k, "checkpointed").get("value") == completed.get(k)

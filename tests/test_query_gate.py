@@ -62,7 +62,12 @@ def test_the_loop_waits_for_the_read_in_progress_only() -> None:
     thread.start()
     assert started.wait(5)
     entered = threading.Event()
-    loop = threading.Thread(target=lambda: (gate.enter(), entered.set()))
+
+    def loop_enters() -> None:
+        gate.enter()
+        entered.set()
+
+    loop = threading.Thread(target=loop_enters)
     loop.start()
     assert not entered.wait(0.05)  # the one read in progress holds the loop
     release.set()

@@ -35,7 +35,9 @@ def test_a_key_goes_to_the_task_the_job_sends_it_to() -> None:
     t = Topology("q")
     counts = t.source("lines", value_serde="str").key_by(lambda w: w, key_serde="str")
     counts.window(Tumbling(1000), name="per-word").count().to("out")
-    t.source("kv", key_serde="str", value_serde="json", keyed=True).count(name="totals").to("totals")
+    t.source("kv", key_serde="str", value_serde="json", keyed=True).count(name="totals").to(
+        "totals"
+    )
     ops = of_plan(plan_job(t, "q", {"lines": 3, "kv": 4}))
     window, rolling = ops["per-word"], ops["totals"]
     # Behind key_by: kstream's crc32 over the key serde's bytes, over the stage's 3 tasks.
@@ -79,9 +81,13 @@ messages = st.one_of(
         st.dictionaries(st.sampled_from(["t0", "t1"]), st.sampled_from(["m1", "m2", "m3"])),
     ),
     st.builds(
-        Heartbeat, st.sampled_from(["m1", "m2", "m3"]), st.just(()), st.just(1), st.just(""),
+        Heartbeat,
+        st.sampled_from(["m1", "m2", "m3"]),
+        st.just(()),
+        st.just(1),
+        st.just(""),
         st.sampled_from(["", "http://a:1", "http://b:2"]),
-    ),  # fmt: skip
+    ),
 )
 
 

@@ -10,8 +10,9 @@ tumbling and hopping windows, ``(key, start) -> [end, acc]`` for sessions.
 from __future__ import annotations
 
 import base64
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
+from functools import partial
 from itertools import dropwhile, islice
 from typing import Any
 
@@ -32,10 +33,15 @@ class Tables:
     by_suffix: dict[str, Callable[[], StateTable]]
 
     @classmethod
-    def of(cls, operator: str, tables: dict[str, Callable[[], StateTable]]) -> Tables:
+    def of(cls, operator: str, tables: Mapping[str, Callable[[], StateTable]]) -> Tables:
         """The entries of ``tables`` (full name -> opener) that are ``operator``'s."""
         prefix = f"{operator}."
         return cls({n[len(prefix) :]: t for n, t in tables.items() if n.startswith(prefix)})
+
+    @classmethod
+    def opened(cls, operator: str, tables: Mapping[str, StateTable]) -> Tables:
+        """The same of tables open already (a running task's)."""
+        return cls.of(operator, {n: partial(_same, t) for n, t in tables.items()})
 
     def __call__(self, suffix: str) -> StateTable | None:
         opener = self.by_suffix.get(suffix)
@@ -43,6 +49,10 @@ class Tables:
 
     def names(self) -> list[str]:
         return sorted(self.by_suffix)
+
+
+def _same(table: StateTable) -> StateTable:
+    return table
 
 
 def to_json(value: Any) -> Any:
@@ -88,6 +98,7 @@ class Query:
     partitioner: str | None = None
     partition: int | None = None
     task: str | None = None
+    at: int | None = None
 
     @classmethod
     def from_params(cls, op: str, operator: str, params: dict[str, str]) -> Query:
@@ -108,8 +119,9 @@ class Query:
             prefix=params.get("prefix"),
             start=params.get("from_key"),
             end=params.get("to_key"),
-            time_from=at if at is not None else _int(params, "from"),
-            time_to=at if at is not None else _int(params, "to"),
+            time_from=_int(params, "from"),
+            time_to=_int(params, "to"),
+            at=at,
             limit=limit,
             consistency=consistency,
             checkpoint=_int(params, "checkpoint"),
@@ -138,6 +150,7 @@ class Query:
             "partitioner": self.partitioner,
             "partition": self.partition,
             "task": self.task,
+            "at": self.at,
         }
         return {k: str(v) for k, v in out.items() if v is not None}
 
@@ -176,23 +189,26 @@ def read(info: OperatorInfo, q: Query, tables: Tables) -> dict[str, Any]:
 
 
 def _windows(info: OperatorInfo, q: Query, key: Any, tables: Tables) -> dict[str, Any]:
+    """A key's windows starting in [from, to] (Kafka Streams' ``fetch(key, from, to)``),
+    or containing ``at``."""
     lo = MIN_TS if q.time_from is None else q.time_from
     hi = MAX_TS if q.time_to is None else q.time_to
+    at = q.at
     out: list[dict[str, Any]] = []
     more = False
     acc, sessions = tables("acc"), tables("sessions")
-    if (
-        acc is not None
-        and info.windows is not None
-        and q.time_from is not None
-        and (q.time_to is not None)
-    ):
+    bounded = at is not None or (q.time_from is not None and q.time_to is not None)
+    if acc is not None and info.windows is not None and bounded:
+        if at is not None:
+            lo, hi = at - info.windows[0] + 1, at
         out, more = _fixed_by_time(info.windows, acc, key, lo, hi, q.limit)
     elif acc is not None:
         out, more = _fixed_by_scan(acc, key, lo, hi, q.limit)
+        if at is not None:
+            out = [w for w in out if w["start"] <= at < w["end"]]
     elif sessions is not None:
         for k, ext in sessions.scan((key,)):
-            if lo <= k[1] <= hi:
+            if lo <= k[1] <= hi and (at is None or k[1] <= at < ext[0]):
                 if len(out) == q.limit:
                     more = True
                     break

@@ -99,7 +99,7 @@ class QueryServer:
             raise OSError(f"no free query port in {spec.low}-{spec.high} on {host}: {last}")
         self.host, self.port = host, self._server.server_address[1]
         self._thread = threading.Thread(
-            target=self._server.serve_forever, name="kstream-query", daemon=True
+            target=self._server.serve_forever, args=(0.05,), name="kstream-query", daemon=True
         )
         self._thread.start()
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import socket
 from collections.abc import Callable
-from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +20,6 @@ from kstream.query.server import QueryServer
 from kstream.query.service import QueryService
 from kstream.query.settings import QuerySettings
 from kstream.query.stored import StoredState
-from kstream.state.base import StateTable
 from kstream.store.base import CheckpointStore
 from kstream.worker.tasks import WorkerTasks
 
@@ -87,10 +85,7 @@ class WorkerQueries:
         r = self.tasks.runners.get(task)
         if r is None or not r.running:
             return None
-        opened: dict[str, Callable[[], StateTable]] = {
-            name: partial(_same, table) for name, table in r.backend.tables().items()
-        }
-        return Tables.of(operator, opened)
+        return Tables.opened(operator, r.backend.tables())
 
     def position(self, task: str) -> dict[str, Any]:
         r = self.tasks.runners[task]
@@ -102,7 +97,3 @@ class WorkerQueries:
             self.server.close()
         if self.stored is not None:
             self.stored.close()
-
-
-def _same(table: StateTable) -> StateTable:
-    return table
