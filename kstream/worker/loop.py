@@ -239,6 +239,8 @@ class Worker:
         gate.enter()  # the state is this thread's, but while it waits for input
         try:
             url = self.queries.start()
+            if url:
+                log.info("queries at %s", url)
             if isinstance(self.mode, Checkpointed):
                 self.mode.protocol.query = url  # announced in its heartbeats
             self.mode.start()
