@@ -127,6 +127,7 @@ def test_queries_through_forwarding_failover_and_checkpoints(
 
         # kill -9 the second worker while queries run: 503 "moving" or the right value.
         seen: list[tuple[int, Any]] = []
+        wrong: list[dict[str, Any]] = []
         stop = threading.Event()
 
         def query_loop() -> None:
@@ -134,8 +135,8 @@ def test_queries_through_forwarding_failover_and_checkpoints(
                 for u in theirs:
                     status, body = latest(urls[0], u)
                     seen.append((status, body.get("value") if status == 200 else body.get("error")))
-                    if status == 200:
-                        assert body["value"] == expected[u], body
+                    if status == 200 and body["value"] != expected[u]:
+                        wrong.append(body)  # a stale or partial answer
 
         thread = threading.Thread(target=query_loop)
         thread.start()
@@ -144,6 +145,7 @@ def test_queries_through_forwarding_failover_and_checkpoints(
         wait(w1, lambda: all(latest(urls[0], u)[0] == 200 for u in theirs), "the restored answers")
         stop.set()
         thread.join(30)
+        assert not wrong, wrong[:3]
         assert {s for s, _ in seen} <= {200, 503}, Counter(seen)
         assert all(v == "moving" for s, v in seen if s == 503)
         assert any(s == 503 for s, _ in seen), "queries during the failover saw it"
