@@ -28,7 +28,13 @@ from kstream.state.memory import MemoryBackend
 from kstream.state.rocksdb import RocksDBBackend
 from kstream.state.snapshot import SnapshotUploader
 from kstream.store.file import FileStore
-from kstream.store.metadata import CheckpointMetadata, TaskSnapshot, write_metadata
+from kstream.store.metadata import (
+    CheckpointMetadata,
+    TaskSnapshot,
+    read_metadata,
+    write_metadata,
+)
+from kstream.store.savepoints import create_savepoint
 
 OP = "totals"
 INFO = OperatorInfo(OP, "rolling", "stage1", 2, "str", serde_by_name("str"), "crc32")
@@ -160,6 +166,7 @@ def test_kstream_query_reads_a_retained_checkpoint_without_a_job(tmp_path: Path)
         )
     uploader.close()
     backend.close()
+    savepoint = create_savepoint(store, "app", "before", read_metadata(store, "app", 1))
     runner = CliRunner()
     base = ["query", "--app", "app", "--store", f"file://{tmp_path / 'store'}"]
     for n, value in ((1, 10), (2, 20)):
@@ -171,6 +178,8 @@ def test_kstream_query_reads_a_retained_checkpoint_without_a_job(tmp_path: Path)
             "stage1-0",
             {"checkpoint": n},
         )
+    result = runner.invoke(main, [*base, "--savepoint", savepoint, OP, "get", "only1"])
+    assert (json.loads(result.stdout)["value"], result.exit_code) == (1, 0), result.output
     result = runner.invoke(main, [*base, "--checkpoint", "1", OP, "scan", "--prefix", "only"])
     assert [e["key"] for e in json.loads(result.stdout)["entries"]] == ["only1"]
     result = runner.invoke(main, [*base, "--checkpoint", "1", "nope", "get", "a"])
