@@ -71,7 +71,7 @@ class Load:
                 resp = conn.getresponse()
                 resp.read()
                 status = resp.status
-            except OSError:  # not serving yet, or gone
+            except (OSError, http.client.HTTPException):  # not serving yet, or gone
                 if conn is not None:
                     conn.close()
                 conn = None

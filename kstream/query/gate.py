@@ -23,7 +23,8 @@ from collections.abc import Callable
 from typing import Any, Generic, TypeVar
 
 T = TypeVar("T")
-POLL_S = 0.0005  # how often a waiting query looks whether the gate is free
+POLL_S = 0.002  # how often a waiting query looks whether the gate is free (waking costs
+# the busy processing thread the GIL: not too often)
 
 
 class GateTimeout(TimeoutError):

@@ -265,7 +265,9 @@ class Worker:
 
     def _loop(self) -> int:
         mode, tasks, internal = self.mode, self.tasks, self.tasks.internal_parts
-        backlog = Backlog(self.batch_size)
+        # Waiting queries are answered between two slices: with an endpoint, slices are
+        # short (kstream.query.gate), so a query waits milliseconds, not a batch.
+        backlog = Backlog(self.queries.max_slice(self.batch_size))
         seeks = tasks.seeks
         while not self.stop_event.is_set():
             now = self.clock()
