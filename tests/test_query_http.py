@@ -83,8 +83,9 @@ def two_workers() -> Iterator[tuple[QueryServer, QueryServer, list[Directory]]]:
         d = Directory(me=me)
         d.observe(Resume(1, owners))
         tasks = Tasks({task_of(key): {key: value}})
-        service = QueryService({OP: INFO}, d, StateGate(), tasks, None, token=TOKEN)
-        servers.append(QueryServer(service, "47100-47199", "127.0.0.1"))
+        gate = StateGate()
+        service = QueryService({OP: INFO}, d, gate, tasks, None, token=TOKEN)
+        servers.append(QueryServer(service, "47100-47199", "127.0.0.1", gate))
         dirs.append(d)
     for d in dirs:
         for member, s in zip(("m1", "m2"), servers, strict=True):

@@ -57,6 +57,8 @@ class StateGate:
         self._lock = threading.Lock()
         self._queue: deque[_Job[Any]] = deque()
         self.served = 0  # queries answered (both ways), for tests and metrics
+        # Called at every serve (the gate held): the endpoint answers what is ready.
+        self.on_serve: Callable[[], None] | None = None
 
     # ---- the processing thread ---------------------------------------------------------------
 
@@ -71,6 +73,8 @@ class StateGate:
 
     def serve(self) -> None:
         """Answer the queries waiting (the gate held)."""
+        if self.on_serve is not None:
+            self.on_serve()
         queue = self._queue
         while queue:
             try:
@@ -81,6 +85,14 @@ class StateGate:
             self.served += 1
 
     # ---- query threads -------------------------------------------------------------------------
+
+    def take(self, timeout: float) -> bool:
+        """Wait (without the GIL) until the loop lets go, and hold the gate; False after
+        ``timeout``. The endpoint's thread answers with it while the loop waits for input."""
+        return self._lock.acquire(timeout=timeout)
+
+    def give_back(self) -> None:
+        self._lock.release()
 
     def run(self, fn: Callable[[], T], timeout: float = 5.0) -> T:
         """``fn()`` while the processing thread does not touch state (module doc);

@@ -2,75 +2,44 @@
 
 ``GET /state/<operator>/<get|scan|windows>?key=...`` answers a query
 (:mod:`kstream.query.service`); ``GET /state`` lists the operators and what this
-worker knows of who runs what. Loopback by default (``KSTREAM_QUERY_HOST`` to bind
-elsewhere); with a token every request must carry ``Authorization: Bearer <token>``.
-A thread per connection (keep-alive), so a slow client holds up no one.
+worker knows of who runs what. Loopback by default; with a token every request must
+carry ``Authorization: Bearer <token>``. HTTP/1.1 with keep-alive, parsed by ``h11``.
+
+Who does the I/O: whoever holds the gate (:mod:`kstream.query.gate`). A busy
+processing loop answers ready requests itself between two feeds
+(:meth:`QueryServer.pump`, the gate's ``on_serve``): a query then costs no hand-over
+of the GIL between threads, each of which costs up to the interpreter's switch
+interval. While the loop waits for input, the server's thread, which waits for
+readiness without the GIL, takes the gate and answers. A query that needs more than
+this worker's state — forwarded to the owner, read from the checkpoint store, a scan
+over every task — goes to a small thread pool (its local parts then wait for the gate
+like any query) so the loop never waits for the network or the store.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hmac
 import json
 import logging
+import selectors
+import socket
 import threading
 import urllib.parse
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+import h11
+
 from kstream.metrics.server import PortSpec
+from kstream.query.gate import StateGate
 from kstream.query.service import FORWARDED, Answer, QueryService
 
 log = logging.getLogger(__name__)
 
-
-class _Handler(BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"  # keep-alive: a client asks many queries on one connection
-    # Headers and body go out as two writes: without TCP_NODELAY the body waits for the
-    # client's delayed ACK of the headers (40 ms on Linux), every answer.
-    disable_nagle_algorithm = True
-    server: _Server
-
-    def do_GET(self) -> None:
-        service = self.server.service
-        if service.token and not hmac.compare_digest(
-            self.headers.get("Authorization", ""), f"Bearer {service.token}"
-        ):
-            self._send(Answer(401, {"error": "unauthorized: send Authorization: Bearer <token>"}))
-            return
-        url = urllib.parse.urlsplit(self.path)
-        parts = [urllib.parse.unquote(p) for p in url.path.strip("/").split("/")]
-        params = dict(urllib.parse.parse_qsl(url.query, keep_blank_values=True))
-        if parts == ["state"]:
-            self._send(Answer(200, overview(service)))
-        elif len(parts) == 3 and parts[0] == "state":
-            forwarded = self.headers.get(FORWARDED) is not None
-            self._send(service.answer(parts[2], parts[1], params, forwarded))
-        else:
-            self._send(Answer(404, {"error": f"no {url.path}: GET /state/<operator>/get?key=..."}))
-
-    def _send(self, answer: Answer) -> None:
-        data = json.dumps(answer.body, separators=(",", ":")).encode()
-        head = [
-            f"HTTP/1.1 {answer.status} {self.responses.get(answer.status, ('',))[0]}",
-            "Content-Type: application/json",
-            f"Content-Length: {len(data)}",
-            *(f"{k}: {v}" for k, v in answer.headers.items()),
-        ]
-        # One write: each socket call hands the GIL back to a busy processing thread,
-        # and taking it again costs up to the switch interval.
-        self.wfile.write(("\r\n".join(head) + "\r\n\r\n").encode() + data)
-        self.log_request(answer.status, len(data))
-
-    def log_message(self, format: str, *args: Any) -> None:
-        log.debug("query %s", format % args)
-
-
-class _Server(ThreadingHTTPServer):
-    daemon_threads = True
-
-    def __init__(self, address: tuple[str, int], service: QueryService) -> None:
-        self.service = service
-        super().__init__(address, _Handler)
+PUMP_MAX = 16  # requests answered per pump at most (the loop waits for no more)
+_REASONS = {200: b"OK", 400: b"Bad Request", 401: b"Unauthorized", 404: b"Not Found",
+            503: b"Service Unavailable"}  # fmt: skip
 
 
 def overview(service: QueryService) -> dict[str, Any]:
@@ -89,30 +58,243 @@ def overview(service: QueryService) -> dict[str, Any]:
     }
 
 
-class QueryServer:
-    """The endpoint of one worker, served on a daemon thread until :meth:`close`."""
+class _Conn:
+    def __init__(self, sock: socket.socket) -> None:
+        self.sock = sock
+        self.h11 = h11.Connection(h11.SERVER)
+        self.busy = False  # an answer is being made on the pool: read nothing meanwhile
+        self.request: h11.Request | None = None  # read, its end not yet
 
-    def __init__(self, service: QueryService, port: PortSpec | str | int, host: str) -> None:
+
+class QueryServer:
+    """The endpoint of one worker (module doc) until :meth:`close`."""
+
+    def __init__(
+        self, service: QueryService, port: PortSpec | str | int, host: str, gate: StateGate
+    ) -> None:
         spec = port if isinstance(port, PortSpec) else PortSpec.parse(port)
+        self.service = service
+        self.gate = gate
         last: OSError | None = None
         for p in range(spec.low, spec.high + 1):
+            sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             try:
-                self._server = _Server((host, p), service)
+                sock.bind((host, p))
                 break
             except OSError as e:
+                sock.close()
                 last = e
         else:
             raise OSError(f"no free query port in {spec.low}-{spec.high} on {host}: {last}")
-        self.host, self.port = host, self._server.server_address[1]
-        self._thread = threading.Thread(
-            target=self._server.serve_forever, args=(0.05,), name="kstream-query", daemon=True
-        )
+        sock.listen(128)
+        sock.setblocking(False)
+        self._listener = sock
+        self.host, self.port = host, sock.getsockname()[1]
+        self._sel = selectors.DefaultSelector()
+        self._sel.register(sock, selectors.EVENT_READ, None)
+        self._closed = False
+        self._pool = ThreadPoolExecutor(4, thread_name_prefix="kstream-query-slow")
+        gate.on_serve = self._serve
+        self._thread = threading.Thread(target=self._run, name="kstream-query", daemon=True)
         self._thread.start()
 
     @property
     def url(self) -> str:
         return f"http://{self.host}:{self.port}"
 
+    # ---- who pumps -------------------------------------------------------------------------
+
+    def _serve(self) -> None:
+        """The gate's hook (the gate held): answer what is ready. One ``epoll_wait``
+        without waiting when nothing is."""
+        self.pump()
+
+    def _run(self) -> None:
+        """While the loop waits for input: wait for readiness, then for the gate (both
+        without the GIL: a busy loop is not disturbed), and answer."""
+        while not self._closed:
+            try:
+                if not self._sel.select(0.2):
+                    continue
+            except (OSError, ValueError):
+                return  # closed
+            if self.gate.take(1.0):
+                try:
+                    self.pump()
+                finally:
+                    self.gate.give_back()
+
+    # ---- the I/O (the gate held) -----------------------------------------------------------
+
+    def pump(self) -> None:
+        """Accept, read and answer what is ready, at most PUMP_MAX requests."""
+        answered = 0
+        for key, _events in self._sel.select(0):
+            if key.data is None:
+                self._accept()
+                continue
+            conn: _Conn = key.data
+            answered += self._receive(conn)
+            if answered >= PUMP_MAX:
+                return
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                sock, _addr = self._listener.accept()
+            except (BlockingIOError, OSError):
+                return
+            sock.setblocking(False)
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            self._sel.register(sock, selectors.EVENT_READ, _Conn(sock))
+
+    def _drop(self, conn: _Conn) -> None:
+        with contextlib.suppress(KeyError, ValueError):
+            self._sel.unregister(conn.sock)
+        conn.sock.close()
+
+    def _receive(self, conn: _Conn) -> int:
+        try:
+            data = conn.sock.recv(65536)
+        except BlockingIOError:
+            return 0
+        except OSError:
+            self._drop(conn)
+            return 0
+        conn.h11.receive_data(data)
+        return self._events(conn)
+
+    def _events(self, conn: _Conn) -> int:
+        """Answer the complete requests h11 holds; how many."""
+        answered = 0
+        while not conn.busy:
+            try:
+                event = conn.h11.next_event()
+            except h11.RemoteProtocolError:
+                self._drop(conn)
+                return answered
+            if event is h11.NEED_DATA or event is h11.PAUSED:
+                if conn.h11.their_state is h11.CLOSED:
+                    self._drop(conn)
+                return answered
+            if isinstance(event, h11.ConnectionClosed):
+                self._drop(conn)
+                return answered
+            if isinstance(event, h11.Request):
+                conn.request = event
+            elif isinstance(event, h11.EndOfMessage) and conn.request is not None:
+                request, conn.request = conn.request, None
+                answered += 1
+                self._request(conn, request)
+        return answered
+
+    def _request(self, conn: _Conn, request: h11.Request) -> None:
+        headers = {k.decode().lower(): v.decode() for k, v in request.headers}
+        service = self.service
+        if service.token and not hmac.compare_digest(
+            headers.get("authorization", ""), f"Bearer {service.token}"
+        ):
+            self._send(
+                conn, Answer(401, {"error": "unauthorized: send Authorization: Bearer <token>"})
+            )
+            return
+        url = urllib.parse.urlsplit(request.target.decode())
+        parts = [urllib.parse.unquote(p) for p in url.path.strip("/").split("/")]
+        params = dict(urllib.parse.parse_qsl(url.query, keep_blank_values=True))
+        forwarded = FORWARDED.lower() in headers
+        if request.method != b"GET":
+            self._send(conn, Answer(400, {"error": "use GET"}))
+        elif parts == ["state"]:
+            self._send(conn, Answer(200, overview(service)))
+        elif len(parts) == 3 and parts[0] == "state":
+            op, operator = parts[2], parts[1]
+            answer = service.answer_here(op, operator, params, forwarded)
+            if answer is not None:
+                self._send(conn, answer)
+                return
+            conn.busy = True  # forward, store, every task: not on the loop's time
+            self._sel.unregister(conn.sock)
+            self._pool.submit(self._slow, conn, op, operator, params, forwarded)
+        else:
+            self._send(
+                conn, Answer(404, {"error": f"no {url.path}: GET /state/<operator>/get?key=..."})
+            )
+
+    def _slow(self, conn: _Conn, op: str, operator: str, params: dict[str, str], fwd: bool) -> None:
+        try:
+            answer = self.service.answer(op, operator, params, fwd)
+        except Exception as e:  # an answer, not a dead connection
+            log.exception("query %s %s failed", operator, op)
+            answer = Answer(500, {"error": f"{type(e).__name__}: {e}"})
+
+        def finish() -> None:
+            conn.busy = False
+            self._sel.register(conn.sock, selectors.EVENT_READ, conn)
+            self._send(conn, answer)
+            if not conn.busy and conn.sock.fileno() >= 0:
+                self._events(conn)  # what arrived meanwhile (pipelined requests)
+
+        self.gate.run(finish)
+
+    def _send(self, conn: _Conn, answer: Answer) -> None:
+        data = json.dumps(answer.body, separators=(",", ":")).encode()
+        headers = [("Content-Type", "application/json"), ("Content-Length", str(len(data))),
+                   *answer.headers.items()]  # fmt: skip
+        try:
+            out = (
+                conn.h11.send(
+                    h11.Response(
+                        status_code=answer.status,
+                        headers=headers,
+                        reason=_REASONS.get(answer.status, b""),
+                    )
+                )
+                or b""
+            )
+            out += conn.h11.send(h11.Data(data=data)) or b""
+            out += conn.h11.send(h11.EndOfMessage()) or b""
+            if conn.h11.our_state is not h11.MUST_CLOSE:
+                conn.h11.start_next_cycle()
+            try:
+                sent = conn.sock.send(out)  # an answer usually fits the socket buffer
+            except BlockingIOError:
+                sent = 0
+            if sent < len(out):  # a slow reader: the rest from a pool thread, not the loop
+                conn.busy = True
+                self._sel.unregister(conn.sock)
+                self._pool.submit(self._send_rest, conn, out[sent:])
+            elif conn.h11.our_state is h11.MUST_CLOSE:
+                self._drop(conn)
+        except (OSError, h11.LocalProtocolError):
+            self._drop(conn)
+
+    def _send_rest(self, conn: _Conn, rest: bytes) -> None:
+        try:
+            conn.sock.settimeout(30.0)
+            conn.sock.sendall(rest)
+            conn.sock.setblocking(False)
+        except OSError:
+            conn.sock.close()
+            return
+
+        def again() -> None:
+            conn.busy = False
+            if conn.h11.our_state is h11.MUST_CLOSE:
+                conn.sock.close()
+                return
+            self._sel.register(conn.sock, selectors.EVENT_READ, conn)
+            self._events(conn)
+
+        self.gate.run(again)
+
     def close(self) -> None:
-        self._server.shutdown()
-        self._server.server_close()
+        self._closed = True
+        self._thread.join(5)
+        self._pool.shutdown(wait=False, cancel_futures=True)
+        self.gate.on_serve = None
+        for key in list(self._sel.get_map().values()):
+            if key.data is not None:
+                key.data.sock.close()
+        self._sel.close()
+        self._listener.close()

@@ -56,10 +56,6 @@ class LocalTasks(Protocol):
         """Where ``task`` is: its input offsets (the next to process)."""
 
 
-class _Moved(Exception):
-    """The task stopped running here between routing and reading."""
-
-
 def _moving(m: Moving) -> Answer:
     return Answer(
         503,
@@ -96,16 +92,21 @@ class QueryService:
         self.token = token
         self._conns = threading.local()
 
+    def _info(self, q: Query) -> OperatorInfo:
+        info = self.operators.get(q.operator)
+        if info is None:
+            raise QueryError(
+                f"no stateful operator {q.operator!r} (operators: "
+                f"{', '.join(sorted(self.operators)) or 'none'})",
+                404,
+            )
+        return info
+
     def answer(self, op: str, operator: str, params: dict[str, str], forwarded: bool) -> Answer:
+        """The answer to a query (any thread but the one holding the gate)."""
         try:
             q = Query.from_params(op, operator, params)
-            info = self.operators.get(q.operator)
-            if info is None:
-                raise QueryError(
-                    f"no stateful operator {q.operator!r} (operators: "
-                    f"{', '.join(sorted(self.operators)) or 'none'})",
-                    404,
-                )
+            info = self._info(q)
             if q.consistency == "checkpointed":
                 return self._checkpointed(info, q)
             if q.op == "scan" and q.task is None and q.partition is None:
@@ -118,6 +119,29 @@ class QueryService:
                           {"Retry-After": "1"})  # fmt: skip
         except (StoreError, CorruptSnapshotError) as e:
             return Answer(503, {"error": "store", "reason": str(e)}, {"Retry-After": "1"})
+
+    def answer_here(
+        self, op: str, operator: str, params: dict[str, str], forwarded: bool
+    ) -> Answer | None:
+        """The answer, if this worker's running task gives it (or it is an error, or
+        "moving"), read at once: the caller holds the gate. None: the query needs a
+        forward, the store or every task — ``answer`` it on another thread."""
+        try:
+            q = Query.from_params(op, operator, params)
+            info = self._info(q)
+            if q.consistency == "checkpointed" or (
+                q.op == "scan" and q.task is None and q.partition is None
+            ):
+                return None
+            task = self._task(info, q)
+            route = self.directory.route(task, self.local.running(task), forwarded=forwarded)
+            if isinstance(route, Forward):
+                return None
+            if isinstance(route, Moving):
+                return _moving(route)
+            return self._read_local(info, q, task)
+        except QueryError as e:
+            return Answer(e.status, {"error": str(e)})
 
     def _task(self, info: OperatorInfo, q: Query) -> str:
         if q.task is not None:
@@ -141,17 +165,14 @@ class QueryService:
         if isinstance(route, Forward):
             return self._forward(route, q)
         assert isinstance(route, Local)
+        return self.gate.run(lambda: self._read_local(info, q, task))
 
-        def lookup() -> dict[str, Any]:
-            tables = self.local.tables(task, info.id)
-            if tables is None:
-                raise _Moved
-            return {**read(info, q, tables), "position": self.local.position(task)}
-
-        try:
-            body = self.gate.run(lookup)
-        except _Moved:
+    def _read_local(self, info: OperatorInfo, q: Query, task: str) -> Answer:
+        """Read this worker's task (the gate held): "moving" if it no longer runs here."""
+        tables = self.local.tables(task, info.id)
+        if tables is None:
             return _moving(Moving(task, f"task {task} stopped running here"))
+        body = read(info, q, tables) | {"position": self.local.position(task)}
         return Answer(200, self._head(info, q, task) | body)
 
     def _head(self, info: OperatorInfo, q: Query, task: str | None) -> dict[str, Any]:

@@ -71,7 +71,9 @@ class WorkerQueries:
         self.directory.me = self.member()
         if PortSpec.parse(self.settings.port).off:
             return ""
-        self.server = QueryServer(self.service, self.settings.port, self.settings.host)
+        self.server = QueryServer(
+            self.service, self.settings.port, self.settings.host, self.gate
+        )
         sys.setswitchinterval(SWITCH_INTERVAL_S)
         if self.settings.advertise:
             return self.settings.advertise
