@@ -5,7 +5,6 @@ endpoint it serves and announces in its heartbeats."""
 from __future__ import annotations
 
 import socket
-import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -27,12 +26,6 @@ from kstream.worker.tasks import WorkerTasks
 QUERY_SLICE = 256
 """Records per feed at most while the endpoint serves: the loop answers waiting queries
 between two feeds, so this bounds how long one waits (about 3 ms of w2's work)."""
-SWITCH_INTERVAL_S = 0.0005
-"""The GIL switch interval while the endpoint serves: an answer needs the GIL a few
-times (read the request, hand over, write the answer), each taken from the busy
-processing thread after at most this long (CPython's default: 5 ms)."""
-
-
 class WorkerQueries:
     """The query side of one worker; the loop holds ``gate`` while it touches state."""
 
@@ -74,7 +67,6 @@ class WorkerQueries:
         self.server = QueryServer(
             self.service, self.settings.port, self.settings.host, self.gate
         )
-        sys.setswitchinterval(SWITCH_INTERVAL_S)
         if self.settings.advertise:
             return self.settings.advertise
         host = self.settings.host
