@@ -26,6 +26,8 @@ from kstream.worker.tasks import WorkerTasks
 QUERY_SLICE = 256
 """Records per feed at most while the endpoint serves: the loop answers waiting queries
 between two feeds, so this bounds how long one waits (about 3 ms of w2's work)."""
+
+
 class WorkerQueries:
     """The query side of one worker; the loop holds ``gate`` while it touches state."""
 
@@ -64,9 +66,7 @@ class WorkerQueries:
         self.directory.me = self.member()
         if PortSpec.parse(self.settings.port).off:
             return ""
-        self.server = QueryServer(
-            self.service, self.settings.port, self.settings.host, self.gate
-        )
+        self.server = QueryServer(self.service, self.settings.port, self.settings.host, self.gate)
         if self.settings.advertise:
             return self.settings.advertise
         host = self.settings.host
