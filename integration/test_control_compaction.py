@@ -183,7 +183,7 @@ def test_no_control_client_creates_the_control_topic(
     for an app that never ran says so at once and creates nothing."""
     app = unique_name("absent")
     code, log = run_to_end(
-        [*CLI, "savepoint", app, "--bootstrap", kafka_bootstrap, "--store", "file:///nonexistent",
+        [*CLI, "savepoint", "--app-id", app, "--bootstrap", kafka_bootstrap, "--store", "file:///nonexistent",
          "--timeout", "60"],
         timeout=60,
     )  # fmt: skip

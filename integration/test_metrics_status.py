@@ -161,7 +161,7 @@ def test_metrics_equal_the_jobs_exact_counts_and_status_describes_it(
         #    covers every record (no lag left), then check the whole picture.
         def status() -> dict[str, Any]:
             out = subprocess.run(
-                [*CLI, "status", app, "--bootstrap", kafka_bootstrap, "--store", store, "--json"],
+                [*CLI, "status", "--app-id", app, "--bootstrap", kafka_bootstrap, "--store", store, "--json"],
                 capture_output=True, text=True, cwd=REPO, timeout=60,
             )  # fmt: skip
             assert out.returncode == 0, out.stderr[-3000:]
@@ -273,7 +273,7 @@ def test_status_of_a_job_without_checkpoints_shows_lag_from_committed_offsets(
         producer.produce(src, f"r{i}".encode())
     assert producer.flush(30) == 0
     out = subprocess.run(
-        [*CLI, "status", app, "--bootstrap", kafka_bootstrap, "--store",
+        [*CLI, "status", "--app-id", app, "--bootstrap", kafka_bootstrap, "--store",
          f"file://{tmp_path}/store", "--json"],
         capture_output=True, text=True, cwd=REPO, timeout=60,
     )  # fmt: skip

@@ -129,7 +129,7 @@ def test_upgrade_from_a_savepoint_keeps_every_count(
 
         # 2. Savepoint + stop: v1's workers stop with their output published.
         sp = subprocess.run(
-            [*CLI, "savepoint", app, "--bootstrap", kafka_bootstrap, "--store", store_url,
+            [*CLI, "savepoint", "--app-id", app, "--bootstrap", kafka_bootstrap, "--store", store_url,
              "--name", "upgrade", "--stop", "--timeout", "90"],
             capture_output=True, cwd=REPO, timeout=120,
         )  # fmt: skip

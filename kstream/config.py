@@ -152,8 +152,10 @@ _SECRET_MARKS = (
     "token",
     "credential",
     "oauthbearer.config",
+    "user.info",  # schema.registry.basic.auth.user.info (user:password)
 )
 MASK = "***"
+REGISTRY_PREFIX = "schema.registry."
 
 
 def is_secret(name: str) -> bool:
@@ -168,9 +170,11 @@ class KafkaSettings(Mapping[str, str]):
     Immutable. Refuses the settings kstream owns (``OWNED_SETTINGS``) with the
     reason, naming where each came from (``origins``: name -> "-X", a file, ...).
     Its ``repr`` masks secret values, so a logged or printed config shows no secret.
+    Settings named ``schema.registry.*`` are the Schema Registry client's: kept apart in
+    ``registry`` (never given to librdkafka; see ``kstream.serde.registry``).
     """
 
-    __slots__ = ("_items", "_origins")
+    __slots__ = ("_items", "_origins", "_registry")
 
     def __init__(
         self,
@@ -187,8 +191,14 @@ class KafkaSettings(Mapping[str, str]):
                 continue
             where = f" (from {origins[name]})" if name in origins else ""
             raise ConfigError(f"Kafka client setting {name}{where} is set by kstream: {reason}")
-        self._items = values
+        self._registry = {k: v for k, v in values.items() if k.startswith(REGISTRY_PREFIX)}
+        self._items = {k: v for k, v in values.items() if not k.startswith(REGISTRY_PREFIX)}
         self._origins = {k: v for k, v in origins.items() if k in values}
+
+    @property
+    def registry(self) -> dict[str, str]:
+        """The ``schema.registry.*`` settings (the Schema Registry client's)."""
+        return dict(self._registry)
 
     def __getitem__(self, key: str) -> str:
         return self._items[key]
@@ -210,7 +220,8 @@ class KafkaSettings(Mapping[str, str]):
 
     def masked(self) -> dict[str, str]:
         """The settings with every secret value replaced by ``***``."""
-        return {k: (MASK if is_secret(k) else v) for k, v in self._items.items()}
+        both = {**self._items, **self._registry}
+        return {k: (MASK if is_secret(k) else v) for k, v in both.items()}
 
     def origin(self, name: str) -> str | None:
         """Where setting ``name`` came from (``-X``, the environment, a file), if known."""
@@ -218,7 +229,7 @@ class KafkaSettings(Mapping[str, str]):
 
     def redact(self, text: str) -> str:
         """``text`` with every secret value of these settings replaced by ``***``."""
-        return redact(text, self._items)
+        return redact(text, {**self._items, **self._registry})
 
 
 def redact(text: str, settings: Mapping[str, object]) -> str:

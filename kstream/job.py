@@ -26,6 +26,7 @@ from kstream.kafka.commits import commits_topic_spec
 from kstream.kafka.control import control_topic_spec
 from kstream.kafka.dlq import dlq_topic_spec
 from kstream.plan import JobPlan, PlanError, plan_job
+from kstream.serde.registry import use_settings as use_registry_settings
 
 
 def load_topology(path: str | Path) -> Topology:
@@ -84,6 +85,7 @@ def plan_live(topology: Topology, config: JobConfig, *, wait_s: float = 0.0) -> 
     A missing source topic is a configuration error naming it (create it first), unless
     ``wait_s`` > 0, in which case it is waited for.
     """
+    use_registry_settings(config.kafka.registry)  # the Schema Registry serdes' defaults
     admin = make_admin(config.bootstrap_servers, config.kafka)
     wanted = source_topics(topology)
     deadline = time.monotonic() + wait_s

@@ -6,6 +6,10 @@ task must produce with the same id as its predecessor (docs/design.md §5, §7).
 
 from __future__ import annotations
 
+import os
+import re
+import socket
+
 
 def group_id(app_id: str) -> str:
     """The consumer group of the app's workers."""
@@ -71,3 +75,20 @@ def election_topic(app_id: str) -> str:
 def election_group(app_id: str) -> str:
     """The consumer group of the coordinator candidates (workers with ``--coordinator auto``)."""
     return f"{app_id}.coordinator"
+
+
+def worker_client_id() -> str:
+    """The ``client.id`` of a worker's group consumer: ``host:pid``. The group names
+    the member ``<client.id>-<uuid>``, so the broker's logs, the control topic and
+    `kstream status` name the same process."""
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+_MEMBER_SUFFIX = re.compile(r"-[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
+
+
+def member_client_id(member: str) -> str:
+    """The client id in a group member id (``<client.id>-<uuid>``); the member itself
+    when it has no such suffix (a label, or a member id of another form)."""
+    m = _MEMBER_SUFFIX.search(member)
+    return member[: m.start()] if m else member

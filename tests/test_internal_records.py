@@ -48,6 +48,12 @@ def test_user_headers_are_ignored_by_origin() -> None:
             b'{"v":1,"attempt":2,"checkpoint_id":9,"timestamp":1700000000000}',
         ),
         (2, Watermark(5), EventKind.WATERMARK, b'{"v":1,"attempt":2,"timestamp":5}'),
+        (
+            2,
+            Watermark(5, judged=9),
+            EventKind.WATERMARK,
+            b'{"v":1,"attempt":2,"timestamp":5,"judged":9}',
+        ),
         (0, EndOfInput(), EventKind.END_OF_INPUT, b'{"v":1,"attempt":0}'),
     ],
 )
@@ -170,6 +176,12 @@ def test_malformed_event_values_are_rejected_clearly(value: bytes | None, messag
     origin = RecordOrigin("s-1", 3, EventKind.BARRIER)
     with pytest.raises(InternalRecordError, match=message):
         decode_event(origin, value)
+
+
+def test_a_watermark_judged_field_must_be_an_integer() -> None:
+    origin = RecordOrigin("s-1", 3, EventKind.WATERMARK)
+    with pytest.raises(InternalRecordError, match="judged must be an integer"):
+        decode_event(origin, b'{"v":1,"attempt":3,"timestamp":1,"judged":"9"}')
 
 
 def test_decode_event_refuses_data_records() -> None:

@@ -169,7 +169,7 @@ def test_kstream_query_reads_a_retained_checkpoint_without_a_job(tmp_path: Path)
     backend.close()
     savepoint = create_savepoint(store, "app", "before", read_metadata(store, "app", 1))
     runner = CliRunner()
-    base = ["query", "--app", "app", "--store", f"file://{tmp_path / 'store'}"]
+    base = ["query", "--app-id", "app", "--store", f"file://{tmp_path / 'store'}"]
     for n, value in ((1, 10), (2, 20)):
         result = runner.invoke(main, [*base, "--checkpoint", str(n), OP, "get", "a"])
         assert result.exit_code == 0, result.output

@@ -12,18 +12,23 @@ from click.testing import CliRunner
 
 from kstream.api import Topology, Tumbling, WatermarkStrategy
 from kstream.checkpoint.commands import ApplyRetention, CreateSavepoint, Finish, Send, WriteMetadata
+from kstream.checkpoint.failover import Phase
 from kstream.checkpoint.messages import (
     CheckpointCompleted,
+    CheckpointRequest,
+    JobFailed,
+    JobStopped,
     Message,
     Restore,
     SavepointRequest,
     StopJob,
+    WorkerStopped,
     decode,
     encode,
 )
 from kstream.cli import main
 from kstream.cli.state import dump_state
-from kstream.config import ConfigError, JobConfig, StartFrom
+from kstream.config import ConfigError, JobConfig, RestartStrategy, StartFrom
 from kstream.plan import plan_job
 from kstream.plan.compat import IncompatibleStateError
 from kstream.plan.operators import describe
@@ -50,6 +55,7 @@ from kstream.store.savepoints import (
 )
 from kstream.store.startfrom import import_start
 from kstream.worker.protocol import Exit, StopRequested, WorkerProtocol
+from kstream.worker.protocol import Send as WorkerSend
 from tests.conftest import Kit
 from tests.test_coordinator import Harness, messages, triggers
 from tests.test_coordinator_run import Event, FakeTransport
@@ -88,10 +94,23 @@ def test_stop_with_savepoint_stops_workers_before_the_trigger_then_finishes() ->
     assert not any(isinstance(c, CreateSavepoint | Finish) for c in out)
     assert triggers(h.tick(1.3)) == [2]  # triggered after StopJob on the control topic
     out = h.ack(2, "a", 1.4)
-    assert [type(c) for c in out] == [WriteMetadata, Send, CreateSavepoint, ApplyRetention, Finish]
-    assert messages(out) == [CheckpointCompleted(2, 0)]  # sinks publish, workers exit
-    assert out[-1] == Finish("stopped with savepoint last (checkpoint 2)")
-    assert h.send(SavepointRequest("again", False, "cli"), 1.5) == []  # one at a time only
+    assert [type(c) for c in out] == [
+        WriteMetadata,
+        Send,
+        CreateSavepoint,
+        ApplyRetention,
+        Send,
+        Finish,
+    ]
+    reason = "stopped with savepoint last (checkpoint 2)"
+    # Sinks publish, workers exit; the control topic says the job stopped, and why.
+    assert messages(out) == [CheckpointCompleted(2, 0), JobStopped(0, reason)]
+    assert out[-1] == Finish(reason)
+    assert h.c.phase is Phase.STOPPED
+    # A worker's graceful-stop request that crossed the completion triggers nothing.
+    assert h.send(CheckpointRequest("m", 0, "graceful stop"), 1.5) == []
+    assert h.tick(100.0) == []
+    assert h.send(SavepointRequest("again", False, "cli"), 1.5) == []
 
 
 def test_a_savepoint_is_refused_while_the_job_restores() -> None:
@@ -106,7 +125,8 @@ def test_worker_stops_gracefully_on_stop_job_of_its_attempt() -> None:
     assert not p.stopping
     acts = p.handle(StopJob(0, "stop with savepoint x"), 0.0)
     assert p.stopping
-    assert acts == [Exit(0, "stopping: nothing runs here, so nothing is left to commit")]
+    why = "stopping: nothing runs here, so nothing is left to commit"
+    assert acts == [WorkerSend(WorkerStopped("m", 0, why)), Exit(0, why)]
     assert p.handle(StopRequested(), 0.1) == []
 
 
@@ -273,12 +293,15 @@ def test_state_dump_reads_an_operators_keyed_state_from_the_store(
 
 
 def _run_coordinator(
-    tmp_path: Path, start: StartFrom, description: dict[str, object]
+    tmp_path: Path,
+    start: StartFrom,
+    description: dict[str, object],
+    restart: RestartStrategy | None = None,
 ) -> list[Message]:
     events: list[Event] = []
     transport = FakeTransport(events, lambda m: [])
     code = run_coordinator(
-        JobConfig("app", "unused:9092", start=start),
+        JobConfig("app", "unused:9092", start=start, restart=restart or RestartStrategy()),
         frozenset({"stage0-0"}),
         transport=transport,
         store=FileStore(tmp_path),
@@ -315,6 +338,21 @@ def test_the_coordinator_restores_an_imported_savepoint_at_once(tmp_path: Path) 
     assert read_metadata(store, "app", 5).origin == "savepoint app/savepoints/v1"
 
 
+def test_a_start_from_a_savepoint_is_a_first_start_not_a_restart(tmp_path: Path) -> None:
+    """--max-restarts 0 allows no restart, and starting from a savepoint is none (it was
+    counted as one: 'starting from savepoint ...; restart strategy exhausted')."""
+    store = FileStore(tmp_path)
+    desc = _plan_description()
+    src = replace(_checkpoint(store, "app", 4, {"s": b"x"}), description=desc)
+    path = create_savepoint(store, "app", "v1", src)
+    code, *sent = _run_coordinator(
+        tmp_path, StartFrom(savepoint=path), desc, RestartStrategy(max_restarts=0)
+    )
+    assert code == 0
+    assert sent[0] == Restore(1, 5)
+    assert not [m for m in sent if isinstance(m, JobFailed)]
+
+
 def test_savepoints_and_state_dump_commands(tmp_path: Path, kit: type[Kit]) -> None:
     t = Topology("wc")
     t.source("in", keyed=True, watermark=WatermarkStrategy(0)).window(
@@ -334,20 +372,34 @@ def test_savepoints_and_state_dump_commands(tmp_path: Path, kit: type[Kit]) -> N
     create_savepoint(store, "wc", "before-v2", meta)
     url = f"file://{tmp_path / 'store'}"
     runner = CliRunner()
-    listed = runner.invoke(main, ["savepoints", "list", "wc", "--store", url])
+    listed = runner.invoke(main, ["savepoints", "list", "--app-id", "wc", "--store", url])
     assert listed.exit_code == 0 and listed.output.startswith(
         "wc/savepoints/before-v2  checkpoint 3  "
     )
     for where in (["--checkpoint", "3"], ["--savepoint", "wc/savepoints/before-v2"], []):
         dumped = runner.invoke(
             main,
-            ["state", "dump", "wc", "--store", url, "--operator", "counts", "--key", "k", *where],
+            [
+                "state",
+                "dump",
+                "--app-id",
+                "wc",
+                "--store",
+                url,
+                "--operator",
+                "counts",
+                "--key",
+                "k",
+                *where,
+            ],
         )
         assert dumped.exit_code == 0, dumped.output
         assert dumped.stdout.splitlines() == [
             '{"key": [1000, 0, "k"], "table": "acc", "task": "stage0-0", "value": 1}'
         ]
-    bad = runner.invoke(main, ["state", "dump", "wc", "--store", url, "--operator", "x"])
+    bad = runner.invoke(
+        main, ["state", "dump", "--app-id", "wc", "--store", url, "--operator", "x"]
+    )
     assert bad.exit_code == 2 and "operators: counts" in bad.output
     gone = runner.invoke(main, ["savepoints", "delete", "wc/savepoints/before-v2", "--store", url])
     assert gone.exit_code == 0

@@ -107,6 +107,7 @@ def test_status_of_a_running_job_as_json_and_text() -> None:
     assert doc["workers"] == [
         {
             "member": "gone",
+            "name": "gone",
             "tasks": ["s0-9"],
             "owns": [],
             "generation": 1,
@@ -114,6 +115,7 @@ def test_status_of_a_running_job_as_json_and_text() -> None:
         },
         {
             "member": "w1",
+            "name": "w1",
             "tasks": ["s0-0", "s0-1"],
             "owns": ["s0-0", "s0-1"],
             "generation": 2,
@@ -129,12 +131,13 @@ def test_status_of_a_running_job_as_json_and_text() -> None:
     ]
     assert doc["checkpoints"][0]["slowest_task"] == "s0-1"
     assert doc["in_flight"] == [{"checkpoint_id": 3, "age_s": 1.5, "acknowledged": 1}]
-    assert [(e["kind"], e["reason"]) for e in doc["events"]] == [
-        ("restore", "to checkpoint None: job start"),
-        ("task_failed", "ValueError: bad"),
-        ("checkpoint_aborted", "2: job failover: task s0-1 failed on w2: ValueError: bad"),
-        ("restore", "to checkpoint 1: task s0-1 failed on w2: ValueError: bad"),
+    assert [(e["kind"], e["cause"], e["reason"]) for e in doc["events"]] == [
+        ("restore", "start", "to checkpoint None: job start"),
+        ("task_failed", None, "ValueError: bad"),
+        ("checkpoint_aborted", None, "2: job failover: task s0-1 failed on w2: ValueError: bad"),
+        ("restore", "task_failed", "to checkpoint 1: task s0-1 failed on w2: ValueError: bad"),
     ]
+    assert doc["stopped"] is None
     assert doc["lag"] == [
         {"topic": "in", "partition": 0, "checkpoint_offset": 40, "end_offset": 100, "lag": 60},
         {"topic": "in", "partition": 1, "checkpoint_offset": 7, "end_offset": 7, "lag": 0},

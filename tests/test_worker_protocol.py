@@ -14,6 +14,7 @@ from kstream.checkpoint.messages import (
     TaskFailed,
     TaskReady,
     TriggerCheckpoint,
+    WorkerStopped,
 )
 from kstream.worker.protocol import (
     REASSIGNED,
@@ -200,23 +201,24 @@ def test_a_graceful_stop_asks_for_a_checkpoint_and_stops_once_one_after_the_inpu
     assert not p.drained
     assert p.handle(CheckpointCompleted(5, 1), 12.7) == [CommitSinks(5)]
     assert p.drained
-    assert p.tick(12.8) == [Exit(0, "stopping: the final checkpoint completed")]
+    why = "stopping: the final checkpoint completed"
+    assert p.tick(12.8) == [Send(WorkerStopped("m1", 1, why)), Exit(0, why)]
 
 
 def test_a_graceful_stop_gives_up_after_the_drain_timeout() -> None:
     p = running(protocol(drain_timeout_s=5.0), now=0.0)
     p.handle(StopRequested(), 10.0)
     assert p.tick(14.9)[0] == Send(CheckpointRequest("m1", 1, "graceful stop"))
-    assert p.tick(15.0) == [Exit(0, "stopping: no final checkpoint in time")]
+    why = "stopping: no final checkpoint in time"
+    assert p.tick(15.0) == [Send(WorkerStopped("m1", 1, why)), Exit(0, why)]
 
 
 def test_a_stop_with_nothing_running_stops_at_once() -> None:
     p = protocol()
     p.handle(Assigned("m1", 3, TASKS, True), 0.0)
     p.handle(Restore(1, None), 0.0)  # restoring: nothing runs
-    assert p.handle(StopRequested(), 1.0) == [
-        Exit(0, "stopping: nothing runs here, so nothing is left to commit")
-    ]
+    why = "stopping: nothing runs here, so nothing is left to commit"
+    assert p.handle(StopRequested(), 1.0) == [Send(WorkerStopped("m1", 1, why)), Exit(0, why)]
     assert p.handle(StopRequested(), 1.1) == []
 
 
@@ -227,7 +229,9 @@ def test_idle_asks_for_a_checkpoint_and_stops_once_the_input_is_committed() -> N
     assert p.tick(4.0) == [Send(CheckpointRequest("m1", 1, "idle"))]
     p.handle(TriggerCheckpoint(2, 1, 0), 4.1)
     p.handle(CheckpointCompleted(2, 1), 4.5)
-    assert p.tick(4.6) == [Exit(0, "no input for 3.6s and all output committed")]
+    # The coordinator and `kstream status` learn that this worker stopped, and why.
+    why = "no input for 3.6s and all output committed"
+    assert p.tick(4.6) == [Send(WorkerStopped("m1", 1, why)), Exit(0, why)]
 
 
 def test_no_checkpoint_request_while_restoring() -> None:
@@ -266,4 +270,5 @@ def test_stop_job_then_a_trigger_in_the_same_poll_is_the_final_checkpoint() -> N
     assert p.stopping
     assert p.handle(TriggerCheckpoint(7, 1, 0), 5.0) == [TriggerTasks(7, 1)]
     assert p.handle(CheckpointCompleted(7, 1), 6.0) == [CommitSinks(7)]
-    assert p.tick(6.1) == [Exit(0, "stopping: the final checkpoint completed")]
+    why = "stopping: the final checkpoint completed"
+    assert p.tick(6.1) == [Send(WorkerStopped("m1", 1, why)), Exit(0, why)]

@@ -11,7 +11,8 @@ record's key (the same object for every call: never keep it beyond the call):
   (``get(k, default)``, ``put(k, v)``, ``delete(k)``, ``contains(k)``, ``items()``,
   ``keys()``, ``values()``, ``clear()``; map keys are ``str``/``int``/``bytes``/
   ``None``) or ``ListState`` (``get()``, ``append(v)``, ``extend(vs)``, ``set(vs)``,
-  ``clear()``). Values must be JSON-compatible.
+  ``clear()``). Values must be JSON-compatible, or match the state's Avro
+  ``schema`` when it has one (``ValueState(schema=...)``, ``MapState(schema=...)``).
 * ``state.register_event_timer(ts)`` / ``state.delete_event_timer(ts)``: call
   ``on_timer`` for this key once the watermark reaches ``ts`` (``watermark >=
   ts``); at most one timer per key and timestamp (registering twice is one timer).
@@ -50,22 +51,29 @@ from typing import Any, Protocol
 
 @dataclass(frozen=True)
 class ValueState:
-    """One JSON-compatible value per key."""
+    """One JSON-compatible value per key; with ``schema`` (an Avro schema), one Avro
+    value per key, versioned so the schema can evolve across savepoints (see
+    ``kstream.runtime.stateschema``)."""
 
     ttl_ms: int | None = None
+    schema: Any = None  # an Avro schema (dict or JSON text); kept as canonical JSON text
 
     def __post_init__(self) -> None:
         _check_ttl(self.ttl_ms)
+        _keep_schema(self)
 
 
 @dataclass(frozen=True)
 class MapState:
-    """A map per key (map keys: ``str``, ``int``, ``bytes`` or ``None``), in map-key order."""
+    """A map per key (map keys: ``str``, ``int``, ``bytes`` or ``None``), in map-key order;
+    with ``schema``, its values are versioned Avro (as ``ValueState``'s)."""
 
     ttl_ms: int | None = None
+    schema: Any = None
 
     def __post_init__(self) -> None:
         _check_ttl(self.ttl_ms)
+        _keep_schema(self)
 
 
 @dataclass(frozen=True)
@@ -79,6 +87,22 @@ class ListState:
 
 
 StateSpec = ValueState | MapState | ListState
+
+
+def _keep_schema(spec: ValueState | MapState) -> None:
+    """Check ``spec.schema`` and keep it as canonical JSON text (hashable, comparable)."""
+    if spec.schema is None:
+        return
+    import json
+
+    import fastavro
+
+    parsed = json.loads(spec.schema) if isinstance(spec.schema, str) else dict(spec.schema)
+    try:
+        fastavro.parse_schema(parsed)
+    except Exception as e:
+        raise ValueError(f"state schema is not a valid Avro schema: {e}") from e
+    object.__setattr__(spec, "schema", json.dumps(parsed, sort_keys=True, separators=(",", ":")))
 
 
 def _check_ttl(ttl_ms: int | None) -> None:

@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     from kstream.api.topology import Topology
 
 EMIT_ROLLING = ("change", "checkpoint")
+SINK_TIMESTAMPS = ("event", "processing")  # .to(timestamp=...): what output records carry
 
 SerdeLike = Serde | str
 
@@ -78,6 +79,14 @@ class SinkSpec(OpSpec):
     value_serde: Serde
     guarantee: Guarantee | None
     compacted: bool
+    timestamp: str = "event"  # what the output records carry: see Stream.to
+
+    def params(self) -> dict[str, Any]:
+        # The default adds nothing: every existing plan keeps its fingerprint.
+        out = super().params()
+        if self.timestamp == "event":
+            del out["timestamp"]
+        return out
 
 
 @dataclass(frozen=True)
@@ -258,11 +267,25 @@ class Stream:
         value_serde: SerdeLike = "json",
         guarantee: Guarantee | None = None,
         compacted: bool = False,
+        timestamp: str = "event",
     ) -> None:
         """Write to ``topic`` with the sink ``guarantee`` (default: the topology's).
         A ``None`` value is written as a tombstone; ``compacted=True`` creates a missing
-        topic with ``cleanup.policy=compact`` (an upsert topic, e.g. for an update stream)."""
-        sink = SinkSpec(topic, as_serde(key_serde), as_serde(value_serde), guarantee, compacted)
+        topic with ``cleanup.policy=compact`` (an upsert topic, e.g. for an update stream).
+
+        ``timestamp``: what the output records' Kafka timestamps are. ``"event"``
+        (default): the record's event time (a window's result: its end - 1), so
+        downstream jobs see event time; but the topic's time-based retention and
+        segment rolling go by it, so output about old events may be deleted almost at
+        once. ``"processing"``: the wall clock when the record was emitted, so retention
+        counts from when it was written (downstream event time is then in the value,
+        or lost). For the broker's own time, create the topic with
+        ``message.timestamp.type=LogAppendTime``: the broker overwrites either."""
+        if timestamp not in SINK_TIMESTAMPS:
+            raise ValueError(f"timestamp must be one of {SINK_TIMESTAMPS}, got {timestamp!r}")
+        sink = SinkSpec(
+            topic, as_serde(key_serde), as_serde(value_serde), guarantee, compacted, timestamp
+        )
         self._then(sink, f"sink:{topic}")
 
 

@@ -9,9 +9,9 @@ frozen dataclasses below from plain JSON values, nothing more.
 Who writes what:
 
 * coordinator: TriggerCheckpoint, CheckpointCompleted, CheckpointAborted,
-  Restore, Resume, JobFailed, StopJob, WatermarkBound;
+  Restore, Resume, JobFailed, StopJob, JobStopped, WatermarkBound;
 * workers: AcknowledgeCheckpoint, DeclineCheckpoint, TaskReady, Heartbeat,
-  TaskFailed, RestoreFailed, CheckpointRequest, WatermarkReport;
+  TaskFailed, RestoreFailed, CheckpointRequest, WorkerStopped, WatermarkReport;
 * ``kstream savepoint``: SavepointRequest.
 
 **Signed coordinator messages.** The coordinator signs what it writes with
@@ -44,6 +44,10 @@ from kstream.store.metadata import TaskSnapshot
 
 SCHEMA_VERSION = 1
 MAX_MESSAGE_BYTES = 256 * 1024  # an ack with many partition offsets stays far below this
+# The reason of a ``TaskFailed`` a worker reports for a task whose partitions the group
+# gave it while the current attempt has another owner (a rebalance: its owner left,
+# died or was slow): the coordinator names the cause from what it knows of the owner.
+REASSIGNED = "its partitions were reassigned to a worker that does not run it"
 
 
 class ProtocolError(ValueError):
@@ -202,6 +206,26 @@ class StopJob:
 
 
 @dataclass(frozen=True)
+class JobStopped:
+    """Coordinator → everyone: the job stopped on request or because every worker that
+    ran it stopped (``reason``) in ``attempt``; nothing is triggered after it. A worker
+    that joins later restarts the job with a restore."""
+
+    attempt: int
+    reason: str
+
+
+@dataclass(frozen=True)
+class WorkerStopped:
+    """Worker → coordinator: ``member`` stopped gracefully in ``attempt`` (``reason``):
+    it is not lost, and once every owner of the attempt stopped, the job is stopped."""
+
+    member: str
+    attempt: int
+    reason: str
+
+
+@dataclass(frozen=True)
 class WatermarkReport:
     """Worker → coordinator: in ``attempt``, the watermark of the slowest source partition
     ``member`` reads that still holds others back, per aligned source topic (``slowest``;
@@ -243,6 +267,8 @@ Message = (
     | CheckpointRequest
     | SavepointRequest
     | StopJob
+    | JobStopped
+    | WorkerStopped
     | WatermarkReport
     | WatermarkBound
 )
@@ -265,6 +291,8 @@ MESSAGE_TYPES: dict[str, type[Any]] = {
         CheckpointRequest,
         SavepointRequest,
         StopJob,
+        JobStopped,
+        WorkerStopped,
         WatermarkReport,
         WatermarkBound,
     )
@@ -312,6 +340,7 @@ COORDINATOR_MESSAGES: tuple[type[Any], ...] = (
     Restore,
     Resume,
     JobFailed,
+    JobStopped,
     WatermarkBound,
 )
 """The messages only a coordinator writes (signed)."""

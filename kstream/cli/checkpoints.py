@@ -12,6 +12,7 @@ import sys
 
 import click
 
+from kstream.cli.common import app_id_of, app_id_option, store_options
 from kstream.monitor.history import (
     HistoryRow,
     history_rows,
@@ -20,8 +21,9 @@ from kstream.monitor.history import (
     render_tasks,
     when,
 )
+from kstream.store.base import CheckpointStore
 from kstream.store.history import CheckpointFailure, failure_of, list_failures
-from kstream.store.metadata import MetadataError, list_checkpoints, read_metadata
+from kstream.store.metadata import MetadataError, completed_ids, list_checkpoints, read_metadata
 from kstream.store.objectstore import parse_store_options
 from kstream.store.urls import open_store
 
@@ -31,33 +33,18 @@ def checkpoints() -> None:
     """Inspect the checkpoints of a job: completed, failed and aborted."""
 
 
-_store = click.option(
-    "--store",
-    "store_url",
-    envvar="KSTREAM_STORE_URL",
-    default="file://./.kstream/checkpoints",
-    show_default=True,
-)
-_store_option = click.option(
-    "--store-option",
-    "store_options",
-    multiple=True,
-    metavar="KEY=VALUE",
-    help="Object-store setting (repeatable), as for the job commands.",
-)
-_app = click.option("--app-id", envvar="KSTREAM_APP_ID", required=True)
+_app = app_id_option()
 
 
 @checkpoints.command("list")
-@_store
-@_store_option
 @_app
+@store_options
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per checkpoint.")
 @click.option("--completed-only", is_flag=True, help="Leave out failed and aborted checkpoints.")
 def list_(
+    app_id: str | None,
     store_url: str,
     store_options: tuple[str, ...],
-    app_id: str,
     as_json: bool,
     completed_only: bool,
 ) -> None:
@@ -66,6 +53,7 @@ def list_(
     Failed checkpoints count towards --tolerable-failures (timeouts, declines); aborted
     ones do not (subsumed by a newer completion, cancelled by a failover).
     """
+    app_id = app_id_of(app_id, None)
     store = open_store(store_url, parse_store_options(store_options))
     ended = [] if completed_only else list_failures(store, app_id)
     rows = history_rows(list_checkpoints(store, app_id), ended)
@@ -81,27 +69,27 @@ def list_(
 
 @checkpoints.command("show")
 @click.argument("checkpoint_id", type=int)
-@_store
-@_store_option
 @_app
+@store_options
 @click.option("--json", "as_json", is_flag=True, help="Print the stored record as it is.")
 @click.option("--tasks", "per_task", is_flag=True, help="A table of per-task statistics.")
 def show(
     checkpoint_id: int,
+    app_id: str | None,
     store_url: str,
     store_options: tuple[str, ...],
-    app_id: str,
     as_json: bool,
     per_task: bool,
 ) -> None:
     """Everything about one checkpoint: per task handle, offsets, sizes and times."""
+    app_id = app_id_of(app_id, None)
     store = open_store(store_url, parse_store_options(store_options))
     try:
         m = read_metadata(store, app_id, checkpoint_id)
     except MetadataError as e:
         failure = failure_of(store, app_id, checkpoint_id)
         if failure is None:
-            click.echo(f"kstream: {e}", err=True)
+            click.echo(f"kstream: {_not_retained(store, app_id, checkpoint_id, e)}", err=True)
             sys.exit(1)
         _show_ended(failure, as_json, per_task)
         return
@@ -127,6 +115,18 @@ def show(
             f"sync {t.sync_ms:.1f} ms, async {t.async_ms:.1f} ms, acked after {t.ack_delay_ms:.0f} ms"
         )
         click.echo(f"      offsets {json.dumps(t.offsets, sort_keys=True)}")
+
+
+def _not_retained(store: CheckpointStore, app_id: str, n: int, error: MetadataError) -> str:
+    """Why checkpoint ``n`` cannot be shown: which completed checkpoints the store keeps."""
+    ids = completed_ids(store, app_id)
+    if n in ids:
+        return str(error)  # it is there but unreadable: the error says why
+    if not ids:
+        return f"no checkpoint {n} of {app_id!r}: the store holds no completed checkpoint of it"
+    kept = ", ".join(str(i) for i in ids)
+    older = " (older ones were deleted by retention, --retained)" if n < ids[0] else ""
+    return f"no checkpoint {n} of {app_id!r}: the retained checkpoints are {kept}{older}"
 
 
 def _show_ended(f: CheckpointFailure, as_json: bool, per_task: bool) -> None:

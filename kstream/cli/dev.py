@@ -21,6 +21,7 @@ from typing import IO
 
 import click
 
+from kstream.cli.common import BOOTSTRAP_HELP, DEV_STATE_DIR, NO_BOOTSTRAP
 from kstream.cli.devs3 import s3
 from kstream.dev.localbroker import BrokerRecord, LocalBroker, LocalBrokerError, stop_pid
 from kstream.dev.localcluster import LocalCluster
@@ -36,7 +37,7 @@ from kstream.kafka.clients import (
 )
 from kstream.progress import Progress
 
-DEFAULT_STATE_DIR = Path(".kstream/kafka")
+DEFAULT_STATE_DIR = DEV_STATE_DIR
 
 state_dir_option = click.option(
     "--state-dir",
@@ -55,8 +56,8 @@ def bootstrap_option(f: click.decorators.FC) -> click.decorators.FC:
         "-b",
         envvar="KSTREAM_BOOTSTRAP",
         default=None,
-        help="Kafka bootstrap servers [env KSTREAM_BOOTSTRAP; default: the broker started "
-        "by `kstream dev kafka start`].",
+        metavar="HOST:PORT",
+        help=BOOTSTRAP_HELP.format(more=""),
     )(f)
     return state_dir_option(f)
 
@@ -66,10 +67,7 @@ def _resolve_bootstrap(bootstrap: str | None, state_dir: Path) -> str:
         return bootstrap
     record = BrokerRecord.read(state_dir)
     if record is None or not record.is_running():
-        raise click.UsageError(
-            f"no --bootstrap given and no local broker running (state dir {state_dir}); "
-            f"start one with `kstream dev kafka start` or pass --bootstrap HOST:PORT"
-        )
+        raise click.UsageError(f"{NO_BOOTSTRAP} (no local broker runs in {state_dir})")
     return record.bootstrap
 
 

@@ -70,8 +70,14 @@ class _LazyGroup(click.Group):
 def main(verbose: int, log_format: str) -> None:
     """kstream: stateful, exactly-once stream processing on Kafka consumer-group workers.
 
-    Write a topology in Python (see topologies/), then run it with `kstream run`,
-    or deploy `kstream coordinator` plus any number of `kstream worker` processes.
+    Write a topology in Python (see topologies/ and docs/first-job.md), then run it with
+    `kstream run`, or deploy any number of identical `kstream worker` processes: they
+    elect the one that hosts the job's coordinator (a separate `kstream coordinator`
+    is optional: `kstream worker --coordinator external`).
+
+    Every command takes the job as --app-id APP and the cluster as --bootstrap/-b
+    HOST:PORT (env KSTREAM_APP_ID, KSTREAM_BOOTSTRAP; without either, the local broker
+    of `kstream dev kafka start`).
     """
     level = logging.WARNING if verbose == 0 else logging.INFO if verbose == 1 else logging.DEBUG
     configure_logging(level, log_format)

@@ -11,6 +11,13 @@ import click
 
 from kstream import __version__
 from kstream.cli.clientsettings import collect_settings, kafka_options
+from kstream.cli.common import (
+    NO_BOOTSTRAP,
+    app_id_option,
+    local_bootstrap,
+    store_option,
+    store_options_option,
+)
 from kstream.config import (
     CheckpointingConfig,
     ConfigError,
@@ -46,29 +53,9 @@ class ByteSize(click.ParamType):
 F = Callable[..., Any]
 
 _OPTIONS: list[Callable[[F], F]] = [
-    click.option(
-        "--app-id",
-        envvar="KSTREAM_APP_ID",
-        default=None,
-        help="The job's app id [default: the topology's name].",
-    ),
-    click.option(
-        "--store",
-        "store_url",
-        envvar="KSTREAM_STORE_URL",
-        default="file://./.kstream/checkpoints",
-        show_default=True,
-        help="Checkpoint store URL: s3://BUCKET/PREFIX (also gs://, az://) for several "
-        "machines, or file://DIR (one machine or a shared volume).",
-    ),
-    click.option(
-        "--store-option",
-        "store_options",
-        multiple=True,
-        metavar="KEY=VALUE",
-        help="Object-store setting (repeatable), e.g. endpoint=http://host:9000, region=..., "
-        "concurrency=8; credentials come from the standard environment (AWS_ACCESS_KEY_ID, ...).",
-    ),
+    app_id_option("The job's app id [default: the topology's name]."),
+    store_option,
+    store_options_option,
     click.option(
         "--state-dir",
         envvar="KSTREAM_STATE_DIR",
@@ -279,20 +266,18 @@ def build_job_config(
     bootstrap: str | None,
     default_app_id: str,
     bounded: bool = False,
-    default_bootstrap: Callable[[], str] | None = None,
+    default_bootstrap: Callable[[], str | None] = local_bootstrap,
 ) -> JobConfig:
     """JobConfig from the job options (ConfigError on invalid values).
 
     The bootstrap is ``bootstrap`` (``--bootstrap``/``KSTREAM_BOOTSTRAP``), else the
-    ``bootstrap.servers`` of ``--kafka-config``, else ``default_bootstrap()``.
+    ``bootstrap.servers`` of ``--kafka-config``, else ``default_bootstrap()`` (the
+    running local dev broker; `kstream run` starts it).
     """
     settings, file_bootstrap = collect_settings(opts["kafka_settings"], opts["kafka_config"])
-    bootstrap = bootstrap or file_bootstrap or (default_bootstrap() if default_bootstrap else None)
+    bootstrap = bootstrap or file_bootstrap or default_bootstrap()
     if not bootstrap:
-        raise ConfigError(
-            "no bootstrap servers: give --bootstrap HOST:PORT (or KSTREAM_BOOTSTRAP, or "
-            "bootstrap.servers in --kafka-config)"
-        )
+        raise ConfigError(NO_BOOTSTRAP + " (or bootstrap.servers in --kafka-config)")
     return JobConfig(
         app_id=opts["app_id"] or default_app_id,
         bootstrap_servers=bootstrap,
@@ -325,27 +310,6 @@ def build_job_config(
             max_delay=max(opts["restart_max_delay"], opts["restart_delay"]),
             restore_timeout=opts["restore_timeout"],
         ),
-    )
-
-
-def bootstrap_option(*, required: bool = False, help_default: str = "") -> Callable[[F], F]:
-    """``--bootstrap/-b`` (env ``KSTREAM_BOOTSTRAP``); for job commands, when absent,
-    ``bootstrap.servers`` of ``--kafka-config`` (``build_job_config`` resolves it)."""
-    if required:
-        return click.option(
-            "--bootstrap",
-            "-b",
-            envvar="KSTREAM_BOOTSTRAP",
-            required=True,
-            help=f"Kafka bootstrap servers [env KSTREAM_BOOTSTRAP{help_default}].",
-        )
-    return click.option(
-        "--bootstrap",
-        "-b",
-        envvar="KSTREAM_BOOTSTRAP",
-        default=None,
-        help="Kafka bootstrap servers [env KSTREAM_BOOTSTRAP; else bootstrap.servers of "
-        f"--kafka-config{help_default}].",
     )
 
 

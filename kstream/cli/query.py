@@ -21,10 +21,13 @@ from typing import Any
 
 import click
 
+from kstream.cli.common import app_id_option, store_options
 from kstream.query.operators import QueryError, of_description
 from kstream.query.read import Query
 from kstream.query.service import answer_stored
 from kstream.query.stored import StoredState
+from kstream.store.base import CheckpointStore
+from kstream.store.objectstore import parse_store_options
 from kstream.store.urls import open_store
 
 
@@ -62,14 +65,8 @@ def _live(url: str, token: str | None, q: Query, retry_s: float) -> tuple[int, d
     show_default=True,
     help="latest: as processed so far; checkpointed: as of the last completed checkpoint.",
 )
-@click.option("--app", "app_id", help="The job's app id (stored reads, without --url).")
-@click.option(
-    "--store",
-    "store_url",
-    envvar="KSTREAM_STORE_URL",
-    default="file://./.kstream/checkpoints",
-    show_default=True,
-)
+@app_id_option("The job's app id (stored reads, without --url).")
+@store_options
 @click.option("--checkpoint", type=int, help="Read this retained checkpoint (time travel).")
 @click.option("--savepoint", metavar="PATH", help="Read this savepoint (without --url).")
 @click.option("--prefix", help="scan: keys starting with this text.")
@@ -91,6 +88,7 @@ def query(
     consistency: str,
     app_id: str | None,
     store_url: str,
+    store_options: tuple[str, ...],
     checkpoint: int | None,
     savepoint: str | None,
     **options: Any,
@@ -111,8 +109,11 @@ def query(
             status, body = _live(url, token, q, retry)
         else:
             if app_id is None and savepoint is None:
-                raise QueryError("give --url (a running job) or --app with --checkpoint (stored)")
-            status, body = 200, _stored(store_url, app_id or "", checkpoint, savepoint, q)
+                raise QueryError(
+                    "give --url (a running job) or --app-id with --checkpoint (stored)"
+                )
+            store = open_store(store_url, parse_store_options(store_options))
+            status, body = 200, _stored(store, app_id or "", checkpoint, savepoint, q)
     except QueryError as e:
         click.echo(f"kstream: {e}", err=True)
         sys.exit(2)
@@ -124,9 +125,8 @@ def query(
 
 
 def _stored(
-    store_url: str, app_id: str, checkpoint: int | None, savepoint: str | None, q: Query
+    store: CheckpointStore, app_id: str, checkpoint: int | None, savepoint: str | None, q: Query
 ) -> dict[str, Any]:
-    store = open_store(store_url)
     with tempfile.TemporaryDirectory(prefix="kstream-query-") as tmp:
         stored = StoredState(store, app_id, tmp)
         try:

@@ -4,14 +4,12 @@ from __future__ import annotations
 
 import logging
 import sys
-from pathlib import Path
 from typing import Any
 
 import click
 
-from kstream.cli.dev import DEFAULT_STATE_DIR
+from kstream.cli.common import bootstrap_option, dev_state_dir
 from kstream.cli.options import (
-    bootstrap_option,
     job_options,
     metrics_options,
     pop_job_options,
@@ -30,9 +28,7 @@ log = logging.getLogger(__name__)
 
 @click.command()
 @click.argument("topology", type=click.Path(exists=True, dir_okay=False))
-@bootstrap_option(
-    help_default="; else the local broker of `kstream dev kafka`, started if not running",
-)
+@bootstrap_option(more=", started if not running")
 @job_options
 @run_options
 @metrics_options
@@ -66,7 +62,7 @@ def run(
 
 def _local_broker() -> str:
     """The address of the local dev broker, started (detached) if it is not running."""
-    state_dir = Path(DEFAULT_STATE_DIR)
+    state_dir = dev_state_dir()
     record = BrokerRecord.read(state_dir)
     if record is not None and record.is_running():
         return record.bootstrap

@@ -17,32 +17,31 @@ import time
 import click
 
 from kstream.checkpoint.messages import Heartbeat, SavepointRequest
+from kstream.cli.common import (
+    app_argument,
+    app_id_of,
+    app_id_option,
+    bootstrap_option,
+    resolve_bootstrap,
+    store_options,
+)
 from kstream.kafka.control import ControlClient, ControlError, control_topic_exists
 from kstream.monitor.history import when
 from kstream.names import control_topic
 from kstream.store.layout import savepoint_metadata_path, savepoint_path
 from kstream.store.metadata import MetadataError
+from kstream.store.objectstore import parse_store_options
 from kstream.store.savepoints import delete_savepoint, list_savepoints, read_savepoint
 from kstream.store.urls import open_store
-
-_store = click.option(
-    "--store",
-    "store_url",
-    envvar="KSTREAM_STORE_URL",
-    default="file://./.kstream/checkpoints",
-    show_default=True,
-    help="Checkpoint store URL [env KSTREAM_STORE_URL].",
-)
 
 QUIET_S = 3.0  # no heartbeat for this long: every worker has stopped (they beat every second)
 
 
 @click.command()
-@click.argument("app_id")
-@click.option(
-    "--bootstrap", "-b", envvar="KSTREAM_BOOTSTRAP", required=True, help="Kafka bootstrap servers."
-)
-@_store
+@app_argument
+@app_id_option()
+@bootstrap_option()
+@store_options
 @click.option("--name", default=None, help="Savepoint name (default: sp-<UTC time>).")
 @click.option(
     "--stop",
@@ -52,10 +51,19 @@ QUIET_S = 3.0  # no heartbeat for this long: every worker has stopped (they beat
 )
 @click.option("--timeout", type=float, default=120.0, show_default=True, help="Seconds to wait.")
 def savepoint(
-    app_id: str, bootstrap: str, store_url: str, name: str | None, stop: bool, timeout: float
+    app: str | None,
+    app_id: str | None,
+    bootstrap: str | None,
+    store_url: str,
+    store_options: tuple[str, ...],
+    name: str | None,
+    stop: bool,
+    timeout: float,
 ) -> None:
-    """Make a savepoint of the running job APP_ID; prints its path (for --from-savepoint)."""
-    store = open_store(store_url)
+    """Make a savepoint of the running job; prints its path (for --from-savepoint)."""
+    app_id = app_id_of(app_id, app)
+    bootstrap = resolve_bootstrap(bootstrap)
+    store = open_store(store_url, parse_store_options(store_options))
     name = name or time.strftime("sp-%Y%m%d-%H%M%S", time.gmtime())
     path = savepoint_path(app_id, name)
     if store.exists(savepoint_metadata_path(path)):
@@ -104,11 +112,15 @@ def savepoints() -> None:
 
 
 @savepoints.command("list")
-@click.argument("app_id")
-@_store
-def list_(app_id: str, store_url: str) -> None:
+@app_argument
+@app_id_option()
+@store_options
+def list_(
+    app: str | None, app_id: str | None, store_url: str, store_options: tuple[str, ...]
+) -> None:
     """One line per savepoint: path, checkpoint, when it was taken, size, origin."""
-    rows = list_savepoints(open_store(store_url), app_id)
+    app_id = app_id_of(app_id, app)
+    rows = list_savepoints(open_store(store_url, parse_store_options(store_options)), app_id)
     if not rows:
         click.echo(f"no savepoints of {app_id}", err=True)
         return
@@ -123,12 +135,12 @@ def list_(app_id: str, store_url: str) -> None:
 
 @savepoints.command("delete")
 @click.argument("path")
-@_store
-def delete(path: str, store_url: str) -> None:
+@store_options
+def delete(path: str, store_url: str, store_options: tuple[str, ...]) -> None:
     """Delete the savepoint at PATH (APP/savepoints/NAME); the job's next retention pass
     deletes the state files only it needed."""
     try:
-        n = delete_savepoint(open_store(store_url), path)
+        n = delete_savepoint(open_store(store_url, parse_store_options(store_options)), path)
     except MetadataError as e:
         click.echo(f"kstream: {e}", err=True)
         sys.exit(2)

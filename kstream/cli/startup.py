@@ -35,7 +35,7 @@ def prepare_job(
     opts: dict[str, Any],
     *,
     bounded: bool = False,
-    default_bootstrap: Callable[[], str] | None = None,
+    default_bootstrap: Callable[[], str | None] | None = None,
 ) -> Job:
     """1. Load TOPOLOGY and the job's configuration; 2. reach the cluster; 3. plan against
     the live topics; 4. check the store and the state the job starts from
@@ -47,7 +47,7 @@ def prepare_job(
             bootstrap=bootstrap,
             default_app_id=topo.name,
             bounded=bounded,
-            default_bootstrap=default_bootstrap,
+            **({"default_bootstrap": default_bootstrap} if default_bootstrap else {}),
         )
         _connect(cfg)
         job = plan_live(topo, cfg)

@@ -19,6 +19,7 @@ from typing import Any
 
 import click
 
+from kstream.cli.common import app_argument, app_id_of, app_id_option, store_options
 from kstream.state.base import TableSpec
 from kstream.state.restore import restore_backend
 from kstream.store.base import CheckpointStore
@@ -28,6 +29,7 @@ from kstream.store.metadata import (
     latest_completed,
     read_metadata,
 )
+from kstream.store.objectstore import parse_store_options
 from kstream.store.savepoints import read_savepoint
 from kstream.store.urls import open_store
 
@@ -113,28 +115,26 @@ def state() -> None:
 
 
 @state.command("dump")
-@click.argument("app_id")
-@click.option(
-    "--store",
-    "store_url",
-    envvar="KSTREAM_STORE_URL",
-    default="file://./.kstream/checkpoints",
-    show_default=True,
-)
+@app_argument
+@app_id_option()
+@store_options
 @click.option("--checkpoint", type=int, default=None, help="Checkpoint id (default: the latest).")
 @click.option("--savepoint", default=None, metavar="PATH", help="A savepoint instead.")
 @click.option("--operator", required=True, help="The stateful operator's id (its name=...).")
 @click.option("--key", default=None, help="Only entries of this record key.")
 def dump(
-    app_id: str,
+    app: str | None,
+    app_id: str | None,
     store_url: str,
+    store_options: tuple[str, ...],
     checkpoint: int | None,
     savepoint: str | None,
     operator: str,
     key: str | None,
 ) -> None:
     """JSON lines of OPERATOR's keyed state: {"task", "table", "key", "value"}."""
-    store = open_store(store_url)
+    app_id = app_id_of(app_id, app)
+    store = open_store(store_url, parse_store_options(store_options))
     try:
         label, meta = _choose(store, app_id, checkpoint, savepoint)
         with tempfile.TemporaryDirectory(prefix="kstream-dump-") as tmp:

@@ -8,7 +8,14 @@ import time
 
 import click
 
-from kstream.cli.options import bootstrap_option
+from kstream.cli.common import (
+    app_argument,
+    app_id_of,
+    app_id_option,
+    bootstrap_option,
+    resolve_bootstrap,
+    store_options,
+)
 from kstream.kafka.clients import (
     committed_group_offsets,
     make_admin,
@@ -30,6 +37,7 @@ from kstream.names import control_topic, group_id, status_reader_group
 from kstream.store.base import CheckpointStore
 from kstream.store.history import list_failures, list_restarts
 from kstream.store.metadata import list_checkpoints
+from kstream.store.objectstore import parse_store_options
 from kstream.store.urls import open_store
 
 CLEAR = "\x1b[H\x1b[2J"  # cursor home, clear screen: --watch redraws in place
@@ -71,29 +79,33 @@ class StatusReader:
 
 
 @click.command()
-@click.argument("app_id")
-@bootstrap_option(required=True)
-@click.option(
-    "--store",
-    "store_url",
-    envvar="KSTREAM_STORE_URL",
-    default="file://./.kstream/checkpoints",
-    show_default=True,
-    help="The job's checkpoint store.",
-)
+@app_argument
+@app_id_option()
+@bootstrap_option()
+@store_options
 @click.option("--json", "as_json", is_flag=True, help="One JSON object (for scripts).")
 @click.option("--watch", is_flag=True, help="Refresh in place until Ctrl-C.")
 @click.option(
     "--every", type=float, default=2.0, show_default=True, help="Seconds between refreshes."
 )
 def status(
-    app_id: str, bootstrap: str, store_url: str, as_json: bool, watch: bool, every: float
+    app: str | None,
+    app_id: str | None,
+    bootstrap: str | None,
+    store_url: str,
+    store_options: tuple[str, ...],
+    as_json: bool,
+    watch: bool,
+    every: float,
 ) -> None:
-    """The job APP_ID now: coordinator, attempt, workers and their tasks, the latest
-    checkpoints, recent failures with their reasons, and lag per source partition.
+    """The job now: running, restoring, stopped (when, why) or failed; its coordinator,
+    attempt, workers (host:pid) and their tasks, the latest checkpoints, recent failures
+    and restarts with their causes, and lag per source partition.
 
     Reads `<app>.control` from its beginning and the checkpoint store; changes nothing.
     """
+    app_id = app_id_of(app_id, app)
+    bootstrap = resolve_bootstrap(bootstrap)
     admin = make_admin(bootstrap)
     if not partition_counts(admin, [control_topic(app_id)]):
         click.echo(
@@ -102,7 +114,9 @@ def status(
             err=True,
         )
         sys.exit(1)
-    reader = StatusReader(bootstrap, app_id, open_store(store_url))
+    reader = StatusReader(
+        bootstrap, app_id, open_store(store_url, parse_store_options(store_options))
+    )
     try:
         while True:
             st = reader.read()

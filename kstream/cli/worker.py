@@ -7,8 +7,8 @@ from typing import Any
 
 import click
 
+from kstream.cli.common import bootstrap_option
 from kstream.cli.options import (
-    bootstrap_option,
     job_options,
     metrics_options,
     pop_job_options,

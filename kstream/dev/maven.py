@@ -1,4 +1,4 @@
-"""A development server's jars from Maven Central, resolved once with ``mvn`` and cached.
+"""A development server's jars from Maven Central, resolved (or built) once with ``mvn`` and cached.
 
 Every launcher of :mod:`kstream.dev` (the Kafka broker, S3Proxy) runs a JVM on a
 directory of jars: the runtime dependencies of a throw-away pom, copied by
@@ -104,3 +104,73 @@ def resolve(
             )
         (home / MARKER).write_text(f"{jars.version}\n")
     return libs
+
+
+@dataclass(frozen=True)
+class Build:
+    """A Maven project to build once (``mvn package``) and cache: ``files`` (path -> text,
+    ``pom.xml`` among them) are written to a work directory, ``outputs`` (paths under it,
+    e.g. ``target/lib``) are kept in the cache directory ``<name>-<version>``; ``proof``,
+    a glob under it that matches only once the build's main output is there. Repositories
+    other than Maven Central that a dependency's pom names are redirected to Central."""
+
+    name: str
+    version: str
+    files: Mapping[str, str]
+    outputs: tuple[str, ...]
+    proof: str
+    what: str
+    alternative: str
+
+
+_CENTRAL_ONLY = (
+    "<settings><mirrors><mirror><id>kstream-central-only</id>"
+    "<mirrorOf>external:*,!central</mirrorOf>"
+    "<url>https://repo.maven.apache.org/maven2</url></mirror></mirrors></settings>\n"
+)
+
+
+def build(
+    spec: Build, env: Mapping[str, str] | None = None, *, error: type[DevServerError]
+) -> Path:
+    """The cache directory of ``spec``'s outputs: built once with ``mvn``, then reused.
+    Raises ``error`` saying what to do when Maven is missing or the build fails."""
+    env = os.environ if env is None else env
+    home = cache_dir(env) / f"{spec.name}-{spec.version}"
+    if (home / MARKER).is_file():
+        return home
+    home.mkdir(parents=True, exist_ok=True)
+    with open(home / ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # another process may be building right now
+        if (home / MARKER).is_file():
+            return home
+        mvn = shutil.which("mvn", path=env.get("PATH", ""))
+        if mvn is None:
+            raise error(
+                f"{spec.what} is not built in {home} and Maven ('mvn') is not on PATH to "
+                f"build it. Install Maven, or {spec.alternative}."
+            )
+        with tempfile.TemporaryDirectory(prefix="kstream-mvn-") as tmp:
+            work = Path(tmp)
+            for rel, text in {**spec.files, "central-only.xml": _CENTRAL_ONLY}.items():
+                (work / rel).parent.mkdir(parents=True, exist_ok=True)
+                (work / rel).write_text(text)
+            cmd = [mvn, "-q", "-B", "-gs", "central-only.xml", "package", "-DskipTests"]
+            proc = subprocess.run(
+                cmd, cwd=work, capture_output=True, text=True, env=dict(env), check=False
+            )
+            for out in spec.outputs:
+                shutil.rmtree(home / Path(out).name, ignore_errors=True)
+                source = work / out
+                if source.is_dir():
+                    shutil.copytree(source, home / source.name)
+                elif source.is_file():
+                    shutil.copy2(source, home / source.name)
+        if proc.returncode != 0 or not any(home.glob(spec.proof)):
+            raise error(
+                f"building {spec.what} from Maven Central failed (exit {proc.returncode}; "
+                f"needs network access to repo.maven.apache.org, or {spec.alternative}). "
+                f"Last lines of mvn's output:\n{tail(proc.stdout + proc.stderr)}"
+            )
+        (home / MARKER).write_text(f"{spec.version}\n")
+    return home

@@ -14,6 +14,7 @@ per change of state.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 from collections.abc import Callable, Iterable, Mapping
@@ -393,20 +394,32 @@ def _cleanup_policies(
     admin: AdminClient, names: list[str], timeout: float = 30.0
 ) -> dict[str, frozenset[str]]:
     """Each topic's cleanup.policy. A topic another process has just created may not be
-    known to the broker asked yet (UNKNOWN_TOPIC_OR_PART): asked again until ``timeout``."""
+    known to the broker asked yet (UNKNOWN_TOPIC_OR_PART), and the broker asked may be
+    down (a request that times out): asked again until ``timeout``, then
+    KafkaUnreachable."""
     out: dict[str, frozenset[str]] = {}
     deadline = time.monotonic() + timeout
     while True:
         pending = [n for n in names if n not in out]
         futures = admin.describe_configs(
-            [ConfigResource(ConfigResource.Type.TOPIC, n) for n in pending]
+            [ConfigResource(ConfigResource.Type.TOPIC, n) for n in pending],
+            request_timeout=_DESCRIBE_TIMEOUT_S,
         )
         for res, fut in futures.items():
             try:
-                entry = fut.result(timeout=timeout).get("cleanup.policy")
-            except KafkaException as e:
-                if e.args[0].code() not in _RETRIABLE_OFFSET_ERRORS or time.monotonic() > deadline:
+                entry = fut.result(timeout=_DESCRIBE_TIMEOUT_S + 5).get("cleanup.policy")
+            except (KafkaException, TimeoutError) as e:
+                retriable = isinstance(e, TimeoutError) or (
+                    e.args[0].code() in _RETRIABLE_OFFSET_ERRORS
+                )
+                if not retriable:
                     raise
+                if time.monotonic() > deadline:
+                    raise KafkaUnreachable(
+                        f"the cleanup.policy of topic {res.name} could not be read within "
+                        f"{timeout:g}s ({e or 'no answer'}): are the brokers up?"
+                    ) from e
+                _refresh_metadata(admin)  # the controller it asked may be the one down
                 continue
             out[res.name] = _policy(entry.value if entry is not None and entry.value else "delete")
         if len(out) == len(names):
@@ -434,6 +447,14 @@ def _without_leader(admin: AdminClient, names: list[str]) -> list[str]:
     return out
 
 
+def _refresh_metadata(admin: AdminClient) -> None:
+    """Ask for the cluster's metadata: the client learns the current controller (a
+    DescribeConfigs waits for the one it knows, which may have been killed)."""
+    with contextlib.suppress(KafkaException):  # (asked again with the next request)
+        admin.list_topics(timeout=_DESCRIBE_TIMEOUT_S)
+
+
+_DESCRIBE_TIMEOUT_S = 5.0  # one DescribeConfigs request (a broker may be down: ask again)
 _RETRIABLE_OFFSET_ERRORS = frozenset(
     {
         KafkaError.NOT_LEADER_FOR_PARTITION,

@@ -23,6 +23,10 @@ extra ``ks.event`` header naming the kind, a null key and a small JSON value::
 
     {"v": 1, "checkpoint_id": 7, "attempt": 2, "timestamp": 1700000000000}
 
+A watermark may add ``"judged"``: the records after it were judged late against that
+watermark, ahead of its ``timestamp`` (``Watermark.judged``); readers before it ignore
+the field (they judge those records against the timestamp, as before).
+
 An event is written to EVERY partition of the internal topic
 (:func:`produce_event`), so each downstream task sees it on each of its inputs.
 
@@ -252,6 +256,8 @@ def encode_event(
         body["checkpoint_id"] = event.checkpoint_id
     if isinstance(event, Barrier | Watermark):
         body["timestamp"] = event.timestamp
+    if isinstance(event, Watermark) and event.judged is not None:
+        body["judged"] = event.judged
     return headers, json.dumps(body, separators=(",", ":")).encode()
 
 
@@ -375,7 +381,10 @@ def decode_event(origin: RecordOrigin, value: bytes | None) -> StreamEvent:
         return Barrier(checkpoint_id, origin.attempt, timestamp)
     if kind is EventKind.WATERMARK:
         assert timestamp is not None
-        return Watermark(timestamp)
+        judged = body.get("judged")
+        if judged is not None and type(judged) is not int:
+            raise InternalRecordError(f"watermark judged must be an integer, got {judged!r}")
+        return Watermark(timestamp, judged)
     return EndOfInput()
 
 

@@ -36,6 +36,7 @@ from kstream.kafka.clients import (
 )
 from kstream.kafka.missingtopics import MISSING_TOPIC_GRACE_S, MissingTopics
 from kstream.kafka.reachability import Reachability
+from kstream.names import worker_client_id
 
 __all__ = [
     "TP",
@@ -130,6 +131,7 @@ class SourceConsumer:
             group_id,
             read_committed=read_committed,
             extra={
+                "client.id": worker_client_id(),  # members are named <host:pid>-<uuid>
                 "partition.assignment.strategy": "range",
                 # Larger fetches per partition (librdkafka's default is 1 MiB): fewer
                 # round trips, so a batch is rarely waited for (measured: ~1.5x

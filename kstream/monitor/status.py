@@ -10,9 +10,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from kstream.metrics.labels import restart_cause
 from kstream.monitor.history import HistoryRow, render_list, when
 from kstream.monitor.view import ControlView, Event
-from kstream.names import is_repartition_topic
+from kstream.names import is_repartition_topic, member_client_id
 from kstream.store.history import RestartRecord
 from kstream.store.metadata import CheckpointMetadata
 
@@ -86,12 +87,16 @@ class JobStatus:
     events: list[Event]
     lag: list[LagRow]
     lag_basis: str = "checkpoint"  # checkpoint | committed (checkpointing off)
+    stopped: tuple[float, str] | None = None  # when stopped: (when, why)
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "app_id": self.app_id,
             "time": self.now,
             "phase": self.phase,
+            "stopped": None
+            if self.stopped is None
+            else {"time": self.stopped[0], "reason": self.stopped[1]},
             "attempt": self.attempt,
             "restore_checkpoint": self.restore_checkpoint,
             "coordinator": {
@@ -101,6 +106,7 @@ class JobStatus:
             "workers": [
                 {
                     "member": w.member,
+                    "name": member_client_id(w.member),
                     "tasks": list(w.tasks),
                     "owns": list(w.owns),
                     "generation": w.generation,
@@ -118,6 +124,7 @@ class JobStatus:
                 {
                     "time": e.time,
                     "kind": e.kind,
+                    "cause": e.cause,
                     "attempt": e.attempt,
                     "task": e.task,
                     "reason": e.reason,
@@ -140,6 +147,8 @@ class JobStatus:
 
     def render(self) -> list[str]:
         out = [f"app {self.app_id}: {self.phase}, attempt {self.attempt}   ({when(self.now)})"]
+        if self.stopped is not None:
+            out.append(f"  stopped {when(self.stopped[0])}: {self.stopped[1]}")
         if self.phase == "restoring":
             out.append(
                 f"  restoring to checkpoint {self.restore_checkpoint}: "
@@ -159,7 +168,7 @@ class JobStatus:
                 if w.last_seen_s > WORKER_SILENT_AFTER_S
                 else f"heartbeat {w.last_seen_s:.1f}s ago"
             )
-            out.append(f"  {w.member:<40} {tasks}{note}   {seen}")
+            out.append(f"  {_member(w.member):<40} {tasks}{note}   {seen}")
         out += ["", "checkpoints"]
         for n, age, acked in self.in_flight:
             out.append(f"  {n:>6}  in flight for {age:.1f}s, {acked} task(s) acknowledged")
@@ -177,7 +186,8 @@ class JobStatus:
                 )
                 if x
             )
-            out.append(f"  {when(e.time)}  {e.kind:<19} {where:<22} {e.reason}")
+            kind = f"{e.kind} ({e.cause})" if e.cause else e.kind
+            out.append(f"  {when(e.time)}  {kind:<19} {where:<22} {e.reason}")
         if not self.events:
             out.append("  none")
         committed = self.lag_basis == "committed"
@@ -225,7 +235,11 @@ def build_status(
         rec = reasons.get(e.attempt) if e.kind == "restore" and e.attempt is not None else None
         if rec is not None:
             e = Event(
-                e.time, "restore", f"to checkpoint {rec.checkpoint_id}: {rec.reason}", e.attempt
+                e.time,
+                "restore",
+                f"to checkpoint {rec.checkpoint_id}: {rec.reason}",
+                e.attempt,
+                cause=restart_cause(rec.reason),
             )
         events.append(e)
     in_flight = [
@@ -246,4 +260,11 @@ def build_status(
         events=sorted(events, key=lambda e: e.time)[-RECENT_EVENTS:],
         lag=sorted(lag, key=lambda r: (r.topic, r.partition)),
         lag_basis=lag_basis,
+        stopped=None if view.stopped_at is None else (view.stopped_at, view.stopped_reason),
     )
+
+
+def _member(member: str) -> str:
+    """``host:pid (member id)`` for a group member named by its worker's client id."""
+    name = member_client_id(member)
+    return member if name == member else f"{name} ({member})"

@@ -466,7 +466,7 @@ def _start_state(
         # the control topic says the job was running (its previous version's attempt).
         known = known_completed(store, job.app_id, _candidate_ids(history))
         rec = recover(history, known, imported)
-        rec.unhandled_failure = f"starting from {imported.origin}"
+        rec.starting_from = f"job start from {imported.origin}"
         # Never announced: no running sink may publish an epoch up to the imported id.
         rec.announced_id = imported.checkpoint_id
         return rec

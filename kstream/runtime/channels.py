@@ -24,6 +24,9 @@ class Channel:
     idle_timeout_s: float | None
     last_active: float
     watermark: int = MIN_TS
+    # Internal: what the upstream task judged its records since its last Watermark
+    # against (Watermark.judged), when ahead of ``watermark``; MIN_TS otherwise.
+    judged: int = MIN_TS
     ended: bool = False
     # Next offset to process (per upstream for internal): anything below it is in the
     # state already (restored, or delivered again by a rewound consumer) and skipped.

@@ -35,9 +35,16 @@ class Barrier:
 
 @dataclass(frozen=True, slots=True)
 class Watermark:
-    """Event time has reached ``timestamp``: records below it are late."""
+    """Event time has reached ``timestamp``: records below it are late.
+
+    ``judged``: the writer's records after this event (until its next ``Watermark``)
+    were judged late against this watermark, ahead of ``timestamp`` (a run of its own
+    upstream writer's records, :mod:`kstream.runtime.lateness`): the reader judges them
+    against it too. ``None``: against ``timestamp``. It moves no watermark: windows
+    fire on ``timestamp``."""
 
     timestamp: int
+    judged: int | None = None
     requires_pipelined: ClassVar[bool] = False
 
 

@@ -17,6 +17,7 @@ from typing import Any
 
 from kstream.api.process import ListState, MapState, StateSpec, ValueState
 from kstream.runtime.events import MAX_TS, MIN_TS
+from kstream.runtime.stateschema import AvroStateCodec
 from kstream.state.base import KeyedStateBackend, StateTable, TableSpec
 
 _MISSING: Any = object()
@@ -25,19 +26,32 @@ _MISSING: Any = object()
 class _Handle:
     """Shared parts: the table, the scope (current key and time) and TTL."""
 
-    def __init__(self, scope: KeyScope, name: str, table: StateTable, ttl: int | None) -> None:
+    def __init__(
+        self,
+        scope: KeyScope,
+        name: str,
+        table: StateTable,
+        ttl: int | None,
+        codec: AvroStateCodec | None = None,
+    ) -> None:
         self.scope = scope
         self.name = name
         self.table = table
         self.ttl = ttl
+        self.codec = codec  # Avro-typed state: values stored versioned (stateschema)
+        self.plain = ttl is None and codec is None  # the hot path: table values as they are
 
     def _read(self, skey: tuple[Any, ...]) -> Any:
         raw = self.table.get(skey, _MISSING)
-        if raw is _MISSING or self.ttl is None:
+        if raw is not _MISSING and self.ttl is not None:
+            raw = _MISSING if raw[0] + self.ttl <= self.scope.watermark else raw[1]
+        if raw is _MISSING or self.codec is None:
             return raw
-        return _MISSING if raw[0] + self.ttl <= self.scope.watermark else raw[1]
+        return self.codec.decode(raw)
 
     def _write(self, skey: tuple[Any, ...], value: Any) -> None:
+        if self.codec is not None:
+            value = self.codec.encode(value)
         if self.ttl is None:
             self.table.put(skey, value)
             return
@@ -46,26 +60,31 @@ class _Handle:
         self.scope._index_ttl(stamp + self.ttl, self.name, skey)
 
     def _live(self, entries: Iterator[tuple[Any, Any]]) -> Iterator[tuple[Any, Any]]:
+        decode = self.codec.decode if self.codec is not None else None
         if self.ttl is None:
-            yield from entries
+            if decode is None:
+                yield from entries
+            else:
+                for k, raw in entries:
+                    yield k, decode(raw)
             return
         wm, ttl = self.scope.watermark, self.ttl
         for k, raw in entries:
             if raw[0] + ttl > wm:
-                yield k, raw[1]
+                yield k, raw[1] if decode is None else decode(raw[1])
 
 
 class ValueHandle(_Handle):
     """One value for the current key."""
 
     def get(self, default: Any = None) -> Any:
-        if self.ttl is None:  # the hot path: one table lookup
+        if self.plain:  # the hot path: one table lookup
             return self.table.get((self.scope.key,), default)
         v = self._read((self.scope.key,))
         return default if v is _MISSING else v
 
     def set(self, value: Any) -> None:
-        if self.ttl is None:
+        if self.plain:
             self.table.put((self.scope.key,), value)
         else:
             self._write((self.scope.key,), value)
@@ -169,7 +188,11 @@ class KeyScope:
     """What a process function sees as ``state``; see ``kstream.api.process``."""
 
     def __init__(
-        self, prefix: str, backend: KeyedStateBackend, specs: Mapping[str, StateSpec]
+        self,
+        prefix: str,
+        backend: KeyedStateBackend,
+        specs: Mapping[str, StateSpec],
+        operator: str | None = None,
     ) -> None:
         self.key: Any = None
         self.timestamp: int = MIN_TS
@@ -186,7 +209,12 @@ class KeyScope:
                     f"got {spec!r}"
                 )
             table = backend.table(TableSpec(f"{prefix}.s.{name}"))
-            self._handles[name] = cls(self, name, table, spec.ttl_ms)
+            codec = None
+            schema = getattr(spec, "schema", None)
+            if schema is not None:
+                history = backend.table(TableSpec(f"{prefix}.schemas"))
+                codec = AvroStateCodec(operator or prefix, name, schema, history)
+            self._handles[name] = cls(self, name, table, spec.ttl_ms, codec)
         self.ttl_index = backend.table(TableSpec(f"{prefix}.ttl"))
         first = next(iter(self.ttl_index.scan()), None)
         self._next_expiry: int = MAX_TS if first is None else first[0][0]

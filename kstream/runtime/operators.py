@@ -10,6 +10,7 @@ graph (:mod:`kstream.runtime.graph`) is built through :func:`build_operator` onl
 from __future__ import annotations
 
 import json
+import time
 import zlib
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -350,14 +351,24 @@ class KeyByOp(Operator):
 
 @implements(SinkSpec)
 class SinkOp(Operator):
-    """Serializes records for a user topic (partition left to Kafka)."""
+    """Serializes records for a user topic (partition left to Kafka). ``timestamp``:
+    the records keep their event times (``"event"``) or carry the wall clock when they
+    are emitted (``"processing"``; see ``Stream.to``)."""
 
     @classmethod
     def from_spec(cls, spec: SinkSpec, build: Build) -> Self:
-        return cls(build.name, spec.topic, spec.key_serde, spec.value_serde, build.out)
+        return cls(
+            build.name, spec.topic, spec.key_serde, spec.value_serde, build.out, spec.timestamp
+        )
 
     def __init__(
-        self, name: str, topic: str, key_serde: Serde, value_serde: Serde, out: list[Output]
+        self,
+        name: str,
+        topic: str,
+        key_serde: Serde,
+        value_serde: Serde,
+        out: list[Output],
+        timestamp: str = "event",
     ) -> None:
         super().__init__(name)
         self.topic, self.key_serde, self.value_serde, self.out = (
@@ -366,6 +377,7 @@ class SinkOp(Operator):
             value_serde,
             out,
         )
+        self.processing_time = timestamp == "processing"
 
     def push(self, keys: Keys, values: Values, stamps: Stamps, port: int) -> None:
         try:
@@ -373,4 +385,6 @@ class SinkOp(Operator):
             vb = self.value_serde.serialize_many(values)
         except SerdeError as e:
             raise SerdeError(f"sink {self.topic!r}: a record cannot be serialized: {e}") from e
+        if self.processing_time:
+            stamps = [int(time.time() * 1000)] * len(kb)
         self.out.append(OutputBatch(self.topic, False, None, kb, vb, list(stamps)))

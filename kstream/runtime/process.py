@@ -72,7 +72,7 @@ class ProcessOperator(Operator):
         super().__init__(name)
         self.process_fn, self.on_timer = resolve_process(fn)
         prefix = state_id
-        self.scope = KeyScope(prefix, backend, state)
+        self.scope = KeyScope(prefix, backend, state, operator=name)
         self.scope.timers_allowed = self.on_timer is not None
         self.out = Collector(self.scope)
         self.meta = backend.table(TableSpec(f"{prefix}.meta"))

@@ -1,8 +1,10 @@
 """Decoding of a task's input batches: serdes, timestamp extractor, timestamp checks.
 
 A batch is decoded in one pass; only if anything in it fails is it decoded again
-record by record to find which records fail and why. **This path cannot fail**:
-every exception a serde or an extractor raises (``RecursionError``, ``MemoryError``
+record by record to find which records fail and why. **This path cannot fail**
+except by ``SerdeUnavailable`` (an outage of a service a serde needs, e.g. the schema
+registry: it fails the task, never a record):
+every other exception a serde or an extractor raises (``RecursionError``, ``MemoryError``
 and user exceptions included) makes that record a failure with a reason, and so
 does a timestamp that is not an ``int`` within Kafka's timestamp range
 ``[MIN_TIMESTAMP, MAX_TIMESTAMP]`` — an extractor returning ``None``, a string, a
@@ -17,7 +19,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from kstream.api.time import MAX_TIMESTAMP, MIN_TIMESTAMP
-from kstream.serde import Serde, SerdeError
+from kstream.serde import Serde, SerdeError, SerdeUnavailable
 
 __all__ = ["Reader", "describe_error"]
 
@@ -98,6 +100,8 @@ class Reader:
                 not stamps or (min(stamps) >= MIN_TIMESTAMP and max(stamps) <= MAX_TIMESTAMP)
             ):
                 return keys, values, stamps, []
+        except SerdeUnavailable:
+            raise  # an outage (e.g. the schema registry is down) fails the task
         except Exception:
             pass  # the slow path below finds which records fail and why
         return self._decode_each(raw, fields)
@@ -111,6 +115,8 @@ class Reader:
         for i, r in enumerate(raw):
             try:
                 k = kd(r[ki])
+            except SerdeUnavailable:
+                raise
             except SerdeError as e:
                 failures.append((i, f"key: {e}"))
                 continue
@@ -119,6 +125,8 @@ class Reader:
                 continue
             try:
                 v = vd(r[vi])
+            except SerdeUnavailable:
+                raise
             except SerdeError as e:
                 failures.append((i, str(e)))
                 continue

@@ -33,8 +33,9 @@ partition's advances record by record within a batch (a running maximum), an
 internal input's at each ``Watermark`` event among its records, and each record's
 lateness is decided against the task watermark just before it (see
 :mod:`kstream.runtime.recordwatermarks`) — or, for a run of one upstream task's
-records, against that task's watermark there when it is ahead (see
-:mod:`kstream.runtime.lateness`). Downstream gets a ``Watermark`` event after every
+records, against that task's watermark there, or the one it judged them against
+itself (``Watermark.judged``), when it is ahead; what this task writes under such a
+watermark is marked with it in turn (see :mod:`kstream.runtime.lateness`). Downstream gets a ``Watermark`` event after every
 call that wrote internal records, before any records processed after the watermark
 moved, every ``watermark_interval_s`` otherwise, and on every forwarded barrier.
 
@@ -70,9 +71,10 @@ from kstream.runtime.events import (
     Watermark,
 )
 from kstream.runtime.firing import Budget, TaskFiring
-from kstream.runtime.gate import InputGate, QueuedBarrier, second_copy, unseen
+from kstream.runtime.gate import InputGate, QueuedBarrier, unseen
 from kstream.runtime.graph import build_graph
-from kstream.runtime.lateness import late_counts, push_judged_at
+from kstream.runtime.intake import InternalIntake
+from kstream.runtime.lateness import JudgedRuns, late_counts
 from kstream.runtime.operators import Operator
 from kstream.runtime.records import (
     AlignmentAborted,
@@ -91,14 +93,10 @@ from kstream.state.base import KeyedStateBackend, TableSpec
 
 log = logging.getLogger(__name__)
 
-# Where a raw record holds its key, value, timestamp and offset.
-_SOURCE_FIELDS = (0, 1, 2, 3)  # SourceRecord
-_INTERNAL_FIELDS = tuple(
-    InternalRecord._fields.index(f) for f in ("key", "value", "timestamp", "offset")
-)
+_SOURCE_FIELDS = (0, 1, 2, 3)  # where a SourceRecord holds its key, value, time, offset
 
 
-class Task:
+class Task(InternalIntake):
     """Runs one ``TaskSpec`` of a ``JobPlan`` over a keyed-state backend.
 
     ``attempt`` is the job attempt this task runs in (records of older attempts on
@@ -138,6 +136,8 @@ class Task:
         self._last_wm_emit = now
         self._emitted_wm = MIN_TS
         self._graph = build_graph(plan, self.spec, backend, self.metrics, self._out)
+        internal_out = [o.topic for o in self.spec.outputs if o.kind is OutputKind.INTERNAL]
+        self._judged = JudgedRuns(internal_out)  # (runtime.lateness)
         self._errors = OperatorErrors(self._out)  # on_error="dead_letter" (runtime.errors)
         if plan.topology.on_error is OnError.DEAD_LETTER:
             for op in self._graph.ops:
@@ -166,7 +166,7 @@ class Task:
     def drain(self) -> list[Output]:
         """The outputs produced since the last drain, in order."""
         self.metrics["operator_errors"] = self._errors.count
-        out = self._out[:]
+        out = self._judged.drained(self._out[:], self._emitted_wm)  # (runtime.lateness)
         self._out.clear()
         return out
 
@@ -341,71 +341,6 @@ class Task:
             self._emit_watermark()
         entry.emit(keys[lo:], values[lo:], stamps[lo:])
 
-    def _internal_items(
-        self, topic: str, partition: int, items: Sequence[InternalRecord | InternalEvent]
-    ) -> None:
-        gate = self._gate
-        channels = gate.channels
-        run: list[InternalRecord] = []
-        run_c: Channel | None = None  # whose records the run holds (one writer's)
-        attempt = self.attempt
-        for i, it in enumerate(items):
-            c = channels.get((topic, partition, it.upstream)) or gate.channel(
-                topic, partition, it.upstream
-            )
-            if gate.holding:  # a snapshot point came up: the rest waits for it, in order
-                self._held.append(("items", c, list(items[i:])))
-                break
-            if c.position is not None and it.offset < c.position:
-                # Already in the state: below the restored position, or delivered again
-                # by a consumer that rewound (see gate.unseen).
-                self.metrics["restored_skipped"] += 1
-                continue
-            if it.attempt < attempt:
-                self.metrics["stale_dropped"] += 1  # a failed attempt's output
-                continue
-            if c.blocked_on is not None:
-                c.buffer.append(it)
-                continue
-            if self._firing.active and (
-                c.buffer or not isinstance(it, InternalEvent) or not isinstance(it.event, Barrier)
-            ):  # waits for the firing; a barrier at the head of its channel goes in
-                c.buffer.append(it)
-                c.last_active = self._now
-                continue
-            c.position = it.offset + 1
-            c.last_active = self._now
-            if it.seq is not None and second_copy(c, it.writer, it.seq):
-                self.metrics["duplicates_dropped"] += 1
-                continue
-            if type(it) is InternalRecord:
-                if c is not run_c:
-                    self._internal_run(topic, partition, run, run_c)
-                    run, run_c = [], c
-                run.append(it)
-                continue
-            self._internal_run(topic, partition, run, run_c)
-            run = []
-            assert isinstance(it, InternalEvent)
-            self._on_event(c, it.event, it.offset)
-        self._internal_run(topic, partition, run, run_c)
-
-    def _internal_run(
-        self, topic: str, partition: int, run: list[InternalRecord], c: Channel | None
-    ) -> None:
-        """One writer's records: judged late against its watermark when it is ahead of
-        the task's (the other writers' lag must not make a record the writer had made
-        late count again: a catch-up would count what a live run drops)."""
-        if not run:
-            return
-        keys, values, stamps = self._decode(topic, partition, run, _INTERNAL_FIELDS)
-        self._before_writing()
-        entry = self._graph.readers[topic].entry
-        if c is None or c.watermark <= self.watermark:
-            entry.emit(keys, values, stamps)
-        else:
-            push_judged_at(entry, self._graph.stateful, c.watermark, keys, values, stamps)
-
     def _decode(
         self, topic: str, partition: int, rows: Sequence[Sequence[Any]], fields: tuple[int, ...]
     ) -> tuple[list[Any], list[Any], list[int]]:
@@ -423,6 +358,7 @@ class Task:
 
     def _on_event(self, c: Channel, event: StreamEvent, offset: int | None) -> None:
         if isinstance(event, Watermark):
+            c.judged = MIN_TS if event.judged is None else event.judged
             if event.timestamp > c.watermark:
                 c.watermark = event.timestamp
                 # The records after it are judged against it (per-record watermarks).
@@ -431,6 +367,7 @@ class Task:
             c.ended = True
             self._after_end()
         elif isinstance(event, Barrier):
+            c.judged = MIN_TS  # (the writer's floor is not in a snapshot: told again)
             if self.bounded:
                 raise PipelinedEventError(event, c.topic, c.partition, self.task_id)
             self._on_barrier(c, event, None if offset is None else offset + 1)

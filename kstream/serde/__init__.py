@@ -9,16 +9,21 @@ from kstream.serde.base import (
     JsonSerde,
     Serde,
     SerdeError,
+    SerdeUnavailable,
     StrSerde,
     serde_by_name,
 )
+from kstream.serde.registry_formats import JsonSchemaSerde, ProtobufSerde
 
 __all__ = [
     "AvroSerde",
     "BytesSerde",
+    "JsonSchemaSerde",
     "JsonSerde",
+    "ProtobufSerde",
     "Serde",
     "SerdeError",
+    "SerdeUnavailable",
     "StrSerde",
     "serde_by_name",
 ]

@@ -22,11 +22,14 @@ from __future__ import annotations
 
 import io
 import struct
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import fastavro
 
 from kstream.serde.base import Serde, SerdeError
+
+if TYPE_CHECKING:
+    from kstream.serde.registry_avro import RegistryAvroSerde
 
 __all__ = ["MAX_DEPTH", "MAX_EMPTY_ITEMS", "AvroSerde", "check_bounds"]
 
@@ -228,6 +231,15 @@ class AvroSerde(Serde):
         self._empty = empty
         # Only schemas that fastavro cannot decode safely pay for the walk.
         self._guarded = recursive or any(empty.values())
+
+    @staticmethod
+    def registry(url: str | None = None, **options: Any) -> RegistryAvroSerde:
+        """Avro through a Confluent-compatible Schema Registry: writers' schemas fetched by
+        id and resolved against ``reader_schema``; see :class:`RegistryAvroSerde`
+        (``kstream.serde.registry_avro``) for the options."""
+        from kstream.serde.registry_avro import RegistryAvroSerde
+
+        return RegistryAvroSerde(url, **options)
 
     def serialize(self, value: Any) -> bytes | None:
         if value is None:

@@ -1,7 +1,8 @@
 """Serde implementations: bytes, str, JSON (Avro: ``kstream.serde.avro``).
 
 A ``Serde`` turns a Python value into bytes and back. A failure to decode raises
-``SerdeError`` with the reason, which sources turn into a dead-letter record.
+``SerdeError`` with the reason, which sources turn into a dead-letter record;
+``SerdeUnavailable`` (a schema registry is down) fails the task instead.
 ``None`` passes through unchanged in both directions (Kafka null key/value).
 """
 
@@ -27,6 +28,12 @@ except ImportError:  # no C accelerator (not CPython): JSONEncoder.encode
 
 class SerdeError(ValueError):
     """Bytes could not be decoded (or a value encoded); the message says why."""
+
+
+class SerdeUnavailable(RuntimeError):
+    """A service the serde needs (a schema registry) cannot be reached or refuses it
+    after retries: an outage, never bad data. Sources and sinks let it fail the task
+    with the message; no record goes to the dead-letter topic because of it."""
 
 
 class Serde:

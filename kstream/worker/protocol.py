@@ -43,6 +43,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from kstream.checkpoint.messages import (
+    REASSIGNED,
     CheckpointCompleted,
     CheckpointRequest,
     Heartbeat,
@@ -54,13 +55,13 @@ from kstream.checkpoint.messages import (
     TaskFailed,
     TaskReady,
     TriggerCheckpoint,
+    WorkerStopped,
 )
 from kstream.logs import ctx
 
 log = logging.getLogger(__name__)
 
 REQUEST_EVERY_S = 1.0  # a checkpoint request is repeated this often until one is triggered
-REASSIGNED = "its partitions were reassigned to a worker that does not run it"
 
 # ---- what the loop observes ---------------------------------------------------------------
 
@@ -346,7 +347,7 @@ class WorkerProtocol:
         self.stopping_since = now
         self.awaiting_first_output = False
         if self.restoring or not self.running:
-            return [Exit(0, "stopping: nothing runs here, so nothing is left to commit")]
+            return self._exit("stopping: nothing runs here, so nothing is left to commit")
         # Input is read only after the control messages of a loop iteration, so a
         # trigger handled at this same ``now`` (e.g. right after a StopJob) covers
         # everything read: it counts as the final checkpoint.
@@ -360,24 +361,28 @@ class WorkerProtocol:
         """Heartbeats, and the checkpoint requests and stops of draining and idleness."""
         if self.stopping_since is not None:
             if self.drained:
-                return [Exit(0, "stopping: the final checkpoint completed")]
+                return self._exit("stopping: the final checkpoint completed")
             if now - self.stopping_since >= self.drain_timeout_s:
                 log.warning(
                     "stopping without a final checkpoint: none completed within %.0fs (a "
                     "restart replays from the last completed one)",
                     self.drain_timeout_s,
                 )
-                return [Exit(0, "stopping: no final checkpoint in time")]
+                return self._exit("stopping: no final checkpoint in time")
             return self._request(now, "graceful stop") + self._heartbeat(now)
         actions = self._heartbeat(now)
         if self.stop_when_idle is not None and now - self.last_input >= self.stop_when_idle:
             if self.drained:
-                return [
-                    *actions,
-                    Exit(0, f"no input for {now - self.last_input:.1f}s and all output committed"),
-                ]
+                idle = now - self.last_input
+                return actions + self._exit(f"no input for {idle:.1f}s and all output committed")
             actions += self._request(now, "idle")  # rather than wait for the interval
         return actions
+
+    def _exit(self, reason: str) -> list[Action]:
+        """Exit 0, telling the coordinator first: a stopped worker is not a lost one, and
+        `kstream status` says the job stopped, when and why."""
+        stopped = WorkerStopped(self.member, self.attempt, reason)
+        return [Send(stopped), Exit(0, reason)]
 
     def _request(self, now: float, reason: str) -> list[Action]:
         """Ask for a checkpoint now, unless one triggered after the last input is on its
