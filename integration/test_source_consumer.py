@@ -9,6 +9,7 @@ import pytest
 
 from kstream.kafka.clients import AdminClient, TopicSpec, ensure_topics, make_producer
 from kstream.kafka.source import TP, SourceConsumer, SourceError, check_copartitioned
+from kstream.names import worker_client_id
 
 pytestmark = pytest.mark.integration
 
@@ -56,7 +57,8 @@ def test_range_assignment_co_partitions_two_topics_across_two_members(
             rights = {p for t, p in c.assignment if t == right}
             assert lefts == rights, f"member {c.member_id}: {left}={lefts} {right}={rights}"
             assert len(lefts) == 2
-            assert c.member_id is not None and c.member_id.startswith("rdkafka-")
+            # Named by host and pid (client.id), so the broker's logs and status match.
+            assert c.member_id is not None and c.member_id.startswith(f"{worker_client_id()}-")
         assert a.generation is not None and a.generation == b.generation
         assert any(kind == "a+" for kind, _ in events)
     finally:
