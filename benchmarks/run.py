@@ -159,7 +159,11 @@ def reproducing_command(ctx: click.Context) -> str:
         elif param.multiple:
             for v in value:
                 argv += [flag, str(v)]
-        elif value is not None and value != param.default:
+        elif value is not None and (
+            value != param.default
+            # --quick changes the defaults: a value given as the default still counts
+            or ctx.get_parameter_source(param.name) != ParameterSource.DEFAULT
+        ):
             argv += [flag, str(value)]
     return shlex.join(argv)
 

@@ -122,3 +122,21 @@ def test_w5r_frames_the_input_with_the_registry_id_and_runs_both_paths_interleav
     assert value[:5] == b"\x00\x00\x00\x00\x07"
     schema = fastavro.parse_schema(load_schema(EVENT_SCHEMA_FILE))
     assert fastavro.schemaless_reader(io.BytesIO(value[5:]), schema, None) == event
+
+
+def test_the_reproducing_command_keeps_a_default_given_with_quick() -> None:
+    """``--quick --records 1000000``: the records are not --quick's, so the command that
+    repeats the run must say so although 1000000 is the option's default."""
+    import click
+
+    from benchmarks.run import main, reproducing_command
+
+    seen: list[str] = []
+
+    @click.command(params=main.params)
+    @click.pass_context
+    def probe(ctx: click.Context, **_: object) -> None:
+        seen.append(reproducing_command(ctx))
+
+    probe.main(["--quick", "--records", "1000000", "--runs", "5"], standalone_mode=False)
+    assert seen == ["python -m benchmarks.run --records 1000000 --runs 5 --quick"]
