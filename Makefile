@@ -4,6 +4,9 @@
 #   make docker-test  Docker Engine (installed/started if needed) + images + integration/docker
 #               + a testcontainers subset of integration/ (docs/deploy.md); part of
 #               `make test` under CI=true
+#   make difftest  generated topologies, deeper than CI: DIFFTEST_EXAMPLES (3000) against
+#               the harness's invariants with random seeds, then DIFFTEST_GRAPHS (120) from
+#               seed DIFFTEST_SEED (random, printed) on a broker it starts (docs/testing.md)
 #   make demo   venv + local Kafka broker + the word-count example job
 #   make bench  RESULTS.md (benchmarks.run) and SCALING.md + plots (benchmarks.scaling),
 #               at most 45 min; QUICK=1 for the quick mode of both (benchmarks/README.md)
@@ -14,7 +17,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: test demo venv lint clean bench docker-test
+.PHONY: test demo venv lint clean bench docker-test difftest
 
 venv: $(STAMP)
 
@@ -62,6 +65,17 @@ bench: $(STAMP)
 	$(BIN)/python -m benchmarks.run $(BENCH_FLAGS) && \
 	left=$$(( $(BENCH_BUDGET) - 60 - $$(date +%s) + start )) && \
 	$(BIN)/python -m benchmarks.scaling $(BENCH_FLAGS) --budget $$(( left > 60 ? left : 60 ))
+
+DIFFTEST_EXAMPLES ?= 3000
+DIFFTEST_GRAPHS   ?= 120
+DIFFTEST_SEED     ?= $(shell date +%s)
+difftest: export AWS_METADATA_ENDPOINT = http://127.0.0.1:9
+difftest: $(STAMP)
+	KSTREAM_DIFFTEST_EXAMPLES=$(DIFFTEST_EXAMPLES) KSTREAM_DIFFTEST_RANDOM=1 \
+	  $(BIN)/python -m pytest -q tests/test_difftopo.py --hypothesis-show-statistics
+	@echo "difftest: $(DIFFTEST_GRAPHS) topologies from seed $(DIFFTEST_SEED) on a broker"
+	KSTREAM_DIFFTEST_GRAPHS=$(DIFFTEST_GRAPHS) KSTREAM_DIFFTEST_SEED=$(DIFFTEST_SEED) \
+	  $(BIN)/python -m pytest -q integration/test_difftest.py
 
 demo: $(STAMP)
 	KSTREAM=$(BIN)/kstream scripts/demo.sh

@@ -72,10 +72,10 @@ def run_to_end(args: list[str], timeout: float) -> tuple[int, str]:
 class CliJob:
     """``args`` running with stdout and stderr in ``log_file``."""
 
-    def __init__(self, args: list[str], log_file: Path) -> None:
+    def __init__(self, args: list[str], log_file: Path, env: dict[str, str] | None = None) -> None:
         self.log_file = log_file
         self.proc = subprocess.Popen(
-            args, stdout=log_file.open("w"), stderr=subprocess.STDOUT, cwd=REPO
+            args, stdout=log_file.open("w"), stderr=subprocess.STDOUT, cwd=REPO, env=env
         )
 
     def log(self) -> str:

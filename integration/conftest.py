@@ -25,7 +25,7 @@ import pytest
 from integration.ci import unavailable, under_ci
 from integration.s3server import S3Server
 from kstream.dev.localbroker import KAFKA_VERSION, LocalBroker, LocalBrokerError
-from kstream.dev.localcluster import LocalCluster
+from kstream.dev.localcluster import KafkaCluster, LocalCluster
 from kstream.dev.s3proxy import S3ProxyError
 from kstream.kafka.clients import AdminClient, KafkaException, make_admin
 
@@ -183,13 +183,18 @@ def kafka_cluster(
     request: pytest.FixtureRequest,
     tmp_path_factory: pytest.TempPathFactory,
     sasl_user: tuple[str, str],
-) -> Iterator[LocalCluster]:
-    """A real three-node KRaft cluster from the project's launcher (one per session),
-    each node with a plain and a SASL_PLAINTEXT (PLAIN, ``sasl_user``) listener.
+) -> Iterator[KafkaCluster]:
+    """A real three-node KRaft cluster (one per session), each node with a plain and a
+    SASL_PLAINTEXT (PLAIN, ``sasl_user``) listener: from the project's launcher, or with
+    ``KSTREAM_TEST_KAFKA=testcontainers`` three containers of the locally built Kafka
+    image (``integration/docker/kafka_cluster.py``), the same settings either way.
 
     Tests that fail brokers must leave every node running (and in sync) when done.
     """
     user, password = sasl_user
+    if os.environ.get("KSTREAM_TEST_KAFKA") == "testcontainers":
+        yield from _container_cluster(request.config, {user: password})
+        return
     cluster = LocalCluster(
         tmp_path_factory.mktemp("kafka-cluster"), size=3, sasl_users={user: password}
     )
@@ -207,6 +212,32 @@ def kafka_cluster(
     finally:
         for node in range(cluster.size):  # throw-away data: no controlled shutdown
             cluster.kill(node)
+
+
+def _container_cluster(config: pytest.Config, users: dict[str, str]) -> Iterator[KafkaCluster]:
+    from integration.docker.kafka_cluster import ContainerCluster
+    from integration.docker.kafka_container import IMAGE
+
+    if not _docker_answers():
+        _no_broker(
+            "KSTREAM_TEST_KAFKA=testcontainers but no Docker engine answers at "
+            f"{os.environ.get('DOCKER_HOST', 'unix:///var/run/docker.sock')} "
+            "(make docker-test starts one)"
+        )
+    cluster = ContainerCluster(IMAGE, size=3, sasl_users=users)
+    try:
+        cluster.start()
+    except LocalBrokerError as e:
+        _no_broker(f"3-node cluster in containers could not start: {e}")
+    _announce(
+        config,
+        f"Kafka {cluster.kafka_version} 3-node cluster in Docker via testcontainers ({IMAGE}, "
+        f"containers {cluster.name}-1..3) at {cluster.bootstrap}, SASL at {cluster.sasl_bootstrap}",
+    )
+    try:
+        yield cluster
+    finally:
+        cluster.remove()
 
 
 def _wait_reachable(bootstrap: str, timeout: float) -> None:

@@ -46,7 +46,7 @@ from integration.e2e.harness import (
 )
 from integration.test_watermark_alignment import produce
 from kstream.checkpoint.messages import CheckpointCompleted, Resume
-from kstream.dev.localcluster import LocalCluster
+from kstream.dev.localcluster import KafkaCluster
 from kstream.store.metadata import read_metadata
 
 pytestmark = pytest.mark.integration
@@ -126,7 +126,7 @@ def expected(rows: Rows) -> tuple[Counter[str], int]:
 class Run:
     """One job: its topics, its three workers, the control topic watched."""
 
-    def __init__(self, cluster: LocalCluster, workdir: Path, name: str) -> None:
+    def __init__(self, cluster: KafkaCluster, workdir: Path, name: str) -> None:
         self.cluster = cluster
         self.app = f"det-{name}-{uuid.uuid4().hex[:8]}"
         self.source, self.sink = f"{self.app}.in", f"{self.app}.out"
@@ -235,7 +235,7 @@ def check(name: str, got: Counter[str], want: Counter[str]) -> None:
 
 @pytest.mark.parametrize("round_", range(RUNS))
 def test_live_backlog_and_faults_commit_the_output_of_the_rule(
-    kafka_cluster: LocalCluster, tmp_path: Path, round_: int
+    kafka_cluster: KafkaCluster, tmp_path: Path, round_: int
 ) -> None:
     seed = 3700 + round_
     rows = make_input(seed)

@@ -1,7 +1,8 @@
 """Production Kafka: a job over SASL, and broker failures on a real three-node cluster.
 
-One three-node KRaft cluster (``kafka_cluster``, from the project's launcher, with a
-SASL_PLAINTEXT listener on each node) serves every test here, in file order:
+One three-node KRaft cluster (``kafka_cluster``, from the project's launcher or, with
+``KSTREAM_TEST_KAFKA=testcontainers``, three containers; a SASL_PLAINTEXT listener on
+each node) serves every test here, in file order:
 
 - an exactly-once windowed word count run entirely over SASL, its exact
   ``read_committed`` output; wrong credentials: one line, exit 1, within seconds;
@@ -41,7 +42,7 @@ from integration.e2e.harness import (
 from integration.e2e.scenarios import Scenario, _expected, wordcount
 from integration.kafkatools import produce
 from kstream.checkpoint.messages import CheckpointCompleted, TriggerCheckpoint
-from kstream.dev.localcluster import LocalCluster
+from kstream.dev.localcluster import KafkaCluster
 from kstream.kafka.clients import (
     TopicPartition,
     make_admin,
@@ -58,7 +59,7 @@ OUTAGE_S = 60.0
 SETTINGS = JobSettings(workers=2, interval=0.5, session_timeout=6.0, heartbeat_timeout=6.0)
 
 
-def _check(cluster: LocalCluster, result: RunResult, scenario: Scenario) -> None:
+def _check(cluster: KafkaCluster, result: RunResult, scenario: Scenario) -> None:
     """0 lost, 0 duplicated, 0 unexpected against the input the job read.
 
     The generator's idempotent producer can write a record twice when a broker leaves
@@ -91,7 +92,7 @@ def _check(cluster: LocalCluster, result: RunResult, scenario: Scenario) -> None
 
 
 def _run(
-    cluster: LocalCluster,
+    cluster: KafkaCluster,
     tmp_path: Path,
     *,
     seed: int,
@@ -127,7 +128,7 @@ def _no_tracebacks(job: JobUnderTest) -> None:
 
 
 def test_exactly_once_job_over_sasl(
-    kafka_cluster: LocalCluster, tmp_path: Path, sasl_user: tuple[str, str]
+    kafka_cluster: KafkaCluster, tmp_path: Path, sasl_user: tuple[str, str]
 ) -> None:
     user, password = sasl_user
     scenario = wordcount(random.Random(7), per_partition=120, late=0)
@@ -221,7 +222,7 @@ def _checkpoint_in_flight(control: ControlLog) -> int | None:
 
 
 def test_kill_9_of_the_leader_of_control_commits_and_a_sink_partition(
-    kafka_cluster: LocalCluster, tmp_path: Path
+    kafka_cluster: KafkaCluster, tmp_path: Path
 ) -> None:
     from confluent_kafka.admin import NewTopic
 
@@ -309,7 +310,7 @@ def test_kill_9_of_the_leader_of_control_commits_and_a_sink_partition(
     _check(kafka_cluster, result, scenario)
 
 
-def test_rolling_restart_of_every_broker(kafka_cluster: LocalCluster, tmp_path: Path) -> None:
+def test_rolling_restart_of_every_broker(kafka_cluster: KafkaCluster, tmp_path: Path) -> None:
     def roll(job: JobUnderTest, control: ControlLog | None) -> None:
         assert control is not None
         for node in range(kafka_cluster.size):
@@ -339,7 +340,7 @@ def test_rolling_restart_of_every_broker(kafka_cluster: LocalCluster, tmp_path: 
 
 
 def test_full_outage_of_60s_is_survived_and_a_longer_one_than_the_bound_fails(
-    kafka_cluster: LocalCluster, tmp_path: Path
+    kafka_cluster: KafkaCluster, tmp_path: Path
 ) -> None:
     bounded: list[subprocess.Popen[str]] = []
 
@@ -384,7 +385,7 @@ Key = tuple[str, int, bytes, int]
 
 
 def _input(
-    cluster: LocalCluster, result: RunResult, scenario: Scenario
+    cluster: KafkaCluster, result: RunResult, scenario: Scenario
 ) -> tuple[Counter[Key], Counter[Key]]:
     """(what the generator wrote, what the input topics hold): (topic, partition, value, ts)."""
     written: Counter[Key] = Counter(
@@ -423,7 +424,7 @@ def _check_short_bound(bounded: list[subprocess.Popen[str]], tmp_path: Path) -> 
     assert re.search(r"Kafka unreachable for \d+s, longer than --max-outage 15s", failed[0])
 
 
-def _start_bounded_job(cluster: LocalCluster, workdir: Path) -> subprocess.Popen[str]:
+def _start_bounded_job(cluster: KafkaCluster, workdir: Path) -> subprocess.Popen[str]:
     """`kstream run` of a small word count with --max-outage 15, logging to run.log."""
     workdir.mkdir(parents=True)
     app = f"short-bound-{random.randrange(10**8)}"

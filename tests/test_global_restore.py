@@ -62,7 +62,7 @@ def test_every_task_restores_the_next_older_checkpoint_said_once(
     assert c.handle(TaskReady(2, "b", "w2", 1), 1.0) == []
     c.handle(TaskReady(3, "a", "w1", 1), 1.1)
     assert c.handle(TaskReady(3, "b", "w2", 1), 1.2) == [Send(Resume(3, {"a": "w1", "b": "w2"}))]
-    assert c.unrestorable.keys() == {7}
+    assert c.restore_points.unrestorable.keys() == {7}
 
 
 def test_the_job_fails_when_no_retained_checkpoint_can_be_restored() -> None:
@@ -88,7 +88,7 @@ def test_a_failure_report_for_another_restore_is_ignored() -> None:
     c.tick(0.0)
     assert c.handle(RestoreFailed(1, "a", "w1", 7, "old attempt", OBJ), 0.1) == []
     assert c.handle(RestoreFailed(2, "a", "w1", 6, "not this checkpoint", OBJ), 0.1) == []
-    assert c.unrestorable == {} and c.ignored_messages == 2
+    assert c.restore_points.unrestorable == {} and c.ignored_messages == 2
 
 
 def test_the_job_stops_rather_than_fall_back_past_output_a_sink_published(

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from kstream.dev.jvm import find_java, render_properties
+from kstream.dev.jvm import find_java, render_properties, stop_server
 from kstream.dev.localbroker import (
     KAFKA,
     BrokerRecord,
@@ -29,7 +29,6 @@ from kstream.dev.localbroker import (
     new_cluster_id,
     previous_ports,
     resolve_libs,
-    stop_pid,
 )
 from kstream.dev.maven import resolution_pom
 
@@ -265,16 +264,16 @@ def test_storage_format_failure_is_reported(tmp_path: Path) -> None:
         broker.start()
 
 
-def test_stop_pid_refuses_a_process_that_is_not_kafka() -> None:
+def test_stopping_refuses_a_process_that_is_not_kafka() -> None:
     proc = subprocess.Popen(["sleep", "30"])
     try:
         with pytest.raises(LocalBrokerError, match=f"pid {proc.pid} is not the Kafka broker"):
-            stop_pid(proc.pid)
+            stop_server(KAFKA, proc.pid, 20.0)
         assert proc.poll() is None
     finally:
         proc.kill()
         proc.wait()
-    assert stop_pid(proc.pid) is False
+    assert stop_server(KAFKA, proc.pid, 20.0) is False
 
 
 # ------------------------------------------------------------------ CLI without a broker

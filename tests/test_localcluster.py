@@ -69,3 +69,38 @@ def test_a_cluster_record_lists_every_pid(tmp_path: Path) -> None:
     back = BrokerRecord.read(tmp_path)
     assert back == rec and back.pids == (10, 11, 12)
     assert cluster_properties(2, "v", 3)["min.insync.replicas"] == "2"
+
+
+def test_a_cluster_started_again_on_its_data_keeps_its_ports(tmp_path: Path) -> None:
+    """`kstream dev kafka start --brokers 3` after a stop picked new ports, unlike one
+    broker: saved bootstraps broke. Each node's last configuration now gives its ports."""
+    first = LocalCluster(tmp_path, size=3, sasl_users={"alice": "pw"})
+    for node in first.nodes:
+        node.write_config()  # what each node's start leaves in its data directory
+    again = LocalCluster(tmp_path, size=3, sasl_users={"alice": "pw"})
+    assert (again.ports, again.controller_ports, again.sasl_ports) == (
+        first.ports,
+        first.controller_ports,
+        first.sasl_ports,
+    )
+    assert again.bootstrap == first.bootstrap
+    plain = LocalCluster(tmp_path, size=3)  # without SASL: the plain and controller ports
+    assert (plain.ports, plain.controller_ports, plain.sasl_ports) == (
+        first.ports,
+        first.controller_ports,
+        [],
+    )
+
+
+def test_a_node_without_a_previous_configuration_gets_free_distinct_ports(
+    tmp_path: Path,
+) -> None:
+    first = LocalCluster(tmp_path, size=3)
+    first.nodes[0].write_config()
+    again = LocalCluster(tmp_path, size=3, sasl_users={"alice": "pw"})
+    assert (again.ports[0], again.controller_ports[0]) == (
+        first.ports[0],
+        first.controller_ports[0],
+    )
+    ports = again.ports + again.controller_ports + again.sasl_ports
+    assert len(set(ports)) == 9

@@ -16,7 +16,8 @@ import pytest
 from click.testing import CliRunner
 
 from kstream.cli import main
-from kstream.dev.s3proxy import S3Proxy, S3ProxyError, S3ProxyRecord, stop_pid
+from kstream.dev.jvm import pid_alive, stop_server
+from kstream.dev.s3proxy import S3PROXY, S3Proxy, S3ProxyError, S3ProxyRecord
 
 SYSTEM_PATH = "/usr/bin:/bin"
 
@@ -97,16 +98,16 @@ def test_a_server_not_answering_in_time_is_stopped(tmp_path: Path) -> None:
         os.kill(int(pidfile.read_text()), 0)  # stopped and reaped: no orphan
 
 
-def test_stop_pid_refuses_a_process_that_is_not_s3proxy() -> None:
+def test_stopping_refuses_a_process_that_is_not_s3proxy() -> None:
     proc = subprocess.Popen(["sleep", "30"])
     try:
         with pytest.raises(S3ProxyError, match=f"pid {proc.pid} is not the S3Proxy"):
-            stop_pid(proc.pid)
+            stop_server(S3PROXY, proc.pid, 15.0)
         assert proc.poll() is None
     finally:
         proc.kill()
         proc.wait()
-    assert stop_pid(proc.pid) is False
+    assert stop_server(S3PROXY, proc.pid, 15.0) is False
 
 
 def test_cli_status_and_stop_without_a_server(tmp_path: Path) -> None:
@@ -118,3 +119,35 @@ def test_cli_status_and_stop_without_a_server(tmp_path: Path) -> None:
         0,
         f"not running (no S3 server recorded in {tmp_path})\n",
     )
+
+
+def test_cli_start_status_stop_of_a_detached_server(tmp_path: Path) -> None:
+    """The start/status/stop plumbing every `kstream dev SERVER` group shares, end to end
+    on a stand-in S3Proxy (an HTTP server on the configured port)."""
+    env = _env(
+        tmp_path,
+        'conf=$(echo "$*" | sed "s/.*--properties //"); '
+        'port=$(sed -n "s|^s3proxy.endpoint=http://127.0.0.1:||p" "$conf"); '
+        'python3 -m http.server "$port" --bind 127.0.0.1',
+    )
+    state = ["--state-dir", str(tmp_path / "s3")]
+    runner = CliRunner()
+    start = runner.invoke(main, ["dev", "s3", "start", *state], env=env)
+    assert start.exit_code == 0, start.output
+    record = S3ProxyRecord.read(tmp_path / "s3")
+    assert record is not None and start.stdout.splitlines()[0] == record.endpoint
+    try:
+        status = runner.invoke(main, ["dev", "s3", "status", *state], env=env)
+        assert (status.exit_code, status.output) == (
+            0,
+            f"running at {record.endpoint} (pid {record.pid}, S3Proxy 2.6.0, bucket kstream, "
+            f"log {tmp_path / 's3' / 'data' / 's3proxy.log'})\n",
+        )
+        again = runner.invoke(main, ["dev", "s3", "start", *state], env=env)
+        assert (again.exit_code, again.stdout) == (0, f"{record.endpoint}\n")
+        assert again.stderr == f"already running (pid {record.pid})\n"
+    finally:
+        stop = runner.invoke(main, ["dev", "s3", "stop", *state], env=env)
+    assert (stop.exit_code, stop.output) == (0, f"stopped (pid {record.pid})\n")
+    assert S3ProxyRecord.read(tmp_path / "s3") is None
+    assert not pid_alive(record.pid)  # (a zombie until this process reaps it)

@@ -88,6 +88,22 @@ def test_a_restarted_coordinator_starts_a_stopped_job_as_a_start() -> None:
     assert restart_cause(h.c.failover.failure_reason) == "start"
 
 
+def test_a_coordinator_elected_after_its_hosts_kill_names_the_lost_worker() -> None:
+    """kill -9 of w1, which hosted the elected coordinator and owned a: the survivor w2
+    reports a given to it, and the coordinator elected next finds that report unhandled.
+    It never heard w1: a lost worker, not a task failure."""
+    history: list[Message] = [
+        Resume(1, {"a": "w1", "b": "w2"}),
+        TaskFailed("a", "w2", 1, REASSIGNED),
+    ]
+    h = Harness(tasks=["a", "b"], history=history)
+    h.start(0.0)
+    assert messages(h.tick(0.0)) == [Restore(2, None)]
+    reason = "worker w1 lost: no heartbeat; the group gave its tasks a to w2"
+    assert h.c.failover.failure_reason == reason
+    assert restart_cause(reason) == "worker_lost"
+
+
 def _reassigned(h: Harness, member: str, tasks: list[str], now: float) -> list[Message]:
     out = []
     for t in tasks:

@@ -13,7 +13,7 @@ from dataclasses import replace
 from typing import Any
 
 from kstream.checkpoint.alignment import GlobalWatermarks
-from kstream.checkpoint.causes import group_change_reason, reassignment_reason, stopped_reason
+from kstream.checkpoint.causes import stopped_reason
 from kstream.checkpoint.commands import (
     ApplyRetention,
     CleanupCheckpoint,
@@ -27,6 +27,7 @@ from kstream.checkpoint.commands import (
 from kstream.checkpoint.completionlog import CompletionLog
 from kstream.checkpoint.failover import FailoverController, Phase
 from kstream.checkpoint.failures import CheckpointFailureManager
+from kstream.checkpoint.membership import Membership
 from kstream.checkpoint.messages import (
     REASSIGNED,
     AcknowledgeCheckpoint,
@@ -35,10 +36,8 @@ from kstream.checkpoint.messages import (
     CheckpointRequest,
     DeclineCheckpoint,
     Heartbeat,
-    JobFailed,
     JobStopped,
     Message,
-    Restore,
     RestoreFailed,
     SavepointRequest,
     StopJob,
@@ -50,6 +49,8 @@ from kstream.checkpoint.messages import (
 )
 from kstream.checkpoint.pending import AckOutcome, PendingCheckpoint
 from kstream.checkpoint.recovery import RecoveredState
+from kstream.checkpoint.restorepoints import RestorePoints
+from kstream.checkpoint.savepointrequests import SavepointRequests
 from kstream.config import CheckpointingConfig, RestartStrategy
 from kstream.logs import ctx
 from kstream.store.history import CheckpointFailure, CheckpointStatus
@@ -99,16 +100,10 @@ class CheckpointCoordinator:
         # checkpoint's metadata, so a later plan can check it may restore it.
         self.description = description
         # A savepoint asked for: made of the first checkpoint with an id above ``after``.
-        self._savepoint: SavepointRequest | None = None
-        self._savepoint_after = 0
-        # Completed checkpoints a restore may use, ascending, and those a task could
-        # not restore (id -> why): one global restore point, never a mix (docs/design.md §12).
-        self.retained: list[CheckpointMetadata] = list(rec.retained)
-        if rec.latest_completed is not None and all(
-            m.checkpoint_id != rec.latest_completed.checkpoint_id for m in self.retained
-        ):
-            self.retained.append(rec.latest_completed)
-        self.unrestorable: dict[int, str] = {}
+        self.savepoints = SavepointRequests()
+        # Completed checkpoints a restore may use, and those a task could not restore:
+        # one global restore point, never a mix (docs/design.md §12).
+        self.restore_points = RestorePoints(rec.retained, rec.latest_completed)
         self.ignored_messages = 0
         self._recovered = rec
         self._next_id = rec.max_checkpoint_id + 1
@@ -116,8 +111,7 @@ class CheckpointCoordinator:
         self._last_trigger = 0.0
         self._requested = False  # a worker asked for a checkpoint before the interval
         self._last_finish = float("-inf")  # end of the previous checkpoint (min_pause)
-        self._members: dict[str, tuple[float, tuple[str, ...]]] = {}  # member -> (seen, tasks)
-        self._stopped: dict[str, str] = {}  # members that stopped gracefully -> why
+        self.members = Membership()  # heard from when, running what; stopped and why
         # Checkpoints that failed or were aborted, for the history (drained by the adapter).
         self.ended: list[CheckpointFailure] = []
         self._completions = CompletionLog()  # INFO: an attempt's first, then a minute's
@@ -172,34 +166,20 @@ class CheckpointCoordinator:
                     n, rec.attempt, CheckpointStatus.ABORTED, "coordinator restarted", now, now
                 )
             )
+        # A task given away that the predecessor did not act on (it was on the worker
+        # that was lost, typically): its owner has not been heard by this coordinator.
+        report = rec.unhandled_report
+        if report is not None and report.reason == REASSIGNED:
+            owner = rec.owners.get(report.task_id)
+            owned = sorted(t for t, m in rec.owners.items() if m == owner)
+            rec.unhandled_failure = self.members.reassigned(
+                report.task_id, report.member, owner, owned, now
+            )
         # Owners that never heartbeat to this coordinator are lost after the timeout.
-        for member in set(rec.owners.values()):
-            tasks = tuple(sorted(t for t, m in rec.owners.items() if m == member))
-            self._members.setdefault(member, (now, tasks))
+        self.members.expect(rec.owners, now)
         # 3. A job that was running keeps running in its attempt; one that was
-        #    restoring, failed, or had an unhandled task failure is restored anew.
-        if rec.starting_from:
-            # Started from an imported checkpoint or savepoint: a first start, whatever
-            # the control topic says of the app's previous version.
-            cmds += self.failover.schedule_initial_restore(now, rec.starting_from)
-        elif rec.last_lifecycle is None:
-            # A job that never ran: restore every task (to the latest completed
-            # checkpoint, or the start positions) and resume with one owner per task,
-            # so no worker ever runs a task it was not named the owner of (§6.4).
-            cmds += self.failover.schedule_initial_restore(now)
-        elif isinstance(rec.last_lifecycle, Restore):
-            cmds += self.failover.on_failure(
-                f"coordinator restarted during the restore of attempt {rec.attempt}", now
-            )
-        elif isinstance(rec.last_lifecycle, JobStopped):
-            # Started again after a stop: a start, not a restart of a failed job.
-            cmds += self.failover.schedule_initial_restore(now)
-        elif isinstance(rec.last_lifecycle, JobFailed):
-            cmds += self.failover.on_failure(
-                f"coordinator restarted after job failure ({rec.last_lifecycle.reason})", now
-            )
-        elif rec.unhandled_failure:
-            cmds += self.failover.on_failure(rec.unhandled_failure, now)
+        #    restoring, failed, stopped, or had an unhandled task failure is restored anew.
+        cmds += self.failover.continue_from(rec, now)
         return cmds
 
     def handle(self, msg: Message, now: float) -> list[Command]:
@@ -270,18 +250,16 @@ class CheckpointCoordinator:
         # 2. Workers whose heartbeats stopped are lost: the tasks they own must move
         #    (a silent member that owns nothing in this attempt — a predecessor of a
         #    restarted worker — is forgotten without a restore).
-        for member, (seen, _tasks) in list(self._members.items()):
-            if now - seen > self.heartbeat_timeout:
-                del self._members[member]
-                owned = self._owned_by(member)
-                if owned:
-                    cmds += self._fail_over(
-                        f"worker {member} lost: no heartbeat for {now - seen:.1f}s "
-                        f"(tasks {', '.join(owned)})",
-                        now,
-                    )
+        for member, silence in self.members.silent(self.heartbeat_timeout, now):
+            owned = self._owned_by(member)
+            if owned:
+                cmds += self._fail_over(
+                    f"worker {member} lost: no heartbeat for {silence:.1f}s "
+                    f"(tasks {', '.join(owned)})",
+                    now,
+                )
         # 3. A scheduled restore starts, or one that took too long starts over.
-        cmds += self.failover.tick(now, self.restore_point())
+        cmds += self.failover.tick(now, self.restore_points.choose())
         # 4. Trigger.
         if self._may_trigger(now):
             cmds.append(self._trigger(now))
@@ -299,14 +277,13 @@ class CheckpointCoordinator:
         nothing about them, so each member is counted as heard from at ``now`` and
         is lost only after a whole ``heartbeat_timeout`` more without a heartbeat.
         """
-        for member, (seen, tasks) in self._members.items():
-            self._members[member] = (max(seen, now), tasks)
+        self.members.cut_off(now)
 
     def metadata_written(self, checkpoint_id: int, now: float) -> list[Command]:
         """The metadata of ``checkpoint_id`` is in the store: announce it, then apply retention."""
         meta = self._completing.pop(checkpoint_id)
         self.latest_completed = meta
-        self.retained = [*self.retained, meta][-self.config.retained :]
+        self.restore_points.completed(meta, self.config.retained)
         self._last_finish = now
         self.failures.record_success(checkpoint_id)
         log.debug(
@@ -326,13 +303,12 @@ class CheckpointCoordinator:
         # A completed checkpoint subsumes older ones still in flight (not failures).
         for p in [p for n, p in self.pending.items() if n < checkpoint_id]:
             cmds += self._abort(p, f"subsumed by checkpoint {checkpoint_id}", now, counts=False)
-        sp = self._savepoint
-        if sp is not None and checkpoint_id > self._savepoint_after:
+        sp = self.savepoints.due(checkpoint_id)
+        if sp is not None:
             # The savepoint's manifests are copied before retention may delete them.
-            self._savepoint = None
             cmds.append(CreateSavepoint(sp.name, meta))
         cmds.append(ApplyRetention(self.config.retained))
-        if sp is not None and sp.stop and self._savepoint is None:
+        if sp is not None and sp.stop:
             reason = f"stopped with savepoint {sp.name} (checkpoint {checkpoint_id})"
             cmds += [*self._stop(reason, now), Finish(reason)]
         return cmds
@@ -353,24 +329,21 @@ class CheckpointCoordinator:
     def _on_worker_stopped(self, msg: WorkerStopped, now: float) -> list[Command]:
         """A worker exited gracefully: it is not lost; once every owner of the running
         attempt stopped (``--stop-when-idle``, SIGTERM to all), the job is stopped."""
-        self._members.pop(msg.member, None)
-        self._stopped[msg.member] = msg.reason
+        self.members.stop(msg.member, msg.reason)
         owners = set(self.failover.owners.values())
         if self.phase is not Phase.RUNNING or msg.attempt != self.attempt or not owners:
             return []
-        if not owners <= self._stopped.keys():
+        if not self.members.all_stopped(owners):
             return []  # the group rebalances; the others take its tasks over
-        return self._stop(stopped_reason({m: self._stopped[m] for m in owners}), now)
+        return self._stop(stopped_reason({m: self.members.stopped[m] for m in owners}), now)
 
     def _restart_stopped(self, hb: Heartbeat, now: float) -> list[Command]:
         """A stopped job starts again when a worker that did not stop heartbeats (one
         joined; any generation: an emptied group may start over at 1): every task is
         restored from the latest checkpoint, as at a first start."""
-        if hb.member in self._stopped:
+        if not self.members.joined(hb.member, hb.tasks, now):
             return []  # a heartbeat it sent before it stopped
         self.failover.generation = hb.generation
-        self._members[hb.member] = (now, hb.tasks)
-        self._stopped.clear()
         log.info("worker %s joined the stopped job: starting it again", hb.member)
         return self.failover.schedule_initial_restore(now)
 
@@ -378,18 +351,10 @@ class CheckpointCoordinator:
         """Savepoint ``msg.name`` of the next checkpoint; with ``stop`` the workers stop
         reading input first (``StopJob`` precedes that checkpoint's trigger on the control
         topic, so it covers everything they read) and the coordinator finishes after it."""
-        if self.phase is not Phase.RUNNING or self._savepoint is not None:
-            busy = "another savepoint is pending" if self._savepoint else f"job {self.phase}"
-            log.warning("savepoint %s from %s refused: %s", msg.name, msg.requester, busy)
+        running = self.phase is Phase.RUNNING
+        if not self.savepoints.request(msg, running, str(self.phase), self._next_id - 1):
             return []
-        self._savepoint, self._savepoint_after = msg, self._next_id - 1
         self._requested = True
-        log.info(
-            "savepoint %s requested by %s%s",
-            msg.name,
-            msg.requester,
-            " (then stop)" if msg.stop else "",
-        )
         if msg.stop:
             return [Send(StopJob(self.attempt, f"stop with savepoint {msg.name}"))]
         return []
@@ -474,14 +439,6 @@ class CheckpointCoordinator:
         self._completing[p.checkpoint_id] = meta
         return [WriteMetadata(meta)]
 
-    def restore_point(self) -> int | None:
-        """The checkpoint every task restores next: the newest retained one that no task
-        failed to restore (None: start positions, when nothing ever completed)."""
-        for meta in reversed(self.retained):
-            if meta.checkpoint_id not in self.unrestorable:
-                return meta.checkpoint_id
-        return None
-
     def _on_restore_failed(self, msg: RestoreFailed, now: float) -> list[Command]:
         """A task cannot restore the current restore point: every task restores the next
         older retained checkpoint instead (said once, loudly); none left: the job fails."""
@@ -497,8 +454,7 @@ class CheckpointCoordinator:
         if msg.published > n:
             return self.failover.fail(self._republishing(n, msg))
         what = msg.object or "(object not named)"
-        self.unrestorable[n] = f"task {msg.task_id} on {msg.member}: {msg.reason}"
-        older = self.restore_point()
+        older = self.restore_points.refuse(n, f"task {msg.task_id} on {msg.member}: {msg.reason}")
         if older is None:
             reason = (
                 f"checkpoint {n} cannot be restored ({what}: task {msg.task_id}: {msg.reason}) "
@@ -522,7 +478,7 @@ class CheckpointCoordinator:
     def _republishing(self, n: int, msg: RestoreFailed) -> str:
         """Why the job stops rather than restore ``n``: a sink already published the
         output of a newer checkpoint, which processing from ``n`` would publish again."""
-        newer = ", ".join(str(k) for k in sorted(self.unrestorable) if k > n)
+        newer = ", ".join(str(k) for k in self.restore_points.newer_unrestorable(n))
         return (
             f"exactly-once cannot be kept: checkpoint {n} is the newest restorable one"
             + (f" (not restorable: {newer}, named above)" if newer else "")
@@ -542,56 +498,24 @@ class CheckpointCoordinator:
 
     def _reassigned(self, msg: TaskFailed, now: float) -> str:
         owner = self.failover.owners.get(msg.task_id)
-        seen = self._members.get(owner) if owner else None
-        return reassignment_reason(
-            msg.task_id,
-            msg.member,
-            owner,
-            self._owned_by(owner) if owner else [],
-            stopped=self._stopped.get(owner) if owner else None,
-            silent_s=None if seen is None else now - seen[0],
-        )
+        owned = self._owned_by(owner) if owner else []
+        return self.members.reassigned(msg.task_id, msg.member, owner, owned, now)
 
     def _group_change(self, member: str, change: str, now: float) -> str:
-        """The reason of a group change ``member`` reported: a lost or stopped owner
-        other than ``member`` if there is one (kstream.checkpoint.causes)."""
-        others = set(self.failover.owners.values()) - {member}
-        silent = {m: now - self._members[m][0] for m in others if m in self._members}
-        stopped = {m: self._stopped[m] for m in others if m in self._stopped}
-        return group_change_reason(change, silent, stopped)
+        """The reason of a group change ``member`` reported (kstream.checkpoint.causes)."""
+        return self.members.group_change(member, change, set(self.failover.owners.values()), now)
 
     def _on_heartbeat(self, hb: Heartbeat, now: float) -> list[Command]:
-        self._members[hb.member] = (now, hb.tasks)
+        self.members.heard(hb.member, hb.tasks, now)
         previous = self.failover.generation
         self.failover.observe_generation(hb.generation)
-        if previous >= 0 and hb.generation > previous and self.phase is Phase.RUNNING:
-            # A worker joined or left the group (scaling, a restart): normal operation,
-            # unless an owner fell silent (killed: the group noticed first) or stopped.
-            change = f"consumer group generation changed {previous} -> {hb.generation}"
-            reason = self._group_change(hb.member, f"{change} (partitions were reassigned)", now)
-            return self._fail_over(reason, now, normal=reason.startswith(change))
-        owners = self.failover.owners
-        if self.phase is Phase.RUNNING and owners:
-            # A worker runs exactly the tasks it owns; anything else means it lost
-            # them (a rebalance, a restart) and the job must be restored.
-            owned = {t for t, m in owners.items() if m == hb.member}
-            if not hb.tasks and owned:
-                # A worker that restarted (or rejoined after a rebalance) runs nothing until
-                # the next restore names it an owner again: the normal way back in.
-                revoked = (
-                    f"worker {hb.member} no longer runs its tasks {', '.join(sorted(owned))} "
-                    f"of attempt {self.attempt} (the group rebalanced or the worker restarted): "
-                    "restoring them"
-                )
-                reason = self._group_change(hb.member, revoked, now)
-                return self._fail_over(reason, now, normal=reason == revoked)
-            if set(hb.tasks) != owned:
-                return self._fail_over(
-                    f"worker {hb.member} runs tasks {sorted(hb.tasks)} but owns {sorted(owned)} "
-                    f"in attempt {self.attempt}",
-                    now,
-                )
-        return []
+        if self.phase is not Phase.RUNNING:
+            return []
+        moved = self.members.moved(hb, previous, self.failover.owners, self.attempt, now)
+        if moved is None:
+            return []
+        reason, normal = moved
+        return self._fail_over(reason, now, normal=normal)
 
     def _fail_over(self, reason: str, now: float, *, normal: bool = False) -> list[Command]:
         """Suspend: abort every checkpoint in flight (not counted), then schedule a restore.
@@ -665,12 +589,7 @@ class CheckpointCoordinator:
         return cmds
 
     def _timeout_reason(self, p: PendingCheckpoint, now: float) -> str:
-        seen = []
-        for task in p.missing:
-            runs = [(s, m) for m, (s, tasks) in self._members.items() if task in tasks]
-            if runs:
-                s, m = max(runs)
-                seen.append(f"{task} last seen {now - s:.1f}s ago on worker {m}")
+        seen = [w for w in (self.members.last_runner(t, now) for t in p.missing) if w]
         where = f" ({'; '.join(seen)})" if seen else ""
         return (
             f"checkpoint {p.checkpoint_id} timed out after {self.config.timeout:g}s: "

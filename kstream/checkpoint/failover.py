@@ -12,7 +12,8 @@ from collections import deque
 from enum import StrEnum
 
 from kstream.checkpoint.commands import Command, Fail, Send
-from kstream.checkpoint.messages import JobFailed, Restore, Resume, TaskReady
+from kstream.checkpoint.messages import JobFailed, JobStopped, Restore, Resume, TaskReady
+from kstream.checkpoint.recovery import RecoveredState
 from kstream.config import RestartStrategy
 
 
@@ -102,6 +103,31 @@ class FailoverController:
     def restart_delay(self) -> float:
         """Seconds from the failure to the scheduled restore (while SUSPENDED)."""
         return self._backoff
+
+    def continue_from(self, rec: RecoveredState, now: float) -> list[Command]:
+        """What a starting coordinator does with the job it recovered: one that was
+        running keeps running in its attempt; one that was restoring, failed, stopped,
+        or had an unhandled task failure is restored anew."""
+        last = rec.last_lifecycle
+        if rec.starting_from:
+            # Started from an imported checkpoint or savepoint: a first start, whatever
+            # the control topic says of the app's previous version.
+            return self.schedule_initial_restore(now, rec.starting_from)
+        if last is None or isinstance(last, JobStopped):
+            # A job that never ran (or started again after a stop, which is a start, not
+            # a restart of a failed job): restore every task (to the latest completed
+            # checkpoint, or the start positions) and resume with one owner per task, so
+            # no worker ever runs a task it was not named the owner of (§6.4).
+            return self.schedule_initial_restore(now)
+        if isinstance(last, Restore):
+            return self.on_failure(
+                f"coordinator restarted during the restore of attempt {rec.attempt}", now
+            )
+        if isinstance(last, JobFailed):
+            return self.on_failure(f"coordinator restarted after job failure ({last.reason})", now)
+        if rec.unhandled_failure:
+            return self.on_failure(rec.unhandled_failure, now)
+        return []
 
     def schedule_initial_restore(self, now: float, reason: str = "job start") -> list[Command]:
         """A job's first start — also from an imported checkpoint or savepoint: restore and

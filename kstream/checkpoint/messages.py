@@ -147,6 +147,7 @@ class Heartbeat:
     tasks: tuple[str, ...]
     generation: int
     plan: str = ""  # the worker's plan fingerprint
+    query: str = ""  # the worker's query endpoint (docs/queries.md), "" when it serves none
 
 
 @dataclass(frozen=True)
@@ -320,6 +321,8 @@ def encode(msg: Message) -> bytes:
     body = asdict(msg)
     if isinstance(msg, Heartbeat):
         body["tasks"] = list(msg.tasks)
+        if not msg.query:
+            del body["query"]  # as before queries: readers of an older version decode it
     data = json.dumps(
         {"v": SCHEMA_VERSION, "type": type(msg).__name__, **body}, separators=(",", ":")
     ).encode()

@@ -50,6 +50,7 @@ class RecoveredState:
     # Every readable completed checkpoint still in the store, ascending (restore fallbacks).
     retained: list[CheckpointMetadata] = field(default_factory=list)
     unhandled_failure: str = ""  # a TaskFailed of the current attempt after the last lifecycle
+    unhandled_report: TaskFailed | None = None  # that TaskFailed itself
     # Set when the job starts from an imported checkpoint or savepoint: a first start
     # (restored at once, not counted by the restart strategy), whatever ran before.
     starting_from: str = ""
@@ -89,12 +90,13 @@ def recover(
             case Restore(attempt=a) | Resume(attempt=a):
                 st.attempt = max(st.attempt, a)
                 st.last_lifecycle = msg
-                st.unhandled_failure = ""
+                st.unhandled_failure, st.unhandled_report = "", None
             case JobFailed() | JobStopped():
                 st.last_lifecycle = msg
-                st.unhandled_failure = ""
+                st.unhandled_failure, st.unhandled_report = "", None
             case TaskFailed(attempt=a) if a == st.attempt:
                 st.unhandled_failure = f"task {msg.task_id} failed on {msg.member}: {msg.reason}"
+                st.unhandled_report = msg
             case _:
                 pass  # heartbeats, readies and declines carry no history
     # A checkpoint whose metadata exists completed, announced or not.

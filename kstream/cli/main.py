@@ -27,6 +27,7 @@ SUBCOMMANDS = {
     "savepoint": "kstream.cli.savepoints:savepoint",
     "savepoints": "kstream.cli.savepoints:savepoints",
     "state": "kstream.cli.state:state",
+    "query": "kstream.cli.query:query",
 }
 
 

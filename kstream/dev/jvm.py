@@ -1,13 +1,18 @@
 """A development server's JVM process, shared by every launcher of :mod:`kstream.dev`.
 
-What is the same for the Kafka broker and S3Proxy: finding a Java 17+ runtime;
-checking and picking loopback ports; starting the JVM in its own process group
-(so a stop signals the whole tree) that dies with its Python parent unless it is
-detached (``PR_SET_PDEATHSIG`` on Linux, ``atexit`` elsewhere); waiting until it
-serves; stopping it with SIGTERM, then SIGKILL; and the record a detached server
-leaves in its state directory, by which ``kstream dev ... stop|status`` find it
-again (a recorded pid is signalled only while it still runs the server's main
-class, never a recycled one).
+What is the same for every development server (the Kafka broker, S3Proxy, the
+Schema Registry): finding a Java 17+ runtime; checking and picking loopback ports;
+starting the JVM in its own process group (so a stop signals the whole tree) that
+dies with its Python parent unless it is detached (``PR_SET_PDEATHSIG`` on Linux,
+``atexit`` elsewhere); waiting until it serves; stopping it with SIGTERM, then
+SIGKILL; and recognising a recorded pid (signalled only while it still runs the
+server's main class, never a recycled one).
+
+Linux ties ``PR_SET_PDEATHSIG`` to the *thread* that forked the child, not to the
+process: a server started from a helper thread would die when that thread ends (a
+harness restarting brokers from a thread lost them all). Every attached server is
+therefore started by one launcher thread that lives as long as the process
+(:func:`launch`).
 
 Every failure raises the launcher's own :class:`DevServerError` subclass with a
 message that says what to do.
@@ -18,20 +23,21 @@ from __future__ import annotations
 import atexit
 import contextlib
 import ctypes
-import json
 import os
+import queue
 import re
 import shutil
 import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
-from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import asdict, dataclass
+from concurrent.futures import Future
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, ClassVar, Self
+from typing import Any
 
 MIN_JAVA = 17
 _PR_SET_PDEATHSIG = 1
@@ -200,11 +206,62 @@ def stop_server(kind: ServerKind, pid: int, timeout: float) -> bool:
     return True
 
 
-def _die_with_parent() -> None:
-    """Runs in the child before exec: ask Linux to SIGTERM it when its parent dies."""
-    if sys.platform.startswith("linux"):
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+def _die_with(parent: int) -> Callable[[], None]:
+    """What runs in the child before exec: ask Linux to SIGTERM it when the thread that
+    forked it ends (the launcher thread: when this process ends), and exit at once if
+    ``parent`` is already gone (it died between the fork and the request)."""
+
+    def request() -> None:
+        if sys.platform.startswith("linux"):
+            libc = ctypes.CDLL(None, use_errno=True)
+            libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+            if os.getppid() != parent:
+                os._exit(1)
+
+    return request
+
+
+class _Launcher:
+    """One daemon thread that forks every attached server and never ends before the
+    process does: the thread ``PR_SET_PDEATHSIG`` watches."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._thread: threading.Thread | None = None
+        self._requests: queue.SimpleQueue[
+            tuple[dict[str, Any], Future[subprocess.Popen[bytes]]]
+        ] = queue.SimpleQueue()
+
+    def popen(self, **kwargs: Any) -> subprocess.Popen[bytes]:
+        """``subprocess.Popen(**kwargs)``, run on the launcher thread."""
+        done: Future[subprocess.Popen[bytes]] = Future()
+        with self._lock:
+            if self._thread is None or not self._thread.is_alive():  # none yet, or forked
+                self._thread = threading.Thread(
+                    target=self._serve, name="kstream-dev-launcher", daemon=True
+                )
+                self._thread.start()
+        self._requests.put((kwargs, done))
+        return done.result()
+
+    def _serve(self) -> None:
+        while True:
+            kwargs, done = self._requests.get()
+            try:
+                done.set_result(subprocess.Popen(**kwargs))
+            except BaseException as e:  # handed to the caller, who raises it
+                done.set_exception(e)
+
+
+_LAUNCHER = _Launcher()
+
+
+def launch(*, die_with_process: bool, **popen: Any) -> subprocess.Popen[bytes]:
+    """``subprocess.Popen(**popen)``; with ``die_with_process`` the child gets SIGTERM when
+    this process ends (from whichever thread it is called: the launcher thread forks it)."""
+    if not die_with_process:
+        return subprocess.Popen(**popen)
+    return _LAUNCHER.popen(**popen, preexec_fn=_die_with(os.getpid()))
 
 
 # ---- one server process --------------------------------------------------------------------
@@ -236,15 +293,15 @@ class ServerProcess:
         if self._proc is not None:
             raise self.kind.error(f"{self.kind.name} already started (pid {self._proc.pid})")
         with open(output, "ab") as out:
-            self._proc = subprocess.Popen(
-                list(cmd),
+            self._proc = launch(
+                die_with_process=not detach,
+                args=list(cmd),
                 stdin=subprocess.DEVNULL,
                 stdout=out,
                 stderr=subprocess.STDOUT,
                 cwd=cwd,
                 env=dict(env),
                 start_new_session=True,  # own process group: stop() signals the whole tree
-                preexec_fn=None if detach else _die_with_parent,
             )
         if not detach:
             atexit.register(self.stop)
@@ -308,57 +365,3 @@ class ServerProcess:
             with contextlib.suppress(ValueError):
                 atexit.unregister(self.stop)
         return proc
-
-
-# ---- what a detached server leaves behind ---------------------------------------------------
-
-
-@dataclass(frozen=True)
-class ServerRecord(ABC):
-    """Base of what a running server leaves in its state directory so other commands find
-    it: ``FILE`` (its fields as JSON) and the ``COMPANIONS`` (small files for shells)."""
-
-    KIND: ClassVar[ServerKind]
-    FILE: ClassVar[str]
-    COMPANIONS: ClassVar[tuple[str, ...]] = ()
-
-    @property
-    @abstractmethod
-    def pids(self) -> tuple[int, ...]:
-        """Every recorded pid."""
-
-    def companion_texts(self) -> dict[str, str]:
-        """The text of each of ``COMPANIONS``."""
-        return {}
-
-    def write(self, state_dir: Path) -> None:
-        """Write ``FILE`` (atomically) and the companions."""
-        state_dir.mkdir(parents=True, exist_ok=True)
-        tmp = state_dir / (self.FILE + ".tmp")
-        tmp.write_text(json.dumps(asdict(self), indent=2) + "\n")
-        tmp.replace(state_dir / self.FILE)
-        for name, text in self.companion_texts().items():
-            (state_dir / name).write_text(text)
-
-    @classmethod
-    def read(cls, state_dir: Path) -> Self | None:
-        """The record in ``state_dir``, or None if there is none."""
-        path = state_dir / cls.FILE
-        if not path.is_file():
-            return None
-        return cls.from_json(json.loads(path.read_text()))
-
-    @classmethod
-    def from_json(cls, data: dict[str, Any]) -> Self:
-        """The record of ``FILE``'s content."""
-        return cls(**data)
-
-    @classmethod
-    def clear(cls, state_dir: Path) -> None:
-        """Remove the record and its companions (the server is gone)."""
-        for name in (cls.FILE, *cls.COMPANIONS):
-            (state_dir / name).unlink(missing_ok=True)
-
-    def is_running(self) -> bool:
-        """Whether every recorded pid is still a live JVM of this kind of server."""
-        return all(pid_alive(p) and runs_main_class(p, self.KIND.main_class) for p in self.pids)

@@ -25,23 +25,20 @@ import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Unpack
 
 from kstream.dev.jvm import (
     DevServerError,
     ServerKind,
-    ServerProcess,
-    ServerRecord,
     check_port_free,
-    find_java,
     free_port,
     jvm_options,
     port_open,
     render_properties,
-    stop_server,
     tail,
 )
 from kstream.dev.maven import Jars, resolve
+from kstream.dev.server import DevServer, ServerOptions, ServerRecord
 from kstream.kafka.clients import KafkaException, make_admin
 
 __all__ = [
@@ -55,8 +52,9 @@ __all__ = [
     "kafka_version_of",
     "log4j2_properties",
     "new_cluster_id",
+    "previous_listeners",
+    "previous_ports",
     "resolve_libs",
-    "stop_pid",
 ]
 
 KAFKA_VERSION = "4.1.1"
@@ -141,18 +139,25 @@ def new_cluster_id() -> str:
             return cid
 
 
-def previous_ports(props_file: Path) -> tuple[int, int] | None:
-    """``(client port, controller port)`` of the broker configured in ``props_file``
-    (a previous start on the same data), or None."""
+def previous_listeners(props_file: Path) -> dict[str, int]:
+    """Listener name -> port of the broker configured in ``props_file`` (a previous
+    start on the same data; empty if there was none)."""
     try:
         text = props_file.read_text()
     except OSError:
-        return None
+        return {}
     listeners = re.search(r"^listeners=(.*)$", text, re.MULTILINE)
-    ports = dict(re.findall(r"(\w+)://[^,]*:(\d+)", listeners.group(1))) if listeners else {}
+    found = re.findall(r"(\w+)://[^,]*:(\d+)", listeners.group(1)) if listeners else []
+    return {name: int(port) for name, port in found}
+
+
+def previous_ports(props_file: Path) -> tuple[int, int] | None:
+    """``(client port, controller port)`` of the broker configured in ``props_file``
+    (a previous start on the same data), or None."""
+    ports = previous_listeners(props_file)
     if "PLAINTEXT" not in ports or "CONTROLLER" not in ports:
         return None
-    return int(ports["PLAINTEXT"]), int(ports["CONTROLLER"])
+    return ports["PLAINTEXT"], ports["CONTROLLER"]
 
 
 def broker_properties(
@@ -214,15 +219,6 @@ def log4j2_properties(log_file: Path) -> str:
     )
 
 
-def stop_pid(pid: int, timeout: float = 20.0) -> bool:
-    """Stop the broker JVM ``pid`` (and its process group): SIGTERM, wait, then SIGKILL.
-
-    Returns False if no such broker process was running. A pid that is alive but
-    is not a Kafka JVM is left alone and raises :class:`LocalBrokerError`.
-    """
-    return stop_server(KAFKA, pid, timeout)
-
-
 @dataclass(frozen=True)
 class BrokerRecord(ServerRecord):
     """What a running broker leaves in its state directory so other commands find it:
@@ -245,6 +241,13 @@ class BrokerRecord(ServerRecord):
         """Every recorded broker pid (one per node)."""
         return (self.pid, *self.more_pids)
 
+    @property
+    def address(self) -> str:
+        return self.bootstrap
+
+    def describe(self) -> str:
+        return f"Kafka {self.kafka_version}, log {self.log_file}"
+
     def companion_texts(self) -> dict[str, str]:
         return {self.BOOTSTRAP_FILE: self.bootstrap + "\n"}
 
@@ -253,7 +256,7 @@ class BrokerRecord(ServerRecord):
         return cls(**{**data, "more_pids": tuple(data.get("more_pids", ()))})
 
 
-class LocalBroker:
+class LocalBroker(DevServer):
     """One single-node KRaft Kafka broker process with its data in ``data_dir``.
 
     Use as a context manager, or call :meth:`start` / :meth:`stop`. ``port=0``
@@ -262,38 +265,32 @@ class LocalBroker:
     this Python process exits (the caller records the pid and stops it later).
     """
 
+    KIND: ClassVar[ServerKind] = KAFKA
+    HEAP: ClassVar[str] = "512m"
+    START_TIMEOUT: ClassVar[float] = 90.0
+    STOP_TIMEOUT: ClassVar[float] = 20.0
+
     def __init__(
         self,
         data_dir: Path | str,
         *,
-        port: int = 0,
         controller_port: int = 0,
-        host: str = "127.0.0.1",
-        heap: str = "512m",
-        start_timeout: float = 90.0,
-        detach: bool = False,
-        env: Mapping[str, str] | None = None,
         overrides: Mapping[str, str] | None = None,
         cluster_id: str | None = None,
         jvm_extra: tuple[str, ...] = (),
+        **options: Unpack[ServerOptions],
     ) -> None:
+        super().__init__(data_dir, **options)
         # ``overrides``: server.properties entries that replace or add to the
         # single-node ones (a cluster node's id, quorum and replication; a SASL
         # listener); ``cluster_id``: the KRaft cluster id every node is formatted with.
         self.overrides = dict(overrides or {})
         self.jvm_extra = jvm_extra  # more JVM flags (a cluster's nodes: less JIT work)
         self.cluster_id = cluster_id
-        self.data_dir = Path(data_dir).resolve()
-        self.host = host
-        self.port = port
         self.controller_port = controller_port
-        self.heap = heap
-        self.start_timeout = start_timeout
-        self.detach = detach
-        self._env = dict(os.environ if env is None else env)
-        self._process = ServerProcess(KAFKA)
         self.kafka_version = ""
         self.libs: Path | None = None
+        self._admin: Any = None
 
     @property
     def bootstrap(self) -> str:
@@ -301,9 +298,8 @@ class LocalBroker:
         return f"{self.host}:{self.port}"
 
     @property
-    def log_file(self) -> Path:
-        """The broker's log4j log."""
-        return self.data_dir / "broker.log"
+    def address(self) -> str:
+        return self.bootstrap
 
     @property
     def stdout_file(self) -> Path:
@@ -311,9 +307,9 @@ class LocalBroker:
         return self.data_dir / "broker.out"
 
     @property
-    def pid(self) -> int | None:
-        """The JVM's pid while started."""
-        return self._process.pid
+    def log_files(self) -> tuple[Path, ...]:
+        """The JVM's stdout/stderr, then the broker's log4j log."""
+        return (self.stdout_file, self.data_dir / "broker.log")
 
     def record(self) -> BrokerRecord:
         """A :class:`BrokerRecord` describing this running broker."""
@@ -327,35 +323,22 @@ class LocalBroker:
             kafka_version=self.kafka_version,
         )
 
-    def __enter__(self) -> LocalBroker:
-        self.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
-
-    def start(self) -> str:
-        """Start the broker and return its bootstrap address once it answers metadata requests.
-
-        Steps, in order: check Java, get the jars, check ports, write configs,
-        format storage (first start of this data dir only), start the JVM, wait.
-        """
-        self.launch()
-        try:
-            self.wait_ready()
-        except BaseException:
-            self.stop()
-            raise
-        return self.bootstrap
-
-    def launch(self) -> None:
-        """Start the JVM without waiting for it to serve (``wait_ready`` does): the
-        nodes of a cluster must all run before any of them answers."""
-        if self.pid is not None:
-            raise LocalBrokerError(f"broker already started (pid {self.pid})")
-        java, _ = find_java(KAFKA, self._env)
+    def command(self, java: str) -> list[str]:
+        """Get the jars, check the ports, write the configs, format the storage (first
+        start of this data directory only): the broker's command line."""
         self.libs = resolve_libs(self._env)
         self.kafka_version = kafka_version_of(self.libs)
+        self._claim_ports()
+        props_file, log4j_file = self.write_config()
+        classpath = f"{self.libs}/*"
+        log_opts = [f"-Dlog4j2.configurationFile={log4j_file}", f"-Dkafka.logs.dir={self.data_dir}"]
+        if not (self.data_dir / "logs" / "meta.properties").is_file():
+            self._format_storage([java, "-Xmx256m", *log_opts, "-cp", classpath], props_file)
+        cmd = [java, *jvm_options(self.heap), *self.jvm_extra, *log_opts, "-cp", classpath]
+        self._admin = None
+        return [*cmd, KAFKA.main_class, str(props_file)]
+
+    def _claim_ports(self) -> None:
         # A restart on the same data keeps its ports: a saved bootstrap stays valid.
         before = previous_ports(self.data_dir / "server.properties")
         kept = before is not None and 0 in (self.port, self.controller_port)
@@ -379,24 +362,16 @@ class LocalBroker:
                 f"bootstrap stays valid; free it, or give --port/--controller-port)"
             ) from e
 
+    def write_config(self) -> tuple[Path, Path]:
+        """Write server.properties (on ``port``/``controller_port``, with ``overrides``) and
+        the log4j2 configuration; their paths."""
         self.data_dir.mkdir(parents=True, exist_ok=True)
         props_file = self.data_dir / "server.properties"
         props = broker_properties(self.data_dir, self.port, self.controller_port, self.host)
         props_file.write_text(render_properties({**props, **self.overrides}))
         log4j_file = self.data_dir / "log4j2.properties"
         log4j_file.write_text(log4j2_properties(self.log_file))
-        classpath = f"{self.libs}/*"
-        log_opts = [f"-Dlog4j2.configurationFile={log4j_file}", f"-Dkafka.logs.dir={self.data_dir}"]
-        if not (self.data_dir / "logs" / "meta.properties").is_file():
-            self._format_storage([java, "-Xmx256m", *log_opts, "-cp", classpath], props_file)
-        cmd = [java, *jvm_options(self.heap), *self.jvm_extra, *log_opts, "-cp", classpath]
-        self._process.start(
-            [*cmd, KAFKA.main_class, str(props_file)],
-            output=self.stdout_file,
-            cwd=self.data_dir,
-            env=self._env,
-            detach=self.detach,
-        )
+        return props_file, log4j_file
 
     def _format_storage(self, java: list[str], props_file: Path) -> None:
         """``kafka-storage format`` of a new data directory."""
@@ -422,45 +397,13 @@ class LocalBroker:
                 f"(exit {fmt.returncode}):\n{tail(fmt.stdout + fmt.stderr)}"
             )
 
-    def wait_ready(self) -> None:
-        """Return once the launched broker answers a metadata request (LocalBrokerError
-        if it exits or does not answer within ``start_timeout``)."""
-        admin = None
-
-        def serves_metadata() -> bool:
-            nonlocal admin
-            if not port_open(self.host, self.port):
-                return False
-            if admin is None:
-                admin = make_admin(self.bootstrap, {"log_level": 0})
-            try:
-                return bool(admin.list_topics(timeout=1.0).brokers)
-            except KafkaException:
-                return False  # listening but not serving metadata yet: keep waiting
-
-        self._process.wait_ready(
-            serves_metadata,
-            address=self.bootstrap,
-            timeout=self.start_timeout,
-            log_file=self.log_file,
-            log_tail=self._log_tail,
-        )
-
-    def _log_tail(self, lines: int = 25) -> str:
-        parts = []
-        for f in (self.stdout_file, self.log_file):
-            if f.is_file() and f.stat().st_size:
-                parts.append(f"--- {f.name} ---\n{tail(f.read_text(errors='replace'), lines)}")
-        return "\n".join(parts) or "(no log output)"
-
-    def stop(self, timeout: float = 20.0) -> None:
-        """Stop the broker (SIGTERM, then SIGKILL after ``timeout``); idempotent."""
-        self._process.stop(timeout)
-
-    def kill(self) -> None:
-        """SIGKILL the broker at once (a crash, for failure tests); idempotent."""
-        self._process.kill()
-
-    def wait(self) -> int:
-        """Block until the broker process exits; its exit code."""
-        return self._process.wait()
+    def ready(self) -> bool:
+        """Whether the broker answers a metadata request."""
+        if not port_open(self.host, self.port):
+            return False
+        if self._admin is None:
+            self._admin = make_admin(self.bootstrap, {"log_level": 0})
+        try:
+            return bool(self._admin.list_topics(timeout=1.0).brokers)
+        except KafkaException:
+            return False  # listening but not serving metadata yet: keep waiting

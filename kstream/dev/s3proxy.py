@@ -7,38 +7,25 @@ provider is deprecated and 5-10x slower per request: it hashes a file on every
 HEAD). Needs Java 17+; the jars are resolved once from Maven Central and cached
 under ``$XDG_CACHE_HOME/kstream/s3proxy-<version>`` (:mod:`kstream.dev.maven`).
 
-Lifecycle as :class:`kstream.dev.localbroker.LocalBroker`'s, on the same JVM
-process (:mod:`kstream.dev.jvm`): :meth:`S3Proxy.start` writes the configuration,
-creates the buckets, starts the JVM and returns once the server answers HTTP;
-:meth:`S3Proxy.stop` sends SIGTERM, waits, then SIGKILL. A detached server
+Lifecycle as every development server's (:class:`kstream.dev.server.DevServer`):
+:meth:`S3Proxy.start` writes the configuration, creates the buckets, starts the JVM
+and returns once the server answers HTTP; :meth:`S3Proxy.stop` sends SIGTERM,
+waits, then SIGKILL. A detached server
 (``kstream dev s3 start``) is found again through :class:`S3ProxyRecord`. Every
 failure is an :class:`S3ProxyError` saying what to do.
 """
 
 from __future__ import annotations
 
-import os
 import urllib.error
 import urllib.request
-from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import ClassVar
+from typing import ClassVar, Unpack
 
-from kstream.dev.jvm import (
-    DevServerError,
-    ServerKind,
-    ServerProcess,
-    ServerRecord,
-    check_port_free,
-    find_java,
-    free_port,
-    jvm_options,
-    render_properties,
-    stop_server,
-    tail,
-)
+from kstream.dev.jvm import DevServerError, ServerKind, jvm_options, render_properties
 from kstream.dev.maven import Jars, resolve
+from kstream.dev.server import DevServer, ServerOptions, ServerRecord
 
 S3PROXY_VERSION = "2.6.0"
 MAIN_CLASS = "org.gaul.s3proxy.Main"
@@ -105,11 +92,6 @@ def s3proxy_properties(
     }
 
 
-def stop_pid(pid: int, timeout: float = 15.0) -> bool:
-    """Stop the S3Proxy JVM ``pid`` and its process group; False if none was running."""
-    return stop_server(S3PROXY, pid, timeout)
-
-
 @dataclass(frozen=True)
 class S3ProxyRecord(ServerRecord):
     """What a running server leaves in its state directory so other commands find it:
@@ -133,6 +115,13 @@ class S3ProxyRecord(ServerRecord):
     def pids(self) -> tuple[int, ...]:
         return (self.pid,)
 
+    @property
+    def address(self) -> str:
+        return self.endpoint
+
+    def describe(self) -> str:
+        return f"S3Proxy {self.version}, bucket {self.bucket}, log {self.log_file}"
+
     def environment(self) -> dict[str, str]:
         """The standard S3 client environment that reaches this server."""
         return {
@@ -148,7 +137,7 @@ class S3ProxyRecord(ServerRecord):
         return {self.ENV_FILE: "\n".join(lines) + "\n"}
 
 
-class S3Proxy:
+class S3Proxy(DevServer):
     """One S3Proxy process serving the buckets under ``data_dir/buckets``.
 
     ``port=0`` picks a free port. ``detach=True`` keeps it running after this
@@ -156,31 +145,21 @@ class S3Proxy:
     data (what a test simulating a store outage does).
     """
 
+    KIND: ClassVar[ServerKind] = S3PROXY
+
     def __init__(
         self,
         data_dir: Path | str,
         *,
-        host: str = "127.0.0.1",
-        port: int = 0,
         buckets: tuple[str, ...] = (DEFAULT_BUCKET,),
         access_key: str = DEV_ACCESS_KEY,
         secret_key: str = DEV_SECRET_KEY,
-        heap: str = "256m",
-        start_timeout: float = 60.0,
-        detach: bool = False,
-        env: Mapping[str, str] | None = None,
+        **options: Unpack[ServerOptions],
     ) -> None:
-        self.data_dir = Path(data_dir).resolve()
-        self.host = host
-        self.port = port
+        super().__init__(data_dir, **options)
         self.buckets = buckets
         self.access_key = access_key
         self.secret_key = secret_key
-        self.heap = heap
-        self.start_timeout = start_timeout
-        self.detach = detach
-        self._env = dict(os.environ if env is None else env)
-        self._process = ServerProcess(S3PROXY)
 
     @property
     def endpoint(self) -> str:
@@ -188,14 +167,13 @@ class S3Proxy:
         return f"http://{self.host}:{self.port}"
 
     @property
-    def log_file(self) -> Path:
-        """The JVM's output (S3Proxy logs to stdout)."""
-        return self.data_dir / "s3proxy.log"
+    def address(self) -> str:
+        return self.endpoint
 
     @property
-    def pid(self) -> int | None:
-        """The JVM's pid while started."""
-        return self._process.pid
+    def log_files(self) -> tuple[Path, ...]:
+        """The JVM's output (S3Proxy logs to stdout)."""
+        return (self.data_dir / "s3proxy.log",)
 
     def bucket_dir(self, bucket: str = DEFAULT_BUCKET) -> Path:
         """The directory holding ``bucket``'s objects."""
@@ -220,24 +198,11 @@ class S3Proxy:
             version=S3PROXY_VERSION,
         )
 
-    def __enter__(self) -> S3Proxy:
-        self.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
-
-    def start(self) -> str:
-        """Start the server; its endpoint once it answers HTTP.
-
-        Steps: check Java, get the jars, check the port, write the configuration,
-        create the bucket directories, start the JVM, wait until it answers.
-        """
-        java, _ = find_java(S3PROXY, self._env)
+    def command(self, java: str) -> list[str]:
+        """Get the jars, check the port, write the configuration, create the bucket
+        directories: S3Proxy's command line."""
         libs = resolve(s3proxy_jars(), self._env, error=S3ProxyError)
-        if self.port == 0:
-            self.port = free_port(self.host)
-        check_port_free(S3PROXY, self.host, self.port, "S3Proxy")
+        self.claim_port("S3Proxy")
         buckets_dir = self.data_dir / "buckets"
         for bucket in self.buckets:
             (buckets_dir / bucket).mkdir(parents=True, exist_ok=True)
@@ -250,47 +215,19 @@ class S3Proxy:
         # at DEBUG (hundreds of MB, and a much slower server).
         logback = self.data_dir / "logback.xml"
         logback.write_text(LOGBACK_XML)
-        self._process.start(
-            [
-                java,
-                *jvm_options(self.heap),
-                f"-Dlogback.configurationFile={logback}",
-                "-cp",
-                f"{libs}/*",
-                MAIN_CLASS,
-                "--properties",
-                str(conf),
-            ],
-            output=self.log_file,
-            cwd=self.data_dir,
-            env=self._env,
-            detach=self.detach,
-        )
-        try:
-            self._process.wait_ready(
-                lambda: answers(self.endpoint),
-                address=self.endpoint,
-                timeout=self.start_timeout,
-                log_file=self.log_file,
-                log_tail=self._log_tail,
-            )
-        except BaseException:
-            self.stop()
-            raise
-        return self.endpoint
+        return [
+            java,
+            *jvm_options(self.heap),
+            f"-Dlogback.configurationFile={logback}",
+            "-cp",
+            f"{libs}/*",
+            MAIN_CLASS,
+            "--properties",
+            str(conf),
+        ]
 
-    def _log_tail(self, lines: int = 25) -> str:
-        if self.log_file.is_file() and self.log_file.stat().st_size:
-            return tail(self.log_file.read_text(errors="replace"), lines)
-        return "(no log output)"
-
-    def stop(self, timeout: float = 15.0) -> None:
-        """Stop the server (SIGTERM, then SIGKILL after ``timeout``); idempotent."""
-        self._process.stop(timeout)
-
-    def wait(self) -> int:
-        """Block until the server exits; its exit code."""
-        return self._process.wait()
+    def ready(self) -> bool:
+        return answers(self.endpoint)
 
 
 def answers(endpoint: str, timeout: float = 1.0) -> bool:

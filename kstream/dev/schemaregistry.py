@@ -13,30 +13,20 @@ an empty list of dynamic settings: ``CONFIG_BEANS``) and everit's JSON Schema li
 (the same code, published as ``com.github.erosb:everit-json-schema``).
 
 Storage is Apicurio's in-memory H2 database: a restart starts empty. Lifecycle as
-:class:`kstream.dev.s3proxy.S3Proxy`'s, on the shared JVM process
-(:mod:`kstream.dev.jvm`); every failure is a :class:`SchemaRegistryError` saying
+every development server's (:class:`kstream.dev.server.DevServer`); every failure is a :class:`SchemaRegistryError` saying
 what to do.
 """
 
 from __future__ import annotations
 
-import os
 import urllib.error
 import urllib.request
-from collections.abc import Mapping
 from pathlib import Path
+from typing import ClassVar
 
-from kstream.dev.jvm import (
-    DevServerError,
-    ServerKind,
-    ServerProcess,
-    check_port_free,
-    find_java,
-    free_port,
-    jvm_options,
-    tail,
-)
+from kstream.dev.jvm import DevServerError, ServerKind, jvm_options
 from kstream.dev.maven import Build, build
+from kstream.dev.server import DevServer
 
 APICURIO_VERSION = "2.4.2.Final"
 QUARKUS_VERSION = "2.16.4.Final"  # the version Apicurio 2.4.2 is built with
@@ -125,26 +115,13 @@ def registry_build(version: str = APICURIO_VERSION) -> Build:
     )
 
 
-class SchemaRegistry:
+class SchemaRegistry(DevServer):
     """One Apicurio Registry JVM: :meth:`start` builds (once), starts and waits until the
     Confluent-compatible API answers; :meth:`stop` stops it; ``url`` is what
     ``schema.registry.url`` takes."""
 
-    def __init__(
-        self,
-        data_dir: Path | str,
-        *,
-        host: str = "127.0.0.1",
-        port: int = 0,
-        heap: str = "256m",
-        start_timeout: float = 120.0,
-        env: Mapping[str, str] | None = None,
-    ) -> None:
-        self.data_dir = Path(data_dir).resolve()
-        self.host, self.port, self.heap = host, port, heap
-        self.start_timeout = start_timeout
-        self._env = dict(os.environ if env is None else env)
-        self._process = ServerProcess(REGISTRY)
+    KIND: ClassVar[ServerKind] = REGISTRY
+    START_TIMEOUT: ClassVar[float] = 120.0
 
     @property
     def url(self) -> str:
@@ -152,64 +129,30 @@ class SchemaRegistry:
         return f"http://{self.host}:{self.port}{CCOMPAT_PATH}"
 
     @property
-    def log_file(self) -> Path:
-        return self.data_dir / "registry.log"
-
-    @property
-    def pid(self) -> int | None:
-        return self._process.pid
-
-    def __enter__(self) -> SchemaRegistry:
-        self.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
-
-    def start(self) -> str:
-        """Start the registry (on the same port as before, if it ran); its URL once it answers."""
-        java, _ = find_java(REGISTRY, self._env)
-        home = build(registry_build(), self._env, error=SchemaRegistryError)
-        if self.port == 0:
-            self.port = free_port(self.host)
-        check_port_free(REGISTRY, self.host, self.port, "Schema Registry")
-        self.data_dir.mkdir(parents=True, exist_ok=True)
-        self._process.start(
-            [
-                java,
-                *jvm_options(self.heap),
-                f"-Dquarkus.http.host={self.host}",
-                f"-Dquarkus.http.port={self.port}",
-                "-Dquarkus.log.level=WARN",
-                "-jar",
-                str(home / RUNNER),
-            ],
-            output=self.log_file,
-            cwd=self.data_dir,
-            env=self._env,
-            detach=False,
-        )
-        try:
-            self._process.wait_ready(
-                lambda: answers(self.url),
-                address=self.url,
-                timeout=self.start_timeout,
-                log_file=self.log_file,
-                log_tail=self._log_tail,
-            )
-        except BaseException:
-            self.stop()
-            raise
+    def address(self) -> str:
         return self.url
 
-    def _log_tail(self, lines: int = 25) -> str:
-        if self.log_file.is_file() and self.log_file.stat().st_size:
-            return tail(self.log_file.read_text(errors="replace"), lines)
-        return "(no log output)"
+    @property
+    def log_files(self) -> tuple[Path, ...]:
+        return (self.data_dir / "registry.log",)
 
-    def stop(self, timeout: float = 15.0) -> None:
-        """Stop the registry (SIGTERM, then SIGKILL after ``timeout``); idempotent."""
-        self._process.stop(timeout)
+    def command(self, java: str) -> list[str]:
+        """Build the registry (once), check the port: its command line."""
+        home = build(registry_build(), self._env, error=SchemaRegistryError)
+        self.claim_port("Schema Registry")
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        return [
+            java,
+            *jvm_options(self.heap),
+            f"-Dquarkus.http.host={self.host}",
+            f"-Dquarkus.http.port={self.port}",
+            "-Dquarkus.log.level=WARN",
+            "-jar",
+            str(home / RUNNER),
+        ]
+
+    def ready(self) -> bool:
+        return answers(self.url)
 
 
 def answers(url: str, timeout: float = 1.0) -> bool:

@@ -391,7 +391,7 @@ def topic_conflicts(
 
 
 def _cleanup_policies(
-    admin: AdminClient, names: list[str], timeout: float = 30.0
+    admin: AdminClient, names: list[str], timeout: float = 30.0, request_timeout: float = 5.0
 ) -> dict[str, frozenset[str]]:
     """Each topic's cleanup.policy. A topic another process has just created may not be
     known to the broker asked yet (UNKNOWN_TOPIC_OR_PART), and the broker asked may be
@@ -403,11 +403,11 @@ def _cleanup_policies(
         pending = [n for n in names if n not in out]
         futures = admin.describe_configs(
             [ConfigResource(ConfigResource.Type.TOPIC, n) for n in pending],
-            request_timeout=_DESCRIBE_TIMEOUT_S,
+            request_timeout=request_timeout,
         )
         for res, fut in futures.items():
             try:
-                entry = fut.result(timeout=_DESCRIBE_TIMEOUT_S + 5).get("cleanup.policy")
+                entry = fut.result(timeout=request_timeout + 5).get("cleanup.policy")
             except (KafkaException, TimeoutError) as e:
                 retriable = isinstance(e, TimeoutError) or (
                     e.args[0].code() in _RETRIABLE_OFFSET_ERRORS
@@ -419,12 +419,20 @@ def _cleanup_policies(
                         f"the cleanup.policy of topic {res.name} could not be read within "
                         f"{timeout:g}s ({e or 'no answer'}): are the brokers up?"
                     ) from e
-                _refresh_metadata(admin)  # the controller it asked may be the one down
+                _refresh_metadata(admin, request_timeout)  # the controller asked may be down
                 continue
             out[res.name] = _policy(entry.value if entry is not None and entry.value else "delete")
         if len(out) == len(names):
             return out
         time.sleep(0.2)
+
+
+def _refresh_metadata(admin: AdminClient, timeout: float) -> None:
+    """A metadata request, so librdkafka learns the cluster's controller anew: it sends
+    DescribeConfigs to the controller it last heard of, and while that broker is down
+    every ask fails with "Timed out waiting for controller"."""
+    with contextlib.suppress(KafkaException):  # the next ask says what is wrong
+        admin.list_topics(timeout=timeout)
 
 
 def _policy(value: str) -> frozenset[str]:
@@ -447,14 +455,6 @@ def _without_leader(admin: AdminClient, names: list[str]) -> list[str]:
     return out
 
 
-def _refresh_metadata(admin: AdminClient) -> None:
-    """Ask for the cluster's metadata: the client learns the current controller (a
-    DescribeConfigs waits for the one it knows, which may have been killed)."""
-    with contextlib.suppress(KafkaException):  # (asked again with the next request)
-        admin.list_topics(timeout=_DESCRIBE_TIMEOUT_S)
-
-
-_DESCRIBE_TIMEOUT_S = 5.0  # one DescribeConfigs request (a broker may be down: ask again)
 _RETRIABLE_OFFSET_ERRORS = frozenset(
     {
         KafkaError.NOT_LEADER_FOR_PARTITION,

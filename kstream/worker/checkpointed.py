@@ -7,10 +7,12 @@ topic, the checkpoint store and the sinks' commits (:mod:`kstream.worker.sinkcom
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 
 from kstream.checkpoint.messages import (
     AcknowledgeCheckpoint,
     CheckpointCompleted,
+    Message,
     RestoreFailed,
     TaskReady,
     WatermarkBound,
@@ -79,6 +81,8 @@ class Checkpointed(Mode):
         self._verified: set[int] = set()  # completed checkpoints the store backs
         self._committer = SinkCommitter()
         self.alignment = GlobalAlignment(tasks.aligner.max_drift_ms)
+        # Who else reads the control topic (the query directory, kstream.query.routing).
+        self.observers: list[Callable[[Message], None]] = []
 
     @property
     def member(self) -> str:
@@ -87,7 +91,11 @@ class Checkpointed(Mode):
     def start(self) -> None:
         if self.fingerprint is not None:
             publish_plan(self.store, self.app_id, self.fingerprint)
-        self._pending = self.protocol.learn(self.control.read_to_end())
+        history = self.control.read_to_end()
+        for msg in history:
+            for observe in self.observers:
+                observe(msg)
+        self._pending = self.protocol.learn(history)
 
     def begin(self, now: float) -> int | None:
         self.control.check_outage()  # OutageExceeded past --max-outage: the job fails
@@ -98,6 +106,8 @@ class Checkpointed(Mode):
         for msg in self.control.poll(0):
             if isinstance(msg, CheckpointCompleted) and not self.backed(msg):
                 continue
+            for observe in self.observers:
+                observe(msg)
             if isinstance(msg, WatermarkBound):
                 self.alignment.on_bound(msg, now)
                 continue

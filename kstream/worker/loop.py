@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 
+from kstream.checkpoint.messages import Message
 from kstream.config import Guarantee, JobConfig
 from kstream.job import Job
 from kstream.kafka.clients import Producer, make_producer
@@ -31,6 +32,7 @@ from kstream.kafka.sink import SinkError
 from kstream.kafka.source import RawRecord, SourceConsumer
 from kstream.metrics.worker import WorkerMetrics, sink_buffers
 from kstream.plan.fingerprint import fingerprint
+from kstream.query.settings import QuerySettings
 from kstream.runtime.lateness import late_summary
 from kstream.sinkbuffer.epochs import SinkStateError
 from kstream.store.controlkey import ControlKey
@@ -40,6 +42,7 @@ from kstream.worker.bounded import Bounded
 from kstream.worker.checkpointed import Checkpointed
 from kstream.worker.mode import TP, Mode
 from kstream.worker.protocol import WorkerProtocol
+from kstream.worker.queries import WorkerQueries
 from kstream.worker.routing import Router
 from kstream.worker.runner import RunnerContext
 from kstream.worker.settings import DebugPause, WorkerSettings, WorkerStats
@@ -195,6 +198,7 @@ class Worker:
                 protocol, self.control, self.tasks, self.source, store, self.stats, label,
                 fingerprint=plan,
             )  # fmt: skip
+            self.mode.observers.append(self._on_control)
         elif self.cfg.bounded:
             self.mode = Bounded(
                 self.tasks, self.source, self.router, self.dlq, store, self.cfg.app_id, self.stats
@@ -204,6 +208,19 @@ class Worker:
                 self.tasks, self.source, self.router, self.dlq, now=clock(),
                 commit_interval=commit_interval, stop_when_idle=stop_when_idle,
             )  # fmt: skip
+
+        self.queries = WorkerQueries(
+            self.plan,
+            self.tasks,
+            store if self.checkpointed else None,
+            context.state_root,
+            self.settings.query or QuerySettings.from_env(),
+            lambda: protocol.member if self.control is not None else label,
+            coordinated=self.control is not None,
+        )
+
+    def _on_control(self, msg: Message) -> None:
+        self.queries.observe(msg)
 
     # ---- group membership callbacks (inside consume) ----------------------------------
 
@@ -218,7 +235,14 @@ class Worker:
 
     def run(self) -> int:
         """Run until stopped (0), the job failed (1), or a bounded run finished (0)."""
+        gate = self.queries.gate
+        gate.enter()  # the state is this thread's, but while it waits for input
         try:
+            url = self.queries.start()
+            if url:
+                log.info("queries at %s", url)
+            if isinstance(self.mode, Checkpointed):
+                self.mode.protocol.query = url  # announced in its heartbeats
             self.mode.start()
             return self._loop()
         # An outage past --max-outage, a refused write, an internal record refused, a sink
@@ -230,6 +254,7 @@ class Worker:
             return 1
         finally:
             self.close()
+            gate.leave()
 
     def request_stop(self) -> None:
         """Stop gracefully (safe from signal handlers and other threads): read no more
@@ -240,7 +265,9 @@ class Worker:
 
     def _loop(self) -> int:
         mode, tasks, internal = self.mode, self.tasks, self.tasks.internal_parts
-        backlog = Backlog(self.batch_size)
+        # Waiting queries are answered between two slices: with an endpoint, slices are
+        # short (kstream.query.gate), so a query waits milliseconds, not a batch.
+        backlog = Backlog(self.queries.max_slice(self.batch_size))
         seeks = tasks.seeks
         while not self.stop_event.is_set():
             now = self.clock()
@@ -263,7 +290,12 @@ class Worker:
             if not backlog.feedable(held):
                 # A firing going on is work to do: take what is queued, wait for nothing.
                 firing = not mode.draining and any(r.task.firing for r in tasks.running())
-                batch = self.source.consume_batch(self.batch_size, 0.0 if firing else IDLE_WAIT_S)
+                self.queries.gate.leave()  # queries read state while the loop waits
+                try:
+                    wait = 0.0 if firing else IDLE_WAIT_S
+                    batch = self.source.consume_batch(self.batch_size, wait)
+                finally:
+                    self.queries.gate.enter()
                 if self._assignment_changed:
                     self._assignment_changed = False
                     log.info("assignment changed: %s", sorted(self.source.assignment))
@@ -293,6 +325,7 @@ class Worker:
         return 0
 
     def _feed(self, tp: TP, records: list[RawRecord], now: float) -> None:
+        self.queries.gate.serve()  # waiting queries, between two feeds
         r = self.tasks.running_for(tp)
         if r is None:
             return  # not ours to run now: paused; re-read after the next restore
@@ -319,6 +352,7 @@ class Worker:
         self.metrics.sync({r.task_id: r.task for r in running}, self.source.lag())
 
     def close(self) -> None:
+        self.queries.close()
         runners = sorted(self.tasks.runners.items())
         summary = late_summary((t, r.task.late_counts()) for t, r in runners)
         if summary:  # visible at the default log level: late input is lost input

@@ -188,6 +188,7 @@ class WorkerProtocol:
         # This worker's plan fingerprint (kstream.plan.fingerprint): in its reports, and
         # compared with the coordinator's on every Restore.
         self.plan = plan
+        self.query = ""  # this worker's query endpoint, announced in its heartbeats
         self.generation: int | None = None
         self.heartbeat_interval = heartbeat_interval
         self.stop_when_idle = stop_when_idle
@@ -401,4 +402,5 @@ class WorkerProtocol:
         self._next_heartbeat = now + self.heartbeat_interval
         if self.generation is None:
             return []
-        return [Send(Heartbeat(self.member, tuple(sorted(self.tasks)), self.generation, self.plan))]
+        tasks = tuple(sorted(self.tasks))
+        return [Send(Heartbeat(self.member, tasks, self.generation, self.plan, self.query))]

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 from kstream.config import ConfigError
+from kstream.query.settings import QuerySettings
 
 log = logging.getLogger(__name__)
 
@@ -46,6 +47,7 @@ class WorkerSettings:
     session_timeout_s: float = 10.0
     pause_at: PausePoint | None = None
     drain_timeout_s: float = 30.0
+    query: QuerySettings | None = None  # None: from the environment (KSTREAM_QUERY_*)
 
     def __post_init__(self) -> None:
         if self.session_timeout_s <= 0:

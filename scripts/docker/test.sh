@@ -6,7 +6,10 @@
 #   2. the images (scripts/docker/build-images.sh; the base image offline when no
 #      registry answers, scripts/docker/base-image.sh);
 #   3. the tests: integration/docker/ (the images themselves, compose) and a subset of
-#      integration/ against Kafka started by testcontainers from the built image.
+#      integration/ against Kafka started by testcontainers from the built image: the
+#      exactly-once crash test on one broker container, and the production-Kafka tests
+#      of a job over SASL and of kill -9 (docker kill) of a leader on a three-node cluster
+#      of three containers (integration/docker/kafka_cluster.py).
 # A missing engine fails the run (never a skip). PYTHON: kstream's interpreter.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -24,4 +27,6 @@ export TESTCONTAINERS_RYUK_DISABLED=true KSTREAM_TEST_KAFKA=testcontainers \
 "$PYTHON" -m pytest -p no:cacheprovider --durations=5 \
     integration/docker \
     "integration/test_e2e_crash.py::test_exactly_once_under_kills" \
+    "integration/test_production_kafka.py::test_exactly_once_job_over_sasl" \
+    "integration/test_production_kafka.py::test_kill_9_of_the_leader_of_control_commits_and_a_sink_partition" \
     "$@"

@@ -1,0 +1,216 @@
+"""Queryable state under load: point lookups against a worker running w2 at full speed.
+
+    python -m benchmarks.queries                      # a local broker started for the run
+    python -m benchmarks.queries --rounds 3 --rates 0,250,500,1000,2000 --plot q.png
+
+Loads w2's input once (keyed tumbling-window count, RocksDB, exactly-once), then runs
+its job round by round at each query rate, interleaved (``Harness.run_once``: a fresh
+output topic, group and state per run, output verified). While a job runs, an
+open-loop client in this process asks its query endpoint (``KSTREAM_QUERY_PORT``) for
+random keys' window at a random time of the input (``windows?key=u123&at=T``: one
+point lookup) at the given rate, over keep-alive connections, each query's latency
+measured from the moment it was due (a late send counts against the latency). Prints
+per rate the job's records/s, its loss against rate 0 in the same round, and the
+lookups' p50/p99/max and answers; with ``--plot`` (the ``bench`` extra) the latency
+against the query rate.
+"""
+
+from __future__ import annotations
+
+import http.client
+import os
+import random
+import statistics
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import click
+
+from benchmarks import generate
+from benchmarks.broker import bootstrap_option, kafka
+from benchmarks.generate import START_TS_MS, InputSpec
+from benchmarks.harness import Expected, Harness
+from benchmarks.lineup import workloads
+from benchmarks.verify import expected_stateless, expected_windows
+
+PORTS = (47500, 47520)
+WINDOW_MS = 60_000
+CLIENTS = 4  # connections, each asking rate / CLIENTS per second
+
+
+@dataclass
+class Load:
+    """An open-loop query load on the endpoint at ``port`` while ``stop`` is not set."""
+
+    rate: float
+    keys: int
+    span_ms: int
+    stop: threading.Event = field(default_factory=threading.Event)
+    latencies_ms: list[float] = field(default_factory=list)
+    statuses: dict[int, int] = field(default_factory=dict)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def run(self, client: int) -> None:
+        rng = random.Random(client)
+        every = CLIENTS / self.rate
+        conn: http.client.HTTPConnection | None = None
+        due = time.perf_counter()
+        while not self.stop.is_set():
+            now = time.perf_counter()
+            if now < due:
+                time.sleep(due - now)
+            key = f"u{rng.randrange(self.keys)}"
+            at = START_TS_MS + rng.randrange(self.span_ms)
+            try:
+                if conn is None:
+                    conn = http.client.HTTPConnection("127.0.0.1", PORTS[0], timeout=5)
+                conn.request("GET", f"/state/stage0.window0/windows?key={key}&at={at}")
+                resp = conn.getresponse()
+                resp.read()
+                status = resp.status
+            except (OSError, http.client.HTTPException):  # not serving yet, or gone
+                if conn is not None:
+                    conn.close()
+                conn = None
+                due = time.perf_counter() + 0.05
+                continue
+            took = (time.perf_counter() - due) * 1000
+            with self.lock:
+                self.statuses[status] = self.statuses.get(status, 0) + 1
+                if status == 200:
+                    self.latencies_ms.append(took)
+            due += every
+            if time.perf_counter() - due > 1.0:  # a stall: do not fire a burst after it
+                due = time.perf_counter()
+
+
+def percentile(values: list[float], q: float) -> float:
+    if not values:
+        return float("nan")
+    s = sorted(values)
+    return s[min(len(s) - 1, int(q * len(s)))]
+
+
+@dataclass
+class Row:
+    rate: int
+    records_s: list[float] = field(default_factory=list)
+    loss: list[float] = field(default_factory=list)
+    latencies_ms: list[float] = field(default_factory=list)
+    statuses: dict[int, int] = field(default_factory=dict)
+
+
+def measure(bootstrap: str, rounds: int, rates: list[int], spec: InputSpec) -> list[Row]:
+    w2 = next(wl for wl in workloads(WINDOW_MS) if wl.key == "w2")
+    job = next(c for c in w2.contenders if c.name == "kstream")
+    ends = generate.load(bootstrap, spec)
+    exp = Expected(expected_stateless(spec), expected_windows(spec, WINDOW_MS))
+    rows = {r: Row(r) for r in rates}
+    os.environ["KSTREAM_QUERY_PORT"] = f"{PORTS[0]}-{PORTS[1]}"
+    os.environ["KSTREAM_QUERY_SOURCE_PARTITIONER"] = "crc32"  # the generator's
+    with tempfile.TemporaryDirectory(prefix="kstream-queries-") as wd:
+        h = Harness(bootstrap, spec.partitions, Path(wd), 600)
+        for i in range(rounds):
+            base = None
+            for rate in rates:
+                load = Load(rate, spec.keys, spec.event_span_ms) if rate else None
+                threads = []
+                if load is not None:
+                    threads = [
+                        threading.Thread(target=load.run, args=(c,), daemon=True)
+                        for c in range(CLIENTS)
+                    ]
+                for t in threads:
+                    t.start()
+                try:
+                    x = h.run_once(w2, job, spec, ends, exp)
+                finally:
+                    if load is not None:
+                        load.stop.set()
+                    for t in threads:
+                        t.join(10)
+                if not x.valid:
+                    raise click.ClickException(f"rate {rate}: wrong output: {x.note}")
+                row = rows[rate]
+                row.records_s.append(x.rate)
+                base = x.rate if rate == 0 else base
+                if base is not None:
+                    row.loss.append(1 - x.rate / base)
+                if load is not None:
+                    row.latencies_ms += load.latencies_ms
+                    for s, n in load.statuses.items():
+                        row.statuses[s] = row.statuses.get(s, 0) + n
+                lat = load.latencies_ms if load else []
+                click.echo(
+                    f"round {i + 1}/{rounds} rate {rate}/s: {x.rate / 1e3:.1f} k records/s, "
+                    f"{len(lat)} lookups, p99 {percentile(lat, 0.99):.2f} ms"
+                )
+    return [rows[r] for r in rates]
+
+
+def table(rows: list[Row]) -> str:
+    lines = [
+        "| queries/s | records/s, median | loss vs 0 q/s, median of rounds | lookups answered "
+        "| p50 ms | p99 ms | max ms | answers |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        lat = r.latencies_ms
+        loss = f"{statistics.median(r.loss):.1%}" if r.rate and r.loss else "-"
+        lines.append(
+            f"| {r.rate} | {statistics.median(r.records_s) / 1e3:.1f} k | {loss} | {len(lat)} "
+            f"| {percentile(lat, 0.5):.2f} | {percentile(lat, 0.99):.2f} "
+            f"| {max(lat, default=float('nan')):.2f} | {dict(sorted(r.statuses.items()))} |"
+        )
+    return "\n".join(lines)
+
+
+def plot(rows: list[Row], path: Path) -> None:
+    import matplotlib  # the bench extra
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    loaded = [r for r in rows if r.rate]
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for q, label in ((0.5, "p50"), (0.99, "p99")):
+        ax.plot([r.rate for r in loaded], [percentile(r.latencies_ms, q) for r in loaded],
+                marker="o", label=label)  # fmt: skip
+    ax.axhline(5, color="grey", linestyle="--", label="5 ms target (p99 at 1000/s)")
+    ax.set_xlabel("point lookups per second")
+    ax.set_ylabel("latency, ms")
+    ax.set_title("kstream queries against w2 at full speed")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path)
+
+
+@click.command()
+@bootstrap_option
+@click.option("--rounds", default=3, show_default=True)
+@click.option("--rates", default="0,250,500,1000,2000", show_default=True)
+@click.option("--records", default=1_000_000, show_default=True)
+@click.option("--keys", default=100_000, show_default=True)
+@click.option("--plot", "plot_path", type=click.Path(path_type=Path), default=None)
+def main(
+    bootstrap: str | None, rounds: int, rates: str, records: int, keys: int,
+    plot_path: Path | None,
+) -> None:  # fmt: skip
+    """Print the query latency and the job's throughput loss at each query rate."""
+    spec = InputSpec(records, keys, 4, event_rate=5_000, fmt="json")
+    every = [int(s) for s in rates.split(",")]
+    if every[0] != 0:
+        every = [0, *every]
+    with kafka(bootstrap) as (bootstrap_, _):
+        rows = measure(bootstrap_, rounds, every, spec)
+    click.echo(table(rows))
+    if plot_path is not None:
+        plot(rows, plot_path)
+        click.echo(f"plot: {plot_path}")
+
+
+if __name__ == "__main__":
+    main()

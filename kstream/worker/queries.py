@@ -1,0 +1,107 @@
+"""A worker's queryable state (docs/queries.md): its settings, what it offers the query
+service (its running tasks' tables and positions, read under the gate) and the
+endpoint it serves and announces in its heartbeats."""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from kstream.checkpoint.messages import Message
+from kstream.metrics.server import PortSpec
+from kstream.plan import JobPlan
+from kstream.query.gate import StateGate
+from kstream.query.operators import of_plan
+from kstream.query.read import Tables
+from kstream.query.routing import Directory
+from kstream.query.server import QueryServer
+from kstream.query.service import QueryService
+from kstream.query.settings import QuerySettings
+from kstream.query.stored import StoredState
+from kstream.store.base import CheckpointStore
+from kstream.worker.tasks import WorkerTasks
+
+QUERY_SLICE = 256
+"""Records per feed at most while the endpoint serves: the loop answers waiting queries
+between two feeds, so this bounds how long one waits (about 3 ms of w2's work)."""
+
+
+class WorkerQueries:
+    """The query side of one worker; the loop holds ``gate`` while it touches state."""
+
+    def __init__(
+        self,
+        plan: JobPlan,
+        tasks: WorkerTasks,
+        store: CheckpointStore | None,
+        state_root: Path,
+        settings: QuerySettings,
+        member: Callable[[], str],
+        *,
+        coordinated: bool,
+    ) -> None:
+        self.tasks = tasks
+        self.settings = settings
+        self.member = member
+        self.gate = StateGate()
+        self.directory = Directory(coordinated=coordinated)
+        self.stored = (
+            StoredState(store, plan.app_id, state_root / ".query") if store is not None else None
+        )
+        self.service = QueryService(
+            of_plan(plan, settings.source_partitioner),
+            self.directory,
+            self.gate,
+            self,
+            self.stored,
+            token=settings.token,
+        )
+        self.server: QueryServer | None = None
+
+    def start(self) -> str:
+        """Serve the endpoint (if configured); its URL, or "" when off (OSError when no
+        port of the range is free)."""
+        self.directory.me = self.member()
+        if PortSpec.parse(self.settings.port).off:
+            return ""
+        self.server = QueryServer(self.service, self.settings.port, self.settings.host, self.gate)
+        if self.settings.advertise:
+            return self.settings.advertise
+        host = self.settings.host
+        if host in ("0.0.0.0", "::", ""):
+            host = socket.gethostname()
+        return f"http://{host}:{self.server.port}"
+
+    def max_slice(self, batch_size: int) -> int:
+        """Records per feed at most (the loop's batch size when no endpoint serves)."""
+        return batch_size if self.server is None else min(batch_size, QUERY_SLICE)
+
+    def observe(self, msg: Message) -> None:
+        """A control message (the processing thread, in topic order)."""
+        self.directory.me = self.member()
+        self.directory.observe(msg)
+
+    # ---- LocalTasks (kstream.query.service) ---------------------------------------------
+
+    def running(self, task: str) -> bool:
+        r = self.tasks.runners.get(task)
+        return r is not None and r.running
+
+    def tables(self, task: str, operator: str) -> Tables | None:
+        r = self.tasks.runners.get(task)
+        if r is None or not r.running:
+            return None
+        return Tables.opened(operator, r.backend.tables())
+
+    def position(self, task: str) -> dict[str, Any]:
+        r = self.tasks.runners[task]
+        offsets = {f"{t}[{p}]": off for (t, p), off in sorted(r.task.seek_positions().items())}
+        return {"offsets": offsets, "checkpoint": self.directory.completed}
+
+    def close(self) -> None:
+        if self.server is not None:
+            self.server.close()
+        if self.stored is not None:
+            self.stored.close()
