@@ -169,3 +169,38 @@ def test_a_description_from_before_schemas_were_described_restores() -> None:
     assert describe(process_job(None))["operators"]["f"].keys() == {
         "kind", "stage", "key serde", "state"
     }  # fmt: skip
+
+
+def test_queries_read_avro_typed_state_as_values(kit: type[Kit]) -> None:
+    """A query (kstream.query) reads accumulators and process state stored as versioned
+    Avro as the values they are, each with its writer schema (v1's and v2's alike)."""
+    from kstream.query.operators import of_plan
+    from kstream.query.read import Query, Tables, read
+
+    def ask(plan: JobPlan, backend: MemoryBackend, op: str, **params: Any) -> dict[str, Any]:
+        (info,) = of_plan(plan).values()
+        q = Query.from_params(op, info.id, {k: str(v) for k, v in params.items()})
+        return read(info, q, Tables.opened(info.id, backend.tables()))
+
+    backend = MemoryBackend()
+    Task(windowed("v1"), "stage0-0", backend).feed_source(
+        "events", 0, kit.records([("a", 1, 100)]), 0.0
+    )
+    v2 = windowed("v2")
+    Task(v2, "stage0-0", backend).feed_source("events", 0, kit.records([("b", 5, 200)], 1), 0.0)
+    assert ask(v2, backend, "windows", key="a")["windows"] == [
+        {"start": 0, "end": 1000, "value": {"n": 1}}  # as v1 wrote it
+    ]
+    assert ask(v2, backend, "windows", key="b")["windows"] == [
+        {"start": 0, "end": 1000, "value": {"n": 1, "total": 5}}
+    ]
+    backend = MemoryBackend()
+    sessions = windowed("v1", Session(500))
+    Task(sessions, "stage0-0", backend).feed_source("events", 0, kit.records([("a", 1, 100)]), 0.0)
+    assert ask(sessions, backend, "windows", key="a")["windows"] == [
+        {"start": 100, "end": 600, "value": {"n": 1}}
+    ]
+    backend = MemoryBackend()
+    totals = rolling("v2")
+    Task(totals, "stage0-0", backend).feed_source("events", 0, kit.records([("a", 5, 100)]), 0.0)
+    assert ask(totals, backend, "get", key="a") == {"found": True, "value": {"n": 1, "total": 5}}

@@ -39,6 +39,7 @@ __all__ = [
     "ACCUMULATOR",
     "AvroStateCodec",
     "StateSchemaError",
+    "StoredDecoder",
     "VersionedTable",
     "incompatibility",
     "schema_version",
@@ -106,12 +107,43 @@ class AvroStateCodec:
         return fastavro.schemaless_reader(buf, writer, self.reader)
 
 
+class StoredDecoder:
+    """Reads one typed state's stored values as they were written (each with its writer
+    schema from the history), without opening the state: no check, nothing written.
+    For readers beside the operator (queries). A stored ``[stamp or end, value]`` (a
+    TTL entry, a session) has its last item decoded."""
+
+    def __init__(self, history: StateTable, state: str) -> None:
+        self.writers = {
+            bytes.fromhex(version): fastavro.parse_schema(json.loads(text))
+            for (_state, version), text in history.scan((state,))
+        }
+
+    def encode(self, value: Any) -> Any:
+        raise TypeError("stored values are read-only here")
+
+    def decode(self, stored: Any) -> Any:
+        if isinstance(stored, list) and len(stored) == 2 and isinstance(stored[1], str):
+            return [stored[0], self.decode(stored[1])]
+        if not isinstance(stored, str):
+            return stored
+        data = binascii.a2b_base64(stored)
+        writer = self.writers.get(data[:_FP_BYTES])
+        if writer is None:
+            return stored  # not a value of a known version: shown as stored
+        buf = io.BytesIO(data)
+        buf.seek(_FP_BYTES)
+        return fastavro.schemaless_reader(buf, writer, None)
+
+
 class VersionedTable(StateTable):
     """A state table whose values (or, with ``slot``, one item of each stored list)
     are stored as versioned Avro by ``codec``: an aggregation's accumulators given a
     schema. Keys, order and ranges are the wrapped table's."""
 
-    def __init__(self, table: StateTable, codec: AvroStateCodec, slot: int | None = None) -> None:
+    def __init__(
+        self, table: StateTable, codec: AvroStateCodec | StoredDecoder, slot: int | None = None
+    ) -> None:
         self.name = table.name
         self.table, self.codec, self.slot = table, codec, slot
 
