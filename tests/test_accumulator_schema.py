@@ -8,6 +8,7 @@ operator's open, and before the job starts by the plan descriptions
 from __future__ import annotations
 
 import copy
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -204,3 +205,26 @@ def test_queries_read_avro_typed_state_as_values(kit: type[Kit]) -> None:
     totals = rolling("v2")
     Task(totals, "stage0-0", backend).feed_source("events", 0, kit.records([("a", 5, 100)]), 0.0)
     assert ask(totals, backend, "get", key="a") == {"found": True, "value": {"n": 1, "total": 5}}
+
+
+def test_state_dump_shows_accumulators_as_values(tmp_path: Path, kit: type[Kit]) -> None:
+    """`kstream state dump` of an accumulator stored as versioned Avro: the values."""
+    from kstream.cli.state import dump_state
+    from kstream.state.rocksdb import RocksDBBackend
+    from kstream.state.snapshot import SnapshotUploader
+    from kstream.store.file import FileStore
+    from kstream.store.metadata import CheckpointMetadata, TaskSnapshot
+
+    plan = windowed("v2")
+    backend = RocksDBBackend(tmp_path / "task")
+    Task(plan, "stage0-0", backend).feed_source("events", 0, kit.records([("a", 5, 100)]), 0.0)
+    backend.flush()
+    store = FileStore(tmp_path / "store")
+    handle = SnapshotUploader(store, "acc", "stage0-0").upload(backend.snapshot_sync(1))
+    task = {"stage0-0": TaskSnapshot(handle.result(30).manifest_path)}
+    meta = CheckpointMetadata(1, 0, 1.0, 2.0, task, describe(plan))
+    rows = dump_state(store, meta, "sums", "a", tmp_path / "dump")
+    assert [(r["table"], r["key"], r["value"]) for r in rows] == [
+        ("acc", [1000, 0, "a"], {"n": 1, "total": 5})
+    ]
+    backend.close()
