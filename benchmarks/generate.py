@@ -34,7 +34,9 @@ from kstream.kafka.clients import (
     make_producer,
 )
 
-Format = Literal["json", "avro"]
+#: "avro-sr": the Avro body framed in the Schema Registry wire format (magic byte 0, the
+#: 4-byte schema id ``InputSpec.schema_id``), as a registry-aware producer writes it.
+Format = Literal["json", "avro", "avro-sr"]
 
 #: Event time of the first record (2023-11-14T22:13:20Z); fixed so runs are identical.
 START_TS_MS = 1_700_000_000_000
@@ -65,6 +67,7 @@ class InputSpec:
     event_rate: int = 5_000
     fmt: Format = "json"
     cover: bool = False
+    schema_id: int = 0  # "avro-sr": the writer schema's id in the registry
 
     def __post_init__(self) -> None:
         if self.records < 1 or self.keys < 1 or self.partitions < 1 or self.event_rate < 1:
@@ -74,8 +77,9 @@ class InputSpec:
     def topic(self) -> str:
         """Topic name; encodes every parameter, so a loaded topic is never mistaken for another."""
         cover = "c" if self.cover else "u"
+        fmt = f"{self.fmt}{self.schema_id}" if self.fmt == "avro-sr" else self.fmt
         return (
-            f"bench.in.{self.fmt}.n{self.records}.k{self.keys}.p{self.partitions}"
+            f"bench.in.{fmt}.n{self.records}.k{self.keys}.p{self.partitions}"
             f".s{self.seed}.r{self.event_rate}{cover}"
         )
 
@@ -132,14 +136,16 @@ def _json_event(event: dict[str, Any]) -> bytes:
 class Encoder:
     """Event dict -> value bytes in the spec's format (compact JSON or schemaless Avro)."""
 
-    def __init__(self, fmt: Format) -> None:
+    def __init__(self, fmt: Format, schema_id: int = 0) -> None:
         self.fmt = fmt
+        self._header = b"\x00" + schema_id.to_bytes(4, "big") if fmt == "avro-sr" else b""
         self._schema = fastavro.parse_schema(load_schema(EVENT_SCHEMA_FILE))
 
     def __call__(self, event: dict[str, Any]) -> bytes:
         if self.fmt == "json":
             return _json_event(event)
         buf = io.BytesIO()
+        buf.write(self._header)
         fastavro.schemaless_writer(buf, self._schema, event)
         return buf.getvalue()
 
@@ -188,7 +194,7 @@ def produce(bootstrap: str, spec: InputSpec, topic: str | None = None) -> int:
     Raises RuntimeError naming the first delivery error, if any.
     """
     topic = topic or spec.topic
-    encode = Encoder(spec.fmt)
+    encode = Encoder(spec.fmt, spec.schema_id)
     producer = make_producer(
         bootstrap,
         extra={

@@ -85,7 +85,7 @@ def decode_for(wl: Workload, c: Contender) -> Decode | None:
     if c.name in (PASS_THROUGH, PERF_PRODUCER, PERF_CONSUMER):
         return None
     if wl.stateless:
-        return wl.fmt
+        return "avro" if wl.fmt == "avro-sr" else wl.fmt  # the same Avro output
     return "windows" if wl.windows else None
 
 
@@ -118,6 +118,8 @@ class Harness:
     workdir: Path
     timeout: float
     log: list[str] = field(default_factory=list)
+    #: The Schema Registry "avro-sr" workloads read through (``benchmarks.registry``).
+    registry_url: str | None = None
 
     def say(self, text: str) -> None:
         """Print a progress line (and keep it)."""
@@ -137,6 +139,13 @@ class Harness:
             "--bootstrap", self.bootstrap, "--input", spec.topic, "--output", out,
             "--group", group, "--end-offsets", ends.to_json(), "--state-dir", str(state),
         ]  # fmt: skip
+        if wl.fmt == "avro-sr":
+            common += [
+                "--registry-url",
+                self.registry_url or "",
+                "--schema-id",
+                str(spec.schema_id),
+            ]
         t_start = time.monotonic()
         steal_start = cpu_steal_s()
         try:

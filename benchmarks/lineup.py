@@ -70,6 +70,8 @@ class Workload:
 PASS_THROUGH = "raw_pipe"
 PERF_PRODUCER = "broker_producer_perf"
 PERF_CONSUMER = "broker_consumer_perf"
+#: w5r's contender decoding through the Schema Registry (its rival: "kstream", fixed schema).
+REGISTRY_PATH = "kstream_registry"
 
 
 def workloads(window_ms: int) -> list[Workload]:
@@ -117,6 +119,16 @@ def workloads(window_ms: int) -> list[Workload]:
             windows=True,
         ),
         Workload("w5", "5. workload 1 with Avro (fastavro) values", "avro", stateless("avro"), True),
+        Workload(
+            "w5r",
+            "5r. workload 5 in kstream, registry-framed Avro: the Schema Registry path (Apicurio) vs. the fixed schema",
+            "avro-sr",
+            (
+                Contender("kstream", "kstream_stateless", args=("--format", "avro-sr", *alo, "--decode", "fixed")),
+                Contender(REGISTRY_PATH, "kstream_stateless", args=("--format", "avro-sr", *alo, "--decode", "registry")),
+            ),
+            True,
+        ),
         Workload(
             "w6",
             "6. deduplication within an hour per key: process function (kstream) vs. stateful apply (Quix), RocksDB, at-least-once",
@@ -174,6 +186,8 @@ TARGETS = (
     Target("w1", "kstream", "quix", 3.0, "w1: kstream >= 3x Quix Streams"),
     Target("w2", "kstream", "quix", 2.0, "w2: kstream >= 2x Quix Streams"),
     Target("w3", "kstream", "quix", 2.0, "w3: kstream >= 2x Quix Streams"),
+    # Issue 43: the registry path costs <= 1.1x the fixed-schema path per record.
+    Target("w5r", REGISTRY_PATH, "kstream", round(1 / 1.1, 3), "w5r: the registry path >= 1/1.1x the fixed-schema path (<= 1.1x its cost per record)"),
 )  # fmt: skip
 #: The checkpoint overhead, ``1 - rate(kstream_ckpt_1s) / rate(kstream_ckpt_off)`` in w4.
 CHECKPOINT_OVERHEAD_BOUND = 0.05

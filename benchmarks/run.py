@@ -32,11 +32,12 @@ from benchmarks.broker import bootstrap_option, kafka
 from benchmarks.generate import Format, InputSpec
 from benchmarks.harness import Expected, Harness, RecoveryResults, RunResult, Series, run_recovery
 from benchmarks.lineup import BENCH_DIR, QUIX_PYTHON, QUIX_REQUIREMENT, QUIX_VENV, workloads
+from benchmarks.registry import registry
 from benchmarks.report import RunInfo, fmt_rate, results_text
 from benchmarks.verify import expected_dedup, expected_stateless, expected_windows
 from benchmarks.workloads import EndOffsets
 
-ALL_WORKLOADS = ("w1", "w2", "w3", "w4", "w5", "w6", "recovery")
+ALL_WORKLOADS = ("w1", "w2", "w3", "w4", "w5", "w5r", "w6", "recovery")
 
 #: ``--quick``: these replace the defaults of the options not given on the command line.
 QUICK: dict[str, Any] = {
@@ -158,7 +159,11 @@ def reproducing_command(ctx: click.Context) -> str:
         elif param.multiple:
             for v in value:
                 argv += [flag, str(v)]
-        elif value is not None and value != param.default:
+        elif value is not None and (
+            value != param.default
+            # --quick changes the defaults: a value given as the default still counts
+            or ctx.get_parameter_source(param.name) != ParameterSource.DEFAULT
+        ):
             argv += [flag, str(value)]
     return shlex.join(argv)
 
@@ -174,14 +179,24 @@ def bench(bootstrap: str, broker_text: str, s: Settings, command: str) -> None:
     if java_missing:
         click.echo(f"Java contenders not available: {java_missing}")
     selected = set(s.only) or set(ALL_WORKLOADS)
-    with tempfile.TemporaryDirectory(prefix="kstream-bench-") as wd:
-        h = Harness(bootstrap, s.partitions, Path(wd), s.timeout)
+    chosen = [wl for wl in workloads(s.window_ms) if wl.key in selected]
+    with (
+        tempfile.TemporaryDirectory(prefix="kstream-bench-") as wd,
+        registry(Path(wd), any(wl.fmt == "avro-sr" for wl in chosen)) as reg,
+    ):
+        h = Harness(bootstrap, s.partitions, Path(wd), s.timeout, registry_url=reg.url)
         series: list[Series] = []
-        chosen = [wl for wl in workloads(s.window_ms) if wl.key in selected]
+        if reg.unavailable and any(wl.fmt == "avro-sr" for wl in chosen):
+            click.echo(f"w5r not available: {reg.unavailable}")
         # Every input is loaded (or found loaded) once, before any contender runs.
         inputs: dict[Format, tuple[InputSpec, EndOffsets, Expected]] = {}
         for fmt in dict.fromkeys(wl.fmt for wl in chosen):
-            spec = InputSpec(s.records, s.keys, s.partitions, event_rate=s.event_rate, fmt=fmt)
+            if fmt == "avro-sr" and reg.unavailable:
+                continue
+            spec = InputSpec(
+                s.records, s.keys, s.partitions, event_rate=s.event_rate, fmt=fmt,
+                schema_id=reg.schema_id if fmt == "avro-sr" else 0,
+            )  # fmt: skip
             ends = generate.load(bootstrap, spec)
             windows = any(wl.windows and wl.fmt == fmt for wl in chosen)
             dedup = any(wl.dedup and wl.fmt == fmt for wl in chosen)
@@ -191,8 +206,13 @@ def bench(bootstrap: str, broker_text: str, s: Settings, command: str) -> None:
                 expected_dedup(spec) if dedup else None,
             ))  # fmt: skip
         for wl in chosen:
+            if wl.fmt not in inputs:  # its registry did not start
+                series += [Series(wl, c, unavailable=reg.unavailable) for c in wl.contenders]
+                continue
             spec, ends, expected = inputs[wl.fmt]
-            wl_series = [Series(wl, c, unavailable=unavailable(c, java_missing)) for c in wl.contenders]
+            wl_series = [
+                Series(wl, c, unavailable=unavailable(c, java_missing)) for c in wl.contenders
+            ]
             series += wl_series
             for run_no in range(1, s.runs + 1):  # round-robin: noise hits every contender alike
                 for sr in wl_series:

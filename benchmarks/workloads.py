@@ -142,7 +142,13 @@ def contender_parser(description: str) -> argparse.ArgumentParser:
     p.add_argument("--output", required=True, help="output topic (created by the harness)")
     p.add_argument("--group", required=True, help="fresh consumer group / app id for this run")
     p.add_argument("--end-offsets", type=EndOffsets.from_json, help="JSON partition->end offset")
-    p.add_argument("--format", choices=("json", "avro"), default="json")
+    p.add_argument("--format", choices=("json", "avro", "avro-sr"), default="json")
+    p.add_argument("--registry-url", default="", help="avro-sr: the Schema Registry's URL")
+    p.add_argument("--schema-id", type=int, default=0, help="avro-sr: the input's schema id")
+    p.add_argument(
+        "--decode", choices=("fixed", "registry"), default="fixed",
+        help="avro-sr: the fixed-schema path (header checked) or the registry path",
+    )  # fmt: skip
     p.add_argument(
         "--guarantee", choices=("exactly-once", "at-least-once"), default="at-least-once"
     )

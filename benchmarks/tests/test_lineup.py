@@ -97,3 +97,46 @@ def test_perf_tool_summaries_are_parsed() -> None:
         consumer_rate("WARN something\n")
     with pytest.raises(ValueError, match="records sent"):
         producer_rate("")
+
+
+def test_w5r_frames_the_input_with_the_registry_id_and_runs_both_paths_interleaved() -> None:
+    """w5r: one workload (so its runs are interleaved round-robin), the fixed-schema and
+    the registry path on the same registry-framed input; its output is w5's."""
+    import io
+
+    import fastavro
+
+    from benchmarks.generate import EVENT_SCHEMA_FILE, Encoder
+    from benchmarks.workloads import load_schema
+
+    w5r = next(wl for wl in workloads(60_000) if wl.key == "w5r")
+    assert [(c.name, c.args[-1]) for c in w5r.contenders] == [
+        ("kstream", "fixed"),
+        ("kstream_registry", "registry"),
+    ]
+    assert decode_for(w5r, w5r.contenders[1]) == "avro"
+    spec = InputSpec(10, fmt="avro-sr", schema_id=7)
+    assert spec.topic.startswith("bench.in.avro-sr7.n10.")  # another registry's id: another topic
+    _p, _k, event, _t = next(events(spec))
+    value = Encoder("avro-sr", 7)(event)
+    assert value[:5] == b"\x00\x00\x00\x00\x07"
+    schema = fastavro.parse_schema(load_schema(EVENT_SCHEMA_FILE))
+    assert fastavro.schemaless_reader(io.BytesIO(value[5:]), schema, None) == event
+
+
+def test_the_reproducing_command_keeps_a_default_given_with_quick() -> None:
+    """``--quick --records 1000000``: the records are not --quick's, so the command that
+    repeats the run must say so although 1000000 is the option's default."""
+    import click
+
+    from benchmarks.run import main, reproducing_command
+
+    seen: list[str] = []
+
+    @click.command(params=main.params)
+    @click.pass_context
+    def probe(ctx: click.Context, **_: object) -> None:
+        seen.append(reproducing_command(ctx))
+
+    probe.main(["--quick", "--records", "1000000", "--runs", "5"], standalone_mode=False)
+    assert seen == ["python -m benchmarks.run --records 1000000 --runs 5 --quick"]

@@ -91,18 +91,24 @@ StateSpec = ValueState | MapState | ListState
 
 def _keep_schema(spec: ValueState | MapState) -> None:
     """Check ``spec.schema`` and keep it as canonical JSON text (hashable, comparable)."""
-    if spec.schema is None:
-        return
+    object.__setattr__(spec, "schema", canonical_schema(spec.schema))
+
+
+def canonical_schema(schema: Any) -> str | None:
+    """An Avro schema of state (dict or JSON text; None: none) checked and kept as
+    canonical JSON text (hashable, comparable); ``ValueError`` if it is not one."""
+    if schema is None:
+        return None
     import json
 
     import fastavro
 
-    parsed = json.loads(spec.schema) if isinstance(spec.schema, str) else dict(spec.schema)
+    parsed = json.loads(schema) if isinstance(schema, str) else dict(schema)
     try:
         fastavro.parse_schema(parsed)
     except Exception as e:
         raise ValueError(f"state schema is not a valid Avro schema: {e}") from e
-    object.__setattr__(spec, "schema", json.dumps(parsed, sort_keys=True, separators=(",", ":")))
+    return json.dumps(parsed, sort_keys=True, separators=(",", ":"))
 
 
 def _check_ttl(ttl_ms: int | None) -> None:

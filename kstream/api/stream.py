@@ -16,9 +16,16 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, ClassVar, Self
 
-from kstream.api.process import StateSpec, resolve_process
+from kstream.api.process import ListState, StateSpec, resolve_process
 from kstream.api.spec import Node, OpSpec
-from kstream.api.windows import COUNT, Aggregation, Session, WindowSpec, check_duration
+from kstream.api.windows import (
+    COUNT,
+    Aggregation,
+    Session,
+    Sliding,
+    WindowSpec,
+    check_duration,
+)
 from kstream.config import Guarantee
 from kstream.serde import Serde, serde_by_name
 
@@ -115,7 +122,13 @@ class WindowOpSpec(OpSpec):
 
     def state_description(self) -> dict[str, Any]:
         agg = self.aggregation
-        return {"window": self.spec, "aggregation": agg.kind if agg is not None else "none"}
+        d: dict[str, Any] = {
+            "window": self.spec,
+            "aggregation": agg.kind if agg is not None else "none",
+        }
+        if agg is not None and agg.schema is not None and not isinstance(self.spec, Sliding):
+            d["schemas"] = {"accumulator": agg.schema}
+        return d
 
 
 _PER_KEY = (
@@ -135,7 +148,10 @@ class RollingSpec(OpSpec):
     emit: str
 
     def state_description(self) -> dict[str, Any]:
-        return {"aggregation": self.aggregation.kind}
+        d: dict[str, Any] = {"aggregation": self.aggregation.kind}
+        if self.aggregation.schema is not None:
+            d["schemas"] = {"accumulator": self.aggregation.schema}
+        return d
 
 
 @dataclass(frozen=True)
@@ -149,7 +165,17 @@ class ProcessSpec(OpSpec):
 
     def state_description(self) -> dict[str, Any]:
         states = self.state or {}
-        return {"state": ", ".join(f"{k}: {type(v).__name__}" for k, v in sorted(states.items()))}
+        d: dict[str, Any] = {
+            "state": ", ".join(f"{k}: {type(v).__name__}" for k, v in sorted(states.items()))
+        }
+        schemas = {
+            k: v.schema
+            for k, v in sorted(states.items())
+            if not isinstance(v, ListState) and v.schema is not None
+        }
+        if schemas:
+            d["schemas"] = schemas
+        return d
 
 
 @dataclass(frozen=True)
@@ -330,6 +356,7 @@ class KeyedStream(Stream):
         *,
         emit: str = "change",
         name: str | None = None,
+        schema: Any = None,
     ) -> KeyedStream:
         """A rolling aggregation without windows: ``add(acc, value)`` folded per key
         from ``init()``; the output is an update stream ``key -> new accumulator``
@@ -338,9 +365,11 @@ class KeyedStream(Stream):
         (the update is a tombstone). ``emit="change"`` emits on every record (its
         timestamp); ``emit="checkpoint"`` emits each changed key's latest value once
         per checkpoint, right before its snapshot (and at end of input; never when
-        checkpointing is off). Accumulators must be JSON-compatible.
+        checkpointing is off). Accumulators must be JSON-compatible, or match
+        ``schema`` (an Avro schema) when given: then they are stored as versioned Avro
+        and the schema may evolve across savepoints (see ``ValueState(schema=...)``).
         """
-        return self._rolling(Aggregation("aggregate", add, init, None), emit, name)
+        return self._rolling(Aggregation("aggregate", add, init, None, schema), emit, name)
 
     def join_table(
         self,
@@ -457,9 +486,14 @@ class WindowedStream:
         init: Callable[[], Any],
         add: Callable[[Any, Any], Any],
         merge: Callable[[Any, Any], Any] | None = None,
+        *,
+        schema: Any = None,
     ) -> KeyedStream:
-        """``add(acc, value)`` folded from ``init()``; ``merge`` is needed for sessions."""
-        return self._set(Aggregation("aggregate", add, init, merge))
+        """``add(acc, value)`` folded from ``init()``; ``merge`` is needed for sessions.
+        With ``schema`` (an Avro schema) accumulators are stored as versioned Avro, so
+        the schema may evolve across savepoints (a field added with a default). Sliding
+        windows store values, not accumulators: there it is not used."""
+        return self._set(Aggregation("aggregate", add, init, merge, schema))
 
     def late(self) -> Stream:
         """The side output of late records (original key, value and timestamp)."""

@@ -57,6 +57,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
+from kstream.api.process import canonical_schema
+
 MAX_DURATION_MS = 2**63 - 1
 """The longest window size, advance, gap, lateness or join bound (Kafka's longest
 timestamp): with event times in ``0 .. 2**63 - 1`` every end computed from them stays
@@ -139,13 +141,21 @@ class Aggregation:
 
     ``init`` is ``None`` for a reduce (the first value is the accumulator). Records
     whose value is ``None`` are skipped (Kafka Streams' rule), so ``add`` never sees one.
-    ``merge(a, b)`` combines two accumulators; session windows need it.
+    ``merge(a, b)`` combines two accumulators; session windows need it. ``schema``
+    (an Avro schema, kept as canonical JSON text): accumulators are stored as
+    versioned Avro, so the schema can evolve across savepoints as a process
+    function's ``ValueState(schema=...)`` can (``kstream.runtime.stateschema``);
+    without it they are stored as JSON.
     """
 
     kind: str
     add: Callable[[Any, Any], Any]
     init: Callable[[], Any] | None = None
     merge: Callable[[Any, Any], Any] | None = None
+    schema: Any = None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "schema", canonical_schema(self.schema))
 
 
 def _count_add(acc: int, _value: Any) -> int:

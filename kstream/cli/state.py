@@ -14,12 +14,14 @@ import base64
 import json
 import sys
 import tempfile
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 import click
 
 from kstream.cli.common import app_argument, app_id_of, app_id_option, store_options
+from kstream.query.read import Tables
 from kstream.state.base import TableSpec
 from kstream.state.restore import restore_backend
 from kstream.store.base import CheckpointStore
@@ -91,18 +93,16 @@ def dump_state(
             continue
         backend, _manifest = restore_backend(store, snap.handle, workdir / task_id)
         try:
-            for name in backend.stored_tables():
-                if not name.startswith(prefix):
-                    continue
-                for k, v in backend.table(TableSpec(name)).scan():
+            names = [n for n in backend.stored_tables() if n.startswith(prefix)]
+            # Avro-typed state is decoded (kstream.query.read.Tables), the rest as stored.
+            tables = Tables.of(operator, {n: partial(backend.table, TableSpec(n)) for n in names})
+            for suffix in tables.names():
+                table = tables(suffix)
+                assert table is not None
+                for k, v in table.scan():
                     if key is None or _matches(k, key):
                         rows.append(
-                            {
-                                "task": task_id,
-                                "table": name[len(prefix) :],
-                                "key": _json(k),
-                                "value": _json(v),
-                            }
+                            {"task": task_id, "table": suffix, "key": _json(k), "value": _json(v)}
                         )
         finally:
             backend.close()

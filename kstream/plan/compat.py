@@ -9,9 +9,17 @@ restoring plan's:
 2. An operator present in both whose kind, key serde, window spec, aggregation or
    process state declarations changed: refused, naming the operator and what
    changed (its state would be read as something it is not).
-3. A stage whose partition count changed (a source topic's or an internal
+3. An Avro-typed state (``ValueState(schema=...)``, an aggregation's ``schema=...``)
+   whose stored values the new schema cannot read by Avro schema resolution (a field
+   added without a default, a type changed beyond a promotion, ...), or whose state
+   changed between JSON and Avro: refused, naming the operator, the state and the
+   field. Compatible changes (a field added with a default, removed, promoted) pass:
+   values are read through resolution. (A description of version 1 says nothing about
+   schemas: nothing is compared; the operator's open still checks the stored history,
+   :mod:`kstream.runtime.stateschema`.)
+4. A stage whose partition count changed (a source topic's or an internal
    topic's): refused (state is partitioned by key; rescaling is not supported).
-4. Operators new in the plan start empty; stateless operators (map, filter,
+5. Operators new in the plan start empty; stateless operators (map, filter,
    flat_map, sinks) and function bodies may change freely.
 
 A checkpoint without a description (taken before descriptions existed) is
@@ -20,8 +28,13 @@ restorable as before: its state is addressed as it was.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from typing import Any
+
+import fastavro
+
+from kstream.serde.avroresolve import incompatibility, schema_version
 
 __all__ = ["IncompatibleStateError", "check_restorable"]
 
@@ -38,8 +51,8 @@ def incompatibilities(
     """Every reason (in words) why state described by ``saved`` cannot be restored under
     the plan described by ``current``; empty when it can (module doc)."""
     problems: list[str] = []
-    old_ops: Mapping[str, Mapping[str, str]] = saved.get("operators") or {}
-    new_ops: Mapping[str, Mapping[str, str]] = current.get("operators") or {}
+    old_ops: Mapping[str, Mapping[str, Any]] = saved.get("operators") or {}
+    new_ops: Mapping[str, Mapping[str, Any]] = current.get("operators") or {}
     for sid in sorted(old_ops.keys() - new_ops.keys()):
         if not allow_non_restored_state:
             problems.append(
@@ -56,6 +69,10 @@ def incompatibilities(
                     f"{new.get(what)!r}; its state cannot be read as the new one (give the "
                     f"changed operator a new name=... to start it empty)"
                 )
+        if saved.get("version", 1) >= 2:
+            problems.extend(
+                _schema_problems(sid, old.get("schemas") or {}, new.get("schemas") or {})
+            )
     old_stages: Mapping[str, int] = saved.get("stages") or {}
     new_stages: Mapping[str, int] = current.get("stages") or {}
     for stage in sorted(old_stages.keys() & new_stages.keys()):
@@ -73,6 +90,36 @@ def incompatibilities(
                 f"internal topic <app>.{topic} has {new_topics[topic]} partitions but "
                 f"{old_topics[topic]} in the checkpoint: changing an internal topic's partition "
                 f"count is not supported (state is partitioned by key)"
+            )
+    return problems
+
+
+def _schema_problems(sid: str, old: Mapping[str, str], new: Mapping[str, str]) -> list[str]:
+    """Why operator ``sid``'s typed states (state -> Avro schema, before and now) cannot
+    be read under the new schemas (rule 3)."""
+    problems: list[str] = []
+    for state in sorted(old.keys() | new.keys()):
+        where = f"operator {sid!r}, state {state!r}"
+        if state not in new:
+            problems.append(
+                f"{where}: its values are stored as Avro but it has no schema now (keep its "
+                f"schema=..., or start it empty under a new name=...)"
+            )
+            continue
+        if state not in old:
+            problems.append(
+                f"{where}: its values are stored as JSON but it has a schema now (its state "
+                f"cannot be read as Avro: start it empty under a new name=...)"
+            )
+            continue
+        writer = fastavro.parse_schema(json.loads(old[state]))
+        why = incompatibility(writer, fastavro.parse_schema(json.loads(new[state])))
+        if why is not None:
+            problems.append(
+                f"{where}: the checkpoint holds values of schema version "
+                f"{schema_version(writer).hex()} that this job's schema cannot read: {why}. "
+                "Give the field a default (or keep the old schema), or start without that "
+                "state (a new name=... or app id)"
             )
     return problems
 

@@ -16,8 +16,10 @@ adding a stateful operator of the same kind *before* another one in its stage
 shifts the default id of the later one — give both a ``name=`` to avoid that.
 
 **Descriptors.** :func:`describe` summarises what a plan's state means: per
-stateful operator its kind, key serde, window spec, aggregation and process state
-(names and types), and the partition count of every stage (a stage reading an
+stateful operator its kind, key serde, window spec, aggregation, process state
+(names and types) and the Avro schemas of its typed state (``ValueState(schema=...)``,
+an aggregation's ``schema=...``: ``"schemas"``, state name -> schema; the accumulator
+is ``"accumulator"``), and the partition count of every stage (a stage reading an
 internal topic has that topic's partition count). A checkpoint carries its plan's
 description; :mod:`kstream.plan.compat` compares it with the plan restoring it.
 """
@@ -36,7 +38,9 @@ from kstream.serde import AvroSerde, Serde
 
 __all__ = ["describe", "operator_ids"]
 
-DESCRIPTION_VERSION = 1
+# 2: operators' Avro state schemas ("schemas": state name -> schema, absent: none);
+# a version-1 description says nothing about them.
+DESCRIPTION_VERSION = 2
 
 
 def operator_ids(plan: JobPlan) -> dict[int, str]:
@@ -95,10 +99,13 @@ def _key_serde(node: Node, plan: JobPlan) -> str:
         node = node.parents[0][0]
 
 
-def _describe_operator(node: Node, plan: JobPlan, stage: str) -> dict[str, str]:
-    d = {"kind": node.kind, "stage": stage, "key serde": _key_serde(node, plan)}
+def _describe_operator(node: Node, plan: JobPlan, stage: str) -> dict[str, Any]:
+    d: dict[str, Any] = {"kind": node.kind, "stage": stage, "key serde": _key_serde(node, plan)}
     for what, value in node.spec.state_description().items():
-        d[what] = value if isinstance(value, str) else _spec(value)
+        if what == "schemas":  # state name -> Avro schema (canonical JSON text)
+            d[what] = dict(value)
+        else:
+            d[what] = value if isinstance(value, str) else _spec(value)
     return d
 
 

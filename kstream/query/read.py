@@ -17,6 +17,7 @@ from itertools import dropwhile, islice
 from typing import Any
 
 from kstream.query.operators import OperatorInfo, QueryError
+from kstream.runtime.stateschema import ACCUMULATOR, StoredDecoder, VersionedTable
 from kstream.state.base import StateKey, StateTable
 
 OPS = ("get", "scan", "windows")
@@ -45,7 +46,16 @@ class Tables:
 
     def __call__(self, suffix: str) -> StateTable | None:
         opener = self.by_suffix.get(suffix)
-        return None if opener is None else opener()
+        if opener is None:
+            return None
+        table = opener()
+        history = self.by_suffix.get("schemas")
+        state = ACCUMULATOR if suffix in ("acc", "sessions") else suffix[2:]
+        if history is not None and (suffix in ("acc", "sessions") or suffix.startswith("s.")):
+            decoder = StoredDecoder(history(), state)  # Avro-typed state: values decoded
+            if decoder.writers:
+                return VersionedTable(table, decoder)
+        return table
 
     def names(self) -> list[str]:
         return sorted(self.by_suffix)

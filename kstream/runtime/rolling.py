@@ -1,6 +1,7 @@
 """``RollingOperator``: an aggregation per key without windows (an update stream).
 
-State: ``n<node>.acc`` ``(key,) -> accumulator``. Each record folds into its key's
+State: ``n<node>.acc`` ``(key,) -> accumulator`` (versioned Avro with the
+aggregation's ``schema``: :class:`kstream.runtime.stateschema.VersionedTable`). Each record folds into its key's
 accumulator (a record whose value is ``None`` is skipped, as in Kafka Streams); an accumulator that becomes ``None`` deletes the key, and the update
 is a tombstone (value ``None``). Emission:
 
@@ -26,7 +27,8 @@ from kstream.runtime.operators import (
     implements,
     without_none_values,
 )
-from kstream.state.base import KeyedStateBackend, TableSpec
+from kstream.runtime.stateschema import VersionedTable
+from kstream.state.base import KeyedStateBackend
 
 _MISSING: Any = object()
 
@@ -51,7 +53,7 @@ class RollingOperator(Operator):
     ) -> None:
         super().__init__(name)
         self.metrics = metrics
-        self.acc = backend.table(TableSpec(f"{state_id}.acc"))
+        self.acc = VersionedTable.of(backend, state_id, "acc", name, aggregation.schema)
         self.agg = aggregation
         self.per_change = emit == "change"
         self.changed: dict[Any, tuple[Any, int]] = {}

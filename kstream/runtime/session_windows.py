@@ -41,7 +41,7 @@ class SessionWindowOperator(WindowOperator):
             name, state_id, backend, aggregation, allowed_lateness_ms, metrics, emit, early_fire_ms
         )
         self.gap = spec.gap_ms
-        self.sessions = self.table("sessions")
+        self.sessions = self.accumulators("sessions", slot=1)  # [end, acc]
         self.timers = self.table("timers")
         merge = aggregation.merge
         assert merge is not None, "session windows need a merge function"

@@ -1,6 +1,8 @@
 """Avro-typed keyed state whose schema evolves across savepoints.
 
-A ``ValueState(schema=...)`` or ``MapState(schema=...)`` stores each value as Avro,
+A ``ValueState(schema=...)`` or ``MapState(schema=...)`` of a process function, and
+the accumulator of an aggregation given ``schema=...`` (a window's or a rolling
+one's, state name ``accumulator``: :class:`VersionedTable`), stores each value as Avro,
 tagged with its writer schema's version: the 8-byte CRC-64-AVRO fingerprint of the
 schema's parsing canonical form, then the Avro body (base64 in the state table, which
 holds JSON). Each writer schema the operator ever used is kept in the operator's
@@ -12,8 +14,12 @@ older version of the job), every stored writer schema of a state is checked agai
 the state's schema now (the reader schema) by Avro's resolution rules: a field added
 with a default, a field removed, a promotion (int -> long -> float -> double, string
 <-> bytes), enum symbols added, union branches added are compatible; values are then
-read through schema resolution. Anything else is refused before a record is
-processed, naming the operator, the state and the field (:class:`StateSchemaError`).
+read through schema resolution (:mod:`kstream.serde.avroresolve`). Anything else is
+refused before a record is processed, naming the operator, the state and the field
+(:class:`StateSchemaError`). The start-up check of a restore compares the same way
+the schemas in the checkpoint's operator description (:mod:`kstream.plan.compat`), so
+an upgrade is usually refused before the job starts; this check at open also covers
+older versions still stored (the schema history).
 """
 
 from __future__ import annotations
@@ -21,119 +27,31 @@ from __future__ import annotations
 import binascii
 import io
 import json
+from collections.abc import Iterator
 from typing import Any
 
 import fastavro
-from fastavro.schema import fingerprint, to_parsing_canonical_form
 
-from kstream.serde.avro import _named
-from kstream.state.base import StateTable
+from kstream.serde.avroresolve import incompatibility, schema_version
+from kstream.state.base import KeyedStateBackend, StateKey, StateTable, TableSpec
 
-__all__ = ["AvroStateCodec", "StateSchemaError", "incompatibility", "schema_version"]
+__all__ = [
+    "ACCUMULATOR",
+    "AvroStateCodec",
+    "StateSchemaError",
+    "StoredDecoder",
+    "VersionedTable",
+    "incompatibility",
+    "schema_version",
+]
 
-_PROMOTIONS = {
-    "int": {"long", "float", "double"},
-    "long": {"float", "double"},
-    "float": {"double"},
-    "string": {"bytes"},
-    "bytes": {"string"},
-}
+ACCUMULATOR = "accumulator"  # the state name of an aggregation's accumulator
 _FP_BYTES = 8
+_MISSING: Any = object()
 
 
 class StateSchemaError(RuntimeError):
     """Restored state was written with a schema the operator's schema cannot read."""
-
-
-def schema_version(parsed: Any) -> bytes:
-    """The 8-byte version of a parsed schema: CRC-64-AVRO of its canonical form."""
-    return bytes.fromhex(fingerprint(to_parsing_canonical_form(parsed), "CRC-64-AVRO"))
-
-
-def _kind(s: Any) -> str:
-    if isinstance(s, list):
-        return "union"
-    if isinstance(s, dict):
-        t = s["type"]
-        return t if isinstance(t, str) else _kind(t)
-    return str(s)
-
-
-def _describe(s: Any) -> str:
-    if isinstance(s, dict) and "name" in s:
-        return f"{s['type']} {s['name']}"
-    if isinstance(s, list):
-        return "union [" + ", ".join(_describe(b) for b in s) + "]"
-    return _kind(s)
-
-
-def incompatibility(writer: Any, reader: Any) -> str | None:
-    """Why values written with ``writer`` cannot be read as ``reader`` (parsed schemas)
-    by Avro schema resolution, naming the field; None when they can."""
-    return _Check(_named(writer, {}), _named(reader, {})).check(writer, reader, "")
-
-
-class _Check:
-    def __init__(self, wnamed: dict[str, Any], rnamed: dict[str, Any]) -> None:
-        self.wnamed, self.rnamed = wnamed, rnamed
-        self.seen: set[tuple[str, str]] = set()
-
-    def check(self, w: Any, r: Any, path: str) -> str | None:
-        if isinstance(w, str) and w in self.wnamed:
-            w = self.wnamed[w]
-        if isinstance(r, str) and r in self.rnamed:
-            r = self.rnamed[r]
-        where = path or "the value"
-        if isinstance(w, list):  # every branch the writer may have written must resolve
-            for branch in w:
-                why = self.check(branch, r, path)
-                if why is not None:
-                    return why
-            return None
-        if isinstance(r, list):
-            if any(self.check(w, branch, path) is None for branch in r):
-                return None
-            return f"{where}: stored {_describe(w)} matches no branch of {_describe(r)}"
-        wk, rk = _kind(w), _kind(r)
-        if wk != rk:
-            if rk in _PROMOTIONS.get(wk, ()):
-                return None
-            return f"{where}: stored {wk} cannot be read as {rk}"
-        if wk == "record":
-            return self._record(w, r, path)
-        if wk == "enum":
-            missing = [s for s in w["symbols"] if s not in r["symbols"]]
-            if missing and "default" not in r:
-                return f"{where}: enum symbols {missing} are not in the new enum (and it has no default)"
-        elif wk == "fixed" and w["size"] != r["size"]:
-            return f"{where}: fixed size {w['size']} cannot be read as size {r['size']}"
-        elif wk == "array":
-            return self.check(w["items"], r["items"], f"{path}[]")
-        elif wk == "map":
-            return self.check(w["values"], r["values"], f"{path}{{}}")
-        return None
-
-    def _record(self, w: dict[str, Any], r: dict[str, Any], path: str) -> str | None:
-        pair = (w.get("name", ""), r.get("name", ""))
-        if pair in self.seen:  # a recursive record: checked once
-            return None
-        self.seen.add(pair)
-        wfields = {f["name"]: f for f in w["fields"]}
-        for f in r["fields"]:
-            names = [f["name"], *f.get("aliases", ())]
-            wf = next((wfields[n] for n in names if n in wfields), None)
-            sub = f"{path}.{f['name']}" if path else f["name"]
-            if wf is None:
-                if "default" not in f:
-                    return (
-                        f"field {sub!r} ({_describe(f['type'])}) is new and has no default, "
-                        "so stored values cannot be read"
-                    )
-                continue
-            why = self.check(wf["type"], f["type"], sub)
-            if why is not None:
-                return why
-        return None
 
 
 class AvroStateCodec:
@@ -187,3 +105,95 @@ class AvroStateCodec:
         if writer is None:
             return fastavro.schemaless_reader(buf, self.reader, None)
         return fastavro.schemaless_reader(buf, writer, self.reader)
+
+
+class StoredDecoder:
+    """Reads one typed state's stored values as they were written (each with its writer
+    schema from the history), without opening the state: no check, nothing written.
+    For readers beside the operator (queries). A stored ``[stamp or end, value]`` (a
+    TTL entry, a session) has its last item decoded."""
+
+    def __init__(self, history: StateTable, state: str) -> None:
+        self.writers = {
+            bytes.fromhex(version): fastavro.parse_schema(json.loads(text))
+            for (_state, version), text in history.scan((state,))
+        }
+
+    def encode(self, value: Any) -> Any:
+        raise TypeError("stored values are read-only here")
+
+    def decode(self, stored: Any) -> Any:
+        if isinstance(stored, list) and len(stored) == 2 and isinstance(stored[1], str):
+            return [stored[0], self.decode(stored[1])]
+        if not isinstance(stored, str):
+            return stored
+        data = binascii.a2b_base64(stored)
+        writer = self.writers.get(data[:_FP_BYTES])
+        if writer is None:
+            return stored  # not a value of a known version: shown as stored
+        buf = io.BytesIO(data)
+        buf.seek(_FP_BYTES)
+        return fastavro.schemaless_reader(buf, writer, None)
+
+
+class VersionedTable(StateTable):
+    """A state table whose values (or, with ``slot``, one item of each stored list)
+    are stored as versioned Avro by ``codec``: an aggregation's accumulators given a
+    schema. Keys, order and ranges are the wrapped table's."""
+
+    def __init__(
+        self, table: StateTable, codec: AvroStateCodec | StoredDecoder, slot: int | None = None
+    ) -> None:
+        self.name = table.name
+        self.table, self.codec, self.slot = table, codec, slot
+
+    @classmethod
+    def of(
+        cls,
+        backend: KeyedStateBackend,
+        prefix: str,
+        table: str,
+        operator: str,
+        schema: str | None,
+        slot: int | None = None,
+    ) -> StateTable:
+        """Table ``<prefix>.<table>``, versioned by ``schema`` (as it is without one);
+        opening it checks the operator's stored accumulator schemas (``StateSchemaError``)."""
+        plain = backend.table(TableSpec(f"{prefix}.{table}"))
+        if schema is None:
+            return plain
+        history = backend.table(TableSpec(f"{prefix}.schemas"))
+        return cls(plain, AvroStateCodec(operator, ACCUMULATOR, schema, history), slot)
+
+    def _encode(self, value: Any) -> Any:
+        if self.slot is None:
+            return self.codec.encode(value)
+        out = list(value)
+        out[self.slot] = self.codec.encode(out[self.slot])
+        return out
+
+    def _decode(self, stored: Any) -> Any:
+        if self.slot is None:
+            return self.codec.decode(stored)
+        out = list(stored)
+        out[self.slot] = self.codec.decode(out[self.slot])
+        return out
+
+    def get(self, key: StateKey, default: Any = None) -> Any:
+        stored = self.table.get(key, _MISSING)
+        return default if stored is _MISSING else self._decode(stored)
+
+    def put(self, key: StateKey, value: Any) -> None:
+        self.table.put(key, self._encode(value))
+
+    def delete(self, key: StateKey) -> None:
+        self.table.delete(key)
+
+    def scan(self, prefix: StateKey = ()) -> Iterator[tuple[StateKey, Any]]:
+        return ((k, self._decode(v)) for k, v in self.table.scan(prefix))
+
+    def scan_range(self, start: StateKey, end: StateKey) -> Iterator[tuple[StateKey, Any]]:
+        return ((k, self._decode(v)) for k, v in self.table.scan_range(start, end))
+
+    def delete_range(self, start: StateKey, end: StateKey) -> None:
+        self.table.delete_range(start, end)

@@ -30,6 +30,7 @@ from kstream.runtime.operators import (
     implements,
     without_none_values,
 )
+from kstream.runtime.stateschema import VersionedTable
 from kstream.state.base import KeyedStateBackend, StateKey, StateTable, TableSpec
 
 __all__ = [
@@ -99,6 +100,12 @@ class WindowOperator(Operator):
 
     def table(self, name: str) -> Any:
         return self.backend.table(TableSpec(f"{self.prefix}.{name}"))
+
+    def accumulators(self, name: str, slot: int | None = None) -> Any:
+        """The table holding accumulators (in item ``slot`` of each stored list): with
+        the aggregation's ``schema``, stored as versioned Avro
+        (:class:`kstream.runtime.stateschema.VersionedTable`)."""
+        return VersionedTable.of(self.backend, self.prefix, name, self.name, self.agg.schema, slot)
 
     def _set_wm(self, watermark: int) -> None:
         self.wm = watermark
@@ -224,7 +231,7 @@ class FixedWindowOperator(WindowOperator):
         self.size = spec.size_ms
         self.advance_ms = spec.advance_ms if isinstance(spec, Hopping) else spec.size_ms
         self.offset = spec.offset_ms
-        self.acc = self.table("acc")
+        self.acc = self.accumulators("acc")
 
     def push(self, keys: Keys, values: Values, stamps: Stamps, port: int) -> None:
         if None in values:
