@@ -14,7 +14,6 @@ per change of state.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import time
 from collections.abc import Callable, Iterable, Mapping
@@ -33,6 +32,7 @@ from confluent_kafka import (
 from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic, ResourceType
 
 from kstream.config import ConfigError, Replication, redact
+from kstream.kafka.reachability import Backoff, Reachability
 
 __all__ = [
     "OFFSET_BEGINNING",
@@ -427,12 +427,18 @@ def _cleanup_policies(
         time.sleep(0.2)
 
 
-def _refresh_metadata(admin: AdminClient, timeout: float) -> None:
-    """A metadata request, so librdkafka learns the cluster's controller anew: it sends
-    DescribeConfigs to the controller it last heard of, and while that broker is down
-    every ask fails with "Timed out waiting for controller"."""
-    with contextlib.suppress(KafkaException):  # the next ask says what is wrong
-        admin.list_topics(timeout=timeout)
+def _refresh_metadata(client: Any, timeout: float, topic: str | None = None) -> bool:
+    """A metadata request (for ``topic``, else for all topics), so librdkafka learns the
+    cluster's controller and the partitions' leaders anew; whether a broker answered.
+
+    An admin client sends DescribeConfigs to the controller it last heard of, and while
+    that broker is down every ask fails with "Timed out waiting for controller"; a
+    consumer asks offsets of the leader in its cache (see ``watermark_offsets``)."""
+    try:
+        client.list_topics(topic, timeout=timeout)
+    except KafkaException:
+        return False  # the next ask says what is wrong
+    return True
 
 
 def _policy(value: str) -> frozenset[str]:
@@ -472,27 +478,53 @@ _RETRIABLE_OFFSET_ERRORS = frozenset(
 
 
 def watermark_offsets(
-    consumer: Consumer, topic: str, partition: int, timeout: float = 30.0
+    consumer: Consumer,
+    topic: str,
+    partition: int,
+    timeout: float = 30.0,
+    *,
+    reach: Reachability | None = None,
 ) -> tuple[int, int]:
     """(low, high) watermark of a partition, asked of its leader.
 
-    Retried until ``timeout`` while the leader of a new topic is still being elected
-    (the broker answers NOT_LEADER_FOR_PARTITION for a moment after creation).
+    Asked again on what passes: the leader of a new topic still being elected
+    (NOT_LEADER_FOR_PARTITION for a moment after creation), and a leader that is gone.
+    librdkafka asks the leader its metadata cache names, and a client that neither
+    fetches nor produces on the partition has no reason to refresh that cache: after
+    a kill -9 of the leader every ask goes to the dead broker and times out, although
+    a new leader was elected seconds later. So each failed ask is followed by a
+    metadata request for the topic.
+
+    Without ``reach``: KafkaException past ``timeout``. With it (a process's view of
+    the brokers, bounded by --max-outage): past ``timeout``, or at once when no broker
+    answers the metadata request, an outage (one log line when it starts, one when
+    it ends), and BrokerOutage once it outlasts the bound.
     """
+    tp = TopicPartition(topic, partition)
     deadline = time.monotonic() + timeout
+    backoff = Backoff(0.1, 2.0)
     while True:
         try:
             low, high = consumer.get_watermark_offsets(
-                TopicPartition(topic, partition),
-                timeout=max(0.1, min(5.0, deadline - time.monotonic())),
-                cached=False,
+                tp, timeout=min(5.0, max(1.0, deadline - time.monotonic())), cached=False
             )
-            return int(low), int(high)
         except KafkaException as e:
             err = e.args[0]
-            if err.code() not in _RETRIABLE_OFFSET_ERRORS or time.monotonic() > deadline:
+            if err.code() not in _RETRIABLE_OFFSET_ERRORS:
                 raise
-            time.sleep(0.1)
+            what = f"watermark offsets of {topic} [{partition}]: {err.str()}"
+            answered = _refresh_metadata(consumer, 5.0, topic)  # the leader may have moved
+            if reach is None:
+                if time.monotonic() > deadline:
+                    raise
+            elif not answered or time.monotonic() > deadline:
+                reach.failed(what if answered else f"{what}; no metadata answer")
+                reach.check()
+            time.sleep(backoff.next())
+            continue
+        if reach is not None:
+            reach.ok()
+        return int(low), int(high)
 
 
 def delete_records_before(admin: AdminClient, offsets: Mapping[tuple[str, int], int]) -> None:
