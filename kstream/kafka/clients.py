@@ -40,6 +40,7 @@ __all__ = [
     "Consumer",
     "KafkaError",
     "KafkaException",
+    "KafkaRefused",
     "KafkaUnreachable",
     "Producer",
     "TopicPartition",
@@ -77,6 +78,10 @@ class TopicSpec:
 
 class KafkaUnreachable(RuntimeError):
     """The cluster did not answer, or refused our credentials; the message says which."""
+
+
+class KafkaRefused(KafkaUnreachable):
+    """The cluster refused our credentials (SASL, TLS): asking again cannot help."""
 
 
 _librdkafka_log = logging.getLogger("kstream.kafka.librdkafka")
@@ -273,7 +278,7 @@ def check_cluster(
         admin.poll(0)  # serves error_cb
         refused = [e for e in errors if e.code() in _REFUSED]
         if refused:
-            raise KafkaUnreachable(
+            raise KafkaRefused(
                 f"Kafka at {bootstrap} refused the connection ({protocol}): "
                 f"{redact(refused[-1].str(), extra or {})}"
             )
