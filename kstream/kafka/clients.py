@@ -440,7 +440,10 @@ def _refresh_metadata(client: Any, timeout: float, topic: str | None = None) -> 
     that broker is down every ask fails with "Timed out waiting for controller"; a
     consumer asks offsets of the leader in its cache (see ``watermark_offsets``)."""
     try:
-        client.list_topics(topic, timeout=timeout)
+        if topic is None:
+            client.list_topics(timeout=timeout)
+        else:
+            client.list_topics(topic, timeout=timeout)
     except KafkaException:
         return False  # the next ask says what is wrong
     return True
