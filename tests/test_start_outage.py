@@ -1,7 +1,7 @@
 """A worker that starts while no broker answers waits the outage out (one log line when
 it starts) and exits 1 with one line past --max-outage; a SIGTERM during that start-up
-ends it cleanly (exit 0), not by the default action (exit -15). A real ``kstream
-worker`` process against a port where nothing listens: no broker needed."""
+ends it (or a coordinator) cleanly, exit 0, not by the default action (exit -15). Real
+``kstream`` processes against a port where nothing listens: no broker needed."""
 
 from __future__ import annotations
 
@@ -12,6 +12,8 @@ import sys
 import threading
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parent.parent
 KSTREAM = [sys.executable, "-c", "from kstream.cli import main; main()"]
 WORDCOUNT = ROOT / "topologies" / "wordcount.py"
@@ -19,9 +21,9 @@ NOBODY = "127.0.0.1:1"  # connection refused
 OUTAGE_LINE = "Kafka unreachable (cannot reach Kafka at 127.0.0.1:1: no metadata answer"
 
 
-def _worker(*args: str) -> subprocess.Popen[str]:
+def _worker(*args: str, command: str = "worker") -> subprocess.Popen[str]:
     return subprocess.Popen(
-        [*KSTREAM, "worker", str(WORDCOUNT), "-b", NOBODY, "--app-id", "nobody", *args],
+        [*KSTREAM, command, str(WORDCOUNT), "-b", NOBODY, "--app-id", "nobody", *args],
         stderr=subprocess.PIPE,
         stdout=subprocess.DEVNULL,
         text=True,
@@ -40,8 +42,9 @@ def test_no_broker_at_start_is_an_outage_then_one_line_past_max_outage() -> None
     assert "longer than --max-outage 2s" in lines[1] and "Connection refused" in lines[1]
 
 
-def test_sigterm_while_the_start_waits_for_the_brokers_exits_0() -> None:
-    p = _worker("--max-outage", "120")
+@pytest.mark.parametrize("command", ["worker", "coordinator"])
+def test_sigterm_while_the_start_waits_for_the_brokers_exits_0(command: str) -> None:
+    p = _worker("--max-outage", "120", command=command)
     assert p.stderr is not None
     seen = threading.Event()
     lines: list[str] = []

@@ -19,7 +19,7 @@ from kstream.cli.options import (
 from kstream.cli.startup import prepare_job, start_worker
 from kstream.dev.localbroker import BrokerRecord, LocalBroker, LocalBrokerError
 from kstream.process.embedded import run_embedded
-from kstream.process.signals import install_signal_handlers
+from kstream.process.signals import install_signal_handlers, worker_stop
 from kstream.process.tuning import tune_gc
 from kstream.worker.loop import Worker
 
@@ -56,7 +56,7 @@ def run(
     )
     start_observability(job.config.app_id, "worker+coordinator", metrics_port, metrics_host)
     w = start_worker(lambda: Worker(job, stop_when_idle=stop_when_idle))
-    signals.attach(w)
+    signals.attach(worker_stop(w))
     tune_gc()
     sys.exit(run_embedded(w))
 

@@ -18,7 +18,7 @@ from kstream.cli.options import (
 from kstream.cli.startup import prepare_job, start_worker
 from kstream.process.coordinator import EXIT_USAGE
 from kstream.process.election import ElectedCoordinator
-from kstream.process.signals import install_signal_handlers
+from kstream.process.signals import install_signal_handlers, worker_stop
 from kstream.process.startup import Coordination
 from kstream.process.tuning import tune_gc
 from kstream.worker.loop import Worker
@@ -90,7 +90,7 @@ def worker(
     pause = PausePoint(debug_pause_at) if debug_pause_at else None
     settings = WorkerSettings(session_timeout_s=session_timeout, pause_at=pause)
     w = start_worker(lambda: Worker(job, stop_when_idle=stop_when_idle, settings=settings))
-    signals.attach(w)
+    signals.attach(worker_stop(w))
     tune_gc()
     election = None
     if coordinator == "auto" and w.checkpointed and not w.cfg.bounded:
