@@ -29,7 +29,12 @@ class _Consumer:
 
 @pytest.mark.parametrize(
     "passing",
-    [KafkaError._DESTROY_BROKER, KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError._TRANSPORT],
+    [
+        KafkaError._DESTROY_BROKER,
+        KafkaError.NOT_LEADER_FOR_PARTITION,
+        KafkaError._TRANSPORT,
+        KafkaError.OFFSET_NOT_AVAILABLE,  # a new leader's high watermark not caught up
+    ],
 )
 def test_an_error_that_passes_is_asked_again(passing: int) -> None:
     c = _Consumer(KafkaError(passing), (3, 9))

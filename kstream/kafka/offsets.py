@@ -33,6 +33,9 @@ RETRIABLE_OFFSET_ERRORS = frozenset(
         # A request in flight on a broker handle that librdkafka replaced (the bootstrap
         # address's handle once the cluster's own brokers are known): asked again.
         KafkaError._DESTROY_BROKER,
+        # A leader just elected (its broker's predecessor killed) whose high watermark
+        # has not caught up yet (KIP-207): asked again in a moment.
+        KafkaError.OFFSET_NOT_AVAILABLE,
     }
 )
 
