@@ -74,27 +74,36 @@ def test_conflicting_existing_topics_stop_the_job_before_it_starts(
     assert f"{app}.stage0.repartition" not in md.topics  # nothing created before the check
 
 
-def test_cli_unreachable_bootstrap_is_one_line_and_exit_1() -> None:
+def test_cli_unreachable_bootstrap_is_an_outage_then_one_line_and_exit_1() -> None:
     t0 = time.monotonic()
     res = subprocess.run(
-        [*KSTREAM, "worker", str(WORDCOUNT), "-b", "127.0.0.1:1"],
+        [*KSTREAM, "worker", str(WORDCOUNT), "-b", "127.0.0.1:1", "--max-outage", "2"],
         capture_output=True,
         text=True,
         timeout=60,
     )
     took = time.monotonic() - t0
     assert res.returncode == 1, res.stderr
-    lines = res.stderr.strip().splitlines()
-    assert len(lines) == 1, res.stderr
-    assert lines[0].startswith("kstream: cannot reach Kafka at 127.0.0.1:1: no metadata answer")
-    assert "Connection refused" in lines[0]
+    # No answer is an outage: its log line, then one line past --max-outage.
+    outage, line = res.stderr.strip().splitlines()
+    assert "Kafka unreachable (cannot reach Kafka at 127.0.0.1:1: no metadata answer" in outage
+    assert line.startswith("kstream: Kafka unreachable for "), res.stderr
+    assert "Connection refused" in line
     assert took < 30, took
     unresolvable = subprocess.run(
-        [*KSTREAM, "worker", str(WORDCOUNT), "-b", "no-such-host.invalid:9092"],
+        [
+            *KSTREAM,
+            "worker",
+            str(WORDCOUNT),
+            "-b",
+            "no-such-host.invalid:9092",
+            "--max-outage",
+            "2",
+        ],
         capture_output=True,
         text=True,
         timeout=60,
     )
     assert unresolvable.returncode == 1
-    assert len(unresolvable.stderr.strip().splitlines()) == 1, unresolvable.stderr
+    assert len(unresolvable.stderr.strip().splitlines()) == 2, unresolvable.stderr
     assert "no-such-host.invalid:9092" in unresolvable.stderr

@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import signal
 import sys
-from types import FrameType
 from typing import Any
 
 import click
@@ -17,6 +15,7 @@ from kstream.cli.options import (
     start_observability,
 )
 from kstream.cli.startup import prepare_job, prepare_tasks
+from kstream.process.signals import install_signal_handlers
 from kstream.process.startup import Coordination, coordinate
 
 
@@ -53,6 +52,7 @@ def coordinator(
     Exactly one coordinator is active per app id: a new one fences the previous one.
     Exits 1 with the reason when the job fails hard or another coordinator takes over.
     """
+    signals = install_signal_handlers()  # first: a TERM during start-up exits cleanly
     opts = pop_job_options(kwargs)
     if topology:
         job = prepare_job(topology, bootstrap, opts)
@@ -67,12 +67,11 @@ def coordinator(
     start_observability(cfg.app_id, "coordinator", metrics_port, metrics_host)
     stop = False
 
-    def on_signal(_sig: int, _frame: FrameType | None) -> None:
+    def on_signal() -> None:
         nonlocal stop
         stop = True
 
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGINT, on_signal)
+    signals.attach(on_signal)
     code = coordinate(
         cfg, coordination, heartbeat_timeout=heartbeat_timeout, should_stop=lambda: stop
     )

@@ -16,10 +16,10 @@ from kstream.cli.options import (
     run_options,
     start_observability,
 )
-from kstream.cli.startup import prepare_job
+from kstream.cli.startup import prepare_job, start_worker
 from kstream.dev.localbroker import BrokerRecord, LocalBroker, LocalBrokerError
 from kstream.process.embedded import run_embedded
-from kstream.process.signals import install_signal_handlers
+from kstream.process.signals import install_signal_handlers, worker_stop
 from kstream.process.tuning import tune_gc
 from kstream.worker.loop import Worker
 
@@ -46,6 +46,7 @@ def run(
     The same job can later be spread over `kstream coordinator` + `kstream worker`
     processes with the same app id: state and progress are in the checkpoint store.
     """
+    signals = install_signal_handlers()  # first: a TERM during start-up exits cleanly
     job = prepare_job(
         topology,
         bootstrap,
@@ -54,8 +55,8 @@ def run(
         default_bootstrap=_local_broker,
     )
     start_observability(job.config.app_id, "worker+coordinator", metrics_port, metrics_host)
-    w = Worker(job, stop_when_idle=stop_when_idle)
-    install_signal_handlers(w)
+    w = start_worker(lambda: Worker(job, stop_when_idle=stop_when_idle))
+    signals.attach(worker_stop(w))
     tune_gc()
     sys.exit(run_embedded(w))
 

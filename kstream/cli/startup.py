@@ -9,18 +9,22 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable
-from typing import Any, NoReturn
+from typing import Any, NoReturn, TypeVar
 
 import click
 
 from kstream.cli.options import build_job_config
 from kstream.config import ConfigError, JobConfig
 from kstream.job import Job, ensure_job_topics, load_topology, plan_live
-from kstream.kafka.clients import KafkaUnreachable, check_cluster
+from kstream.kafka.clients import KafkaRefused, KafkaUnreachable, check_cluster
+from kstream.kafka.control import ControlError
+from kstream.kafka.reachability import BrokerOutage, Reachability
 from kstream.process.coordinator import EXIT_FAILED, EXIT_USAGE
 from kstream.process.startup import Coordination, StartRefused, check_start
 
-__all__ = ["prepare_job", "prepare_tasks", "refuse"]
+__all__ = ["prepare_job", "prepare_tasks", "refuse", "start_worker"]
+
+_W = TypeVar("_W")
 
 
 def refuse(reason: object, code: int) -> NoReturn:
@@ -79,8 +83,38 @@ def prepare_tasks(bootstrap: str | None, opts: dict[str, Any], tasks: str) -> Jo
 
 
 def _connect(cfg: JobConfig, timeout: float = 10.0) -> None:
-    """Exit 1 with one line unless the job's cluster answers within ``timeout`` seconds."""
+    """Return once the job's cluster answers a metadata request.
+
+    No answer within ``timeout`` seconds is an outage, waited out like one while the job
+    runs (kstream.kafka.reachability): one log line when it starts and one when it ends,
+    and exit 1 with one line once it outlasts --max-outage. Credentials the cluster
+    refuses: exit 1 with one line at once.
+    """
+    reach = Reachability(cfg.max_outage)
+    while True:
+        wait = timeout
+        if reach.down:  # no longer than needed to see the bound passed
+            wait = max(1.0, min(timeout, round(reach.max_outage - reach.down_for()) + 1.0))
+        try:
+            check_cluster(cfg.bootstrap_servers, cfg.kafka, wait)
+        except KafkaRefused as e:
+            refuse(e, EXIT_FAILED)
+        except KafkaUnreachable as e:
+            reach.failed(str(e))
+            try:
+                reach.check()
+            except BrokerOutage as outage:
+                refuse(outage, EXIT_FAILED)
+            continue
+        reach.ok()
+        return
+
+
+def start_worker(make: Callable[[], _W]) -> _W:
+    """``make()`` — a worker opening its clients; exit 1 with one line when that fails for
+    a reason outside (the brokers unreachable past --max-outage while the worker reads
+    the control topic's position)."""
     try:
-        check_cluster(cfg.bootstrap_servers, cfg.kafka, timeout)
-    except KafkaUnreachable as e:
+        return make()
+    except (ControlError, KafkaUnreachable) as e:
         refuse(e, EXIT_FAILED)

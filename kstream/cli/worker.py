@@ -15,10 +15,10 @@ from kstream.cli.options import (
     run_options,
     start_observability,
 )
-from kstream.cli.startup import prepare_job
+from kstream.cli.startup import prepare_job, start_worker
 from kstream.process.coordinator import EXIT_USAGE
 from kstream.process.election import ElectedCoordinator
-from kstream.process.signals import install_signal_handlers
+from kstream.process.signals import install_signal_handlers, worker_stop
 from kstream.process.startup import Coordination
 from kstream.process.tuning import tune_gc
 from kstream.worker.loop import Worker
@@ -84,12 +84,13 @@ def worker(
     timeout when it dies) unless --coordinator external says a `kstream coordinator`
     runs. Exits 1 with the reason when the job fails.
     """
+    signals = install_signal_handlers()  # first: a TERM during start-up exits cleanly
     job = prepare_job(topology, bootstrap, pop_job_options(kwargs), bounded=bounded)
     start_observability(job.config.app_id, "worker", metrics_port, metrics_host)
     pause = PausePoint(debug_pause_at) if debug_pause_at else None
     settings = WorkerSettings(session_timeout_s=session_timeout, pause_at=pause)
-    w = Worker(job, stop_when_idle=stop_when_idle, settings=settings)
-    install_signal_handlers(w)
+    w = start_worker(lambda: Worker(job, stop_when_idle=stop_when_idle, settings=settings))
+    signals.attach(worker_stop(w))
     tune_gc()
     election = None
     if coordinator == "auto" and w.checkpointed and not w.cfg.bounded:

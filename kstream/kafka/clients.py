@@ -14,7 +14,6 @@ per change of state.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import time
 from collections.abc import Callable, Iterable, Mapping
@@ -33,6 +32,7 @@ from confluent_kafka import (
 from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic, ResourceType
 
 from kstream.config import ConfigError, Replication, redact
+from kstream.kafka.offsets import RETRIABLE_OFFSET_ERRORS, refresh_metadata, watermark_offsets
 
 __all__ = [
     "OFFSET_BEGINNING",
@@ -40,6 +40,7 @@ __all__ = [
     "Consumer",
     "KafkaError",
     "KafkaException",
+    "KafkaRefused",
     "KafkaUnreachable",
     "Producer",
     "TopicPartition",
@@ -77,6 +78,10 @@ class TopicSpec:
 
 class KafkaUnreachable(RuntimeError):
     """The cluster did not answer, or refused our credentials; the message says which."""
+
+
+class KafkaRefused(KafkaUnreachable):
+    """The cluster refused our credentials (SASL, TLS): asking again cannot help."""
 
 
 _librdkafka_log = logging.getLogger("kstream.kafka.librdkafka")
@@ -273,7 +278,7 @@ def check_cluster(
         admin.poll(0)  # serves error_cb
         refused = [e for e in errors if e.code() in _REFUSED]
         if refused:
-            raise KafkaUnreachable(
+            raise KafkaRefused(
                 f"Kafka at {bootstrap} refused the connection ({protocol}): "
                 f"{redact(refused[-1].str(), extra or {})}"
             )
@@ -410,7 +415,7 @@ def _cleanup_policies(
                 entry = fut.result(timeout=request_timeout + 5).get("cleanup.policy")
             except (KafkaException, TimeoutError) as e:
                 retriable = isinstance(e, TimeoutError) or (
-                    e.args[0].code() in _RETRIABLE_OFFSET_ERRORS
+                    e.args[0].code() in RETRIABLE_OFFSET_ERRORS
                 )
                 if not retriable:
                     raise
@@ -419,20 +424,12 @@ def _cleanup_policies(
                         f"the cleanup.policy of topic {res.name} could not be read within "
                         f"{timeout:g}s ({e or 'no answer'}): are the brokers up?"
                     ) from e
-                _refresh_metadata(admin, request_timeout)  # the controller asked may be down
+                refresh_metadata(admin, request_timeout)  # the controller asked may be down
                 continue
             out[res.name] = _policy(entry.value if entry is not None and entry.value else "delete")
         if len(out) == len(names):
             return out
         time.sleep(0.2)
-
-
-def _refresh_metadata(admin: AdminClient, timeout: float) -> None:
-    """A metadata request, so librdkafka learns the cluster's controller anew: it sends
-    DescribeConfigs to the controller it last heard of, and while that broker is down
-    every ask fails with "Timed out waiting for controller"."""
-    with contextlib.suppress(KafkaException):  # the next ask says what is wrong
-        admin.list_topics(timeout=timeout)
 
 
 def _policy(value: str) -> frozenset[str]:
@@ -453,46 +450,6 @@ def _without_leader(admin: AdminClient, names: list[str]) -> list[str]:
         ):
             out.append(name)
     return out
-
-
-_RETRIABLE_OFFSET_ERRORS = frozenset(
-    {
-        KafkaError.NOT_LEADER_FOR_PARTITION,
-        KafkaError.LEADER_NOT_AVAILABLE,
-        KafkaError.UNKNOWN_TOPIC_OR_PART,
-        KafkaError._UNKNOWN_PARTITION,  # a new topic this client's metadata does not know yet
-        KafkaError._UNKNOWN_TOPIC,
-        KafkaError._TRANSPORT,
-        KafkaError._TIMED_OUT,
-        # A request in flight on a broker handle that librdkafka replaced (the bootstrap
-        # address's handle once the cluster's own brokers are known): asked again.
-        KafkaError._DESTROY_BROKER,
-    }
-)
-
-
-def watermark_offsets(
-    consumer: Consumer, topic: str, partition: int, timeout: float = 30.0
-) -> tuple[int, int]:
-    """(low, high) watermark of a partition, asked of its leader.
-
-    Retried until ``timeout`` while the leader of a new topic is still being elected
-    (the broker answers NOT_LEADER_FOR_PARTITION for a moment after creation).
-    """
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            low, high = consumer.get_watermark_offsets(
-                TopicPartition(topic, partition),
-                timeout=max(0.1, min(5.0, deadline - time.monotonic())),
-                cached=False,
-            )
-            return int(low), int(high)
-        except KafkaException as e:
-            err = e.args[0]
-            if err.code() not in _RETRIABLE_OFFSET_ERRORS or time.monotonic() > deadline:
-                raise
-            time.sleep(0.1)
 
 
 def delete_records_before(admin: AdminClient, offsets: Mapping[tuple[str, int], int]) -> None:

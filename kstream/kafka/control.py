@@ -199,7 +199,7 @@ class ControlReader:
         if from_beginning:
             # An explicit offset: librdkafka resolves the logical OFFSET_BEGINNING with
             # a lookup that delays the first fetch by ~0.5 s (every worker start).
-            start, _high = watermark_offsets(self._consumer, self.topic, 0)
+            start, _high = self._watermarks(30.0)
         self._consumer.assign([TopicPartition(self.topic, 0, start)])
         self._progress_at = time.monotonic()  # when a record or the end was last read
         self._next_stall_check = 0.0
@@ -344,8 +344,8 @@ class ControlReader:
 
     def read_to_end_timed(self, timeout: float = 30.0) -> list[tuple[float, Message]]:
         """Like ``read_to_end``, with each message's record timestamp (epoch seconds)."""
+        _low, high = self._watermarks(timeout)
         deadline = time.monotonic() + timeout
-        _low, high = watermark_offsets(self._consumer, self.topic, 0, timeout)
         out: list[tuple[float, Message]] = []
         eof_before = self.eof_count
         while self.eof_count == eof_before and self.last_offset < high:
@@ -353,6 +353,14 @@ class ControlReader:
                 raise ControlError(f"{self.topic}: end not reached within {timeout:g}s")
             out += self.poll_timed(0.05)
         return out
+
+    def _watermarks(self, timeout: float) -> tuple[int, int]:
+        """The partition's watermarks; while its leader moves (a broker died) or no
+        broker answers, asked again within the outage bound (OutageExceeded past it)."""
+        try:
+            return watermark_offsets(self._consumer, self.topic, 0, timeout, reach=self.reach)
+        except BrokerOutage as e:
+            raise OutageExceeded(str(e)) from None
 
     def close(self) -> None:
         self._consumer.close()

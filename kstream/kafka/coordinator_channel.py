@@ -97,10 +97,7 @@ class CoordinatorChannel:
         3. Read the topic from the beginning to its end (read_committed).
         """
         ensure_control_topic(self._bootstrap, self.app_id, self._extra, self._replication)
-        try:
-            init_transactions(self._producer, timeout)
-        except KafkaException as e:
-            raise ControlError(f"fencing the previous coordinator of {self.app_id!r}: {e}") from e
+        self._fence(timeout)
         key = self.key
         self._reader = ControlReader(
             self._bootstrap,
@@ -112,6 +109,29 @@ class CoordinatorChannel:
         history = self._reader.read_to_end(timeout)
         self.epoch, self.seq = self._reader.max_epoch + 1, 0
         return history
+
+    def _fence(self, timeout: float) -> None:
+        """``init_transactions``, asked again while it fails for a reason that passes: the
+        transaction coordinator's broker was just killed (its partition of
+        ``__transaction_state`` gets a new leader within seconds) or no broker answers.
+        Past ``timeout`` that is an outage (logged once), bounded by --max-outage."""
+        deadline = time.monotonic() + timeout
+        backoff = Backoff(0.2, 5.0)
+        while True:
+            try:
+                init_transactions(self._producer, timeout)
+            except KafkaException as e:
+                err = e.args[0] if e.args and isinstance(e.args[0], KafkaError) else None
+                what = f"fencing the previous coordinator of {self.app_id!r}: {e}"
+                if err is None or err.fatal() or not _transient(err):
+                    raise ControlError(what) from e
+                if time.monotonic() > deadline:
+                    self.reach.failed(what)
+                    _check(self.reach)
+                time.sleep(backoff.next())
+                continue
+            self.reach.ok()
+            return
 
     def poll(self, timeout: float) -> list[Message]:
         """Control messages (workers' and our own) arriving within ``timeout`` seconds."""
