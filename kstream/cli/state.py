@@ -1,4 +1,6 @@
-"""`kstream state dump`: a stateful operator's keyed state, read straight from the store.
+"""`kstream state dump`: a stateful operator's keyed state, read straight from the store;
+`kstream state rescale`: a savepoint's state redistributed to new partition counts
+(:mod:`kstream.rescale`), written as a new savepoint.
 
 Read-only and offline: no job needs to run. The chosen checkpoint (the latest
 completed one by default) or savepoint names each task's snapshot; every task of
@@ -21,7 +23,10 @@ from typing import Any
 import click
 
 from kstream.cli.common import app_argument, app_id_of, app_id_option, store_options
+from kstream.query.operators import SOURCE_PARTITIONERS
 from kstream.query.read import Tables
+from kstream.rescale.layout import RescaleError
+from kstream.rescale.savepoint import rescale_savepoint
 from kstream.state.base import TableSpec
 from kstream.state.restore import restore_backend
 from kstream.store.base import CheckpointStore
@@ -145,3 +150,67 @@ def dump(
     for row in rows:
         click.echo(json.dumps(row, sort_keys=True))
     click.echo(f"{len(rows)} entries of {operator} in {label}", err=True)
+
+
+def _partitions(values: tuple[str, ...]) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for v in values:
+        stage, _, n = v.partition("=")
+        if not stage or not n.isdigit():
+            raise click.BadParameter(f"{v!r}: give STAGE=N (e.g. stage1=16)")
+        out[stage] = int(n)
+    return out
+
+
+@state.command("rescale")
+@click.argument("source", metavar="SRC_SAVEPOINT")
+@click.argument("destination", metavar="DST")
+@store_options
+@click.option(
+    "--partitions",
+    "partitions",
+    multiple=True,
+    required=True,
+    metavar="STAGE=N",
+    help="A stage's new partition count (repeatable).",
+)
+@click.option(
+    "--source-partitioner",
+    type=click.Choice(SOURCE_PARTITIONERS),
+    default="murmur2",
+    show_default=True,
+    help="How the producers of the source topics spread keys.",
+)
+def rescale(
+    source: str,
+    destination: str,
+    store_url: str,
+    store_options: tuple[str, ...],
+    partitions: tuple[str, ...],
+    source_partitioner: str,
+) -> None:
+    """Write savepoint DST: SRC_SAVEPOINT's keyed state redistributed to new partition
+    counts (DST: <app>/savepoints/<name>, or a name in SRC's app)."""
+    store = open_store(store_url, parse_store_options(store_options))
+    wanted = _partitions(partitions)
+    try:
+        with tempfile.TemporaryDirectory(prefix="kstream-rescale-") as tmp:
+            path, meta = rescale_savepoint(
+                store,
+                source,
+                destination,
+                wanted,
+                workdir=Path(tmp),
+                source_partitioner=source_partitioner,
+            )
+    except (MetadataError, RescaleError) as e:
+        click.echo(f"kstream: {e}", err=True)
+        sys.exit(2)
+    stages = (meta.description or {}).get("stages") or {}
+    click.echo(path)
+    click.echo(
+        "rescaled "
+        + ", ".join(f"{s} to {n} tasks" for s, n in sorted(wanted.items()))
+        + f" (stages now: {', '.join(f'{s}={n}' for s, n in sorted(stages.items()))})",
+        err=True,
+    )
