@@ -1,25 +1,32 @@
 """Rescaling the state real operators wrote: a session window job whose source topic grows
-from 4 to 12 partitions mid-stream continues with exactly the output of a job that never
-rescaled (without Kafka: the tasks are fed as Kafka's default partitioner spreads keys)."""
+from 4 to 12 partitions mid-stream — offline (``kstream state rescale``) or by starting
+``--from-savepoint`` on the new counts — continues with exactly the output of a job that
+never rescaled (without Kafka: the tasks are fed as Kafka's default partitioner spreads
+keys); a key serde change is refused naming the operator."""
 
 from __future__ import annotations
 
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from kstream.api import Session, Topology, WatermarkStrategy
+from kstream.config import StartFrom
 from kstream.plan import plan_job
+from kstream.plan.compat import IncompatibleStateError
 from kstream.plan.operators import describe
 from kstream.query.operators import partition_of
 from kstream.rescale.routing import routes_of_plan
-from kstream.rescale.savepoint import rescale_savepoint
+from kstream.rescale.savepoint import rescale_savepoint, rescaler
 from kstream.runtime.task import Task
 from kstream.state.restore import restore_backend
 from kstream.state.rocksdb import RocksDBBackend
 from kstream.state.snapshot import SnapshotUploader
 from kstream.store.file import FileStore
-from kstream.store.metadata import CheckpointMetadata, TaskSnapshot
+from kstream.store.metadata import CheckpointMetadata, TaskSnapshot, read_metadata
 from kstream.store.savepoints import create_savepoint
+from kstream.store.startfrom import import_start
 from tests.conftest import Kit
 
 
@@ -63,13 +70,11 @@ def finish(tasks: list[Task], kit: type[Kit]) -> list[Any]:
     return out
 
 
-def test_a_session_job_rescaled_mid_stream_emits_what_a_never_rescaled_job_does(
-    tmp_path: Path, kit: type[Kit]
-) -> None:
+def first_phase(tmp_path: Path, kit: type[Kit]) -> tuple[FileStore, str, list[Any], list[Any]]:
+    """A savepoint of the 4-task job after the first phase, its output so far, and the
+    whole output of the same job never rescaled."""
     old_plan = plan_job(topology(), "sess", {"in": 4})
-    new_plan = plan_job(topology(), "sess", {"in": 12})
     first, second = rows(0, 1500), rows(1500, 3000)
-    # The reference: never rescaled.
     ref = [
         Task(old_plan, f"stage0-{p}", RocksDBBackend(tmp_path / "ref" / str(p))) for p in range(4)
     ]
@@ -78,7 +83,6 @@ def test_a_session_job_rescaled_mid_stream_emits_what_a_never_rescaled_job_does(
     expected = [v for t in ref for _k, v, _t in kit.sink(t.drain(), "out")]
     feed(ref, second, kit, offsets)
     expected += finish(ref, kit)
-    # The same job: savepoint after the first phase, rescaled 4 -> 12, continued.
     store = FileStore(tmp_path / "store")
     old = [
         Task(old_plan, f"stage0-{p}", RocksDBBackend(tmp_path / "old" / str(p))) for p in range(4)
@@ -98,16 +102,84 @@ def test_a_session_job_rescaled_mid_stream_emits_what_a_never_rescaled_job_does(
     src = create_savepoint(
         store, "sess", "sp", CheckpointMetadata(1, 0, 1.0, 2.0, snaps, describe(old_plan))
     )
+    return store, src, got, expected
+
+
+def second_phase(
+    tmp_path: Path, kit: type[Kit], store: FileStore, meta: CheckpointMetadata
+) -> list[Any]:
+    """The rescaled job's output from ``meta``'s state on, over 12 partitions."""
+    new_plan = plan_job(topology(), "sess", {"in": 12})
+    new = []
+    for q in range(12):
+        handle = meta.tasks[f"stage0-{q}"].handle
+        backend, _m = restore_backend(store, handle, tmp_path / "new" / str(q))
+        new.append(Task(new_plan, f"stage0-{q}", backend))
+    feed(new, rows(1500, 3000), kit, [0] * 12)
+    return finish(new, kit)
+
+
+def test_a_session_job_rescaled_offline_emits_what_a_never_rescaled_job_does(
+    tmp_path: Path, kit: type[Kit]
+) -> None:
+    store, src, got, expected = first_phase(tmp_path, kit)
+    new_plan = plan_job(topology(), "sess", {"in": 12})
     _path, meta = rescale_savepoint(
         store, src, "sp12", {"stage0": 12}, workdir=tmp_path / "w", routes=routes_of_plan(new_plan)
     )
-    new = []
-    for q in range(12):
-        backend, _m = restore_backend(
-            store, meta.tasks[f"stage0-{q}"].handle, tmp_path / "new" / str(q)
-        )
-        new.append(Task(new_plan, f"stage0-{q}", backend))
-    feed(new, second, kit, [0] * 12)
-    got += finish(new, kit)
+    got += second_phase(tmp_path, kit, store, meta)
     assert sorted(got) == sorted(expected)
     assert len(expected) > 60  # sessions closed in both phases and across the rescale
+
+
+def test_starting_from_a_savepoint_on_more_partitions_rescales_it(
+    tmp_path: Path, kit: type[Kit]
+) -> None:
+    store, src, got, expected = first_phase(tmp_path, kit)
+    desc = describe(plan_job(topology(), "sess", {"in": 12}))
+    start = StartFrom(savepoint=src)
+    # Without a rescaler (as before): refused.
+    with pytest.raises(IncompatibleStateError, match="stage0 has 12 partitions but the"):
+        import_start(store, "sess", start, next_id=2, attempt=0, description=desc, now=5.0)
+    meta = import_start(
+        store,
+        "sess",
+        start,
+        next_id=2,
+        attempt=0,
+        description=desc,
+        now=5.0,
+        rescale=rescaler(store, "sess", 2),
+    )
+    assert meta is not None and meta == read_metadata(store, "sess", 2)
+    assert sorted(meta.tasks) == sorted(f"stage0-{q}" for q in range(12))
+    assert meta.tasks["stage0-3"].handle == "sess/tasks/stage0-3/rescale-2.json"
+    got += second_phase(tmp_path, kit, store, meta)
+    assert sorted(got) == sorted(expected)
+
+
+def test_a_key_serde_change_is_refused_naming_the_operator_also_when_rescaling(
+    tmp_path: Path, kit: type[Kit]
+) -> None:
+    store, src, _got, _expected = first_phase(tmp_path, kit)
+    t = Topology("sess")
+    t.source("in", keyed=True, key_serde="bytes", watermark=WatermarkStrategy(0)).window(
+        Session(100), name="sessions"
+    ).count().to("out")
+    desc = describe(plan_job(t, "sess", {"in": 12}))
+    with pytest.raises(
+        IncompatibleStateError,
+        match=r"^savepoint sess/savepoints/sp cannot be restored under this topology: "
+        r"operator 'sessions': its key serde changed from 'str' to 'bytes'",
+    ):
+        import_start(
+            store,
+            "sess",
+            StartFrom(savepoint=src),
+            next_id=2,
+            attempt=0,
+            description=desc,
+            now=5.0,
+            rescale=rescaler(store, "sess", 2),
+        )
+    assert not store.list("sess/tasks/stage0-0/rescale")  # nothing written

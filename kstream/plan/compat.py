@@ -18,7 +18,10 @@ restoring plan's:
    schemas: nothing is compared; the operator's open still checks the stored history,
    :mod:`kstream.runtime.stateschema`.)
 4. A stage whose partition count changed (a source topic's or an internal
-   topic's): refused (state is partitioned by key; rescaling is not supported).
+   topic's): refused (state is partitioned by key) — unless the state is being
+   imported with ``--from-savepoint``/``--from-checkpoint`` (``rescale``): then its keyed
+   state is redistributed to the new tasks (:mod:`kstream.rescale`), which refuses,
+   naming the operator, what it cannot split soundly.
 5. Operators new in the plan start empty; stateless operators (map, filter,
    flat_map, sinks) and function bodies may change freely.
 
@@ -36,7 +39,7 @@ import fastavro
 
 from kstream.serde.avroresolve import incompatibility, schema_version
 
-__all__ = ["IncompatibleStateError", "check_restorable"]
+__all__ = ["IncompatibleStateError", "changed_partitions", "check_restorable"]
 
 _COMPARED = ("kind", "key serde", "window", "aggregation", "state")
 
@@ -46,10 +49,15 @@ class IncompatibleStateError(ValueError):
 
 
 def incompatibilities(
-    saved: Mapping[str, Any], current: Mapping[str, Any], *, allow_non_restored_state: bool = False
+    saved: Mapping[str, Any],
+    current: Mapping[str, Any],
+    *,
+    allow_non_restored_state: bool = False,
+    rescale: bool = False,
 ) -> list[str]:
     """Every reason (in words) why state described by ``saved`` cannot be restored under
-    the plan described by ``current``; empty when it can (module doc)."""
+    the plan described by ``current``; empty when it can (module doc). ``rescale``:
+    changed partition counts are not a reason (rule 4)."""
     problems: list[str] = []
     old_ops: Mapping[str, Mapping[str, Any]] = saved.get("operators") or {}
     new_ops: Mapping[str, Mapping[str, Any]] = current.get("operators") or {}
@@ -73,6 +81,8 @@ def incompatibilities(
             problems.extend(
                 _schema_problems(sid, old.get("schemas") or {}, new.get("schemas") or {})
             )
+    if rescale:
+        return problems
     old_stages: Mapping[str, int] = saved.get("stages") or {}
     new_stages: Mapping[str, int] = current.get("stages") or {}
     for stage in sorted(old_stages.keys() & new_stages.keys()):
@@ -92,6 +102,14 @@ def incompatibilities(
                 f"count is not supported (state is partitioned by key)"
             )
     return problems
+
+
+def changed_partitions(saved: Mapping[str, Any], current: Mapping[str, Any]) -> dict[str, int]:
+    """Stage -> its partition count in ``current``, for every stage of both whose count
+    differs (what a rescale of ``saved``'s state to ``current`` changes)."""
+    old: Mapping[str, int] = saved.get("stages") or {}
+    new: Mapping[str, int] = current.get("stages") or {}
+    return {s: int(new[s]) for s in sorted(old.keys() & new.keys()) if old[s] != new[s]}
 
 
 def _schema_problems(sid: str, old: Mapping[str, str], new: Mapping[str, str]) -> list[str]:
@@ -130,12 +148,15 @@ def check_restorable(
     *,
     what: str = "the checkpoint",
     allow_non_restored_state: bool = False,
+    rescale: bool = False,
 ) -> None:
     """Raise :class:`IncompatibleStateError` listing every reason ``saved`` (``what``'s
     description, None: taken before descriptions existed) cannot be restored."""
     if saved is None:
         return
-    problems = incompatibilities(saved, current, allow_non_restored_state=allow_non_restored_state)
+    problems = incompatibilities(
+        saved, current, allow_non_restored_state=allow_non_restored_state, rescale=rescale
+    )
     if problems:
         raise IncompatibleStateError(
             f"{what} cannot be restored under this topology: " + "; ".join(problems)

@@ -41,6 +41,7 @@ from kstream.metrics.labels import checkpoint_reason, restart_cause
 from kstream.plan.compat import IncompatibleStateError
 from kstream.plan.fingerprint import PlanFingerprint, describe_difference
 from kstream.process.retention_thread import RetentionThread
+from kstream.rescale.savepoint import rescaler
 from kstream.state.retention import apply_retention
 from kstream.store.base import CheckpointStore, StoreError
 from kstream.store.controlkey import ensure_key
@@ -460,6 +461,7 @@ def _start_state(
         attempt=recovered.attempt,
         description=description,
         now=now,
+        rescale=rescaler(store, job.app_id, recovered.max_checkpoint_id + 1),
     )
     if imported is not None:
         # Restored like the job's latest checkpoint, by a new attempt at once — also when

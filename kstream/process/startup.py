@@ -104,13 +104,14 @@ def check_start(
                 "checkpoints list` or `kstream savepoints list`)",
                 EXIT_USAGE,
             ) from e
+        rescale = pending is not None  # an imported state is rescaled to this plan's counts
         if pending is None:
             latest = latest_completed(store, job.app_id)
             if latest is None:
                 return
             pending = f"checkpoint {latest.checkpoint_id}", latest
         label, meta = pending
-        check_state(meta, label, description, job.start.allow_non_restored_state)
+        check_state(meta, label, description, job.start.allow_non_restored_state, rescale=rescale)
     except IncompatibleStateError as e:
         raise StartRefused(str(e), EXIT_USAGE) from e
     except StoreError as e:

@@ -25,13 +25,15 @@ from __future__ import annotations
 
 import json
 import shutil
-from collections.abc import Iterator, Mapping
+import tempfile
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import rocksdict
 
+from kstream.plan.compat import IncompatibleStateError
 from kstream.rescale.core import redistribute
 from kstream.rescale.layout import RescaleError
 from kstream.rescale.routing import OperatorRoute, routes_of_description
@@ -46,7 +48,7 @@ from kstream.store.base import CheckpointStore
 from kstream.store.metadata import CheckpointMetadata, TaskSnapshot
 from kstream.store.savepoints import create_savepoint, read_savepoint
 
-__all__ = ["rescale_checkpoint", "rescale_savepoint"]
+__all__ = ["rescale_checkpoint", "rescale_savepoint", "rescaler"]
 
 BATCH = 20_000  # rows per RocksDB write batch of a new task
 
@@ -324,3 +326,31 @@ def rescale_savepoint(
         if snap.handle.endswith(f"/{label}.json") and snap.handle.startswith(f"{app_id}/tasks/"):
             store.delete(snap.handle)
     return path, read_savepoint(store, path)
+
+
+def rescaler(
+    store: CheckpointStore, app_id: str, checkpoint_id: int, source_partitioner: str = "murmur2"
+) -> Callable[[CheckpointMetadata, str, dict[str, int]], CheckpointMetadata]:
+    """What a job starting ``--from-savepoint`` on other partition counts rescales its state
+    with (:func:`kstream.store.startfrom.import_start`): the new tasks' snapshots written
+    as ``app_id``'s ``rescale-<checkpoint_id>``; IncompatibleStateError naming the
+    operator where the state cannot be rescaled."""
+
+    def rescale(
+        meta: CheckpointMetadata, label: str, partitions: dict[str, int]
+    ) -> CheckpointMetadata:
+        try:
+            with tempfile.TemporaryDirectory(prefix="kstream-rescale-") as tmp:
+                return rescale_checkpoint(
+                    store,
+                    meta,
+                    partitions,
+                    app_id=app_id,
+                    label=f"rescale-{checkpoint_id}",
+                    workdir=Path(tmp),
+                    source_partitioner=source_partitioner,
+                )
+        except RescaleError as e:
+            raise IncompatibleStateError(f"{label} cannot be rescaled to this topology: {e}") from e
+
+    return rescale

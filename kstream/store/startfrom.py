@@ -10,7 +10,9 @@ coordinator with the same flag continues from the job's own newer checkpoints
 instead of rolling back again.
 
 Before anything is written, the state must be restorable under this plan
-(:mod:`kstream.plan.compat`).
+(:mod:`kstream.plan.compat`). State whose stages have other partition counts than this
+plan's is rescaled first by the ``rescale`` the caller gives (:mod:`kstream.rescale`:
+the new tasks' snapshots are written into this app) and the rescaled state is imported.
 """
 
 from __future__ import annotations
@@ -19,12 +21,12 @@ import contextlib
 import hashlib
 import json
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import replace
 from typing import Any
 
 from kstream.config import StartFrom
-from kstream.plan.compat import IncompatibleStateError, check_restorable
+from kstream.plan.compat import IncompatibleStateError, changed_partitions, check_restorable
 from kstream.store.base import CheckpointStore, ObjectExists, StoreError
 from kstream.store.layout import import_marker_path, imports_prefix
 from kstream.store.metadata import (
@@ -94,11 +96,22 @@ def _imported_from(store: CheckpointStore, app_id: str, label: str) -> bool:
     return False
 
 
+Rescale = Callable[[CheckpointMetadata, str, dict[str, int]], CheckpointMetadata]
+"""``(state, label, stage -> new partition count) -> the rescaled state`` (IncompatibleStateError
+where it cannot be rescaled)."""
+
+
 def check_state(
-    meta: CheckpointMetadata, label: str, description: Mapping[str, Any], allow: bool
+    meta: CheckpointMetadata,
+    label: str,
+    description: Mapping[str, Any],
+    allow: bool,
+    *,
+    rescale: bool = False,
 ) -> None:
     """IncompatibleStateError if ``meta``'s state cannot be restored under the plan
-    ``description``. State without a description predates stable operator ids: its
+    ``description`` (``rescale``: changed partition counts allowed, the state is to be
+    rescaled). State without a description predates stable operator ids: its
     operators' state is not found under them, so it counts as non-restored state."""
     if meta.description is None:
         if allow:
@@ -108,7 +121,13 @@ def check_state(
             f"operator ids, so its state would not be found (pass --allow-non-restored-state "
             f"to start with empty state at its source positions)"
         )
-    check_restorable(meta.description, description, what=label, allow_non_restored_state=allow)
+    check_restorable(
+        meta.description,
+        description,
+        what=label,
+        allow_non_restored_state=allow,
+        rescale=rescale,
+    )
 
 
 def import_start(
@@ -120,6 +139,7 @@ def import_start(
     attempt: int,
     description: Mapping[str, Any],
     now: float,
+    rescale: Rescale | None = None,
 ) -> CheckpointMetadata | None:
     """Import the state ``start`` names as checkpoint ``next_id`` of ``app_id``; None when
     nothing is to be imported (no flag, or already imported once).
@@ -135,6 +155,11 @@ def import_start(
             )
         return None
     label, source = pending
+    changed = changed_partitions(source.description or {}, description)
+    if changed and rescale is not None:
+        check_state(source, label, description, start.allow_non_restored_state, rescale=True)
+        log.info("rescaling %s: %s", label, ", ".join(f"{s} to {n}" for s, n in changed.items()))
+        source = rescale(source, label, changed)
     check_state(source, label, description, start.allow_non_restored_state)
     # 1. The imported checkpoint (accepted under this plan: it carries this plan's
     #    description); 2. the marker — a crash between them imports again, harmlessly.
