@@ -14,8 +14,9 @@ from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
 from kstream.cli.main import main
-from kstream.query.operators import partition_of
+from kstream.query.operators import murmur2, partition_of
 from kstream.rescale.layout import RescaleError
+from kstream.rescale.routing import murmur2 as fast_murmur2
 from kstream.rescale.savepoint import rescale_savepoint
 from kstream.state.base import TableSpec
 from kstream.state.restore import restore_backend
@@ -259,3 +260,8 @@ def test_a_firing_in_progress_and_a_shrinking_source_are_refused(tmp_path: Path)
     )  # fmt: skip
     assert result.exit_code == 2
     assert result.stderr.strip() == "kstream: no stage stage9 in this state (stages: stage1)"
+
+
+@given(st.binary(max_size=300))
+def test_the_fast_murmur2_is_kafkas(data: bytes) -> None:
+    assert fast_murmur2(data) == murmur2(data)

@@ -12,16 +12,48 @@ whitespace).
 
 from __future__ import annotations
 
+import struct
+import zlib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from kstream.plan.model import JobPlan
-from kstream.query.operators import SOURCE_PARTITIONERS, of_plan, partition_of
+from kstream.query.operators import SOURCE_PARTITIONERS, of_plan
 from kstream.rescale.layout import RescaleError
 from kstream.serde import SerdeError, serde_by_name
 
-__all__ = ["OperatorRoute", "routes_of_description", "routes_of_plan"]
+__all__ = ["OperatorRoute", "murmur2", "routes_of_description", "routes_of_plan"]
+
+_M, _MASK = 0x5BD1E995, 0xFFFFFFFF
+_WORDS = [struct.Struct(f"<{i}I").unpack_from for i in range(64)]
+
+
+def murmur2(data: bytes) -> int:
+    """Kafka's ``Utils.murmur2`` (signed 32-bit): :func:`kstream.query.operators.murmur2`
+    with the key's 4-byte words unpacked at once (a quarter faster: every stored key of a
+    source stage is hashed)."""
+    n = len(data)
+    h = 0x9747B28C ^ n
+    words = n >> 2
+    if words:
+        unpack = _WORDS[words] if words < 64 else struct.Struct(f"<{words}I").unpack_from
+        for k in unpack(data):
+            k = (k * _M) & _MASK
+            k ^= k >> 24
+            h = ((h * _M) ^ (k * _M)) & _MASK
+    rest = n & 3
+    if rest:
+        tail = n - rest
+        if rest == 3:
+            h ^= data[tail + 2] << 16
+        if rest >= 2:
+            h ^= data[tail + 1] << 8
+        h = ((h ^ data[tail]) * _M) & _MASK
+    h ^= h >> 13
+    h = (h * _M) & _MASK
+    h ^= h >> 15
+    return h - 0x100000000 if h & 0x80000000 else h
 
 
 @dataclass(frozen=True)
@@ -53,7 +85,11 @@ class OperatorRoute:
                 f"{self.key_serde} ({e}); its state cannot be routed to the new tasks "
                 f"(did the key serde change?)"
             ) from e
-        return partition_of(data, partitions, self.partitioner)
+        if data is None:
+            return 0
+        if self.partitioner == "murmur2":
+            return (murmur2(data) & 0x7FFFFFFF) % partitions
+        return zlib.crc32(data) % partitions
 
 
 def routes_of_description(

@@ -51,6 +51,13 @@ from kstream.store.savepoints import create_savepoint, read_savepoint
 __all__ = ["rescale_checkpoint", "rescale_savepoint", "rescaler"]
 
 BATCH = 20_000  # rows per RocksDB write batch of a new task
+WRITE_BUFFER = 8 << 20  # a new task's memtable per table: state goes to disk past it
+
+
+def _target_options() -> rocksdict.Options:
+    opts = cf_options()
+    opts.set_write_buffer_size(WRITE_BUFFER)
+    return opts
 
 
 def _decode_json_value(raw: bytes) -> Any:
@@ -106,7 +113,7 @@ class _Target:
     def put_raw(self, table: str, key: bytes, value: bytes) -> None:
         handle = self._handles.get(table)
         if handle is None:
-            self._db.create_column_family(table, cf_options())
+            self._db.create_column_family(table, _target_options())
             handle = self._handles[table] = self._db.get_column_family_handle(table)
         self._batch.put(key, value, handle)
         self._pending += 1
