@@ -12,7 +12,7 @@ from click.testing import CliRunner
 
 from kstream.api import Topology, Tumbling, WatermarkStrategy
 from kstream.checkpoint.commands import ApplyRetention, CreateSavepoint, Finish, Send, WriteMetadata
-from kstream.checkpoint.failover import Phase
+from kstream.checkpoint.failover import JobPhase
 from kstream.checkpoint.messages import (
     CheckpointCompleted,
     CheckpointRequest,
@@ -55,7 +55,6 @@ from kstream.store.savepoints import (
 )
 from kstream.store.startfrom import import_start
 from kstream.worker.protocol import Exit, StopRequested, WorkerProtocol
-from kstream.worker.protocol import Send as WorkerSend
 from tests.conftest import Kit
 from tests.test_coordinator import Harness, messages, triggers
 from tests.test_coordinator_run import Event, FakeTransport
@@ -106,7 +105,7 @@ def test_stop_with_savepoint_stops_workers_before_the_trigger_then_finishes() ->
     # Sinks publish, workers exit; the control topic says the job stopped, and why.
     assert messages(out) == [CheckpointCompleted(2, 0), JobStopped(0, reason)]
     assert out[-1] == Finish(reason)
-    assert h.c.phase is Phase.STOPPED
+    assert h.c.phase is JobPhase.STOPPED
     # A worker's graceful-stop request that crossed the completion triggers nothing.
     assert h.send(CheckpointRequest("m", 0, "graceful stop"), 1.5) == []
     assert h.tick(100.0) == []
@@ -126,7 +125,7 @@ def test_worker_stops_gracefully_on_stop_job_of_its_attempt() -> None:
     acts = p.handle(StopJob(0, "stop with savepoint x"), 0.0)
     assert p.stopping
     why = "stopping: nothing runs here, so nothing is left to commit"
-    assert acts == [WorkerSend(WorkerStopped("m", 0, why)), Exit(0, why)]
+    assert acts == [Send(WorkerStopped("m", 0, why)), Exit(0, why)]
     assert p.handle(StopRequested(), 0.1) == []
 
 

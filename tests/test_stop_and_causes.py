@@ -5,7 +5,7 @@ with a fake clock (the kill -9 on a real broker: integration/test_metrics_status
 from __future__ import annotations
 
 from kstream.checkpoint.causes import SILENT_AFTER_S
-from kstream.checkpoint.failover import Phase
+from kstream.checkpoint.failover import JobPhase
 from kstream.checkpoint.messages import (
     REASSIGNED,
     CheckpointAborted,
@@ -58,7 +58,7 @@ def test_when_every_owner_stopped_the_job_stops_and_nothing_is_triggered() -> No
         CheckpointAborted(1, f"job stopped: {reason}"),  # in flight: can never complete
         JobStopped(1, reason),
     ]
-    assert h.c.phase is Phase.STOPPED
+    assert h.c.phase is JobPhase.STOPPED
     # A request that crossed the stop, and time passing, trigger nothing; a stopped
     # worker is not lost.
     assert h.send(CheckpointRequest("w2", 1, "idle"), 1.7) == []

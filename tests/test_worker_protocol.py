@@ -3,6 +3,7 @@ clock in, exact actions out (no broker, no sleeps)."""
 
 from __future__ import annotations
 
+from kstream.checkpoint.commands import Send
 from kstream.checkpoint.messages import (
     CheckpointCompleted,
     CheckpointRequest,
@@ -25,7 +26,6 @@ from kstream.worker.protocol import (
     OutputBuffered,
     RestoreTasks,
     ResumeTasks,
-    Send,
     StopRequested,
     StopTasks,
     TaskStopped,

@@ -1,4 +1,5 @@
-"""Commands: what the coordinator decided, for the adapter to execute in order.
+"""Commands: what the coordinator decided, for the adapter to execute in order (``Send``
+and ``RefusePlan`` are the worker's commands too: :mod:`kstream.worker.protocol`).
 
 The coordinator does no I/O; it returns these plain values and the adapter
 (``kstream.process.coordinator``) turns them into store writes and control-topic
@@ -64,12 +65,17 @@ class Finish:
 
 @dataclass(frozen=True)
 class RefusePlan:
-    """A worker reported another plan (fingerprint ``plan``) than the coordinator's:
-    its reports are ignored; the adapter says loudly what differs (once per member
-    and plan)."""
+    """The other side runs another plan (fingerprint ``plan``) than this one.
 
-    member: str
+    The coordinator's: worker ``member`` reported it; its reports are ignored, and the
+    adapter says loudly what differs (once per member and plan). The worker's: the
+    coordinator's Restore of ``attempt`` carried it; this worker must not run, it exits
+    2 saying what differs.
+    """
+
     plan: str
+    member: str = ""
+    attempt: int = 0
 
 
 @dataclass(frozen=True)

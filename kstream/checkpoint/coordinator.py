@@ -25,7 +25,7 @@ from kstream.checkpoint.commands import (
     WriteMetadata,
 )
 from kstream.checkpoint.completionlog import CompletionLog
-from kstream.checkpoint.failover import FailoverController, Phase
+from kstream.checkpoint.failover import FailoverController, JobPhase
 from kstream.checkpoint.failures import CheckpointFailureManager
 from kstream.checkpoint.membership import Membership
 from kstream.checkpoint.messages import (
@@ -121,7 +121,7 @@ class CheckpointCoordinator:
     # -- state ---------------------------------------------------------------------------
 
     @property
-    def phase(self) -> Phase:
+    def phase(self) -> JobPhase:
         return self.failover.phase
 
     @property
@@ -131,7 +131,7 @@ class CheckpointCoordinator:
     @property
     def failed_reason(self) -> str | None:
         """Why the job failed hard, or None while it has not."""
-        return self.failover.failure_reason if self.phase is Phase.FAILED else None
+        return self.failover.failure_reason if self.phase is JobPhase.FAILED else None
 
     @property
     def next_checkpoint_id(self) -> int:
@@ -186,9 +186,9 @@ class CheckpointCoordinator:
         """React to one control message from a worker; coordinator messages are ignored."""
         if isinstance(msg, WorkerStopped):
             return self._on_worker_stopped(msg, now)
-        if self.phase is Phase.STOPPED and isinstance(msg, Heartbeat):
+        if self.phase is JobPhase.STOPPED and isinstance(msg, Heartbeat):
             return self._restart_stopped(msg, now)
-        if self.phase in (Phase.FAILED, Phase.STOPPED):
+        if self.phase in (JobPhase.FAILED, JobPhase.STOPPED):
             return []
         match msg:
             case AcknowledgeCheckpoint():
@@ -216,7 +216,7 @@ class CheckpointCoordinator:
             case Heartbeat():
                 return self._on_heartbeat(msg, now)
             case CheckpointRequest():
-                if msg.attempt == self.attempt and self.phase is Phase.RUNNING:
+                if msg.attempt == self.attempt and self.phase is JobPhase.RUNNING:
                     log.info("checkpoint requested by %s: %s", msg.member, msg.reason)
                     self._requested = True
                 return []
@@ -240,12 +240,12 @@ class CheckpointCoordinator:
 
     def tick(self, now: float) -> list[Command]:
         """Time passes: time out checkpoints, detect lost workers, restore, trigger."""
-        if self.phase in (Phase.FAILED, Phase.STOPPED):
+        if self.phase in (JobPhase.FAILED, JobPhase.STOPPED):
             return []
         cmds: list[Command] = []
         # 1. Time-outs first: a timed-out checkpoint frees its slot for a new trigger.
         for p in list(self.pending.values()):
-            if now - p.trigger_time >= self.config.timeout and self.phase is not Phase.FAILED:
+            if now - p.trigger_time >= self.config.timeout and self.phase is not JobPhase.FAILED:
                 cmds += self._abort(p, self._timeout_reason(p, now), now, counts=True)
         # 2. Workers whose heartbeats stopped are lost: the tasks they own must move
         #    (a silent member that owns nothing in this attempt — a predecessor of a
@@ -264,7 +264,7 @@ class CheckpointCoordinator:
         if self._may_trigger(now):
             cmds.append(self._trigger(now))
         # 5. The global watermark alignment's bound, while the job runs.
-        if self.phase is Phase.RUNNING:
+        if self.phase is JobPhase.RUNNING:
             owners = self.failover.owners.values()
             bound = self.watermarks.tick(self.attempt, now, owners)
             cmds += [Send(bound)] if bound is not None else []
@@ -321,7 +321,7 @@ class CheckpointCoordinator:
         cmds: list[Command] = []
         for p in list(self.pending.values()):
             cmds += self._abort(p, f"job stopped: {reason}", now, counts=False)
-        self.failover.phase = Phase.STOPPED
+        self.failover.phase = JobPhase.STOPPED
         self._requested = False
         log.info("job stopped in attempt %d: %s", self.attempt, reason)
         return [*cmds, Send(JobStopped(self.attempt, reason))]
@@ -331,7 +331,7 @@ class CheckpointCoordinator:
         attempt stopped (``--stop-when-idle``, SIGTERM to all), the job is stopped."""
         self.members.stop(msg.member, msg.reason)
         owners = set(self.failover.owners.values())
-        if self.phase is not Phase.RUNNING or msg.attempt != self.attempt or not owners:
+        if self.phase is not JobPhase.RUNNING or msg.attempt != self.attempt or not owners:
             return []
         if not self.members.all_stopped(owners):
             return []  # the group rebalances; the others take its tasks over
@@ -351,7 +351,7 @@ class CheckpointCoordinator:
         """Savepoint ``msg.name`` of the next checkpoint; with ``stop`` the workers stop
         reading input first (``StopJob`` precedes that checkpoint's trigger on the control
         topic, so it covers everything they read) and the coordinator finishes after it."""
-        running = self.phase is Phase.RUNNING
+        running = self.phase is JobPhase.RUNNING
         if not self.savepoints.request(msg, running, str(self.phase), self._next_id - 1):
             return []
         self._requested = True
@@ -372,9 +372,9 @@ class CheckpointCoordinator:
     def _owned_by(self, member: str) -> list[str]:
         """Tasks ``member`` holds in the current attempt: owned while running, or
         reported ready while restoring (its readiness dies with it)."""
-        if self.phase is Phase.RUNNING:
+        if self.phase is JobPhase.RUNNING:
             return sorted(t for t, m in self.failover.owners.items() if m == member)
-        if self.phase is Phase.RESTORING:
+        if self.phase is JobPhase.RESTORING:
             return sorted(self.failover.ready_by(member))
         return []
 
@@ -394,7 +394,7 @@ class CheckpointCoordinator:
         """When the next checkpoint may be triggered (None: not until something happens):
         an interval after the last trigger, at once when a worker asked for one."""
         in_flight = len(self.pending) + len(self._completing)
-        if self.phase is not Phase.RUNNING or in_flight >= self.config.max_concurrent:
+        if self.phase is not JobPhase.RUNNING or in_flight >= self.config.max_concurrent:
             return None
         due = float("-inf") if self._requested else self._last_trigger + self.config.interval
         # A minimum pause is measured from the end of the previous checkpoint, so
@@ -444,7 +444,7 @@ class CheckpointCoordinator:
         older retained checkpoint instead (said once, loudly); none left: the job fails."""
         n = self.failover.restore_point
         if (
-            self.phase is not Phase.RESTORING
+            self.phase is not JobPhase.RESTORING
             or msg.attempt != self.attempt
             or msg.checkpoint_id != n
             or n is None
@@ -494,7 +494,7 @@ class CheckpointCoordinator:
         if (member, plan) in self._refused:
             return []
         self._refused.add((member, plan))
-        return [RefusePlan(member, plan)]
+        return [RefusePlan(plan, member=member)]
 
     def _reassigned(self, msg: TaskFailed, now: float) -> str:
         owner = self.failover.owners.get(msg.task_id)
@@ -509,7 +509,7 @@ class CheckpointCoordinator:
         self.members.heard(hb.member, hb.tasks, now)
         previous = self.failover.generation
         self.failover.observe_generation(hb.generation)
-        if self.phase is not Phase.RUNNING:
+        if self.phase is not JobPhase.RUNNING:
             return []
         moved = self.members.moved(hb, previous, self.failover.owners, self.attempt, now)
         if moved is None:
@@ -522,7 +522,7 @@ class CheckpointCoordinator:
 
         ``normal``: an expected event (a worker rejoining), logged as such, not as a fault.
         """
-        if self.phase in (Phase.SUSPENDED, Phase.FAILED):
+        if self.phase in (JobPhase.SUSPENDED, JobPhase.FAILED):
             return []
         if normal:
             log.info(

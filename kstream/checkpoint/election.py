@@ -28,7 +28,7 @@ import enum
 from dataclasses import dataclass
 
 
-class Phase(enum.Enum):
+class ElectionPhase(enum.Enum):
     """Where this candidate stands."""
 
     STANDBY = "standby"  # not elected
@@ -46,7 +46,7 @@ class Outcome(enum.Enum):
     UNAVAILABLE = 4  # Kafka or the store failed it: try again
 
 
-class Cmd(enum.Enum):
+class ElectionCommand(enum.Enum):
     """What the runner must do."""
 
     START = "start"
@@ -58,7 +58,7 @@ class Election:
     """Membership events in, coordinator commands out; times are seconds."""
 
     restart_delay: float = 1.0
-    phase: Phase = Phase.STANDBY
+    phase: ElectionPhase = ElectionPhase.STANDBY
     running: bool = False  # a coordinator thread of ours is alive
     elections: int = 0  # how often this candidate was elected
     _restart_at: float | None = None
@@ -66,58 +66,58 @@ class Election:
     _unavailable: int = 0  # successive UNAVAILABLE exits: the restart delay doubles
     max_restart_delay: float = 10.0
 
-    def assigned(self, elected: bool, now: float) -> list[Cmd]:
+    def assigned(self, elected: bool, now: float) -> list[ElectionCommand]:
         """A rebalance gave us the partition (``elected``) or not."""
         if not elected:
             return self.revoked(now)
-        if self.phase in (Phase.ELECTED, Phase.DONE):
+        if self.phase in (ElectionPhase.ELECTED, ElectionPhase.DONE):
             return []
-        self.phase = Phase.ELECTED
+        self.phase = ElectionPhase.ELECTED
         self.elections += 1
         self._restart_at = None
         self._unavailable = 0
         return self.tick(now)
 
-    def revoked(self, now: float) -> list[Cmd]:
+    def revoked(self, now: float) -> list[ElectionCommand]:
         """The partition was revoked or lost: stop coordinating at once."""
-        if self.phase is not Phase.DONE:
-            self.phase = Phase.STANDBY
+        if self.phase is not ElectionPhase.DONE:
+            self.phase = ElectionPhase.STANDBY
         self._restart_at = None
         return self._stop_running()
 
-    def exited(self, outcome: Outcome, now: float) -> list[Cmd]:
+    def exited(self, outcome: Outcome, now: float) -> list[ElectionCommand]:
         """Our coordinator ended with ``outcome`` (rule 3)."""
         self.running = False
-        if self._stopping or self.phase is not Phase.ELECTED:
+        if self._stopping or self.phase is not ElectionPhase.ELECTED:
             self._stopping = False
             return []
         if outcome in (Outcome.STOPPED, Outcome.JOB_FAILED):
-            self.phase = Phase.DONE
+            self.phase = ElectionPhase.DONE
         elif outcome is Outcome.FENCED:
-            self.phase = Phase.FENCED
+            self.phase = ElectionPhase.FENCED
         else:
             delay = min(self.restart_delay * 2**self._unavailable, self.max_restart_delay)
             self._unavailable += 1
             self._restart_at = now + delay
         return []
 
-    def tick(self, now: float) -> list[Cmd]:
+    def tick(self, now: float) -> list[ElectionCommand]:
         """Start the coordinator when elected and none of ours runs (a restart once due)."""
-        if self.phase is not Phase.ELECTED or self.running:
+        if self.phase is not ElectionPhase.ELECTED or self.running:
             return []
         if self._restart_at is not None and now < self._restart_at:
             return []
         self._restart_at = None
         self.running = True
-        return [Cmd.START]
+        return [ElectionCommand.START]
 
-    def stop(self) -> list[Cmd]:
+    def stop(self) -> list[ElectionCommand]:
         """This process stops: no more coordinating."""
-        self.phase = Phase.DONE
+        self.phase = ElectionPhase.DONE
         return self._stop_running()
 
-    def _stop_running(self) -> list[Cmd]:
+    def _stop_running(self) -> list[ElectionCommand]:
         if not self.running or self._stopping:
             return []
         self._stopping = True
-        return [Cmd.STOP]
+        return [ElectionCommand.STOP]

@@ -17,7 +17,7 @@ from kstream.checkpoint.recovery import RecoveredState
 from kstream.config import RestartStrategy
 
 
-class Phase(StrEnum):
+class JobPhase(StrEnum):
     """Where the job is, as the coordinator sees it."""
 
     RUNNING = "running"  # tasks run; checkpoints are triggered
@@ -40,7 +40,7 @@ class FailoverController:
         expected_tasks: frozenset[str],
         strategy: RestartStrategy,
         attempt: int = 0,
-        phase: Phase = Phase.RUNNING,
+        phase: JobPhase = JobPhase.RUNNING,
     ) -> None:
         self.expected = expected_tasks
         self.strategy = strategy
@@ -62,7 +62,7 @@ class FailoverController:
 
         Returns the hard-failure commands when the restart strategy is exhausted.
         """
-        if self.phase in (Phase.FAILED, Phase.SUSPENDED):
+        if self.phase in (JobPhase.FAILED, JobPhase.SUSPENDED):
             return []  # already failed / a restart is already scheduled
         if self.strategy.exponential:
             return self._exponential(reason, now)
@@ -79,7 +79,7 @@ class FailoverController:
         previous = self._restarts[-1] if self._restarts else None
         self._restarts.append(now)
         self.failure_reason = reason
-        self.phase = Phase.SUSPENDED
+        self.phase = JobPhase.SUSPENDED
         self._restore_at = now if previous is None else max(now, previous + self.strategy.delay)
         return []
 
@@ -96,7 +96,7 @@ class FailoverController:
         self._restarts.clear()
         self._restarts.append(self._restore_at)
         self.failure_reason = reason
-        self.phase = Phase.SUSPENDED
+        self.phase = JobPhase.SUSPENDED
         return []
 
     @property
@@ -133,13 +133,13 @@ class FailoverController:
         """A job's first start — also from an imported checkpoint or savepoint: restore and
         resume every task now (not counted as a restart)."""
         self.failure_reason = reason
-        self.phase = Phase.SUSPENDED
+        self.phase = JobPhase.SUSPENDED
         self._restore_at = now
         return []
 
     def fail(self, reason: str) -> list[Command]:
         """Hard failure: tell the workers, then stop the coordinator."""
-        self.phase = Phase.FAILED
+        self.phase = JobPhase.FAILED
         self.failure_reason = reason
         return [Send(JobFailed(reason)), Fail(reason)]
 
@@ -151,14 +151,14 @@ class FailoverController:
 
     def tick(self, now: float, restore_point: int | None) -> list[Command]:
         """Start a due restore from ``restore_point``, or start over a restore that took too long."""
-        if self.phase is Phase.SUSPENDED and now >= self._restore_at:
+        if self.phase is JobPhase.SUSPENDED and now >= self._restore_at:
             self.attempt += 1
             self._ready = {}
-            self.phase = Phase.RESTORING
+            self.phase = JobPhase.RESTORING
             self.restore_point = restore_point
             self._restore_deadline = now + self.strategy.restore_timeout
             return [Send(Restore(self.attempt, restore_point, self.plan))]
-        if self.phase is Phase.RESTORING and now >= self._restore_deadline:
+        if self.phase is JobPhase.RESTORING and now >= self._restore_deadline:
             missing = ", ".join(sorted(self.expected - self._ready.keys()))
             return self.on_failure(
                 f"restore of attempt {self.attempt} not finished within "
@@ -170,7 +170,7 @@ class FailoverController:
     def on_ready(self, msg: TaskReady) -> list[Command]:
         """Record a ready task; with every task ready, resume with one owner per task."""
         if (
-            self.phase is not Phase.RESTORING
+            self.phase is not JobPhase.RESTORING
             or msg.attempt != self.attempt
             or msg.task_id not in self.expected
         ):
@@ -182,7 +182,7 @@ class FailoverController:
         if self._ready.keys() != self.expected:
             return []
         self.owners = {task: member for task, (member, _gen) in sorted(self._ready.items())}
-        self.phase = Phase.RUNNING
+        self.phase = JobPhase.RUNNING
         return [Send(Resume(self.attempt, dict(self.owners)))]
 
     def ready_by(self, member: str) -> frozenset[str]:

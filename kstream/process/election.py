@@ -22,7 +22,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from kstream.checkpoint.election import Cmd, Election, Outcome, Phase
+from kstream.checkpoint.election import Election, ElectionCommand, ElectionPhase, Outcome
 from kstream.config import JobConfig
 from kstream.kafka.clients import TopicSpec, ensure_topics, make_admin, make_consumer
 from kstream.names import election_group, election_topic
@@ -118,7 +118,7 @@ class ElectedCoordinator:
 
         consumer.subscribe([topic], on_assign=on_assign, on_revoke=on_revoke, on_lost=on_lost)
         try:
-            while not self._stop.is_set() and self.election.phase is not Phase.DONE:
+            while not self._stop.is_set() and self.election.phase is not ElectionPhase.DONE:
                 consumer.poll(0.2)  # no records are ever written: membership only
                 self._reap()
                 self._execute(self.election.tick(self.clock()))
@@ -126,9 +126,9 @@ class ElectedCoordinator:
             self._execute(self.election.stop())
             consumer.close()  # leave the group: the next candidate is elected at once
 
-    def _execute(self, cmds: list[Cmd]) -> None:
-        for cmd in cmds:
-            if cmd is Cmd.START:
+    def _execute(self, commands: list[ElectionCommand]) -> None:
+        for command in commands:
+            if command is ElectionCommand.START:
                 self._start_coordinator()
             else:
                 self._stop_coordinator()

@@ -1,6 +1,6 @@
 """The checkpointed mode (the worker's default, :mod:`kstream.worker.mode`): it feeds
 :class:`~kstream.worker.protocol.WorkerProtocol` the control topic and the loop's
-observations, and carries its actions out against the worker's tasks, the control
+observations, and carries its commands out against the worker's tasks, the control
 topic, the checkpoint store and the sinks' commits (:mod:`kstream.worker.sinkcommit`).
 """
 
@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 
+from kstream.checkpoint.commands import RefusePlan, Send
 from kstream.checkpoint.messages import (
     AcknowledgeCheckpoint,
     CheckpointCompleted,
@@ -29,21 +30,19 @@ from kstream.store.plans import plan_refusal, publish_plan
 from kstream.worker.global_alignment import GlobalAlignment
 from kstream.worker.mode import Mode
 from kstream.worker.protocol import (
-    Action,
     Assigned,
     CommitSinks,
     Event,
     Exit,
     InputRead,
     OutputBuffered,
-    RefusePlan,
     RestoreTasks,
     ResumeTasks,
-    Send,
     StopRequested,
     StopTasks,
     TaskStopped,
     TriggerTasks,
+    WorkerCommand,
     WorkerProtocol,
 )
 from kstream.worker.runner import TaskRunner
@@ -77,7 +76,7 @@ class Checkpointed(Mode):
         self.stats = stats
         self.label = label
         self.fingerprint = fingerprint
-        self._pending: list[Action] = []  # decided from the history, carried out first
+        self._pending: list[WorkerCommand] = []  # decided from the history, carried out first
         self._verified: set[int] = set()  # completed checkpoints the store backs
         self._committer = SinkCommitter()
         self.alignment = GlobalAlignment(tasks.aligner.max_drift_ms)
@@ -131,7 +130,7 @@ class Checkpointed(Mode):
 
     def end(self, now: float) -> int | None:
         """Collect the sink commits that finished; acknowledge (or decline) every snapshot
-        whose upload finished; then the protocol's time-driven actions."""
+        whose upload finished; then the protocol's time-driven commands."""
         self._collect_commits(now, wait=False)
         finished = [r for r in self.tasks.runners.values() if r.has_finished_upload()]
         if finished and not self._internal_delivered(finished[0]):
@@ -211,11 +210,11 @@ class Checkpointed(Mode):
     def _handle(self, event: Event, now: float) -> int | None:
         return self._apply(self.protocol.handle(event, now), now)
 
-    def _apply(self, actions: list[Action], now: float) -> int | None:
-        """Carry ``actions`` out in order; an exit code to stop the worker."""
+    def _apply(self, commands: list[WorkerCommand], now: float) -> int | None:
+        """Carry ``commands`` out in order; an exit code to stop the worker."""
         unrestored: int | None = None  # an attempt whose checkpoint cannot be restored here
         failed: dict[str, str] = {}  # tasks whose restore could not reach the store/broker
-        for a in actions:
+        for a in commands:
             if not isinstance(
                 a, Send | CommitSinks | TriggerTasks
             ):  # a restore, a stop, an exit: commits first

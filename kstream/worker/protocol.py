@@ -2,12 +2,12 @@
 checkpointed mode that carries those decisions out: :mod:`kstream.worker.checkpointed`.
 
 :class:`WorkerProtocol` is a pure state machine: ``handle(message, now)`` and
-``tick(now)`` return actions, in order; it does no I/O and is tested with a fake
+``tick(now)`` return commands, in order; it does no I/O and is tested with a fake
 clock. Messages are the coordinator's (``Restore``, ``Resume``, ``TriggerCheckpoint``,
 ``CheckpointCompleted``, ``JobFailed``) and what the loop observes itself
 (:class:`Assigned`, :class:`InputRead`, :class:`StopRequested`, :class:`TaskStopped`).
 :class:`~kstream.worker.checkpointed.Checkpointed` (the worker's default mode, :mod:`kstream.worker.mode`) feeds it
-the control topic and the loop's observations and carries its actions out against the
+the control topic and the loop's observations and carries its commands out against the
 worker's tasks, the control topic and the checkpoint store.
 
 One checkpoint, as this module sees it: ``TriggerCheckpoint`` -> :class:`TriggerTasks`
@@ -42,6 +42,7 @@ import logging
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from kstream.checkpoint.commands import RefusePlan, Send
 from kstream.checkpoint.messages import (
     REASSIGNED,
     CheckpointCompleted,
@@ -103,14 +104,7 @@ class TaskStopped:
 
 Event = Message | Assigned | InputRead | OutputBuffered | StopRequested | TaskStopped
 
-# ---- what the loop does --------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Send:
-    """Write ``message`` to the control topic."""
-
-    message: Message
+# ---- what the loop does (and Send, RefusePlan: kstream.checkpoint.commands) -------------
 
 
 @dataclass(frozen=True)
@@ -150,15 +144,6 @@ class CommitSinks:
 
 
 @dataclass(frozen=True)
-class RefusePlan:
-    """The coordinator runs another plan (fingerprint ``plan``, seen on its Restore of
-    ``attempt``): this worker must not run; it exits 2 saying what differs."""
-
-    plan: str
-    attempt: int
-
-
-@dataclass(frozen=True)
 class Exit:
     """Stop the worker with ``code`` (0: done, 1: the job failed), for ``reason``."""
 
@@ -166,7 +151,7 @@ class Exit:
     reason: str
 
 
-Action = (
+WorkerCommand = (
     Send | RestoreTasks | StopTasks | ResumeTasks | TriggerTasks | CommitSinks | RefusePlan | Exit
 )
 
@@ -213,9 +198,9 @@ class WorkerProtocol:
         self._next_request = 0.0
         self._next_heartbeat = 0.0
 
-    def learn(self, history: Iterable[Message]) -> list[Action]:
+    def learn(self, history: Iterable[Message]) -> list[WorkerCommand]:
         """The control topic read to its end: the current attempt and whether it resumed
-        (no actions: kept a list for what a history may require)."""
+        (no commands: kept a list for what a history may require)."""
         history = list(history)
         for msg in history:
             if isinstance(msg, Restore) and msg.attempt >= self.attempt:
@@ -248,7 +233,7 @@ class WorkerProtocol:
 
     # ---- messages and observations -------------------------------------------------------
 
-    def handle(self, event: Event, now: float) -> list[Action]:
+    def handle(self, event: Event, now: float) -> list[WorkerCommand]:
         match event:
             case TriggerCheckpoint() if event.attempt == self.attempt:
                 self.trigger_seen[event.checkpoint_id] = now
@@ -261,7 +246,7 @@ class WorkerProtocol:
                 }
                 return [CommitSinks(event.checkpoint_id)]
             case Restore() if event.attempt > self.attempt and self._foreign(event):
-                return [RefusePlan(event.plan, event.attempt)]
+                return [RefusePlan(event.plan, attempt=event.attempt)]
             case Restore() if event.attempt > self.attempt:
                 self.attempt, self.restore_point, self.restoring = (
                     event.attempt,
@@ -312,7 +297,7 @@ class WorkerProtocol:
             case _:
                 return []
 
-    def _restore(self) -> list[Action]:
+    def _restore(self) -> list[WorkerCommand]:
         self.tasks, self.running = set(self.assigned), set()
         ready = [
             Send(TaskReady(self.attempt, task, self.member, self.generation or 0, self.plan))
@@ -320,28 +305,28 @@ class WorkerProtocol:
         ]
         return [RestoreTasks(self.attempt, self.restore_point), *ready]
 
-    def _assigned(self, event: Assigned, now: float) -> list[Action]:
+    def _assigned(self, event: Assigned, now: float) -> list[WorkerCommand]:
         self.member, self.generation = event.member, event.generation
         self.assigned, self.any_partitions = event.tasks, event.any_partitions
         self._next_heartbeat = 0.0  # tell the coordinator at once
-        actions: list[Action]
+        commands: list[WorkerCommand]
         if self.restoring and event.any_partitions:
-            actions = self._restore()  # same attempt, new generation: ready again
+            commands = self._restore()  # same attempt, new generation: ready again
         else:
             self.tasks, self.running = set(), set()
-            actions = [StopTasks()]
+            commands = [StopTasks()]
             if self.attempt > 0 and event.any_partitions:
                 # The attempt is resumed, yet this worker now holds partitions of tasks
                 # it does not run (a rebalance, or a restart under static membership
                 # that no rebalance announces): ask for a restore now rather than
                 # leave the coordinator to notice a silent owner after its timeout.
-                actions += [
+                commands += [
                     Send(TaskFailed(task, self.member, self.attempt, REASSIGNED))
                     for task in event.tasks
                 ]
-        return actions + self._heartbeat(now)
+        return commands + self._heartbeat(now)
 
-    def _stop_requested(self, now: float) -> list[Action]:
+    def _stop_requested(self, now: float) -> list[WorkerCommand]:
         if self.stopping_since is not None:
             return []
         self.stopping_since = now
@@ -357,7 +342,7 @@ class WorkerProtocol:
 
     # ---- time ---------------------------------------------------------------------------------
 
-    def tick(self, now: float) -> list[Action]:
+    def tick(self, now: float) -> list[WorkerCommand]:
         """Heartbeats, and the checkpoint requests and stops of draining and idleness."""
         if self.stopping_since is not None:
             if self.drained:
@@ -370,21 +355,21 @@ class WorkerProtocol:
                 )
                 return self._exit("stopping: no final checkpoint in time")
             return self._request(now, "graceful stop") + self._heartbeat(now)
-        actions = self._heartbeat(now)
+        commands = self._heartbeat(now)
         if self.stop_when_idle is not None and now - self.last_input >= self.stop_when_idle:
             if self.drained:
                 idle = now - self.last_input
-                return actions + self._exit(f"no input for {idle:.1f}s and all output committed")
-            actions += self._request(now, "idle")  # rather than wait for the interval
-        return actions
+                return commands + self._exit(f"no input for {idle:.1f}s and all output committed")
+            commands += self._request(now, "idle")  # rather than wait for the interval
+        return commands
 
-    def _exit(self, reason: str) -> list[Action]:
+    def _exit(self, reason: str) -> list[WorkerCommand]:
         """Exit 0, telling the coordinator first: a stopped worker is not a lost one, and
         `kstream status` says the job stopped, when and why."""
         stopped = WorkerStopped(self.member, self.attempt, reason)
         return [Send(stopped), Exit(0, reason)]
 
-    def _request(self, now: float, reason: str) -> list[Action]:
+    def _request(self, now: float, reason: str) -> list[WorkerCommand]:
         """Ask for a checkpoint now, unless one triggered after the last input is on its
         way (repeated every second until one is triggered)."""
         if (
@@ -396,7 +381,7 @@ class WorkerProtocol:
         self._next_request = now + REQUEST_EVERY_S
         return [Send(CheckpointRequest(self.member, self.attempt, reason))]
 
-    def _heartbeat(self, now: float) -> list[Action]:
+    def _heartbeat(self, now: float) -> list[WorkerCommand]:
         if now < self._next_heartbeat:
             return []
         self._next_heartbeat = now + self.heartbeat_interval
