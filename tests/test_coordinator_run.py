@@ -64,6 +64,8 @@ class FakeTransport:
         self.inbox: list[Message] = []
         self.fence_after = fence_after
         self.closed = False
+        self.skipped = 0
+        self.reach: Reachability | None = None
 
     def open(self, timeout: float = 30.0) -> list[Message]:
         return [Resume(0, {})]  # a job already running in attempt 0
@@ -353,7 +355,7 @@ class OutageTransport(FakeTransport):
 
     def send(self, messages: Sequence[Message], timeout: float = 30.0) -> None:
         if any(isinstance(m, TriggerCheckpoint) and m.checkpoint_id == 3 for m in messages):
-            reach = getattr(self, "reach", None)
+            reach = self.reach
             if reach is not None:
                 reach.failed("no broker answers")
             self.now += 30.0

@@ -6,7 +6,7 @@ import itertools
 
 from kstream.checkpoint.commands import Fail, Send
 from kstream.checkpoint.failover import FailoverController, JobPhase
-from kstream.checkpoint.messages import Restore
+from kstream.checkpoint.messages import Restore, Resume, TaskReady
 from kstream.config import RestartStrategy
 
 
@@ -24,7 +24,8 @@ def _restart_times(ctl: FailoverController, failures: list[float]) -> list[float
                 starts.append(round(t, 1))
                 break
             t = round(t + 0.1, 1)
-        ctl.phase = JobPhase.RUNNING  # every task ready again
+        resumed = ctl.on_ready(TaskReady(ctl.attempt, "a", "w", 0))  # every task ready again
+        assert resumed == [Send(Resume(ctl.attempt, {"a": "w"}))]
     return starts
 
 

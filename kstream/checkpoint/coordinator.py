@@ -85,12 +85,12 @@ class CheckpointCoordinator:
         self.expected = frozenset(expected_tasks)
         self.config = checkpointing
         self.heartbeat_timeout = heartbeat_timeout
-        self.failover = FailoverController(self.expected, restart or RestartStrategy(), rec.attempt)
-        self.failover.owners = rec.owners
         # The plan fingerprint (kstream.plan.fingerprint): reports of workers with
         # another plan are refused; checkpoint metadata and Restore carry it.
         self.plan = plan
-        self.failover.plan = plan
+        self.failover = FailoverController(
+            self.expected, restart or RestartStrategy(), rec.attempt, owners=rec.owners, plan=plan
+        )
         self.foreign_plan_reports = 0
         self._refused: set[tuple[str, str]] = set()
         self.failures = CheckpointFailureManager(checkpointing.tolerable_failures)
@@ -321,7 +321,7 @@ class CheckpointCoordinator:
         cmds: list[Command] = []
         for p in list(self.pending.values()):
             cmds += self._abort(p, f"job stopped: {reason}", now, counts=False)
-        self.failover.phase = JobPhase.STOPPED
+        self.failover.stopped()
         self._requested = False
         log.info("job stopped in attempt %d: %s", self.attempt, reason)
         return [*cmds, Send(JobStopped(self.attempt, reason))]
@@ -343,9 +343,8 @@ class CheckpointCoordinator:
         restored from the latest checkpoint, as at a first start."""
         if not self.members.joined(hb.member, hb.tasks, now):
             return []  # a heartbeat it sent before it stopped
-        self.failover.generation = hb.generation
         log.info("worker %s joined the stopped job: starting it again", hb.member)
-        return self.failover.schedule_initial_restore(now)
+        return self.failover.start_again(hb.generation, now)
 
     def _on_savepoint_request(self, msg: SavepointRequest) -> list[Command]:
         """Savepoint ``msg.name`` of the next checkpoint; with ``stop`` the workers stop

@@ -41,14 +41,17 @@ class FailoverController:
         strategy: RestartStrategy,
         attempt: int = 0,
         phase: JobPhase = JobPhase.RUNNING,
+        *,
+        owners: dict[str, str] | None = None,
+        plan: str = "",
     ) -> None:
         self.expected = expected_tasks
         self.strategy = strategy
         self.attempt = attempt
         self.phase = phase
         self.generation = -1  # newest consumer-group generation seen
-        self.owners: dict[str, str] = {}
-        self.plan = ""  # the plan fingerprint every Restore carries
+        self.owners: dict[str, str] = dict(owners or {})  # of the attempt's tasks
+        self.plan = plan  # the plan fingerprint every Restore carries
         self.restore_point: int | None = None  # the checkpoint of the current restore
         self._ready: dict[str, tuple[str, int]] = {}  # task -> (member, generation)
         self._restarts: deque[float] = deque()
@@ -136,6 +139,17 @@ class FailoverController:
         self.phase = JobPhase.SUSPENDED
         self._restore_at = now
         return []
+
+    def stopped(self) -> None:
+        """The job stopped (on request or by its workers): nothing is restored or
+        triggered until it starts again (:meth:`start_again`)."""
+        self.phase = JobPhase.STOPPED
+
+    def start_again(self, generation: int, now: float) -> list[Command]:
+        """A worker of group ``generation`` joined the stopped job (any generation: an
+        emptied group may start over at 1): restore every task as at a first start."""
+        self.generation = generation
+        return self.schedule_initial_restore(now)
 
     def fail(self, reason: str) -> list[Command]:
         """Hard failure: tell the workers, then stop the coordinator."""

@@ -83,6 +83,17 @@ class CoordinatorTransport(Protocol):
     def send(self, messages: Sequence[Message], timeout: float = 30.0) -> None: ...
     def close(self) -> None: ...
 
+    @property
+    def skipped(self) -> int:
+        """Control records skipped as malformed so far (counted in the metrics)."""
+        ...
+
+    @property
+    def reach(self) -> Reachability | None:
+        """Whether the brokers answer (None: this transport cannot tell): the loop forgives
+        the silence an outage it waited out caused."""
+        ...
+
 
 class CommandExecutor:
     """Executes a coordinator's commands against the store and the control topic, in order."""
@@ -368,13 +379,13 @@ def run_coordinator(
             purge=_internal_purger(job) if transport is None else None,
             metrics=metrics,
         )
-        skipped = getattr(channel, "skipped", 0)
+        skipped = channel.skipped
         executor.recovered()
         hosting.enter_context(executor.metrics.coordinating())
         failure = executor.execute(coordinator.start(clock()))
         # An outage of our own (seen while reading, or inside a send that waited it
         # out) silenced every worker's heartbeats too: they do not count against them.
-        reach: Reachability | None = getattr(channel, "reach", None)
+        reach = channel.reach
         outages = reach.outages if reach is not None else 0
         # 3. The loop.
         while failure is None and executor.finished is None and not should_stop():
@@ -384,7 +395,7 @@ def run_coordinator(
             if reach is not None and (reach.down or reach.outages != outages):
                 outages = reach.outages
                 coordinator.cut_off(clock())
-            now_skipped = getattr(channel, "skipped", 0)  # malformed control records
+            now_skipped = channel.skipped  # malformed control records
             if now_skipped > skipped:
                 executor.metrics.control_skipped.inc(now_skipped - skipped)
                 skipped = now_skipped

@@ -36,12 +36,14 @@ from kstream.worker.protocol import (
     Exit,
     InputRead,
     OutputBuffered,
+    QueriesServed,
     RestoreTasks,
     ResumeTasks,
     StopRequested,
     StopTasks,
     TaskStopped,
     TriggerTasks,
+    Unrestorable,
     WorkerCommand,
     WorkerProtocol,
 )
@@ -127,6 +129,9 @@ class Checkpointed(Mode):
 
     def on_input(self, now: float) -> None:
         self._handle(InputRead(), now)
+
+    def serving_queries(self, url: str, now: float) -> None:
+        self._handle(QueriesServed(url), now)
 
     def end(self, now: float) -> int | None:
         """Collect the sink commits that finished; acknowledge (or decline) every snapshot
@@ -227,7 +232,7 @@ class Checkpointed(Mode):
                 case Send():
                     self.control.report(a.message)
                 case RestoreTasks():
-                    ok, failed = self._restore(a.attempt, a.checkpoint_id)
+                    ok, failed = self._restore(a.attempt, a.checkpoint_id, now)
                     if not ok:
                         unrestored = a.attempt
                 case StopTasks():
@@ -254,7 +259,9 @@ class Checkpointed(Mode):
             self._handle(TaskStopped(task, self.protocol.attempt, reason), now)
         return None
 
-    def _restore(self, attempt: int, checkpoint_id: int | None) -> tuple[bool, dict[str, str]]:
+    def _restore(
+        self, attempt: int, checkpoint_id: int | None, now: float
+    ) -> tuple[bool, dict[str, str]]:
         """Restore every assigned task. ``(False, {})`` if some cannot restore
         ``checkpoint_id`` (each reported with ``RestoreFailed``, naming the object; none
         kept); else ``(True, unreachable)``: the tasks whose restore could not reach the
@@ -270,7 +277,7 @@ class Checkpointed(Mode):
                         attempt, task_id, self.member, checkpoint_id, str(e)[:2000], what, published
                     )
                 )
-            self.protocol.tasks, self.protocol.running = set(), set()
+            self._handle(Unrestorable(attempt), now)  # it holds no task now
             return False, {}
         if corrupt:  # start positions cannot fail to restore: something else is wrong
             raise next(iter(corrupt.values()))

@@ -241,8 +241,7 @@ class Worker:
             url = self.queries.start()
             if url:
                 log.info("queries at %s", url)
-            if isinstance(self.mode, Checkpointed):
-                self.mode.protocol.query = url  # announced in its heartbeats
+            self.mode.serving_queries(url, self.clock())  # announced in its heartbeats
             self.mode.start()
             return self._loop()
         # An outage past --max-outage, a refused write, an internal record refused, a sink

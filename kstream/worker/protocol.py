@@ -5,7 +5,8 @@ checkpointed mode that carries those decisions out: :mod:`kstream.worker.checkpo
 ``tick(now)`` return commands, in order; it does no I/O and is tested with a fake
 clock. Messages are the coordinator's (``Restore``, ``Resume``, ``TriggerCheckpoint``,
 ``CheckpointCompleted``, ``JobFailed``) and what the loop observes itself
-(:class:`Assigned`, :class:`InputRead`, :class:`StopRequested`, :class:`TaskStopped`).
+(:class:`Assigned`, :class:`InputRead`, :class:`StopRequested`, :class:`TaskStopped`,
+:class:`Unrestorable`, :class:`QueriesServed`).
 :class:`~kstream.worker.checkpointed.Checkpointed` (the worker's default mode, :mod:`kstream.worker.mode`) feeds it
 the control topic and the loop's observations and carries its commands out against the
 worker's tasks, the control topic and the checkpoint store.
@@ -102,7 +103,31 @@ class TaskStopped:
     reason: str | None
 
 
-Event = Message | Assigned | InputRead | OutputBuffered | StopRequested | TaskStopped
+@dataclass(frozen=True)
+class Unrestorable:
+    """This worker cannot restore the checkpoint of ``attempt`` (reported to the
+    coordinator with ``RestoreFailed``): it holds no task of it."""
+
+    attempt: int
+
+
+@dataclass(frozen=True)
+class QueriesServed:
+    """This worker's query endpoint is ``url`` (announced in its heartbeats)."""
+
+    url: str
+
+
+Event = (
+    Message
+    | Assigned
+    | InputRead
+    | OutputBuffered
+    | StopRequested
+    | TaskStopped
+    | Unrestorable
+    | QueriesServed
+)
 
 # ---- what the loop does (and Send, RefusePlan: kstream.checkpoint.commands) -------------
 
@@ -288,6 +313,12 @@ class WorkerProtocol:
             case StopJob() if event.attempt == self.attempt:
                 log.info("the coordinator stops the job: %s", event.reason)
                 return self._stop_requested(now)
+            case Unrestorable():
+                self.tasks, self.running = set(), set()
+                return []
+            case QueriesServed():
+                self.query = event.url
+                return []
             case TaskStopped():
                 self.tasks.discard(event.task_id)
                 self.running.discard(event.task_id)
