@@ -18,7 +18,8 @@ import sys
 
 import click
 
-from kstream.checkpoint.messages import (
+from kstream.kafka.control import ControlClient
+from kstream.protocol.messages import (
     AcknowledgeCheckpoint,
     CheckpointCompleted,
     JobFailed,
@@ -26,7 +27,6 @@ from kstream.checkpoint.messages import (
     TaskReady,
     TriggerCheckpoint,
 )
-from kstream.kafka.control import ControlClient
 from kstream.store.metadata import TaskSnapshot
 
 

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from kstream.checkpoint.messages import (
+from kstream.protocol.messages import (
     AcknowledgeCheckpoint,
     CheckpointAborted,
     CheckpointCompleted,
@@ -23,9 +23,9 @@ from kstream.checkpoint.messages import (
     TriggerCheckpoint,
     record_key,
 )
-from kstream.checkpoint.recovery import recover
+from kstream.protocol.recovery import recover
+from kstream.protocol.worker import WorkerProtocol
 from kstream.store.metadata import TaskSnapshot
-from kstream.worker.protocol import WorkerProtocol
 
 TASKS = ("stage0-0", "stage0-1", "stage1-0")
 

@@ -11,7 +11,11 @@ from typing import Any
 import pytest
 
 from kstream.api import Topology
-from kstream.checkpoint.messages import (
+from kstream.plan import plan_job
+from kstream.plan.fingerprint import fingerprint
+from kstream.process import embedded
+from kstream.process.coordinator import CommandExecutor, _is_manifest_of
+from kstream.protocol.messages import (
     AcknowledgeCheckpoint,
     CheckpointCompleted,
     DeclineCheckpoint,
@@ -24,11 +28,7 @@ from kstream.checkpoint.messages import (
     sign,
     verify,
 )
-from kstream.checkpoint.recovery import recover
-from kstream.plan import plan_job
-from kstream.plan.fingerprint import fingerprint
-from kstream.process import embedded
-from kstream.process.coordinator import CommandExecutor, _is_manifest_of
+from kstream.protocol.recovery import recover
 from kstream.store.controlkey import ensure_key, load_key
 from kstream.store.file import FileStore
 from kstream.store.metadata import (

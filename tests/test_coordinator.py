@@ -9,7 +9,8 @@ from typing import Any
 
 import pytest
 
-from kstream.checkpoint.commands import (
+from kstream.config import CheckpointingConfig, RestartStrategy
+from kstream.protocol.commands import (
     ApplyRetention,
     CleanupCheckpoint,
     Command,
@@ -17,9 +18,9 @@ from kstream.checkpoint.commands import (
     Send,
     WriteMetadata,
 )
-from kstream.checkpoint.coordinator import CheckpointCoordinator
-from kstream.checkpoint.failover import JobPhase
-from kstream.checkpoint.messages import (
+from kstream.protocol.coordinator import CheckpointCoordinator
+from kstream.protocol.failover import JobPhase
+from kstream.protocol.messages import (
     AcknowledgeCheckpoint,
     CheckpointAborted,
     CheckpointCompleted,
@@ -34,8 +35,7 @@ from kstream.checkpoint.messages import (
     TaskReady,
     TriggerCheckpoint,
 )
-from kstream.checkpoint.recovery import recover
-from kstream.config import CheckpointingConfig, RestartStrategy
+from kstream.protocol.recovery import recover
 from kstream.store.file import FileStore
 from kstream.store.metadata import TaskSnapshot, completed_ids, latest_completed, write_metadata
 

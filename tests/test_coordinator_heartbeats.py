@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from kstream.checkpoint.commands import Send
-from kstream.checkpoint.failover import JobPhase
-from kstream.checkpoint.messages import (
+from kstream.protocol.commands import Send
+from kstream.protocol.failover import JobPhase
+from kstream.protocol.messages import (
     Heartbeat,
     Restore,
     Resume,

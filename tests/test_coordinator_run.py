@@ -10,7 +10,13 @@ import pytest
 from click.testing import CliRunner
 from prometheus_client import CollectorRegistry
 
-from kstream.checkpoint.messages import (
+from kstream.cli import main
+from kstream.config import CheckpointingConfig, JobConfig
+from kstream.kafka.control import CoordinatorFenced
+from kstream.kafka.reachability import Reachability
+from kstream.metrics import Metrics
+from kstream.process.coordinator import run_coordinator
+from kstream.protocol.messages import (
     AcknowledgeCheckpoint,
     CheckpointAborted,
     CheckpointCompleted,
@@ -21,12 +27,6 @@ from kstream.checkpoint.messages import (
     Resume,
     TriggerCheckpoint,
 )
-from kstream.cli import main
-from kstream.config import CheckpointingConfig, JobConfig
-from kstream.kafka.control import CoordinatorFenced
-from kstream.kafka.reachability import Reachability
-from kstream.metrics import Metrics
-from kstream.process.coordinator import run_coordinator
 from kstream.store.base import StoreError
 from kstream.store.file import FileStore
 from kstream.store.history import list_failures

@@ -1,8 +1,8 @@
-"""The coordinator election's decisions (kstream.checkpoint.election), fed events and a clock."""
+"""The coordinator election's decisions (kstream.protocol.election), fed events and a clock."""
 
 from __future__ import annotations
 
-from kstream.checkpoint.election import Election, ElectionCommand, ElectionPhase, Outcome
+from kstream.protocol.election import Election, ElectionCommand, ElectionPhase, Outcome
 
 
 def test_elected_starts_the_coordinator_once() -> None:

@@ -7,11 +7,11 @@ import logging
 
 import pytest
 
-from kstream.checkpoint.commands import Fail, Send
-from kstream.checkpoint.coordinator import CheckpointCoordinator
-from kstream.checkpoint.messages import JobFailed, Restore, RestoreFailed, Resume, TaskReady
-from kstream.checkpoint.recovery import RecoveredState
 from kstream.config import CheckpointingConfig, RestartStrategy
+from kstream.protocol.commands import Fail, Send
+from kstream.protocol.coordinator import CheckpointCoordinator
+from kstream.protocol.messages import JobFailed, Restore, RestoreFailed, Resume, TaskReady
+from kstream.protocol.recovery import RecoveredState
 from kstream.store.metadata import CheckpointMetadata, TaskSnapshot
 
 OBJ = "file:///s/app/shared/ab12"

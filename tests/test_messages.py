@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from kstream.checkpoint.messages import (
+from kstream.protocol.messages import (
     MAX_MESSAGE_BYTES,
     AcknowledgeCheckpoint,
     CheckpointAborted,

@@ -11,20 +11,6 @@ from typing import Any
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 
-from kstream.checkpoint.coordinator import CheckpointCoordinator
-from kstream.checkpoint.messages import (
-    AcknowledgeCheckpoint,
-    DeclineCheckpoint,
-    Heartbeat,
-    JobFailed,
-    Message,
-    Restore,
-    Resume,
-    TaskFailed,
-    TaskReady,
-    TriggerCheckpoint,
-)
-from kstream.checkpoint.recovery import recover
 from kstream.config import CheckpointingConfig, RestartStrategy
 from kstream.logs import JsonFormatter, TextFormatter, ctx, log_at_least
 from kstream.metrics import Metrics, MetricsPortError, PortSpec, serve_metrics
@@ -38,6 +24,20 @@ from kstream.metrics.labels import (
 )
 from kstream.metrics.worker import WorkerMetrics
 from kstream.progress import Progress
+from kstream.protocol.coordinator import CheckpointCoordinator
+from kstream.protocol.messages import (
+    AcknowledgeCheckpoint,
+    DeclineCheckpoint,
+    Heartbeat,
+    JobFailed,
+    Message,
+    Restore,
+    Resume,
+    TaskFailed,
+    TaskReady,
+    TriggerCheckpoint,
+)
+from kstream.protocol.recovery import recover
 from kstream.runtime.events import MIN_TS
 from kstream.runtime.graph import Reader
 from kstream.serde import serde_by_name

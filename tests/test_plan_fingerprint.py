@@ -6,9 +6,12 @@ from __future__ import annotations
 from pathlib import Path
 
 from kstream.api import Topology, Tumbling
-from kstream.checkpoint.commands import RefusePlan, Send, WriteMetadata
-from kstream.checkpoint.coordinator import CheckpointCoordinator
-from kstream.checkpoint.messages import (
+from kstream.config import CheckpointingConfig
+from kstream.plan import plan_job
+from kstream.plan.fingerprint import describe_difference, fingerprint
+from kstream.protocol.commands import RefusePlan, Send, WriteMetadata
+from kstream.protocol.coordinator import CheckpointCoordinator
+from kstream.protocol.messages import (
     AcknowledgeCheckpoint,
     Heartbeat,
     Restore,
@@ -16,10 +19,7 @@ from kstream.checkpoint.messages import (
     TaskReady,
     TriggerCheckpoint,
 )
-from kstream.checkpoint.recovery import recover
-from kstream.config import CheckpointingConfig
-from kstream.plan import plan_job
-from kstream.plan.fingerprint import describe_difference, fingerprint
+from kstream.protocol.recovery import recover
 from kstream.store.file import FileStore
 from kstream.store.metadata import TaskSnapshot
 from kstream.store.plans import plan_refusal, publish_plan
@@ -78,7 +78,7 @@ def test_the_coordinator_refuses_reports_of_another_plan_and_says_so_once() -> N
 
 
 def test_a_worker_refuses_a_restore_of_another_plan_saying_what_differs(tmp_path: Path) -> None:
-    from kstream.worker.protocol import StopTasks, WorkerProtocol
+    from kstream.protocol.worker import StopTasks, WorkerProtocol
 
     store = FileStore(tmp_path)
     mine = fingerprint(plan_job(wordcount(), "app", {"lines": 1}))

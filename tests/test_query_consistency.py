@@ -11,7 +11,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from kstream.checkpoint.messages import CheckpointCompleted, Resume
+from kstream.protocol.messages import CheckpointCompleted, Resume
 from kstream.query.gate import StateGate
 from kstream.query.operators import OperatorInfo
 from kstream.query.read import Tables

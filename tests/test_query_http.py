@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
-from kstream.checkpoint.messages import Heartbeat, Restore, Resume
 from kstream.cli.main import main
+from kstream.protocol.messages import Heartbeat, Restore, Resume
 from kstream.query.gate import StateGate
 from kstream.query.operators import OperatorInfo
 from kstream.query.read import Tables

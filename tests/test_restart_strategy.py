@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import itertools
 
-from kstream.checkpoint.commands import Fail, Send
-from kstream.checkpoint.failover import FailoverController, JobPhase
-from kstream.checkpoint.messages import Restore, Resume, TaskReady
 from kstream.config import RestartStrategy
+from kstream.protocol.commands import Fail, Send
+from kstream.protocol.failover import FailoverController, JobPhase
+from kstream.protocol.messages import Restore, Resume, TaskReady
 
 
 def _restart_times(ctl: FailoverController, failures: list[float]) -> list[float]:

@@ -11,9 +11,16 @@ import pytest
 from click.testing import CliRunner
 
 from kstream.api import Topology, Tumbling, WatermarkStrategy
-from kstream.checkpoint.commands import ApplyRetention, CreateSavepoint, Finish, Send, WriteMetadata
-from kstream.checkpoint.failover import JobPhase
-from kstream.checkpoint.messages import (
+from kstream.cli import main
+from kstream.cli.state import dump_state
+from kstream.config import ConfigError, JobConfig, RestartStrategy, StartFrom
+from kstream.plan import plan_job
+from kstream.plan.compat import IncompatibleStateError
+from kstream.plan.operators import describe
+from kstream.process.coordinator import run_coordinator
+from kstream.protocol.commands import ApplyRetention, CreateSavepoint, Finish, Send, WriteMetadata
+from kstream.protocol.failover import JobPhase
+from kstream.protocol.messages import (
     CheckpointCompleted,
     CheckpointRequest,
     JobFailed,
@@ -26,13 +33,7 @@ from kstream.checkpoint.messages import (
     decode,
     encode,
 )
-from kstream.cli import main
-from kstream.cli.state import dump_state
-from kstream.config import ConfigError, JobConfig, RestartStrategy, StartFrom
-from kstream.plan import plan_job
-from kstream.plan.compat import IncompatibleStateError
-from kstream.plan.operators import describe
-from kstream.process.coordinator import run_coordinator
+from kstream.protocol.worker import Exit, StopRequested, WorkerProtocol
 from kstream.runtime.task import Task
 from kstream.state.retention import apply_retention
 from kstream.state.rocksdb import RocksDBBackend
@@ -54,7 +55,6 @@ from kstream.store.savepoints import (
     read_savepoint,
 )
 from kstream.store.startfrom import import_start
-from kstream.worker.protocol import Exit, StopRequested, WorkerProtocol
 from tests.conftest import Kit
 from tests.test_coordinator import Harness, messages, triggers
 from tests.test_coordinator_run import Event, FakeTransport

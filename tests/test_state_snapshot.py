@@ -309,7 +309,7 @@ def test_corrupt_sst_is_detected_and_named_and_the_task_never_falls_back_by_itse
     tmp_path: Path,
 ) -> None:
     """A task reports the corrupt object; choosing an older checkpoint is the
-    coordinator's, for every task at once (kstream.checkpoint.failover)."""
+    coordinator's, for every task at once (kstream.protocol.failover)."""
     store, handles, states = _two_checkpoints(tmp_path)
     m1 = read_manifest(store, handles[0].manifest_path)
     m2 = read_manifest(store, handles[1].manifest_path)

@@ -2,7 +2,16 @@
 
 from __future__ import annotations
 
-from kstream.checkpoint.messages import (
+from kstream.monitor.history import history_rows
+from kstream.monitor.status import (
+    LagRow,
+    build_status,
+    committed_source_positions,
+    source_positions,
+)
+from kstream.monitor.view import ControlView, Phase
+from kstream.names import is_repartition_topic
+from kstream.protocol.messages import (
     AcknowledgeCheckpoint,
     CheckpointAborted,
     CheckpointCompleted,
@@ -14,15 +23,6 @@ from kstream.checkpoint.messages import (
     TaskReady,
     TriggerCheckpoint,
 )
-from kstream.monitor.history import history_rows
-from kstream.monitor.status import (
-    LagRow,
-    build_status,
-    committed_source_positions,
-    source_positions,
-)
-from kstream.monitor.view import ControlView, Phase
-from kstream.names import is_repartition_topic
 from kstream.store.history import CheckpointFailure, RestartRecord
 from kstream.store.metadata import CheckpointMetadata, TaskSnapshot
 

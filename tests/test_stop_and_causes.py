@@ -4,9 +4,13 @@ with a fake clock (the kill -9 on a real broker: integration/test_metrics_status
 
 from __future__ import annotations
 
-from kstream.checkpoint.causes import SILENT_AFTER_S
-from kstream.checkpoint.failover import JobPhase
-from kstream.checkpoint.messages import (
+from kstream.metrics.labels import restart_cause
+from kstream.monitor.status import build_status
+from kstream.monitor.view import ControlView
+from kstream.names import member_client_id
+from kstream.protocol.causes import SILENT_AFTER_S
+from kstream.protocol.failover import JobPhase
+from kstream.protocol.messages import (
     REASSIGNED,
     CheckpointAborted,
     CheckpointRequest,
@@ -22,11 +26,7 @@ from kstream.checkpoint.messages import (
     decode,
     encode,
 )
-from kstream.checkpoint.recovery import recover
-from kstream.metrics.labels import restart_cause
-from kstream.monitor.status import build_status
-from kstream.monitor.view import ControlView
-from kstream.names import member_client_id
+from kstream.protocol.recovery import recover
 from kstream.store.history import RestartRecord
 from tests.test_coordinator import Harness, messages, triggers
 

@@ -3,8 +3,8 @@ clock in, exact actions out (no broker, no sleeps)."""
 
 from __future__ import annotations
 
-from kstream.checkpoint.commands import Send
-from kstream.checkpoint.messages import (
+from kstream.protocol.commands import Send
+from kstream.protocol.messages import (
     CheckpointCompleted,
     CheckpointRequest,
     Heartbeat,
@@ -17,7 +17,7 @@ from kstream.checkpoint.messages import (
     TriggerCheckpoint,
     WorkerStopped,
 )
-from kstream.worker.protocol import (
+from kstream.protocol.worker import (
     REASSIGNED,
     Assigned,
     CommitSinks,

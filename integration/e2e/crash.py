@@ -33,7 +33,7 @@ from integration.e2e.harness import (
 )
 from integration.e2e.scenarios import Scenario
 from integration.edge_tools import markers
-from kstream.checkpoint.messages import CheckpointCompleted, Restore, Resume
+from kstream.protocol.messages import CheckpointCompleted, Restore, Resume
 from kstream.store.base import StoreError
 from kstream.store.metadata import read_metadata
 

@@ -26,16 +26,6 @@ from pathlib import Path
 from typing import Any
 
 from integration.edge_tools import Read, read_all
-from kstream.checkpoint.messages import (
-    AcknowledgeCheckpoint,
-    CheckpointCompleted,
-    Message,
-    ProtocolError,
-    Restore,
-    Resume,
-    TriggerCheckpoint,
-    decode,
-)
 from kstream.kafka.clients import (
     TopicPartition,
     TopicSpec,
@@ -45,6 +35,16 @@ from kstream.kafka.clients import (
     watermark_offsets,
 )
 from kstream.names import control_topic
+from kstream.protocol.messages import (
+    AcknowledgeCheckpoint,
+    CheckpointCompleted,
+    Message,
+    ProtocolError,
+    Restore,
+    Resume,
+    TriggerCheckpoint,
+    decode,
+)
 from kstream.store.base import CheckpointStore, StoreError
 from kstream.store.metadata import CheckpointMetadata, read_metadata
 from kstream.store.urls import open_store

@@ -16,7 +16,6 @@ import time
 
 import click
 
-from kstream.checkpoint.messages import Heartbeat, SavepointRequest
 from kstream.cli.common import (
     app_argument,
     app_id_of,
@@ -28,6 +27,7 @@ from kstream.cli.common import (
 from kstream.kafka.control import ControlClient, ControlError, control_topic_exists
 from kstream.monitor.history import when
 from kstream.names import control_topic
+from kstream.protocol.messages import Heartbeat, SavepointRequest
 from kstream.store.layout import savepoint_metadata_path, savepoint_path
 from kstream.store.metadata import MetadataError
 from kstream.store.objectstore import parse_store_options

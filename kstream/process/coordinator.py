@@ -16,20 +16,6 @@ from collections.abc import Callable, Sequence
 from contextlib import ExitStack
 from typing import Any, Protocol
 
-from kstream.checkpoint.commands import (
-    ApplyRetention,
-    CleanupCheckpoint,
-    Command,
-    CreateSavepoint,
-    Fail,
-    Finish,
-    RefusePlan,
-    Send,
-    WriteMetadata,
-)
-from kstream.checkpoint.coordinator import CheckpointCoordinator
-from kstream.checkpoint.messages import Message, Restore
-from kstream.checkpoint.recovery import RecoveredState, recover
 from kstream.config import JobConfig
 from kstream.kafka.clients import delete_records_before, make_admin
 from kstream.kafka.control import ControlError, CoordinatorFenced
@@ -41,6 +27,20 @@ from kstream.metrics.labels import checkpoint_reason, restart_cause
 from kstream.plan.compat import IncompatibleStateError
 from kstream.plan.fingerprint import PlanFingerprint, describe_difference
 from kstream.process.retention_thread import RetentionThread
+from kstream.protocol.commands import (
+    ApplyRetention,
+    CleanupCheckpoint,
+    Command,
+    CreateSavepoint,
+    Fail,
+    Finish,
+    RefusePlan,
+    Send,
+    WriteMetadata,
+)
+from kstream.protocol.coordinator import CheckpointCoordinator
+from kstream.protocol.messages import Message, Restore
+from kstream.protocol.recovery import RecoveredState, recover
 from kstream.state.retention import apply_retention
 from kstream.store.base import CheckpointStore, StoreError
 from kstream.store.controlkey import ensure_key
@@ -332,7 +332,7 @@ def run_coordinator(
     try:
         store = store or open_store(job.store_url, job.store_options)
         # The key only the store's readers hold: this coordinator signs what it writes
-        # and believes only signed coordinator messages (kstream.checkpoint.messages).
+        # and believes only signed coordinator messages (kstream.protocol.messages).
         channel = transport or CoordinatorChannel(
             job.bootstrap_servers,
             job.app_id,

@@ -5,7 +5,7 @@ consumer in the group ``<app>.coordinator`` subscribed to the one-partition topi
 ``<app>.coordinator-election``; while Kafka assigns this member that partition, the
 job's coordinator (:func:`kstream.process.startup.coordinate`: the same as every
 mode's) runs in a thread
-here. The decisions are :class:`kstream.checkpoint.election.Election`'s; this
+here. The decisions are :class:`kstream.protocol.election.Election`'s; this
 module only feeds it and carries out its commands.
 
 A hand-over on revocation is clean: the partition is only given to the next member
@@ -22,12 +22,12 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from kstream.checkpoint.election import Election, ElectionCommand, ElectionPhase, Outcome
 from kstream.config import JobConfig
 from kstream.kafka.clients import TopicSpec, ensure_topics, make_admin, make_consumer
 from kstream.names import election_group, election_topic
 from kstream.process.coordinator import EXIT_USAGE
 from kstream.process.startup import Coordination, coordinate
+from kstream.protocol.election import Election, ElectionCommand, ElectionPhase, Outcome
 
 log = logging.getLogger(__name__)
 

@@ -7,7 +7,7 @@ downloaded. A missing or corrupt file raises ``CorruptSnapshotError`` naming the
 object and the checkpoint (a store that cannot be reached raises ``StoreError``
 instead: that says nothing about the checkpoint). A task never falls back to
 another checkpoint by itself: it reports the failure, and the coordinator restores
-every task from one older retained checkpoint (:mod:`kstream.checkpoint.failover`),
+every task from one older retained checkpoint (:mod:`kstream.protocol.failover`),
 so a job never runs a mix of checkpoints. The restored DB is built in a staging
 directory and swapped in at the end, so a failed restore never leaves a half-built
 DB behind.

@@ -1,5 +1,5 @@
 """The checkpointed mode (the worker's default, :mod:`kstream.worker.mode`): it feeds
-:class:`~kstream.worker.protocol.WorkerProtocol` the control topic and the loop's
+:class:`~kstream.protocol.worker.WorkerProtocol` the control topic and the loop's
 observations, and carries its commands out against the worker's tasks, the control
 topic, the checkpoint store and the sinks' commits (:mod:`kstream.worker.sinkcommit`).
 """
@@ -9,8 +9,14 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 
-from kstream.checkpoint.commands import RefusePlan, Send
-from kstream.checkpoint.messages import (
+from kstream.kafka.control import ControlClient
+from kstream.kafka.internal import InternalDeliveryError
+from kstream.kafka.sink import SinkError, SinkFencedError
+from kstream.kafka.source import SourceConsumer
+from kstream.logs import ctx
+from kstream.plan.fingerprint import PlanFingerprint
+from kstream.protocol.commands import RefusePlan, Send
+from kstream.protocol.messages import (
     AcknowledgeCheckpoint,
     CheckpointCompleted,
     Message,
@@ -18,18 +24,7 @@ from kstream.checkpoint.messages import (
     TaskReady,
     WatermarkBound,
 )
-from kstream.kafka.control import ControlClient
-from kstream.kafka.internal import InternalDeliveryError
-from kstream.kafka.sink import SinkError, SinkFencedError
-from kstream.kafka.source import SourceConsumer
-from kstream.logs import ctx
-from kstream.plan.fingerprint import PlanFingerprint
-from kstream.store.base import CheckpointStore
-from kstream.store.metadata import unbacked_completion
-from kstream.store.plans import plan_refusal, publish_plan
-from kstream.worker.global_alignment import GlobalAlignment
-from kstream.worker.mode import Mode
-from kstream.worker.protocol import (
+from kstream.protocol.worker import (
     Assigned,
     CommitSinks,
     Event,
@@ -47,6 +42,11 @@ from kstream.worker.protocol import (
     WorkerCommand,
     WorkerProtocol,
 )
+from kstream.store.base import CheckpointStore
+from kstream.store.metadata import unbacked_completion
+from kstream.store.plans import plan_refusal, publish_plan
+from kstream.worker.global_alignment import GlobalAlignment
+from kstream.worker.mode import Mode
 from kstream.worker.runner import TaskRunner
 from kstream.worker.settings import WorkerStats
 from kstream.worker.sinkcommit import SinkCommitter

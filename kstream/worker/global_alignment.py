@@ -1,5 +1,5 @@
 """Global watermark alignment, the worker's part (pure; the coordinator's part and the
-rules: :mod:`kstream.checkpoint.alignment`).
+rules: :mod:`kstream.protocol.alignment`).
 
 The worker reports its slowest watermark per aligned source topic
 (:meth:`GlobalAlignment.report`) and keeps the coordinator's newest bound
@@ -31,7 +31,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from kstream.checkpoint.messages import WatermarkBound, WatermarkReport
+from kstream.protocol.messages import WatermarkBound, WatermarkReport
 from kstream.runtime.events import MIN_TS
 
 REPORT_EVERY_S = 0.2

@@ -5,7 +5,7 @@ messages), a batch of records, each fed to its task, the tasks ticked, the mode'
 of an iteration (acknowledgements, heartbeats, commits), the pauses brought in line.
 What differs between checkpointed, unchecked and bounded runs is the mode's
 (:mod:`kstream.worker.mode`); the worker's half of the control protocol is a pure
-state machine (:mod:`kstream.worker.protocol`); one task's build, restore, snapshot
+state machine (:mod:`kstream.protocol.worker`); one task's build, restore, snapshot
 and acknowledgement are its runner's (:mod:`kstream.worker.runner`).
 """
 
@@ -20,7 +20,6 @@ from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 
-from kstream.checkpoint.messages import Message
 from kstream.config import Guarantee, JobConfig
 from kstream.job import Job
 from kstream.kafka.clients import Producer, make_producer
@@ -32,6 +31,8 @@ from kstream.kafka.sink import SinkError
 from kstream.kafka.source import RawRecord, SourceConsumer
 from kstream.metrics.worker import WorkerMetrics, sink_buffers
 from kstream.plan.fingerprint import fingerprint
+from kstream.protocol.messages import Message
+from kstream.protocol.worker import WorkerProtocol
 from kstream.query.settings import QuerySettings
 from kstream.runtime.lateness import late_summary
 from kstream.sinkbuffer.epochs import SinkStateError
@@ -41,7 +42,6 @@ from kstream.worker.backlog import Backlog
 from kstream.worker.bounded import Bounded
 from kstream.worker.checkpointed import Checkpointed
 from kstream.worker.mode import TP, Mode
-from kstream.worker.protocol import WorkerProtocol
 from kstream.worker.queries import WorkerQueries
 from kstream.worker.routing import Router
 from kstream.worker.runner import RunnerContext

@@ -9,9 +9,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from kstream.checkpoint.messages import Message
 from kstream.metrics.server import PortSpec
 from kstream.plan import JobPlan
+from kstream.protocol.messages import Message
 from kstream.query.gate import StateGate
 from kstream.query.operators import of_plan
 from kstream.query.read import Tables

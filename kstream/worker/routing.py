@@ -7,7 +7,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from kstream.checkpoint.messages import DeclineCheckpoint, Message
 from kstream.config import Guarantee
 from kstream.kafka.clients import Producer, produce_with_retry
 from kstream.kafka.dlq import DeadLetterWriter
@@ -21,6 +20,7 @@ from kstream.kafka.internal import (
 )
 from kstream.kafka.sink import Sink
 from kstream.metrics.worker import WorkerMetrics
+from kstream.protocol.messages import DeclineCheckpoint, Message
 from kstream.runtime.records import AlignmentAborted, DeadLetter, Output, OutputBatch, OutputEvent
 
 

@@ -17,13 +17,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from kstream.checkpoint.messages import AcknowledgeCheckpoint, DeclineCheckpoint, Message
 from kstream.config import Guarantee, JobConfig
 from kstream.kafka.dlq import DeadLetterWriter
 from kstream.kafka.sink import AtLeastOnceSink, ExactlyOnceSink, Sink, SinkCommit
 from kstream.logs import ctx as ctx_log
 from kstream.metrics.worker import WorkerMetrics
 from kstream.plan import JobPlan, OutputKind, TaskSpec
+from kstream.protocol.messages import AcknowledgeCheckpoint, DeclineCheckpoint, Message
 from kstream.runtime.firing import Budget
 from kstream.runtime.records import Position, SnapshotPoint
 from kstream.runtime.task import Task

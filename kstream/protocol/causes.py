@@ -3,7 +3,7 @@ of failovers whose first sign is not their cause.
 
 A worker killed with -9 is first noticed by the others: the group gives its
 partitions to a surviving worker, which reports each task it now holds but does not
-run (``TaskFailed`` with :data:`~kstream.checkpoint.messages.REASSIGNED`). The cause is
+run (``TaskFailed`` with :data:`~kstream.protocol.messages.REASSIGNED`). The cause is
 the owner's fate, not a task failure: :func:`reassignment_reason` names it, so the
 restart's cause (:func:`kstream.metrics.labels.restart_cause`) is ``worker_lost``,
 ``worker_stopped`` or ``rebalance``.

@@ -1,13 +1,13 @@
 """What the coordinator knows of the workers: when each was last heard from, which tasks it
 runs, and which stopped gracefully (and why). Pure; the coordinator asks it who is lost,
-who runs a task, and why tasks moved (:mod:`kstream.checkpoint.causes`)."""
+who runs a task, and why tasks moved (:mod:`kstream.protocol.causes`)."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 
-from kstream.checkpoint.causes import group_change_reason, reassignment_reason
-from kstream.checkpoint.messages import Heartbeat
+from kstream.protocol.causes import group_change_reason, reassignment_reason
+from kstream.protocol.messages import Heartbeat
 
 
 class Membership:

@@ -11,10 +11,10 @@ from __future__ import annotations
 from collections import deque
 from enum import StrEnum
 
-from kstream.checkpoint.commands import Command, Fail, Send
-from kstream.checkpoint.messages import JobFailed, JobStopped, Restore, Resume, TaskReady
-from kstream.checkpoint.recovery import RecoveredState
 from kstream.config import RestartStrategy
+from kstream.protocol.commands import Command, Fail, Send
+from kstream.protocol.messages import JobFailed, JobStopped, Restore, Resume, TaskReady
+from kstream.protocol.recovery import RecoveredState
 
 
 class JobPhase(StrEnum):
@@ -198,6 +198,15 @@ class FailoverController:
         self.owners = {task: member for task, (member, _gen) in sorted(self._ready.items())}
         self.phase = JobPhase.RUNNING
         return [Send(Resume(self.attempt, dict(self.owners)))]
+
+    def held_by(self, member: str) -> list[str]:
+        """Tasks ``member`` holds in the current attempt: owned while running, or
+        reported ready while restoring (its readiness dies with it)."""
+        if self.phase is JobPhase.RUNNING:
+            return sorted(t for t, m in self.owners.items() if m == member)
+        if self.phase is JobPhase.RESTORING:
+            return sorted(self.ready_by(member))
+        return []
 
     def ready_by(self, member: str) -> frozenset[str]:
         """Tasks ``member`` reported ready for the current restore."""

@@ -1,12 +1,19 @@
 """What the coordinator says about completed checkpoints: a line for the first one of an
 attempt, then one summary a minute — not an INFO line per checkpoint, which at a 1 s
 interval buried every other line of a long-running job. Each checkpoint is still logged
-at DEBUG. Pure: fed the completion time, it returns the line to log (or None)."""
+at DEBUG. Pure: fed the completion time, it returns the line to log (or None), or
+logs it (``log``)."""
 
 from __future__ import annotations
 
+import logging
 import statistics
 from dataclasses import dataclass, field
+
+from kstream.logs import ctx
+from kstream.store.metadata import CheckpointMetadata
+
+log = logging.getLogger(__name__)
 
 SUMMARY_EVERY_S = 60.0
 
@@ -21,6 +28,22 @@ class CompletionLog:
     _ids: list[int] = field(default_factory=list)
     _durations: list[float] = field(default_factory=list)
     _bytes: int = 0
+
+    def log(self, meta: CheckpointMetadata, now: float) -> None:
+        """Log the completion of ``meta`` at DEBUG, and the INFO line if one is due."""
+        n, where = meta.checkpoint_id, ctx(attempt=meta.attempt, checkpoint=meta.checkpoint_id)
+        size, tasks = meta.state_size, len(meta.tasks)
+        log.debug(
+            "checkpoint %d completed in %.0f ms (%d bytes, %d tasks)",
+            n,
+            meta.duration_ms,
+            size,
+            tasks,
+            extra=where,
+        )
+        line = self.completed(n, meta.attempt, meta.duration_ms, size, tasks, now)
+        if line is not None:
+            log.info(line, extra=where)
 
     def completed(
         self,

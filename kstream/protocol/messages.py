@@ -19,7 +19,7 @@ HMAC-SHA256 under a key only the checkpoint store holds (``<app>/control.key``,
 :mod:`kstream.store.controlkey`): ``sign`` appends ``"epoch"`` (the coordinator's
 incarnation), ``"seq"`` (the message's number in that epoch) and ``"sig"`` to the
 JSON; ``verify`` checks the exact bytes and returns the stamp, by which readers skip
-a copy of an earlier message (:mod:`kstream.checkpoint.replay`). A
+a copy of an earlier message (:mod:`kstream.protocol.replay`). A
 coordinator message that does not verify was not written by a coordinator of the
 job (any Kafka client can write to the topic): readers that hold the key log,
 count and skip it. Workers' messages are reports, not authority, and unsigned.
@@ -39,7 +39,7 @@ import types
 from dataclasses import MISSING, asdict, dataclass, fields, is_dataclass
 from typing import Any, Union, get_args, get_origin, get_type_hints
 
-from kstream.checkpoint.replay import Stamp
+from kstream.protocol.replay import Stamp
 from kstream.store.metadata import TaskSnapshot
 
 SCHEMA_VERSION = 1
@@ -230,7 +230,7 @@ class WatermarkReport:
     """Worker → coordinator: in ``attempt``, the watermark of the slowest source partition
     ``member`` reads that still holds others back, per aligned source topic (``slowest``;
     a topic without such a partition here is absent). Global watermark alignment:
-    :mod:`kstream.checkpoint.alignment`."""
+    :mod:`kstream.protocol.alignment`."""
 
     member: str
     attempt: int
@@ -305,7 +305,7 @@ def record_key(msg: Message) -> str:
     """The Kafka record key of ``msg`` on the compacted control topic.
 
     Compaction keeps the newest record per key, so keys are chosen for what a
-    starting process needs (``kstream.checkpoint.recovery``, the worker's ``learn``):
+    starting process needs (``kstream.protocol.recovery``, the worker's ``learn``):
     the newest message of each coordinator type (the highest trigger, the newest
     completion, abort, Restore, Resume, JobFailed), and of the workers' reports the
     newest per task (acknowledgement, decline, readiness, failure). Heartbeats and
@@ -352,7 +352,7 @@ _SEQ = b',"seq":'
 
 def sign(data: bytes, key: bytes, epoch: int, seq: int) -> bytes:
     """``data`` (an ``encode`` result) with the coordinator ``epoch``, the message's
-    sequence number ``seq`` in that epoch (:mod:`kstream.checkpoint.replay`) and the
+    sequence number ``seq`` in that epoch (:mod:`kstream.protocol.replay`) and the
     HMAC of it all."""
     body = data[:-1] + b"%s%d%s%d" % (_EPOCH, epoch, _SEQ, seq)
     mac = hmac.new(key, body + b"}", hashlib.sha256).hexdigest()

@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import logging
 from dataclasses import replace
 from enum import StrEnum
 
-from kstream.checkpoint.messages import AcknowledgeCheckpoint
+from kstream.logs import ctx
+from kstream.protocol.messages import AcknowledgeCheckpoint
+from kstream.store.history import CheckpointFailure, CheckpointStatus
 from kstream.store.metadata import CheckpointMetadata, TaskSnapshot
+
+log = logging.getLogger(__name__)
 
 
 class AckOutcome(StrEnum):
@@ -66,4 +71,37 @@ class PendingCheckpoint:
             trigger_time=self.trigger_time,
             complete_time=now,
             tasks=dict(self.acks),
+        )
+
+    def ended(self, reason: str, now: float, *, failed: bool) -> CheckpointFailure:
+        """This checkpoint failed (``failed``: it counts) or was aborted at ``now``: logged
+        (a failure is a warning; an abort — subsumed, or cancelled by a failover — is
+        normal), and its record for the history."""
+        status = CheckpointStatus.FAILED if failed else CheckpointStatus.ABORTED
+        log.log(
+            logging.WARNING if failed else logging.INFO,
+            "checkpoint %d %s (attempt %d): %s",
+            self.checkpoint_id,
+            status,
+            self.attempt,
+            reason,
+            extra=ctx(attempt=self.attempt, checkpoint=self.checkpoint_id),
+        )
+        return CheckpointFailure(
+            self.checkpoint_id,
+            self.attempt,
+            status,
+            reason,
+            self.trigger_time,
+            now,
+            dict(self.acks),
+            tuple(self.missing),
+        )
+
+    def timeout_reason(self, timeout: float, seen: list[str]) -> str:
+        """Why it timed out after ``timeout`` s; ``seen``: where the missing tasks last ran."""
+        where = f" ({'; '.join(seen)})" if seen else ""
+        return (
+            f"checkpoint {self.checkpoint_id} timed out after {timeout:g}s: "
+            f"no acknowledgement from tasks {', '.join(self.missing)}{where}"
         )

@@ -4,11 +4,11 @@ through its coordinator the same way).
 A worker aligns the partitions it reads itself (:mod:`kstream.runtime.watermark_alignment`);
 across workers it needs the slowest watermark of the partitions the others read. Each
 worker reports, per aligned source topic, the watermark of its slowest partition that
-holds the others back (:class:`~kstream.checkpoint.messages.WatermarkReport`: a partition
+holds the others back (:class:`~kstream.protocol.messages.WatermarkReport`: a partition
 with records left to read; a quiet or ended one holds no one back, so a topic where a
 worker has none is absent from its report). The coordinator keeps the newest report of
 each worker and publishes the minimum per topic over them
-(:class:`~kstream.checkpoint.messages.WatermarkBound`); a worker holds a partition more
+(:class:`~kstream.protocol.messages.WatermarkBound`); a worker holds a partition more
 than the topic's ``max_drift_ms`` ahead of it, exactly as one more slow local partition
 would (the aligned maximum is that minimum plus ``max_drift_ms``). The bound names whose
 report is the slowest and the slowest of the others': the slowest worker compares with
@@ -43,7 +43,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Collection
 
-from kstream.checkpoint.messages import WatermarkBound, WatermarkReport
+from kstream.protocol.messages import WatermarkBound, WatermarkReport
 
 log = logging.getLogger(__name__)
 

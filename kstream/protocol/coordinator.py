@@ -1,7 +1,7 @@
 """The checkpoint coordinator: decides when to trigger, commit, abort, fail over and fail.
 
 Pure state machine (docs/design.md §5, §6): fed control messages and a clock (epoch
-seconds), it returns :mod:`~kstream.checkpoint.commands` for the adapter to
+seconds), it returns :mod:`~kstream.protocol.commands` for the adapter to
 execute in order. No I/O, no sleeping, so every rule here is tested in
 milliseconds with a fake clock.
 """
@@ -12,9 +12,11 @@ import logging
 from dataclasses import replace
 from typing import Any
 
-from kstream.checkpoint.alignment import GlobalWatermarks
-from kstream.checkpoint.causes import stopped_reason
-from kstream.checkpoint.commands import (
+from kstream.config import CheckpointingConfig, RestartStrategy
+from kstream.logs import ctx
+from kstream.protocol.alignment import GlobalWatermarks
+from kstream.protocol.causes import stopped_reason
+from kstream.protocol.commands import (
     ApplyRetention,
     CleanupCheckpoint,
     Command,
@@ -24,11 +26,11 @@ from kstream.checkpoint.commands import (
     Send,
     WriteMetadata,
 )
-from kstream.checkpoint.completionlog import CompletionLog
-from kstream.checkpoint.failover import FailoverController, JobPhase
-from kstream.checkpoint.failures import CheckpointFailureManager
-from kstream.checkpoint.membership import Membership
-from kstream.checkpoint.messages import (
+from kstream.protocol.completionlog import CompletionLog
+from kstream.protocol.failover import FailoverController, JobPhase
+from kstream.protocol.failures import CheckpointFailureManager
+from kstream.protocol.membership import Membership
+from kstream.protocol.messages import (
     REASSIGNED,
     AcknowledgeCheckpoint,
     CheckpointAborted,
@@ -47,13 +49,12 @@ from kstream.checkpoint.messages import (
     WatermarkReport,
     WorkerStopped,
 )
-from kstream.checkpoint.pending import AckOutcome, PendingCheckpoint
-from kstream.checkpoint.recovery import RecoveredState
-from kstream.checkpoint.restorepoints import RestorePoints
-from kstream.checkpoint.savepointrequests import SavepointRequests
-from kstream.config import CheckpointingConfig, RestartStrategy
-from kstream.logs import ctx
-from kstream.store.history import CheckpointFailure, CheckpointStatus
+from kstream.protocol.pending import AckOutcome, PendingCheckpoint
+from kstream.protocol.recovery import RecoveredState, predecessor_leftovers
+from kstream.protocol.restorepoints import RestorePoints
+from kstream.protocol.savepointrequests import SavepointRequests
+from kstream.protocol.triggers import TriggerSchedule
+from kstream.store.history import CheckpointFailure
 from kstream.store.metadata import CheckpointMetadata
 
 log = logging.getLogger(__name__)
@@ -108,9 +109,7 @@ class CheckpointCoordinator:
         self._recovered = rec
         self._next_id = rec.max_checkpoint_id + 1
         self._completing: dict[int, CheckpointMetadata] = {}
-        self._last_trigger = 0.0
-        self._requested = False  # a worker asked for a checkpoint before the interval
-        self._last_finish = float("-inf")  # end of the previous checkpoint (min_pause)
+        self.triggers = TriggerSchedule(checkpointing)  # when the next one is due
         self.members = Membership()  # heard from when, running what; stopped and why
         # Checkpoints that failed or were aborted, for the history (drained by the adapter).
         self.ended: list[CheckpointFailure] = []
@@ -147,25 +146,10 @@ class CheckpointCoordinator:
     def start(self, now: float) -> list[Command]:
         """Continue from the recovered history; call once before ``handle``/``tick``."""
         rec = self._recovered
-        cmds: list[Command] = []
-        self._last_trigger = now
-        # 1. A completion whose announcement was lost (crash between metadata and
-        #    message) is announced again: receivers are idempotent.
-        latest = self.latest_completed
-        if latest is not None and latest.checkpoint_id > rec.announced_id:
-            log.info("announcing checkpoint %d again (announcement lost)", latest.checkpoint_id)
-            cmds.append(Send(CheckpointCompleted(latest.checkpoint_id, latest.attempt)))
-        # 2. The predecessor's unfinished checkpoints can never complete now.
-        for n, handles in sorted(rec.in_flight.items()):
-            cmds += [
-                Send(CheckpointAborted(n, "coordinator restarted")),
-                CleanupCheckpoint(n, tuple(sorted(handles))),
-            ]
-            self.ended.append(  # its trigger time died with the predecessor
-                CheckpointFailure(
-                    n, rec.attempt, CheckpointStatus.ABORTED, "coordinator restarted", now, now
-                )
-            )
+        self.triggers.interval_from(now)
+        # 1. A lost announcement again; 2. the predecessor's unfinished checkpoints aborted.
+        cmds, ended = predecessor_leftovers(rec, self.latest_completed, now)
+        self.ended += ended
         # A task given away that the predecessor did not act on (it was on the worker
         # that was lost, typically): its owner has not been heard by this coordinator.
         report = rec.unhandled_report
@@ -211,14 +195,14 @@ class CheckpointCoordinator:
                         self.attempt,
                         extra=ctx(attempt=self.attempt),
                     )
-                    self._last_trigger = now
+                    self.triggers.interval_from(now)
                 return cmds
             case Heartbeat():
                 return self._on_heartbeat(msg, now)
             case CheckpointRequest():
                 if msg.attempt == self.attempt and self.phase is JobPhase.RUNNING:
                     log.info("checkpoint requested by %s: %s", msg.member, msg.reason)
-                    self._requested = True
+                    self.triggers.request()
                 return []
             case SavepointRequest():
                 return self._on_savepoint_request(msg)
@@ -251,7 +235,7 @@ class CheckpointCoordinator:
         #    (a silent member that owns nothing in this attempt — a predecessor of a
         #    restarted worker — is forgotten without a restore).
         for member, silence in self.members.silent(self.heartbeat_timeout, now):
-            owned = self._owned_by(member)
+            owned = self.failover.held_by(member)
             if owned:
                 cmds += self._fail_over(
                     f"worker {member} lost: no heartbeat for {silence:.1f}s "
@@ -284,21 +268,9 @@ class CheckpointCoordinator:
         meta = self._completing.pop(checkpoint_id)
         self.latest_completed = meta
         self.restore_points.completed(meta, self.config.retained)
-        self._last_finish = now
+        self.triggers.finished(now)
         self.failures.record_success(checkpoint_id)
-        log.debug(
-            "checkpoint %d completed in %.0f ms (%d bytes, %d tasks)",
-            checkpoint_id,
-            meta.duration_ms,
-            meta.state_size,
-            len(meta.tasks),
-            extra=ctx(attempt=meta.attempt, checkpoint=checkpoint_id),
-        )
-        line = self._completions.completed(
-            checkpoint_id, meta.attempt, meta.duration_ms, meta.state_size, len(meta.tasks), now
-        )
-        if line is not None:
-            log.info(line, extra=ctx(attempt=meta.attempt, checkpoint=checkpoint_id))
+        self._completions.log(meta, now)
         cmds: list[Command] = [Send(CheckpointCompleted(checkpoint_id, meta.attempt))]
         # A completed checkpoint subsumes older ones still in flight (not failures).
         for p in [p for n, p in self.pending.items() if n < checkpoint_id]:
@@ -322,7 +294,7 @@ class CheckpointCoordinator:
         for p in list(self.pending.values()):
             cmds += self._abort(p, f"job stopped: {reason}", now, counts=False)
         self.failover.stopped()
-        self._requested = False
+        self.triggers.drop_request()
         log.info("job stopped in attempt %d: %s", self.attempt, reason)
         return [*cmds, Send(JobStopped(self.attempt, reason))]
 
@@ -353,7 +325,7 @@ class CheckpointCoordinator:
         running = self.phase is JobPhase.RUNNING
         if not self.savepoints.request(msg, running, str(self.phase), self._next_id - 1):
             return []
-        self._requested = True
+        self.triggers.request()
         if msg.stop:
             return [Send(StopJob(self.attempt, f"stop with savepoint {msg.name}"))]
         return []
@@ -367,15 +339,6 @@ class CheckpointCoordinator:
         return self._abort(p, reason, now, counts=True)
 
     # -- decisions -----------------------------------------------------------------------
-
-    def _owned_by(self, member: str) -> list[str]:
-        """Tasks ``member`` holds in the current attempt: owned while running, or
-        reported ready while restoring (its readiness dies with it)."""
-        if self.phase is JobPhase.RUNNING:
-            return sorted(t for t, m in self.failover.owners.items() if m == member)
-        if self.phase is JobPhase.RESTORING:
-            return sorted(self.failover.ready_by(member))
-        return []
 
     def _may_trigger(self, now: float) -> bool:
         due = self._trigger_due()
@@ -392,23 +355,14 @@ class CheckpointCoordinator:
     def _trigger_due(self) -> float | None:
         """When the next checkpoint may be triggered (None: not until something happens):
         an interval after the last trigger, at once when a worker asked for one."""
-        in_flight = len(self.pending) + len(self._completing)
-        if self.phase is not JobPhase.RUNNING or in_flight >= self.config.max_concurrent:
+        if self.phase is not JobPhase.RUNNING:
             return None
-        due = float("-inf") if self._requested else self._last_trigger + self.config.interval
-        # A minimum pause is measured from the end of the previous checkpoint, so
-        # with one it never overlaps another (as in Flink).
-        if self.config.min_pause:
-            if in_flight:
-                return None
-            due = max(due, self._last_finish + self.config.min_pause)
-        return due
+        return self.triggers.due(len(self.pending) + len(self._completing))
 
     def _trigger(self, now: float) -> Send:
         n, self._next_id = self._next_id, self._next_id + 1
         self.pending[n] = PendingCheckpoint(n, self.attempt, now, self.expected)
-        self._last_trigger = now
-        self._requested = False
+        self.triggers.triggered(now)
         return Send(TriggerCheckpoint(n, self.attempt, int(now * 1000)))
 
     def _pending_for(self, checkpoint_id: int, attempt: int) -> PendingCheckpoint | None:
@@ -450,42 +404,10 @@ class CheckpointCoordinator:
         ):
             self.ignored_messages += 1
             return []
-        if msg.published > n:
-            return self.failover.fail(self._republishing(n, msg))
-        what = msg.object or "(object not named)"
-        older = self.restore_points.refuse(n, f"task {msg.task_id} on {msg.member}: {msg.reason}")
+        reason, older = self.restore_points.failed(n, msg)
         if older is None:
-            reason = (
-                f"checkpoint {n} cannot be restored ({what}: task {msg.task_id}: {msg.reason}) "
-                "and no older retained checkpoint is left"
-            )
             return self.failover.fail(reason)
-        log.error(
-            "RESTORE FAILED: checkpoint %d cannot be restored — %s is corrupt or missing "
-            "(task %s on %s: %s); restoring EVERY task from the older checkpoint %d",
-            n,
-            what,
-            msg.task_id,
-            msg.member,
-            msg.reason,
-            older,
-        )
-        return self._fail_over(
-            f"checkpoint {n} cannot be restored ({what}); restoring checkpoint {older}", now
-        )
-
-    def _republishing(self, n: int, msg: RestoreFailed) -> str:
-        """Why the job stops rather than restore ``n``: a sink already published the
-        output of a newer checkpoint, which processing from ``n`` would publish again."""
-        newer = ", ".join(str(k) for k in self.restore_points.newer_unrestorable(n))
-        return (
-            f"exactly-once cannot be kept: checkpoint {n} is the newest restorable one"
-            + (f" (not restorable: {newer}, named above)" if newer else "")
-            + f", but task {msg.task_id}'s sink already published the output of checkpoint "
-            f"{msg.published} ({msg.object}); restoring {n} would publish output twice. "
-            f"Restore the newer checkpoint's objects, or accept re-published output by "
-            f"starting from it with --from-checkpoint {n}"
-        )
+        return self._fail_over(reason, now)
 
     def _refuse_plan(self, member: str, plan: str) -> list[Command]:
         """A report from a worker with another plan: ignored, counted, reported once."""
@@ -497,11 +419,11 @@ class CheckpointCoordinator:
 
     def _reassigned(self, msg: TaskFailed, now: float) -> str:
         owner = self.failover.owners.get(msg.task_id)
-        owned = self._owned_by(owner) if owner else []
+        owned = self.failover.held_by(owner) if owner else []
         return self.members.reassigned(msg.task_id, msg.member, owner, owned, now)
 
     def _group_change(self, member: str, change: str, now: float) -> str:
-        """The reason of a group change ``member`` reported (kstream.checkpoint.causes)."""
+        """The reason of a group change ``member`` reported (kstream.protocol.causes)."""
         return self.members.group_change(member, change, set(self.failover.owners.values()), now)
 
     def _on_heartbeat(self, hb: Heartbeat, now: float) -> list[Command]:
@@ -548,30 +470,8 @@ class CheckpointCoordinator:
         self, p: PendingCheckpoint, reason: str, now: float, *, counts: bool
     ) -> list[Command]:
         self.pending.pop(p.checkpoint_id, None)
-        self._last_finish = now
-        status = CheckpointStatus.FAILED if counts else CheckpointStatus.ABORTED
-        # A failure is a warning; an abort (subsumed, or cancelled by a failover) is normal.
-        log.log(
-            logging.WARNING if counts else logging.INFO,
-            "checkpoint %d %s (attempt %d): %s",
-            p.checkpoint_id,
-            status,
-            p.attempt,
-            reason,
-            extra=ctx(attempt=p.attempt, checkpoint=p.checkpoint_id),
-        )
-        self.ended.append(
-            CheckpointFailure(
-                p.checkpoint_id,
-                p.attempt,
-                status,
-                reason,
-                p.trigger_time,
-                now,
-                dict(p.acks),
-                tuple(p.missing),
-            )
-        )
+        self.triggers.finished(now)
+        self.ended.append(p.ended(reason, now, failed=counts))
         cmds: list[Command] = [
             Send(CheckpointAborted(p.checkpoint_id, reason)),
             CleanupCheckpoint(p.checkpoint_id, p.handles()),
@@ -589,8 +489,4 @@ class CheckpointCoordinator:
 
     def _timeout_reason(self, p: PendingCheckpoint, now: float) -> str:
         seen = [w for w in (self.members.last_runner(t, now) for t in p.missing) if w]
-        where = f" ({'; '.join(seen)})" if seen else ""
-        return (
-            f"checkpoint {p.checkpoint_id} timed out after {self.config.timeout:g}s: "
-            f"no acknowledgement from tasks {', '.join(p.missing)}{where}"
-        )
+        return p.timeout_reason(self.config.timeout, seen)

@@ -8,7 +8,7 @@ checkpoint was announced.
 
 **Only authority counts.** Ids and attempts come from the store's completed
 checkpoints and from coordinator messages — which the channel passes on only when
-signed by a coordinator of the job (``kstream.checkpoint.messages.verify``), i.e.
+signed by a coordinator of the job (``kstream.protocol.messages.verify``), i.e.
 from the coordinators' own transactional writes. Workers' messages (acks,
 declines, readies, failures) are reports anyone could forge: they never raise an
 id or an attempt; an ack only adds a handle to a checkpoint a coordinator
@@ -17,10 +17,12 @@ triggered, and a task failure counts only for the current attempt.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from kstream.checkpoint.messages import (
+from kstream.protocol.commands import CleanupCheckpoint, Command, Send
+from kstream.protocol.messages import (
     AcknowledgeCheckpoint,
     CheckpointAborted,
     CheckpointCompleted,
@@ -32,7 +34,10 @@ from kstream.checkpoint.messages import (
     TaskFailed,
     TriggerCheckpoint,
 )
+from kstream.store.history import CheckpointFailure, CheckpointStatus
 from kstream.store.metadata import CheckpointMetadata
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -102,3 +107,28 @@ def recover(
     # A checkpoint whose metadata exists completed, announced or not.
     st.in_flight = {n: h for n, h in st.in_flight.items() if n not in completed}
     return st
+
+
+def predecessor_leftovers(
+    rec: RecoveredState, latest: CheckpointMetadata | None, now: float
+) -> tuple[list[Command], list[CheckpointFailure]]:
+    """What a starting coordinator finishes of its predecessor's work: a completion whose
+    announcement was lost (crash between metadata and message) is announced again
+    (receivers are idempotent); the unfinished checkpoints, which can never complete
+    now, are aborted and cleaned up (and recorded as aborted)."""
+    cmds: list[Command] = []
+    if latest is not None and latest.checkpoint_id > rec.announced_id:
+        log.info("announcing checkpoint %d again (announcement lost)", latest.checkpoint_id)
+        cmds.append(Send(CheckpointCompleted(latest.checkpoint_id, latest.attempt)))
+    ended: list[CheckpointFailure] = []
+    for n, handles in sorted(rec.in_flight.items()):
+        cmds += [
+            Send(CheckpointAborted(n, "coordinator restarted")),
+            CleanupCheckpoint(n, tuple(sorted(handles))),
+        ]
+        ended.append(  # its trigger time died with the predecessor
+            CheckpointFailure(
+                n, rec.attempt, CheckpointStatus.ABORTED, "coordinator restarted", now, now
+            )
+        )
+    return cmds, ended

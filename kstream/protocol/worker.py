@@ -43,8 +43,9 @@ import logging
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from kstream.checkpoint.commands import RefusePlan, Send
-from kstream.checkpoint.messages import (
+from kstream.logs import ctx
+from kstream.protocol.commands import RefusePlan, Send
+from kstream.protocol.messages import (
     REASSIGNED,
     CheckpointCompleted,
     CheckpointRequest,
@@ -59,7 +60,6 @@ from kstream.checkpoint.messages import (
     TriggerCheckpoint,
     WorkerStopped,
 )
-from kstream.logs import ctx
 
 log = logging.getLogger(__name__)
 
@@ -129,7 +129,7 @@ Event = (
     | QueriesServed
 )
 
-# ---- what the loop does (and Send, RefusePlan: kstream.checkpoint.commands) -------------
+# ---- what the loop does (and Send, RefusePlan: kstream.protocol.commands) -------------
 
 
 @dataclass(frozen=True)

@@ -1,5 +1,5 @@
 """Commands: what the coordinator decided, for the adapter to execute in order (``Send``
-and ``RefusePlan`` are the worker's commands too: :mod:`kstream.worker.protocol`).
+and ``RefusePlan`` are the worker's commands too: :mod:`kstream.protocol.worker`).
 
 The coordinator does no I/O; it returns these plain values and the adapter
 (``kstream.process.coordinator``) turns them into store writes and control-topic
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from kstream.checkpoint.messages import Message
+from kstream.protocol.messages import Message
 from kstream.store.metadata import CheckpointMetadata
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import logging
 
-from kstream.checkpoint.messages import SavepointRequest
+from kstream.protocol.messages import SavepointRequest
 
 log = logging.getLogger(__name__)
 
