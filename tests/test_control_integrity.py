@@ -11,10 +11,10 @@ from typing import Any
 import pytest
 
 from kstream.api import Topology
+from kstream.hosting import embedded
+from kstream.hosting.coordinator import CommandExecutor, _is_manifest_of
 from kstream.plan import plan_job
 from kstream.plan.fingerprint import fingerprint
-from kstream.process import embedded
-from kstream.process.coordinator import CommandExecutor, _is_manifest_of
 from kstream.protocol.messages import (
     AcknowledgeCheckpoint,
     CheckpointCompleted,

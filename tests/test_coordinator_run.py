@@ -12,10 +12,10 @@ from prometheus_client import CollectorRegistry
 
 from kstream.cli import main
 from kstream.config import CheckpointingConfig, JobConfig
+from kstream.hosting.coordinator import run_coordinator
 from kstream.kafka.control import CoordinatorFenced
 from kstream.kafka.reachability import Reachability
 from kstream.metrics import Metrics
-from kstream.process.coordinator import run_coordinator
 from kstream.protocol.messages import (
     AcknowledgeCheckpoint,
     CheckpointAborted,

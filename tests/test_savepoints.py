@@ -14,10 +14,10 @@ from kstream.api import Topology, Tumbling, WatermarkStrategy
 from kstream.cli import main
 from kstream.cli.state import dump_state
 from kstream.config import ConfigError, JobConfig, RestartStrategy, StartFrom
+from kstream.hosting.coordinator import run_coordinator
 from kstream.plan import plan_job
 from kstream.plan.compat import IncompatibleStateError
 from kstream.plan.operators import describe
-from kstream.process.coordinator import run_coordinator
 from kstream.protocol.commands import ApplyRetention, CreateSavepoint, Finish, Send, WriteMetadata
 from kstream.protocol.failover import JobPhase
 from kstream.protocol.messages import (

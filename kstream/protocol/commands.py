@@ -2,7 +2,7 @@
 and ``RefusePlan`` are the worker's commands too: :mod:`kstream.protocol.worker`).
 
 The coordinator does no I/O; it returns these plain values and the adapter
-(``kstream.process.coordinator``) turns them into store writes and control-topic
+(``kstream.hosting.coordinator``) turns them into store writes and control-topic
 messages, in the order given.
 """
 

@@ -9,7 +9,7 @@ lost its session without hearing of it, e.g. behind a cut link): the next electe
 coordinator's ``init_transactions`` fences it, so exactly one writes at a time.
 
 :class:`Election` turns membership events into commands; the runner
-(:mod:`kstream.process.election`) feeds it and executes them. Rules:
+(:mod:`kstream.hosting.election`) feeds it and executes them. Rules:
 
 1. assigned the partition → start the coordinator (unless one still runs: it is
    stopped first; the new one starts once the old one exited);

@@ -30,7 +30,7 @@ interval): a firing of a million windows holds one batch of results at a time, a
 they die before CPython's default young-generation collection (every 700
 allocations) moves them on to generations that full collections rescan. Firing 1 M
 windows with the default GC thresholds: 2.2 s in batches of 256 vs 3.6 s in one
-batch; with a worker's thresholds (kstream.process.tuning.tune_gc) 2.1 s vs 2.4 s."""
+batch; with a worker's thresholds (kstream.hosting.tuning.tune_gc) 2.1 s vs 2.4 s."""
 
 SLICE_S = 0.5
 """Firing work per task call in a worker (``Task(firing_budget=Budget(SLICE_S))``)."""

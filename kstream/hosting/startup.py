@@ -22,11 +22,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from kstream.config import JobConfig
+from kstream.hosting.coordinator import EXIT_FAILED, EXIT_USAGE, run_coordinator
 from kstream.plan import JobPlan
 from kstream.plan.compat import IncompatibleStateError
 from kstream.plan.fingerprint import PlanFingerprint, fingerprint
 from kstream.plan.operators import describe
-from kstream.process.coordinator import EXIT_FAILED, EXIT_USAGE, run_coordinator
 from kstream.store.base import CheckpointStore, StoreError
 from kstream.store.layout import control_key_path
 from kstream.store.metadata import MetadataError, latest_completed
@@ -60,7 +60,7 @@ class Coordination:
 
 
 def coordinate(job: JobConfig, coordination: Coordination, **kwargs: Any) -> int:
-    """:func:`kstream.process.coordinator.run_coordinator` for ``coordination``'s plan
+    """:func:`kstream.hosting.coordinator.run_coordinator` for ``coordination``'s plan
     (``kwargs``: its other arguments); the exit code."""
     return run_coordinator(
         job,

@@ -5,8 +5,8 @@ from __future__ import annotations
 import logging
 import threading
 
-from kstream.process.coordinator import EXIT_FAILED, EXIT_OK
-from kstream.process.startup import Coordination, coordinate
+from kstream.hosting.coordinator import EXIT_FAILED, EXIT_OK
+from kstream.hosting.startup import Coordination, coordinate
 from kstream.worker.loop import Worker
 
 log = logging.getLogger(__name__)

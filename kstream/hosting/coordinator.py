@@ -17,6 +17,7 @@ from contextlib import ExitStack
 from typing import Any, Protocol
 
 from kstream.config import JobConfig
+from kstream.hosting.retention_thread import RetentionThread
 from kstream.kafka.clients import delete_records_before, make_admin
 from kstream.kafka.control import ControlError, CoordinatorFenced
 from kstream.kafka.coordinator_channel import CoordinatorChannel
@@ -26,7 +27,6 @@ from kstream.metrics import METRICS, Metrics
 from kstream.metrics.labels import checkpoint_reason, restart_cause
 from kstream.plan.compat import IncompatibleStateError
 from kstream.plan.fingerprint import PlanFingerprint, describe_difference
-from kstream.process.retention_thread import RetentionThread
 from kstream.protocol.commands import (
     ApplyRetention,
     CleanupCheckpoint,

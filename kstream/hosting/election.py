@@ -3,7 +3,7 @@
 :class:`ElectedCoordinator` runs in a worker process beside the worker loop: a
 consumer in the group ``<app>.coordinator`` subscribed to the one-partition topic
 ``<app>.coordinator-election``; while Kafka assigns this member that partition, the
-job's coordinator (:func:`kstream.process.startup.coordinate`: the same as every
+job's coordinator (:func:`kstream.hosting.startup.coordinate`: the same as every
 mode's) runs in a thread
 here. The decisions are :class:`kstream.protocol.election.Election`'s; this
 module only feeds it and carries out its commands.
@@ -23,10 +23,10 @@ from collections.abc import Callable
 from typing import Any
 
 from kstream.config import JobConfig
+from kstream.hosting.coordinator import EXIT_USAGE
+from kstream.hosting.startup import Coordination, coordinate
 from kstream.kafka.clients import TopicSpec, ensure_topics, make_admin, make_consumer
 from kstream.names import election_group, election_topic
-from kstream.process.coordinator import EXIT_USAGE
-from kstream.process.startup import Coordination, coordinate
 from kstream.protocol.election import Election, ElectionCommand, ElectionPhase, Outcome
 
 log = logging.getLogger(__name__)
