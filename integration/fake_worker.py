@@ -18,6 +18,7 @@ import sys
 
 import click
 
+from kstream.checkpointstorage.metadata import TaskSnapshot
 from kstream.kafka.control import ControlClient
 from kstream.protocol.messages import (
     AcknowledgeCheckpoint,
@@ -27,7 +28,6 @@ from kstream.protocol.messages import (
     TaskReady,
     TriggerCheckpoint,
 )
-from kstream.store.metadata import TaskSnapshot
 
 
 @click.command()

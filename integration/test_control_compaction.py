@@ -25,6 +25,8 @@ import pytest
 
 from integration.cli_job import CLI, CliJob, run_args, run_to_end
 from integration.edge_tools import read_all
+from kstream.checkpointstorage.file import FileStore
+from kstream.checkpointstorage.metadata import known_completed
 from kstream.kafka.clients import (
     AdminClient,
     TopicSpec,
@@ -42,8 +44,6 @@ from kstream.protocol.messages import (
     encode,
     record_key,
 )
-from kstream.store.file import FileStore
-from kstream.store.metadata import known_completed
 
 pytestmark = pytest.mark.integration
 

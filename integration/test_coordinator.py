@@ -20,6 +20,8 @@ from pathlib import Path
 import pytest
 
 from integration.cli_job import CLI
+from kstream.checkpointstorage.file import FileStore
+from kstream.checkpointstorage.metadata import completed_ids
 from kstream.kafka.clients import make_producer
 from kstream.kafka.control import ControlReader, ensure_control_topic
 from kstream.names import control_topic
@@ -30,8 +32,6 @@ from kstream.protocol.messages import (
     Message,
     TriggerCheckpoint,
 )
-from kstream.store.file import FileStore
-from kstream.store.metadata import completed_ids
 
 pytestmark = pytest.mark.integration
 

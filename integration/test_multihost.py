@@ -52,6 +52,8 @@ from integration.e2e.harness import (
 from integration.e2e.scenarios import wordcount
 from integration.netns import Host, NetLab, missing_capability
 from integration.s3server import S3Server
+from kstream.checkpointstorage.base import StoreError
+from kstream.checkpointstorage.metadata import known_completed
 from kstream.dev.localbroker import LocalBroker, LocalBrokerError
 from kstream.protocol.messages import (
     CheckpointAborted,
@@ -60,8 +62,6 @@ from kstream.protocol.messages import (
     Resume,
     TriggerCheckpoint,
 )
-from kstream.store.base import StoreError
-from kstream.store.metadata import known_completed
 
 pytestmark = pytest.mark.integration
 

@@ -209,11 +209,11 @@ def test_queries_read_avro_typed_state_as_values(kit: type[Kit]) -> None:
 
 def test_state_dump_shows_accumulators_as_values(tmp_path: Path, kit: type[Kit]) -> None:
     """`kstream state dump` of an accumulator stored as versioned Avro: the values."""
+    from kstream.checkpointstorage.file import FileStore
+    from kstream.checkpointstorage.metadata import CheckpointMetadata, TaskSnapshot
     from kstream.cli.state import dump_state
     from kstream.state.rocksdb import RocksDBBackend
     from kstream.state.snapshot import SnapshotUploader
-    from kstream.store.file import FileStore
-    from kstream.store.metadata import CheckpointMetadata, TaskSnapshot
 
     plan = windowed("v2")
     backend = RocksDBBackend(tmp_path / "task")

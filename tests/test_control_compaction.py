@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from kstream.checkpointstorage.metadata import TaskSnapshot
 from kstream.protocol.messages import (
     AcknowledgeCheckpoint,
     CheckpointAborted,
@@ -25,7 +26,6 @@ from kstream.protocol.messages import (
 )
 from kstream.protocol.recovery import recover
 from kstream.protocol.worker import WorkerProtocol
-from kstream.store.metadata import TaskSnapshot
 
 TASKS = ("stage0-0", "stage0-1", "stage1-0")
 

@@ -11,6 +11,14 @@ from typing import Any
 import pytest
 
 from kstream.api import Topology
+from kstream.checkpointstorage.controlkey import ensure_key, load_key
+from kstream.checkpointstorage.file import FileStore
+from kstream.checkpointstorage.metadata import (
+    CheckpointMetadata,
+    TaskSnapshot,
+    unbacked_completion,
+    write_metadata,
+)
 from kstream.hosting import embedded
 from kstream.hosting.coordinator import CommandExecutor, _is_manifest_of
 from kstream.plan import plan_job
@@ -29,14 +37,6 @@ from kstream.protocol.messages import (
     verify,
 )
 from kstream.protocol.recovery import recover
-from kstream.store.controlkey import ensure_key, load_key
-from kstream.store.file import FileStore
-from kstream.store.metadata import (
-    CheckpointMetadata,
-    TaskSnapshot,
-    unbacked_completion,
-    write_metadata,
-)
 
 KEY = b"k" * 32
 

@@ -9,6 +9,13 @@ from typing import Any
 
 import pytest
 
+from kstream.checkpointstorage.file import FileStore
+from kstream.checkpointstorage.metadata import (
+    TaskSnapshot,
+    completed_ids,
+    latest_completed,
+    write_metadata,
+)
 from kstream.config import CheckpointingConfig, RestartStrategy
 from kstream.protocol.commands import (
     ApplyRetention,
@@ -36,8 +43,6 @@ from kstream.protocol.messages import (
     TriggerCheckpoint,
 )
 from kstream.protocol.recovery import recover
-from kstream.store.file import FileStore
-from kstream.store.metadata import TaskSnapshot, completed_ids, latest_completed, write_metadata
 
 
 class Harness:

@@ -10,6 +10,11 @@ import pytest
 from click.testing import CliRunner
 from prometheus_client import CollectorRegistry
 
+from kstream.checkpointstorage.base import StoreError
+from kstream.checkpointstorage.file import FileStore
+from kstream.checkpointstorage.history import list_failures
+from kstream.checkpointstorage.layout import index_path, metadata_path
+from kstream.checkpointstorage.metadata import TaskSnapshot, read_index
 from kstream.cli import main
 from kstream.config import CheckpointingConfig, JobConfig
 from kstream.hosting.coordinator import run_coordinator
@@ -27,11 +32,6 @@ from kstream.protocol.messages import (
     Resume,
     TriggerCheckpoint,
 )
-from kstream.store.base import StoreError
-from kstream.store.file import FileStore
-from kstream.store.history import list_failures
-from kstream.store.layout import index_path, metadata_path
-from kstream.store.metadata import TaskSnapshot, read_index
 
 Event = tuple[str, object]
 

@@ -7,12 +7,12 @@ import logging
 
 import pytest
 
+from kstream.checkpointstorage.metadata import CheckpointMetadata, TaskSnapshot
 from kstream.config import CheckpointingConfig, RestartStrategy
 from kstream.protocol.commands import Fail, Send
 from kstream.protocol.coordinator import CheckpointCoordinator
 from kstream.protocol.messages import JobFailed, Restore, RestoreFailed, Resume, TaskReady
 from kstream.protocol.recovery import RecoveredState
-from kstream.store.metadata import CheckpointMetadata, TaskSnapshot
 
 OBJ = "file:///s/app/shared/ab12"
 

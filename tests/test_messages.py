@@ -6,6 +6,7 @@ import json
 
 import pytest
 
+from kstream.checkpointstorage.metadata import TaskSnapshot
 from kstream.protocol.messages import (
     MAX_MESSAGE_BYTES,
     AcknowledgeCheckpoint,
@@ -25,7 +26,6 @@ from kstream.protocol.messages import (
     decode,
     encode,
 )
-from kstream.store.metadata import TaskSnapshot
 
 ALL: list[Message] = [
     TriggerCheckpoint(7, 2, 1_700_000_000_123),

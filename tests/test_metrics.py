@@ -11,6 +11,8 @@ from typing import Any
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 
+from kstream.checkpointstorage.history import CheckpointStatus
+from kstream.checkpointstorage.metadata import TaskSnapshot
 from kstream.config import CheckpointingConfig, RestartStrategy
 from kstream.logs import JsonFormatter, TextFormatter, ctx, log_at_least
 from kstream.metrics import Metrics, MetricsPortError, PortSpec, serve_metrics
@@ -41,8 +43,6 @@ from kstream.protocol.recovery import recover
 from kstream.runtime.events import MIN_TS
 from kstream.runtime.graph import Reader
 from kstream.serde import serde_by_name
-from kstream.store.history import CheckpointStatus
-from kstream.store.metadata import TaskSnapshot
 
 ALLOWED_LABELS = {"task", "topic", "partition", "operator", "reason", "cause", "source"}
 

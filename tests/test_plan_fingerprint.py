@@ -6,6 +6,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from kstream.api import Topology, Tumbling
+from kstream.checkpointstorage.file import FileStore
+from kstream.checkpointstorage.metadata import TaskSnapshot
+from kstream.checkpointstorage.plans import plan_refusal, publish_plan
 from kstream.config import CheckpointingConfig
 from kstream.plan import plan_job
 from kstream.plan.fingerprint import describe_difference, fingerprint
@@ -20,9 +23,6 @@ from kstream.protocol.messages import (
     TriggerCheckpoint,
 )
 from kstream.protocol.recovery import recover
-from kstream.store.file import FileStore
-from kstream.store.metadata import TaskSnapshot
-from kstream.store.plans import plan_refusal, publish_plan
 
 
 def wordcount(size_ms: int = 60_000, fn_tag: str = "") -> Topology:

@@ -11,6 +11,23 @@ import pytest
 from click.testing import CliRunner
 
 from kstream.api import Topology, Tumbling, WatermarkStrategy
+from kstream.checkpointstorage.file import FileStore
+from kstream.checkpointstorage.layout import manifest_path, shared_path
+from kstream.checkpointstorage.metadata import (
+    CheckpointMetadata,
+    MetadataError,
+    TaskSnapshot,
+    completed_ids,
+    read_metadata,
+    write_metadata,
+)
+from kstream.checkpointstorage.savepoints import (
+    create_savepoint,
+    delete_savepoint,
+    list_savepoints,
+    read_savepoint,
+)
+from kstream.checkpointstorage.startfrom import import_start
 from kstream.cli import main
 from kstream.cli.state import dump_state
 from kstream.config import ConfigError, JobConfig, RestartStrategy, StartFrom
@@ -38,23 +55,6 @@ from kstream.runtime.task import Task
 from kstream.state.retention import apply_retention
 from kstream.state.rocksdb import RocksDBBackend
 from kstream.state.snapshot import FileEntry, SnapshotManifest, SnapshotUploader
-from kstream.store.file import FileStore
-from kstream.store.layout import manifest_path, shared_path
-from kstream.store.metadata import (
-    CheckpointMetadata,
-    MetadataError,
-    TaskSnapshot,
-    completed_ids,
-    read_metadata,
-    write_metadata,
-)
-from kstream.store.savepoints import (
-    create_savepoint,
-    delete_savepoint,
-    list_savepoints,
-    read_savepoint,
-)
-from kstream.store.startfrom import import_start
 from tests.conftest import Kit
 from tests.test_coordinator import Harness, messages, triggers
 from tests.test_coordinator_run import Event, FakeTransport

@@ -13,6 +13,7 @@ from pathlib import Path
 import click
 import pytest
 
+from kstream.checkpointstorage.file import FileStore
 from kstream.cli.options import ByteSize
 from kstream.config import JobConfig
 from kstream.kafka.sink import ExactlyOnceSink
@@ -24,7 +25,6 @@ from kstream.sinkbuffer.spill import SegmentedBlob, SpillDir
 from kstream.state.restore import read_blob
 from kstream.state.rocksdb import RocksDBBackend
 from kstream.state.snapshot import SnapshotUploader, read_manifest
-from kstream.store.file import FileStore
 from tests.test_sink_buffer import FakeProducer, _as_produced
 
 BATCH = 2_000  # records per write_columns, as a task's sink batch

@@ -11,6 +11,11 @@ from typing import Any
 import pytest
 
 from kstream.api import Topology, Tumbling, WatermarkStrategy
+from kstream.checkpointstorage.base import StoreError
+from kstream.checkpointstorage.file import FileStore
+from kstream.checkpointstorage.metadata import CheckpointMetadata, TaskSnapshot, write_metadata
+from kstream.checkpointstorage.savepoints import create_savepoint
+from kstream.checkpointstorage.startfrom import import_start
 from kstream.config import CheckpointingConfig, JobConfig, StartFrom
 from kstream.hosting import election as election_module
 from kstream.hosting.coordinator import EXIT_FAILED, EXIT_USAGE
@@ -18,11 +23,6 @@ from kstream.hosting.election import ElectedCoordinator
 from kstream.hosting.startup import Coordination, StartRefused, check_start
 from kstream.plan import plan_job
 from kstream.plan.operators import describe
-from kstream.store.base import StoreError
-from kstream.store.file import FileStore
-from kstream.store.metadata import CheckpointMetadata, TaskSnapshot, write_metadata
-from kstream.store.savepoints import create_savepoint
-from kstream.store.startfrom import import_start
 from tests.test_savepoints import _checkpoint as with_manifest
 
 

@@ -11,6 +11,7 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
+from kstream.checkpointstorage.file import FileStore
 from kstream.state.base import TableSpec
 from kstream.state.delta import (
     DeltaError,
@@ -23,7 +24,6 @@ from kstream.state.delta import (
 from kstream.state.restore import CorruptSnapshotError, restore_backend
 from kstream.state.rocksdb import RocksDBBackend
 from kstream.state.snapshot import SnapshotUploader, read_manifest
-from kstream.store.file import FileStore
 from tests.test_state_snapshot import APP, SPECS, TASK, contents
 
 

@@ -11,14 +11,14 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from kstream.checkpointstorage.base import CheckpointStore, StoreError
+from kstream.checkpointstorage.file import FileStore
+from kstream.checkpointstorage.metadata import CheckpointMetadata, TaskSnapshot, write_metadata
 from kstream.state import snapshot as snapshot_module
 from kstream.state.base import TableSpec
 from kstream.state.restore import CorruptSnapshotError, read_blob, restore_backend, restore_state
 from kstream.state.rocksdb import RocksDBBackend
 from kstream.state.snapshot import SnapshotManifest, SnapshotUploader, read_manifest
-from kstream.store.base import CheckpointStore, StoreError
-from kstream.store.file import FileStore
-from kstream.store.metadata import CheckpointMetadata, TaskSnapshot, write_metadata
 
 APP = "app"
 TASK = "stage1-0"

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from kstream.checkpointstorage.history import CheckpointFailure, RestartRecord
+from kstream.checkpointstorage.metadata import CheckpointMetadata, TaskSnapshot
 from kstream.monitor.history import history_rows
 from kstream.monitor.status import (
     LagRow,
@@ -23,8 +25,6 @@ from kstream.protocol.messages import (
     TaskReady,
     TriggerCheckpoint,
 )
-from kstream.store.history import CheckpointFailure, RestartRecord
-from kstream.store.metadata import CheckpointMetadata, TaskSnapshot
 
 T0 = 1_700_000_000.0
 

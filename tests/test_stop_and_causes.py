@@ -4,6 +4,7 @@ with a fake clock (the kill -9 on a real broker: integration/test_metrics_status
 
 from __future__ import annotations
 
+from kstream.checkpointstorage.history import RestartRecord
 from kstream.metrics.labels import restart_cause
 from kstream.monitor.status import build_status
 from kstream.monitor.view import ControlView
@@ -27,7 +28,6 @@ from kstream.protocol.messages import (
     encode,
 )
 from kstream.protocol.recovery import recover
-from kstream.store.history import RestartRecord
 from tests.test_coordinator import Harness, messages, triggers
 
 T0 = 1_700_000_000.0

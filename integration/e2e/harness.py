@@ -26,6 +26,9 @@ from pathlib import Path
 from typing import Any
 
 from integration.edge_tools import Read, read_all
+from kstream.checkpointstorage.base import CheckpointStore, StoreError
+from kstream.checkpointstorage.metadata import CheckpointMetadata, read_metadata
+from kstream.checkpointstorage.urls import open_store
 from kstream.kafka.clients import (
     TopicPartition,
     TopicSpec,
@@ -45,9 +48,6 @@ from kstream.protocol.messages import (
     TriggerCheckpoint,
     decode,
 )
-from kstream.store.base import CheckpointStore, StoreError
-from kstream.store.metadata import CheckpointMetadata, read_metadata
-from kstream.store.urls import open_store
 
 REPO = Path(__file__).resolve().parents[2]
 PAUSE_MARKER = "KSTREAM-DEBUG-PAUSE"

@@ -16,6 +16,31 @@ from collections.abc import Callable, Sequence
 from contextlib import ExitStack
 from typing import Any, Protocol
 
+from kstream.checkpointstorage.base import CheckpointStore, StoreError
+from kstream.checkpointstorage.controlkey import ensure_key
+from kstream.checkpointstorage.history import (
+    CheckpointFailure,
+    CheckpointStatus,
+    RestartRecord,
+    record_failure,
+    record_restart,
+)
+from kstream.checkpointstorage.layout import CHECKPOINT_LABEL, numbered_manifest, tasks_prefix
+from kstream.checkpointstorage.metadata import (
+    CheckpointMetadata,
+    MetadataError,
+    add_to_index,
+    known_completed,
+    latest_completed,
+    list_checkpoints,
+    purgeable_offsets,
+    read_metadata,
+    write_metadata,
+)
+from kstream.checkpointstorage.plans import plan_parts, publish_plan
+from kstream.checkpointstorage.savepoints import create_savepoint
+from kstream.checkpointstorage.startfrom import check_state, import_start
+from kstream.checkpointstorage.urls import open_store
 from kstream.config import JobConfig
 from kstream.hosting.retention_thread import RetentionThread
 from kstream.kafka.clients import delete_records_before, make_admin
@@ -42,31 +67,6 @@ from kstream.protocol.coordinator import CheckpointCoordinator
 from kstream.protocol.messages import Message, Restore
 from kstream.protocol.recovery import RecoveredState, recover
 from kstream.state.retention import apply_retention
-from kstream.store.base import CheckpointStore, StoreError
-from kstream.store.controlkey import ensure_key
-from kstream.store.history import (
-    CheckpointFailure,
-    CheckpointStatus,
-    RestartRecord,
-    record_failure,
-    record_restart,
-)
-from kstream.store.layout import CHECKPOINT_LABEL, numbered_manifest, tasks_prefix
-from kstream.store.metadata import (
-    CheckpointMetadata,
-    MetadataError,
-    add_to_index,
-    known_completed,
-    latest_completed,
-    list_checkpoints,
-    purgeable_offsets,
-    read_metadata,
-    write_metadata,
-)
-from kstream.store.plans import plan_parts, publish_plan
-from kstream.store.savepoints import create_savepoint
-from kstream.store.startfrom import check_state, import_start
-from kstream.store.urls import open_store
 
 log = logging.getLogger(__name__)
 

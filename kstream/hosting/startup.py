@@ -21,17 +21,17 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from kstream.checkpointstorage.base import CheckpointStore, StoreError
+from kstream.checkpointstorage.layout import control_key_path
+from kstream.checkpointstorage.metadata import MetadataError, latest_completed
+from kstream.checkpointstorage.startfrom import check_state, pending_import, start_label
+from kstream.checkpointstorage.urls import open_store
 from kstream.config import JobConfig
 from kstream.hosting.coordinator import EXIT_FAILED, EXIT_USAGE, run_coordinator
 from kstream.plan import JobPlan
 from kstream.plan.compat import IncompatibleStateError
 from kstream.plan.fingerprint import PlanFingerprint, fingerprint
 from kstream.plan.operators import describe
-from kstream.store.base import CheckpointStore, StoreError
-from kstream.store.layout import control_key_path
-from kstream.store.metadata import MetadataError, latest_completed
-from kstream.store.startfrom import check_state, pending_import, start_label
-from kstream.store.urls import open_store
 
 __all__ = ["Coordination", "StartRefused", "check_start", "coordinate"]
 

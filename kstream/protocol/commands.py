@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from kstream.checkpointstorage.metadata import CheckpointMetadata
 from kstream.protocol.messages import Message
-from kstream.store.metadata import CheckpointMetadata
 
 
 @dataclass(frozen=True)

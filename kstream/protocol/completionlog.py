@@ -10,8 +10,8 @@ import logging
 import statistics
 from dataclasses import dataclass, field
 
+from kstream.checkpointstorage.metadata import CheckpointMetadata
 from kstream.logs import ctx
-from kstream.store.metadata import CheckpointMetadata
 
 log = logging.getLogger(__name__)
 

@@ -12,6 +12,8 @@ import logging
 from dataclasses import replace
 from typing import Any
 
+from kstream.checkpointstorage.history import CheckpointFailure
+from kstream.checkpointstorage.metadata import CheckpointMetadata
 from kstream.config import CheckpointingConfig, RestartStrategy
 from kstream.logs import ctx
 from kstream.protocol.alignment import GlobalWatermarks
@@ -54,8 +56,6 @@ from kstream.protocol.recovery import RecoveredState, predecessor_leftovers
 from kstream.protocol.restorepoints import RestorePoints
 from kstream.protocol.savepointrequests import SavepointRequests
 from kstream.protocol.triggers import TriggerSchedule
-from kstream.store.history import CheckpointFailure
-from kstream.store.metadata import CheckpointMetadata
 
 log = logging.getLogger(__name__)
 

@@ -16,7 +16,7 @@ Who writes what:
 
 **Signed coordinator messages.** The coordinator signs what it writes with
 HMAC-SHA256 under a key only the checkpoint store holds (``<app>/control.key``,
-:mod:`kstream.store.controlkey`): ``sign`` appends ``"epoch"`` (the coordinator's
+:mod:`kstream.checkpointstorage.controlkey`): ``sign`` appends ``"epoch"`` (the coordinator's
 incarnation), ``"seq"`` (the message's number in that epoch) and ``"sig"`` to the
 JSON; ``verify`` checks the exact bytes and returns the stamp, by which readers skip
 a copy of an earlier message (:mod:`kstream.protocol.replay`). A
@@ -39,8 +39,8 @@ import types
 from dataclasses import MISSING, asdict, dataclass, fields, is_dataclass
 from typing import Any, Union, get_args, get_origin, get_type_hints
 
+from kstream.checkpointstorage.metadata import TaskSnapshot
 from kstream.protocol.replay import Stamp
-from kstream.store.metadata import TaskSnapshot
 
 SCHEMA_VERSION = 1
 MAX_MESSAGE_BYTES = 256 * 1024  # an ack with many partition offsets stays far below this

@@ -6,10 +6,10 @@ import logging
 from dataclasses import replace
 from enum import StrEnum
 
+from kstream.checkpointstorage.history import CheckpointFailure, CheckpointStatus
+from kstream.checkpointstorage.metadata import CheckpointMetadata, TaskSnapshot
 from kstream.logs import ctx
 from kstream.protocol.messages import AcknowledgeCheckpoint
-from kstream.store.history import CheckpointFailure, CheckpointStatus
-from kstream.store.metadata import CheckpointMetadata, TaskSnapshot
 
 log = logging.getLogger(__name__)
 

@@ -21,6 +21,8 @@ import logging
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+from kstream.checkpointstorage.history import CheckpointFailure, CheckpointStatus
+from kstream.checkpointstorage.metadata import CheckpointMetadata
 from kstream.protocol.commands import CleanupCheckpoint, Command, Send
 from kstream.protocol.messages import (
     AcknowledgeCheckpoint,
@@ -34,8 +36,6 @@ from kstream.protocol.messages import (
     TaskFailed,
     TriggerCheckpoint,
 )
-from kstream.store.history import CheckpointFailure, CheckpointStatus
-from kstream.store.metadata import CheckpointMetadata
 
 log = logging.getLogger(__name__)
 

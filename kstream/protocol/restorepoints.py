@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import logging
 
+from kstream.checkpointstorage.metadata import CheckpointMetadata
 from kstream.protocol.messages import RestoreFailed
-from kstream.store.metadata import CheckpointMetadata
 
 log = logging.getLogger(__name__)
 

@@ -18,19 +18,19 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from kstream.query.operators import QueryError
-from kstream.query.read import Tables
-from kstream.state.base import TableSpec
-from kstream.state.restore import restore_backend
-from kstream.state.rocksdb import RocksDBBackend
-from kstream.store.base import CheckpointStore
-from kstream.store.metadata import (
+from kstream.checkpointstorage.base import CheckpointStore
+from kstream.checkpointstorage.metadata import (
     CheckpointMetadata,
     MetadataError,
     latest_completed,
     read_metadata,
 )
-from kstream.store.savepoints import read_savepoint
+from kstream.checkpointstorage.savepoints import read_savepoint
+from kstream.query.operators import QueryError
+from kstream.query.read import Tables
+from kstream.state.base import TableSpec
+from kstream.state.restore import restore_backend
+from kstream.state.rocksdb import RocksDBBackend
 
 LOCAL_KEPT = 2  # local copies of snapshots kept per task directory (for reuse)
 

@@ -26,6 +26,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from kstream.checkpointstorage.base import CheckpointStore, StoreError
+from kstream.checkpointstorage.layout import manifest_path
 from kstream.progress import Progress
 from kstream.state.delta import DIR as DELTA_DIR
 from kstream.state.delta import DeltaError
@@ -37,8 +39,6 @@ from kstream.state.snapshot import (
     read_manifest,
     sha256_file,
 )
-from kstream.store.base import CheckpointStore, StoreError
-from kstream.store.layout import manifest_path
 
 log = logging.getLogger(__name__)
 

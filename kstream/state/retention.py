@@ -32,17 +32,17 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from kstream.state.snapshot import read_manifest
-from kstream.store.base import CheckpointStore, StoreError
-from kstream.store.layout import (
+from kstream.checkpointstorage.base import CheckpointStore, StoreError
+from kstream.checkpointstorage.layout import (
     CHECKPOINT_LABEL,
     metadata_path,
     numbered_manifest,
     shared_prefix,
     tasks_prefix,
 )
-from kstream.store.metadata import MetadataError, completed_ids, read_metadata
-from kstream.store.savepoints import savepoint_manifests
+from kstream.checkpointstorage.metadata import MetadataError, completed_ids, read_metadata
+from kstream.checkpointstorage.savepoints import savepoint_manifests
+from kstream.state.snapshot import read_manifest
 
 log = logging.getLogger(__name__)
 

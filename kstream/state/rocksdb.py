@@ -22,6 +22,7 @@ from typing import Any
 
 import rocksdict
 
+from kstream.checkpointstorage.layout import CHECKPOINT_LABEL, snapshot_label
 from kstream.state.base import KeyedStateBackend, StateTable, TableSpec
 from kstream.state.delta import (
     OP_DELETE,
@@ -35,7 +36,6 @@ from kstream.state.delta import (
 from kstream.state.localsnapshot import LocalSnapshot, LocalSnapshots
 from kstream.state.rocksdb_options import cf_options, db_options, write_options
 from kstream.state.rocksdb_table import Clock, RocksDBTable, StateError
-from kstream.store.layout import CHECKPOINT_LABEL, snapshot_label
 
 __all__ = ["RocksDBBackend", "RocksDBTable", "StateError"]
 

@@ -1,7 +1,7 @@
 """Asynchronous, incremental upload of a task's local snapshot to the checkpoint store.
 
 A snapshot is content-addressed shared files plus a per-task manifest written last
-(paths: :mod:`kstream.store.layout`). Retention and GC: ``kstream.state.retention``.
+(paths: :mod:`kstream.checkpointstorage.layout`). Retention and GC: ``kstream.state.retention``.
 Restore: ``kstream.state.restore``.
 """
 
@@ -17,10 +17,10 @@ from operator import attrgetter
 from pathlib import Path
 from typing import Any, BinaryIO, Protocol
 
+from kstream.checkpointstorage.base import CheckpointStore
+from kstream.checkpointstorage.layout import manifest_path, shared_path
 from kstream.state.delta import DIR as DELTA_DIR
 from kstream.state.localsnapshot import LocalSnapshot, mark_uploaded
-from kstream.store.base import CheckpointStore
-from kstream.store.layout import manifest_path, shared_path
 
 MANIFEST_VERSION = 1
 DELTA_MANIFEST_VERSION = (

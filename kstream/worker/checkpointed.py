@@ -9,6 +9,9 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 
+from kstream.checkpointstorage.base import CheckpointStore
+from kstream.checkpointstorage.metadata import unbacked_completion
+from kstream.checkpointstorage.plans import plan_refusal, publish_plan
 from kstream.kafka.control import ControlClient
 from kstream.kafka.internal import InternalDeliveryError
 from kstream.kafka.sink import SinkError, SinkFencedError
@@ -42,9 +45,6 @@ from kstream.protocol.worker import (
     WorkerCommand,
     WorkerProtocol,
 )
-from kstream.store.base import CheckpointStore
-from kstream.store.metadata import unbacked_completion
-from kstream.store.plans import plan_refusal, publish_plan
 from kstream.worker.global_alignment import GlobalAlignment
 from kstream.worker.mode import Mode
 from kstream.worker.runner import TaskRunner

@@ -20,6 +20,8 @@ from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 
+from kstream.checkpointstorage.controlkey import ControlKey
+from kstream.checkpointstorage.urls import open_store
 from kstream.config import Guarantee, JobConfig
 from kstream.job import Job
 from kstream.kafka.clients import Producer, make_producer
@@ -36,8 +38,6 @@ from kstream.protocol.worker import WorkerProtocol
 from kstream.query.settings import QuerySettings
 from kstream.runtime.lateness import late_summary
 from kstream.sinkbuffer.epochs import SinkStateError
-from kstream.store.controlkey import ControlKey
-from kstream.store.urls import open_store
 from kstream.worker.backlog import Backlog
 from kstream.worker.bounded import Bounded
 from kstream.worker.checkpointed import Checkpointed

@@ -17,6 +17,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from kstream.checkpointstorage.base import CheckpointStore
+from kstream.checkpointstorage.layout import (
+    CHECKPOINT_LABEL,
+    FINAL_LABEL,
+    numbered_manifest,
+    snapshot_label,
+    task_prefix,
+)
+from kstream.checkpointstorage.metadata import TaskSnapshot
 from kstream.config import Guarantee, JobConfig
 from kstream.kafka.dlq import DeadLetterWriter
 from kstream.kafka.sink import AtLeastOnceSink, ExactlyOnceSink, Sink, SinkCommit
@@ -31,15 +40,6 @@ from kstream.sinkbuffer.budget import MemoryBudget
 from kstream.state.restore import read_blob, restore_state
 from kstream.state.rocksdb import RocksDBBackend
 from kstream.state.snapshot import DeferredBlob, SnapshotUploader, StateHandle
-from kstream.store.base import CheckpointStore
-from kstream.store.layout import (
-    CHECKPOINT_LABEL,
-    FINAL_LABEL,
-    numbered_manifest,
-    snapshot_label,
-    task_prefix,
-)
-from kstream.store.metadata import TaskSnapshot
 from kstream.worker.routing import Router, TaskRoute
 from kstream.worker.settings import DebugPause, PausePoint
 

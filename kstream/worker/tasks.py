@@ -7,6 +7,8 @@ import logging
 import time
 from concurrent.futures import ThreadPoolExecutor
 
+from kstream.checkpointstorage.base import StoreError
+from kstream.checkpointstorage.metadata import task_manifest
 from kstream.kafka.clients import OFFSET_BEGINNING
 from kstream.kafka.dlq import DeadLetterWriter
 from kstream.kafka.internal import decode_records
@@ -18,8 +20,6 @@ from kstream.runtime.records import InternalEvent, InternalRecord
 from kstream.runtime.watermark_alignment import PartitionTime, WatermarkAligner
 from kstream.sinkbuffer.epochs import SinkError
 from kstream.state.restore import CorruptSnapshotError, PublishedPastRestore
-from kstream.store.base import StoreError
-from kstream.store.metadata import task_manifest
 from kstream.worker.runner import RunnerContext, TaskRunner, open_runner
 from kstream.worker.settings import WorkerError
 

@@ -23,17 +23,17 @@ from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
-from kstream.config import StartFrom
-from kstream.plan.compat import IncompatibleStateError, check_restorable
-from kstream.store.base import CheckpointStore, ObjectExists, StoreError
-from kstream.store.layout import import_marker_path, imports_prefix
-from kstream.store.metadata import (
+from kstream.checkpointstorage.base import CheckpointStore, ObjectExists, StoreError
+from kstream.checkpointstorage.layout import import_marker_path, imports_prefix
+from kstream.checkpointstorage.metadata import (
     CheckpointMetadata,
     MetadataError,
     read_metadata,
     write_metadata,
 )
-from kstream.store.savepoints import read_savepoint
+from kstream.checkpointstorage.savepoints import read_savepoint
+from kstream.config import StartFrom
+from kstream.plan.compat import IncompatibleStateError, check_restorable
 
 log = logging.getLogger(__name__)
 

@@ -8,7 +8,7 @@ input offsets, sizes and the task's alignment/sync/async times.
 
 Finding checkpoints never lists the store (listing is slow and may lag on object
 stores): after each metadata file the coordinator rewrites the small index
-(:func:`kstream.store.layout.index_path`) with the ids of the newest completed
+(:func:`kstream.checkpointstorage.layout.index_path`) with the ids of the newest completed
 checkpoints. The index is a hint, not the truth: a reader verifies every id it
 names by its metadata, and adds the ids the control topic names (a coordinator
 that died between the metadata and the index leaves its checkpoint announced or in
@@ -24,8 +24,13 @@ from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from kstream.store.base import CheckpointStore, StoreError
-from kstream.store.layout import checkpoints_prefix, index_path, metadata_id, metadata_path
+from kstream.checkpointstorage.base import CheckpointStore, StoreError
+from kstream.checkpointstorage.layout import (
+    checkpoints_prefix,
+    index_path,
+    metadata_id,
+    metadata_path,
+)
 
 log = logging.getLogger(__name__)
 

@@ -24,15 +24,15 @@ import logging
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from kstream.store.base import CheckpointStore, StoreError
-from kstream.store.layout import (
+from kstream.checkpointstorage.base import CheckpointStore, StoreError
+from kstream.checkpointstorage.layout import (
     HISTORY_ATTEMPT,
     HISTORY_CHECKPOINT,
     history_path,
     history_prefix,
     history_record,
 )
-from kstream.store.metadata import TaskSnapshot
+from kstream.checkpointstorage.metadata import TaskSnapshot
 
 log = logging.getLogger(__name__)
 

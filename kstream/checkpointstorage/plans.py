@@ -11,9 +11,9 @@ import json
 import logging
 from collections.abc import Mapping
 
+from kstream.checkpointstorage.base import CheckpointStore, ObjectExists, StoreError
+from kstream.checkpointstorage.layout import plan_path
 from kstream.plan.fingerprint import PlanFingerprint, describe_difference
-from kstream.store.base import CheckpointStore, ObjectExists, StoreError
-from kstream.store.layout import plan_path
 
 log = logging.getLogger(__name__)
 

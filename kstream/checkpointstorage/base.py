@@ -11,8 +11,8 @@ an S3 adapter is a new class, not a rewrite:
 * no rename of directories, no appends.
 
 Every path of one app's layout (``<app>/`` prefix) is built in
-:mod:`kstream.store.layout`; adapters: :mod:`kstream.store.file` (``file://``), opened
-by URL with :func:`kstream.store.urls.open_store`.
+:mod:`kstream.checkpointstorage.layout`; adapters: :mod:`kstream.checkpointstorage.file` (``file://``), opened
+by URL with :func:`kstream.checkpointstorage.urls.open_store`.
 """
 
 from __future__ import annotations

@@ -44,7 +44,7 @@ import obstore
 from obstore.exceptions import AlreadyExistsError, PreconditionError
 from obstore.store import from_url
 
-from kstream.store.base import CheckpointStore, ObjectExists, StoreError
+from kstream.checkpointstorage.base import CheckpointStore, ObjectExists, StoreError
 
 _open: Any = from_url
 SCHEMES = ("s3", "s3a", "gs", "az", "azure", "abfs", "abfss")

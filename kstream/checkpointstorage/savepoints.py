@@ -1,4 +1,4 @@
-"""Savepoints: completed checkpoints kept outside retention (paths: :mod:`kstream.store.layout`).
+"""Savepoints: completed checkpoints kept outside retention (paths: :mod:`kstream.checkpointstorage.layout`).
 
 A savepoint is made from a completed checkpoint by copying its task manifests to
 ``<app>/savepoints/<name>/tasks/`` and then writing its metadata (handles pointing
@@ -13,15 +13,15 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, replace
 
-from kstream.store.base import CheckpointStore, StoreError
-from kstream.store.layout import (
+from kstream.checkpointstorage.base import CheckpointStore, StoreError
+from kstream.checkpointstorage.layout import (
     savepoint_manifest_path,
     savepoint_metadata_path,
     savepoint_of,
     savepoint_path,
     savepoints_prefix,
 )
-from kstream.store.metadata import CheckpointMetadata, MetadataError
+from kstream.checkpointstorage.metadata import CheckpointMetadata, MetadataError
 
 log = logging.getLogger(__name__)
 

@@ -11,20 +11,20 @@
     caller-given label for a savepoint. Written LAST and atomically, after every
     file it names is in the store: a manifest that exists names a complete snapshot.
 ``<app>/checkpoints/chk-<n>.json``
-    Completed checkpoint n's metadata (:mod:`kstream.store.metadata`), written by
+    Completed checkpoint n's metadata (:mod:`kstream.checkpointstorage.metadata`), written by
     the coordinator; it names each task's manifest. A checkpoint is complete iff it
     exists.
 ``<app>/checkpoints/index.json``
-    The ids of the newest completed checkpoints (:mod:`kstream.store.metadata`): how
+    The ids of the newest completed checkpoints (:mod:`kstream.checkpointstorage.metadata`): how
     readers find checkpoints without listing the store. The one object that is
     rewritten, and only as a hint: every id it names is verified by its metadata.
 ``<app>/history/chk-<n>.json``, ``<app>/history/attempt-<k>.json``
     Failed or aborted checkpoint n, and why attempt k started
-    (:mod:`kstream.store.history`): informational records written by the coordinator,
+    (:mod:`kstream.checkpointstorage.history`): informational records written by the coordinator,
     read by ``kstream checkpoints list`` and ``kstream status``; the newest few kept.
 
 ``<app>/savepoints/<name>/_metadata.json``, ``<app>/savepoints/<name>/tasks/<task_id>.json``
-    Savepoint ``name`` (:mod:`kstream.store.savepoints`): a completed checkpoint
+    Savepoint ``name`` (:mod:`kstream.checkpointstorage.savepoints`): a completed checkpoint
     kept outside retention — copies of its task manifests (their shared files stay
     in ``<app>/shared``, which retention keeps while a savepoint names them) and its
     metadata, written last. ``<app>/savepoints/<name>`` is the savepoint's path.
@@ -39,7 +39,7 @@
 
 ``<app>/control.key``
     The key coordinators sign their control messages with
-    (:mod:`kstream.store.controlkey`): created once, exclusively, never changed.
+    (:mod:`kstream.checkpointstorage.controlkey`): created once, exclusively, never changed.
 
 Nothing else builds or parses these paths.
 """

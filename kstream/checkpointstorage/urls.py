@@ -5,9 +5,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from urllib.parse import urlparse
 
-from kstream.store.base import CheckpointStore, StoreError
-from kstream.store.file import FileStore
-from kstream.store.objectstore import ObjectStore, is_object_store_url
+from kstream.checkpointstorage.base import CheckpointStore, StoreError
+from kstream.checkpointstorage.file import FileStore
+from kstream.checkpointstorage.objectstore import ObjectStore, is_object_store_url
 
 
 def open_store(url: str, options: Mapping[str, str] | None = None) -> CheckpointStore:

@@ -10,7 +10,7 @@ import tempfile
 import uuid
 from pathlib import Path
 
-from kstream.store.base import CheckpointStore, ObjectExists, ObjectNotFound, StoreError
+from kstream.checkpointstorage.base import CheckpointStore, ObjectExists, ObjectNotFound, StoreError
 
 
 class FileStore(CheckpointStore):

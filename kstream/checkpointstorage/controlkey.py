@@ -10,8 +10,8 @@ from __future__ import annotations
 import contextlib
 import os
 
-from kstream.store.base import CheckpointStore, ObjectExists, StoreError
-from kstream.store.layout import control_key_path
+from kstream.checkpointstorage.base import CheckpointStore, ObjectExists, StoreError
+from kstream.checkpointstorage.layout import control_key_path
 
 KEY_BYTES = 32
 
