@@ -39,10 +39,10 @@ from types import SimpleNamespace
 from typing import Any
 
 from kstream.config import Guarantee
+from kstream.elements.records import OutputBatch
 from kstream.hosting.tuning import tune_gc
 from kstream.kafka.clients import make_producer
 from kstream.kafka.sink import ExactlyOnceSink
-from kstream.runtime.records import OutputBatch
 from kstream.sinkbuffer.blob import decode_blob, encode_blob
 from kstream.sinkbuffer.buffer import EpochBuffer
 from kstream.sinkbuffer.epochs import Epoch, OutputRecord

@@ -11,6 +11,7 @@ import pytest
 
 from kstream.api import Topology, WatermarkStrategy
 from kstream.config import CheckpointingConfig
+from kstream.elements.events import MIN_TS
 from kstream.plan import plan_job
 from kstream.protocol import messages
 from kstream.protocol.alignment import GlobalWatermarks
@@ -28,7 +29,6 @@ from kstream.protocol.messages import (
 )
 from kstream.protocol.recovery import recover
 from kstream.protocol.worker import WorkerProtocol
-from kstream.runtime.events import MIN_TS
 from kstream.runtime.watermark_alignment import PartitionTime, WatermarkAligner
 from kstream.worker.global_alignment import GlobalAlignment
 from kstream.worker.tasks import WorkerTasks

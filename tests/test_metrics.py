@@ -14,6 +14,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from kstream.checkpointstorage.history import CheckpointStatus
 from kstream.checkpointstorage.metadata import TaskSnapshot
 from kstream.config import CheckpointingConfig, RestartStrategy
+from kstream.elements.events import MIN_TS
 from kstream.logs import JsonFormatter, TextFormatter, ctx, log_at_least
 from kstream.metrics import Metrics, MetricsPortError, PortSpec, serve_metrics
 from kstream.metrics.labels import (
@@ -40,7 +41,6 @@ from kstream.protocol.messages import (
     TriggerCheckpoint,
 )
 from kstream.protocol.recovery import recover
-from kstream.runtime.events import MIN_TS
 from kstream.runtime.graph import Reader
 from kstream.serde import serde_by_name
 

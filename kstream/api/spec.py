@@ -3,7 +3,7 @@
 Every operator kind is one :class:`OpSpec` subclass: its parameters are its typed
 fields, and class-level flags say how the planner treats it — nothing outside the
 spec compares a kind's name. A spec's runtime class registers itself for the spec
-(:func:`kstream.runtime.operators.implements`), so an operator is its spec (next to
+(:func:`kstream.operators.core.implements`), so an operator is its spec (next to
 the DSL method that adds it, :mod:`kstream.api.stream`) plus its runtime class.
 
 ``kind`` is the operator's persistent name: it is part of default stable operator

@@ -7,7 +7,7 @@ planner flags set) and the method that adds it, plus its runtime class decorated
 with ``@implements(TheSpec)`` in one of the runtime operator modules — nothing else
 (a new runtime module is also listed in ``kstream.runtime.graph.OPERATOR_MODULES``).
 ``peek`` was added that way: ``PeekSpec`` and ``Stream.peek`` here, ``PeekOp`` in
-:mod:`kstream.runtime.operators`.
+:mod:`kstream.operators.core`.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """``Task``: one stage x one partition, I/O free. The worker feeds it batches and
 events with the processing time ``now`` (seconds, monotonic) and drains its
-ordered outputs after every call (see ``kstream.runtime.records``).
+ordered outputs after every call (see ``kstream.elements.records``).
 
 Checkpoint barrier handling, in order (docs/design.md §4, §5.4):
 
@@ -39,7 +39,7 @@ watermark is marked with it in turn (see :mod:`kstream.runtime.lateness`). Downs
 call that wrote internal records, before any records processed after the watermark
 moved, every ``watermark_interval_s`` otherwise, and on every forwarded barrier.
 
-Firing in slices (:mod:`kstream.runtime.firing`): with a ``firing_budget`` windows
+Firing in slices (:mod:`kstream.operators.firing`): with a ``firing_budget`` windows
 fire a slice per call, :meth:`Task.tick` goes on; no record is processed meanwhile
 (it waits in its channel's buffer), but a barrier at the head of a channel goes in
 (a source's before the waiting records): a checkpoint mid-firing holds its progress.
@@ -57,11 +57,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from kstream.config import OnError
-from kstream.plan.model import InputKind, JobPlan, OutputKind, TaskSpec
-from kstream.runtime.channels import Channel
-from kstream.runtime.counters import task_counters
-from kstream.runtime.errors import OperatorErrors
-from kstream.runtime.events import (
+from kstream.elements.errors import OperatorErrors
+from kstream.elements.events import (
     MAX_TS,
     MIN_TS,
     Barrier,
@@ -70,13 +67,7 @@ from kstream.runtime.events import (
     StreamEvent,
     Watermark,
 )
-from kstream.runtime.firing import Budget, TaskFiring
-from kstream.runtime.gate import InputGate, QueuedBarrier, unseen
-from kstream.runtime.graph import build_graph
-from kstream.runtime.intake import InternalIntake
-from kstream.runtime.lateness import JudgedRuns, late_counts
-from kstream.runtime.operators import Operator
-from kstream.runtime.records import (
+from kstream.elements.records import (
     AlignmentAborted,
     DeadLetter,
     InternalEvent,
@@ -88,6 +79,15 @@ from kstream.runtime.records import (
     SnapshotPoint,
     SourceRecord,
 )
+from kstream.operators.core import Operator
+from kstream.operators.firing import Budget, TaskFiring
+from kstream.plan.model import InputKind, JobPlan, OutputKind, TaskSpec
+from kstream.runtime.channels import Channel
+from kstream.runtime.counters import task_counters
+from kstream.runtime.gate import InputGate, QueuedBarrier, unseen
+from kstream.runtime.graph import build_graph
+from kstream.runtime.intake import InternalIntake
+from kstream.runtime.lateness import JudgedRuns, late_counts
 from kstream.runtime.recordwatermarks import watermark_cuts
 from kstream.state.base import KeyedStateBackend, TableSpec
 

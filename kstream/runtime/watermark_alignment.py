@@ -30,7 +30,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from kstream.runtime.events import MIN_TS
+from kstream.elements.events import MIN_TS
 
 TP = tuple[str, int]
 

@@ -5,7 +5,7 @@ A field added with a default, a field removed, a promotion (int -> long -> float
 double, string <-> bytes), enum symbols added, union branches added are compatible;
 anything else is not, and :func:`incompatibility` says why, naming the field. Used for
 state whose schema evolves across savepoints: at an operator's open
-(:mod:`kstream.runtime.stateschema`) and in the start-up check of a restore
+(:mod:`kstream.operators.stateschema`) and in the start-up check of a restore
 (:mod:`kstream.plan.compat`).
 """
 

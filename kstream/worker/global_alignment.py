@@ -31,8 +31,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from kstream.elements.events import MIN_TS
 from kstream.protocol.messages import WatermarkBound, WatermarkReport
-from kstream.runtime.events import MIN_TS
 
 REPORT_EVERY_S = 0.2
 REFRESH_S = 2.0  # well within the coordinator's heartbeat timeout (10 s by default)

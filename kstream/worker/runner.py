@@ -27,14 +27,14 @@ from kstream.checkpointstorage.layout import (
 )
 from kstream.checkpointstorage.metadata import TaskSnapshot
 from kstream.config import Guarantee, JobConfig
+from kstream.elements.records import Position, SnapshotPoint
 from kstream.kafka.dlq import DeadLetterWriter
 from kstream.kafka.sink import AtLeastOnceSink, ExactlyOnceSink, Sink, SinkCommit
 from kstream.logs import ctx as ctx_log
 from kstream.metrics.worker import WorkerMetrics
+from kstream.operators.firing import Budget
 from kstream.plan import JobPlan, OutputKind, TaskSpec
 from kstream.protocol.messages import AcknowledgeCheckpoint, DeclineCheckpoint, Message
-from kstream.runtime.firing import Budget
-from kstream.runtime.records import Position, SnapshotPoint
 from kstream.runtime.task import Task
 from kstream.sinkbuffer.budget import MemoryBudget
 from kstream.state.restore import read_blob, restore_state

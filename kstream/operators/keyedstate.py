@@ -16,8 +16,8 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 from kstream.api.process import ListState, MapState, StateSpec, ValueState
-from kstream.runtime.events import MAX_TS, MIN_TS
-from kstream.runtime.stateschema import AvroStateCodec
+from kstream.elements.events import MAX_TS, MIN_TS
+from kstream.operators.stateschema import AvroStateCodec
 from kstream.state.base import KeyedStateBackend, StateTable, TableSpec
 
 _MISSING: Any = object()

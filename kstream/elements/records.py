@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
-from kstream.runtime.events import StreamEvent
+from kstream.elements.events import StreamEvent
 
 SourceRecord = tuple[bytes | None, bytes | None, int, int]
 """``(key, value, timestamp_ms, offset)`` as read from a user topic."""

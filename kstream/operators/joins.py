@@ -7,9 +7,9 @@ from collections.abc import Callable
 from typing import Any, Self
 
 from kstream.api.stream import JoinTableSpec, JoinWindowSpec
-from kstream.runtime.events import MAX_TS, MIN_TS
-from kstream.runtime.firing import Budget
-from kstream.runtime.operators import Build, Keys, Operator, Stamps, Values, implements
+from kstream.elements.events import MAX_TS, MIN_TS
+from kstream.operators.core import Build, Keys, Operator, Stamps, Values, implements
+from kstream.operators.firing import Budget
 from kstream.state.base import KeyedStateBackend, TableSpec
 
 _MISSING = object()

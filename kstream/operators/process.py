@@ -15,10 +15,10 @@ from typing import Any, Self
 
 from kstream.api.process import StateSpec, resolve_process
 from kstream.api.stream import ProcessSpec
-from kstream.runtime.events import MAX_TS, MIN_TS
-from kstream.runtime.firing import Budget, Cursor, Firing
-from kstream.runtime.keyedstate import KeyScope, TimerQueue
-from kstream.runtime.operators import Build, Keys, Operator, Stamps, Values, implements
+from kstream.elements.events import MAX_TS, MIN_TS
+from kstream.operators.core import Build, Keys, Operator, Stamps, Values, implements
+from kstream.operators.firing import Budget, Cursor, Firing
+from kstream.operators.keyedstate import KeyScope, TimerQueue
 from kstream.state.base import KeyedStateBackend, TableSpec
 
 # Timers fired per state scan; output goes downstream per chunk.

@@ -2,7 +2,7 @@
 
 A user function that raises on one record would fail the task. With the topology's
 ``on_error="dead_letter"`` the record goes to the DLQ instead, as a
-:class:`~kstream.runtime.records.DeadLetter` — the record as it entered the operator
+:class:`~kstream.elements.records.DeadLetter` — the record as it entered the operator
 (key and value as JSON, bytes and text as they are), the input topic and partition
 of the batch, offset -1 (records are not tracked by offset past the source), the
 operator's name and the exception — and the operator goes on with the others:
@@ -35,8 +35,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from kstream.runtime.reader import describe_error
-from kstream.runtime.records import DeadLetter, Output
+from kstream.elements.reader import describe_error
+from kstream.elements.records import DeadLetter, Output
 
 
 def _as_bytes(x: Any) -> bytes | None:

@@ -20,11 +20,11 @@ from typing import Any, Self, TypeVar
 from kstream.api.spec import OpSpec
 from kstream.api.stream import FilterSpec, FlatMapSpec, KeyBySpec, MapSpec, PeekSpec, SinkSpec
 from kstream.api.topology import SourceSpec, TableSourceSpec
+from kstream.elements.errors import OperatorErrors
+from kstream.elements.events import MIN_TS
+from kstream.elements.records import Output, OutputBatch
+from kstream.operators.firing import Budget
 from kstream.plan.model import InternalTopic
-from kstream.runtime.errors import OperatorErrors
-from kstream.runtime.events import MIN_TS
-from kstream.runtime.firing import Budget
-from kstream.runtime.records import Output, OutputBatch
 from kstream.serde import Serde, SerdeError
 from kstream.state.base import KeyedStateBackend
 

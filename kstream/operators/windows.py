@@ -1,13 +1,13 @@
 """Window operators' shared parts and fixed (tumbling, hopping) windows; semantics
-are documented in ``kstream.api.windows``. Sessions: :mod:`kstream.runtime.session_windows`,
-sliding windows: :mod:`kstream.runtime.sliding_windows`.
+are documented in ``kstream.api.windows``. Sessions: :mod:`kstream.operators.session_windows`,
+sliding windows: :mod:`kstream.operators.sliding_windows`.
 
 All state lives in the task's ``KeyedStateBackend`` (tables ``n<node>.<name>``):
 accumulators, session extents, sliding-window buffers, the fire/expiry timer
 indexes (keys that start with the window end, so firing is a range scan) and the
 operator's watermark. A restored operator therefore resumes exactly, timers
 included — also in the middle of a firing: a firing is resumable steps (fire, expire)
-whose progress is state too (:mod:`kstream.runtime.firing`).
+whose progress is state too (:mod:`kstream.operators.firing`).
 """
 
 from __future__ import annotations
@@ -19,9 +19,8 @@ from typing import Any, ClassVar
 
 from kstream.api.stream import WindowOpSpec
 from kstream.api.windows import Aggregation, Hopping, Tumbling, WindowResult, WindowSpec
-from kstream.runtime.events import MAX_TIMESTAMP, MAX_TS, MIN_TS
-from kstream.runtime.firing import FIRE_BATCH, Budget, Cursor, Firing, Step, fire_scan
-from kstream.runtime.operators import (
+from kstream.elements.events import MAX_TIMESTAMP, MAX_TS, MIN_TS
+from kstream.operators.core import (
     Build,
     Keys,
     Operator,
@@ -30,7 +29,8 @@ from kstream.runtime.operators import (
     implements,
     without_none_values,
 )
-from kstream.runtime.stateschema import VersionedTable
+from kstream.operators.firing import FIRE_BATCH, Budget, Cursor, Firing, Step, fire_scan
+from kstream.operators.stateschema import VersionedTable
 from kstream.state.base import KeyedStateBackend, StateKey, StateTable, TableSpec
 
 __all__ = [
@@ -104,7 +104,7 @@ class WindowOperator(Operator):
     def accumulators(self, name: str, slot: int | None = None) -> Any:
         """The table holding accumulators (in item ``slot`` of each stored list): with
         the aggregation's ``schema``, stored as versioned Avro
-        (:class:`kstream.runtime.stateschema.VersionedTable`)."""
+        (:class:`kstream.operators.stateschema.VersionedTable`)."""
         return VersionedTable.of(self.backend, self.prefix, name, self.name, self.agg.schema, slot)
 
     def _set_wm(self, watermark: int) -> None:

@@ -1,7 +1,7 @@
 """``RollingOperator``: an aggregation per key without windows (an update stream).
 
 State: ``n<node>.acc`` ``(key,) -> accumulator`` (versioned Avro with the
-aggregation's ``schema``: :class:`kstream.runtime.stateschema.VersionedTable`). Each record folds into its key's
+aggregation's ``schema``: :class:`kstream.operators.stateschema.VersionedTable`). Each record folds into its key's
 accumulator (a record whose value is ``None`` is skipped, as in Kafka Streams); an accumulator that becomes ``None`` deletes the key, and the update
 is a tombstone (value ``None``). Emission:
 
@@ -18,7 +18,7 @@ from typing import Any, Self
 
 from kstream.api.stream import RollingSpec
 from kstream.api.windows import Aggregation
-from kstream.runtime.operators import (
+from kstream.operators.core import (
     Build,
     Keys,
     Operator,
@@ -27,7 +27,7 @@ from kstream.runtime.operators import (
     implements,
     without_none_values,
 )
-from kstream.runtime.stateschema import VersionedTable
+from kstream.operators.stateschema import VersionedTable
 from kstream.state.base import KeyedStateBackend
 
 _MISSING: Any = object()

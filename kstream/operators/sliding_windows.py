@@ -1,7 +1,7 @@
 """Sliding windows (Kafka Streams'): a window per distinct record timestamp and its right neighbour.
 
 Semantics are documented in ``kstream.api.windows``; the shared parts (watermark,
-late records, emission, resumable firing) are :class:`kstream.runtime.windows.WindowOperator`'s.
+late records, emission, resumable firing) are :class:`kstream.operators.windows.WindowOperator`'s.
 """
 
 from __future__ import annotations
@@ -10,9 +10,9 @@ from functools import partial
 from typing import Any
 
 from kstream.api.windows import Aggregation, Sliding, WindowResult
-from kstream.runtime.firing import Budget, Cursor, Step, fire_scan
-from kstream.runtime.operators import Keys, Stamps, Values, without_none_values
-from kstream.runtime.windows import WindowOperator
+from kstream.operators.core import Keys, Stamps, Values, without_none_values
+from kstream.operators.firing import Budget, Cursor, Step, fire_scan
+from kstream.operators.windows import WindowOperator
 from kstream.state.base import KeyedStateBackend, StateKey
 
 __all__ = ["SlidingWindowOperator"]
