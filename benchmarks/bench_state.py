@@ -35,11 +35,11 @@ from typing import Any
 import rocksdict
 
 from kstream.checkpointstorage.file import FileStore
+from kstream.snapshots.restore import restore_state
+from kstream.snapshots.upload import SnapshotUploader
 from kstream.state.base import TableSpec
 from kstream.state.keys import encode_key
-from kstream.state.restore import restore_state
 from kstream.state.rocksdb import RocksDBBackend
-from kstream.state.snapshot import SnapshotUploader
 
 SPEC = TableSpec("counts")
 APP, TASK = "bench", "stage0-0"

@@ -34,7 +34,7 @@ from kstream.kafka.clients import (
     make_consumer,
     make_producer,
 )
-from kstream.state.snapshot import read_manifest
+from kstream.snapshots.upload import read_manifest
 
 REPO_DIR = Path(__file__).resolve().parent.parent
 UNBOUNDED = 1 << 40  # a sink buffer budget nothing reaches: everything stays in memory

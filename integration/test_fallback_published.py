@@ -30,7 +30,7 @@ from integration.test_global_restore import PARTITIONS, TOPOLOGY, Input
 from kstream.checkpointstorage.file import FileStore
 from kstream.checkpointstorage.metadata import completed_ids, read_metadata
 from kstream.kafka.clients import AdminClient, TopicSpec, ensure_topics
-from kstream.state.snapshot import read_manifest
+from kstream.snapshots.upload import read_manifest
 
 pytestmark = pytest.mark.integration
 

@@ -39,7 +39,7 @@ from kstream.checkpointstorage.base import CheckpointStore
 from kstream.checkpointstorage.metadata import completed_ids, read_metadata
 from kstream.checkpointstorage.urls import open_store
 from kstream.kafka.clients import AdminClient, TopicSpec, ensure_topics, make_producer
-from kstream.state.snapshot import read_manifest
+from kstream.snapshots.upload import read_manifest
 
 pytestmark = pytest.mark.integration
 

@@ -20,11 +20,11 @@ from kstream.checkpointstorage.metadata import (
 )
 from kstream.checkpointstorage.objectstore import ObjectStore
 from kstream.checkpointstorage.urls import open_store
+from kstream.snapshots.restore import CorruptSnapshotError, restore_state
+from kstream.snapshots.retention import apply_retention
+from kstream.snapshots.upload import SnapshotUploader, read_manifest
 from kstream.state.base import TableSpec
-from kstream.state.restore import CorruptSnapshotError, restore_state
-from kstream.state.retention import apply_retention
 from kstream.state.rocksdb import RocksDBBackend
-from kstream.state.snapshot import SnapshotUploader, read_manifest
 
 pytestmark = pytest.mark.integration
 

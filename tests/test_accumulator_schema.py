@@ -212,8 +212,8 @@ def test_state_dump_shows_accumulators_as_values(tmp_path: Path, kit: type[Kit])
     from kstream.checkpointstorage.file import FileStore
     from kstream.checkpointstorage.metadata import CheckpointMetadata, TaskSnapshot
     from kstream.cli.state import dump_state
+    from kstream.snapshots.upload import SnapshotUploader
     from kstream.state.rocksdb import RocksDBBackend
-    from kstream.state.snapshot import SnapshotUploader
 
     plan = windowed("v2")
     backend = RocksDBBackend(tmp_path / "task")

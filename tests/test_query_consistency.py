@@ -21,9 +21,9 @@ from kstream.query.routing import Directory
 from kstream.query.service import QueryService
 from kstream.query.stored import StoredState
 from kstream.serde import serde_by_name
+from kstream.snapshots.upload import SnapshotUploader
 from kstream.state.base import StateTable, TableSpec
 from kstream.state.rocksdb import RocksDBBackend
-from kstream.state.snapshot import SnapshotUploader
 
 APP, TASK, OP = "app", "stage1-0", "totals"
 INFO = OperatorInfo(OP, "rolling", "stage1", 1, "str", serde_by_name("str"), "crc32")

@@ -31,10 +31,10 @@ from kstream.query.routing import Directory
 from kstream.query.server import QueryServer
 from kstream.query.service import QueryService
 from kstream.serde import serde_by_name
+from kstream.snapshots.upload import SnapshotUploader
 from kstream.state.base import TableSpec
 from kstream.state.memory import MemoryBackend
 from kstream.state.rocksdb import RocksDBBackend
-from kstream.state.snapshot import SnapshotUploader
 
 OP = "totals"
 INFO = OperatorInfo(OP, "rolling", "stage1", 2, "str", serde_by_name("str"), "crc32")

@@ -12,7 +12,7 @@ import pytest
 from kstream.config import Guarantee
 from kstream.kafka.commits import CommitMarker
 from kstream.kafka.sink import AtLeastOnceSink, ExactlyOnceSink
-from kstream.state.restore import PublishedPastRestore
+from kstream.snapshots.restore import PublishedPastRestore
 from kstream.worker.tasks import refuse_republishing
 
 

@@ -52,9 +52,9 @@ from kstream.protocol.messages import (
 )
 from kstream.protocol.worker import Exit, StopRequested, WorkerProtocol
 from kstream.runtime.task import Task
-from kstream.state.retention import apply_retention
+from kstream.snapshots.retention import apply_retention
+from kstream.snapshots.upload import FileEntry, SnapshotManifest, SnapshotUploader
 from kstream.state.rocksdb import RocksDBBackend
-from kstream.state.snapshot import FileEntry, SnapshotManifest, SnapshotUploader
 from tests.conftest import Kit
 from tests.test_coordinator import Harness, messages, triggers
 from tests.test_coordinator_run import Event, FakeTransport

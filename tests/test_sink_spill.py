@@ -22,9 +22,9 @@ from kstream.sinkbuffer.budget import MemoryBudget
 from kstream.sinkbuffer.buffer import EpochBuffer
 from kstream.sinkbuffer.epochs import BlobFormatError, OutputRecord
 from kstream.sinkbuffer.spill import SegmentedBlob, SpillDir
-from kstream.state.restore import read_blob
+from kstream.snapshots.restore import read_blob
+from kstream.snapshots.upload import SnapshotUploader, read_manifest
 from kstream.state.rocksdb import RocksDBBackend
-from kstream.state.snapshot import SnapshotUploader, read_manifest
 from tests.test_sink_buffer import FakeProducer, _as_produced
 
 BATCH = 2_000  # records per write_columns, as a task's sink batch

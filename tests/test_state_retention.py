@@ -10,11 +10,11 @@ from pathlib import Path
 from kstream.checkpointstorage.base import CheckpointStore
 from kstream.checkpointstorage.file import FileStore
 from kstream.checkpointstorage.metadata import CheckpointMetadata, TaskSnapshot, write_metadata
+from kstream.snapshots.restore import restore_backend
+from kstream.snapshots.retention import apply_retention
+from kstream.snapshots.upload import SnapshotUploader, StateHandle, read_manifest
 from kstream.state.base import TableSpec
-from kstream.state.restore import restore_backend
-from kstream.state.retention import apply_retention
 from kstream.state.rocksdb import RocksDBBackend
-from kstream.state.snapshot import SnapshotUploader, StateHandle, read_manifest
 
 APP = "app"
 TASK = "stage1-0"

@@ -14,11 +14,16 @@ from hypothesis import strategies as st
 from kstream.checkpointstorage.base import CheckpointStore, StoreError
 from kstream.checkpointstorage.file import FileStore
 from kstream.checkpointstorage.metadata import CheckpointMetadata, TaskSnapshot, write_metadata
-from kstream.state import snapshot as snapshot_module
+from kstream.snapshots import upload as snapshot_module
+from kstream.snapshots.restore import (
+    CorruptSnapshotError,
+    read_blob,
+    restore_backend,
+    restore_state,
+)
+from kstream.snapshots.upload import SnapshotManifest, SnapshotUploader, read_manifest
 from kstream.state.base import TableSpec
-from kstream.state.restore import CorruptSnapshotError, read_blob, restore_backend, restore_state
 from kstream.state.rocksdb import RocksDBBackend
-from kstream.state.snapshot import SnapshotManifest, SnapshotUploader, read_manifest
 
 APP = "app"
 TASK = "stage1-0"
@@ -436,7 +441,7 @@ def test_a_restore_downloads_in_parallel_and_logs_progress(
 ) -> None:
     store, handles, states = _two_checkpoints(tmp_path)
     store.concurrency = 3
-    caplog.set_level("INFO", logger="kstream.state.restore")
+    caplog.set_level("INFO", logger="kstream.snapshots.restore")
     restored, _, stats = restore_state(store, handles[1].manifest_path, tmp_path / "fresh")
     assert contents(restored) == states[1]
     restored.close()

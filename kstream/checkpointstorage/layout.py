@@ -6,7 +6,7 @@
     write-ahead buffer). A file the store already holds is never uploaded again:
     SSTs are immutable, so an unchanged SST has the same hash in every checkpoint.
 ``<app>/tasks/<task_id>/<label>.json``
-    Per-task manifest (:mod:`kstream.state.snapshot`). ``label`` is ``chk-<n>`` for
+    Per-task manifest (:mod:`kstream.snapshots.upload`). ``label`` is ``chk-<n>`` for
     checkpoint n, ``final-<n>`` for a bounded run's n-th final state, or a
     caller-given label for a savepoint. Written LAST and atomically, after every
     file it names is in the store: a manifest that exists names a complete snapshot.

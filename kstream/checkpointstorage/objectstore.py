@@ -25,7 +25,7 @@ What the checkpoint path relies on (docs/design.md §12):
   exactly like :class:`FileStore`, so a restore tells "missing" from "unreachable";
 * ``touch`` is a no-op: objects cannot be re-timed without rewriting them. GC's
   grace period then counts from the upload; the uploader's heal step (see
-  :mod:`kstream.state.snapshot`) re-uploads a reused file GC deleted meanwhile.
+  :mod:`kstream.snapshots.upload`) re-uploads a reused file GC deleted meanwhile.
 """
 
 from __future__ import annotations

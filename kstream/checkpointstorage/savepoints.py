@@ -4,7 +4,7 @@ A savepoint is made from a completed checkpoint by copying its task manifests to
 ``<app>/savepoints/<name>/tasks/`` and then writing its metadata (handles pointing
 at the copies) exclusively, last: a savepoint whose metadata exists is whole. The
 manifests' shared files stay where they are (``<app>/shared``); retention keeps
-every file a savepoint manifest names (:mod:`kstream.state.retention`), and
+every file a savepoint manifest names (:mod:`kstream.snapshots.retention`), and
 deleting a savepoint lets the next retention pass collect what only it needed.
 """
 

@@ -32,8 +32,8 @@ from kstream.checkpointstorage.savepoints import read_savepoint
 from kstream.checkpointstorage.urls import open_store
 from kstream.cli.common import app_argument, app_id_of, app_id_option, store_options
 from kstream.query.read import Tables
+from kstream.snapshots.restore import restore_backend
 from kstream.state.base import TableSpec
-from kstream.state.restore import restore_backend
 
 
 def _json(value: Any) -> Any:

@@ -66,7 +66,7 @@ from kstream.protocol.commands import (
 from kstream.protocol.coordinator import CheckpointCoordinator
 from kstream.protocol.messages import Message, Restore
 from kstream.protocol.recovery import RecoveredState, recover
-from kstream.state.retention import apply_retention
+from kstream.snapshots.retention import apply_retention
 
 log = logging.getLogger(__name__)
 

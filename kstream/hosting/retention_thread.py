@@ -6,7 +6,7 @@ milliseconds the coordinator's loop used to spend before it read the next
 acknowledgement or sent the next trigger. Flink's checkpoint cleaner runs
 asynchronously too. Requests made while a run is in progress coalesce into one more
 run with the latest ``retained``: retention is idempotent and only ever catches up.
-The concurrency argument is :mod:`kstream.state.retention`'s (uploads run in other
+The concurrency argument is :mod:`kstream.snapshots.retention`'s (uploads run in other
 processes at the same time already); the coordinator's own writes (metadata of newer
 checkpoints) can only make a run keep more.
 """

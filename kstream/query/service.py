@@ -26,7 +26,7 @@ from kstream.query.operators import OperatorInfo, QueryError
 from kstream.query.read import Query, Tables, read
 from kstream.query.routing import Directory, Forward, Local, Moving
 from kstream.query.stored import StoredState
-from kstream.state.restore import CorruptSnapshotError
+from kstream.snapshots.restore import CorruptSnapshotError
 
 log = logging.getLogger(__name__)
 

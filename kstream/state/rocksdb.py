@@ -23,7 +23,7 @@ from typing import Any
 import rocksdict
 
 from kstream.checkpointstorage.layout import CHECKPOINT_LABEL, snapshot_label
-from kstream.state.base import KeyedStateBackend, StateTable, TableSpec
+from kstream.state.base import SnapshottingBackend, StateTable, TableSpec
 from kstream.state.delta import (
     OP_DELETE,
     OP_PUT,
@@ -40,7 +40,7 @@ from kstream.state.rocksdb_table import Clock, RocksDBTable, StateError
 __all__ = ["RocksDBBackend", "RocksDBTable", "StateError"]
 
 
-class RocksDBBackend(KeyedStateBackend):
+class RocksDBBackend(SnapshottingBackend):
     """All keyed state of one task in one RocksDB instance under ``path``.
 
     ``cache_entries`` bounds each table's write cache; ``clock`` (seconds) drives

@@ -37,9 +37,10 @@ from kstream.plan import JobPlan, OutputKind, TaskSpec
 from kstream.protocol.messages import AcknowledgeCheckpoint, DeclineCheckpoint, Message
 from kstream.runtime.task import Task
 from kstream.sinkbuffer.budget import MemoryBudget
-from kstream.state.restore import read_blob, restore_state
+from kstream.snapshots.restore import read_blob, restore_state
+from kstream.snapshots.upload import DeferredBlob, SnapshotUploader, StateHandle
+from kstream.state.base import SnapshottingBackend
 from kstream.state.rocksdb import RocksDBBackend
-from kstream.state.snapshot import DeferredBlob, SnapshotUploader, StateHandle
 from kstream.worker.routing import Router, TaskRoute
 from kstream.worker.settings import DebugPause, PausePoint
 
@@ -210,7 +211,7 @@ class TaskRunner:
         ctx: RunnerContext,
         spec: TaskSpec,
         attempt: int,
-        backend: RocksDBBackend,
+        backend: SnapshottingBackend,
         route: TaskRoute,
         positions: Mapping[TP, Position],
         watermarks: Mapping[tuple[str, int, str], int] | None = None,

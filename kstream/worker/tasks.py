@@ -19,7 +19,7 @@ from kstream.logs import ctx
 from kstream.plan import JobPlan, TaskSpec
 from kstream.runtime.watermark_alignment import PartitionTime, WatermarkAligner
 from kstream.sinkbuffer.epochs import SinkError
-from kstream.state.restore import CorruptSnapshotError, PublishedPastRestore
+from kstream.snapshots.restore import CorruptSnapshotError, PublishedPastRestore
 from kstream.worker.runner import RunnerContext, TaskRunner, open_runner
 from kstream.worker.settings import WorkerError
 

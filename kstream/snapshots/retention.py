@@ -14,7 +14,7 @@ finds again, never a dangling reference):
 
 Why the grace period makes GC safe against a concurrent upload: an uploader
 *touches* every shared file it reuses before it writes the manifest that
-references it (``kstream.state.snapshot``). GC reads the manifests first and
+references it (``kstream.snapshots.upload``). GC reads the manifests first and
 checks a candidate's age immediately before deleting it, so a file reused by an
 upload whose manifest GC did not see has been touched and is young. The one
 remaining interleaving — GC read the file's age just before the touch and deletes
@@ -42,7 +42,7 @@ from kstream.checkpointstorage.layout import (
 )
 from kstream.checkpointstorage.metadata import MetadataError, completed_ids, read_metadata
 from kstream.checkpointstorage.savepoints import savepoint_manifests
-from kstream.state.snapshot import read_manifest
+from kstream.snapshots.upload import read_manifest
 
 log = logging.getLogger(__name__)
 

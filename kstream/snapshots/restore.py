@@ -29,16 +29,16 @@ from typing import Any
 from kstream.checkpointstorage.base import CheckpointStore, StoreError
 from kstream.checkpointstorage.layout import manifest_path
 from kstream.progress import Progress
-from kstream.state.delta import DIR as DELTA_DIR
-from kstream.state.delta import DeltaError
-from kstream.state.localsnapshot import mark_uploaded
-from kstream.state.rocksdb import RocksDBBackend
-from kstream.state.snapshot import (
+from kstream.snapshots.upload import (
     FileEntry,
     SnapshotManifest,
     read_manifest,
     sha256_file,
 )
+from kstream.state.delta import DIR as DELTA_DIR
+from kstream.state.delta import DeltaError
+from kstream.state.localsnapshot import mark_uploaded
+from kstream.state.rocksdb import RocksDBBackend
 
 log = logging.getLogger(__name__)
 

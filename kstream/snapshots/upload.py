@@ -1,8 +1,8 @@
 """Asynchronous, incremental upload of a task's local snapshot to the checkpoint store.
 
 A snapshot is content-addressed shared files plus a per-task manifest written last
-(paths: :mod:`kstream.checkpointstorage.layout`). Retention and GC: ``kstream.state.retention``.
-Restore: ``kstream.state.restore``.
+(paths: :mod:`kstream.checkpointstorage.layout`). Retention and GC: ``kstream.snapshots.retention``.
+Restore: ``kstream.snapshots.restore``.
 """
 
 from __future__ import annotations
