@@ -4,8 +4,8 @@ the DSL method that adds it (its runtime class registers for the spec, see
 
 Adding an operator: a frozen ``OpSpec`` dataclass here (its parameters typed, its
 planner flags set) and the method that adds it, plus its runtime class decorated
-with ``@implements(TheSpec)`` in one of the runtime operator modules — nothing else
-(a new runtime module is also listed in ``kstream.runtime.graph.OPERATOR_MODULES``).
+with ``@implements(TheSpec)`` in one of the modules of :mod:`kstream.operators` — nothing
+else (a new module there is also listed in ``kstream.runtime.graph.OPERATOR_MODULES``).
 ``peek`` was added that way: ``PeekSpec`` and ``Stream.peek`` here, ``PeekOp`` in
 :mod:`kstream.operators.core`.
 """

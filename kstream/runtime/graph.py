@@ -16,7 +16,7 @@ from kstream.plan.operators import operator_ids
 from kstream.serde import JsonSerde
 from kstream.state.base import KeyedStateBackend
 
-# The runtime operator modules: each registers its classes (``@implements``) on import.
+# The operator modules (kstream.operators): each registers its classes (``@implements``) on import.
 OPERATOR_MODULES = (joins, process, rolling, session_windows, sliding_windows, windows)
 
 
