@@ -16,7 +16,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Protocol
 
 from kstream.serde import Serde
 
@@ -96,3 +96,12 @@ class Node:
 
     def __repr__(self) -> str:
         return f"Node({self.id}, {self.kind}, {self.name!r})"
+
+
+class GraphBuilder(Protocol):
+    """What a stream needs of its topology: adding a node fed by ``parents`` (node,
+    port); :class:`kstream.api.topology.Topology` is the one implementation."""
+
+    def _add(
+        self, spec: OpSpec, parents: list[tuple[Node, int]], name: str | None = None
+    ) -> Node: ...

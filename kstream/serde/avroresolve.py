@@ -15,7 +15,7 @@ from typing import Any
 
 from fastavro.schema import fingerprint, to_parsing_canonical_form
 
-from kstream.serde.avro import _named
+from kstream.serde.avro_bounds import named_types
 
 __all__ = ["incompatibility", "schema_version"]
 
@@ -53,7 +53,7 @@ def _describe(s: Any) -> str:
 def incompatibility(writer: Any, reader: Any) -> str | None:
     """Why values written with ``writer`` cannot be read as ``reader`` (parsed schemas)
     by Avro schema resolution, naming the field; None when they can."""
-    return _Check(_named(writer, {}), _named(reader, {})).check(writer, reader, "")
+    return _Check(named_types(writer, {}), named_types(reader, {})).check(writer, reader, "")
 
 
 class _Check:
