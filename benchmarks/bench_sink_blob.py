@@ -43,7 +43,8 @@ from kstream.elements.records import OutputBatch
 from kstream.hosting.tuning import tune_gc
 from kstream.kafka.clients import make_producer
 from kstream.kafka.sink import ExactlyOnceSink
-from kstream.sinkbuffer.blob import decode_blob, encode_blob
+from kstream.sinkbuffer.blob import encode_blob
+from kstream.sinkbuffer.blobdecode import decode_blob
 from kstream.sinkbuffer.buffer import EpochBuffer
 from kstream.sinkbuffer.epochs import Epoch, OutputRecord
 from kstream.worker.routing import Router, TaskRoute

@@ -16,7 +16,8 @@ from kstream.kafka.clients import Producer
 from kstream.kafka.commits import CommitMarker, marker_partition
 from kstream.kafka.sink import AtLeastOnceSink, ExactlyOnceSink, Sink
 from kstream.names import sink_transactional_id
-from kstream.sinkbuffer.blob import decode_blob, encode_blob
+from kstream.sinkbuffer.blob import encode_blob
+from kstream.sinkbuffer.blobdecode import decode_blob
 from kstream.sinkbuffer.buffer import EpochBuffer
 from kstream.sinkbuffer.epochs import (
     ColumnBatch,

@@ -17,7 +17,7 @@ from kstream.checkpointstorage.file import FileStore
 from kstream.cli.options import ByteSize
 from kstream.config import JobConfig
 from kstream.kafka.sink import ExactlyOnceSink
-from kstream.sinkbuffer.blob import decode_blob
+from kstream.sinkbuffer.blobdecode import decode_blob
 from kstream.sinkbuffer.budget import MemoryBudget
 from kstream.sinkbuffer.buffer import EpochBuffer
 from kstream.sinkbuffer.epochs import BlobFormatError, OutputRecord

@@ -12,7 +12,8 @@ import io
 import logging
 from collections.abc import Iterable
 
-from kstream.sinkbuffer.blob import MemorySegment, decode_blob, encode_blob, encode_segment
+from kstream.sinkbuffer.blob import encode_blob, encode_segment
+from kstream.sinkbuffer.blobdecode import MemorySegment, decode_blob
 from kstream.sinkbuffer.budget import MemoryBudget
 from kstream.sinkbuffer.epochs import (
     Chunk,
