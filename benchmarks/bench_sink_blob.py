@@ -42,7 +42,7 @@ from kstream.config import Guarantee
 from kstream.elements.records import OutputBatch
 from kstream.hosting.tuning import tune_gc
 from kstream.kafka.clients import make_producer
-from kstream.kafka.sink import ExactlyOnceSink
+from kstream.kafka.exactly_once_sink import ExactlyOnceSink
 from kstream.sinkbuffer.blob import encode_blob
 from kstream.sinkbuffer.blobdecode import decode_blob
 from kstream.sinkbuffer.buffer import EpochBuffer

@@ -16,7 +16,7 @@ import pytest
 from kstream.checkpointstorage.file import FileStore
 from kstream.cli.options import ByteSize
 from kstream.config import JobConfig
-from kstream.kafka.sink import ExactlyOnceSink
+from kstream.kafka.exactly_once_sink import ExactlyOnceSink
 from kstream.sinkbuffer.blobdecode import decode_blob
 from kstream.sinkbuffer.budget import MemoryBudget
 from kstream.sinkbuffer.buffer import EpochBuffer

@@ -14,7 +14,7 @@ from kstream.config import CheckpointingConfig, ConfigError, Guarantee, JobConfi
 from kstream.elements.records import OutputBatch
 from kstream.job import INTERNAL_TOPIC_CONFIG, Job, ensure_job_topics, plan_live
 from kstream.kafka.clients import TopicSpec
-from kstream.kafka.sink import ExactlyOnceSink
+from kstream.kafka.exactly_once_sink import ExactlyOnceSink
 from kstream.metrics import Metrics
 from kstream.metrics.worker import WorkerMetrics
 from kstream.plan import plan_job

@@ -2,7 +2,7 @@
 epochs kept until their checkpoint is committed.
 
 In memory up to a budget; past it the epochs' records are spilled to local disk
-(:mod:`kstream.sinkbuffer.spill`, the only I/O). :mod:`kstream.kafka.sink` publishes
+(:mod:`kstream.sinkbuffer.spill`, the only I/O). :mod:`kstream.kafka.exactly_once_sink` publishes
 what this holds.
 """
 

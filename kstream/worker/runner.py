@@ -29,7 +29,8 @@ from kstream.checkpointstorage.metadata import TaskSnapshot
 from kstream.config import Guarantee, JobConfig
 from kstream.elements.records import Position, SnapshotPoint
 from kstream.kafka.dlq import DeadLetterWriter
-from kstream.kafka.sink import AtLeastOnceSink, ExactlyOnceSink, Sink, SinkCommit
+from kstream.kafka.exactly_once_sink import ExactlyOnceSink, SinkCommit
+from kstream.kafka.sink import AtLeastOnceSink, Sink
 from kstream.logs import ctx as ctx_log
 from kstream.metrics.worker import WorkerMetrics
 from kstream.operators.firing import Budget

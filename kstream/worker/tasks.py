@@ -12,8 +12,8 @@ from kstream.checkpointstorage.metadata import task_manifest
 from kstream.elements.records import InternalEvent, InternalRecord
 from kstream.kafka.clients import OFFSET_BEGINNING
 from kstream.kafka.dlq import DeadLetterWriter
+from kstream.kafka.exactly_once_sink import ExactlyOnceSink
 from kstream.kafka.internal import decode_records
-from kstream.kafka.sink import ExactlyOnceSink
 from kstream.kafka.source import RawRecord, SourceConsumer, SourceError
 from kstream.logs import ctx
 from kstream.plan import JobPlan, TaskSpec
