@@ -21,16 +21,16 @@ from pathlib import Path
 
 import rocksdict
 
+from kstream.checkpointstorage.file import FileStore
+from kstream.checkpointstorage.metadata import CheckpointMetadata, TaskSnapshot
+from kstream.checkpointstorage.savepoints import create_savepoint
 from kstream.query.operators import partition_of
 from kstream.rescale.savepoint import rescale_savepoint
+from kstream.snapshots.upload import SnapshotUploader
 from kstream.state.keys import encode_key
 from kstream.state.rocksdb import RocksDBBackend
 from kstream.state.rocksdb_options import cf_options, db_options, write_options
-from kstream.state.snapshot import SnapshotUploader
 from kstream.state.valueformat import int_value
-from kstream.store.file import FileStore
-from kstream.store.metadata import CheckpointMetadata, TaskSnapshot
-from kstream.store.savepoints import create_savepoint
 
 APP, OP, TABLE = "bench", "counts", "counts.acc"
 

@@ -20,7 +20,7 @@ as ``--batches`` task output batches (4 of 250,000 by default) routed by
 decode it (a restore), publish from the buffer and from the decoded blob. Publishing
 uses a real (idempotent) producer with no broker: ``produce`` only queues locally,
 the queue is purged after each run; transactions are no-ops. This part runs with a
-worker's garbage-collector settings (``kstream.process.tuning.tune_gc``).
+worker's garbage-collector settings (``kstream.hosting.tuning.tune_gc``).
 
 Run: ``python -m benchmarks.bench_sink_blob --records 1000000 --runs 3``
 """
@@ -39,11 +39,12 @@ from types import SimpleNamespace
 from typing import Any
 
 from kstream.config import Guarantee
+from kstream.elements.records import OutputBatch
+from kstream.hosting.tuning import tune_gc
 from kstream.kafka.clients import make_producer
-from kstream.kafka.sink import ExactlyOnceSink
-from kstream.process.tuning import tune_gc
-from kstream.runtime.records import OutputBatch
-from kstream.sinkbuffer.blob import decode_blob, encode_blob
+from kstream.kafka.exactly_once_sink import ExactlyOnceSink
+from kstream.sinkbuffer.blob import encode_blob
+from kstream.sinkbuffer.blobdecode import decode_blob
 from kstream.sinkbuffer.buffer import EpochBuffer
 from kstream.sinkbuffer.epochs import Epoch, OutputRecord
 from kstream.worker.routing import Router, TaskRoute

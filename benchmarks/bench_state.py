@@ -34,12 +34,12 @@ from typing import Any
 
 import rocksdict
 
+from kstream.checkpointstorage.file import FileStore
+from kstream.snapshots.restore import restore_state
+from kstream.snapshots.upload import SnapshotUploader
 from kstream.state.base import TableSpec
 from kstream.state.keys import encode_key
-from kstream.state.restore import restore_state
 from kstream.state.rocksdb import RocksDBBackend
-from kstream.state.snapshot import SnapshotUploader
-from kstream.store.file import FileStore
 
 SPEC = TableSpec("counts")
 APP, TASK = "bench", "stage0-0"

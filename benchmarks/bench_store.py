@@ -27,11 +27,11 @@ from benchmarks import recovery
 from benchmarks.lineup import REPO_DIR, Contender
 from benchmarks.procstats import Child
 from benchmarks.workloads import forever_store_dir
+from kstream.checkpointstorage.base import CheckpointStore
+from kstream.checkpointstorage.metadata import CheckpointMetadata
+from kstream.checkpointstorage.urls import open_store
 from kstream.dev.localbroker import LocalBroker
 from kstream.dev.s3proxy import S3Proxy
-from kstream.store.base import CheckpointStore
-from kstream.store.metadata import CheckpointMetadata
-from kstream.store.urls import open_store
 
 
 def main() -> int:

@@ -43,6 +43,9 @@ from benchmarks.generate import (
 from benchmarks.procstats import Child
 from benchmarks.verify import READ_BACK
 from benchmarks.workloads import forever_store_dir
+from kstream.checkpointstorage.base import CheckpointStore
+from kstream.checkpointstorage.metadata import CheckpointMetadata, latest_completed
+from kstream.checkpointstorage.urls import open_store
 from kstream.kafka.clients import (
     TopicPartition,
     TopicSpec,
@@ -50,9 +53,6 @@ from kstream.kafka.clients import (
     make_admin,
     make_consumer,
 )
-from kstream.store.base import CheckpointStore
-from kstream.store.metadata import CheckpointMetadata, latest_completed
-from kstream.store.urls import open_store
 
 RECOVERY_WINDOW_MS = 3_600_000
 RECOVERY_EVENT_RATE = 5_000

@@ -24,6 +24,8 @@ from benchmarks.generate import KEEP_FOREVER, START_TS_MS, InputSpec, partition_
 from benchmarks.procstats import Child, ChildResult
 from benchmarks.verify import read_output
 from benchmarks.workloads import Report, forever_store_dir
+from kstream.checkpointstorage.metadata import CheckpointMetadata, latest_completed
+from kstream.checkpointstorage.urls import open_store
 from kstream.kafka.clients import (
     TopicPartition,
     TopicSpec,
@@ -32,9 +34,7 @@ from kstream.kafka.clients import (
     make_consumer,
     make_producer,
 )
-from kstream.state.snapshot import read_manifest
-from kstream.store.metadata import CheckpointMetadata, latest_completed
-from kstream.store.urls import open_store
+from kstream.snapshots.upload import read_manifest
 
 REPO_DIR = Path(__file__).resolve().parent.parent
 UNBOUNDED = 1 << 40  # a sink buffer budget nothing reaches: everything stays in memory
@@ -344,7 +344,7 @@ def _next_checkpoints(
 
 def _metas_between(store: Any, app: str, after: int, upto: int) -> list[CheckpointMetadata]:
     """Completed checkpoints ``after < id <= upto`` still in the store."""
-    from kstream.store.metadata import read_metadata
+    from kstream.checkpointstorage.metadata import read_metadata
 
     out = []
     for cid in range(after + 1, upto + 1):

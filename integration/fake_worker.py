@@ -18,7 +18,9 @@ import sys
 
 import click
 
-from kstream.checkpoint.messages import (
+from kstream.checkpointstorage.metadata import TaskSnapshot
+from kstream.kafka.control import ControlClient
+from kstream.protocol.messages import (
     AcknowledgeCheckpoint,
     CheckpointCompleted,
     JobFailed,
@@ -26,8 +28,6 @@ from kstream.checkpoint.messages import (
     TaskReady,
     TriggerCheckpoint,
 )
-from kstream.kafka.control import ControlClient
-from kstream.store.metadata import TaskSnapshot
 
 
 @click.command()

@@ -16,7 +16,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from kstream.kafka.sink import ExactlyOnceSink
+from kstream.kafka.exactly_once_sink import ExactlyOnceSink
 
 
 class _HangAtCommit:

@@ -1,7 +1,7 @@
 """The control topic is bounded (issue 13 point 8) on a real broker.
 
 ``<app>.control`` is compacted with keys chosen for recovery
-(:func:`kstream.checkpoint.messages.record_key`). A stateful exactly-once job runs
+(:func:`kstream.protocol.messages.record_key`). A stateful exactly-once job runs
 for many checkpoints (and heartbeats), then stops gracefully; once the broker's log
 cleaner has compacted the topic, the restarted job's coordinator and worker each read
 a bounded number of control messages at start — the newest record per key plus the
@@ -25,13 +25,8 @@ import pytest
 
 from integration.cli_job import CLI, CliJob, run_args, run_to_end
 from integration.edge_tools import read_all
-from kstream.checkpoint.messages import (
-    COORDINATOR_MESSAGES,
-    Heartbeat,
-    decode,
-    encode,
-    record_key,
-)
+from kstream.checkpointstorage.file import FileStore
+from kstream.checkpointstorage.metadata import known_completed
 from kstream.kafka.clients import (
     AdminClient,
     TopicSpec,
@@ -42,8 +37,13 @@ from kstream.kafka.clients import (
 )
 from kstream.kafka.control import ControlReader, control_topic_spec
 from kstream.names import control_topic
-from kstream.store.file import FileStore
-from kstream.store.metadata import known_completed
+from kstream.protocol.messages import (
+    COORDINATOR_MESSAGES,
+    Heartbeat,
+    decode,
+    encode,
+    record_key,
+)
 
 pytestmark = pytest.mark.integration
 

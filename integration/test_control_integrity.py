@@ -18,11 +18,11 @@ from pathlib import Path
 
 from integration.cli_job import CliJob, run_args, run_to_end
 from integration.edge_tools import markers, read_all
-from kstream.checkpoint.messages import CheckpointCompleted, JobFailed, decode, encode
+from kstream.checkpointstorage.file import FileStore
+from kstream.checkpointstorage.metadata import completed_ids
 from kstream.kafka.clients import AdminClient, TopicSpec, ensure_topics, make_producer
 from kstream.names import control_topic
-from kstream.store.file import FileStore
-from kstream.store.metadata import completed_ids
+from kstream.protocol.messages import CheckpointCompleted, JobFailed, decode, encode
 
 T0 = 1_767_225_600_000
 HUGE = 10**12

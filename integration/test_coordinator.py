@@ -20,18 +20,18 @@ from pathlib import Path
 import pytest
 
 from integration.cli_job import CLI
-from kstream.checkpoint.messages import (
+from kstream.checkpointstorage.file import FileStore
+from kstream.checkpointstorage.metadata import completed_ids
+from kstream.kafka.clients import make_producer
+from kstream.kafka.control import ControlReader, ensure_control_topic
+from kstream.names import control_topic
+from kstream.protocol.messages import (
     CheckpointAborted,
     CheckpointCompleted,
     JobFailed,
     Message,
     TriggerCheckpoint,
 )
-from kstream.kafka.clients import make_producer
-from kstream.kafka.control import ControlReader, ensure_control_topic
-from kstream.names import control_topic
-from kstream.store.file import FileStore
-from kstream.store.metadata import completed_ids
 
 pytestmark = pytest.mark.integration
 

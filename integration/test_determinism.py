@@ -45,9 +45,9 @@ from integration.e2e.harness import (
     wait_until,
 )
 from integration.test_watermark_alignment import produce
-from kstream.checkpoint.messages import CheckpointCompleted, Resume
+from kstream.checkpointstorage.metadata import read_metadata
 from kstream.dev.localcluster import KafkaCluster
-from kstream.store.metadata import read_metadata
+from kstream.protocol.messages import CheckpointCompleted, Resume
 
 pytestmark = pytest.mark.integration
 

@@ -27,10 +27,10 @@ from integration.cli_job import CLI
 from integration.e2e.harness import REPO
 from integration.edge_tools import markers, read_all
 from integration.test_global_restore import PARTITIONS, TOPOLOGY, Input
+from kstream.checkpointstorage.file import FileStore
+from kstream.checkpointstorage.metadata import completed_ids, read_metadata
 from kstream.kafka.clients import AdminClient, TopicSpec, ensure_topics
-from kstream.state.snapshot import read_manifest
-from kstream.store.file import FileStore
-from kstream.store.metadata import completed_ids, read_metadata
+from kstream.snapshots.upload import read_manifest
 
 pytestmark = pytest.mark.integration
 

@@ -22,9 +22,9 @@ from pathlib import Path
 from integration.cli_job import CLI
 from integration.e2e.harness import REPO
 from integration.edge_tools import read_all
-from kstream.checkpoint.messages import WatermarkReport
 from kstream.kafka.clients import TopicSpec, ensure_topics, make_admin, make_producer
 from kstream.kafka.control import ControlReader
+from kstream.protocol.messages import WatermarkReport
 
 PARTITIONS = 4
 PER_PARTITION = 12_000

@@ -35,11 +35,11 @@ import pytest
 from integration.cli_job import CLI
 from integration.e2e.harness import REPO
 from integration.edge_tools import read_all
+from kstream.checkpointstorage.base import CheckpointStore
+from kstream.checkpointstorage.metadata import completed_ids, read_metadata
+from kstream.checkpointstorage.urls import open_store
 from kstream.kafka.clients import AdminClient, TopicSpec, ensure_topics, make_producer
-from kstream.state.snapshot import read_manifest
-from kstream.store.base import CheckpointStore
-from kstream.store.metadata import completed_ids, read_metadata
-from kstream.store.urls import open_store
+from kstream.snapshots.upload import read_manifest
 
 pytestmark = pytest.mark.integration
 

@@ -8,6 +8,8 @@ from pathlib import Path
 
 from integration.cli_job import CLI
 from integration.e2e.harness import REPO, write_renamed_topology
+from kstream.checkpointstorage.metadata import list_checkpoints, purgeable_offsets
+from kstream.checkpointstorage.urls import open_store
 from kstream.kafka.clients import (
     TopicSpec,
     ensure_topics,
@@ -16,8 +18,6 @@ from kstream.kafka.clients import (
     make_producer,
     watermark_offsets,
 )
-from kstream.store.metadata import list_checkpoints, purgeable_offsets
-from kstream.store.urls import open_store
 
 T0 = 1_767_225_600_000
 

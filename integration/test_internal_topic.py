@@ -7,6 +7,7 @@ from collections.abc import Callable
 import pytest
 
 from integration.edge_tools import read_all
+from kstream.elements.events import Barrier, EndOfInput, Watermark
 from kstream.kafka.clients import AdminClient, TopicSpec, ensure_topics, make_producer
 from kstream.kafka.internal import (
     RecordOrigin,
@@ -15,7 +16,6 @@ from kstream.kafka.internal import (
     produce_event,
     read_origin,
 )
-from kstream.runtime.events import Barrier, EndOfInput, Watermark
 
 pytestmark = pytest.mark.integration
 

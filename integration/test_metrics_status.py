@@ -25,7 +25,6 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from integration.cli_job import CLI
 from integration.e2e.harness import REPO
-from kstream.checkpoint.messages import CheckpointAborted, CheckpointCompleted, Restore
 from kstream.kafka.clients import (
     TopicSpec,
     committed_group_offsets,
@@ -35,6 +34,7 @@ from kstream.kafka.clients import (
 )
 from kstream.kafka.control import ControlReader
 from kstream.names import group_id
+from kstream.protocol.messages import CheckpointAborted, CheckpointCompleted, Restore
 
 T0 = 1_767_225_600_000  # 2026-01-01T00:00:00Z, a window boundary
 TOPOLOGY = """

@@ -52,16 +52,16 @@ from integration.e2e.harness import (
 from integration.e2e.scenarios import wordcount
 from integration.netns import Host, NetLab, missing_capability
 from integration.s3server import S3Server
-from kstream.checkpoint.messages import (
+from kstream.checkpointstorage.base import StoreError
+from kstream.checkpointstorage.metadata import known_completed
+from kstream.dev.localbroker import LocalBroker, LocalBrokerError
+from kstream.protocol.messages import (
     CheckpointAborted,
     CheckpointCompleted,
     Restore,
     Resume,
     TriggerCheckpoint,
 )
-from kstream.dev.localbroker import LocalBroker, LocalBrokerError
-from kstream.store.base import StoreError
-from kstream.store.metadata import known_completed
 
 pytestmark = pytest.mark.integration
 

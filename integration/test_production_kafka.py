@@ -41,7 +41,6 @@ from integration.e2e.harness import (
 )
 from integration.e2e.scenarios import Scenario, _expected, wordcount
 from integration.kafkatools import produce
-from kstream.checkpoint.messages import CheckpointCompleted, TriggerCheckpoint
 from kstream.dev.localcluster import KafkaCluster
 from kstream.kafka.clients import (
     TopicPartition,
@@ -51,6 +50,7 @@ from kstream.kafka.clients import (
     watermark_offsets,
 )
 from kstream.kafka.control import control_topic_spec
+from kstream.protocol.messages import CheckpointCompleted, TriggerCheckpoint
 
 pytestmark = pytest.mark.integration
 

@@ -23,9 +23,9 @@ from pathlib import Path
 
 from integration.cli_job import CliJob, run_args, run_to_end
 from integration.edge_tools import read_all
+from kstream.checkpointstorage.file import FileStore
+from kstream.checkpointstorage.metadata import completed_ids
 from kstream.kafka.clients import AdminClient, TopicSpec, ensure_topics, make_producer
-from kstream.store.file import FileStore
-from kstream.store.metadata import completed_ids
 
 T0 = 1_767_225_600_000
 KEYS = 15_000

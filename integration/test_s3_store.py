@@ -10,21 +10,21 @@ from pathlib import Path
 import pytest
 
 from integration.s3server import S3Server
-from kstream.state.base import TableSpec
-from kstream.state.restore import CorruptSnapshotError, restore_state
-from kstream.state.retention import apply_retention
-from kstream.state.rocksdb import RocksDBBackend
-from kstream.state.snapshot import SnapshotUploader, read_manifest
-from kstream.store.base import ObjectExists, StoreError
-from kstream.store.metadata import (
+from kstream.checkpointstorage.base import ObjectExists, StoreError
+from kstream.checkpointstorage.metadata import (
     CheckpointMetadata,
     TaskSnapshot,
     known_completed,
     latest_completed,
     write_metadata,
 )
-from kstream.store.objectstore import ObjectStore
-from kstream.store.urls import open_store
+from kstream.checkpointstorage.objectstore import ObjectStore
+from kstream.checkpointstorage.urls import open_store
+from kstream.snapshots.restore import CorruptSnapshotError, restore_state
+from kstream.snapshots.retention import apply_retention
+from kstream.snapshots.upload import SnapshotUploader, read_manifest
+from kstream.state.base import TableSpec
+from kstream.state.rocksdb import RocksDBBackend
 
 pytestmark = pytest.mark.integration
 

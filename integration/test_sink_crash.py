@@ -17,7 +17,7 @@ import pytest
 from integration.edge_tools import markers, read_all
 from kstream.kafka.clients import AdminClient, TopicSpec, ensure_topics
 from kstream.kafka.commits import commits_topic_spec
-from kstream.kafka.sink import ExactlyOnceSink
+from kstream.kafka.exactly_once_sink import ExactlyOnceSink
 
 pytestmark = pytest.mark.integration
 

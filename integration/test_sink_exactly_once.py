@@ -10,7 +10,8 @@ import pytest
 from integration.edge_tools import markers, read_all
 from kstream.kafka.clients import AdminClient, TopicSpec, ensure_topics, make_producer
 from kstream.kafka.commits import commits_topic_spec
-from kstream.kafka.sink import ExactlyOnceSink, SinkFencedError
+from kstream.kafka.exactly_once_sink import ExactlyOnceSink
+from kstream.kafka.sink import SinkFencedError
 from kstream.names import sink_transactional_id
 from kstream.sinkbuffer.epochs import OutputRecord, SinkError
 

@@ -22,10 +22,10 @@ import pytest
 
 from integration.cli_job import CLI, KEYED_COUNT, CliJob, run_to_end
 from integration.s3server import S3Server
+from kstream.checkpointstorage.metadata import CheckpointMetadata, latest_completed
+from kstream.checkpointstorage.savepoints import create_savepoint
+from kstream.checkpointstorage.urls import open_store
 from kstream.kafka.clients import TopicSpec, ensure_topics, make_admin
-from kstream.store.metadata import CheckpointMetadata, latest_completed
-from kstream.store.savepoints import create_savepoint
-from kstream.store.urls import open_store
 
 MODES = ("run", "worker", "worker+coordinator")
 

@@ -21,9 +21,9 @@ import pytest
 from integration.cli_job import CLI
 from integration.e2e.harness import REPO
 from integration.edge_tools import read_all
+from kstream.checkpointstorage.savepoints import read_savepoint
+from kstream.checkpointstorage.urls import open_store
 from kstream.kafka.clients import TopicSpec, ensure_topics, make_admin, make_producer
-from kstream.store.savepoints import read_savepoint
-from kstream.store.urls import open_store
 
 WORDS = ("apple", "berry", "cherry", "date", "elder")
 BASE = 1_600_000_000_000

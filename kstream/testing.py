@@ -21,9 +21,9 @@ from typing import Any
 from kstream.api import Topology
 from kstream.api.spec import TopicInput
 from kstream.api.stream import SinkSpec
+from kstream.elements.records import DeadLetter, SourceRecord
 from kstream.plan import plan_job
 from kstream.runtime.local import run_bounded
-from kstream.runtime.records import DeadLetter, SourceRecord
 from kstream.serde import Serde
 
 __all__ = ["Raw", "TopologyRun", "run_topology"]

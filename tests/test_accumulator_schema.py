@@ -1,6 +1,6 @@
 """Aggregation accumulators with an Avro schema (``aggregate(..., schema=...)``, windows
 and rolling): stored as versioned Avro as a process function's ``ValueState(schema=...)``
-is (kstream.runtime.stateschema); v1's accumulators continue under a compatible v2, an
+is (kstream.operators.stateschema); v1's accumulators continue under a compatible v2, an
 incompatible v3 is refused naming the operator, the state and the field — at the
 operator's open, and before the job starts by the plan descriptions
 (kstream.plan.compat)."""
@@ -16,11 +16,11 @@ import pytest
 from kstream.api import Session, Topology, Tumbling, WatermarkStrategy
 from kstream.api.process import StateSpec, ValueState
 from kstream.api.windows import WindowSpec
+from kstream.operators.stateschema import StateSchemaError
 from kstream.plan import plan_job
 from kstream.plan.compat import incompatibilities
 from kstream.plan.model import JobPlan
 from kstream.plan.operators import describe
-from kstream.runtime.stateschema import StateSchemaError
 from kstream.runtime.task import Task
 from kstream.state.memory import MemoryBackend
 from tests.conftest import Kit
@@ -209,11 +209,11 @@ def test_queries_read_avro_typed_state_as_values(kit: type[Kit]) -> None:
 
 def test_state_dump_shows_accumulators_as_values(tmp_path: Path, kit: type[Kit]) -> None:
     """`kstream state dump` of an accumulator stored as versioned Avro: the values."""
+    from kstream.checkpointstorage.file import FileStore
+    from kstream.checkpointstorage.metadata import CheckpointMetadata, TaskSnapshot
     from kstream.cli.state import dump_state
+    from kstream.snapshots.upload import SnapshotUploader
     from kstream.state.rocksdb import RocksDBBackend
-    from kstream.state.snapshot import SnapshotUploader
-    from kstream.store.file import FileStore
-    from kstream.store.metadata import CheckpointMetadata, TaskSnapshot
 
     plan = windowed("v2")
     backend = RocksDBBackend(tmp_path / "task")

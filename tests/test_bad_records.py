@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kstream.api.time import MAX_TIMESTAMP
-from kstream.runtime.reader import Reader
+from kstream.elements.reader import Reader
 from kstream.serde import AvroSerde, BytesSerde, JsonSerde, Serde, SerdeError, StrSerde
 from kstream.serde.avro import MAX_DEPTH, MAX_EMPTY_ITEMS
 

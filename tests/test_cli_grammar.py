@@ -12,10 +12,10 @@ import click
 import pytest
 from click.testing import CliRunner
 
+from kstream.checkpointstorage.file import FileStore
+from kstream.checkpointstorage.metadata import CheckpointMetadata, TaskSnapshot, write_metadata
 from kstream.cli import common
 from kstream.cli.main import main
-from kstream.store.file import FileStore
-from kstream.store.metadata import CheckpointMetadata, TaskSnapshot, write_metadata
 
 COMMAND_TABLE = Path(__file__).resolve().parent.parent / "docs" / "operations.md"
 

@@ -9,7 +9,8 @@ from typing import Any
 
 import pytest
 
-from kstream.checkpoint.messages import (
+from kstream.checkpointstorage.metadata import TaskSnapshot
+from kstream.protocol.messages import (
     AcknowledgeCheckpoint,
     CheckpointAborted,
     CheckpointCompleted,
@@ -23,9 +24,8 @@ from kstream.checkpoint.messages import (
     TriggerCheckpoint,
     record_key,
 )
-from kstream.checkpoint.recovery import recover
-from kstream.store.metadata import TaskSnapshot
-from kstream.worker.protocol import WorkerProtocol
+from kstream.protocol.recovery import recover
+from kstream.protocol.worker import WorkerProtocol
 
 TASKS = ("stage0-0", "stage0-1", "stage1-0")
 

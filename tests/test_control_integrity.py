@@ -11,7 +11,19 @@ from typing import Any
 import pytest
 
 from kstream.api import Topology
-from kstream.checkpoint.messages import (
+from kstream.checkpointstorage.controlkey import ensure_key, load_key
+from kstream.checkpointstorage.file import FileStore
+from kstream.checkpointstorage.metadata import (
+    CheckpointMetadata,
+    TaskSnapshot,
+    unbacked_completion,
+    write_metadata,
+)
+from kstream.hosting import embedded
+from kstream.hosting.coordinator import CommandExecutor, _is_manifest_of
+from kstream.plan import plan_job
+from kstream.plan.fingerprint import fingerprint
+from kstream.protocol.messages import (
     AcknowledgeCheckpoint,
     CheckpointCompleted,
     DeclineCheckpoint,
@@ -24,19 +36,7 @@ from kstream.checkpoint.messages import (
     sign,
     verify,
 )
-from kstream.checkpoint.recovery import recover
-from kstream.plan import plan_job
-from kstream.plan.fingerprint import fingerprint
-from kstream.process import embedded
-from kstream.process.coordinator import CommandExecutor, _is_manifest_of
-from kstream.store.controlkey import ensure_key, load_key
-from kstream.store.file import FileStore
-from kstream.store.metadata import (
-    CheckpointMetadata,
-    TaskSnapshot,
-    unbacked_completion,
-    write_metadata,
-)
+from kstream.protocol.recovery import recover
 
 KEY = b"k" * 32
 

@@ -2,7 +2,7 @@
 
 A copy of a genuine signed message written back to ``<app>.control`` verifies (the
 signature covers the bytes); it must stop nobody. The rule
-(:mod:`kstream.checkpoint.replay`): a signed message whose (epoch, seq) stamp is not
+(:mod:`kstream.protocol.replay`): a signed message whose (epoch, seq) stamp is not
 above the newest one read is a replay. The pure rule is tested directly; the
 coordinator's channel and a worker's client are tested with their real reading code
 over an in-memory topic (no broker: the broker's part is
@@ -17,7 +17,10 @@ from typing import Any
 import pytest
 from confluent_kafka import KafkaError
 
-from kstream.checkpoint.messages import (
+from kstream.kafka import control, coordinator_channel
+from kstream.kafka.control import ControlClient, CoordinatorFenced
+from kstream.kafka.coordinator_channel import CoordinatorChannel
+from kstream.protocol.messages import (
     CheckpointCompleted,
     JobFailed,
     Message,
@@ -28,10 +31,7 @@ from kstream.checkpoint.messages import (
     sign,
     verify,
 )
-from kstream.checkpoint.replay import ReplayGuard, Stamp
-from kstream.kafka import control, coordinator_channel
-from kstream.kafka.control import ControlClient, CoordinatorFenced
-from kstream.kafka.coordinator_channel import CoordinatorChannel
+from kstream.protocol.replay import ReplayGuard, Stamp
 
 KEY = b"k" * 32
 

@@ -12,9 +12,9 @@ from typing import Any
 import pytest
 from confluent_kafka import KafkaError
 
-from kstream.checkpoint.messages import Heartbeat, Message, decode
 from kstream.kafka.control import ControlClient, ControlError
 from kstream.kafka.reachability import Reachability
+from kstream.protocol.messages import Heartbeat, Message, decode
 
 
 class RecordingProducer:

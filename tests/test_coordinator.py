@@ -9,7 +9,15 @@ from typing import Any
 
 import pytest
 
-from kstream.checkpoint.commands import (
+from kstream.checkpointstorage.file import FileStore
+from kstream.checkpointstorage.metadata import (
+    TaskSnapshot,
+    completed_ids,
+    latest_completed,
+    write_metadata,
+)
+from kstream.config import CheckpointingConfig, RestartStrategy
+from kstream.protocol.commands import (
     ApplyRetention,
     CleanupCheckpoint,
     Command,
@@ -17,9 +25,9 @@ from kstream.checkpoint.commands import (
     Send,
     WriteMetadata,
 )
-from kstream.checkpoint.coordinator import CheckpointCoordinator
-from kstream.checkpoint.failover import Phase
-from kstream.checkpoint.messages import (
+from kstream.protocol.coordinator import CheckpointCoordinator
+from kstream.protocol.failover import JobPhase
+from kstream.protocol.messages import (
     AcknowledgeCheckpoint,
     CheckpointAborted,
     CheckpointCompleted,
@@ -34,10 +42,7 @@ from kstream.checkpoint.messages import (
     TaskReady,
     TriggerCheckpoint,
 )
-from kstream.checkpoint.recovery import recover
-from kstream.config import CheckpointingConfig, RestartStrategy
-from kstream.store.file import FileStore
-from kstream.store.metadata import TaskSnapshot, completed_ids, latest_completed, write_metadata
+from kstream.protocol.recovery import recover
 
 
 class Harness:
@@ -281,7 +286,7 @@ def test_a_checkpoint_counts_once() -> None:
     assert h.send(DeclineCheckpoint(1, "b", 0, "y"), 1.2) == []
     assert h.tick(7.0)[:1] == [Send(TriggerCheckpoint(2, 0, 7000))]
     assert h.c.failures.successive_failures == 1
-    assert h.c.phase is Phase.RUNNING
+    assert h.c.phase is JobPhase.RUNNING
 
 
 def _fail_by_timeout(h: Harness, now: float) -> float:
@@ -303,7 +308,7 @@ def test_more_than_tolerable_successive_failures_is_a_hard_failure() -> None:
     h.start(0.0)
     t = _fail_by_timeout(h, 1.0)  # checkpoint 1 (2 triggered at its timeout)
     t = _fail_by_timeout(h, t)  # 2
-    assert h.c.phase is Phase.RUNNING
+    assert h.c.phase is JobPhase.RUNNING
     assert list(h.c.pending) == [3]
     h.ack(3, "a", t + 0.1)
     out = h.tick(t + 5.0)
@@ -312,7 +317,7 @@ def test_more_than_tolerable_successive_failures_is_a_hard_failure() -> None:
         "3 successive checkpoints failed; tolerable_failures=2 -> job failed"
     )
     assert out[-2:] == [Send(JobFailed(reason)), Fail(reason)]
-    assert h.c.phase is Phase.FAILED
+    assert h.c.phase is JobPhase.FAILED
     assert h.c.failed_reason == reason
     assert h.tick(t + 100.0) == []
     assert h.send(TaskFailed("a", "w", 0, "x"), t + 101.0) == []
@@ -329,9 +334,9 @@ def test_a_success_resets_the_failure_count() -> None:
     assert h.c.failures.successive_failures == 0
     t = _fail_by_timeout(h, t + 2.0)
     t = _fail_by_timeout(h, t)
-    assert h.c.phase is Phase.RUNNING
+    assert h.c.phase is JobPhase.RUNNING
     t = _fail_by_timeout(h, t)
-    assert h.c.phase is Phase.FAILED
+    assert h.c.phase is JobPhase.FAILED
 
 
 def test_late_duplicate_stale_and_unknown_acks_are_ignored(tmp_path: Path) -> None:
@@ -380,18 +385,18 @@ def test_failure_suspends_and_nothing_is_triggered_until_every_task_is_ready() -
         Send(CheckpointAborted(2, "job failover: task b failed on w2: ValueError in map")),
         CleanupCheckpoint(2, ()),
     ]
-    assert h.c.phase is Phase.SUSPENDED
+    assert h.c.phase is JobPhase.SUSPENDED
     assert h.c.failures.successive_failures == 0  # a failover abort is not a checkpoint failure
     # The first restart after a quiet spell starts at once (the delay spaces restarts).
     assert h.tick(2.15) == [Send(Restore(1, 1))]
-    assert h.c.phase is Phase.RESTORING
+    assert h.c.phase is JobPhase.RESTORING
     for t in (3.0, 4.0, 5.0, 6.0):
         assert h.tick(t) == []  # no triggers and no timeouts while restoring
     assert h.send(TaskReady(0, "a", "w1", 3), 6.1) == []  # older attempt: ignored
     assert h.send(TaskReady(1, "a", "w1", 3), 6.2) == []
     assert h.send(TaskFailed("a", "w1", 0, "old"), 6.2) == []  # failure of a superseded attempt
     assert h.send(TaskReady(1, "b", "w2", 3), 6.3) == [Send(Resume(1, {"a": "w1", "b": "w2"}))]
-    assert h.c.phase is Phase.RUNNING
+    assert h.c.phase is JobPhase.RUNNING
     assert h.tick(7.2) == []
     assert h.tick(7.3) == [Send(TriggerCheckpoint(3, 1, 7300))]
     assert h.ack(3, "a", 7.4, attempt=0) == []  # an ack from the old attempt is ignored
@@ -417,7 +422,7 @@ def test_a_restore_not_finished_in_time_starts_over_until_the_strategy_gives_up(
     assert h.tick(1.5) == [Send(Restore(1, None))]  # no completed checkpoint: start positions
     h.send(TaskReady(1, "a", "w1", 1), 2.0)
     assert h.tick(5.5) == []  # restart 2 scheduled
-    assert h.c.phase is Phase.SUSPENDED
+    assert h.c.phase is JobPhase.SUSPENDED
     assert h.tick(6.0) == [Send(Restore(2, None))]
     out = h.tick(10.0)
     reason = (
@@ -482,7 +487,7 @@ def test_ids_and_attempts_continue_after_a_restart_from_persisted_state(tmp_path
         Send(CheckpointAborted(3, "coordinator restarted")),
         CleanupCheckpoint(3, ("h/a/3",)),
     ]
-    assert second.c.phase is Phase.RUNNING
+    assert second.c.phase is JobPhase.RUNNING
     assert second.tick(11.0) == [Send(TriggerCheckpoint(4, 1, 11000))]
 
 
@@ -512,7 +517,7 @@ def test_a_coordinator_restarted_during_a_restore_restores_again() -> None:
     ]
     h = Harness(history=history)
     assert h.start(0.0) == []
-    assert h.c.phase is Phase.SUSPENDED
+    assert h.c.phase is JobPhase.SUSPENDED
     assert h.tick(0.5) == [Send(Restore(4, None))]
     h.send(TaskReady(4, "a", "w", 1), 0.6)
     h.send(TaskReady(4, "b", "w", 1), 0.7)
@@ -548,7 +553,7 @@ def test_a_worker_that_does_not_run_exactly_its_owned_tasks_causes_a_failover() 
     # A coordinator restarted after a rebalance sees no generation change, but w1
     # stopped its tasks: it must not go unnoticed.
     h2.send(Heartbeat("w1", (), 4), 0.1)
-    assert h2.c.phase is Phase.SUSPENDED
+    assert h2.c.phase is JobPhase.SUSPENDED
     # Described as the normal rejoin it is, not as a mismatch.
     assert h2.c.failover.failure_reason == (
         "worker w1 no longer runs its tasks a of attempt 1 (the group rebalanced or the "

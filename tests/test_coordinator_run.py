@@ -10,7 +10,18 @@ import pytest
 from click.testing import CliRunner
 from prometheus_client import CollectorRegistry
 
-from kstream.checkpoint.messages import (
+from kstream.checkpointstorage.base import StoreError
+from kstream.checkpointstorage.file import FileStore
+from kstream.checkpointstorage.history import list_failures
+from kstream.checkpointstorage.layout import index_path, metadata_path
+from kstream.checkpointstorage.metadata import TaskSnapshot, read_index
+from kstream.cli import main
+from kstream.config import CheckpointingConfig, JobConfig
+from kstream.hosting.coordinator import run_coordinator
+from kstream.kafka.control import CoordinatorFenced
+from kstream.kafka.reachability import Reachability
+from kstream.metrics import Metrics
+from kstream.protocol.messages import (
     AcknowledgeCheckpoint,
     CheckpointAborted,
     CheckpointCompleted,
@@ -21,17 +32,6 @@ from kstream.checkpoint.messages import (
     Resume,
     TriggerCheckpoint,
 )
-from kstream.cli import main
-from kstream.config import CheckpointingConfig, JobConfig
-from kstream.kafka.control import CoordinatorFenced
-from kstream.kafka.reachability import Reachability
-from kstream.metrics import Metrics
-from kstream.process.coordinator import run_coordinator
-from kstream.store.base import StoreError
-from kstream.store.file import FileStore
-from kstream.store.history import list_failures
-from kstream.store.layout import index_path, metadata_path
-from kstream.store.metadata import TaskSnapshot, read_index
 
 Event = tuple[str, object]
 
@@ -64,6 +64,8 @@ class FakeTransport:
         self.inbox: list[Message] = []
         self.fence_after = fence_after
         self.closed = False
+        self.skipped = 0
+        self.reach: Reachability | None = None
 
     def open(self, timeout: float = 30.0) -> list[Message]:
         return [Resume(0, {})]  # a job already running in attempt 0
@@ -353,7 +355,7 @@ class OutageTransport(FakeTransport):
 
     def send(self, messages: Sequence[Message], timeout: float = 30.0) -> None:
         if any(isinstance(m, TriggerCheckpoint) and m.checkpoint_id == 3 for m in messages):
-            reach = getattr(self, "reach", None)
+            reach = self.reach
             if reach is not None:
                 reach.failed("no broker answers")
             self.now += 30.0

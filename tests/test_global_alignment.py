@@ -10,11 +10,14 @@ from typing import Any
 import pytest
 
 from kstream.api import Topology, WatermarkStrategy
-from kstream.checkpoint import messages
-from kstream.checkpoint.alignment import GlobalWatermarks
-from kstream.checkpoint.commands import Send
-from kstream.checkpoint.coordinator import CheckpointCoordinator
-from kstream.checkpoint.messages import (
+from kstream.config import CheckpointingConfig
+from kstream.elements.events import MIN_TS
+from kstream.plan import plan_job
+from kstream.protocol import messages
+from kstream.protocol.alignment import GlobalWatermarks
+from kstream.protocol.commands import Send
+from kstream.protocol.coordinator import CheckpointCoordinator
+from kstream.protocol.messages import (
     COORDINATOR_MESSAGES,
     ProtocolError,
     Resume,
@@ -24,13 +27,10 @@ from kstream.checkpoint.messages import (
     encode,
     record_key,
 )
-from kstream.checkpoint.recovery import recover
-from kstream.config import CheckpointingConfig
-from kstream.plan import plan_job
-from kstream.runtime.events import MIN_TS
+from kstream.protocol.recovery import recover
+from kstream.protocol.worker import WorkerProtocol
 from kstream.runtime.watermark_alignment import PartitionTime, WatermarkAligner
 from kstream.worker.global_alignment import GlobalAlignment
-from kstream.worker.protocol import WorkerProtocol
 from kstream.worker.tasks import WorkerTasks
 
 # ---- the coordinator's part -------------------------------------------------------------

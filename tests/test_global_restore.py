@@ -7,12 +7,12 @@ import logging
 
 import pytest
 
-from kstream.checkpoint.commands import Fail, Send
-from kstream.checkpoint.coordinator import CheckpointCoordinator
-from kstream.checkpoint.messages import JobFailed, Restore, RestoreFailed, Resume, TaskReady
-from kstream.checkpoint.recovery import RecoveredState
+from kstream.checkpointstorage.metadata import CheckpointMetadata, TaskSnapshot
 from kstream.config import CheckpointingConfig, RestartStrategy
-from kstream.store.metadata import CheckpointMetadata, TaskSnapshot
+from kstream.protocol.commands import Fail, Send
+from kstream.protocol.coordinator import CheckpointCoordinator
+from kstream.protocol.messages import JobFailed, Restore, RestoreFailed, Resume, TaskReady
+from kstream.protocol.recovery import RecoveredState
 
 OBJ = "file:///s/app/shared/ab12"
 

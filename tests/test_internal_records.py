@@ -7,6 +7,8 @@ from typing import Any
 import pytest
 from confluent_kafka import KafkaError
 
+from kstream.elements.events import Barrier, EndOfInput, StreamEvent, Watermark
+from kstream.elements.records import InternalEvent, InternalRecord
 from kstream.kafka.internal import (
     DeliveryFailures,
     EventKind,
@@ -23,8 +25,6 @@ from kstream.kafka.internal import (
     seq_header,
     time_headers,
 )
-from kstream.runtime.events import Barrier, EndOfInput, StreamEvent, Watermark
-from kstream.runtime.records import InternalEvent, InternalRecord
 
 
 def test_data_headers_name_task_and_attempt() -> None:

@@ -8,11 +8,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from kstream.elements.events import Barrier, Watermark
+from kstream.elements.records import Output
+from kstream.operators.core import Operator
 from kstream.runtime import OutputBatch, OutputEvent
-from kstream.runtime.events import Barrier, Watermark
 from kstream.runtime.lateness import JudgedRuns
-from kstream.runtime.operators import Operator
-from kstream.runtime.records import Output
 
 
 class Writer(Operator):

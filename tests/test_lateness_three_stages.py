@@ -25,10 +25,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from kstream.api import Topology, Tumbling, WatermarkStrategy
+from kstream.elements.events import MIN_TS
+from kstream.elements.records import InternalEvent, InternalRecord
 from kstream.plan import JobPlan, plan_job
 from kstream.runtime import OutputBatch, OutputEvent, SourceRecord, Task
-from kstream.runtime.events import MIN_TS
-from kstream.runtime.records import InternalEvent, InternalRecord
 from kstream.state.memory import MemoryBackend
 from tests.test_repartition_lateness import DROPPED, OOO, PARTS, SIZE, cut, inputs, sizes
 

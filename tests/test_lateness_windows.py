@@ -25,8 +25,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from kstream.api import Sliding, Topology, Tumbling, WatermarkStrategy
+from kstream.elements.events import MIN_TS
 from kstream.plan import JobPlan, plan_job
-from kstream.runtime.events import MIN_TS
 from tests.test_lateness_three_stages import run_plan
 from tests.test_repartition_lateness import DROPPED, OOO, PARTS, SIZE, inputs, sizes
 

@@ -3,7 +3,9 @@ section names every package and module of ``kstream/`` in the order calls go.
 
 The import graph is read from the source (every ``import`` statement, also those
 inside functions), at the level of that Layout's entries: a sub-package of
-``kstream`` (``kstream/worker/``) or a top-level module (``kstream/job.py``).
+``kstream`` (``kstream/worker/``) or a top-level module (``kstream/job.py``); and
+module by module: every module is named in its package's entry, and every import of
+one module by another goes down the Layout (or stays in its package).
 """
 
 from __future__ import annotations
@@ -86,6 +88,61 @@ def layout_entries(readme: str, package: str) -> list[str]:
     return re.findall(rf"(?<![\w/]){package}/[\w]+(?:/|\.py)", block)
 
 
+def layout_texts(doc: str, package: str) -> dict[str, str]:
+    """Each entry of the Layout block -> its text (up to the next entry)."""
+    section = doc.split("\n## Layout\n", 1)[1].split("\n## ", 1)[0]
+    block = section.split("```", 2)[1]
+    found = list(re.finditer(rf"(?<![\w/]){package}/[\w]+(?:/|\.py)", block))
+    ends = [m.start() for m in found[1:]] + [len(block)]
+    return {m.group(0): block[m.end() : end] for m, end in zip(found, ends, strict=True)}
+
+
+def modules_of(package: Path) -> dict[str, Path]:
+    """Dotted name -> file of every module of ``package`` (a package by its ``__init__``)."""
+    out: dict[str, Path] = {}
+    for path in sorted(package.rglob("*.py")):
+        rel = path.relative_to(package.parent).with_suffix("")
+        parts = rel.parts[:-1] if rel.name == "__init__" else rel.parts
+        out[".".join(parts)] = path
+    return out
+
+
+def unnamed_modules(package: Path, texts: dict[str, str]) -> list[str]:
+    """Modules (not a package's ``__init__``) whose name their entry's text does not say."""
+    missing = []
+    for module, path in modules_of(package).items():
+        entry = unit_of(module, package)
+        if entry is None or entry.endswith(".py") or path.name == "__init__.py":
+            continue
+        if not re.search(rf"(?<![\w/]){path.stem}(?!\w)", texts.get(entry, "")):
+            missing.append(f"{path.relative_to(package.parent)} (entry {entry})")
+    return missing
+
+
+def module_imports(package: Path) -> dict[str, set[str]]:
+    """Module -> the modules of ``package`` it imports (itself left out)."""
+    modules = modules_of(package)
+    graph: dict[str, set[str]] = {}
+    for module, path in modules.items():
+        tree = ast.parse(path.read_text(), str(path))
+        names = imported_modules(tree, module, path.name == "__init__.py")
+        graph[module] = {n for n in names if n in modules and n != module}
+    return graph
+
+
+def upward_imports(package: Path, entries: list[str]) -> list[str]:
+    """Imports of one module by another from a package lower in ``entries`` to a higher one."""
+    rank = {e: i for i, e in enumerate(entries)}
+    out = []
+    for src, deps in module_imports(package).items():
+        a = unit_of(src, package)
+        for dst in sorted(deps):
+            b = unit_of(dst, package)
+            if a is not None and b is not None and rank[b] < rank[a]:
+                out.append(f"{src} imports {dst} ({b} is above {a})")
+    return sorted(out)
+
+
 def test_no_import_cycle_between_packages() -> None:
     graph = import_graph(PACKAGE)
     assert len(graph) > 15  # the walk found the package
@@ -112,7 +169,26 @@ def test_the_readme_layout_names_every_package_and_module_in_the_order_calls_go(
         for dst in deps
         if rank[dst] < rank[src]
     )
-    assert not upward, "calls must go down the Layout of docs/architecture.md list:\n" + "\n".join(upward)
+    assert not upward, "calls must go down the Layout of docs/architecture.md list:\n" + "\n".join(
+        upward
+    )
+
+
+def test_the_layout_names_every_module_in_its_package_entry() -> None:
+    texts = layout_texts((ROOT / "docs" / "architecture.md").read_text(), "kstream")
+    assert len(texts) > 15
+    missing = unnamed_modules(PACKAGE, texts)
+    assert not missing, "modules the Layout of docs/architecture.md does not name:\n" + "\n".join(
+        missing
+    )
+
+
+def test_every_import_between_modules_goes_down_the_layout() -> None:
+    entries = layout_entries((ROOT / "docs" / "architecture.md").read_text(), "kstream")
+    graph = module_imports(PACKAGE)
+    assert sum(len(d) for d in graph.values()) > 300  # the walk found the imports
+    upward = upward_imports(PACKAGE, entries)
+    assert not upward, "module imports up the Layout of docs/architecture.md:\n" + "\n".join(upward)
 
 
 # ---- the checks themselves can fail ----------------------------------------------------------
@@ -159,4 +235,41 @@ def test_layout_entries_are_read_from_the_layout_block_in_order() -> None:
         "kstream/cli/",
         "kstream/job.py",
         "kstream/names.py",
+    ]
+
+
+def test_a_module_its_entry_does_not_name_and_an_upward_module_import_are_found(
+    tmp_path: Path,
+) -> None:
+    pkg = _package(
+        tmp_path,
+        {
+            "__init__.py": "",
+            "a/__init__.py": "",
+            "a/named.py": "from kstream.b import low\n",
+            "a/unnamed.py": "",
+            "b/__init__.py": "",
+            "b/low.py": "def f():\n    from ..a import named\n",
+            "b/sub/__init__.py": "",
+            "b/sub/deep.py": "",
+        },
+    )
+    doc = (
+        "# x\n\n## Layout\n\n```\nkstream/a/  named (not unnamedx or a/unnamed)\n"
+        "kstream/b/  low, sub: deep\n```\n"
+    )
+    texts = layout_texts(doc, "kstream")
+    assert texts == {
+        "kstream/a/": "  named (not unnamedx or a/unnamed)\n",
+        "kstream/b/": "  low, sub: deep\n",
+    }
+    assert unnamed_modules(pkg, texts) == ["kstream/a/unnamed.py (entry kstream/a/)"]
+    assert module_imports(pkg)["kstream.a.named"] == {"kstream.b", "kstream.b.low"}
+    assert upward_imports(pkg, ["kstream/a/", "kstream/b/"]) == [
+        "kstream.b.low imports kstream.a (kstream/a/ is above kstream/b/)",
+        "kstream.b.low imports kstream.a.named (kstream/a/ is above kstream/b/)",
+    ]
+    assert upward_imports(pkg, ["kstream/b/", "kstream/a/"]) == [
+        "kstream.a.named imports kstream.b (kstream/b/ is above kstream/a/)",
+        "kstream.a.named imports kstream.b.low (kstream/b/ is above kstream/a/)",
     ]

@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 
-from kstream.checkpoint.completionlog import CompletionLog
 from kstream.config import OnBadRecord
 from kstream.kafka.dlq import DeadLetterWriter
+from kstream.protocol.completionlog import CompletionLog
 
 
 class _Producer:

@@ -6,7 +6,8 @@ import json
 
 import pytest
 
-from kstream.checkpoint.messages import (
+from kstream.checkpointstorage.metadata import TaskSnapshot
+from kstream.protocol.messages import (
     MAX_MESSAGE_BYTES,
     AcknowledgeCheckpoint,
     CheckpointAborted,
@@ -25,7 +26,6 @@ from kstream.checkpoint.messages import (
     decode,
     encode,
 )
-from kstream.store.metadata import TaskSnapshot
 
 ALL: list[Message] = [
     TriggerCheckpoint(7, 2, 1_700_000_000_123),

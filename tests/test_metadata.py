@@ -6,10 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from kstream.store.base import ObjectExists, StoreError
-from kstream.store.file import FileStore
-from kstream.store.layout import index_path, metadata_path
-from kstream.store.metadata import (
+from kstream.checkpointstorage.base import ObjectExists, StoreError
+from kstream.checkpointstorage.file import FileStore
+from kstream.checkpointstorage.layout import index_path, metadata_path
+from kstream.checkpointstorage.metadata import (
     INDEX_LENGTH,
     CheckpointMetadata,
     MetadataError,

@@ -11,21 +11,10 @@ from typing import Any
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 
-from kstream.checkpoint.coordinator import CheckpointCoordinator
-from kstream.checkpoint.messages import (
-    AcknowledgeCheckpoint,
-    DeclineCheckpoint,
-    Heartbeat,
-    JobFailed,
-    Message,
-    Restore,
-    Resume,
-    TaskFailed,
-    TaskReady,
-    TriggerCheckpoint,
-)
-from kstream.checkpoint.recovery import recover
+from kstream.checkpointstorage.history import CheckpointStatus
+from kstream.checkpointstorage.metadata import TaskSnapshot
 from kstream.config import CheckpointingConfig, RestartStrategy
+from kstream.elements.events import MIN_TS
 from kstream.logs import JsonFormatter, TextFormatter, ctx, log_at_least
 from kstream.metrics import Metrics, MetricsPortError, PortSpec, serve_metrics
 from kstream.metrics.labels import (
@@ -38,11 +27,22 @@ from kstream.metrics.labels import (
 )
 from kstream.metrics.worker import WorkerMetrics
 from kstream.progress import Progress
-from kstream.runtime.events import MIN_TS
+from kstream.protocol.coordinator import CheckpointCoordinator
+from kstream.protocol.messages import (
+    AcknowledgeCheckpoint,
+    DeclineCheckpoint,
+    Heartbeat,
+    JobFailed,
+    Message,
+    Restore,
+    Resume,
+    TaskFailed,
+    TaskReady,
+    TriggerCheckpoint,
+)
+from kstream.protocol.recovery import recover
 from kstream.runtime.graph import Reader
 from kstream.serde import serde_by_name
-from kstream.store.history import CheckpointStatus
-from kstream.store.metadata import TaskSnapshot
 
 ALLOWED_LABELS = {"task", "topic", "partition", "operator", "reason", "cause", "source"}
 

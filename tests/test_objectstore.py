@@ -8,14 +8,14 @@ from __future__ import annotations
 import pytest
 from click.testing import CliRunner
 
-from kstream.cli import main
-from kstream.store.base import StoreError
-from kstream.store.objectstore import (
+from kstream.checkpointstorage.base import StoreError
+from kstream.checkpointstorage.objectstore import (
     ObjectStore,
     failure_reason,
     is_object_store_url,
     parse_store_options,
 )
+from kstream.cli import main
 
 # Explicit (dummy) credentials: without them the library's credential chain would ask
 # the cloud instance-metadata endpoint, an address these tests must never contact.

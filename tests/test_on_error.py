@@ -7,8 +7,8 @@ from typing import Any
 import pytest
 
 from kstream.api import Topology
+from kstream.elements.records import DeadLetter, OutputBatch
 from kstream.plan import plan_job
-from kstream.runtime.records import DeadLetter, OutputBatch
 
 
 def inverse(v: int) -> float:

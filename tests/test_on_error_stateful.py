@@ -14,9 +14,9 @@ from typing import Any
 import pytest
 
 from kstream.api import Hopping, Session, Sliding, Topology, Tumbling, ValueState, WatermarkStrategy
+from kstream.elements.records import DeadLetter, OutputBatch
 from kstream.plan import JobPlan, plan_job
 from kstream.runtime.local import run_bounded
-from kstream.runtime.records import DeadLetter, OutputBatch
 from tests.conftest import Kit
 
 NO_DISORDER = WatermarkStrategy(max_out_of_orderness_ms=0, idle_timeout_s=None)

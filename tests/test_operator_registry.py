@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from kstream.api.spec import OpSpec
+from kstream.operators.core import _RUNTIME, Build, build_operator
 from kstream.runtime.graph import OPERATOR_MODULES
-from kstream.runtime.operators import _RUNTIME, Build, build_operator
 from kstream.state.memory import MemoryBackend
 
 ROOT = Path(__file__).resolve().parent.parent / "kstream"

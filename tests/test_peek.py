@@ -1,6 +1,6 @@
 """``Stream.peek(fn)``: ``fn`` sees each value, the record goes on unchanged; a record
 ``fn`` raises on follows ``on_error`` like ``map``. Added through the operator
-registry: a spec in api/stream.py, a runtime class in runtime/operators.py."""
+registry: a spec in api/stream.py, a runtime class in operators/core.py."""
 
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ from typing import Any
 import pytest
 
 from kstream.api import Topology, Tumbling
+from kstream.elements.records import DeadLetter, OutputBatch
 from kstream.plan import plan_job
 from kstream.plan.operators import describe, operator_ids
-from kstream.runtime.records import DeadLetter, OutputBatch
 from kstream.testing import run_topology
 
 ROWS = [("a", {"n": 1}, 10), ("b", {"n": 0}, 11), ("c", {"n": 4}, 12)]

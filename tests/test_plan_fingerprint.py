@@ -6,9 +6,15 @@ from __future__ import annotations
 from pathlib import Path
 
 from kstream.api import Topology, Tumbling
-from kstream.checkpoint.commands import RefusePlan, Send, WriteMetadata
-from kstream.checkpoint.coordinator import CheckpointCoordinator
-from kstream.checkpoint.messages import (
+from kstream.checkpointstorage.file import FileStore
+from kstream.checkpointstorage.metadata import TaskSnapshot
+from kstream.checkpointstorage.plans import plan_refusal, publish_plan
+from kstream.config import CheckpointingConfig
+from kstream.plan import plan_job
+from kstream.plan.fingerprint import describe_difference, fingerprint
+from kstream.protocol.commands import RefusePlan, Send, WriteMetadata
+from kstream.protocol.coordinator import CheckpointCoordinator
+from kstream.protocol.messages import (
     AcknowledgeCheckpoint,
     Heartbeat,
     Restore,
@@ -16,13 +22,7 @@ from kstream.checkpoint.messages import (
     TaskReady,
     TriggerCheckpoint,
 )
-from kstream.checkpoint.recovery import recover
-from kstream.config import CheckpointingConfig
-from kstream.plan import plan_job
-from kstream.plan.fingerprint import describe_difference, fingerprint
-from kstream.store.file import FileStore
-from kstream.store.metadata import TaskSnapshot
-from kstream.store.plans import plan_refusal, publish_plan
+from kstream.protocol.recovery import recover
 
 
 def wordcount(size_ms: int = 60_000, fn_tag: str = "") -> Topology:
@@ -65,7 +65,7 @@ def test_the_coordinator_refuses_reports_of_another_plan_and_says_so_once() -> N
     c = _coordinator("p1")
     assert c.start(0.0) == []
     assert c.tick(0.0) == [Send(Restore(1, None, "p1"))]  # Restore carries the plan
-    assert c.handle(TaskReady(1, "a", "w2", 1, plan="p2"), 0.1) == [RefusePlan("w2", "p2")]
+    assert c.handle(TaskReady(1, "a", "w2", 1, plan="p2"), 0.1) == [RefusePlan("p2", member="w2")]
     assert c.handle(TaskReady(1, "a", "w2", 1, plan="p2"), 0.2) == []  # said once
     assert c.handle(Heartbeat("w2", ("a",), 1, plan="p2"), 0.3) == []
     assert c.foreign_plan_reports == 3
@@ -78,20 +78,20 @@ def test_the_coordinator_refuses_reports_of_another_plan_and_says_so_once() -> N
 
 
 def test_a_worker_refuses_a_restore_of_another_plan_saying_what_differs(tmp_path: Path) -> None:
-    from kstream.worker.protocol import RefusePlan, StopTasks, WorkerProtocol
+    from kstream.protocol.worker import StopTasks, WorkerProtocol
 
     store = FileStore(tmp_path)
     mine = fingerprint(plan_job(wordcount(), "app", {"lines": 1}))
     theirs = fingerprint(plan_job(wordcount(size_ms=30_000), "app", {"lines": 1}))
     publish_plan(store, "app", theirs)
     p = WorkerProtocol("w1", now=0.0, plan=mine.digest)
-    assert p.handle(Restore(1, None, theirs.digest), 0.0) == [RefusePlan(theirs.digest, 1)]
+    assert p.handle(Restore(1, None, theirs.digest), 0.0) == [RefusePlan(theirs.digest, attempt=1)]
     assert p.attempt == 0  # not restored
     # The history's Restore may be an earlier deployment's (an upgrade): not refused;
     # the running coordinator's next Restore is what counts.
     w2 = WorkerProtocol("w2", now=0.0, plan=mine.digest)
     assert w2.learn([Restore(1, None, theirs.digest)]) == []
-    assert w2.handle(Restore(2, None, theirs.digest), 0.0) == [RefusePlan(theirs.digest, 2)]
+    assert w2.handle(Restore(2, None, theirs.digest), 0.0) == [RefusePlan(theirs.digest, attempt=2)]
     assert w2.handle(Restore(2, None, mine.digest), 0.0)[0] == StopTasks()
     assert plan_refusal(store, "app", mine, theirs.digest, 1) == (
         f"this worker runs plan {mine.digest}, the coordinator of 'app' plan {theirs.digest} "

@@ -11,7 +11,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from kstream.checkpoint.messages import CheckpointCompleted, Resume
+from kstream.checkpointstorage.file import FileStore
+from kstream.checkpointstorage.metadata import CheckpointMetadata, TaskSnapshot, write_metadata
+from kstream.protocol.messages import CheckpointCompleted, Resume
 from kstream.query.gate import StateGate
 from kstream.query.operators import OperatorInfo
 from kstream.query.read import Tables
@@ -19,11 +21,9 @@ from kstream.query.routing import Directory
 from kstream.query.service import QueryService
 from kstream.query.stored import StoredState
 from kstream.serde import serde_by_name
+from kstream.snapshots.upload import SnapshotUploader
 from kstream.state.base import StateTable, TableSpec
 from kstream.state.rocksdb import RocksDBBackend
-from kstream.state.snapshot import SnapshotUploader
-from kstream.store.file import FileStore
-from kstream.store.metadata import CheckpointMetadata, TaskSnapshot, write_metadata
 
 APP, TASK, OP = "app", "stage1-0", "totals"
 INFO = OperatorInfo(OP, "rolling", "stage1", 1, "str", serde_by_name("str"), "crc32")

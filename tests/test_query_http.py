@@ -14,8 +14,16 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
-from kstream.checkpoint.messages import Heartbeat, Restore, Resume
+from kstream.checkpointstorage.file import FileStore
+from kstream.checkpointstorage.metadata import (
+    CheckpointMetadata,
+    TaskSnapshot,
+    read_metadata,
+    write_metadata,
+)
+from kstream.checkpointstorage.savepoints import create_savepoint
 from kstream.cli.main import main
+from kstream.protocol.messages import Heartbeat, Restore, Resume
 from kstream.query.gate import StateGate
 from kstream.query.operators import OperatorInfo
 from kstream.query.read import Tables
@@ -23,18 +31,10 @@ from kstream.query.routing import Directory
 from kstream.query.server import QueryServer
 from kstream.query.service import QueryService
 from kstream.serde import serde_by_name
+from kstream.snapshots.upload import SnapshotUploader
 from kstream.state.base import TableSpec
 from kstream.state.memory import MemoryBackend
 from kstream.state.rocksdb import RocksDBBackend
-from kstream.state.snapshot import SnapshotUploader
-from kstream.store.file import FileStore
-from kstream.store.metadata import (
-    CheckpointMetadata,
-    TaskSnapshot,
-    read_metadata,
-    write_metadata,
-)
-from kstream.store.savepoints import create_savepoint
 
 OP = "totals"
 INFO = OperatorInfo(OP, "rolling", "stage1", 2, "str", serde_by_name("str"), "crc32")

@@ -9,11 +9,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kstream.api import Topology, Tumbling
-from kstream.checkpoint.messages import CheckpointCompleted, Heartbeat, Message, Restore, Resume
+from kstream.operators.core import partition_for_key
 from kstream.plan import plan_job
+from kstream.protocol.messages import CheckpointCompleted, Heartbeat, Message, Restore, Resume
 from kstream.query.operators import murmur2, of_plan, partition_of
 from kstream.query.routing import Directory, Forward, Local, Moving
-from kstream.runtime.operators import partition_for_key
 
 
 def test_murmur2_matches_kafkas_test_vectors() -> None:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from kstream.runtime.events import MAX_TS, MIN_TS
+from kstream.elements.events import MAX_TS, MIN_TS
 from kstream.runtime.recordwatermarks import watermark_cuts
 
 asked: list[int] = []

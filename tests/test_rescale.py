@@ -13,18 +13,18 @@ from click.testing import CliRunner
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
+from kstream.checkpointstorage.file import FileStore
+from kstream.checkpointstorage.metadata import CheckpointMetadata, TaskSnapshot
+from kstream.checkpointstorage.savepoints import create_savepoint, read_savepoint
 from kstream.cli.main import main
 from kstream.query.operators import murmur2, partition_of
 from kstream.rescale.layout import RescaleError
 from kstream.rescale.routing import murmur2 as fast_murmur2
 from kstream.rescale.savepoint import rescale_savepoint
+from kstream.snapshots.restore import restore_backend
+from kstream.snapshots.upload import SnapshotUploader, read_manifest
 from kstream.state.base import TableSpec
-from kstream.state.restore import restore_backend
 from kstream.state.rocksdb import RocksDBBackend
-from kstream.state.snapshot import SnapshotUploader, read_manifest
-from kstream.store.file import FileStore
-from kstream.store.metadata import CheckpointMetadata, TaskSnapshot
-from kstream.store.savepoints import create_savepoint, read_savepoint
 
 APP = "app"
 OPS = {

@@ -12,6 +12,10 @@ from typing import Any
 import pytest
 
 from kstream.api import Session, Topology, WatermarkStrategy
+from kstream.checkpointstorage.file import FileStore
+from kstream.checkpointstorage.metadata import CheckpointMetadata, TaskSnapshot, read_metadata
+from kstream.checkpointstorage.savepoints import create_savepoint
+from kstream.checkpointstorage.startfrom import import_start
 from kstream.config import StartFrom
 from kstream.plan import plan_job
 from kstream.plan.compat import IncompatibleStateError
@@ -20,13 +24,9 @@ from kstream.query.operators import partition_of
 from kstream.rescale.routing import routes_of_plan
 from kstream.rescale.savepoint import rescale_savepoint, rescaler
 from kstream.runtime.task import Task
-from kstream.state.restore import restore_backend
+from kstream.snapshots.restore import restore_backend
+from kstream.snapshots.upload import SnapshotUploader
 from kstream.state.rocksdb import RocksDBBackend
-from kstream.state.snapshot import SnapshotUploader
-from kstream.store.file import FileStore
-from kstream.store.metadata import CheckpointMetadata, TaskSnapshot, read_metadata
-from kstream.store.savepoints import create_savepoint
-from kstream.store.startfrom import import_start
 from tests.conftest import Kit
 
 

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import itertools
 
-from kstream.checkpoint.commands import Fail, Send
-from kstream.checkpoint.failover import FailoverController, Phase
-from kstream.checkpoint.messages import Restore
 from kstream.config import RestartStrategy
+from kstream.protocol.commands import Fail, Send
+from kstream.protocol.failover import FailoverController, JobPhase
+from kstream.protocol.messages import Restore, Resume, TaskReady
 
 
 def _restart_times(ctl: FailoverController, failures: list[float]) -> list[float]:
@@ -24,7 +24,8 @@ def _restart_times(ctl: FailoverController, failures: list[float]) -> list[float
                 starts.append(round(t, 1))
                 break
             t = round(t + 0.1, 1)
-        ctl.phase = Phase.RUNNING  # every task ready again
+        resumed = ctl.on_ready(TaskReady(ctl.attempt, "a", "w", 0))  # every task ready again
+        assert resumed == [Send(Resume(ctl.attempt, {"a": "w"}))]
     return starts
 
 
@@ -35,7 +36,7 @@ def test_the_default_doubles_the_delay_up_to_a_minute_and_never_gives_up() -> No
     gaps = [round(b - a, 1) for a, b in itertools.pairwise(starts)]
     assert starts[0] == 0.0
     assert gaps == [1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 60.0, 60.0, 60.0, 60.0, 60.0]
-    assert ctl.phase is Phase.RUNNING  # 12 restarts: the job is still alive
+    assert ctl.phase is JobPhase.RUNNING  # 12 restarts: the job is still alive
 
 
 def test_a_quiet_period_resets_the_delay() -> None:
@@ -49,7 +50,7 @@ def test_a_quiet_period_resets_the_delay() -> None:
 def test_many_spread_out_restarts_never_fail_the_job() -> None:
     ctl = FailoverController(frozenset({"a"}), RestartStrategy())
     starts = _restart_times(ctl, [i * 30.0 for i in range(40)])  # a rolling deploy every 30 s
-    assert len(starts) == 40 and ctl.phase is Phase.RUNNING
+    assert len(starts) == 40 and ctl.phase is JobPhase.RUNNING
 
 
 def test_fixed_count_stays_available() -> None:
@@ -58,5 +59,5 @@ def test_fixed_count_stays_available() -> None:
     )
     assert _restart_times(ctl, [0.0, 1.0]) == [0.0, 1.0]
     cmds = ctl.on_failure("boom", 2.0)
-    assert isinstance(cmds[-1], Fail) and ctl.phase is Phase.FAILED
+    assert isinstance(cmds[-1], Fail) and ctl.phase is JobPhase.FAILED
     assert "restart strategy exhausted: 2 restarts within 100s (max_restarts=2)" in cmds[-1].reason

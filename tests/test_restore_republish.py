@@ -11,8 +11,9 @@ import pytest
 
 from kstream.config import Guarantee
 from kstream.kafka.commits import CommitMarker
-from kstream.kafka.sink import AtLeastOnceSink, ExactlyOnceSink
-from kstream.state.restore import PublishedPastRestore
+from kstream.kafka.exactly_once_sink import ExactlyOnceSink
+from kstream.kafka.sink import AtLeastOnceSink
+from kstream.snapshots.restore import PublishedPastRestore
 from kstream.worker.tasks import refuse_republishing
 
 

@@ -6,7 +6,7 @@ import threading
 
 import pytest
 
-from kstream.process.retention_thread import RetentionThread
+from kstream.hosting.retention_thread import RetentionThread
 
 
 class Gate:

@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from kstream.api import Topology, Tumbling, WatermarkStrategy
+from kstream.elements.events import StreamEvent
 from kstream.plan import JobPlan, plan_job
 from kstream.runtime import (
     AlignmentAborted,
@@ -24,7 +25,6 @@ from kstream.runtime import (
     SnapshotPoint,
     Watermark,
 )
-from kstream.runtime.events import StreamEvent
 from kstream.state.memory import MemoryBackend
 from tests.conftest import Kit
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import json
 
+from kstream.elements.events import StreamEvent
 from kstream.runtime import Barrier, InternalEvent, InternalRecord
-from kstream.runtime.events import StreamEvent
 from kstream.state.memory import MemoryBackend
 from tests.conftest import Kit
 from tests.test_runtime_alignment import TOPIC, Snapshots, two_stage

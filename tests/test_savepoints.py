@@ -11,9 +11,33 @@ import pytest
 from click.testing import CliRunner
 
 from kstream.api import Topology, Tumbling, WatermarkStrategy
-from kstream.checkpoint.commands import ApplyRetention, CreateSavepoint, Finish, Send, WriteMetadata
-from kstream.checkpoint.failover import Phase
-from kstream.checkpoint.messages import (
+from kstream.checkpointstorage.file import FileStore
+from kstream.checkpointstorage.layout import manifest_path, shared_path
+from kstream.checkpointstorage.metadata import (
+    CheckpointMetadata,
+    MetadataError,
+    TaskSnapshot,
+    completed_ids,
+    read_metadata,
+    write_metadata,
+)
+from kstream.checkpointstorage.savepoints import (
+    create_savepoint,
+    delete_savepoint,
+    list_savepoints,
+    read_savepoint,
+)
+from kstream.checkpointstorage.startfrom import import_start
+from kstream.cli import main
+from kstream.cli.state import dump_state
+from kstream.config import ConfigError, JobConfig, RestartStrategy, StartFrom
+from kstream.hosting.coordinator import run_coordinator
+from kstream.plan import plan_job
+from kstream.plan.compat import IncompatibleStateError
+from kstream.plan.operators import describe
+from kstream.protocol.commands import ApplyRetention, CreateSavepoint, Finish, Send, WriteMetadata
+from kstream.protocol.failover import JobPhase
+from kstream.protocol.messages import (
     CheckpointCompleted,
     CheckpointRequest,
     JobFailed,
@@ -26,36 +50,11 @@ from kstream.checkpoint.messages import (
     decode,
     encode,
 )
-from kstream.cli import main
-from kstream.cli.state import dump_state
-from kstream.config import ConfigError, JobConfig, RestartStrategy, StartFrom
-from kstream.plan import plan_job
-from kstream.plan.compat import IncompatibleStateError
-from kstream.plan.operators import describe
-from kstream.process.coordinator import run_coordinator
+from kstream.protocol.worker import Exit, StopRequested, WorkerProtocol
 from kstream.runtime.task import Task
-from kstream.state.retention import apply_retention
+from kstream.snapshots.retention import apply_retention
+from kstream.snapshots.upload import FileEntry, SnapshotManifest, SnapshotUploader
 from kstream.state.rocksdb import RocksDBBackend
-from kstream.state.snapshot import FileEntry, SnapshotManifest, SnapshotUploader
-from kstream.store.file import FileStore
-from kstream.store.layout import manifest_path, shared_path
-from kstream.store.metadata import (
-    CheckpointMetadata,
-    MetadataError,
-    TaskSnapshot,
-    completed_ids,
-    read_metadata,
-    write_metadata,
-)
-from kstream.store.savepoints import (
-    create_savepoint,
-    delete_savepoint,
-    list_savepoints,
-    read_savepoint,
-)
-from kstream.store.startfrom import import_start
-from kstream.worker.protocol import Exit, StopRequested, WorkerProtocol
-from kstream.worker.protocol import Send as WorkerSend
 from tests.conftest import Kit
 from tests.test_coordinator import Harness, messages, triggers
 from tests.test_coordinator_run import Event, FakeTransport
@@ -106,7 +105,7 @@ def test_stop_with_savepoint_stops_workers_before_the_trigger_then_finishes() ->
     # Sinks publish, workers exit; the control topic says the job stopped, and why.
     assert messages(out) == [CheckpointCompleted(2, 0), JobStopped(0, reason)]
     assert out[-1] == Finish(reason)
-    assert h.c.phase is Phase.STOPPED
+    assert h.c.phase is JobPhase.STOPPED
     # A worker's graceful-stop request that crossed the completion triggers nothing.
     assert h.send(CheckpointRequest("m", 0, "graceful stop"), 1.5) == []
     assert h.tick(100.0) == []
@@ -126,7 +125,7 @@ def test_worker_stops_gracefully_on_stop_job_of_its_attempt() -> None:
     acts = p.handle(StopJob(0, "stop with savepoint x"), 0.0)
     assert p.stopping
     why = "stopping: nothing runs here, so nothing is left to commit"
-    assert acts == [WorkerSend(WorkerStopped("m", 0, why)), Exit(0, why)]
+    assert acts == [Send(WorkerStopped("m", 0, why)), Exit(0, why)]
     assert p.handle(StopRequested(), 0.1) == []
 
 

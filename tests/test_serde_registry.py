@@ -20,7 +20,7 @@ import pytest
 
 from integration.registry_stub import RegistryStub, _handler
 from kstream.config import KafkaSettings
-from kstream.runtime.reader import Reader
+from kstream.elements.reader import Reader
 from kstream.serde import (
     AvroSerde,
     BytesSerde,

@@ -14,9 +14,11 @@ from hypothesis import strategies as st
 from kstream.config import Guarantee
 from kstream.kafka.clients import Producer
 from kstream.kafka.commits import CommitMarker, marker_partition
-from kstream.kafka.sink import AtLeastOnceSink, ExactlyOnceSink, Sink
+from kstream.kafka.exactly_once_sink import ExactlyOnceSink
+from kstream.kafka.sink import AtLeastOnceSink, Sink
 from kstream.names import sink_transactional_id
-from kstream.sinkbuffer.blob import decode_blob, encode_blob
+from kstream.sinkbuffer.blob import encode_blob
+from kstream.sinkbuffer.blobdecode import decode_blob
 from kstream.sinkbuffer.buffer import EpochBuffer
 from kstream.sinkbuffer.epochs import (
     ColumnBatch,
@@ -122,7 +124,7 @@ def test_transactional_id_and_marker_codec() -> None:
 
 
 def test_exactly_once_sink_refuses_to_commit_before_recover() -> None:
-    from kstream.kafka.sink import ExactlyOnceSink
+    from kstream.kafka.exactly_once_sink import ExactlyOnceSink
 
     sink = ExactlyOnceSink("shop", "sink-0", "127.0.0.1:1")  # no connection is made
     sink.write(rec(1))
@@ -453,9 +455,10 @@ def test_a_sink_without_write_columns_gets_records() -> None:
 def test_a_marker_read_the_cluster_fails_is_the_sinks_failure(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    import kstream.kafka.sink as sink_module
+    import kstream.kafka.exactly_once_sink as sink_module
     from kstream.kafka.clients import KafkaError, KafkaException
-    from kstream.kafka.sink import ExactlyOnceSink, SinkError
+    from kstream.kafka.exactly_once_sink import ExactlyOnceSink
+    from kstream.kafka.sink import SinkError
 
     def destroyed(*_: object) -> None:
         raise KafkaException(KafkaError(KafkaError._DESTROY_BROKER, "Broker handle destroyed"))

@@ -10,7 +10,8 @@ from typing import cast
 
 import pytest
 
-from kstream.kafka.sink import SinkCommit, SinkError, SinkFencedError
+from kstream.kafka.exactly_once_sink import SinkCommit
+from kstream.kafka.sink import SinkError, SinkFencedError
 from kstream.sinkbuffer.epochs import SinkStateError
 from kstream.worker.runner import TaskRunner
 from kstream.worker.sinkcommit import SinkCommitter

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from kstream.kafka.clients import make_producer
-from kstream.kafka.sink import ColumnBatch, _produce_batch
+from kstream.kafka.sink import ColumnBatch, produce_batch
 
 
 class Recording:
@@ -33,7 +33,7 @@ def test_a_real_client_queues_every_record_with_the_delivery_callback() -> None:
     keys: list[bytes | None] = [b"k0", None, b"k2"]
     values: list[bytes | None] = [b"v0", b"v1", None]
     calls = Recording(producer)
-    _produce_batch(calls, ColumnBatch("t", keys, values, [1, 2, 3]), 0, on_delivery)
+    produce_batch(calls, ColumnBatch("t", keys, values, [1, 2, 3]), 0, on_delivery)
     assert calls.keyword_calls == 0  # the client took the positional call
     producer.purge(in_queue=True)  # each queued record is reported, failed, to the callback
     producer.flush(5.0)  # serves the reports (returns once none is left)
@@ -57,6 +57,6 @@ class KeywordsOnly:
 
 def test_a_client_with_another_layout_gets_keywords() -> None:
     p = KeywordsOnly()
-    _produce_batch(p, ColumnBatch("t", [b"a", b"b"], [b"1", b"2"], [10, 20]), 0, print)
+    produce_batch(p, ColumnBatch("t", [b"a", b"b"], [b"1", b"2"], [10, 20]), 0, print)
     assert p.sent == [("t", b"a", b"1", 10, print), ("t", b"b", b"2", 20, print)]
     assert p.calls == 2  # the refused positional call queued nothing

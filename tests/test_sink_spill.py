@@ -13,18 +13,18 @@ from pathlib import Path
 import click
 import pytest
 
+from kstream.checkpointstorage.file import FileStore
 from kstream.cli.options import ByteSize
 from kstream.config import JobConfig
-from kstream.kafka.sink import ExactlyOnceSink
-from kstream.sinkbuffer.blob import decode_blob
+from kstream.kafka.exactly_once_sink import ExactlyOnceSink
+from kstream.sinkbuffer.blobdecode import decode_blob
 from kstream.sinkbuffer.budget import MemoryBudget
 from kstream.sinkbuffer.buffer import EpochBuffer
 from kstream.sinkbuffer.epochs import BlobFormatError, OutputRecord
 from kstream.sinkbuffer.spill import SegmentedBlob, SpillDir
-from kstream.state.restore import read_blob
+from kstream.snapshots.restore import read_blob
+from kstream.snapshots.upload import SnapshotUploader, read_manifest
 from kstream.state.rocksdb import RocksDBBackend
-from kstream.state.snapshot import SnapshotUploader, read_manifest
-from kstream.store.file import FileStore
 from tests.test_sink_buffer import FakeProducer, _as_produced
 
 BATCH = 2_000  # records per write_columns, as a task's sink batch

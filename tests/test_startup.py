@@ -1,4 +1,4 @@
-"""The start-up checks every mode shares (kstream.process.startup), without Kafka: what
+"""The start-up checks every mode shares (kstream.hosting.startup), without Kafka: what
 `kstream run`, `kstream worker` (either coordinator) and `kstream coordinator` refuse
 before they start anything, with which line and exit code (issue 37)."""
 
@@ -11,18 +11,18 @@ from typing import Any
 import pytest
 
 from kstream.api import Topology, Tumbling, WatermarkStrategy
+from kstream.checkpointstorage.base import StoreError
+from kstream.checkpointstorage.file import FileStore
+from kstream.checkpointstorage.metadata import CheckpointMetadata, TaskSnapshot, write_metadata
+from kstream.checkpointstorage.savepoints import create_savepoint
+from kstream.checkpointstorage.startfrom import import_start
 from kstream.config import CheckpointingConfig, JobConfig, StartFrom
+from kstream.hosting import election as election_module
+from kstream.hosting.coordinator import EXIT_FAILED, EXIT_USAGE
+from kstream.hosting.election import ElectedCoordinator
+from kstream.hosting.startup import Coordination, StartRefused, check_start
 from kstream.plan import plan_job
 from kstream.plan.operators import describe
-from kstream.process import election as election_module
-from kstream.process.coordinator import EXIT_FAILED, EXIT_USAGE
-from kstream.process.election import ElectedCoordinator
-from kstream.process.startup import Coordination, StartRefused, check_start
-from kstream.store.base import StoreError
-from kstream.store.file import FileStore
-from kstream.store.metadata import CheckpointMetadata, TaskSnapshot, write_metadata
-from kstream.store.savepoints import create_savepoint
-from kstream.store.startfrom import import_start
 from tests.test_savepoints import _checkpoint as with_manifest
 
 
@@ -194,15 +194,15 @@ def test_the_elected_coordinator_runs_with_the_plan_and_a_refusal_stops_the_work
 
 def test_every_mode_coordinates_through_one_function() -> None:
     """`kstream run`, the elected coordinator and `kstream coordinator` call
-    kstream.process.startup.coordinate, nothing else calls run_coordinator."""
+    kstream.hosting.startup.coordinate, nothing else calls run_coordinator."""
     root = Path(__file__).resolve().parent.parent / "kstream"
     callers = {
         str(p.relative_to(root))
         for p in root.rglob("*.py")
         if "run_coordinator(" in p.read_text() and p.name != "coordinator.py"
     }
-    assert callers == {"process/startup.py"}
-    for module in ("process/embedded.py", "process/election.py", "cli/coordinator.py"):
+    assert callers == {"hosting/startup.py"}
+    for module in ("hosting/embedded.py", "hosting/election.py", "cli/coordinator.py"):
         assert "coordinate(" in (root / module).read_text()
     for module in ("cli/run.py", "cli/worker.py", "cli/coordinator.py"):
         assert "from kstream.cli.startup import prepare_job" in (root / module).read_text()

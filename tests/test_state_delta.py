@@ -11,6 +11,9 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
+from kstream.checkpointstorage.file import FileStore
+from kstream.snapshots.restore import CorruptSnapshotError, restore_backend
+from kstream.snapshots.upload import SnapshotUploader, read_manifest
 from kstream.state.base import TableSpec
 from kstream.state.delta import (
     DeltaError,
@@ -20,10 +23,7 @@ from kstream.state.delta import (
     decompress,
     read_delta,
 )
-from kstream.state.restore import CorruptSnapshotError, restore_backend
 from kstream.state.rocksdb import RocksDBBackend
-from kstream.state.snapshot import SnapshotUploader, read_manifest
-from kstream.store.file import FileStore
 from tests.test_state_snapshot import APP, SPECS, TASK, contents
 
 

@@ -17,10 +17,10 @@ import statistics
 import time
 from pathlib import Path
 
+from kstream.checkpointstorage.urls import open_store
+from kstream.snapshots.upload import SnapshotUploader
 from kstream.state.base import TableSpec
 from kstream.state.rocksdb import RocksDBBackend
-from kstream.state.snapshot import SnapshotUploader
-from kstream.store.urls import open_store
 
 KEYS = 100_000
 INTERVALS = 24

@@ -7,14 +7,14 @@ import threading
 import time
 from pathlib import Path
 
+from kstream.checkpointstorage.base import CheckpointStore
+from kstream.checkpointstorage.file import FileStore
+from kstream.checkpointstorage.metadata import CheckpointMetadata, TaskSnapshot, write_metadata
+from kstream.snapshots.restore import restore_backend
+from kstream.snapshots.retention import apply_retention
+from kstream.snapshots.upload import SnapshotUploader, StateHandle, read_manifest
 from kstream.state.base import TableSpec
-from kstream.state.restore import restore_backend
-from kstream.state.retention import apply_retention
 from kstream.state.rocksdb import RocksDBBackend
-from kstream.state.snapshot import SnapshotUploader, StateHandle, read_manifest
-from kstream.store.base import CheckpointStore
-from kstream.store.file import FileStore
-from kstream.store.metadata import CheckpointMetadata, TaskSnapshot, write_metadata
 
 APP = "app"
 TASK = "stage1-0"

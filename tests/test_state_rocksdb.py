@@ -195,7 +195,7 @@ def test_process_function_state_runs_identically_on_memory_and_rocksdb(
     same entries on both backends, the RocksDB one with a write cache smaller than the
     workload."""
     from kstream.api.process import ListState, MapState, StateSpec, ValueState
-    from kstream.runtime.keyedstate import KeyScope
+    from kstream.operators.keyedstate import KeyScope
     from kstream.state.memory import MemoryBackend
 
     specs: dict[str, StateSpec] = {

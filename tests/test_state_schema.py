@@ -1,4 +1,4 @@
-"""Avro-typed keyed state (kstream.runtime.stateschema): values stored with their
+"""Avro-typed keyed state (kstream.operators.stateschema): values stored with their
 schema version; state written with v1 reads as v2 when compatible, and is refused
 naming operator, state and field when not."""
 
@@ -11,8 +11,8 @@ import pytest
 
 from kstream.api import MapState, ValueState
 from kstream.api.process import StateSpec
-from kstream.runtime.keyedstate import KeyScope
-from kstream.runtime.stateschema import StateSchemaError, incompatibility
+from kstream.operators.keyedstate import KeyScope
+from kstream.operators.stateschema import StateSchemaError, incompatibility
 from kstream.state.memory import MemoryBackend
 
 V1 = {"type": "record", "name": "Tally", "fields": [{"name": "count", "type": "int"}]}

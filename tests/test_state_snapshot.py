@@ -11,14 +11,19 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from kstream.state import snapshot as snapshot_module
+from kstream.checkpointstorage.base import CheckpointStore, StoreError
+from kstream.checkpointstorage.file import FileStore
+from kstream.checkpointstorage.metadata import CheckpointMetadata, TaskSnapshot, write_metadata
+from kstream.snapshots import upload as snapshot_module
+from kstream.snapshots.restore import (
+    CorruptSnapshotError,
+    read_blob,
+    restore_backend,
+    restore_state,
+)
+from kstream.snapshots.upload import SnapshotManifest, SnapshotUploader, read_manifest
 from kstream.state.base import TableSpec
-from kstream.state.restore import CorruptSnapshotError, read_blob, restore_backend, restore_state
 from kstream.state.rocksdb import RocksDBBackend
-from kstream.state.snapshot import SnapshotManifest, SnapshotUploader, read_manifest
-from kstream.store.base import CheckpointStore, StoreError
-from kstream.store.file import FileStore
-from kstream.store.metadata import CheckpointMetadata, TaskSnapshot, write_metadata
 
 APP = "app"
 TASK = "stage1-0"
@@ -309,7 +314,7 @@ def test_corrupt_sst_is_detected_and_named_and_the_task_never_falls_back_by_itse
     tmp_path: Path,
 ) -> None:
     """A task reports the corrupt object; choosing an older checkpoint is the
-    coordinator's, for every task at once (kstream.checkpoint.failover)."""
+    coordinator's, for every task at once (kstream.protocol.failover)."""
     store, handles, states = _two_checkpoints(tmp_path)
     m1 = read_manifest(store, handles[0].manifest_path)
     m2 = read_manifest(store, handles[1].manifest_path)
@@ -436,7 +441,7 @@ def test_a_restore_downloads_in_parallel_and_logs_progress(
 ) -> None:
     store, handles, states = _two_checkpoints(tmp_path)
     store.concurrency = 3
-    caplog.set_level("INFO", logger="kstream.state.restore")
+    caplog.set_level("INFO", logger="kstream.snapshots.restore")
     restored, _, stats = restore_state(store, handles[1].manifest_path, tmp_path / "fresh")
     assert contents(restored) == states[1]
     restored.close()

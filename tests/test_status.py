@@ -2,7 +2,18 @@
 
 from __future__ import annotations
 
-from kstream.checkpoint.messages import (
+from kstream.checkpointstorage.history import CheckpointFailure, RestartRecord
+from kstream.checkpointstorage.metadata import CheckpointMetadata, TaskSnapshot
+from kstream.monitor.history import history_rows
+from kstream.monitor.status import (
+    LagRow,
+    build_status,
+    committed_source_positions,
+    source_positions,
+)
+from kstream.monitor.view import ControlView, Phase
+from kstream.names import is_repartition_topic
+from kstream.protocol.messages import (
     AcknowledgeCheckpoint,
     CheckpointAborted,
     CheckpointCompleted,
@@ -14,17 +25,6 @@ from kstream.checkpoint.messages import (
     TaskReady,
     TriggerCheckpoint,
 )
-from kstream.monitor.history import history_rows
-from kstream.monitor.status import (
-    LagRow,
-    build_status,
-    committed_source_positions,
-    source_positions,
-)
-from kstream.monitor.view import ControlView, Phase
-from kstream.names import is_repartition_topic
-from kstream.store.history import CheckpointFailure, RestartRecord
-from kstream.store.metadata import CheckpointMetadata, TaskSnapshot
 
 T0 = 1_700_000_000.0
 

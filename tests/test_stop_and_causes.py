@@ -4,9 +4,14 @@ with a fake clock (the kill -9 on a real broker: integration/test_metrics_status
 
 from __future__ import annotations
 
-from kstream.checkpoint.causes import SILENT_AFTER_S
-from kstream.checkpoint.failover import Phase
-from kstream.checkpoint.messages import (
+from kstream.checkpointstorage.history import RestartRecord
+from kstream.metrics.labels import restart_cause
+from kstream.monitor.status import build_status
+from kstream.monitor.view import ControlView
+from kstream.names import member_client_id
+from kstream.protocol.causes import SILENT_AFTER_S
+from kstream.protocol.failover import JobPhase
+from kstream.protocol.messages import (
     REASSIGNED,
     CheckpointAborted,
     CheckpointRequest,
@@ -22,12 +27,7 @@ from kstream.checkpoint.messages import (
     decode,
     encode,
 )
-from kstream.checkpoint.recovery import recover
-from kstream.metrics.labels import restart_cause
-from kstream.monitor.status import build_status
-from kstream.monitor.view import ControlView
-from kstream.names import member_client_id
-from kstream.store.history import RestartRecord
+from kstream.protocol.recovery import recover
 from tests.test_coordinator import Harness, messages, triggers
 
 T0 = 1_700_000_000.0
@@ -58,7 +58,7 @@ def test_when_every_owner_stopped_the_job_stops_and_nothing_is_triggered() -> No
         CheckpointAborted(1, f"job stopped: {reason}"),  # in flight: can never complete
         JobStopped(1, reason),
     ]
-    assert h.c.phase is Phase.STOPPED
+    assert h.c.phase is JobPhase.STOPPED
     # A request that crossed the stop, and time passing, trigger nothing; a stopped
     # worker is not lost.
     assert h.send(CheckpointRequest("w2", 1, "idle"), 1.7) == []

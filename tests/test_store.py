@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from kstream.store.base import ObjectExists, StoreError
-from kstream.store.file import FileStore
-from kstream.store.objectstore import ObjectStore
-from kstream.store.urls import open_store
+from kstream.checkpointstorage.base import ObjectExists, StoreError
+from kstream.checkpointstorage.file import FileStore
+from kstream.checkpointstorage.objectstore import ObjectStore
+from kstream.checkpointstorage.urls import open_store
 
 
 def test_put_get_list_delete_roundtrip(tmp_path: Path) -> None:

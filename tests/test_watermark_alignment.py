@@ -5,8 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 from kstream.api import Topology, Tumbling, WatermarkStrategy
+from kstream.elements.events import MIN_TS
 from kstream.plan import plan_job
-from kstream.runtime.events import MIN_TS
 from kstream.runtime.watermark_alignment import PartitionTime, WatermarkAligner
 
 A, B, C = ("in", 0), ("in", 1), ("in", 2)

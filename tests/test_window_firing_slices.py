@@ -16,10 +16,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kstream.api import Hopping, Session, Sliding, Topology, Tumbling, WindowSpec
+from kstream.elements.events import Barrier, Watermark
+from kstream.operators.firing import Budget
 from kstream.plan import JobPlan, plan_job
 from kstream.runtime import InternalEvent, InternalRecord, OutputEvent, SnapshotPoint, Task
-from kstream.runtime.events import Barrier, Watermark
-from kstream.runtime.firing import Budget
 from kstream.state.memory import MemoryBackend
 from kstream.state.rocksdb import RocksDBBackend
 from tests.conftest import DrivenTask, Kit

@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 
 from kstream.api import Hopping, Tumbling
+from kstream.operators.windows import FIRE_BATCH
 from kstream.runtime import OutputBatch
-from kstream.runtime.windows import FIRE_BATCH
 from kstream.state.memory import MemoryBackend
 from kstream.state.rocksdb import RocksDBBackend
 from tests.conftest import Kit

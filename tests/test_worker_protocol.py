@@ -3,7 +3,8 @@ clock in, exact actions out (no broker, no sleeps)."""
 
 from __future__ import annotations
 
-from kstream.checkpoint.messages import (
+from kstream.protocol.commands import Send
+from kstream.protocol.messages import (
     CheckpointCompleted,
     CheckpointRequest,
     Heartbeat,
@@ -16,20 +17,21 @@ from kstream.checkpoint.messages import (
     TriggerCheckpoint,
     WorkerStopped,
 )
-from kstream.worker.protocol import (
+from kstream.protocol.worker import (
     REASSIGNED,
     Assigned,
     CommitSinks,
     Exit,
     InputRead,
     OutputBuffered,
+    QueriesServed,
     RestoreTasks,
     ResumeTasks,
-    Send,
     StopRequested,
     StopTasks,
     TaskStopped,
     TriggerTasks,
+    Unrestorable,
     WorkerProtocol,
 )
 
@@ -170,6 +172,17 @@ def test_heartbeats_name_the_tasks_held_every_interval() -> None:
     ]
     assert p.handle(TaskStopped("stage0-0", 1, None), 2.0) == []  # fenced: nothing to report
     assert p.tick(2.0) == [Send(Heartbeat("m1", (), 3))]
+
+
+def test_a_restore_this_worker_cannot_do_leaves_it_no_task_and_heartbeats_carry_its_queries() -> (
+    None
+):
+    p = protocol()
+    p.handle(Assigned("m1", 3, TASKS, True), 0.0)
+    assert p.handle(QueriesServed("http://h:1"), 0.0) == []
+    assert p.handle(Restore(1, 7), 0.5)[0] == RestoreTasks(1, 7)
+    assert p.handle(Unrestorable(1), 0.5) == []
+    assert p.tick(1.0) == [Send(Heartbeat("m1", (), 3, "", "http://h:1"))]
 
 
 def test_no_heartbeat_before_the_group_is_joined() -> None:

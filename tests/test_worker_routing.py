@@ -10,10 +10,10 @@ import pytest
 from confluent_kafka import KafkaError
 
 from kstream.config import OnBadRecord
+from kstream.elements.events import Barrier
+from kstream.elements.records import InternalRecord, OutputBatch, OutputEvent
 from kstream.kafka.dlq import DeadLetterWriter
 from kstream.kafka.internal import InternalDeliveryError, data_headers, decode_records, read_origin
-from kstream.runtime.events import Barrier
-from kstream.runtime.records import InternalRecord, OutputBatch, OutputEvent
 from kstream.worker.routing import ACK_WAIT_BEHIND_S, ACK_WAIT_S, Router, TaskRoute
 
 

@@ -11,13 +11,13 @@ from prometheus_client import CollectorRegistry
 
 import kstream.job as jobmod
 from kstream.config import CheckpointingConfig, ConfigError, Guarantee, JobConfig
+from kstream.elements.records import OutputBatch
 from kstream.job import INTERNAL_TOPIC_CONFIG, Job, ensure_job_topics, plan_live
 from kstream.kafka.clients import TopicSpec
-from kstream.kafka.sink import ExactlyOnceSink
+from kstream.kafka.exactly_once_sink import ExactlyOnceSink
 from kstream.metrics import Metrics
 from kstream.metrics.worker import WorkerMetrics
 from kstream.plan import plan_job
-from kstream.runtime.records import OutputBatch
 from kstream.sinkbuffer.buffer import EpochBuffer
 from kstream.sinkbuffer.epochs import ColumnBatch
 from kstream.worker.routing import Router, TaskRoute

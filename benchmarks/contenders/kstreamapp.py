@@ -24,13 +24,13 @@ from typing import Any
 
 from benchmarks.workloads import Progress, Report, forever_store_dir
 from kstream.api import Topology
+from kstream.checkpointstorage.objectstore import parse_store_options
 from kstream.config import CheckpointingConfig, Guarantee, JobConfig, KafkaSettings
+from kstream.hosting.embedded import run_embedded
+from kstream.hosting.signals import install_signal_handlers
+from kstream.hosting.tuning import tune_gc
 from kstream.job import Job, ensure_job_topics, plan_live
 from kstream.kafka.source import RawRecord
-from kstream.process.embedded import run_embedded
-from kstream.process.signals import install_signal_handlers
-from kstream.process.tuning import tune_gc
-from kstream.store.objectstore import parse_store_options
 from kstream.worker.loop import Worker
 
 

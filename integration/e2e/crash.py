@@ -33,9 +33,9 @@ from integration.e2e.harness import (
 )
 from integration.e2e.scenarios import Scenario
 from integration.edge_tools import markers
-from kstream.checkpoint.messages import CheckpointCompleted, Restore, Resume
-from kstream.store.base import StoreError
-from kstream.store.metadata import read_metadata
+from kstream.checkpointstorage.base import StoreError
+from kstream.checkpointstorage.metadata import read_metadata
+from kstream.protocol.messages import CheckpointCompleted, Restore, Resume
 
 # A kill plan is a list of steps: "worker" (random worker, random time), "coordinator",
 # "after-snapshot" / "before-sink-commit" (targeted, via the worker's debug pause).
@@ -209,7 +209,7 @@ def run_job(
 def _first_completion(job: JobUnderTest) -> bool:
     job.assert_alive()
     try:
-        from kstream.store.metadata import completed_ids
+        from kstream.checkpointstorage.metadata import completed_ids
 
         return bool(completed_ids(job.store(), job.app))
     except StoreError:

@@ -26,16 +26,9 @@ from pathlib import Path
 from typing import Any
 
 from integration.edge_tools import Read, read_all
-from kstream.checkpoint.messages import (
-    AcknowledgeCheckpoint,
-    CheckpointCompleted,
-    Message,
-    ProtocolError,
-    Restore,
-    Resume,
-    TriggerCheckpoint,
-    decode,
-)
+from kstream.checkpointstorage.base import CheckpointStore, StoreError
+from kstream.checkpointstorage.metadata import CheckpointMetadata, read_metadata
+from kstream.checkpointstorage.urls import open_store
 from kstream.kafka.clients import (
     TopicPartition,
     TopicSpec,
@@ -45,9 +38,16 @@ from kstream.kafka.clients import (
     watermark_offsets,
 )
 from kstream.names import control_topic
-from kstream.store.base import CheckpointStore, StoreError
-from kstream.store.metadata import CheckpointMetadata, read_metadata
-from kstream.store.urls import open_store
+from kstream.protocol.messages import (
+    AcknowledgeCheckpoint,
+    CheckpointCompleted,
+    Message,
+    ProtocolError,
+    Restore,
+    Resume,
+    TriggerCheckpoint,
+    decode,
+)
 
 REPO = Path(__file__).resolve().parents[2]
 PAUSE_MARKER = "KSTREAM-DEBUG-PAUSE"

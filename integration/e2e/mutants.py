@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from kstream.kafka import sink
+from kstream.kafka import exactly_once_sink as sink
 
 
 def sink_ignores_marker() -> None:

@@ -53,7 +53,7 @@ from typing import Any, Protocol
 class ValueState:
     """One JSON-compatible value per key; with ``schema`` (an Avro schema), one Avro
     value per key, versioned so the schema can evolve across savepoints (see
-    ``kstream.runtime.stateschema``)."""
+    ``kstream.operators.stateschema``)."""
 
     ttl_ms: int | None = None
     schema: Any = None  # an Avro schema (dict or JSON text); kept as canonical JSON text

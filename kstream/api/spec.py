@@ -3,7 +3,7 @@
 Every operator kind is one :class:`OpSpec` subclass: its parameters are its typed
 fields, and class-level flags say how the planner treats it — nothing outside the
 spec compares a kind's name. A spec's runtime class registers itself for the spec
-(:func:`kstream.runtime.operators.implements`), so an operator is its spec (next to
+(:func:`kstream.operators.core.implements`), so an operator is its spec (next to
 the DSL method that adds it, :mod:`kstream.api.stream`) plus its runtime class.
 
 ``kind`` is the operator's persistent name: it is part of default stable operator
@@ -16,7 +16,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Protocol
 
 from kstream.serde import Serde
 
@@ -96,3 +96,12 @@ class Node:
 
     def __repr__(self) -> str:
         return f"Node({self.id}, {self.kind}, {self.name!r})"
+
+
+class GraphBuilder(Protocol):
+    """What a stream needs of its topology: adding a node fed by ``parents`` (node,
+    port); :class:`kstream.api.topology.Topology` is the one implementation."""
+
+    def _add(
+        self, spec: OpSpec, parents: list[tuple[Node, int]], name: str | None = None
+    ) -> Node: ...

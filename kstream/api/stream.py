@@ -4,20 +4,20 @@ the DSL method that adds it (its runtime class registers for the spec, see
 
 Adding an operator: a frozen ``OpSpec`` dataclass here (its parameters typed, its
 planner flags set) and the method that adds it, plus its runtime class decorated
-with ``@implements(TheSpec)`` in one of the runtime operator modules — nothing else
-(a new runtime module is also listed in ``kstream.runtime.graph.OPERATOR_MODULES``).
+with ``@implements(TheSpec)`` in one of the modules of :mod:`kstream.operators` — nothing
+else (a new module there is also listed in ``kstream.runtime.graph.OPERATOR_MODULES``).
 ``peek`` was added that way: ``PeekSpec`` and ``Stream.peek`` here, ``PeekOp`` in
-:mod:`kstream.runtime.operators`.
+:mod:`kstream.operators.core`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any, ClassVar, Self
+from typing import Any, ClassVar, Self
 
 from kstream.api.process import ListState, StateSpec, resolve_process
-from kstream.api.spec import Node, OpSpec
+from kstream.api.spec import GraphBuilder, Node, OpSpec
 from kstream.api.windows import (
     COUNT,
     Aggregation,
@@ -28,9 +28,6 @@ from kstream.api.windows import (
 )
 from kstream.config import Guarantee
 from kstream.serde import Serde, serde_by_name
-
-if TYPE_CHECKING:
-    from kstream.api.topology import Topology
 
 EMIT_ROLLING = ("change", "checkpoint")
 SINK_TIMESTAMPS = ("event", "processing")  # .to(timestamp=...): what output records carry
@@ -204,7 +201,7 @@ class JoinWindowSpec(OpSpec):
 class Stream:
     """A handle on one operator output; every method adds an operator."""
 
-    def __init__(self, topology: Topology, node: Node, port: int = 0) -> None:
+    def __init__(self, topology: GraphBuilder, node: Node, port: int = 0) -> None:
         self.topology = topology
         self.node = node
         self.port = port
@@ -448,7 +445,7 @@ class JoinedStream(KeyedStream):
 class Table:
     """A changelog topic as a keyed table (right side of ``join_table``)."""
 
-    def __init__(self, topology: Topology, node: Node) -> None:
+    def __init__(self, topology: GraphBuilder, node: Node) -> None:
         self.topology = topology
         self.node = node
 
@@ -456,7 +453,7 @@ class Table:
 class WindowedStream:
     """A keyed stream grouped into windows; choose exactly one aggregation."""
 
-    def __init__(self, topology: Topology, node: Node) -> None:
+    def __init__(self, topology: GraphBuilder, node: Node) -> None:
         self.topology = topology
         self.node = node
 

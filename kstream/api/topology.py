@@ -85,7 +85,7 @@ class Topology:
         ``<app>.dlq`` with the operator's name and the exception, counted): ``map``,
         ``filter``, ``flat_map``, ``peek``, ``key_by``, aggregations, joiners and process
         functions and their timer callbacks (a dead letter describing the timer; see
-        :mod:`kstream.runtime.errors`)."""
+        :mod:`kstream.elements.errors`)."""
         self.name = name
         self.default_guarantee = default_guarantee
         self.on_error = OnError(on_error)

@@ -62,7 +62,7 @@ from kstream.api.process import canonical_schema
 MAX_DURATION_MS = 2**63 - 1
 """The longest window size, advance, gap, lateness or join bound (Kafka's longest
 timestamp): with event times in ``0 .. 2**63 - 1`` every end computed from them stays
-exact (see ``kstream.runtime.events.MAX_TS``)."""
+exact (see ``kstream.elements.events.MAX_TS``)."""
 
 
 def check_duration(what: str, ms: int, minimum: int = 0) -> None:
@@ -144,7 +144,7 @@ class Aggregation:
     ``merge(a, b)`` combines two accumulators; session windows need it. ``schema``
     (an Avro schema, kept as canonical JSON text): accumulators are stored as
     versioned Avro, so the schema can evolve across savepoints as a process
-    function's ``ValueState(schema=...)`` can (``kstream.runtime.stateschema``);
+    function's ``ValueState(schema=...)`` can (``kstream.operators.stateschema``);
     without it they are stored as JSON.
     """
 

@@ -2,7 +2,7 @@
 
 Completed checkpoints come from their metadata (``<app>/checkpoints/``), failed and
 aborted ones from the history the coordinator keeps (``<app>/history/``, see
-:mod:`kstream.store.history`).
+:mod:`kstream.checkpointstorage.history`).
 """
 
 from __future__ import annotations
@@ -12,6 +12,16 @@ import sys
 
 import click
 
+from kstream.checkpointstorage.base import CheckpointStore
+from kstream.checkpointstorage.history import CheckpointFailure, failure_of, list_failures
+from kstream.checkpointstorage.metadata import (
+    MetadataError,
+    completed_ids,
+    list_checkpoints,
+    read_metadata,
+)
+from kstream.checkpointstorage.objectstore import parse_store_options
+from kstream.checkpointstorage.urls import open_store
 from kstream.cli.common import app_id_of, app_id_option, store_options
 from kstream.monitor.history import (
     HistoryRow,
@@ -21,11 +31,6 @@ from kstream.monitor.history import (
     render_tasks,
     when,
 )
-from kstream.store.base import CheckpointStore
-from kstream.store.history import CheckpointFailure, failure_of, list_failures
-from kstream.store.metadata import MetadataError, completed_ids, list_checkpoints, read_metadata
-from kstream.store.objectstore import parse_store_options
-from kstream.store.urls import open_store
 
 
 @click.group()

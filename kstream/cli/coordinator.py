@@ -15,8 +15,8 @@ from kstream.cli.options import (
     start_observability,
 )
 from kstream.cli.startup import prepare_job, prepare_tasks
-from kstream.process.signals import install_signal_handlers
-from kstream.process.startup import Coordination, coordinate
+from kstream.hosting.signals import install_signal_handlers
+from kstream.hosting.startup import Coordination, coordinate
 
 
 @click.command()

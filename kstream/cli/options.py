@@ -10,6 +10,7 @@ from typing import Any
 import click
 
 from kstream import __version__
+from kstream.checkpointstorage.objectstore import parse_store_options
 from kstream.cli.clientsettings import collect_settings, kafka_options
 from kstream.cli.common import (
     NO_BOOTSTRAP,
@@ -30,7 +31,6 @@ from kstream.config import (
 )
 from kstream.logs import log_at_least, set_app
 from kstream.metrics import METRICS, MetricsPortError, serve_metrics
-from kstream.store.objectstore import parse_store_options
 
 
 class ByteSize(click.ParamType):

@@ -21,14 +21,14 @@ from typing import Any
 
 import click
 
+from kstream.checkpointstorage.base import CheckpointStore
+from kstream.checkpointstorage.objectstore import parse_store_options
+from kstream.checkpointstorage.urls import open_store
 from kstream.cli.common import app_id_option, store_options
 from kstream.query.operators import QueryError, of_description
 from kstream.query.read import Query
 from kstream.query.service import answer_stored
 from kstream.query.stored import StoredState
-from kstream.store.base import CheckpointStore
-from kstream.store.objectstore import parse_store_options
-from kstream.store.urls import open_store
 
 
 def _live(url: str, token: str | None, q: Query, retry_s: float) -> tuple[int, dict[str, Any]]:

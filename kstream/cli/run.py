@@ -18,9 +18,9 @@ from kstream.cli.options import (
 )
 from kstream.cli.startup import prepare_job, start_worker
 from kstream.dev.localbroker import BrokerRecord, LocalBroker, LocalBrokerError
-from kstream.process.embedded import run_embedded
-from kstream.process.signals import install_signal_handlers, worker_stop
-from kstream.process.tuning import tune_gc
+from kstream.hosting.embedded import run_embedded
+from kstream.hosting.signals import install_signal_handlers, worker_stop
+from kstream.hosting.tuning import tune_gc
 from kstream.worker.loop import Worker
 
 log = logging.getLogger(__name__)

@@ -1,6 +1,6 @@
 """`kstream savepoint APP [--stop]` and `kstream savepoints list|delete`.
 
-A savepoint is a checkpoint kept outside retention (:mod:`kstream.store.savepoints`),
+A savepoint is a checkpoint kept outside retention (:mod:`kstream.checkpointstorage.savepoints`),
 made by the job's coordinator on request (``SavepointRequest`` on the control
 topic). ``--stop`` stops every worker gracefully first, so the savepoint is the
 job's last checkpoint: everything read is in it and its exactly-once output is
@@ -16,7 +16,11 @@ import time
 
 import click
 
-from kstream.checkpoint.messages import Heartbeat, SavepointRequest
+from kstream.checkpointstorage.layout import savepoint_metadata_path, savepoint_path
+from kstream.checkpointstorage.metadata import MetadataError
+from kstream.checkpointstorage.objectstore import parse_store_options
+from kstream.checkpointstorage.savepoints import delete_savepoint, list_savepoints, read_savepoint
+from kstream.checkpointstorage.urls import open_store
 from kstream.cli.common import (
     app_argument,
     app_id_of,
@@ -28,11 +32,7 @@ from kstream.cli.common import (
 from kstream.kafka.control import ControlClient, ControlError, control_topic_exists
 from kstream.monitor.history import when
 from kstream.names import control_topic
-from kstream.store.layout import savepoint_metadata_path, savepoint_path
-from kstream.store.metadata import MetadataError
-from kstream.store.objectstore import parse_store_options
-from kstream.store.savepoints import delete_savepoint, list_savepoints, read_savepoint
-from kstream.store.urls import open_store
+from kstream.protocol.messages import Heartbeat, SavepointRequest
 
 QUIET_S = 3.0  # no heartbeat for this long: every worker has stopped (they beat every second)
 

@@ -15,12 +15,12 @@ import click
 
 from kstream.cli.options import build_job_config
 from kstream.config import ConfigError, JobConfig
+from kstream.hosting.coordinator import EXIT_FAILED, EXIT_USAGE
+from kstream.hosting.startup import Coordination, StartRefused, check_start
 from kstream.job import Job, ensure_job_topics, load_topology, plan_live
 from kstream.kafka.clients import KafkaRefused, KafkaUnreachable, check_cluster
 from kstream.kafka.control import ControlError
 from kstream.kafka.reachability import BrokerOutage, Reachability
-from kstream.process.coordinator import EXIT_FAILED, EXIT_USAGE
-from kstream.process.startup import Coordination, StartRefused, check_start
 
 __all__ = ["prepare_job", "prepare_tasks", "refuse", "start_worker"]
 
@@ -43,7 +43,7 @@ def prepare_job(
 ) -> Job:
     """1. Load TOPOLOGY and the job's configuration; 2. reach the cluster; 3. plan against
     the live topics; 4. check the store and the state the job starts from
-    (:func:`kstream.process.startup.check_start`); 5. create the job's topics."""
+    (:func:`kstream.hosting.startup.check_start`); 5. create the job's topics."""
     try:
         topo = load_topology(topology)
         cfg = build_job_config(

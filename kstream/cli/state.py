@@ -22,23 +22,23 @@ from typing import Any
 
 import click
 
-from kstream.cli.common import app_argument, app_id_of, app_id_option, store_options
-from kstream.query.operators import SOURCE_PARTITIONERS
-from kstream.query.read import Tables
-from kstream.rescale.layout import RescaleError
-from kstream.rescale.savepoint import rescale_savepoint
-from kstream.state.base import TableSpec
-from kstream.state.restore import restore_backend
-from kstream.store.base import CheckpointStore
-from kstream.store.metadata import (
+from kstream.checkpointstorage.base import CheckpointStore
+from kstream.checkpointstorage.metadata import (
     CheckpointMetadata,
     MetadataError,
     latest_completed,
     read_metadata,
 )
-from kstream.store.objectstore import parse_store_options
-from kstream.store.savepoints import read_savepoint
-from kstream.store.urls import open_store
+from kstream.checkpointstorage.objectstore import parse_store_options
+from kstream.checkpointstorage.savepoints import read_savepoint
+from kstream.checkpointstorage.urls import open_store
+from kstream.cli.common import app_argument, app_id_of, app_id_option, store_options
+from kstream.query.operators import SOURCE_PARTITIONERS
+from kstream.query.read import Tables
+from kstream.rescale.layout import RescaleError
+from kstream.rescale.savepoint import rescale_savepoint
+from kstream.snapshots.restore import restore_backend
+from kstream.state.base import TableSpec
 
 
 def _json(value: Any) -> Any:

@@ -8,6 +8,11 @@ import time
 
 import click
 
+from kstream.checkpointstorage.base import CheckpointStore
+from kstream.checkpointstorage.history import list_failures, list_restarts
+from kstream.checkpointstorage.metadata import list_checkpoints
+from kstream.checkpointstorage.objectstore import parse_store_options
+from kstream.checkpointstorage.urls import open_store
 from kstream.cli.common import (
     app_argument,
     app_id_of,
@@ -34,11 +39,6 @@ from kstream.monitor.status import (
 )
 from kstream.monitor.view import ControlView
 from kstream.names import control_topic, group_id, status_reader_group
-from kstream.store.base import CheckpointStore
-from kstream.store.history import list_failures, list_restarts
-from kstream.store.metadata import list_checkpoints
-from kstream.store.objectstore import parse_store_options
-from kstream.store.urls import open_store
 
 CLEAR = "\x1b[H\x1b[2J"  # cursor home, clear screen: --watch redraws in place
 

@@ -16,11 +16,11 @@ from kstream.cli.options import (
     start_observability,
 )
 from kstream.cli.startup import prepare_job, start_worker
-from kstream.process.coordinator import EXIT_USAGE
-from kstream.process.election import ElectedCoordinator
-from kstream.process.signals import install_signal_handlers, worker_stop
-from kstream.process.startup import Coordination
-from kstream.process.tuning import tune_gc
+from kstream.hosting.coordinator import EXIT_USAGE
+from kstream.hosting.election import ElectedCoordinator
+from kstream.hosting.signals import install_signal_handlers, worker_stop
+from kstream.hosting.startup import Coordination
+from kstream.hosting.tuning import tune_gc
 from kstream.worker.loop import Worker
 from kstream.worker.settings import PausePoint, WorkerSettings
 

@@ -8,7 +8,7 @@ coordinator fails its next write with :class:`CoordinatorFenced`. Everybody read
 ``read_committed``, so a zombie's aborted writes are never seen. Workers write
 non-transactionally (visible to read_committed readers at once).
 
-Records are decoded with :func:`kstream.checkpoint.messages.decode`; a record
+Records are decoded with :func:`kstream.protocol.messages.decode`; a record
 that is not a valid message is logged, counted in ``skipped`` and skipped.
 
 While the brokers are unreachable, every send (a coordinator's transaction, a
@@ -28,16 +28,6 @@ from typing import Any
 
 from confluent_kafka import OFFSET_END, Consumer, TopicPartition
 
-from kstream.checkpoint.messages import (
-    COORDINATOR_MESSAGES,
-    Message,
-    ProtocolError,
-    decode,
-    encode,
-    record_key,
-    verify,
-)
-from kstream.checkpoint.replay import ReplayGuard
 from kstream.config import Replication
 from kstream.kafka.clients import (
     KafkaError,
@@ -53,6 +43,16 @@ from kstream.kafka.clients import (
 )
 from kstream.kafka.reachability import Backoff, BrokerOutage, Reachability
 from kstream.names import control_reader_group, control_topic
+from kstream.protocol.messages import (
+    COORDINATOR_MESSAGES,
+    Message,
+    ProtocolError,
+    decode,
+    encode,
+    record_key,
+    verify,
+)
+from kstream.protocol.replay import ReplayGuard
 
 log = logging.getLogger(__name__)
 
@@ -115,7 +115,7 @@ count, which the topic check then refuses); it is created by
 
 def control_topic_spec(app_id: str, segment_ms: int = SEGMENT_MS) -> TopicSpec:
     """``<app>.control``: exactly one partition (every reader sees one total order),
-    **compacted** with the keys of :func:`kstream.checkpoint.messages.record_key`,
+    **compacted** with the keys of :func:`kstream.protocol.messages.record_key`,
     ``segment_ms`` segments and an eager cleaner, so a starting process reads the newest
     record per key plus the records of about the last segment — bounded by the job's
     recent activity, not its age (heartbeats add a record per worker per second).
@@ -167,12 +167,12 @@ class ControlReader:
         key_source: Callable[[], bytes | None] | None = None,
     ) -> None:
         self.topic = control_topic(app_id)
-        # Verification of coordinator messages (kstream.checkpoint.messages.verify): with
+        # Verification of coordinator messages (kstream.protocol.messages.verify): with
         # a key source, a coordinator message that does not verify is skipped.
         self._key_source = key_source
         self.unverified = 0  # coordinator messages skipped as unverifiable
         self.max_epoch = 0  # newest coordinator epoch among verified messages
-        # Copies of earlier signed messages (kstream.checkpoint.replay) are skipped.
+        # Copies of earlier signed messages (kstream.protocol.replay) are skipped.
         self.replays = ReplayGuard()
         self.reach = reachability or Reachability(DEFAULT_MAX_OUTAGE)
         self._reported: set[int] = set()  # error codes logged since the last record

@@ -9,14 +9,6 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from kstream.checkpoint.messages import (
-    COORDINATOR_MESSAGES,
-    Message,
-    encode,
-    record_key,
-    sign,
-    verify,
-)
 from kstream.config import Replication
 from kstream.kafka.clients import (
     KafkaError,
@@ -37,6 +29,14 @@ from kstream.kafka.control import (
 )
 from kstream.kafka.reachability import Backoff, Reachability
 from kstream.names import control_topic, coordinator_transactional_id
+from kstream.protocol.messages import (
+    COORDINATOR_MESSAGES,
+    Message,
+    encode,
+    record_key,
+    sign,
+    verify,
+)
 
 
 class CoordinatorChannel:
@@ -46,7 +46,7 @@ class CoordinatorChannel:
     coordinator's epoch — one above the newest verified epoch in the history — and a
     sequence number in it, and only verified coordinator messages newer than every
     one read before are read (a copy of an earlier one is a replay, skipped:
-    :mod:`kstream.checkpoint.replay`). This coordinator was replaced when
+    :mod:`kstream.protocol.replay`). This coordinator was replaced when
     its transactional producer is fenced, or when it reads a verified message of an
     epoch at least its own that it did not write; an unverifiable record never
     decides that.
@@ -147,7 +147,7 @@ class CoordinatorChannel:
                     # Not ours: a verified successor (noticed here even while we have
                     # nothing to write), or an unsigned write when signing is off. A
                     # copy of an earlier signed message (ours or older) never gets here:
-                    # the reader skips replays (kstream.checkpoint.replay).
+                    # the reader skips replays (kstream.protocol.replay).
                     stamp = verify(raw, self.key) if self.key is not None else None
                     epoch = stamp.epoch if stamp is not None else None
                     if self.key is None or (epoch is not None and epoch >= self.epoch):

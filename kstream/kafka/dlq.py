@@ -15,7 +15,7 @@ Headers of a dead letter (all UTF-8 text)::
     ks.operator   only for a record a user function raised on (on_error=dead_letter):
                   the operator's name; ks.offset is then -1 (and for a timer
                   callback ks.topic is empty, ks.partition -1: the value describes
-                  the timer, see kstream.runtime.errors)
+                  the timer, see kstream.elements.errors)
     ks.truncated  only on a truncated dead letter: what was cut, e.g.
                   ``value 5242880 -> 65536 bytes``
 

@@ -30,7 +30,7 @@ the field (they judge those records against the timestamp, as before).
 An event is written to EVERY partition of the internal topic
 (:func:`produce_event`), so each downstream task sees it on each of its inputs.
 
-The events are the runtime's own (:mod:`kstream.runtime.events`): this module encodes
+The events are the runtime's own (:mod:`kstream.elements.events`): this module encodes
 them and decodes records into the runtime's ``InternalRecord``/``InternalEvent``
 (:func:`decode_records`). Decoding is validated: a malformed header or value raises
 :class:`InternalRecordError` with the reason, and :func:`decode_records` hands such a
@@ -61,8 +61,8 @@ from enum import StrEnum
 from functools import partial
 from typing import Any
 
-from kstream.runtime.events import Barrier, EndOfInput, StreamEvent, Watermark
-from kstream.runtime.records import InternalEvent, InternalRecord
+from kstream.elements.events import Barrier, EndOfInput, StreamEvent, Watermark
+from kstream.elements.records import InternalEvent, InternalRecord
 
 __all__ = [
     "HEADER_ATTEMPT",

@@ -15,9 +15,9 @@ from typing import Any, Protocol
 
 from prometheus_client import Counter
 
+from kstream.elements.events import MIN_TS
 from kstream.metrics.labels import dead_letter_reason
 from kstream.metrics.registry import METRICS, Metrics
-from kstream.runtime.events import MIN_TS
 
 
 class TaskLike(Protocol):

@@ -10,9 +10,9 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from kstream.checkpointstorage.history import CheckpointFailure, CheckpointStatus
+from kstream.checkpointstorage.metadata import CheckpointMetadata, TaskSnapshot
 from kstream.metrics.labels import checkpoint_reason
-from kstream.store.history import CheckpointFailure, CheckpointStatus
-from kstream.store.metadata import CheckpointMetadata, TaskSnapshot
 
 
 def when(epoch: float) -> str:

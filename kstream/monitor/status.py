@@ -10,12 +10,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from kstream.checkpointstorage.history import RestartRecord
+from kstream.checkpointstorage.metadata import CheckpointMetadata
 from kstream.metrics.labels import restart_cause
 from kstream.monitor.history import HistoryRow, render_list, when
 from kstream.monitor.view import ControlView, Event
 from kstream.names import is_repartition_topic, member_client_id
-from kstream.store.history import RestartRecord
-from kstream.store.metadata import CheckpointMetadata
 
 RECENT_CHECKPOINTS = 5
 RECENT_EVENTS = 10

@@ -9,8 +9,8 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass, field
 
-from kstream.checkpoint.causes import stopped_reason
-from kstream.checkpoint.messages import (
+from kstream.protocol.causes import stopped_reason
+from kstream.protocol.messages import (
     REASSIGNED,
     AcknowledgeCheckpoint,
     CheckpointAborted,

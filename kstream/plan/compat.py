@@ -16,7 +16,7 @@ restoring plan's:
    field. Compatible changes (a field added with a default, removed, promoted) pass:
    values are read through resolution. (A description of version 1 says nothing about
    schemas: nothing is compared; the operator's open still checks the stored history,
-   :mod:`kstream.runtime.stateschema`.)
+   :mod:`kstream.operators.stateschema`.)
 4. A stage whose partition count changed (a source topic's or an internal
    topic's): refused (state is partitioned by key) — unless the state is being
    imported with ``--from-savepoint``/``--from-checkpoint`` (``rescale``): then its keyed

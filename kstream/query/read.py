@@ -16,8 +16,8 @@ from functools import partial
 from itertools import dropwhile, islice
 from typing import Any
 
+from kstream.operators.stateschema import ACCUMULATOR, StoredDecoder, VersionedTable
 from kstream.query.operators import OperatorInfo, QueryError
-from kstream.runtime.stateschema import ACCUMULATOR, StoredDecoder, VersionedTable
 from kstream.state.base import StateKey, StateTable
 
 OPS = ("get", "scan", "windows")

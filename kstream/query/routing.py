@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from kstream.checkpoint.messages import (
+from kstream.protocol.messages import (
     CheckpointCompleted,
     Heartbeat,
     Message,

@@ -20,13 +20,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from kstream.checkpointstorage.base import StoreError
 from kstream.query.gate import GateTimeout, StateGate
 from kstream.query.operators import OperatorInfo, QueryError
 from kstream.query.read import Query, Tables, read
 from kstream.query.routing import Directory, Forward, Local, Moving
 from kstream.query.stored import StoredState
-from kstream.state.restore import CorruptSnapshotError
-from kstream.store.base import StoreError
+from kstream.snapshots.restore import CorruptSnapshotError
 
 log = logging.getLogger(__name__)
 

@@ -2,7 +2,7 @@
 
 What a ``checkpointed`` query and ``kstream query --checkpoint`` read: each task's
 snapshot restored exactly as a restore after a failure would restore it
-(:func:`kstream.state.restore.restore_backend`, the machinery of ``kstream state
+(:func:`kstream.snapshots.restore.restore_backend`, the machinery of ``kstream state
 dump``) into a directory of this process, then read. A task's directory is restored
 again in place for a newer checkpoint: the files it already has (an unchanged base,
 earlier deltas) are reused, so only what changed is downloaded.
@@ -18,19 +18,19 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from kstream.query.operators import QueryError
-from kstream.query.read import Tables
-from kstream.state.base import TableSpec
-from kstream.state.restore import restore_backend
-from kstream.state.rocksdb import RocksDBBackend
-from kstream.store.base import CheckpointStore
-from kstream.store.metadata import (
+from kstream.checkpointstorage.base import CheckpointStore
+from kstream.checkpointstorage.metadata import (
     CheckpointMetadata,
     MetadataError,
     latest_completed,
     read_metadata,
 )
-from kstream.store.savepoints import read_savepoint
+from kstream.checkpointstorage.savepoints import read_savepoint
+from kstream.query.operators import QueryError
+from kstream.query.read import Tables
+from kstream.snapshots.restore import restore_backend
+from kstream.state.base import TableSpec
+from kstream.state.rocksdb import RocksDBBackend
 
 LOCAL_KEPT = 2  # local copies of snapshots kept per task directory (for reuse)
 

@@ -4,7 +4,7 @@ For every stage whose partition count changes, each old task's snapshot is resto
 into a local directory in turn (one at a time: only its own files are downloaded),
 read row by row into the new tasks' RocksDB instances (:func:`kstream.rescale.core.redistribute`),
 and each new task's state is snapshotted and uploaded as usual
-(:class:`kstream.state.snapshot.SnapshotUploader`): a new task's restore downloads only
+(:class:`kstream.snapshots.upload.SnapshotUploader`): a new task's restore downloads only
 its own share. Stages whose count stays keep their snapshots as they are.
 
 Input positions of a rescaled stage (``docs/operations.md``, "Rescaling"):
@@ -33,20 +33,20 @@ from typing import Any
 
 import rocksdict
 
+from kstream.checkpointstorage.base import CheckpointStore
+from kstream.checkpointstorage.metadata import CheckpointMetadata, TaskSnapshot
+from kstream.checkpointstorage.savepoints import create_savepoint, read_savepoint
 from kstream.plan.compat import IncompatibleStateError
 from kstream.rescale.core import redistribute
 from kstream.rescale.layout import RescaleError
 from kstream.rescale.routing import OperatorRoute, routes_of_description
+from kstream.snapshots.restore import restore_backend
+from kstream.snapshots.upload import SnapshotManifest, SnapshotUploader, read_manifest
 from kstream.state.base import StateKey, TableSpec
 from kstream.state.keys import decode_key
-from kstream.state.restore import restore_backend
 from kstream.state.rocksdb import RocksDBBackend
 from kstream.state.rocksdb_options import cf_options, db_options, write_options
-from kstream.state.snapshot import SnapshotManifest, SnapshotUploader, read_manifest
 from kstream.state.valueformat import HAS_TIME, INT_BODIES, IS_INT, IS_NONE
-from kstream.store.base import CheckpointStore
-from kstream.store.metadata import CheckpointMetadata, TaskSnapshot
-from kstream.store.savepoints import create_savepoint, read_savepoint
 
 __all__ = ["rescale_checkpoint", "rescale_savepoint", "rescaler"]
 
@@ -339,7 +339,7 @@ def rescaler(
     store: CheckpointStore, app_id: str, checkpoint_id: int, source_partitioner: str = "murmur2"
 ) -> Callable[[CheckpointMetadata, str, dict[str, int]], CheckpointMetadata]:
     """What a job starting ``--from-savepoint`` on other partition counts rescales its state
-    with (:func:`kstream.store.startfrom.import_start`): the new tasks' snapshots written
+    with (:func:`kstream.checkpointstorage.startfrom.import_start`): the new tasks' snapshots written
     as ``app_id``'s ``rescale-<checkpoint_id>``; IncompatibleStateError naming the
     operator where the state cannot be rescaled."""
 

@@ -1,6 +1,7 @@
-"""Task runtime: operators, stream events, barrier alignment, watermarks, windows."""
+"""The task engine (task, gate, graph, watermarks), and the names tests and embedders import
+from it: stream elements (:mod:`kstream.elements`) and `partition_for_key` (:mod:`kstream.operators.core`)."""
 
-from kstream.runtime.events import (
+from kstream.elements.events import (
     MAX_TS,
     MIN_TS,
     Barrier,
@@ -9,8 +10,7 @@ from kstream.runtime.events import (
     StreamEvent,
     Watermark,
 )
-from kstream.runtime.operators import partition_for_key
-from kstream.runtime.records import (
+from kstream.elements.records import (
     AlignmentAborted,
     DeadLetter,
     InternalEvent,
@@ -22,6 +22,7 @@ from kstream.runtime.records import (
     SnapshotPoint,
     SourceRecord,
 )
+from kstream.operators.core import partition_for_key
 from kstream.runtime.task import Task
 
 __all__ = [

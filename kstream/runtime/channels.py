@@ -9,8 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from kstream.elements.events import MIN_TS
 from kstream.plan.model import InputKind
-from kstream.runtime.events import MIN_TS
 
 
 @dataclass(eq=False)

@@ -16,10 +16,10 @@ from operator import itemgetter, lt
 from typing import NamedTuple
 
 from kstream.api.time import WatermarkStrategy
+from kstream.elements.events import MAX_TS, Barrier
+from kstream.elements.records import Position, SourceRecord
 from kstream.plan.model import InputKind, JobPlan, TaskSpec
 from kstream.runtime.channels import Channel
-from kstream.runtime.events import MAX_TS, Barrier
-from kstream.runtime.records import Position, SourceRecord
 
 TP = tuple[str, int]
 

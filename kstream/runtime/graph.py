@@ -7,16 +7,16 @@ from dataclasses import dataclass, field
 
 from kstream.api.spec import TopicInput
 from kstream.api.topology import SourceSpec
+from kstream.elements.reader import Reader
+from kstream.elements.records import Output
+from kstream.operators import joins, process, rolling, session_windows, sliding_windows, windows
+from kstream.operators.core import Build, Operator, Passthrough, build_operator
 from kstream.plan.model import JobPlan, TaskSpec
 from kstream.plan.operators import operator_ids
-from kstream.runtime import joins, process, rolling, session_windows, sliding_windows, windows
-from kstream.runtime.operators import Build, Operator, Passthrough, build_operator
-from kstream.runtime.reader import Reader
-from kstream.runtime.records import Output
 from kstream.serde import JsonSerde
 from kstream.state.base import KeyedStateBackend
 
-# The runtime operator modules: each registers its classes (``@implements``) on import.
+# The operator modules (kstream.operators): each registers its classes (``@implements``) on import.
 OPERATOR_MODULES = (joins, process, rolling, session_windows, sliding_windows, windows)
 
 

@@ -15,14 +15,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from kstream.runtime.events import Barrier, StreamEvent
+from kstream.elements.events import Barrier, StreamEvent
+from kstream.elements.records import InternalEvent, InternalRecord, Output
 from kstream.runtime.gate import InputGate, second_copy
 from kstream.runtime.lateness import JudgedRuns
-from kstream.runtime.records import InternalEvent, InternalRecord, Output
 
 if TYPE_CHECKING:
+    from kstream.operators.firing import TaskFiring
     from kstream.runtime.channels import Channel
-    from kstream.runtime.firing import TaskFiring
     from kstream.runtime.graph import Graph
 
 # Where a raw record holds its key, value, timestamp and offset.

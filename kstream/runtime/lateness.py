@@ -23,11 +23,11 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from kstream.runtime.events import MIN_TS, Barrier, Watermark
-from kstream.runtime.records import Output, OutputBatch, OutputEvent
+from kstream.elements.events import MIN_TS, Barrier, Watermark
+from kstream.elements.records import Output, OutputBatch, OutputEvent
 
 if TYPE_CHECKING:
-    from kstream.runtime.operators import Operator
+    from kstream.operators.core import Operator
 
 
 class JudgedRuns:

@@ -13,8 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from kstream.plan.model import InputKind, JobPlan
-from kstream.runtime.records import (
+from kstream.elements.records import (
     DeadLetter,
     InternalEvent,
     InternalRecord,
@@ -23,6 +22,7 @@ from kstream.runtime.records import (
     SnapshotPoint,
     SourceRecord,
 )
+from kstream.plan.model import InputKind, JobPlan
 from kstream.runtime.task import Task
 from kstream.state.memory import MemoryBackend
 

@@ -1,24 +1,9 @@
 """``Task``: one stage x one partition, I/O free. The worker feeds it batches and
 events with the processing time ``now`` (seconds, monotonic) and drains its
-ordered outputs after every call (see ``kstream.runtime.records``).
+ordered outputs after every call (see ``kstream.elements.records``).
 
-Checkpoint barrier handling, in order (docs/design.md §4, §5.4):
-
-1. An input that delivers barrier *n* is held back: ``paused_inputs()`` lists the
-   partitions to pause; anything still fed for it is buffered, per upstream task
-   inside a shared internal partition.
-2. When every live input delivered *n*, each barrier timestamp is applied to its
-   input's watermark and the task watermark (minimum over inputs) advances: windows
-   ending at or before it fire and timers due by it run, and operators emit what is
-   due per checkpoint (``before_snapshot``), all *before* the snapshot, so their
-   results belong to epoch *n* (a firing in slices may go on after it, see below).
-3. ``SnapshotPoint`` is output: the state is exactly the checkpoint's (no
-   post-barrier record processed yet); positions say where each input resumes (per
-   upstream task for internal partitions).
-4. The barrier is forwarded to every output (internal topics and sinks).
-5. Everything the task would do next (replaying the inputs' buffers, the rest of
-   the batch) waits, in order, until its runner took the snapshot and calls
-   :meth:`Task.snapshot_taken`; a call in between is refused.
+Checkpoint barriers are aligned as :mod:`kstream.runtime.alignment` describes (a base
+class of ``Task``).
 
 The channels, what they hold back and where they resume are the input gate's
 (:mod:`kstream.runtime.gate`); the operators are built by :mod:`kstream.runtime.graph`.
@@ -39,7 +24,7 @@ watermark is marked with it in turn (see :mod:`kstream.runtime.lateness`). Downs
 call that wrote internal records, before any records processed after the watermark
 moved, every ``watermark_interval_s`` otherwise, and on every forwarded barrier.
 
-Firing in slices (:mod:`kstream.runtime.firing`): with a ``firing_budget`` windows
+Firing in slices (:mod:`kstream.operators.firing`): with a ``firing_budget`` windows
 fire a slice per call, :meth:`Task.tick` goes on; no record is processed meanwhile
 (it waits in its channel's buffer), but a barrier at the head of a channel goes in
 (a source's before the waiting records): a checkpoint mid-firing holds its progress.
@@ -57,11 +42,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from kstream.config import OnError
-from kstream.plan.model import InputKind, JobPlan, OutputKind, TaskSpec
-from kstream.runtime.channels import Channel
-from kstream.runtime.counters import task_counters
-from kstream.runtime.errors import OperatorErrors
-from kstream.runtime.events import (
+from kstream.elements.errors import OperatorErrors
+from kstream.elements.events import (
     MAX_TS,
     MIN_TS,
     Barrier,
@@ -70,14 +52,7 @@ from kstream.runtime.events import (
     StreamEvent,
     Watermark,
 )
-from kstream.runtime.firing import Budget, TaskFiring
-from kstream.runtime.gate import InputGate, QueuedBarrier, unseen
-from kstream.runtime.graph import build_graph
-from kstream.runtime.intake import InternalIntake
-from kstream.runtime.lateness import JudgedRuns, late_counts
-from kstream.runtime.operators import Operator
-from kstream.runtime.records import (
-    AlignmentAborted,
+from kstream.elements.records import (
     DeadLetter,
     InternalEvent,
     InternalRecord,
@@ -85,9 +60,18 @@ from kstream.runtime.records import (
     OutputBatch,
     OutputEvent,
     Position,
-    SnapshotPoint,
     SourceRecord,
 )
+from kstream.operators.core import Operator
+from kstream.operators.firing import Budget, TaskFiring
+from kstream.plan.model import InputKind, JobPlan, OutputKind, TaskSpec
+from kstream.runtime.alignment import BarrierAlignment
+from kstream.runtime.channels import Channel
+from kstream.runtime.counters import task_counters
+from kstream.runtime.gate import InputGate, QueuedBarrier, unseen
+from kstream.runtime.graph import build_graph
+from kstream.runtime.intake import InternalIntake
+from kstream.runtime.lateness import JudgedRuns, late_counts
 from kstream.runtime.recordwatermarks import watermark_cuts
 from kstream.state.base import KeyedStateBackend, TableSpec
 
@@ -96,7 +80,7 @@ log = logging.getLogger(__name__)
 _SOURCE_FIELDS = (0, 1, 2, 3)  # where a SourceRecord holds its key, value, time, offset
 
 
-class Task(InternalIntake):
+class Task(BarrierAlignment, InternalIntake):
     """Runs one ``TaskSpec`` of a ``JobPlan`` over a keyed-state backend.
 
     ``attempt`` is the job attempt this task runs in (records of older attempts on
@@ -371,67 +355,6 @@ class Task(InternalIntake):
             if self.bounded:
                 raise PipelinedEventError(event, c.topic, c.partition, self.task_id)
             self._on_barrier(c, event, None if offset is None else offset + 1)
-
-    def _on_barrier(self, c: Channel, b: Barrier, position: int | None) -> None:
-        pending = self._gate.pending
-        if pending is not None and b.checkpoint_id < pending:
-            self.metrics["stale_barriers"] += 1  # an aborted checkpoint's straggler
-            return
-        if pending is not None and b.checkpoint_id > pending:
-            self._abort_alignment(
-                f"barrier {b.checkpoint_id} arrived on {c.describe()} before barrier "
-                f"{pending} aligned"
-            )
-        self._gate.block(c, b, position)
-        self._check_aligned()
-
-    def _abort_alignment(self, reason: str) -> None:
-        assert self._gate.pending is not None
-        self._out.append(AlignmentAborted(self._gate.pending, reason))
-        for c in self._gate.abort():
-            self._replay(c)
-
-    def _check_aligned(self) -> None:
-        gate = self._gate
-        n = gate.pending
-        live = gate.aligned()
-        if n is None or live is None:
-            return
-        # (1) Barrier timestamps are watermarks: fire what they allow before the snapshot.
-        for c in live:
-            if c.barrier_timestamp > c.watermark:
-                c.watermark = c.barrier_timestamp
-        self._update_watermark(emit=False)
-        for op in self._graph.stateful:  # results due per checkpoint belong to epoch n
-            op.before_snapshot()
-        # (2) Snapshot point: state now is exactly checkpoint n's.
-        self._snapshot(n, final=False)
-        self._firing.note_checkpoint(n)  # mid-firing: its progress is in the snapshot
-        # (3) Forward the barrier downstream, carrying the task watermark.
-        self._emitted_wm = max(self._emitted_wm, self.watermark)
-        self._broadcast(Barrier(n, self.attempt, self.watermark))
-        # (4) Release the inputs and replay what arrived after their barrier: all of it
-        # waits, in order, until the snapshot is taken (snapshot_taken).
-        gate.release(live)
-        for c in live:
-            self._replay(c)
-        self._update_watermark()
-
-    def _snapshot(self, checkpoint_id: int | None, *, final: bool) -> None:
-        # Input watermarks belong to the state: a restored task judges the records it
-        # reads again against the watermarks the failure-free run had there. They travel
-        # with the snapshot point (the manifest), not through the state backend: a
-        # stateless task's snapshot then writes nothing to RocksDB.
-        marks = {
-            (key[0], key[1], key[2] or ""): c.watermark
-            for key, c in self._gate.channels.items()
-            if c.watermark > MIN_TS
-        }
-        positions = self._gate.positions(final=final)
-        self._out.append(
-            SnapshotPoint(self.task_id, checkpoint_id, self.attempt, positions, final, marks)
-        )
-        self._gate.holding = True  # until snapshot_taken()
 
     def _replay(self, c: Channel) -> None:
         pending, c.buffer = c.buffer, []

@@ -30,7 +30,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from kstream.runtime.events import MIN_TS
+from kstream.elements.events import MIN_TS
 
 TP = tuple[str, int]
 
@@ -54,7 +54,7 @@ class WatermarkAligner:
     def slowest(self, partitions: Mapping[TP, PartitionTime]) -> dict[str, int]:
         """Per aligned topic, the watermark of its slowest partition that holds the others
         back (a topic without one is absent): what a worker reports for global alignment
-        (:mod:`kstream.checkpoint.alignment`)."""
+        (:mod:`kstream.protocol.alignment`)."""
         slowest: dict[str, int] = {}
         for (topic, _), p in partitions.items():
             if topic in self.max_drift_ms and p.backlog and not p.ended:

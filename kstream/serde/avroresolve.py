@@ -5,7 +5,7 @@ A field added with a default, a field removed, a promotion (int -> long -> float
 double, string <-> bytes), enum symbols added, union branches added are compatible;
 anything else is not, and :func:`incompatibility` says why, naming the field. Used for
 state whose schema evolves across savepoints: at an operator's open
-(:mod:`kstream.runtime.stateschema`) and in the start-up check of a restore
+(:mod:`kstream.operators.stateschema`) and in the start-up check of a restore
 (:mod:`kstream.plan.compat`).
 """
 
@@ -15,7 +15,7 @@ from typing import Any
 
 from fastavro.schema import fingerprint, to_parsing_canonical_form
 
-from kstream.serde.avro import _named
+from kstream.serde.avro_bounds import named_types
 
 __all__ = ["incompatibility", "schema_version"]
 
@@ -53,7 +53,7 @@ def _describe(s: Any) -> str:
 def incompatibility(writer: Any, reader: Any) -> str | None:
     """Why values written with ``writer`` cannot be read as ``reader`` (parsed schemas)
     by Avro schema resolution, naming the field; None when they can."""
-    return _Check(_named(writer, {}), _named(reader, {})).check(writer, reader, "")
+    return _Check(named_types(writer, {}), named_types(reader, {})).check(writer, reader, "")
 
 
 class _Check:

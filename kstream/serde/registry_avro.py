@@ -33,7 +33,7 @@ from typing import Any
 import fastavro
 from fastavro.read import SchemaResolutionError
 
-from kstream.serde.avro import _analyse, _named, _Walk
+from kstream.serde.avro_bounds import Walk, analyse, named_types
 from kstream.serde.base import Serde, SerdeError, SerdeUnavailable
 from kstream.serde.registry import (
     RegistryAccess,
@@ -56,8 +56,8 @@ class _Writer:
     def __init__(self, writer: Any, reader: Any) -> None:
         self.writer = writer
         self.reader = None if reader == writer else reader
-        self.named = _named(writer, {})
-        recursive, self.empty = _analyse(writer, self.named)
+        self.named = named_types(writer, {})
+        recursive, self.empty = analyse(writer, self.named)
         self.guarded = recursive or any(self.empty.values())
 
 
@@ -148,7 +148,7 @@ class RegistryAvroSerde(Serde):
 
     def _read(self, w: _Writer, sid: int, data: bytes) -> Any:
         if w.guarded:
-            _Walk(w.named, w.empty, data, 5).value(w.writer, 0)
+            Walk(w.named, w.empty, data, 5).value(w.writer, 0)
         buf = io.BytesIO(data)
         buf.seek(5)
         try:

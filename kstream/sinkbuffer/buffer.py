@@ -2,7 +2,7 @@
 epochs kept until their checkpoint is committed.
 
 In memory up to a budget; past it the epochs' records are spilled to local disk
-(:mod:`kstream.sinkbuffer.spill`, the only I/O). :mod:`kstream.kafka.sink` publishes
+(:mod:`kstream.sinkbuffer.spill`, the only I/O). :mod:`kstream.kafka.exactly_once_sink` publishes
 what this holds.
 """
 
@@ -12,7 +12,8 @@ import io
 import logging
 from collections.abc import Iterable
 
-from kstream.sinkbuffer.blob import MemorySegment, decode_blob, encode_blob, encode_segment
+from kstream.sinkbuffer.blob import encode_blob, encode_segment
+from kstream.sinkbuffer.blobdecode import MemorySegment, decode_blob
 from kstream.sinkbuffer.budget import MemoryBudget
 from kstream.sinkbuffer.epochs import (
     Chunk,

@@ -18,7 +18,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import BinaryIO
 
-from kstream.sinkbuffer.blob import decode_segment, write_segmented_blob
+from kstream.sinkbuffer.blob import write_segmented_blob
+from kstream.sinkbuffer.blobdecode import decode_segment
 from kstream.sinkbuffer.epochs import Chunk, Segment
 
 #: The default memory budget of one exactly-once sink task's buffer (``--sink-buffer-memory``).

@@ -24,6 +24,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from kstream.state.localsnapshot import LocalSnapshot
+
 StateKey = tuple[Any, ...]
 
 
@@ -89,3 +91,23 @@ class KeyedStateBackend(ABC):
 
     def close(self) -> None:  # noqa: B027 - optional hook
         """Release resources (files, handles)."""
+
+
+class SnapshottingBackend(KeyedStateBackend):
+    """A backend whose state a checkpoint can hold: it takes local snapshots, which the
+    snapshots package uploads and restores (:mod:`kstream.snapshots`); how it keeps
+    its state is its own (RocksDB: :mod:`kstream.state.rocksdb`)."""
+
+    @abstractmethod
+    def snapshot_sync(
+        self,
+        checkpoint_id: int,
+        label: str | None = None,
+        *,
+        background: bool = False,
+        deltas: bool = False,
+    ) -> LocalSnapshot:
+        """The synchronous part of snapshot ``checkpoint_id``: an immutable local snapshot
+        (``label`` defaults to ``chk-<checkpoint_id>``); ``background``: its slow part
+        runs on a thread (``ready`` is done after it); ``deltas``: it may be a delta of
+        the previous one."""

@@ -22,7 +22,8 @@ from typing import Any
 
 import rocksdict
 
-from kstream.state.base import KeyedStateBackend, StateTable, TableSpec
+from kstream.checkpointstorage.layout import CHECKPOINT_LABEL, snapshot_label
+from kstream.state.base import SnapshottingBackend, StateTable, TableSpec
 from kstream.state.delta import (
     OP_DELETE,
     OP_PUT,
@@ -35,12 +36,11 @@ from kstream.state.delta import (
 from kstream.state.localsnapshot import LocalSnapshot, LocalSnapshots
 from kstream.state.rocksdb_options import cf_options, db_options, write_options
 from kstream.state.rocksdb_table import Clock, RocksDBTable, StateError
-from kstream.store.layout import CHECKPOINT_LABEL, snapshot_label
 
 __all__ = ["RocksDBBackend", "RocksDBTable", "StateError"]
 
 
-class RocksDBBackend(KeyedStateBackend):
+class RocksDBBackend(SnapshottingBackend):
     """All keyed state of one task in one RocksDB instance under ``path``.
 
     ``cache_entries`` bounds each table's write cache; ``clock`` (seconds) drives

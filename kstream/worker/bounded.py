@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import logging
 
+from kstream.checkpointstorage.base import CheckpointStore
 from kstream.kafka.dlq import DeadLetterWriter
 from kstream.kafka.source import SourceConsumer
-from kstream.store.base import CheckpointStore
 from kstream.worker.mode import TP, Mode
 from kstream.worker.routing import Router
 from kstream.worker.runner import final_manifests

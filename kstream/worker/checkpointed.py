@@ -1,6 +1,6 @@
 """The checkpointed mode (the worker's default, :mod:`kstream.worker.mode`): it feeds
-:class:`~kstream.worker.protocol.WorkerProtocol` the control topic and the loop's
-observations, and carries its actions out against the worker's tasks, the control
+:class:`~kstream.protocol.worker.WorkerProtocol` the control topic and the loop's
+observations, and carries its commands out against the worker's tasks, the control
 topic, the checkpoint store and the sinks' commits (:mod:`kstream.worker.sinkcommit`).
 """
 
@@ -9,7 +9,17 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 
-from kstream.checkpoint.messages import (
+from kstream.checkpointstorage.base import CheckpointStore
+from kstream.checkpointstorage.metadata import unbacked_completion
+from kstream.checkpointstorage.plans import plan_refusal, publish_plan
+from kstream.kafka.control import ControlClient
+from kstream.kafka.internal import InternalDeliveryError
+from kstream.kafka.sink import SinkError, SinkFencedError
+from kstream.kafka.source import SourceConsumer
+from kstream.logs import ctx
+from kstream.plan.fingerprint import PlanFingerprint
+from kstream.protocol.commands import RefusePlan, Send
+from kstream.protocol.messages import (
     AcknowledgeCheckpoint,
     CheckpointCompleted,
     Message,
@@ -17,35 +27,26 @@ from kstream.checkpoint.messages import (
     TaskReady,
     WatermarkBound,
 )
-from kstream.kafka.control import ControlClient
-from kstream.kafka.internal import InternalDeliveryError
-from kstream.kafka.sink import SinkError, SinkFencedError
-from kstream.kafka.source import SourceConsumer
-from kstream.logs import ctx
-from kstream.plan.fingerprint import PlanFingerprint
-from kstream.store.base import CheckpointStore
-from kstream.store.metadata import unbacked_completion
-from kstream.store.plans import plan_refusal, publish_plan
-from kstream.worker.global_alignment import GlobalAlignment
-from kstream.worker.mode import Mode
-from kstream.worker.protocol import (
-    Action,
+from kstream.protocol.worker import (
     Assigned,
     CommitSinks,
     Event,
     Exit,
     InputRead,
     OutputBuffered,
-    RefusePlan,
+    QueriesServed,
     RestoreTasks,
     ResumeTasks,
-    Send,
     StopRequested,
     StopTasks,
     TaskStopped,
     TriggerTasks,
+    Unrestorable,
+    WorkerCommand,
     WorkerProtocol,
 )
+from kstream.worker.global_alignment import GlobalAlignment
+from kstream.worker.mode import Mode
 from kstream.worker.runner import TaskRunner
 from kstream.worker.settings import WorkerStats
 from kstream.worker.sinkcommit import SinkCommitter
@@ -77,7 +78,7 @@ class Checkpointed(Mode):
         self.stats = stats
         self.label = label
         self.fingerprint = fingerprint
-        self._pending: list[Action] = []  # decided from the history, carried out first
+        self._pending: list[WorkerCommand] = []  # decided from the history, carried out first
         self._verified: set[int] = set()  # completed checkpoints the store backs
         self._committer = SinkCommitter()
         self.alignment = GlobalAlignment(tasks.aligner.max_drift_ms)
@@ -129,9 +130,12 @@ class Checkpointed(Mode):
     def on_input(self, now: float) -> None:
         self._handle(InputRead(), now)
 
+    def serving_queries(self, url: str, now: float) -> None:
+        self._handle(QueriesServed(url), now)
+
     def end(self, now: float) -> int | None:
         """Collect the sink commits that finished; acknowledge (or decline) every snapshot
-        whose upload finished; then the protocol's time-driven actions."""
+        whose upload finished; then the protocol's time-driven commands."""
         self._collect_commits(now, wait=False)
         finished = [r for r in self.tasks.runners.values() if r.has_finished_upload()]
         if finished and not self._internal_delivered(finished[0]):
@@ -211,11 +215,11 @@ class Checkpointed(Mode):
     def _handle(self, event: Event, now: float) -> int | None:
         return self._apply(self.protocol.handle(event, now), now)
 
-    def _apply(self, actions: list[Action], now: float) -> int | None:
-        """Carry ``actions`` out in order; an exit code to stop the worker."""
+    def _apply(self, commands: list[WorkerCommand], now: float) -> int | None:
+        """Carry ``commands`` out in order; an exit code to stop the worker."""
         unrestored: int | None = None  # an attempt whose checkpoint cannot be restored here
         failed: dict[str, str] = {}  # tasks whose restore could not reach the store/broker
-        for a in actions:
+        for a in commands:
             if not isinstance(
                 a, Send | CommitSinks | TriggerTasks
             ):  # a restore, a stop, an exit: commits first
@@ -228,7 +232,7 @@ class Checkpointed(Mode):
                 case Send():
                     self.control.report(a.message)
                 case RestoreTasks():
-                    ok, failed = self._restore(a.attempt, a.checkpoint_id)
+                    ok, failed = self._restore(a.attempt, a.checkpoint_id, now)
                     if not ok:
                         unrestored = a.attempt
                 case StopTasks():
@@ -255,7 +259,9 @@ class Checkpointed(Mode):
             self._handle(TaskStopped(task, self.protocol.attempt, reason), now)
         return None
 
-    def _restore(self, attempt: int, checkpoint_id: int | None) -> tuple[bool, dict[str, str]]:
+    def _restore(
+        self, attempt: int, checkpoint_id: int | None, now: float
+    ) -> tuple[bool, dict[str, str]]:
         """Restore every assigned task. ``(False, {})`` if some cannot restore
         ``checkpoint_id`` (each reported with ``RestoreFailed``, naming the object; none
         kept); else ``(True, unreachable)``: the tasks whose restore could not reach the
@@ -271,7 +277,7 @@ class Checkpointed(Mode):
                         attempt, task_id, self.member, checkpoint_id, str(e)[:2000], what, published
                     )
                 )
-            self.protocol.tasks, self.protocol.running = set(), set()
+            self._handle(Unrestorable(attempt), now)  # it holds no task now
             return False, {}
         if corrupt:  # start positions cannot fail to restore: something else is wrong
             raise next(iter(corrupt.values()))

@@ -1,5 +1,5 @@
 """Global watermark alignment, the worker's part (pure; the coordinator's part and the
-rules: :mod:`kstream.checkpoint.alignment`).
+rules: :mod:`kstream.protocol.alignment`).
 
 The worker reports its slowest watermark per aligned source topic
 (:meth:`GlobalAlignment.report`) and keeps the coordinator's newest bound
@@ -31,8 +31,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from kstream.checkpoint.messages import WatermarkBound, WatermarkReport
-from kstream.runtime.events import MIN_TS
+from kstream.elements.events import MIN_TS
+from kstream.protocol.messages import WatermarkBound, WatermarkReport
 
 REPORT_EVERY_S = 0.2
 REFRESH_S = 2.0  # well within the coordinator's heartbeat timeout (10 s by default)

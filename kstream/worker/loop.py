@@ -5,7 +5,7 @@ messages), a batch of records, each fed to its task, the tasks ticked, the mode'
 of an iteration (acknowledgements, heartbeats, commits), the pauses brought in line.
 What differs between checkpointed, unchecked and bounded runs is the mode's
 (:mod:`kstream.worker.mode`); the worker's half of the control protocol is a pure
-state machine (:mod:`kstream.worker.protocol`); one task's build, restore, snapshot
+state machine (:mod:`kstream.protocol.worker`); one task's build, restore, snapshot
 and acknowledgement are its runner's (:mod:`kstream.worker.runner`).
 """
 
@@ -20,7 +20,8 @@ from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 
-from kstream.checkpoint.messages import Message
+from kstream.checkpointstorage.controlkey import ControlKey
+from kstream.checkpointstorage.urls import open_store
 from kstream.config import Guarantee, JobConfig
 from kstream.job import Job
 from kstream.kafka.clients import Producer, make_producer
@@ -32,16 +33,15 @@ from kstream.kafka.sink import SinkError
 from kstream.kafka.source import RawRecord, SourceConsumer
 from kstream.metrics.worker import WorkerMetrics, sink_buffers
 from kstream.plan.fingerprint import fingerprint
+from kstream.protocol.messages import Message
+from kstream.protocol.worker import WorkerProtocol
 from kstream.query.settings import QuerySettings
 from kstream.runtime.lateness import late_summary
 from kstream.sinkbuffer.epochs import SinkStateError
-from kstream.store.controlkey import ControlKey
-from kstream.store.urls import open_store
 from kstream.worker.backlog import Backlog
 from kstream.worker.bounded import Bounded
 from kstream.worker.checkpointed import Checkpointed
 from kstream.worker.mode import TP, Mode
-from kstream.worker.protocol import WorkerProtocol
 from kstream.worker.queries import WorkerQueries
 from kstream.worker.routing import Router
 from kstream.worker.runner import RunnerContext
@@ -241,8 +241,7 @@ class Worker:
             url = self.queries.start()
             if url:
                 log.info("queries at %s", url)
-            if isinstance(self.mode, Checkpointed):
-                self.mode.protocol.query = url  # announced in its heartbeats
+            self.mode.serving_queries(url, self.clock())  # announced in its heartbeats
             self.mode.start()
             return self._loop()
         # An outage past --max-outage, a refused write, an internal record refused, a sink

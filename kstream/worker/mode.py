@@ -55,6 +55,9 @@ class Mode(ABC):
     def on_fed(self, tp: TP, records: list[RawRecord]) -> None:  # noqa: B027 - optional
         """``records`` of ``tp`` were fed to its running task."""
 
+    def serving_queries(self, url: str, now: float) -> None:  # noqa: B027 - optional
+        """This worker's query endpoint is ``url``."""
+
     @abstractmethod
     def end(self, now: float) -> int | None:
         """After the batch was fed and the tasks ticked."""

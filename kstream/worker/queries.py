@@ -9,9 +9,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from kstream.checkpoint.messages import Message
+from kstream.checkpointstorage.base import CheckpointStore
 from kstream.metrics.server import PortSpec
 from kstream.plan import JobPlan
+from kstream.protocol.messages import Message
 from kstream.query.gate import StateGate
 from kstream.query.operators import of_plan
 from kstream.query.read import Tables
@@ -20,7 +21,6 @@ from kstream.query.server import QueryServer
 from kstream.query.service import QueryService
 from kstream.query.settings import QuerySettings
 from kstream.query.stored import StoredState
-from kstream.store.base import CheckpointStore
 from kstream.worker.tasks import WorkerTasks
 
 QUERY_SLICE = 256

@@ -7,8 +7,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from kstream.checkpoint.messages import DeclineCheckpoint, Message
 from kstream.config import Guarantee
+from kstream.elements.records import AlignmentAborted, DeadLetter, Output, OutputBatch, OutputEvent
 from kstream.kafka.clients import Producer, produce_with_retry
 from kstream.kafka.dlq import DeadLetterWriter
 from kstream.kafka.internal import (
@@ -21,7 +21,7 @@ from kstream.kafka.internal import (
 )
 from kstream.kafka.sink import Sink
 from kstream.metrics.worker import WorkerMetrics
-from kstream.runtime.records import AlignmentAborted, DeadLetter, Output, OutputBatch, OutputEvent
+from kstream.protocol.messages import DeclineCheckpoint, Message
 
 
 @dataclass

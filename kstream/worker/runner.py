@@ -17,29 +17,31 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from kstream.checkpoint.messages import AcknowledgeCheckpoint, DeclineCheckpoint, Message
-from kstream.config import Guarantee, JobConfig
-from kstream.kafka.dlq import DeadLetterWriter
-from kstream.kafka.sink import AtLeastOnceSink, ExactlyOnceSink, Sink, SinkCommit
-from kstream.logs import ctx as ctx_log
-from kstream.metrics.worker import WorkerMetrics
-from kstream.plan import JobPlan, OutputKind, TaskSpec
-from kstream.runtime.firing import Budget
-from kstream.runtime.records import Position, SnapshotPoint
-from kstream.runtime.task import Task
-from kstream.sinkbuffer.budget import MemoryBudget
-from kstream.state.restore import read_blob, restore_state
-from kstream.state.rocksdb import RocksDBBackend
-from kstream.state.snapshot import DeferredBlob, SnapshotUploader, StateHandle
-from kstream.store.base import CheckpointStore
-from kstream.store.layout import (
+from kstream.checkpointstorage.base import CheckpointStore
+from kstream.checkpointstorage.layout import (
     CHECKPOINT_LABEL,
     FINAL_LABEL,
     numbered_manifest,
     snapshot_label,
     task_prefix,
 )
-from kstream.store.metadata import TaskSnapshot
+from kstream.checkpointstorage.metadata import TaskSnapshot
+from kstream.config import Guarantee, JobConfig
+from kstream.elements.records import Position, SnapshotPoint
+from kstream.kafka.dlq import DeadLetterWriter
+from kstream.kafka.exactly_once_sink import ExactlyOnceSink, SinkCommit
+from kstream.kafka.sink import AtLeastOnceSink, Sink
+from kstream.logs import ctx as ctx_log
+from kstream.metrics.worker import WorkerMetrics
+from kstream.operators.firing import Budget
+from kstream.plan import JobPlan, OutputKind, TaskSpec
+from kstream.protocol.messages import AcknowledgeCheckpoint, DeclineCheckpoint, Message
+from kstream.runtime.task import Task
+from kstream.sinkbuffer.budget import MemoryBudget
+from kstream.snapshots.restore import read_blob, restore_state
+from kstream.snapshots.upload import DeferredBlob, SnapshotUploader, StateHandle
+from kstream.state.base import SnapshottingBackend
+from kstream.state.rocksdb import RocksDBBackend
 from kstream.worker.routing import Router, TaskRoute
 from kstream.worker.settings import DebugPause, PausePoint
 
@@ -210,7 +212,7 @@ class TaskRunner:
         ctx: RunnerContext,
         spec: TaskSpec,
         attempt: int,
-        backend: RocksDBBackend,
+        backend: SnapshottingBackend,
         route: TaskRoute,
         positions: Mapping[TP, Position],
         watermarks: Mapping[tuple[str, int, str], int] | None = None,

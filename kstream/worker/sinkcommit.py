@@ -27,7 +27,8 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import wait as wait_for
 from typing import TypeGuard
 
-from kstream.kafka.sink import SinkCommit, SinkError, SinkFencedError
+from kstream.kafka.exactly_once_sink import SinkCommit
+from kstream.kafka.sink import SinkError, SinkFencedError
 from kstream.sinkbuffer.epochs import SinkStateError
 from kstream.worker.runner import TaskRunner
 

@@ -7,19 +7,19 @@ import logging
 import time
 from concurrent.futures import ThreadPoolExecutor
 
+from kstream.checkpointstorage.base import StoreError
+from kstream.checkpointstorage.metadata import task_manifest
+from kstream.elements.records import InternalEvent, InternalRecord
 from kstream.kafka.clients import OFFSET_BEGINNING
 from kstream.kafka.dlq import DeadLetterWriter
+from kstream.kafka.exactly_once_sink import ExactlyOnceSink
 from kstream.kafka.internal import decode_records
-from kstream.kafka.sink import ExactlyOnceSink
 from kstream.kafka.source import RawRecord, SourceConsumer, SourceError
 from kstream.logs import ctx
 from kstream.plan import JobPlan, TaskSpec
-from kstream.runtime.records import InternalEvent, InternalRecord
 from kstream.runtime.watermark_alignment import PartitionTime, WatermarkAligner
 from kstream.sinkbuffer.epochs import SinkError
-from kstream.state.restore import CorruptSnapshotError, PublishedPastRestore
-from kstream.store.base import StoreError
-from kstream.store.metadata import task_manifest
+from kstream.snapshots.restore import CorruptSnapshotError, PublishedPastRestore
 from kstream.worker.runner import RunnerContext, TaskRunner, open_runner
 from kstream.worker.settings import WorkerError
 

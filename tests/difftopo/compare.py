@@ -10,9 +10,7 @@ from typing import Any
 
 from kstream.api import Topology
 from kstream.api.stream import SinkSpec
-from kstream.plan import PlanError, plan_job
-from kstream.plan.model import InputKind, JobPlan
-from kstream.runtime.records import (
+from kstream.elements.records import (
     DeadLetter,
     InternalEvent,
     InternalRecord,
@@ -20,6 +18,8 @@ from kstream.runtime.records import (
     OutputEvent,
     SourceRecord,
 )
+from kstream.plan import PlanError, plan_job
+from kstream.plan.model import InputKind, JobPlan
 from kstream.runtime.task import Task
 from kstream.state.memory import MemoryBackend
 from kstream.testing import Raw, TopologyRun, run_topology

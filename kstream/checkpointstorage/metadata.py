@@ -1,0 +1,272 @@
+"""Completed-checkpoint metadata: ``<app>/checkpoints/chk-<n>.json`` in the checkpoint store.
+
+A metadata file exists only for a completed checkpoint. It is written by the
+coordinator exclusively (never overwritten, docs/design.md §5.9) BEFORE
+``CheckpointCompleted(n)`` is announced, so a reader that sees the announcement
+always finds the file. It lists, per task, the snapshot handle (manifest path),
+input offsets, sizes and the task's alignment/sync/async times.
+
+Finding checkpoints never lists the store (listing is slow and may lag on object
+stores): after each metadata file the coordinator rewrites the small index
+(:func:`kstream.checkpointstorage.layout.index_path`) with the ids of the newest completed
+checkpoints. The index is a hint, not the truth: a reader verifies every id it
+names by its metadata, and adds the ids the control topic names (a coordinator
+that died between the metadata and the index leaves its checkpoint announced or in
+flight there). Only garbage collection and ``kstream checkpoints list`` list the
+store (:func:`completed_ids`).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from kstream.checkpointstorage.base import CheckpointStore, StoreError
+from kstream.checkpointstorage.layout import (
+    checkpoints_prefix,
+    index_path,
+    metadata_id,
+    metadata_path,
+)
+
+log = logging.getLogger(__name__)
+
+INDEX_LENGTH = 32  # ids kept in the index: more than any sensible number of retained checkpoints
+
+
+class MetadataError(StoreError):
+    """A metadata file is missing, unreadable or not valid checkpoint metadata."""
+
+
+@dataclass(frozen=True)
+class TaskSnapshot:
+    """One task's part of a completed checkpoint: its snapshot as the task acknowledged it
+    (``AcknowledgeCheckpoint.snapshot``), plus the delay of that acknowledgement."""
+
+    handle: str
+    offsets: dict[str, Any] = field(default_factory=dict)
+    state_size: int = 0
+    uploaded_size: int = 0
+    alignment_ms: float = 0.0
+    sync_ms: float = 0.0
+    async_ms: float = 0.0
+    ack_delay_ms: float = 0.0  # from trigger to the acknowledgement reaching the coordinator
+    member: str = ""
+
+
+@dataclass(frozen=True)
+class CheckpointMetadata:
+    """A completed checkpoint: what a restore needs plus its statistics. Times are epoch seconds."""
+
+    checkpoint_id: int
+    attempt: int
+    trigger_time: float
+    complete_time: float
+    tasks: dict[str, TaskSnapshot]
+    # What the plan's state means (kstream.plan.operators.describe); None: not recorded.
+    description: dict[str, Any] | None = None
+    origin: str | None = None  # the checkpoint/savepoint this one was imported from
+    plan: str | None = None  # the plan fingerprint's digest (None: taken before fingerprints)
+
+    @property
+    def duration_ms(self) -> float:
+        """Time from trigger to the last acknowledgement."""
+        return (self.complete_time - self.trigger_time) * 1000.0
+
+    @property
+    def state_size(self) -> int:
+        """Full state size in bytes, summed over tasks."""
+        return sum(t.state_size for t in self.tasks.values())
+
+    @property
+    def uploaded_size(self) -> int:
+        """Bytes uploaded for this checkpoint (incremental), summed over tasks."""
+        return sum(t.uploaded_size for t in self.tasks.values())
+
+    def to_json(self) -> bytes:
+        """The file content (stable key order, human-readable)."""
+        body = {
+            "checkpoint_id": self.checkpoint_id,
+            "attempt": self.attempt,
+            "trigger_time": self.trigger_time,
+            "complete_time": self.complete_time,
+            "duration_ms": round(self.duration_ms, 3),
+            "state_size": self.state_size,
+            "uploaded_size": self.uploaded_size,
+            "tasks": {name: asdict(t) for name, t in sorted(self.tasks.items())},
+        }
+        if self.description is not None:
+            body["description"] = self.description
+        if self.origin is not None:
+            body["origin"] = self.origin
+        if self.plan is not None:
+            body["plan"] = self.plan
+        return json.dumps(body, indent=1, sort_keys=True).encode()
+
+    @classmethod
+    def from_json(cls, data: bytes, where: str = "metadata") -> CheckpointMetadata:
+        """Parse a metadata file; MetadataError naming ``where`` if it is not valid."""
+        try:
+            obj = json.loads(data)
+            return cls(
+                checkpoint_id=int(obj["checkpoint_id"]),
+                attempt=int(obj["attempt"]),
+                trigger_time=float(obj["trigger_time"]),
+                complete_time=float(obj["complete_time"]),
+                tasks={str(k): TaskSnapshot(**v) for k, v in obj["tasks"].items()},
+                description=dict(obj["description"]) if obj.get("description") else None,
+                origin=str(obj["origin"]) if obj.get("origin") else None,
+                plan=str(obj["plan"]) if obj.get("plan") is not None else None,
+            )
+        except (ValueError, KeyError, TypeError, AttributeError) as e:
+            raise MetadataError(f"{where} is not valid checkpoint metadata: {e}") from e
+
+
+def write_metadata(
+    store: CheckpointStore, app_id: str, meta: CheckpointMetadata, *, index: bool = True
+) -> str:
+    """Create the metadata file exclusively (ObjectExists if that id was already completed),
+    then (``index``) add its id to the index; the coordinator adds it later, off the
+    checkpoint's critical path (``add_to_index``)."""
+    path = metadata_path(app_id, meta.checkpoint_id)
+    # 1. The metadata, exclusively: it alone makes the checkpoint complete.
+    store.put_bytes(path, meta.to_json(), exclusive=True)
+    if index:
+        add_to_index(store, app_id, [meta.checkpoint_id])
+    return path
+
+
+def add_to_index(store: CheckpointStore, app_id: str, ids: Iterable[int]) -> None:
+    """Add completed checkpoints ``ids`` to the index. It is a hint for readers: failing
+    to write it is logged and only delays what they learn from it (they also check the
+    ids the control topic names: the newest announced one and those triggered after it)."""
+    ids = list(ids)
+    try:
+        merged = sorted({*read_index(store, app_id), *ids})[-INDEX_LENGTH:]
+        store.put_bytes(index_path(app_id), json.dumps({"completed": merged}).encode())
+    except StoreError as e:
+        log.warning("checkpoints %s: updating the index failed: %s", ids, e)
+
+
+def read_index(store: CheckpointStore, app_id: str) -> list[int]:
+    """Ids the index names (unverified), ascending; [] if there is no valid index."""
+    try:
+        data = store.get_bytes(index_path(app_id))
+    except StoreError as e:
+        if not isinstance(e.__cause__, FileNotFoundError):
+            raise
+        return []
+    try:
+        return sorted({int(n) for n in json.loads(data)["completed"]})
+    except (ValueError, KeyError, TypeError) as e:
+        log.error("ignoring invalid checkpoint index %s/%s: %s", store.url, index_path(app_id), e)
+        return []
+
+
+def known_completed(
+    store: CheckpointStore, app_id: str, candidates: Iterable[int] = ()
+) -> list[int]:
+    """Ids of completed checkpoints among the index and ``candidates``, ascending, without
+    listing the store: each id is checked by the existence of its metadata."""
+    ids = {*read_index(store, app_id), *candidates}
+    return sorted(n for n in ids if store.exists(metadata_path(app_id, n)))
+
+
+def read_metadata(store: CheckpointStore, app_id: str, checkpoint_id: int) -> CheckpointMetadata:
+    """Metadata of completed checkpoint ``checkpoint_id``; MetadataError if absent or invalid."""
+    path = metadata_path(app_id, checkpoint_id)
+    try:
+        data = store.get_bytes(path)
+    except StoreError as e:
+        raise MetadataError(f"checkpoint {checkpoint_id} of {app_id!r}: {e}") from e
+    return CheckpointMetadata.from_json(data, where=f"{store.url}/{path}")
+
+
+def task_manifest(
+    store: CheckpointStore, app_id: str, task_id: str, checkpoint_id: int | None
+) -> str | None:
+    """The manifest of ``task_id`` in completed checkpoint ``checkpoint_id`` (None: none,
+    and for a task the checkpoint does not hold: a new task starts empty)."""
+    if checkpoint_id is None:
+        return None
+    snap = read_metadata(store, app_id, checkpoint_id).tasks.get(task_id)
+    return snap.handle if snap is not None and snap.handle else None
+
+
+def unbacked_completion(
+    store: CheckpointStore, app_id: str, checkpoint_id: int, attempt: int, plan: str
+) -> str | None:
+    """Why the store does not back a ``CheckpointCompleted(checkpoint_id, attempt)`` seen
+    by a process running ``plan`` (a fingerprint; '': any) — None when it does: the
+    checkpoint's metadata is there, of that attempt and plan (docs/design.md §12: the control
+    topic carries no authority, the store does)."""
+    try:
+        meta = read_metadata(store, app_id, checkpoint_id)
+    except MetadataError as e:
+        return f"no valid metadata in the store ({e})"
+    if meta.attempt != attempt:
+        return f"its metadata is of attempt {meta.attempt}, the message says {attempt}"
+    if meta.plan is not None and plan and meta.plan != plan:
+        return f"it was taken with plan {meta.plan}, ours is {plan}"
+    return None
+
+
+def completed_ids(store: CheckpointStore, app_id: str) -> list[int]:
+    """Ids of every checkpoint with a metadata file, ascending."""
+    ids = []
+    for path in store.list(checkpoints_prefix(app_id)):
+        n = metadata_id(path)
+        if n is not None:
+            ids.append(n)
+    return sorted(ids)
+
+
+def list_checkpoints(store: CheckpointStore, app_id: str) -> list[CheckpointMetadata]:
+    """Every readable completed checkpoint, ascending; unreadable files are logged and skipped."""
+    out = []
+    for n in completed_ids(store, app_id):
+        try:
+            out.append(read_metadata(store, app_id, n))
+        except MetadataError as e:
+            log.warning("skipping checkpoint %d: %s", n, e)
+    return out
+
+
+def latest_completed(
+    store: CheckpointStore, app_id: str, known: Iterable[int] | None = None
+) -> CheckpointMetadata | None:
+    """The newest readable completed checkpoint among ``known`` (default: the index's), or
+    None (restore to start positions)."""
+    ids = known_completed(store, app_id) if known is None else sorted(known)
+    for n in reversed(ids):
+        try:
+            return read_metadata(store, app_id, n)
+        except MetadataError as e:
+            log.error("checkpoint %d is unreadable, falling back to an older one: %s", n, e)
+    return None
+
+
+def purgeable_offsets(retained: list[CheckpointMetadata]) -> dict[tuple[str, int], int]:
+    """Per internal-topic partition, the offset below which no retained checkpoint reads.
+
+    An internal partition's position is recorded per upstream task (a dict); a restore
+    seeks to the smallest of them. Records below the smallest such seek over every
+    retained checkpoint are never needed again (docs/design.md §2). A partition missing from
+    any retained checkpoint is left alone.
+    """
+    if not retained:
+        return {}
+    per_checkpoint: list[dict[tuple[str, int], int]] = []
+    for meta in retained:
+        seeks: dict[tuple[str, int], int] = {}
+        for snap in meta.tasks.values():
+            for key, pos in snap.offsets.items():
+                if isinstance(pos, dict) and pos:
+                    topic, _, part = key.rpartition(":")
+                    seeks[(topic, int(part))] = min(int(v) for v in pos.values())
+        per_checkpoint.append(seeks)
+    common = set(per_checkpoint[0]).intersection(*per_checkpoint[1:])
+    return {tp: min(c[tp] for c in per_checkpoint) for tp in sorted(common)}

@@ -1,0 +1,187 @@
+"""The coordinator elected among workers (``kstream worker --coordinator auto``).
+
+:class:`ElectedCoordinator` runs in a worker process beside the worker loop: a
+consumer in the group ``<app>.coordinator`` subscribed to the one-partition topic
+``<app>.coordinator-election``; while Kafka assigns this member that partition, the
+job's coordinator (:func:`kstream.hosting.startup.coordinate`: the same as every
+mode's) runs in a thread
+here. The decisions are :class:`kstream.protocol.election.Election`'s; this
+module only feeds it and carries out its commands.
+
+A hand-over on revocation is clean: the partition is only given to the next member
+after ``on_revoke`` returned, and it returns once our coordinator stopped. A member
+that loses its session without being able to say so (a cut link) is fenced by the
+next coordinator's ``init_transactions`` on the fixed transactional id.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from kstream.config import JobConfig
+from kstream.hosting.coordinator import EXIT_USAGE
+from kstream.hosting.startup import Coordination, coordinate
+from kstream.kafka.clients import TopicSpec, ensure_topics, make_admin, make_consumer
+from kstream.names import election_group, election_topic
+from kstream.protocol.election import Election, ElectionCommand, ElectionPhase, Outcome
+
+log = logging.getLogger(__name__)
+
+
+class ElectedCoordinator:
+    """Hosts the job's coordinator in this process while this process is elected."""
+
+    def __init__(
+        self,
+        job: JobConfig,
+        coordination: Coordination,
+        *,
+        session_timeout: float = 10.0,
+        heartbeat_timeout: float = 10.0,
+        restart_delay: float = 1.0,
+        clock: Callable[[], float] = time.monotonic,
+        on_refused: Callable[[], None] = lambda: None,
+    ) -> None:
+        self.job = job
+        self.coordination = coordination
+        self.on_refused = on_refused
+        self.session_timeout = session_timeout
+        self.heartbeat_timeout = heartbeat_timeout
+        self.clock = clock
+        self.election = Election(restart_delay=restart_delay)
+        self._stop = threading.Event()
+        self._coord_stop = threading.Event()
+        self._coord: threading.Thread | None = None
+        self._outcome: Outcome | None = None
+        self._thread = threading.Thread(target=self._run, name="election", daemon=True)
+        self.job_failed = threading.Event()  # our coordinator failed the job
+        # Our coordinator refused the state to restore (exit 2): the job cannot run as
+        # deployed; on_refused stops this process's worker (as `kstream run` does).
+        self.refused = threading.Event()
+
+    @property
+    def active(self) -> bool:
+        """Whether this process hosts the running coordinator now."""
+        return self._coord is not None and self._coord.is_alive()
+
+    def start(self) -> None:
+        """Join the candidates (in a background thread)."""
+        self._thread.start()
+
+    def stop(self, timeout: float = 30.0) -> None:
+        """Leave the candidates; stops our coordinator first if it runs."""
+        self._stop.set()
+        self._thread.join(timeout)
+
+    # ---------------------------------------------------------------- the loop
+
+    def _run(self) -> None:
+        job = self.job
+        topic = election_topic(job.app_id)
+        try:
+            ensure_topics(make_admin(job.bootstrap_servers, job.kafka), [TopicSpec(topic, 1)])
+        except Exception as e:  # Kafka unreachable now: the consumer below keeps trying
+            log.warning("creating the election topic %s failed: %s", topic, e)
+        session_ms = max(6000, int(self.session_timeout * 1000))
+        consumer = make_consumer(
+            job.bootstrap_servers,
+            election_group(job.app_id),
+            extra={
+                **job.kafka,
+                "session.timeout.ms": session_ms,
+                "heartbeat.interval.ms": max(500, session_ms // 6),
+                # Sticky: a member joining or leaving does not move the coordinator.
+                "partition.assignment.strategy": "cooperative-sticky",
+            },
+        )
+
+        # Incremental (cooperative) rebalancing: callbacks name only what changes.
+        def ours(parts: list[Any]) -> bool:
+            return any(p.topic == topic and p.partition == 0 for p in parts)
+
+        def on_assign(_c: Any, parts: list[Any]) -> None:
+            if ours(parts):
+                self._execute(self.election.assigned(True, self.clock()))
+
+        def on_revoke(_c: Any, parts: list[Any]) -> None:
+            if ours(parts):
+                self._execute(self.election.revoked(self.clock()))
+
+        def on_lost(_c: Any, parts: list[Any]) -> None:
+            if ours(parts):
+                log.warning("coordinator election: session lost (no contact with the group)")
+                self._execute(self.election.revoked(self.clock()))
+
+        consumer.subscribe([topic], on_assign=on_assign, on_revoke=on_revoke, on_lost=on_lost)
+        try:
+            while not self._stop.is_set() and self.election.phase is not ElectionPhase.DONE:
+                consumer.poll(0.2)  # no records are ever written: membership only
+                self._reap()
+                self._execute(self.election.tick(self.clock()))
+        finally:
+            self._execute(self.election.stop())
+            consumer.close()  # leave the group: the next candidate is elected at once
+
+    def _execute(self, commands: list[ElectionCommand]) -> None:
+        for command in commands:
+            if command is ElectionCommand.START:
+                self._start_coordinator()
+            else:
+                self._stop_coordinator()
+
+    def _start_coordinator(self) -> None:
+        log.info(
+            "coordinator election: elected (%d time(s)); starting the coordinator of %r",
+            self.election.elections,
+            self.job.app_id,
+        )
+        self._coord_stop.clear()
+        self._outcome = None
+        self._coord = threading.Thread(target=self._coordinate, name="coordinator", daemon=True)
+        self._coord.start()
+
+    def _coordinate(self) -> None:
+        try:
+            code = coordinate(
+                self.job,
+                self.coordination,
+                heartbeat_timeout=self.heartbeat_timeout,
+                should_stop=lambda: self._coord_stop.is_set() or self._stop.is_set(),
+                detailed=True,
+            )
+            known = {o.value for o in Outcome}
+            if code == EXIT_USAGE:  # as final as a failed job; the reason is logged
+                self.refused.set()
+                self.on_refused()
+                code = Outcome.JOB_FAILED.value
+            self._outcome = Outcome(code) if code in known else Outcome.UNAVAILABLE
+        except Exception:  # reported, then restarted while still elected
+            log.exception("the elected coordinator of %r crashed", self.job.app_id)
+            self._outcome = Outcome.UNAVAILABLE
+
+    def _stop_coordinator(self, timeout: float = 30.0) -> None:
+        coord = self._coord
+        if coord is None:
+            return
+        log.info("coordinator election: no longer elected; stopping the coordinator")
+        self._coord_stop.set()
+        coord.join(timeout)
+        if coord.is_alive():  # blocked on Kafka: fencing stops whatever it still tries
+            log.error("the coordinator did not stop within %.0f s; leaving it to fencing", timeout)
+            return
+        self._reap()
+
+    def _reap(self) -> None:
+        coord = self._coord
+        if coord is None or coord.is_alive():
+            return
+        self._coord = None
+        outcome = self._outcome or Outcome.UNAVAILABLE
+        if outcome is Outcome.JOB_FAILED:
+            self.job_failed.set()
+        log.info("coordinator election: our coordinator ended (%s)", outcome.name.lower())
+        self._execute(self.election.exited(outcome, self.clock()))

@@ -1,1 +1,0 @@
-"""Process concerns: the coordinator process, signals, GC tuning, `kstream run`'s embedded coordinator."""

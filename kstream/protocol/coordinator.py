@@ -1,0 +1,492 @@
+"""The checkpoint coordinator: decides when to trigger, commit, abort, fail over and fail.
+
+Pure state machine (docs/design.md §5, §6): fed control messages and a clock (epoch
+seconds), it returns :mod:`~kstream.protocol.commands` for the adapter to
+execute in order. No I/O, no sleeping, so every rule here is tested in
+milliseconds with a fake clock.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import replace
+from typing import Any
+
+from kstream.checkpointstorage.history import CheckpointFailure
+from kstream.checkpointstorage.metadata import CheckpointMetadata
+from kstream.config import CheckpointingConfig, RestartStrategy
+from kstream.logs import ctx
+from kstream.protocol.alignment import GlobalWatermarks
+from kstream.protocol.causes import stopped_reason
+from kstream.protocol.commands import (
+    ApplyRetention,
+    CleanupCheckpoint,
+    Command,
+    CreateSavepoint,
+    Finish,
+    RefusePlan,
+    Send,
+    WriteMetadata,
+)
+from kstream.protocol.completionlog import CompletionLog
+from kstream.protocol.failover import FailoverController, JobPhase
+from kstream.protocol.failures import CheckpointFailureManager
+from kstream.protocol.membership import Membership
+from kstream.protocol.messages import (
+    REASSIGNED,
+    AcknowledgeCheckpoint,
+    CheckpointAborted,
+    CheckpointCompleted,
+    CheckpointRequest,
+    DeclineCheckpoint,
+    Heartbeat,
+    JobStopped,
+    Message,
+    RestoreFailed,
+    SavepointRequest,
+    StopJob,
+    TaskFailed,
+    TaskReady,
+    TriggerCheckpoint,
+    WatermarkReport,
+    WorkerStopped,
+)
+from kstream.protocol.pending import AckOutcome, PendingCheckpoint
+from kstream.protocol.recovery import RecoveredState, predecessor_leftovers
+from kstream.protocol.restorepoints import RestorePoints
+from kstream.protocol.savepointrequests import SavepointRequests
+from kstream.protocol.triggers import TriggerSchedule
+
+log = logging.getLogger(__name__)
+
+
+class CheckpointCoordinator:
+    """Triggers checkpoints for ``expected_tasks`` and commits those every task acknowledged.
+
+    Guarantees: a checkpoint is announced complete only after its metadata was
+    written (``metadata_written``); ids never repeat (they continue above
+    ``recovered``); acks/declines of another attempt or an unknown checkpoint are
+    ignored; nothing is triggered unless the phase is RUNNING.
+    """
+
+    def __init__(
+        self,
+        expected_tasks: frozenset[str],
+        checkpointing: CheckpointingConfig,
+        restart: RestartStrategy | None = None,
+        *,
+        heartbeat_timeout: float = 10.0,
+        recovered: RecoveredState | None = None,
+        description: dict[str, Any] | None = None,
+        plan: str = "",
+    ) -> None:
+        if not expected_tasks:
+            raise ValueError("a coordinator needs at least one task that must acknowledge")
+        rec = recovered or RecoveredState()
+        self.expected = frozenset(expected_tasks)
+        self.config = checkpointing
+        self.heartbeat_timeout = heartbeat_timeout
+        # The plan fingerprint (kstream.plan.fingerprint): reports of workers with
+        # another plan are refused; checkpoint metadata and Restore carry it.
+        self.plan = plan
+        self.failover = FailoverController(
+            self.expected, restart or RestartStrategy(), rec.attempt, owners=rec.owners, plan=plan
+        )
+        self.foreign_plan_reports = 0
+        self._refused: set[tuple[str, str]] = set()
+        self.failures = CheckpointFailureManager(checkpointing.tolerable_failures)
+        self.pending: dict[int, PendingCheckpoint] = {}
+        self.latest_completed: CheckpointMetadata | None = rec.latest_completed
+        # What the plan's state means (kstream.plan.operators.describe): in every
+        # checkpoint's metadata, so a later plan can check it may restore it.
+        self.description = description
+        # A savepoint asked for: made of the first checkpoint with an id above ``after``.
+        self.savepoints = SavepointRequests()
+        # Completed checkpoints a restore may use, and those a task could not restore:
+        # one global restore point, never a mix (docs/design.md §12).
+        self.restore_points = RestorePoints(rec.retained, rec.latest_completed)
+        self.ignored_messages = 0
+        self._recovered = rec
+        self._next_id = rec.max_checkpoint_id + 1
+        self._completing: dict[int, CheckpointMetadata] = {}
+        self.triggers = TriggerSchedule(checkpointing)  # when the next one is due
+        self.members = Membership()  # heard from when, running what; stopped and why
+        # Checkpoints that failed or were aborted, for the history (drained by the adapter).
+        self.ended: list[CheckpointFailure] = []
+        self._completions = CompletionLog()  # INFO: an attempt's first, then a minute's
+        # Global watermark alignment: the workers' reports, the bound published from them.
+        self.watermarks = GlobalWatermarks(timeout=heartbeat_timeout)
+
+    # -- state ---------------------------------------------------------------------------
+
+    @property
+    def phase(self) -> JobPhase:
+        return self.failover.phase
+
+    @property
+    def attempt(self) -> int:
+        return self.failover.attempt
+
+    @property
+    def failed_reason(self) -> str | None:
+        """Why the job failed hard, or None while it has not."""
+        return self.failover.failure_reason if self.phase is JobPhase.FAILED else None
+
+    @property
+    def next_checkpoint_id(self) -> int:
+        return self._next_id
+
+    def take_ended(self) -> list[CheckpointFailure]:
+        """Failed and aborted checkpoints since the last call (for history and metrics)."""
+        ended, self.ended = self.ended, []
+        return ended
+
+    # -- inputs --------------------------------------------------------------------------
+
+    def start(self, now: float) -> list[Command]:
+        """Continue from the recovered history; call once before ``handle``/``tick``."""
+        rec = self._recovered
+        self.triggers.interval_from(now)
+        # 1. A lost announcement again; 2. the predecessor's unfinished checkpoints aborted.
+        cmds, ended = predecessor_leftovers(rec, self.latest_completed, now)
+        self.ended += ended
+        # A task given away that the predecessor did not act on (it was on the worker
+        # that was lost, typically): its owner has not been heard by this coordinator.
+        report = rec.unhandled_report
+        if report is not None and report.reason == REASSIGNED:
+            owner = rec.owners.get(report.task_id)
+            owned = sorted(t for t, m in rec.owners.items() if m == owner)
+            rec.unhandled_failure = self.members.reassigned(
+                report.task_id, report.member, owner, owned, now
+            )
+        # Owners that never heartbeat to this coordinator are lost after the timeout.
+        self.members.expect(rec.owners, now)
+        # 3. A job that was running keeps running in its attempt; one that was
+        #    restoring, failed, stopped, or had an unhandled task failure is restored anew.
+        cmds += self.failover.continue_from(rec, now)
+        return cmds
+
+    def handle(self, msg: Message, now: float) -> list[Command]:
+        """React to one control message from a worker; coordinator messages are ignored."""
+        if isinstance(msg, WorkerStopped):
+            return self._on_worker_stopped(msg, now)
+        if self.phase is JobPhase.STOPPED and isinstance(msg, Heartbeat):
+            return self._restart_stopped(msg, now)
+        if self.phase in (JobPhase.FAILED, JobPhase.STOPPED):
+            return []
+        match msg:
+            case AcknowledgeCheckpoint():
+                return self._on_ack(msg, now)
+            case DeclineCheckpoint():
+                p = self._pending_for(msg.checkpoint_id, msg.attempt)
+                if p is None:
+                    return []
+                reason = (
+                    f"checkpoint {p.checkpoint_id} declined by task {msg.task_id}: {msg.reason}"
+                )
+                return self._abort(p, reason, now, counts=True)
+            case TaskReady() | Heartbeat() if self.plan and msg.plan != self.plan:
+                return self._refuse_plan(msg.member, msg.plan)
+            case TaskReady():
+                cmds = self.failover.on_ready(msg)
+                if cmds:
+                    log.info(
+                        "all tasks ready: resuming attempt %d",
+                        self.attempt,
+                        extra=ctx(attempt=self.attempt),
+                    )
+                    self.triggers.interval_from(now)
+                return cmds
+            case Heartbeat():
+                return self._on_heartbeat(msg, now)
+            case CheckpointRequest():
+                if msg.attempt == self.attempt and self.phase is JobPhase.RUNNING:
+                    log.info("checkpoint requested by %s: %s", msg.member, msg.reason)
+                    self.triggers.request()
+                return []
+            case SavepointRequest():
+                return self._on_savepoint_request(msg)
+            case RestoreFailed():
+                return self._on_restore_failed(msg, now)
+            case WatermarkReport():
+                self.watermarks.report(msg, self.attempt, now)
+                return []
+            case TaskFailed():
+                if msg.attempt != self.attempt:
+                    return []  # a failure of a superseded attempt is already handled
+                if msg.reason == REASSIGNED:
+                    return self._fail_over(self._reassigned(msg, now), now)
+                return self._fail_over(
+                    f"task {msg.task_id} failed on {msg.member}: {msg.reason}", now
+                )
+            case _:
+                return []  # written by a coordinator (ours or a predecessor's)
+
+    def tick(self, now: float) -> list[Command]:
+        """Time passes: time out checkpoints, detect lost workers, restore, trigger."""
+        if self.phase in (JobPhase.FAILED, JobPhase.STOPPED):
+            return []
+        cmds: list[Command] = []
+        # 1. Time-outs first: a timed-out checkpoint frees its slot for a new trigger.
+        for p in list(self.pending.values()):
+            if now - p.trigger_time >= self.config.timeout and self.phase is not JobPhase.FAILED:
+                cmds += self._abort(p, self._timeout_reason(p, now), now, counts=True)
+        # 2. Workers whose heartbeats stopped are lost: the tasks they own must move
+        #    (a silent member that owns nothing in this attempt — a predecessor of a
+        #    restarted worker — is forgotten without a restore).
+        for member, silence in self.members.silent(self.heartbeat_timeout, now):
+            owned = self.failover.held_by(member)
+            if owned:
+                cmds += self._fail_over(
+                    f"worker {member} lost: no heartbeat for {silence:.1f}s "
+                    f"(tasks {', '.join(owned)})",
+                    now,
+                )
+        # 3. A scheduled restore starts, or one that took too long starts over.
+        cmds += self.failover.tick(now, self.restore_points.choose())
+        # 4. Trigger.
+        if self._may_trigger(now):
+            cmds.append(self._trigger(now))
+        # 5. The global watermark alignment's bound, while the job runs.
+        if self.phase is JobPhase.RUNNING:
+            owners = self.failover.owners.values()
+            bound = self.watermarks.tick(self.attempt, now, owners)
+            cmds += [Send(bound)] if bound is not None else []
+        return cmds
+
+    def cut_off(self, now: float) -> None:
+        """This coordinator could not reach the brokers until ``now`` (its own outage).
+
+        The workers' heartbeats could not reach it either: their silence so far says
+        nothing about them, so each member is counted as heard from at ``now`` and
+        is lost only after a whole ``heartbeat_timeout`` more without a heartbeat.
+        """
+        self.members.cut_off(now)
+
+    def metadata_written(self, checkpoint_id: int, now: float) -> list[Command]:
+        """The metadata of ``checkpoint_id`` is in the store: announce it, then apply retention."""
+        meta = self._completing.pop(checkpoint_id)
+        self.latest_completed = meta
+        self.restore_points.completed(meta, self.config.retained)
+        self.triggers.finished(now)
+        self.failures.record_success(checkpoint_id)
+        self._completions.log(meta, now)
+        cmds: list[Command] = [Send(CheckpointCompleted(checkpoint_id, meta.attempt))]
+        # A completed checkpoint subsumes older ones still in flight (not failures).
+        for p in [p for n, p in self.pending.items() if n < checkpoint_id]:
+            cmds += self._abort(p, f"subsumed by checkpoint {checkpoint_id}", now, counts=False)
+        sp = self.savepoints.due(checkpoint_id)
+        if sp is not None:
+            # The savepoint's manifests are copied before retention may delete them.
+            cmds.append(CreateSavepoint(sp.name, meta))
+        cmds.append(ApplyRetention(self.config.retained))
+        if sp is not None and sp.stop:
+            reason = f"stopped with savepoint {sp.name} (checkpoint {checkpoint_id})"
+            cmds += [*self._stop(reason, now), Finish(reason)]
+        return cmds
+
+    # -- stopping ------------------------------------------------------------------------
+
+    def _stop(self, reason: str, now: float) -> list[Command]:
+        """The job stopped: ``JobStopped`` says when and why; checkpoints still in flight
+        can never complete (aborted) and nothing is triggered any more."""
+        cmds: list[Command] = []
+        for p in list(self.pending.values()):
+            cmds += self._abort(p, f"job stopped: {reason}", now, counts=False)
+        self.failover.stopped()
+        self.triggers.drop_request()
+        log.info("job stopped in attempt %d: %s", self.attempt, reason)
+        return [*cmds, Send(JobStopped(self.attempt, reason))]
+
+    def _on_worker_stopped(self, msg: WorkerStopped, now: float) -> list[Command]:
+        """A worker exited gracefully: it is not lost; once every owner of the running
+        attempt stopped (``--stop-when-idle``, SIGTERM to all), the job is stopped."""
+        self.members.stop(msg.member, msg.reason)
+        owners = set(self.failover.owners.values())
+        if self.phase is not JobPhase.RUNNING or msg.attempt != self.attempt or not owners:
+            return []
+        if not self.members.all_stopped(owners):
+            return []  # the group rebalances; the others take its tasks over
+        return self._stop(stopped_reason({m: self.members.stopped[m] for m in owners}), now)
+
+    def _restart_stopped(self, hb: Heartbeat, now: float) -> list[Command]:
+        """A stopped job starts again when a worker that did not stop heartbeats (one
+        joined; any generation: an emptied group may start over at 1): every task is
+        restored from the latest checkpoint, as at a first start."""
+        if not self.members.joined(hb.member, hb.tasks, now):
+            return []  # a heartbeat it sent before it stopped
+        log.info("worker %s joined the stopped job: starting it again", hb.member)
+        return self.failover.start_again(hb.generation, now)
+
+    def _on_savepoint_request(self, msg: SavepointRequest) -> list[Command]:
+        """Savepoint ``msg.name`` of the next checkpoint; with ``stop`` the workers stop
+        reading input first (``StopJob`` precedes that checkpoint's trigger on the control
+        topic, so it covers everything they read) and the coordinator finishes after it."""
+        running = self.phase is JobPhase.RUNNING
+        if not self.savepoints.request(msg, running, str(self.phase), self._next_id - 1):
+            return []
+        self.triggers.request()
+        if msg.stop:
+            return [Send(StopJob(self.attempt, f"stop with savepoint {msg.name}"))]
+        return []
+
+    def metadata_failed(self, checkpoint_id: int, error: str, now: float) -> list[Command]:
+        """Writing the metadata of ``checkpoint_id`` failed: the checkpoint failed."""
+        meta = self._completing.pop(checkpoint_id)
+        p = PendingCheckpoint(checkpoint_id, meta.attempt, meta.trigger_time, self.expected)
+        p.acks = dict(meta.tasks)
+        reason = f"checkpoint {checkpoint_id}: writing its metadata failed: {error}"
+        return self._abort(p, reason, now, counts=True)
+
+    # -- decisions -----------------------------------------------------------------------
+
+    def _may_trigger(self, now: float) -> bool:
+        due = self._trigger_due()
+        return due is not None and now >= due
+
+    def next_trigger_in(self, now: float) -> float | None:
+        """Seconds until ``tick`` triggers a checkpoint (0: due now); None while a message
+        must come first (a checkpoint in flight blocks the next, or the job is not
+        running). Polling no longer than this starts checkpoints on time instead of up
+        to a poll timeout late."""
+        due = self._trigger_due()
+        return None if due is None else max(0.0, due - now)
+
+    def _trigger_due(self) -> float | None:
+        """When the next checkpoint may be triggered (None: not until something happens):
+        an interval after the last trigger, at once when a worker asked for one."""
+        if self.phase is not JobPhase.RUNNING:
+            return None
+        return self.triggers.due(len(self.pending) + len(self._completing))
+
+    def _trigger(self, now: float) -> Send:
+        n, self._next_id = self._next_id, self._next_id + 1
+        self.pending[n] = PendingCheckpoint(n, self.attempt, now, self.expected)
+        self.triggers.triggered(now)
+        return Send(TriggerCheckpoint(n, self.attempt, int(now * 1000)))
+
+    def _pending_for(self, checkpoint_id: int, attempt: int) -> PendingCheckpoint | None:
+        p = self.pending.get(checkpoint_id)
+        if p is None or p.attempt != attempt:
+            self.ignored_messages += 1
+            log.debug("ignoring message for checkpoint %d attempt %d", checkpoint_id, attempt)
+            return None
+        return p
+
+    def _on_ack(self, ack: AcknowledgeCheckpoint, now: float) -> list[Command]:
+        p = self._pending_for(ack.checkpoint_id, ack.attempt)
+        if p is None:
+            return []
+        outcome = p.acknowledge(ack, now)
+        if outcome is not AckOutcome.ACCEPTED:
+            self.ignored_messages += 1
+            if outcome is AckOutcome.UNEXPECTED_TASK:
+                log.warning("ack from task %r which is not in the plan; ignored", ack.task_id)
+            return []
+        if not p.is_complete:
+            return []
+        # Every task acknowledged: the metadata is written first; the announcement
+        # follows only once the adapter confirms the write (metadata_written).
+        del self.pending[p.checkpoint_id]
+        meta = replace(p.to_metadata(now), description=self.description, plan=self.plan or None)
+        self._completing[p.checkpoint_id] = meta
+        return [WriteMetadata(meta)]
+
+    def _on_restore_failed(self, msg: RestoreFailed, now: float) -> list[Command]:
+        """A task cannot restore the current restore point: every task restores the next
+        older retained checkpoint instead (said once, loudly); none left: the job fails."""
+        n = self.failover.restore_point
+        if (
+            self.phase is not JobPhase.RESTORING
+            or msg.attempt != self.attempt
+            or msg.checkpoint_id != n
+            or n is None
+        ):
+            self.ignored_messages += 1
+            return []
+        reason, older = self.restore_points.failed(n, msg)
+        if older is None:
+            return self.failover.fail(reason)
+        return self._fail_over(reason, now)
+
+    def _refuse_plan(self, member: str, plan: str) -> list[Command]:
+        """A report from a worker with another plan: ignored, counted, reported once."""
+        self.foreign_plan_reports += 1
+        if (member, plan) in self._refused:
+            return []
+        self._refused.add((member, plan))
+        return [RefusePlan(plan, member=member)]
+
+    def _reassigned(self, msg: TaskFailed, now: float) -> str:
+        owner = self.failover.owners.get(msg.task_id)
+        owned = self.failover.held_by(owner) if owner else []
+        return self.members.reassigned(msg.task_id, msg.member, owner, owned, now)
+
+    def _group_change(self, member: str, change: str, now: float) -> str:
+        """The reason of a group change ``member`` reported (kstream.protocol.causes)."""
+        return self.members.group_change(member, change, set(self.failover.owners.values()), now)
+
+    def _on_heartbeat(self, hb: Heartbeat, now: float) -> list[Command]:
+        self.members.heard(hb.member, hb.tasks, now)
+        previous = self.failover.generation
+        self.failover.observe_generation(hb.generation)
+        if self.phase is not JobPhase.RUNNING:
+            return []
+        moved = self.members.moved(hb, previous, self.failover.owners, self.attempt, now)
+        if moved is None:
+            return []
+        reason, normal = moved
+        return self._fail_over(reason, now, normal=normal)
+
+    def _fail_over(self, reason: str, now: float, *, normal: bool = False) -> list[Command]:
+        """Suspend: abort every checkpoint in flight (not counted), then schedule a restore.
+
+        ``normal``: an expected event (a worker rejoining), logged as such, not as a fault.
+        """
+        if self.phase in (JobPhase.SUSPENDED, JobPhase.FAILED):
+            return []
+        if normal:
+            log.info(
+                "restart (attempt %d -> %d): %s",
+                self.attempt,
+                self.attempt + 1,
+                reason,
+                extra=ctx(attempt=self.attempt),
+            )
+        else:
+            log.warning(
+                "failover (attempt %d -> %d): %s",
+                self.attempt,
+                self.attempt + 1,
+                reason,
+                extra=ctx(attempt=self.attempt),
+            )
+        cmds: list[Command] = []
+        for p in list(self.pending.values()):
+            cmds += self._abort(p, f"job failover: {reason}", now, counts=False)
+        return cmds + self.failover.on_failure(reason, now)
+
+    def _abort(
+        self, p: PendingCheckpoint, reason: str, now: float, *, counts: bool
+    ) -> list[Command]:
+        self.pending.pop(p.checkpoint_id, None)
+        self.triggers.finished(now)
+        self.ended.append(p.ended(reason, now, failed=counts))
+        cmds: list[Command] = [
+            Send(CheckpointAborted(p.checkpoint_id, reason)),
+            CleanupCheckpoint(p.checkpoint_id, p.handles()),
+        ]
+        if counts and self.failures.record_failure(p.checkpoint_id):
+            k = self.failures.successive_failures
+            verdict = (
+                f"{reason}. {k} successive checkpoints failed; "
+                f"tolerable_failures={self.config.tolerable_failures} -> job failed"
+            )
+            for other in list(self.pending.values()):
+                cmds += self._abort(other, "job failed", now, counts=False)
+            cmds += self.failover.fail(verdict)
+        return cmds
+
+    def _timeout_reason(self, p: PendingCheckpoint, now: float) -> str:
+        seen = [w for w in (self.members.last_runner(t, now) for t in p.missing) if w]
+        return p.timeout_reason(self.config.timeout, seen)

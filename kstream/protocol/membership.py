@@ -1,0 +1,125 @@
+"""What the coordinator knows of the workers: when each was last heard from, which tasks it
+runs, and which stopped gracefully (and why). Pure; the coordinator asks it who is lost,
+who runs a task, and why tasks moved (:mod:`kstream.protocol.causes`)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from kstream.protocol.causes import group_change_reason, reassignment_reason
+from kstream.protocol.messages import Heartbeat
+
+
+class Membership:
+    """Members heard from (member -> (last seen, tasks it runs)) and members stopped."""
+
+    def __init__(self) -> None:
+        self.seen: dict[str, tuple[float, tuple[str, ...]]] = {}
+        self.stopped: dict[str, str] = {}  # members that stopped gracefully -> why
+
+    def heard(self, member: str, tasks: tuple[str, ...], now: float) -> None:
+        """A heartbeat: ``member`` runs ``tasks`` at ``now``."""
+        self.seen[member] = (now, tasks)
+
+    def expect(self, owners: Mapping[str, str], now: float) -> None:
+        """Owners named by the recovered attempt: lost after the timeout unless they
+        heartbeat to this coordinator."""
+        for member in set(owners.values()):
+            tasks = tuple(sorted(t for t, m in owners.items() if m == member))
+            self.seen.setdefault(member, (now, tasks))
+
+    def silent(self, timeout: float, now: float) -> list[tuple[str, float]]:
+        """Members not heard from for over ``timeout`` s (forgotten here), with their silence."""
+        gone = [(m, now - seen) for m, (seen, _t) in self.seen.items() if now - seen > timeout]
+        for member, _s in gone:
+            del self.seen[member]
+        return gone
+
+    def cut_off(self, now: float) -> None:
+        """The coordinator could not hear anyone until ``now``: silence so far counts for nothing."""
+        for member, (seen, tasks) in self.seen.items():
+            self.seen[member] = (max(seen, now), tasks)
+
+    def stop(self, member: str, reason: str) -> None:
+        """``member`` exited gracefully: not lost, stopped."""
+        self.seen.pop(member, None)
+        self.stopped[member] = reason
+
+    def all_stopped(self, members: set[str]) -> bool:
+        return members <= self.stopped.keys()
+
+    def joined(self, member: str, tasks: tuple[str, ...], now: float) -> bool:
+        """A heartbeat while the job is stopped: True (and the stops forgotten) when it
+        comes from a worker that did not stop, i.e. one that joined."""
+        if member in self.stopped:
+            return False  # a heartbeat it sent before it stopped
+        self.seen[member] = (now, tasks)
+        self.stopped.clear()
+        return True
+
+    def last_runner(self, task: str, now: float) -> str | None:
+        """``task last seen Ns ago on worker M`` for the member that ran it most recently."""
+        runs = [(s, m) for m, (s, tasks) in self.seen.items() if task in tasks]
+        if not runs:
+            return None
+        s, m = max(runs)
+        return f"{task} last seen {now - s:.1f}s ago on worker {m}"
+
+    def reassigned(
+        self, task: str, reporter: str, owner: str | None, owned: list[str], now: float
+    ) -> str:
+        """Why ``reporter`` found ``task`` (owned by ``owner``) reassigned."""
+        seen = self.seen.get(owner) if owner else None
+        return reassignment_reason(
+            task,
+            reporter,
+            owner,
+            owned,
+            stopped=self.stopped.get(owner) if owner else None,
+            silent_s=None if seen is None else now - seen[0],
+        )
+
+    def group_change(self, member: str, change: str, owners: set[str], now: float) -> str:
+        """The reason of a group change ``member`` reported: a lost or stopped owner other
+        than ``member`` if there is one."""
+        others = owners - {member}
+        silent = {m: now - self.seen[m][0] for m in others if m in self.seen}
+        stopped = {m: self.stopped[m] for m in others if m in self.stopped}
+        return group_change_reason(change, silent, stopped)
+
+    def moved(
+        self, hb: Heartbeat, previous: int, owners: Mapping[str, str], attempt: int, now: float
+    ) -> tuple[str, bool] | None:
+        """Whether a running job's tasks moved, from ``hb`` (the group's generation was
+        ``previous`` before it): the reason to restore them and whether that is normal
+        operation (a worker joined, left or restarted) rather than a fault; None if not."""
+        if previous >= 0 and hb.generation > previous:
+            # A worker joined or left the group (scaling, a restart): normal operation,
+            # unless an owner fell silent (killed: the group noticed first) or stopped.
+            change = f"consumer group generation changed {previous} -> {hb.generation}"
+            reason = self.group_change(
+                hb.member, f"{change} (partitions were reassigned)", set(owners.values()), now
+            )
+            return reason, reason.startswith(change)
+        if not owners:
+            return None
+        # A worker runs exactly the tasks it owns; anything else means it lost them (a
+        # rebalance, a restart) and the job must be restored.
+        owned = {t for t, m in owners.items() if m == hb.member}
+        if not hb.tasks and owned:
+            # A worker that restarted (or rejoined after a rebalance) runs nothing until
+            # the next restore names it an owner again: the normal way back in.
+            revoked = (
+                f"worker {hb.member} no longer runs its tasks {', '.join(sorted(owned))} "
+                f"of attempt {attempt} (the group rebalanced or the worker restarted): "
+                "restoring them"
+            )
+            reason = self.group_change(hb.member, revoked, set(owners.values()), now)
+            return reason, reason == revoked
+        if set(hb.tasks) != owned:
+            return (
+                f"worker {hb.member} runs tasks {sorted(hb.tasks)} but owns {sorted(owned)} "
+                f"in attempt {attempt}",
+                False,
+            )
+        return None

@@ -1,0 +1,465 @@
+"""The control protocol: messages on ``<app>.control`` (docs/design.md §5-§7).
+
+Every message is one JSON object ``{"v": 1, "type": "<Name>", ...fields}``.
+Decoding validates the version, the type and every field's type; anything else
+raises :class:`ProtocolError`, which a reader logs, counts and skips. Nothing
+read from the wire is ever unpickled or executed: decoding builds one of the
+frozen dataclasses below from plain JSON values, nothing more.
+
+Who writes what:
+
+* coordinator: TriggerCheckpoint, CheckpointCompleted, CheckpointAborted,
+  Restore, Resume, JobFailed, StopJob, JobStopped, WatermarkBound;
+* workers: AcknowledgeCheckpoint, DeclineCheckpoint, TaskReady, Heartbeat,
+  TaskFailed, RestoreFailed, CheckpointRequest, WorkerStopped, WatermarkReport;
+* ``kstream savepoint``: SavepointRequest.
+
+**Signed coordinator messages.** The coordinator signs what it writes with
+HMAC-SHA256 under a key only the checkpoint store holds (``<app>/control.key``,
+:mod:`kstream.checkpointstorage.controlkey`): ``sign`` appends ``"epoch"`` (the coordinator's
+incarnation), ``"seq"`` (the message's number in that epoch) and ``"sig"`` to the
+JSON; ``verify`` checks the exact bytes and returns the stamp, by which readers skip
+a copy of an earlier message (:mod:`kstream.protocol.replay`). A
+coordinator message that does not verify was not written by a coordinator of the
+job (any Kafka client can write to the topic): readers that hold the key log,
+count and skip it. Workers' messages are reports, not authority, and unsigned.
+
+Receivers must be idempotent: ``CheckpointCompleted`` may repeat or arrive late
+(a later one subsumes earlier ones). During a restore a worker re-sends
+``TaskReady`` for the current attempt after every rebalance: only readies from
+the newest group generation count.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import types
+from dataclasses import MISSING, asdict, dataclass, fields, is_dataclass
+from typing import Any, Union, get_args, get_origin, get_type_hints
+
+from kstream.checkpointstorage.metadata import TaskSnapshot
+from kstream.protocol.replay import Stamp
+
+SCHEMA_VERSION = 1
+MAX_MESSAGE_BYTES = 256 * 1024  # an ack with many partition offsets stays far below this
+# The reason of a ``TaskFailed`` a worker reports for a task whose partitions the group
+# gave it while the current attempt has another owner (a rebalance: its owner left,
+# died or was slow): the coordinator names the cause from what it knows of the owner.
+REASSIGNED = "its partitions were reassigned to a worker that does not run it"
+
+
+class ProtocolError(ValueError):
+    """A control record is malformed, of an unknown type/version, or oversized."""
+
+
+@dataclass(frozen=True)
+class TriggerCheckpoint:
+    """Coordinator → sources: take checkpoint ``checkpoint_id`` (wall-clock ``timestamp`` ms)."""
+
+    checkpoint_id: int
+    attempt: int
+    timestamp: int
+
+
+@dataclass(frozen=True)
+class AcknowledgeCheckpoint:
+    """Task → coordinator: my snapshot for ``checkpoint_id`` is durable in the store.
+
+    ``snapshot`` describes it as the completed checkpoint's metadata lists it: the store
+    path of the task's manifest (``handle``), its input positions, sizes and times (the
+    coordinator adds only the acknowledgement's delay).
+    """
+
+    checkpoint_id: int
+    task_id: str
+    attempt: int
+    snapshot: TaskSnapshot
+
+
+@dataclass(frozen=True)
+class DeclineCheckpoint:
+    """Task → coordinator: I cannot take checkpoint ``checkpoint_id``, because ``reason``."""
+
+    checkpoint_id: int
+    task_id: str
+    attempt: int
+    reason: str
+
+
+@dataclass(frozen=True)
+class CheckpointCompleted:
+    """Coordinator → all: ``checkpoint_id`` is committed (its metadata is in the store)."""
+
+    checkpoint_id: int
+    attempt: int
+
+
+@dataclass(frozen=True)
+class CheckpointAborted:
+    """Coordinator → all: ``checkpoint_id`` will never complete; drop its partial state."""
+
+    checkpoint_id: int
+    reason: str
+
+
+@dataclass(frozen=True)
+class Restore:
+    """Coordinator → workers: roll back to ``checkpoint_id`` (None: start positions) as ``attempt``."""
+
+    attempt: int
+    checkpoint_id: int | None
+    plan: str = ""  # the coordinator's plan fingerprint: a worker with another plan refuses
+
+
+@dataclass(frozen=True)
+class TaskReady:
+    """Worker → coordinator: ``task_id`` is restored for ``attempt`` on ``member``."""
+
+    attempt: int
+    task_id: str
+    member: str
+    generation: int
+    plan: str = ""  # the worker's plan fingerprint: the coordinator refuses another plan
+
+
+@dataclass(frozen=True)
+class Resume:
+    """Coordinator → workers: run ``attempt``; ``owners`` names the one member per task."""
+
+    attempt: int
+    owners: dict[str, str]
+
+
+@dataclass(frozen=True)
+class JobFailed:
+    """Coordinator → workers: the job failed hard; stop and exit non-zero with ``reason``."""
+
+    reason: str
+
+
+@dataclass(frozen=True)
+class Heartbeat:
+    """Worker → coordinator: ``member`` is alive and runs ``tasks`` in group ``generation``."""
+
+    member: str
+    tasks: tuple[str, ...]
+    generation: int
+    plan: str = ""  # the worker's plan fingerprint
+    query: str = ""  # the worker's query endpoint (docs/queries.md), "" when it serves none
+
+
+@dataclass(frozen=True)
+class TaskFailed:
+    """Worker → coordinator: ``task_id`` failed on ``member`` in ``attempt``."""
+
+    task_id: str
+    member: str
+    attempt: int
+    reason: str
+
+
+@dataclass(frozen=True)
+class RestoreFailed:
+    """Worker → coordinator: ``task_id`` cannot restore checkpoint ``checkpoint_id`` in
+    ``attempt``, because ``reason``; ``object`` names the corrupt or missing object."""
+
+    attempt: int
+    task_id: str
+    member: str
+    checkpoint_id: int
+    reason: str
+    object: str = ""
+    # Not corrupt: the task's exactly-once sink already published the output of this
+    # newer checkpoint, so restoring ``checkpoint_id`` would publish it twice (0: none).
+    published: int = 0
+
+
+@dataclass(frozen=True)
+class CheckpointRequest:
+    """Worker → coordinator: trigger a checkpoint of ``attempt`` now, not at the next
+    interval (a graceful stop wants its last output committed: ``reason`` says why)."""
+
+    member: str
+    attempt: int
+    reason: str
+
+
+@dataclass(frozen=True)
+class SavepointRequest:
+    """``kstream savepoint`` → coordinator: make savepoint ``name`` of the next checkpoint;
+    with ``stop``, stop every worker gracefully first so that checkpoint is the last."""
+
+    name: str
+    stop: bool
+    requester: str
+
+
+@dataclass(frozen=True)
+class StopJob:
+    """Coordinator → workers: stop gracefully (read no more input; exit once a checkpoint
+    triggered after this message completed and its output is published)."""
+
+    attempt: int
+    reason: str
+
+
+@dataclass(frozen=True)
+class JobStopped:
+    """Coordinator → everyone: the job stopped on request or because every worker that
+    ran it stopped (``reason``) in ``attempt``; nothing is triggered after it. A worker
+    that joins later restarts the job with a restore."""
+
+    attempt: int
+    reason: str
+
+
+@dataclass(frozen=True)
+class WorkerStopped:
+    """Worker → coordinator: ``member`` stopped gracefully in ``attempt`` (``reason``):
+    it is not lost, and once every owner of the attempt stopped, the job is stopped."""
+
+    member: str
+    attempt: int
+    reason: str
+
+
+@dataclass(frozen=True)
+class WatermarkReport:
+    """Worker → coordinator: in ``attempt``, the watermark of the slowest source partition
+    ``member`` reads that still holds others back, per aligned source topic (``slowest``;
+    a topic without such a partition here is absent). Global watermark alignment:
+    :mod:`kstream.protocol.alignment`."""
+
+    member: str
+    attempt: int
+    slowest: dict[str, int]
+
+
+@dataclass(frozen=True)
+class WatermarkBound:
+    """Coordinator → workers: in ``attempt``, the slowest watermark over every worker's
+    report, per aligned source topic (``slowest``), the member that reported it (``by``)
+    and the slowest of the other members' reports (``second``; absent: none). A worker
+    holds a partition whose watermark is more than the topic's ``max_drift_ms`` ahead of
+    the slowest report but its own (its own slowest it knows first hand)."""
+
+    attempt: int
+    slowest: dict[str, int]
+    by: dict[str, str]
+    second: dict[str, int]
+
+
+Message = (
+    TriggerCheckpoint
+    | AcknowledgeCheckpoint
+    | DeclineCheckpoint
+    | CheckpointCompleted
+    | CheckpointAborted
+    | Restore
+    | TaskReady
+    | Resume
+    | JobFailed
+    | Heartbeat
+    | TaskFailed
+    | RestoreFailed
+    | CheckpointRequest
+    | SavepointRequest
+    | StopJob
+    | JobStopped
+    | WorkerStopped
+    | WatermarkReport
+    | WatermarkBound
+)
+
+MESSAGE_TYPES: dict[str, type[Any]] = {
+    cls.__name__: cls
+    for cls in (
+        TriggerCheckpoint,
+        AcknowledgeCheckpoint,
+        DeclineCheckpoint,
+        CheckpointCompleted,
+        CheckpointAborted,
+        Restore,
+        TaskReady,
+        Resume,
+        JobFailed,
+        Heartbeat,
+        TaskFailed,
+        RestoreFailed,
+        CheckpointRequest,
+        SavepointRequest,
+        StopJob,
+        JobStopped,
+        WorkerStopped,
+        WatermarkReport,
+        WatermarkBound,
+    )
+}
+
+_HINTS: dict[type[Any], dict[str, Any]] = {}
+
+
+def record_key(msg: Message) -> str:
+    """The Kafka record key of ``msg`` on the compacted control topic.
+
+    Compaction keeps the newest record per key, so keys are chosen for what a
+    starting process needs (``kstream.protocol.recovery``, the worker's ``learn``):
+    the newest message of each coordinator type (the highest trigger, the newest
+    completion, abort, Restore, Resume, JobFailed), and of the workers' reports the
+    newest per task (acknowledgement, decline, readiness, failure). Heartbeats and
+    checkpoint requests matter only while fresh: one key each.
+    """
+    name = type(msg).__name__
+    task = getattr(msg, "task_id", None)
+    return f"{name}:{task}" if isinstance(task, str) else name
+
+
+def encode(msg: Message) -> bytes:
+    """The wire form of ``msg``: compact UTF-8 JSON with ``v`` and ``type``."""
+    body = asdict(msg)
+    if isinstance(msg, Heartbeat):
+        body["tasks"] = list(msg.tasks)
+        if not msg.query:
+            del body["query"]  # as before queries: readers of an older version decode it
+    data = json.dumps(
+        {"v": SCHEMA_VERSION, "type": type(msg).__name__, **body}, separators=(",", ":")
+    ).encode()
+    if len(data) > MAX_MESSAGE_BYTES:
+        raise ProtocolError(
+            f"{type(msg).__name__} is {len(data)} bytes, over the {MAX_MESSAGE_BYTES} limit"
+        )
+    return data
+
+
+COORDINATOR_MESSAGES: tuple[type[Any], ...] = (
+    TriggerCheckpoint,
+    CheckpointCompleted,
+    CheckpointAborted,
+    Restore,
+    Resume,
+    JobFailed,
+    JobStopped,
+    WatermarkBound,
+)
+"""The messages only a coordinator writes (signed)."""
+
+_SIG = b',"sig":"'
+_EPOCH = b',"epoch":'
+_SEQ = b',"seq":'
+
+
+def sign(data: bytes, key: bytes, epoch: int, seq: int) -> bytes:
+    """``data`` (an ``encode`` result) with the coordinator ``epoch``, the message's
+    sequence number ``seq`` in that epoch (:mod:`kstream.protocol.replay`) and the
+    HMAC of it all."""
+    body = data[:-1] + b"%s%d%s%d" % (_EPOCH, epoch, _SEQ, seq)
+    mac = hmac.new(key, body + b"}", hashlib.sha256).hexdigest()
+    return body + _SIG + mac.encode() + b'"}'
+
+
+def verify(data: bytes, key: bytes) -> Stamp | None:
+    """The stamp of a message ``sign`` wrote with ``key``; None if it is not one.
+    A message signed before sequence numbers (``...,"epoch":E,"sig":...``) has
+    ``seq`` None."""
+    head, sep, tail = data.rpartition(_SIG)
+    if not sep or not tail.endswith(b'"}') or len(tail) != 66:
+        return None
+    mac = hmac.new(key, head + b"}", hashlib.sha256).hexdigest().encode()
+    if not hmac.compare_digest(mac, tail[:-2]):
+        return None
+    rest, sep, seq = head.rpartition(_SEQ)
+    if not (sep and seq.isdigit()):
+        rest, seq = head, b""
+    _, sep, epoch = rest.rpartition(_EPOCH)
+    if not (sep and epoch.isdigit()):
+        return None
+    return Stamp(int(epoch), int(seq) if seq else None)
+
+
+def decode(data: bytes | None) -> Message:
+    """The message in ``data``; ProtocolError if it is not exactly one valid message."""
+    if data is None:
+        raise ProtocolError("empty record (no value)")
+    if len(data) > MAX_MESSAGE_BYTES:
+        raise ProtocolError(f"record of {len(data)} bytes exceeds {MAX_MESSAGE_BYTES}")
+    try:
+        obj = json.loads(data)
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise ProtocolError(f"not JSON: {e}") from e
+    if not isinstance(obj, dict):
+        raise ProtocolError(f"not a JSON object but {type(obj).__name__}")
+    version = obj.get("v")
+    if version != SCHEMA_VERSION:
+        raise ProtocolError(f"unsupported schema version {version!r} (supported: 1)")
+    name = obj.get("type")
+    if not isinstance(name, str) or name not in MESSAGE_TYPES:
+        raise ProtocolError(f"unknown message type {name!r}")
+    body = {k: v for k, v in obj.items() if k not in ("v", "type", "epoch", "seq", "sig")}
+    message: Message = _build(MESSAGE_TYPES[name], body, name)
+    return message
+
+
+def _build(cls: type[Any], obj: dict[str, Any], where: str) -> Any:
+    """An instance of the dataclass ``cls`` from the JSON object ``obj``, every field
+    checked against its type; ProtocolError on a missing, extra or mistyped field."""
+    hints = _hints(cls)
+    extra = set(obj) - {f.name for f in fields(cls)}
+    if extra:
+        raise ProtocolError(f"{where}: unexpected fields {sorted(extra)}")
+    kwargs: dict[str, Any] = {}
+    for f in fields(cls):
+        if f.name in obj:
+            kwargs[f.name] = _coerce(obj[f.name], hints[f.name], f"{where}.{f.name}")
+        elif f.default is MISSING and f.default_factory is MISSING:
+            raise ProtocolError(f"{where}: missing field {f.name!r}")
+    return cls(**kwargs)
+
+
+def _hints(cls: type[Any]) -> dict[str, Any]:
+    hints = _HINTS.get(cls)
+    if hints is None:
+        hints = _HINTS[cls] = get_type_hints(cls)
+    return hints
+
+
+def _coerce(value: Any, hint: Any, where: str) -> Any:
+    """``value`` checked against the field type ``hint`` (tuples built from JSON lists)."""
+    origin = get_origin(hint)
+    if origin in (Union, types.UnionType):
+        for option in get_args(hint):
+            try:
+                return _coerce(value, option, where)
+            except ProtocolError:
+                continue
+        raise ProtocolError(f"{where}: {value!r} is not {hint}")
+    if hint is type(None):
+        if value is None:
+            return None
+    elif hint is bool:
+        if isinstance(value, bool):
+            return value
+    elif hint is int:
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+    elif hint is float:
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            return float(value)
+    elif hint is str:
+        if isinstance(value, str):
+            return value
+    elif origin is tuple:
+        (item,) = get_args(hint)[:1]
+        if isinstance(value, list):
+            return tuple(_coerce(v, item, where) for v in value)
+    elif origin is dict:
+        _key, val = get_args(hint)
+        if isinstance(value, dict):
+            return {k: _coerce(v, val, f"{where}[{k!r}]") for k, v in value.items()}
+    elif isinstance(hint, type) and is_dataclass(hint):
+        if isinstance(value, dict):
+            return _build(hint, value, where)
+    elif hint is Any:
+        return value  # any JSON value (e.g. offsets); it is data, never code
+    raise ProtocolError(f"{where}: {value!r} is not {getattr(hint, '__name__', hint)}")

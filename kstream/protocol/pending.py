@@ -1,0 +1,107 @@
+"""A triggered checkpoint collecting acknowledgements from every expected task."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import replace
+from enum import StrEnum
+
+from kstream.checkpointstorage.history import CheckpointFailure, CheckpointStatus
+from kstream.checkpointstorage.metadata import CheckpointMetadata, TaskSnapshot
+from kstream.logs import ctx
+from kstream.protocol.messages import AcknowledgeCheckpoint
+
+log = logging.getLogger(__name__)
+
+
+class AckOutcome(StrEnum):
+    """What an acknowledgement did to a pending checkpoint."""
+
+    ACCEPTED = "accepted"
+    DUPLICATE = "duplicate"  # the task already acknowledged; the first one counts
+    UNEXPECTED_TASK = "unexpected_task"  # not a task of the plan
+
+
+class PendingCheckpoint:
+    """Checkpoint ``checkpoint_id`` of ``attempt``, triggered at ``trigger_time`` (epoch s)."""
+
+    def __init__(
+        self, checkpoint_id: int, attempt: int, trigger_time: float, expected: frozenset[str]
+    ) -> None:
+        self.checkpoint_id = checkpoint_id
+        self.attempt = attempt
+        self.trigger_time = trigger_time
+        self.expected = expected
+        self.acks: dict[str, TaskSnapshot] = {}
+
+    def acknowledge(self, ack: AcknowledgeCheckpoint, now: float) -> AckOutcome:
+        """Record ``ack`` (same checkpoint and attempt — the caller checks that)."""
+        if ack.task_id not in self.expected:
+            return AckOutcome.UNEXPECTED_TASK
+        if ack.task_id in self.acks:
+            return AckOutcome.DUPLICATE
+        self.acks[ack.task_id] = replace(
+            ack.snapshot, ack_delay_ms=round((now - self.trigger_time) * 1000.0, 3)
+        )
+        return AckOutcome.ACCEPTED
+
+    @property
+    def missing(self) -> list[str]:
+        """Expected tasks that have not acknowledged yet, sorted."""
+        return sorted(self.expected - self.acks.keys())
+
+    @property
+    def is_complete(self) -> bool:
+        """Whether every expected task acknowledged."""
+        return not self.missing
+
+    def handles(self) -> tuple[str, ...]:
+        """Snapshot handles acknowledged so far (what an abort must clean up)."""
+        return tuple(sorted(s.handle for s in self.acks.values()))
+
+    def to_metadata(self, now: float) -> CheckpointMetadata:
+        """The completed checkpoint, completed at ``now``; only valid when complete."""
+        if not self.is_complete:
+            raise RuntimeError(
+                f"checkpoint {self.checkpoint_id} is not complete: missing {self.missing}"
+            )
+        return CheckpointMetadata(
+            checkpoint_id=self.checkpoint_id,
+            attempt=self.attempt,
+            trigger_time=self.trigger_time,
+            complete_time=now,
+            tasks=dict(self.acks),
+        )
+
+    def ended(self, reason: str, now: float, *, failed: bool) -> CheckpointFailure:
+        """This checkpoint failed (``failed``: it counts) or was aborted at ``now``: logged
+        (a failure is a warning; an abort — subsumed, or cancelled by a failover — is
+        normal), and its record for the history."""
+        status = CheckpointStatus.FAILED if failed else CheckpointStatus.ABORTED
+        log.log(
+            logging.WARNING if failed else logging.INFO,
+            "checkpoint %d %s (attempt %d): %s",
+            self.checkpoint_id,
+            status,
+            self.attempt,
+            reason,
+            extra=ctx(attempt=self.attempt, checkpoint=self.checkpoint_id),
+        )
+        return CheckpointFailure(
+            self.checkpoint_id,
+            self.attempt,
+            status,
+            reason,
+            self.trigger_time,
+            now,
+            dict(self.acks),
+            tuple(self.missing),
+        )
+
+    def timeout_reason(self, timeout: float, seen: list[str]) -> str:
+        """Why it timed out after ``timeout`` s; ``seen``: where the missing tasks last ran."""
+        where = f" ({'; '.join(seen)})" if seen else ""
+        return (
+            f"checkpoint {self.checkpoint_id} timed out after {timeout:g}s: "
+            f"no acknowledgement from tasks {', '.join(self.missing)}{where}"
+        )

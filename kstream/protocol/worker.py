@@ -1,0 +1,422 @@
+"""The worker's half of the control protocol (docs/design.md §5-§7): what it decides. The
+checkpointed mode that carries those decisions out: :mod:`kstream.worker.checkpointed`.
+
+:class:`WorkerProtocol` is a pure state machine: ``handle(message, now)`` and
+``tick(now)`` return commands, in order; it does no I/O and is tested with a fake
+clock. Messages are the coordinator's (``Restore``, ``Resume``, ``TriggerCheckpoint``,
+``CheckpointCompleted``, ``JobFailed``) and what the loop observes itself
+(:class:`Assigned`, :class:`InputRead`, :class:`StopRequested`, :class:`TaskStopped`,
+:class:`Unrestorable`, :class:`QueriesServed`).
+:class:`~kstream.worker.checkpointed.Checkpointed` (the worker's default mode, :mod:`kstream.worker.mode`) feeds it
+the control topic and the loop's observations and carries its commands out against the
+worker's tasks, the control topic and the checkpoint store.
+
+One checkpoint, as this module sees it: ``TriggerCheckpoint`` -> :class:`TriggerTasks`
+-> each running task's runner injects the barrier and, at its snapshot point, takes
+the snapshot and uploads it (:mod:`kstream.worker.runner`) -> the finished upload's
+``AcknowledgeCheckpoint`` goes out (``Checkpointed.end``) -> the coordinator's
+``CheckpointCompleted``, once the store backs it -> :class:`CommitSinks` -> each
+runner publishes its sinks' output for that checkpoint.
+
+What the protocol decides:
+
+* **restore and resume**: tasks run only in an attempt the coordinator resumed with
+  this worker as their owner. ``Restore(attempt, n)`` rolls every assigned task back
+  to checkpoint *n* and reports each ``TaskReady``; ``Resume(attempt, owners)``
+  starts the tasks this worker owns. A new assignment during a restore restores
+  again (ready in the new generation); after a resume it reports the tasks it now
+  holds but does not run as failed, so the coordinator restores at once.
+* **checkpoints**: a trigger of the current attempt goes to every running task;
+  a completion commits the sinks. After a restore from a checkpoint, the first
+  exactly-once output the resumed tasks buffer (:class:`OutputBuffered`) asks for a
+  checkpoint at once, so output resumes without waiting out an interval.
+* **when to stop**: a graceful stop (:class:`StopRequested`) reads no more input and
+  asks for a checkpoint until one triggered after the last input completed (at most
+  ``drain_timeout_s``); ``stop_when_idle`` does the same once no input came for that
+  long. ``JobFailed`` stops with exit code 1.
+* **heartbeats** every ``heartbeat_interval`` with the tasks this worker holds.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from kstream.logs import ctx
+from kstream.protocol.commands import RefusePlan, Send
+from kstream.protocol.messages import (
+    REASSIGNED,
+    CheckpointCompleted,
+    CheckpointRequest,
+    Heartbeat,
+    JobFailed,
+    Message,
+    Restore,
+    Resume,
+    StopJob,
+    TaskFailed,
+    TaskReady,
+    TriggerCheckpoint,
+    WorkerStopped,
+)
+
+log = logging.getLogger(__name__)
+
+REQUEST_EVERY_S = 1.0  # a checkpoint request is repeated this often until one is triggered
+
+# ---- what the loop observes ---------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Assigned:
+    """The group assignment changed: this worker is ``member`` in ``generation``; it holds
+    partitions (``any_partitions``), among them every input of ``tasks``."""
+
+    member: str
+    generation: int | None
+    tasks: tuple[str, ...]
+    any_partitions: bool
+
+
+@dataclass(frozen=True)
+class InputRead:
+    """Records of a user topic arrived."""
+
+
+@dataclass(frozen=True)
+class OutputBuffered:
+    """An exactly-once sink of a running task holds output not yet sealed by a barrier."""
+
+
+@dataclass(frozen=True)
+class StopRequested:
+    """Stop gracefully (SIGTERM, or the embedding program)."""
+
+
+@dataclass(frozen=True)
+class TaskStopped:
+    """A task stopped here: it failed (``reason``: reported) or was fenced (None)."""
+
+    task_id: str
+    attempt: int
+    reason: str | None
+
+
+@dataclass(frozen=True)
+class Unrestorable:
+    """This worker cannot restore the checkpoint of ``attempt`` (reported to the
+    coordinator with ``RestoreFailed``): it holds no task of it."""
+
+    attempt: int
+
+
+@dataclass(frozen=True)
+class QueriesServed:
+    """This worker's query endpoint is ``url`` (announced in its heartbeats)."""
+
+    url: str
+
+
+Event = (
+    Message
+    | Assigned
+    | InputRead
+    | OutputBuffered
+    | StopRequested
+    | TaskStopped
+    | Unrestorable
+    | QueriesServed
+)
+
+# ---- what the loop does (and Send, RefusePlan: kstream.protocol.commands) -------------
+
+
+@dataclass(frozen=True)
+class RestoreTasks:
+    """Stop every task; restore every assigned task to checkpoint ``checkpoint_id``
+    (None: start positions) in ``attempt``, not running, its inputs paused."""
+
+    attempt: int
+    checkpoint_id: int | None
+
+
+@dataclass(frozen=True)
+class StopTasks:
+    """Stop every task."""
+
+
+@dataclass(frozen=True)
+class ResumeTasks:
+    """Run the restored tasks in ``owned``; stop the others; seek the inputs again."""
+
+    owned: frozenset[str]
+
+
+@dataclass(frozen=True)
+class TriggerTasks:
+    """Inject barrier ``checkpoint_id`` of ``attempt`` into every running task."""
+
+    checkpoint_id: int
+    attempt: int
+
+
+@dataclass(frozen=True)
+class CommitSinks:
+    """Checkpoint ``checkpoint_id`` completed: every task publishes its sinks' output."""
+
+    checkpoint_id: int
+
+
+@dataclass(frozen=True)
+class Exit:
+    """Stop the worker with ``code`` (0: done, 1: the job failed), for ``reason``."""
+
+    code: int
+    reason: str
+
+
+WorkerCommand = (
+    Send | RestoreTasks | StopTasks | ResumeTasks | TriggerTasks | CommitSinks | RefusePlan | Exit
+)
+
+
+class WorkerProtocol:
+    """The worker's protocol state; see the module docstring."""
+
+    def __init__(
+        self,
+        member: str,
+        *,
+        now: float,
+        heartbeat_interval: float = 1.0,
+        stop_when_idle: float | None = None,
+        drain_timeout_s: float = 30.0,
+        plan: str = "",
+    ) -> None:
+        self.member = member
+        # This worker's plan fingerprint (kstream.plan.fingerprint): in its reports, and
+        # compared with the coordinator's on every Restore.
+        self.plan = plan
+        self.query = ""  # this worker's query endpoint, announced in its heartbeats
+        self.generation: int | None = None
+        self.heartbeat_interval = heartbeat_interval
+        self.stop_when_idle = stop_when_idle
+        self.drain_timeout_s = drain_timeout_s
+        # Learnt from the control topic.
+        self.attempt = 0
+        self.restore_point: int | None = None
+        self.restoring = False  # a Restore of ``attempt`` is pending its Resume
+        # This worker's tasks.
+        self.assigned: tuple[str, ...] = ()
+        self.any_partitions = False
+        self.tasks: set[str] = set()  # held here (restored or running)
+        self.running: set[str] = set()
+        # Draining and idleness.
+        self.last_input = now
+        self.drained = False  # a checkpoint triggered after the last input completed
+        self.stopping_since: float | None = None
+        self.trigger_seen: dict[int, float] = {}
+        # Resumed from a checkpoint and no output buffered since: the first output
+        # asks for a checkpoint at once (OutputBuffered).
+        self.awaiting_first_output = False
+        self._next_request = 0.0
+        self._next_heartbeat = 0.0
+
+    def learn(self, history: Iterable[Message]) -> list[WorkerCommand]:
+        """The control topic read to its end: the current attempt and whether it resumed
+        (no commands: kept a list for what a history may require)."""
+        history = list(history)
+        for msg in history:
+            if isinstance(msg, Restore) and msg.attempt >= self.attempt:
+                self.attempt, self.restore_point, self.restoring = (
+                    msg.attempt,
+                    msg.checkpoint_id,
+                    True,
+                )
+            elif isinstance(msg, Resume) and msg.attempt == self.attempt:
+                self.restoring = False
+        log.info(
+            "control history: %d messages read at start, attempt %d, %s",
+            len(history),
+            self.attempt,
+            "restoring" if self.restoring else "resumed",
+        )
+        # The history's Restore may be an earlier deployment's (an upgrade starts the
+        # new plan's coordinator after this worker): only a Restore read live, from
+        # the running coordinator, is compared with this worker's plan.
+        return []
+
+    def _foreign(self, msg: Restore) -> bool:
+        """Whether the coordinator that wrote ``msg`` runs another plan than this worker."""
+        return bool(self.plan and msg.plan and msg.plan != self.plan)
+
+    @property
+    def stopping(self) -> bool:
+        """Stopping gracefully: no more user input is read."""
+        return self.stopping_since is not None
+
+    # ---- messages and observations -------------------------------------------------------
+
+    def handle(self, event: Event, now: float) -> list[WorkerCommand]:
+        match event:
+            case TriggerCheckpoint() if event.attempt == self.attempt:
+                self.trigger_seen[event.checkpoint_id] = now
+                return [TriggerTasks(event.checkpoint_id, event.attempt)]
+            case CheckpointCompleted():
+                if self.trigger_seen.get(event.checkpoint_id, float("-inf")) > self.last_input:
+                    self.drained = True
+                self.trigger_seen = {
+                    k: v for k, v in self.trigger_seen.items() if k > event.checkpoint_id
+                }
+                return [CommitSinks(event.checkpoint_id)]
+            case Restore() if event.attempt > self.attempt and self._foreign(event):
+                return [RefusePlan(event.plan, attempt=event.attempt)]
+            case Restore() if event.attempt > self.attempt:
+                self.attempt, self.restore_point, self.restoring = (
+                    event.attempt,
+                    event.checkpoint_id,
+                    True,
+                )
+                log.info(
+                    "restore: attempt %d from checkpoint %s",
+                    event.attempt,
+                    event.checkpoint_id,
+                    extra=ctx(attempt=event.attempt),
+                )
+                if self.any_partitions:
+                    return self._restore()
+                self.tasks, self.running = set(), set()
+                return [StopTasks()]
+            case Resume() if event.attempt == self.attempt and self.restoring:
+                self.restoring = False
+                self.last_input, self.drained = now, False  # idle counts from here
+                self.running = {t for t in self.tasks if event.owners.get(t) == self.member}
+                self.tasks = set(self.running)  # another member owns the rest: stay idle
+                self.awaiting_first_output = bool(self.running) and self.restore_point is not None
+                return [ResumeTasks(frozenset(self.running))]
+            case JobFailed():
+                return [Exit(1, f"job failed: {event.reason}")]
+            case Assigned():
+                return self._assigned(event, now)
+            case InputRead():
+                self.last_input, self.drained = now, False
+                return []
+            case OutputBuffered() if self.awaiting_first_output:
+                # The output replayed since the restored checkpoint is what downstream
+                # has been missing since the failure: publish it without waiting out
+                # the interval (one checkpoint more per restore).
+                self.awaiting_first_output = False
+                return self._request(now, "first output after a restore")
+            case StopRequested():
+                return self._stop_requested(now)
+            case StopJob() if event.attempt == self.attempt:
+                log.info("the coordinator stops the job: %s", event.reason)
+                return self._stop_requested(now)
+            case Unrestorable():
+                self.tasks, self.running = set(), set()
+                return []
+            case QueriesServed():
+                self.query = event.url
+                return []
+            case TaskStopped():
+                self.tasks.discard(event.task_id)
+                self.running.discard(event.task_id)
+                if event.reason is None:
+                    return []
+                return [Send(TaskFailed(event.task_id, self.member, event.attempt, event.reason))]
+            case _:
+                return []
+
+    def _restore(self) -> list[WorkerCommand]:
+        self.tasks, self.running = set(self.assigned), set()
+        ready = [
+            Send(TaskReady(self.attempt, task, self.member, self.generation or 0, self.plan))
+            for task in self.assigned
+        ]
+        return [RestoreTasks(self.attempt, self.restore_point), *ready]
+
+    def _assigned(self, event: Assigned, now: float) -> list[WorkerCommand]:
+        self.member, self.generation = event.member, event.generation
+        self.assigned, self.any_partitions = event.tasks, event.any_partitions
+        self._next_heartbeat = 0.0  # tell the coordinator at once
+        commands: list[WorkerCommand]
+        if self.restoring and event.any_partitions:
+            commands = self._restore()  # same attempt, new generation: ready again
+        else:
+            self.tasks, self.running = set(), set()
+            commands = [StopTasks()]
+            if self.attempt > 0 and event.any_partitions:
+                # The attempt is resumed, yet this worker now holds partitions of tasks
+                # it does not run (a rebalance, or a restart under static membership
+                # that no rebalance announces): ask for a restore now rather than
+                # leave the coordinator to notice a silent owner after its timeout.
+                commands += [
+                    Send(TaskFailed(task, self.member, self.attempt, REASSIGNED))
+                    for task in event.tasks
+                ]
+        return commands + self._heartbeat(now)
+
+    def _stop_requested(self, now: float) -> list[WorkerCommand]:
+        if self.stopping_since is not None:
+            return []
+        self.stopping_since = now
+        self.awaiting_first_output = False
+        if self.restoring or not self.running:
+            return self._exit("stopping: nothing runs here, so nothing is left to commit")
+        # Input is read only after the control messages of a loop iteration, so a
+        # trigger handled at this same ``now`` (e.g. right after a StopJob) covers
+        # everything read: it counts as the final checkpoint.
+        self.last_input, self.drained = now - 1e-6, False
+        log.info("stopping: waiting for a final checkpoint of everything read")
+        return []
+
+    # ---- time ---------------------------------------------------------------------------------
+
+    def tick(self, now: float) -> list[WorkerCommand]:
+        """Heartbeats, and the checkpoint requests and stops of draining and idleness."""
+        if self.stopping_since is not None:
+            if self.drained:
+                return self._exit("stopping: the final checkpoint completed")
+            if now - self.stopping_since >= self.drain_timeout_s:
+                log.warning(
+                    "stopping without a final checkpoint: none completed within %.0fs (a "
+                    "restart replays from the last completed one)",
+                    self.drain_timeout_s,
+                )
+                return self._exit("stopping: no final checkpoint in time")
+            return self._request(now, "graceful stop") + self._heartbeat(now)
+        commands = self._heartbeat(now)
+        if self.stop_when_idle is not None and now - self.last_input >= self.stop_when_idle:
+            if self.drained:
+                idle = now - self.last_input
+                return commands + self._exit(f"no input for {idle:.1f}s and all output committed")
+            commands += self._request(now, "idle")  # rather than wait for the interval
+        return commands
+
+    def _exit(self, reason: str) -> list[WorkerCommand]:
+        """Exit 0, telling the coordinator first: a stopped worker is not a lost one, and
+        `kstream status` says the job stopped, when and why."""
+        stopped = WorkerStopped(self.member, self.attempt, reason)
+        return [Send(stopped), Exit(0, reason)]
+
+    def _request(self, now: float, reason: str) -> list[WorkerCommand]:
+        """Ask for a checkpoint now, unless one triggered after the last input is on its
+        way (repeated every second until one is triggered)."""
+        if (
+            self.restoring
+            or now < self._next_request
+            or any(t > self.last_input for t in self.trigger_seen.values())
+        ):
+            return []
+        self._next_request = now + REQUEST_EVERY_S
+        return [Send(CheckpointRequest(self.member, self.attempt, reason))]
+
+    def _heartbeat(self, now: float) -> list[WorkerCommand]:
+        if now < self._next_heartbeat:
+            return []
+        self._next_heartbeat = now + self.heartbeat_interval
+        if self.generation is None:
+            return []
+        tasks = tuple(sorted(self.tasks))
+        return [Send(Heartbeat(self.member, tasks, self.generation, self.plan, self.query))]
