@@ -39,9 +39,9 @@ OPS = {
 def rows_of(key: str, n: int) -> list[tuple[str, tuple[Any, ...], Any]]:
     """Some state of record key ``key`` in every operator's tables (their real layouts)."""
     return [
-        ("win.acc", (1000 * n, 1000 * n - 1000, key), n),
-        ("sess.sessions", (key, n), [n + 5, n]),
-        ("sess.timers", (n + 5, key, n), 0),
+        ("win.acc", (20_000 + 1000 * n, 19_000 + 1000 * n, key), n),  # (ends after every wm:
+        ("sess.sessions", (key, n), [20_005 + n, n]),  # not fired yet)
+        ("sess.timers", (20_005 + n, key, n), 0),
         ("proc.s.count", (key,), n),
         ("proc.s.seen", (key, f"m{n}"), True),
         ("proc.et", (n * 7, key), 0),
@@ -265,3 +265,30 @@ def test_a_firing_in_progress_and_a_shrinking_source_are_refused(tmp_path: Path)
 @given(st.binary(max_size=300))
 def test_the_fast_murmur2_is_kafkas(data: bytes) -> None:
     assert fast_murmur2(data) == murmur2(data)
+
+
+def test_a_fired_window_kept_for_lateness_behind_another_tasks_watermark_is_refused(
+    tmp_path: Path,
+) -> None:
+    """Task 0's watermark passed 1000: its window ending at 1000 fired and is kept for
+    allowed lateness; at task 1's lower watermark it would fire again."""
+    store = FileStore(tmp_path / "store")
+    tasks = {}
+    for p, (wm, rows) in enumerate([(5000, [((1000, 0, "a"), 3)]), (500, [])]):
+        backend = RocksDBBackend(tmp_path / "old" / str(p))
+        backend.table(TableSpec("win.meta")).put(("wm",), wm)
+        for k, v in rows:
+            backend.table(TableSpec("win.acc")).put(k, v)
+        up = SnapshotUploader(store, APP, f"stage1-{p}")
+        h = up.upload_now(backend.snapshot_sync(3), positions={f"in:{p}": 1})
+        up.close()
+        backend.close()
+        tasks[f"stage1-{p}"] = TaskSnapshot(h.manifest_path)
+    desc = {"version": 2, "operators": {"win": OPS["win"]}, "stages": {"stage1": 2}}
+    sp = create_savepoint(store, APP, "late", CheckpointMetadata(3, 0, 1.0, 2.0, tasks, desc))
+    with pytest.raises(
+        RescaleError,
+        match=r"^operator 'win': task stage1-0 \(watermark 5000\) keeps a fired window ending "
+        r"at 1000 for allowed lateness, but another task's watermark is 500",
+    ):
+        rescale_savepoint(store, sp, "after", {"stage1": 3}, workdir=tmp_path / "w")

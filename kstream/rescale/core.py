@@ -18,6 +18,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from kstream.elements.events import MIN_TS
 from kstream.rescale.layout import COPY, META, RescaleError, key_index, merge_meta
 from kstream.rescale.routing import OperatorRoute
 from kstream.state.base import StateKey
@@ -26,6 +27,7 @@ from kstream.state.keys import KeyEncodingError, decode_key
 __all__ = ["NewTask", "OldTask", "StageCounts", "redistribute"]
 
 TASK_PREFIX = "task."
+FIRED_BY_END = ("acc", "timers")  # a window kind's tables keyed by window end first
 CACHE_KEYS = 200_000  # record key -> new task, cleared when full
 
 
@@ -86,8 +88,13 @@ def redistribute(
     copies: dict[str, dict[bytes, bytes]] = {}
     excluded: dict[str, list[int]] = {}  # table -> rows per new task (sliding windows)
     caches: dict[str, dict[Any, int]] = {}  # per operator: record key -> new task
+    fired: dict[str, tuple[int, str, int]] = {}  # operator -> (end, task, its watermark)
+    seen: list[str] = []
     for task in old:
-        for table in task.table_names():
+        seen.append(task.task_id)
+        tables = task.table_names()
+        wms: dict[str, int] = {}  # this task's operators' watermarks
+        for table in tables:
             if table.startswith(TASK_PREFIX):
                 if table == "task.firing" and task.entries(table):
                     raise RescaleError(
@@ -101,26 +108,39 @@ def redistribute(
                     f"task {task.task_id} holds table {table!r} of no stateful operator of "
                     f"{stage} in the state's description: it cannot be routed"
                 )
+            if table == f"{sid}.meta":
+                meta = task.entries(table)
+                metas.setdefault(sid, []).append((task.task_id, meta))
+                if ("wm",) in meta:
+                    wms[sid] = int(meta[("wm",)])
+        for table in tables:
+            sid = _operator_of(table, ids)
+            if sid is None or table == f"{sid}.meta":
+                continue
             route = routes[sid]
             suffix = table[len(sid) + 1 :]
             at = key_index(sid, route.kind, suffix)
-            if at == META:
-                metas.setdefault(sid, []).append((task.task_id, task.entries(table)))
-                continue
             if at == COPY:
                 copies.setdefault(table, {}).update(task.raw_rows(table))
                 continue
+            assert at != META
+            # Windows (and session/sliding timers) are keyed by their end first: one at or
+            # below its task's watermark has fired and is kept for allowed lateness.
+            wm = wms.get(sid) if route.kind == "window" and suffix in FIRED_BY_END else None
             per_task = [0] * n
             partition = route.partition
             cache = caches.setdefault(sid, {})
             for k, v in task.raw_rows(table):
                 try:
-                    rk = decode_key(k)[at]
+                    key = decode_key(k)
+                    rk = key[at]
                 except (KeyEncodingError, IndexError) as e:
                     raise RescaleError(
                         f"operator {sid!r}: a key of its table {suffix!r} in task "
                         f"{task.task_id} is not laid out as expected ({e}); not rescaled"
                     ) from e
+                if wm is not None and key[0] <= wm and key[0] > fired.get(sid, (MIN_TS, "", 0))[0]:
+                    fired[sid] = (key[0], task.task_id, wm)
                 p = cache.get(rk)
                 if p is None:
                     if len(cache) >= CACHE_KEYS:
@@ -140,8 +160,18 @@ def redistribute(
         for target in targets:
             for k, v in rows.items():
                 target.put_raw(table, k, v)
-    for sid, entries in metas.items():
-        merged = merge_meta(sid, entries)
+    for sid, of_tasks in metas.items():
+        have = {t for t, _e in of_tasks}
+        merged = merge_meta(sid, [*of_tasks, *((t, {}) for t in seen if t not in have)])
+        low = merged.get(("wm",), MIN_TS)
+        if sid in fired and fired[sid][0] > low:
+            end, where, wm = fired[sid]
+            raise RescaleError(
+                f"operator {sid!r}: task {where} (watermark {wm}) keeps a fired window ending "
+                f"at {end} for allowed lateness, but another task's watermark is {low}: "
+                f"at the lowest watermark it would fire again; take the savepoint once "
+                f"every task's watermark has passed {end}"
+            )
         for i, target in enumerate(targets):
             for key, value in merged.items():
                 target.put(f"{sid}.meta", key, value)

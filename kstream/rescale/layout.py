@@ -93,11 +93,14 @@ def merge_meta(
 ) -> dict[tuple[Any, ...], Any]:
     """The ``meta`` entries every new task of ``operator`` starts with, from the old tasks'
     ``(task, entries)``: the lowest watermark (no pending window, session or timer of
-    a task behind the others is skipped: firing scans from the operator's watermark);
+    a task behind the others is skipped: firing scans from the operator's watermark;
+    none when a task has none: it never advanced);
     ``excluded`` is recounted by the caller. RescaleError for a firing in progress or
     an entry this module does not know."""
     wm: int | None = None
+    unset = False  # a task whose operator never advanced: its watermark is the lowest
     for task, entries in tasks:
+        unset = unset or ("wm",) not in entries
         for key, value in entries.items():
             name = str(key[0]) if key else ""
             if name == "wm":
@@ -115,4 +118,4 @@ def merge_meta(
                     f"operator {operator!r}: its non-keyed entry {key!r} (task {task}) cannot "
                     f"be split between tasks (rescaling refused; keep the partition counts)"
                 )
-    return {} if wm is None else {("wm",): wm}
+    return {} if wm is None or unset else {("wm",): wm}
