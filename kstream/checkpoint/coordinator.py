@@ -13,6 +13,7 @@ from dataclasses import replace
 from typing import Any
 
 from kstream.checkpoint.alignment import GlobalWatermarks
+from kstream.checkpoint.batching import unbatched
 from kstream.checkpoint.causes import stopped_reason
 from kstream.checkpoint.commands import (
     ApplyRetention,
@@ -31,6 +32,7 @@ from kstream.checkpoint.membership import Membership
 from kstream.checkpoint.messages import (
     REASSIGNED,
     AcknowledgeCheckpoint,
+    AcknowledgeCheckpoints,
     CheckpointAborted,
     CheckpointCompleted,
     CheckpointRequest,
@@ -193,6 +195,8 @@ class CheckpointCoordinator:
         match msg:
             case AcknowledgeCheckpoint():
                 return self._on_ack(msg, now)
+            case AcknowledgeCheckpoints():
+                return [cmd for ack in unbatched(msg) for cmd in self._on_ack(ack, now)]
             case DeclineCheckpoint():
                 p = self._pending_for(msg.checkpoint_id, msg.attempt)
                 if p is None:

@@ -11,8 +11,9 @@ from __future__ import annotations
 from collections import deque
 from enum import StrEnum
 
+from kstream.checkpoint.batching import resume_parts
 from kstream.checkpoint.commands import Command, Fail, Send
-from kstream.checkpoint.messages import JobFailed, JobStopped, Restore, Resume, TaskReady
+from kstream.checkpoint.messages import JobFailed, JobStopped, Restore, TaskReady
 from kstream.checkpoint.recovery import RecoveredState
 from kstream.config import RestartStrategy
 
@@ -183,7 +184,7 @@ class FailoverController:
             return []
         self.owners = {task: member for task, (member, _gen) in sorted(self._ready.items())}
         self.phase = Phase.RUNNING
-        return [Send(Resume(self.attempt, dict(self.owners)))]
+        return [Send(m) for m in resume_parts(self.attempt, dict(self.owners))]
 
     def ready_by(self, member: str) -> frozenset[str]:
         """Tasks ``member`` reported ready for the current restore."""

@@ -10,7 +10,8 @@ Who writes what:
 
 * coordinator: TriggerCheckpoint, CheckpointCompleted, CheckpointAborted,
   Restore, Resume, JobFailed, StopJob, JobStopped, WatermarkBound;
-* workers: AcknowledgeCheckpoint, DeclineCheckpoint, TaskReady, Heartbeat,
+* workers: AcknowledgeCheckpoints (AcknowledgeCheckpoint: one task's, as before: still
+  read), DeclineCheckpoint, TaskReady, Heartbeat,
   TaskFailed, RestoreFailed, CheckpointRequest, WorkerStopped, WatermarkReport;
 * ``kstream savepoint``: SavepointRequest.
 
@@ -79,6 +80,22 @@ class AcknowledgeCheckpoint:
 
 
 @dataclass(frozen=True)
+class AcknowledgeCheckpoints:
+    """Worker → coordinator: the snapshots of ``member``'s tasks for ``checkpoint_id`` are
+    durable in the store (``snapshots``: task -> its ``AcknowledgeCheckpoint.snapshot``).
+
+    One message per worker per checkpoint, not one per task: at hundreds of tasks per
+    worker the coordinator reads a message per worker. Split into parts only to stay
+    under ``MAX_MESSAGE_BYTES`` (:func:`kstream.checkpoint.acks.acknowledgements`).
+    """
+
+    checkpoint_id: int
+    attempt: int
+    member: str
+    snapshots: dict[str, TaskSnapshot]
+
+
+@dataclass(frozen=True)
 class DeclineCheckpoint:
     """Task → coordinator: I cannot take checkpoint ``checkpoint_id``, because ``reason``."""
 
@@ -126,10 +143,17 @@ class TaskReady:
 
 @dataclass(frozen=True)
 class Resume:
-    """Coordinator → workers: run ``attempt``; ``owners`` names the one member per task."""
+    """Coordinator → workers: run ``attempt``; ``owners`` names the one member per task.
+
+    Past the size limit (thousands of tasks) written in ``parts`` (``part``: this one's
+    number from 0), each with some of the owners, in one transaction; a reader acts on
+    the whole (:mod:`kstream.checkpoint.batching`). One part: the fields are not written
+    (as before parts: readers of an older version decode it)."""
 
     attempt: int
     owners: dict[str, str]
+    part: int = 0
+    parts: int = 1
 
 
 @dataclass(frozen=True)
@@ -254,6 +278,7 @@ class WatermarkBound:
 Message = (
     TriggerCheckpoint
     | AcknowledgeCheckpoint
+    | AcknowledgeCheckpoints
     | DeclineCheckpoint
     | CheckpointCompleted
     | CheckpointAborted
@@ -278,6 +303,7 @@ MESSAGE_TYPES: dict[str, type[Any]] = {
     for cls in (
         TriggerCheckpoint,
         AcknowledgeCheckpoint,
+        AcknowledgeCheckpoints,
         DeclineCheckpoint,
         CheckpointCompleted,
         CheckpointAborted,
@@ -308,10 +334,16 @@ def record_key(msg: Message) -> str:
     starting process needs (``kstream.checkpoint.recovery``, the worker's ``learn``):
     the newest message of each coordinator type (the highest trigger, the newest
     completion, abort, Restore, Resume, JobFailed), and of the workers' reports the
-    newest per task (acknowledgement, decline, readiness, failure). Heartbeats and
-    checkpoint requests matter only while fresh: one key each.
+    newest per task (acknowledgement, decline, readiness, failure), and of a worker's
+    acknowledgements the newest per member and first task of a part (a worker's parts
+    do not replace each other). Heartbeats and checkpoint requests matter only while
+    fresh: one key each.
     """
     name = type(msg).__name__
+    if isinstance(msg, Resume) and msg.part:
+        return f"{name}:{msg.part}"  # (the first part keeps the key of a whole one)
+    if isinstance(msg, AcknowledgeCheckpoints):
+        return f"{name}:{msg.member}:{min(msg.snapshots, default='')}"
     task = getattr(msg, "task_id", None)
     return f"{name}:{task}" if isinstance(task, str) else name
 
@@ -323,6 +355,8 @@ def encode(msg: Message) -> bytes:
         body["tasks"] = list(msg.tasks)
         if not msg.query:
             del body["query"]  # as before queries: readers of an older version decode it
+    if isinstance(msg, Resume) and msg.parts == 1:
+        del body["part"], body["parts"]  # as before parts
     data = json.dumps(
         {"v": SCHEMA_VERSION, "type": type(msg).__name__, **body}, separators=(",", ":")
     ).encode()

@@ -9,10 +9,12 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass, field
 
+from kstream.checkpoint.batching import ResumeParts
 from kstream.checkpoint.causes import stopped_reason
 from kstream.checkpoint.messages import (
     REASSIGNED,
     AcknowledgeCheckpoint,
+    AcknowledgeCheckpoints,
     CheckpointAborted,
     CheckpointCompleted,
     DeclineCheckpoint,
@@ -84,11 +86,17 @@ class ControlView:
     stopped_reason: str = ""
     stopped_members: dict[str, str] = field(default_factory=dict)  # this attempt: member -> why
     events: deque[Event] = field(default_factory=lambda: deque(maxlen=MAX_EVENTS))
+    _resumes: ResumeParts = field(default_factory=ResumeParts, repr=False, compare=False)
     messages: int = 0
 
     def apply(self, ts: float, msg: Message) -> None:
         """Fold one message (``ts``: its record timestamp, epoch seconds)."""
         self.messages += 1
+        if isinstance(msg, Resume):
+            whole = self._resumes.add(msg)
+            if whole is None:
+                return  # more parts to come
+            msg = whole
         match msg:
             case Heartbeat():
                 self.members[msg.member] = MemberView(msg.member, msg.tasks, msg.generation, ts)
@@ -99,6 +107,9 @@ class ControlView:
             case AcknowledgeCheckpoint():
                 if msg.checkpoint_id in self.in_flight:
                     self.acks.setdefault(msg.checkpoint_id, set()).add(msg.task_id)
+            case AcknowledgeCheckpoints():
+                if msg.checkpoint_id in self.in_flight:
+                    self.acks.setdefault(msg.checkpoint_id, set()).update(msg.snapshots)
             case DeclineCheckpoint():
                 self.events.append(
                     Event(ts, "checkpoint_declined", msg.reason, msg.attempt, msg.task_id)

@@ -9,8 +9,10 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 
+from kstream.checkpoint.batching import batch
 from kstream.checkpoint.messages import (
     AcknowledgeCheckpoint,
+    AcknowledgeCheckpoints,
     CheckpointCompleted,
     Message,
     RestoreFailed,
@@ -80,6 +82,9 @@ class Checkpointed(Mode):
         self._pending: list[Action] = []  # decided from the history, carried out first
         self._verified: set[int] = set()  # completed checkpoints the store backs
         self._committer = SinkCommitter()
+        # Acknowledgements held while another task's upload of their checkpoint is in
+        # flight here: a worker sends one message per checkpoint for all its tasks.
+        self._held: list[AcknowledgeCheckpoint] = []
         self.alignment = GlobalAlignment(tasks.aligner.max_drift_ms)
         # Who else reads the control topic (the query directory, kstream.query.routing).
         self.observers: list[Callable[[Message], None]] = []
@@ -131,13 +136,16 @@ class Checkpointed(Mode):
 
     def end(self, now: float) -> int | None:
         """Collect the sink commits that finished; acknowledge (or decline) every snapshot
-        whose upload finished; then the protocol's time-driven actions."""
+        whose upload finished — batched: a checkpoint's acknowledgements wait until no
+        upload of it is in flight here, then go out in one ``AcknowledgeCheckpoints``
+        (:mod:`kstream.checkpoint.batching`); then the protocol's time-driven actions."""
         self._collect_commits(now, wait=False)
         finished = [r for r in self.tasks.runners.values() if r.has_finished_upload()]
         if finished and not self._internal_delivered(finished[0]):
             finished = []  # acknowledged at a later iteration
-        member = self.member if finished else ""  # asks the client: only when needed
+        member = self.member if finished or self._held else ""  # asks the client: if needed
         reports = [msg for r in finished for msg in r.finished_uploads(member)]
+        reports = self._batched(reports, member)
         report = (
             None  # restoring: nothing runs, so nothing to report yet
             if self.protocol.restoring
@@ -148,7 +156,9 @@ class Checkpointed(Mode):
         if report is not None:
             reports.append(report)
         self.control.post_all(reports)  # not waited for: see ControlClient.post_all
-        self.stats.checkpoints_acked += sum(isinstance(m, AcknowledgeCheckpoint) for m in reports)
+        self.stats.checkpoints_acked += sum(
+            len(m.snapshots) for m in reports if isinstance(m, AcknowledgeCheckpoints)
+        )
         if self.protocol.awaiting_first_output and any(
             r.output_buffered() for r in self.tasks.running()
         ):
@@ -156,6 +166,18 @@ class Checkpointed(Mode):
             if code is not None:
                 return code
         return self._apply(self.protocol.tick(now), now)
+
+    def _batched(self, reports: list[Message], member: str) -> list[Message]:
+        """``reports`` with their acknowledgements (and those held) as one message per
+        checkpoint, except those of a checkpoint still uploading here (held)."""
+        acks = self._held + [m for m in reports if isinstance(m, AcknowledgeCheckpoint)]
+        if not acks:
+            return reports
+        uploading = {u.checkpoint_id for r in self.tasks.runners.values() for u in r.uploads}
+        self._held = [a for a in acks if a.checkpoint_id in uploading]
+        ready = [a for a in acks if a.checkpoint_id not in uploading]
+        others = [m for m in reports if not isinstance(m, AcknowledgeCheckpoint)]
+        return [*others, *batch(ready, member)]
 
     @property
     def draining(self) -> bool:

@@ -42,6 +42,7 @@ import logging
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from kstream.checkpoint.batching import ResumeParts
 from kstream.checkpoint.messages import (
     REASSIGNED,
     CheckpointCompleted,
@@ -212,12 +213,14 @@ class WorkerProtocol:
         self.awaiting_first_output = False
         self._next_request = 0.0
         self._next_heartbeat = 0.0
+        self._resumes = ResumeParts()  # a Resume written in parts, put together
 
     def learn(self, history: Iterable[Message]) -> list[Action]:
         """The control topic read to its end: the current attempt and whether it resumed
         (no actions: kept a list for what a history may require)."""
         history = list(history)
-        for msg in history:
+        for part in history:
+            msg = self._resumes.whole(part)
             if isinstance(msg, Restore) and msg.attempt >= self.attempt:
                 self.attempt, self.restore_point, self.restoring = (
                     msg.attempt,
@@ -249,6 +252,11 @@ class WorkerProtocol:
     # ---- messages and observations -------------------------------------------------------
 
     def handle(self, event: Event, now: float) -> list[Action]:
+        if isinstance(event, Resume):
+            whole = self._resumes.add(event)
+            if whole is None:
+                return []  # more parts to come
+            event = whole
         match event:
             case TriggerCheckpoint() if event.attempt == self.attempt:
                 self.trigger_seen[event.checkpoint_id] = now

@@ -1,0 +1,103 @@
+"""Control messages that grow with the tasks, kept one per worker or under the size limit
+(issue 41: hundreds of tasks per worker, thousands per job). Pure.
+
+* A worker's acknowledgements: one ``AcknowledgeCheckpoints`` per checkpoint carrying all
+  its tasks' snapshots (:func:`batch`), not one message per task: the coordinator reads
+  a message per worker.
+* ``Resume``'s owners (one member per task: ~60 bytes a task, over the limit past a few
+  thousand tasks) in parts (:func:`resume_parts`), written in one transaction, each
+  under ``MAX_MESSAGE_BYTES``; readers put them together with :class:`ResumeParts`.
+
+A message is split in halves until each half encodes under the limit, so every part is
+at least a quarter of the limit: the parts are few, and a small job's message is one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from functools import partial
+from typing import Any, TypeVar
+
+from kstream.checkpoint.messages import (
+    AcknowledgeCheckpoint,
+    AcknowledgeCheckpoints,
+    Message,
+    ProtocolError,
+    Resume,
+    encode,
+)
+from kstream.store.metadata import TaskSnapshot
+
+V = TypeVar("V")
+_WIDEST = 10**9  # a part number as wide as any, when a part's size is checked
+
+
+def batch(acks: Iterable[AcknowledgeCheckpoint], member: str) -> list[AcknowledgeCheckpoints]:
+    """``acks`` (``member``'s tasks') as one message per checkpoint and attempt, in the
+    order of their first ack, each under the size limit."""
+    groups: dict[tuple[int, int], dict[str, TaskSnapshot]] = {}
+    for ack in acks:
+        groups.setdefault((ack.checkpoint_id, ack.attempt), {})[ack.task_id] = ack.snapshot
+    out: list[AcknowledgeCheckpoints] = []
+    for (n, attempt), snapshots in groups.items():
+        make = partial(AcknowledgeCheckpoints, n, attempt, member)
+        out += [make(s) for s in _fitting(snapshots, make)]
+    return out
+
+
+def unbatched(msg: AcknowledgeCheckpoints) -> list[AcknowledgeCheckpoint]:
+    """Each task's acknowledgement in ``msg``, as a worker before batching sent it."""
+    return [
+        AcknowledgeCheckpoint(msg.checkpoint_id, task, msg.attempt, snap)
+        for task, snap in msg.snapshots.items()
+    ]
+
+
+def resume_parts(attempt: int, owners: dict[str, str]) -> list[Resume]:
+    """``Resume(attempt, owners)`` as one message, or in parts when it is over the limit."""
+    chunks = _fitting(owners, lambda o: Resume(attempt, o, _WIDEST, _WIDEST))
+    if len(chunks) == 1:
+        return [Resume(attempt, owners)]
+    return [Resume(attempt, o, k, len(chunks)) for k, o in enumerate(chunks)]
+
+
+class ResumeParts:
+    """Puts a ``Resume`` written in parts together: ``add`` returns the whole ``Resume``
+    once every part of its attempt was read (a one-part message at once), else None."""
+
+    def __init__(self) -> None:
+        self._attempt: int | None = None
+        self._owners: dict[str, str] = {}
+        self._parts: set[int] = set()
+
+    def add(self, msg: Resume) -> Resume | None:
+        if msg.parts <= 1:
+            self._attempt = None
+            return msg
+        if msg.attempt != self._attempt:  # (a newer attempt's parts replace an older's)
+            self._attempt, self._owners, self._parts = msg.attempt, {}, set()
+        self._owners.update(msg.owners)
+        self._parts.add(msg.part)
+        if len(self._parts) < msg.parts:
+            return None
+        whole = Resume(msg.attempt, self._owners)
+        self._attempt, self._owners, self._parts = None, {}, set()
+        return whole
+
+    def whole(self, msg: Message) -> Message | None:
+        """``msg``, or for a part of a ``Resume`` the whole once complete (None before)."""
+        return self.add(msg) if isinstance(msg, Resume) else msg
+
+
+def _fitting(items: dict[str, V], make: Callable[[dict[str, V]], Any]) -> list[dict[str, V]]:
+    """``items`` whole if ``make(items)`` encodes under the limit, else split in halves
+    (in key order), each split again as needed."""
+    try:
+        encode(make(items))
+    except ProtocolError:
+        if len(items) <= 1:
+            raise  # one task's entry alone is over the limit (never, in practice)
+        ordered = sorted(items.items())
+        half = len(ordered) // 2
+        return [*_fitting(dict(ordered[:half]), make), *_fitting(dict(ordered[half:]), make)]
+    return [items]
