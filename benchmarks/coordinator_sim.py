@@ -148,6 +148,7 @@ class Sim:
                     self.topic.append(Written(record_key(cmd.message), value, True))
                     out.append(cmd.message)
                 elif isinstance(cmd, WriteMetadata):
+                    cmd.metadata.to_json()  # what the adapter writes to the store
                     self.completed.append(cmd.metadata)
                     n = cmd.metadata.checkpoint_id
                     cmds = self.coordinator.metadata_written(n, self.now) + cmds

@@ -45,14 +45,6 @@ def batch(acks: Iterable[AcknowledgeCheckpoint], member: str) -> list[Acknowledg
     return out
 
 
-def unbatched(msg: AcknowledgeCheckpoints) -> list[AcknowledgeCheckpoint]:
-    """Each task's acknowledgement in ``msg``, as a worker before batching sent it."""
-    return [
-        AcknowledgeCheckpoint(msg.checkpoint_id, task, msg.attempt, snap)
-        for task, snap in msg.snapshots.items()
-    ]
-
-
 def resume_parts(attempt: int, owners: dict[str, str]) -> list[Resume]:
     """``Resume(attempt, owners)`` as one message, or in parts when it is over the limit."""
     chunks = _fitting(owners, lambda o: Resume(attempt, o, _WIDEST, _WIDEST))

@@ -13,7 +13,6 @@ from dataclasses import replace
 from typing import Any
 
 from kstream.checkpoint.alignment import GlobalWatermarks
-from kstream.checkpoint.batching import unbatched
 from kstream.checkpoint.causes import stopped_reason
 from kstream.checkpoint.commands import (
     ApplyRetention,
@@ -56,9 +55,11 @@ from kstream.checkpoint.savepointrequests import SavepointRequests
 from kstream.config import CheckpointingConfig, RestartStrategy
 from kstream.logs import ctx
 from kstream.store.history import CheckpointFailure, CheckpointStatus
-from kstream.store.metadata import CheckpointMetadata
+from kstream.store.metadata import CheckpointMetadata, TaskSnapshot
 
 log = logging.getLogger(__name__)
+
+NAMED_TASKS = 20  # tasks a timed-out checkpoint's reason names (the rest are counted)
 
 
 class CheckpointCoordinator:
@@ -194,9 +195,11 @@ class CheckpointCoordinator:
             return []
         match msg:
             case AcknowledgeCheckpoint():
-                return self._on_ack(msg, now)
+                return self._on_acks(
+                    msg.checkpoint_id, msg.attempt, {msg.task_id: msg.snapshot}, now
+                )
             case AcknowledgeCheckpoints():
-                return [cmd for ack in unbatched(msg) for cmd in self._on_ack(ack, now)]
+                return self._on_acks(msg.checkpoint_id, msg.attempt, msg.snapshots, now)
             case DeclineCheckpoint():
                 p = self._pending_for(msg.checkpoint_id, msg.attempt)
                 if p is None:
@@ -269,7 +272,7 @@ class CheckpointCoordinator:
             cmds.append(self._trigger(now))
         # 5. The global watermark alignment's bound, while the job runs.
         if self.phase is Phase.RUNNING:
-            owners = self.failover.owners.values()
+            owners = self.failover.by_member().keys()
             bound = self.watermarks.tick(self.attempt, now, owners)
             cmds += [Send(bound)] if bound is not None else []
         return cmds
@@ -334,7 +337,7 @@ class CheckpointCoordinator:
         """A worker exited gracefully: it is not lost; once every owner of the running
         attempt stopped (``--stop-when-idle``, SIGTERM to all), the job is stopped."""
         self.members.stop(msg.member, msg.reason)
-        owners = set(self.failover.owners.values())
+        owners = set(self.failover.by_member())
         if self.phase is not Phase.RUNNING or msg.attempt != self.attempt or not owners:
             return []
         if not self.members.all_stopped(owners):
@@ -377,7 +380,7 @@ class CheckpointCoordinator:
         """Tasks ``member`` holds in the current attempt: owned while running, or
         reported ready while restoring (its readiness dies with it)."""
         if self.phase is Phase.RUNNING:
-            return sorted(t for t, m in self.failover.owners.items() if m == member)
+            return sorted(self.failover.by_member().get(member, ()))
         if self.phase is Phase.RESTORING:
             return sorted(self.failover.ready_by(member))
         return []
@@ -424,16 +427,20 @@ class CheckpointCoordinator:
             return None
         return p
 
-    def _on_ack(self, ack: AcknowledgeCheckpoint, now: float) -> list[Command]:
-        p = self._pending_for(ack.checkpoint_id, ack.attempt)
+    def _on_acks(
+        self, checkpoint_id: int, attempt: int, snapshots: dict[str, TaskSnapshot], now: float
+    ) -> list[Command]:
+        """Tasks' acknowledgements of ``checkpoint_id`` (one message: a task's, or a
+        worker's for all its tasks)."""
+        p = self._pending_for(checkpoint_id, attempt)
         if p is None:
             return []
-        outcome = p.acknowledge(ack, now)
-        if outcome is not AckOutcome.ACCEPTED:
-            self.ignored_messages += 1
-            if outcome is AckOutcome.UNEXPECTED_TASK:
-                log.warning("ack from task %r which is not in the plan; ignored", ack.task_id)
-            return []
+        for task_id, snapshot in snapshots.items():
+            outcome = p.acknowledge(task_id, snapshot, now)
+            if outcome is not AckOutcome.ACCEPTED:
+                self.ignored_messages += 1
+                if outcome is AckOutcome.UNEXPECTED_TASK:
+                    log.warning("ack from task %r which is not in the plan; ignored", task_id)
         if not p.is_complete:
             return []
         # Every task acknowledged: the metadata is written first; the announcement
@@ -507,7 +514,7 @@ class CheckpointCoordinator:
 
     def _group_change(self, member: str, change: str, now: float) -> str:
         """The reason of a group change ``member`` reported (kstream.checkpoint.causes)."""
-        return self.members.group_change(member, change, set(self.failover.owners.values()), now)
+        return self.members.group_change(member, change, set(self.failover.by_member()), now)
 
     def _on_heartbeat(self, hb: Heartbeat, now: float) -> list[Command]:
         self.members.heard(hb.member, hb.tasks, now)
@@ -515,7 +522,7 @@ class CheckpointCoordinator:
         self.failover.observe_generation(hb.generation)
         if self.phase is not Phase.RUNNING:
             return []
-        moved = self.members.moved(hb, previous, self.failover.owners, self.attempt, now)
+        moved = self.members.moved(hb, previous, self.failover.by_member(), self.attempt, now)
         if moved is None:
             return []
         reason, normal = moved
@@ -593,9 +600,12 @@ class CheckpointCoordinator:
         return cmds
 
     def _timeout_reason(self, p: PendingCheckpoint, now: float) -> str:
-        seen = [w for w in (self.members.last_runner(t, now) for t in p.missing) if w]
+        missing = p.missing
+        named = missing[:NAMED_TASKS]  # thousands of names would make one unreadable line
+        more = f" and {len(missing) - len(named)} more" if len(missing) > len(named) else ""
+        seen = self.members.last_runners(named, now)
         where = f" ({'; '.join(seen)})" if seen else ""
         return (
             f"checkpoint {p.checkpoint_id} timed out after {self.config.timeout:g}s: "
-            f"no acknowledgement from tasks {', '.join(p.missing)}{where}"
+            f"no acknowledgement from tasks {', '.join(named)}{more}{where}"
         )

@@ -48,7 +48,8 @@ class FailoverController:
         self.attempt = attempt
         self.phase = phase
         self.generation = -1  # newest consumer-group generation seen
-        self.owners: dict[str, str] = {}
+        self._owners: dict[str, str] = {}
+        self._by_member: dict[str, frozenset[str]] | None = None  # owners, inverted
         self.plan = ""  # the plan fingerprint every Restore carries
         self.restore_point: int | None = None  # the checkpoint of the current restore
         self._ready: dict[str, tuple[str, int]] = {}  # task -> (member, generation)
@@ -137,6 +138,26 @@ class FailoverController:
         self.phase = Phase.SUSPENDED
         self._restore_at = now
         return []
+
+    @property
+    def owners(self) -> dict[str, str]:
+        """The one member per task of the running attempt (replaced, never changed in place)."""
+        return self._owners
+
+    @owners.setter
+    def owners(self, owners: dict[str, str]) -> None:
+        self._owners, self._by_member = owners, None
+
+    def by_member(self) -> dict[str, frozenset[str]]:
+        """The owners inverted: member -> the tasks it owns (built once per ``owners``: a
+        heartbeat asks for its member's tasks, which a scan of every task's owner made
+        O(tasks) per heartbeat, O(workers x tasks) a second)."""
+        if self._by_member is None:
+            tasks: dict[str, set[str]] = {}
+            for task, member in self._owners.items():
+                tasks.setdefault(member, set()).add(task)
+            self._by_member = {m: frozenset(t) for m, t in tasks.items()}
+        return self._by_member
 
     def fail(self, reason: str) -> list[Command]:
         """Hard failure: tell the workers, then stop the coordinator."""

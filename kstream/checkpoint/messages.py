@@ -36,10 +36,10 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
-import types
-from dataclasses import MISSING, asdict, dataclass, fields, is_dataclass
-from typing import Any, Union, get_args, get_origin, get_type_hints
+from dataclasses import asdict, dataclass
+from typing import Any
 
+from kstream.checkpoint.fields import FieldError, build
 from kstream.checkpoint.replay import Stamp
 from kstream.store.metadata import TaskSnapshot
 
@@ -324,8 +324,6 @@ MESSAGE_TYPES: dict[str, type[Any]] = {
     )
 }
 
-_HINTS: dict[type[Any], dict[str, Any]] = {}
-
 
 def record_key(msg: Message) -> str:
     """The Kafka record key of ``msg`` on the compacted control topic.
@@ -335,15 +333,16 @@ def record_key(msg: Message) -> str:
     the newest message of each coordinator type (the highest trigger, the newest
     completion, abort, Restore, Resume, JobFailed), and of the workers' reports the
     newest per task (acknowledgement, decline, readiness, failure), and of a worker's
-    acknowledgements the newest per member and first task of a part (a worker's parts
-    do not replace each other). Heartbeats and checkpoint requests matter only while
+    batched acknowledgements the newest per first task (not per member: a restarted
+    worker has a new member id, and its predecessor's record would stay forever; a
+    worker's parts have different first tasks). Heartbeats and checkpoint requests matter only while
     fresh: one key each.
     """
     name = type(msg).__name__
     if isinstance(msg, Resume) and msg.part:
         return f"{name}:{msg.part}"  # (the first part keeps the key of a whole one)
     if isinstance(msg, AcknowledgeCheckpoints):
-        return f"{name}:{msg.member}:{min(msg.snapshots, default='')}"
+        return f"{name}:{min(msg.snapshots, default='')}"
     task = getattr(msg, "task_id", None)
     return f"{name}:{task}" if isinstance(task, str) else name
 
@@ -431,69 +430,8 @@ def decode(data: bytes | None) -> Message:
     if not isinstance(name, str) or name not in MESSAGE_TYPES:
         raise ProtocolError(f"unknown message type {name!r}")
     body = {k: v for k, v in obj.items() if k not in ("v", "type", "epoch", "seq", "sig")}
-    message: Message = _build(MESSAGE_TYPES[name], body, name)
+    try:
+        message: Message = build(MESSAGE_TYPES[name], body, name)
+    except FieldError as e:
+        raise ProtocolError(str(e)) from None
     return message
-
-
-def _build(cls: type[Any], obj: dict[str, Any], where: str) -> Any:
-    """An instance of the dataclass ``cls`` from the JSON object ``obj``, every field
-    checked against its type; ProtocolError on a missing, extra or mistyped field."""
-    hints = _hints(cls)
-    extra = set(obj) - {f.name for f in fields(cls)}
-    if extra:
-        raise ProtocolError(f"{where}: unexpected fields {sorted(extra)}")
-    kwargs: dict[str, Any] = {}
-    for f in fields(cls):
-        if f.name in obj:
-            kwargs[f.name] = _coerce(obj[f.name], hints[f.name], f"{where}.{f.name}")
-        elif f.default is MISSING and f.default_factory is MISSING:
-            raise ProtocolError(f"{where}: missing field {f.name!r}")
-    return cls(**kwargs)
-
-
-def _hints(cls: type[Any]) -> dict[str, Any]:
-    hints = _HINTS.get(cls)
-    if hints is None:
-        hints = _HINTS[cls] = get_type_hints(cls)
-    return hints
-
-
-def _coerce(value: Any, hint: Any, where: str) -> Any:
-    """``value`` checked against the field type ``hint`` (tuples built from JSON lists)."""
-    origin = get_origin(hint)
-    if origin in (Union, types.UnionType):
-        for option in get_args(hint):
-            try:
-                return _coerce(value, option, where)
-            except ProtocolError:
-                continue
-        raise ProtocolError(f"{where}: {value!r} is not {hint}")
-    if hint is type(None):
-        if value is None:
-            return None
-    elif hint is bool:
-        if isinstance(value, bool):
-            return value
-    elif hint is int:
-        if isinstance(value, int) and not isinstance(value, bool):
-            return value
-    elif hint is float:
-        if isinstance(value, int | float) and not isinstance(value, bool):
-            return float(value)
-    elif hint is str:
-        if isinstance(value, str):
-            return value
-    elif origin is tuple:
-        (item,) = get_args(hint)[:1]
-        if isinstance(value, list):
-            return tuple(_coerce(v, item, where) for v in value)
-    elif origin is dict:
-        _key, val = get_args(hint)
-        if isinstance(value, dict):
-            return {k: _coerce(v, val, f"{where}[{k!r}]") for k, v in value.items()}
-    elif isinstance(hint, type) and is_dataclass(hint):
-        if isinstance(value, dict):
-            return _build(hint, value, where)
-    elif hint is Any:
-        return value  # any JSON value (e.g. offsets); it is data, never code
-    raise ProtocolError(f"{where}: {value!r} is not {getattr(hint, '__name__', hint)}")
