@@ -101,6 +101,7 @@ class Sim:
     now: float = 1_000_000.0
     topic: list[Written] = field(default_factory=list)
     cpu: float = 0.0  # coordinator CPU seconds so far
+    metadata_cpu: float = 0.0  # of which serializing completed checkpoints' metadata
     completed: list[CheckpointMetadata] = field(default_factory=list)
     profiler: cProfile.Profile | None = None
 
@@ -148,7 +149,9 @@ class Sim:
                     self.topic.append(Written(record_key(cmd.message), value, True))
                     out.append(cmd.message)
                 elif isinstance(cmd, WriteMetadata):
+                    start = time.process_time()
                     cmd.metadata.to_json()  # what the adapter writes to the store
+                    self.metadata_cpu += time.process_time() - start
                     self.completed.append(cmd.metadata)
                     n = cmd.metadata.checkpoint_id
                     cmds = self.coordinator.metadata_written(n, self.now) + cmds
@@ -244,6 +247,7 @@ class Report:
     restore_cpu_s: float
     heartbeat_round_cpu_s: float
     checkpoint_cpu_s: list[float]
+    metadata_cpu_s: list[float]  # of each: the metadata's JSON
     ack_messages_per_worker: tuple[int, int]  # min, max over workers, per checkpoint
     largest_message: int
     startup_records: int
@@ -264,13 +268,14 @@ def run(
     sim.cpu = 0.0
     sim.heartbeats()
     heartbeat = sim.cpu
-    durations = []
+    durations, metadata = [], []
     sim.profiler = profiler
     for _ in range(checkpoints):
         sim.ack_messages.clear()
-        sim.cpu = 0.0
+        sim.cpu = sim.metadata_cpu = 0.0
         sim.checkpoint()
         durations.append(sim.cpu)
+        metadata.append(sim.metadata_cpu)
     per_worker = [sim.ack_messages[m] for m in sim.members]
     kept = compacted(sim.topic)
     return Report(
@@ -280,6 +285,7 @@ def run(
         restore,
         heartbeat,
         durations,
+        metadata,
         (min(per_worker), max(per_worker)),
         max(len(w.value) for w in sim.topic),
         len(kept),
@@ -306,6 +312,8 @@ def main(argv: list[str] | None = None) -> None:
     print(f"one heartbeat round: {r.heartbeat_round_cpu_s:.3f} s coordinator CPU")
     cps = ", ".join(f"{s:.3f}" for s in r.checkpoint_cpu_s)
     print(f"checkpoint trigger -> complete: {cps} s coordinator CPU")
+    meta = ", ".join(f"{s:.3f}" for s in r.metadata_cpu_s)
+    print(f"  of which the completed checkpoint's metadata JSON: {meta} s")
     lo, hi = r.ack_messages_per_worker
     print(f"acknowledgement messages per worker per checkpoint: {lo}..{hi}")
     print(f"largest control message: {r.largest_message:,} bytes")

@@ -76,6 +76,20 @@ def test_a_starting_worker_reads_the_same_compacted_topic_after_more_checkpoints
     assert (small.attempt, small.restoring) == (whole.attempt, whole.restoring) == (1, False)
 
 
+def test_what_a_starting_worker_reads_does_not_grow_with_the_tasks() -> None:
+    """One record per worker of its readies and of its acknowledgements, whatever its
+    number of tasks (before: one each per task, 2 x 100 000 records at 100 000 tasks)."""
+    kept = []
+    for tasks in (1_000, 2_000):
+        sim = Sim(tasks, 20)
+        sim.start()
+        sim.checkpoint()
+        kept.append(sorted(w.key.split(":")[0] for w in compacted(sim.topic)))
+    assert kept[0] == kept[1]
+    assert kept[0].count("TasksReady") == kept[0].count("AcknowledgeCheckpoints") == 20
+    assert len(kept[0]) < 50
+
+
 def test_one_batch_per_checkpoint_split_only_under_the_size_limit() -> None:
     m = member_id(7)
     acks = [

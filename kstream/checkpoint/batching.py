@@ -8,22 +8,26 @@
   thousand tasks) in parts (:func:`resume_parts`), written in one transaction, each
   under ``MAX_MESSAGE_BYTES``; readers put them together with :class:`ResumeParts`.
 
-A message is split in halves until each half encodes under the limit, so every part is
-at least a quarter of the limit: the parts are few, and a small job's message is one.
+A message over the limit is split into as many equal parts as its size asks for (with a
+tenth to spare), each under the limit: the parts are few, and a small job's message is one.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterable
 from functools import partial
 from typing import Any, TypeVar
 
 from kstream.checkpoint.messages import (
+    MAX_MESSAGE_BYTES,
     AcknowledgeCheckpoint,
     AcknowledgeCheckpoints,
     Message,
-    ProtocolError,
     Resume,
+    TaskReady,
+    TasksReady,
+    dump,
     encode,
 )
 from kstream.store.metadata import TaskSnapshot
@@ -43,6 +47,27 @@ def batch(acks: Iterable[AcknowledgeCheckpoint], member: str) -> list[Acknowledg
         make = partial(AcknowledgeCheckpoints, n, attempt, member)
         out += [make(s) for s in _fitting(snapshots, make)]
     return out
+
+
+def readies(
+    attempt: int, tasks: Iterable[str], member: str, generation: int, plan: str
+) -> list[TasksReady]:
+    """``member``'s ``tasks`` ready for ``attempt``: one message, in parts only past the limit."""
+    make = partial(_ready, attempt, member, generation, plan)
+    return [make(chunk) for chunk in _fitting(dict.fromkeys(tasks), make)]
+
+
+def _ready(
+    attempt: int, member: str, generation: int, plan: str, tasks: dict[str, None]
+) -> TasksReady:
+    return TasksReady(attempt, tuple(tasks), member, generation, plan)
+
+
+def each_ready(msg: TaskReady | TasksReady) -> list[TaskReady]:
+    """A task's readiness, or each task's in a worker's message."""
+    if isinstance(msg, TaskReady):
+        return [msg]
+    return [TaskReady(msg.attempt, t, msg.member, msg.generation, msg.plan) for t in msg.tasks]
 
 
 def resume_parts(attempt: int, owners: dict[str, str]) -> list[Resume]:
@@ -82,14 +107,19 @@ class ResumeParts:
 
 
 def _fitting(items: dict[str, V], make: Callable[[dict[str, V]], Any]) -> list[dict[str, V]]:
-    """``items`` whole if ``make(items)`` encodes under the limit, else split in halves
-    (in key order), each split again as needed."""
-    try:
-        encode(make(items))
-    except ProtocolError:
-        if len(items) <= 1:
-            raise  # one task's entry alone is over the limit (never, in practice)
-        ordered = sorted(items.items())
-        half = len(ordered) // 2
-        return [*_fitting(dict(ordered[:half]), make), *_fitting(dict(ordered[half:]), make)]
-    return [items]
+    """``items`` whole if ``make(items)`` encodes under the limit, else in as many equal
+    chunks (in key order) as its size asks for with a tenth to spare, each split again
+    if still over (one encoding of the whole, one of each chunk: linear)."""
+    size = len(dump(make(items)))
+    if size <= MAX_MESSAGE_BYTES:
+        return [items]
+    if len(items) <= 1:
+        encode(make(items))  # ProtocolError: one task's entry alone is over the limit
+    ordered = sorted(items.items())
+    k = max(2, math.ceil(size / (MAX_MESSAGE_BYTES * 0.9)))
+    step = math.ceil(len(ordered) / k)
+    return [
+        part
+        for i in range(0, len(ordered), step)
+        for part in _fitting(dict(ordered[i : i + step]), make)
+    ]

@@ -13,6 +13,7 @@ from dataclasses import replace
 from typing import Any
 
 from kstream.checkpoint.alignment import GlobalWatermarks
+from kstream.checkpoint.batching import each_ready
 from kstream.checkpoint.causes import stopped_reason
 from kstream.checkpoint.commands import (
     ApplyRetention,
@@ -44,6 +45,7 @@ from kstream.checkpoint.messages import (
     StopJob,
     TaskFailed,
     TaskReady,
+    TasksReady,
     TriggerCheckpoint,
     WatermarkReport,
     WorkerStopped,
@@ -208,10 +210,10 @@ class CheckpointCoordinator:
                     f"checkpoint {p.checkpoint_id} declined by task {msg.task_id}: {msg.reason}"
                 )
                 return self._abort(p, reason, now, counts=True)
-            case TaskReady() | Heartbeat() if self.plan and msg.plan != self.plan:
+            case TaskReady() | TasksReady() | Heartbeat() if self.plan and msg.plan != self.plan:
                 return self._refuse_plan(msg.member, msg.plan)
-            case TaskReady():
-                cmds = self.failover.on_ready(msg)
+            case TaskReady() | TasksReady():
+                cmds = [cmd for ready in each_ready(msg) for cmd in self.failover.on_ready(ready)]
                 if cmds:
                     log.info(
                         "all tasks ready: resuming attempt %d",

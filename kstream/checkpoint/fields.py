@@ -161,17 +161,19 @@ def _maker(cls: type[Any]) -> Callable[[dict[str, Any]], Any]:
     fs = fields(cls)
     if hasattr(cls, "__post_init__") or hasattr(cls, "__slots__") or not all(f.init for f in fs):
         return lambda kwargs: cls(**kwargs)
+    order = [f.name for f in fs]
     defaults = {f.name: f.default for f in fs if f.default is not MISSING}
     factories = {f.name: f.default_factory for f in fs if f.default_factory is not MISSING}
     new = object.__new__
 
     def make(kwargs: dict[str, Any]) -> Any:
         obj = new(cls)
-        state = {**defaults, **kwargs}
-        for name, factory in factories.items():
-            if name not in kwargs:
-                state[name] = factory()
-        obj.__dict__.update(state)
+        if len(kwargs) < len(order):  # defaults filled in, in field order
+            kwargs = {
+                n: kwargs[n] if n in kwargs else defaults[n] if n in defaults else factories[n]()
+                for n in order
+            }
+        obj.__dict__.update(kwargs)
         return obj
 
     return make

@@ -26,6 +26,7 @@ from kstream.checkpoint.messages import (
     Resume,
     TaskFailed,
     TaskReady,
+    TasksReady,
     TriggerCheckpoint,
     WorkerStopped,
 )
@@ -136,6 +137,8 @@ class ControlView:
                 )
             case TaskReady() if msg.attempt == self.attempt:
                 self.ready[msg.task_id] = msg.member
+            case TasksReady() if msg.attempt == self.attempt:
+                self.ready.update(dict.fromkeys(msg.tasks, msg.member))
             case Resume():
                 self._coordinator(ts, f"resumed attempt {msg.attempt}")
                 self.attempt, self.phase, self.owners = msg.attempt, Phase.RUNNING, dict(msg.owners)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from dataclasses import replace
 
 from kstream.checkpoint.batching import batch
 from kstream.checkpoint.messages import (
@@ -17,6 +18,7 @@ from kstream.checkpoint.messages import (
     Message,
     RestoreFailed,
     TaskReady,
+    TasksReady,
     WatermarkBound,
 )
 from kstream.kafka.control import ControlClient
@@ -243,10 +245,16 @@ class Checkpointed(Mode):
             ):  # a restore, a stop, an exit: commits first
                 self._collect_commits(now, wait=True)
             match a:
-                case Send(message=TaskReady(attempt=attempt)) if attempt == unrestored:
+                case Send(message=TaskReady(attempt=attempt) | TasksReady(attempt=attempt)) if (
+                    attempt == unrestored
+                ):
                     continue  # never ready for a checkpoint this worker cannot restore
                 case Send(message=TaskReady(task_id=task)) if task in failed:
                     pass
+                case Send(message=TasksReady() as ready) if failed:
+                    tasks = tuple(t for t in ready.tasks if t not in failed)
+                    if tasks:  # (the failed ones are reported failed below)
+                        self.control.report(replace(ready, tasks=tasks))
                 case Send():
                     self.control.report(a.message)
                 case RestoreTasks():

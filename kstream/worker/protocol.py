@@ -21,7 +21,7 @@ What the protocol decides:
 
 * **restore and resume**: tasks run only in an attempt the coordinator resumed with
   this worker as their owner. ``Restore(attempt, n)`` rolls every assigned task back
-  to checkpoint *n* and reports each ``TaskReady``; ``Resume(attempt, owners)``
+  to checkpoint *n* and reports them ready (``TasksReady``: one message for all); ``Resume(attempt, owners)``
   starts the tasks this worker owns. A new assignment during a restore restores
   again (ready in the new generation); after a resume it reports the tasks it now
   holds but does not run as failed, so the coordinator restores at once.
@@ -42,7 +42,7 @@ import logging
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from kstream.checkpoint.batching import ResumeParts
+from kstream.checkpoint.batching import ResumeParts, readies
 from kstream.checkpoint.messages import (
     REASSIGNED,
     CheckpointCompleted,
@@ -54,7 +54,6 @@ from kstream.checkpoint.messages import (
     Resume,
     StopJob,
     TaskFailed,
-    TaskReady,
     TriggerCheckpoint,
     WorkerStopped,
 )
@@ -322,11 +321,8 @@ class WorkerProtocol:
 
     def _restore(self) -> list[Action]:
         self.tasks, self.running = set(self.assigned), set()
-        ready = [
-            Send(TaskReady(self.attempt, task, self.member, self.generation or 0, self.plan))
-            for task in self.assigned
-        ]
-        return [RestoreTasks(self.attempt, self.restore_point), *ready]
+        ready = readies(self.attempt, self.assigned, self.member, self.generation or 0, self.plan)
+        return [RestoreTasks(self.attempt, self.restore_point), *map(Send, ready)]
 
     def _assigned(self, event: Assigned, now: float) -> list[Action]:
         self.member, self.generation = event.member, event.generation
