@@ -19,7 +19,10 @@ from kstream.checkpoint.messages import (
     AcknowledgeCheckpoints,
     CheckpointCompleted,
     Message,
+    Restore,
     Resume,
+    TaskFailed,
+    TasksReady,
     decode,
     encode,
     record_key,
@@ -28,7 +31,7 @@ from kstream.checkpoint.recovery import recover
 from kstream.config import CheckpointingConfig
 from kstream.query.routing import Directory
 from kstream.worker.checkpointed import Checkpointed
-from kstream.worker.protocol import ResumeTasks, WorkerProtocol
+from kstream.worker.protocol import Assigned, ResumeTasks, WorkerProtocol
 
 
 def test_a_checkpoint_of_10000_tasks_on_100_workers_completes_with_one_ack_per_worker() -> None:
@@ -184,3 +187,23 @@ def test_a_worker_holds_acks_while_another_upload_of_their_checkpoint_is_in_flig
         sent = mode._batched([], "w")
     assert sent == [AcknowledgeCheckpoints(5, 1, "w", {"a": ack.snapshot})]
     assert mode._held == []
+
+
+def test_a_worker_reports_ready_only_the_tasks_it_restored() -> None:
+    """A task whose restore could not reach the store is left out of the worker's
+    ``TasksReady`` and reported failed instead (the coordinator restores again)."""
+    reported: list[Message] = []
+    mode = object.__new__(Checkpointed)
+    mode.protocol = WorkerProtocol("w1", now=0.0)
+    mode.protocol.handle(Assigned("w1", 3, ("a", "b", "c"), True), 0.0)
+    mode.control = SimpleNamespace(report=reported.append)  # type: ignore[assignment]
+    mode._committer = SimpleNamespace(busy=False)  # type: ignore[assignment]
+    mode.stats = SimpleNamespace(restores=0)  # type: ignore[assignment]
+    mode.tasks = SimpleNamespace(  # type: ignore[assignment]
+        restore=lambda attempt, n: ({}, {"b": "store unreachable"})
+    )
+    assert mode._handle(Restore(1, 4), 1.0) is None
+    assert reported == [
+        TasksReady(1, ("a", "c"), "w1", 3),
+        TaskFailed("b", "w1", 1, "store unreachable"),
+    ]
