@@ -72,6 +72,9 @@ class Tasks:
     def position(self, task: str) -> dict[str, Any]:
         return {"offsets": {}}
 
+    def published(self, task: str) -> dict[str, Any] | None:
+        return self.position(task)
+
 
 @pytest.fixture
 def two_workers() -> Iterator[tuple[QueryServer, QueryServer, list[Directory]]]:
@@ -152,7 +155,8 @@ def test_the_token_is_required_and_errors_say_what_to_do(two_workers: Any) -> No
 
 def _read_answers(sock: socket.socket, n: int) -> list[tuple[int, dict[str, str], Any]]:
     """``n`` HTTP answers from ``sock`` (Content-Length framed), each status, headers, body."""
-    buf, out = b"", []
+    buf = b""
+    out: list[tuple[int, dict[str, str], Any]] = []
     deadline = time.monotonic() + 10
     while len(out) < n and time.monotonic() < deadline:
         head, sep, rest = buf.partition(b"\r\n\r\n")

@@ -27,6 +27,7 @@ import socket
 import threading
 import urllib.parse
 from collections import deque
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
@@ -35,11 +36,14 @@ import httptools
 import orjson
 
 from kstream.metrics.server import PortSpec
-from kstream.query.gate import StateGate
+from kstream.query.gate import GateTimeout, StateGate
 from kstream.query.service import FORWARDED, Answer, QueryService
 
 log = logging.getLogger(__name__)
 
+STALL_S = 0.002
+"""How long the server's thread waits for a busy loop to answer at its next feed (a
+few ms of work apart) before it answers beside it."""
 PUMP_MAX = 16  # requests answered per pump at most (the loop waits for no more)
 _REASONS = {200: "OK", 400: "Bad Request", 401: "Unauthorized", 404: "Not Found",
             500: "Internal Server Error", 503: "Service Unavailable"}  # fmt: skip
@@ -141,6 +145,9 @@ class QueryServer:
         self._sel = selectors.DefaultSelector()
         self._sel.register(sock, selectors.EVENT_READ, None)
         self._closed = False
+        # Who does the I/O (accepts, reads, answers) holds this: the loop between feeds,
+        # or this server's thread (module doc). In the order gate, then I/O.
+        self._io = threading.Lock()
         self._pool = ThreadPoolExecutor(4, thread_name_prefix="kstream-query-slow")
         gate.on_serve = self._serve
         self._thread = threading.Thread(target=self._run, name="kstream-query", daemon=True)
@@ -154,35 +161,46 @@ class QueryServer:
 
     def _serve(self) -> None:
         """The gate's hook (the gate held): answer what is ready. One ``epoll_wait``
-        without waiting when nothing is."""
-        self.pump()
+        without waiting when nothing is; nothing while the server's thread answers."""
+        if self._io.acquire(blocking=False):
+            try:
+                self.pump()
+            finally:
+                self._io.release()
 
     def _run(self) -> None:
-        """While the loop waits for input: wait for readiness, then for the gate (both
-        without the GIL: a busy loop is not disturbed), and answer."""
+        """Wait for readiness, then (without the GIL) for the gate: the loop waiting
+        for input lets go, a busy one answers at its next feed. A loop that does
+        neither within STALL_S (a snapshot, a restore, a long batch): answer beside it,
+        the lookups it allows read concurrently (``QueryService.answer_concurrent``)."""
         while not self._closed:
             try:
                 if not self._sel.select(0.2):
                     continue
             except (OSError, ValueError):
                 return  # closed
-            if self.gate.take(1.0):
+            if self.gate.take(STALL_S):
                 try:
-                    self.pump()
+                    with self._io:
+                        self.pump()
                 finally:
                     self.gate.give_back()
+            else:
+                with self._io:
+                    self.pump(concurrent=True)
 
     # ---- the I/O (the gate held) -----------------------------------------------------------
 
-    def pump(self) -> None:
-        """Accept, read and answer what is ready, at most PUMP_MAX requests."""
+    def pump(self, *, concurrent: bool = False) -> None:
+        """Accept, read and answer what is ready, at most PUMP_MAX requests (the I/O
+        lock held; ``concurrent``: the gate not held, so beside a working loop)."""
         answered = 0
         for key, _events in self._sel.select(0):
             if key.data is None:
                 self._accept()
                 continue
             conn: _Conn = key.data
-            answered += self._receive(conn)
+            answered += self._receive(conn, concurrent)
             if answered >= PUMP_MAX:
                 return
 
@@ -201,7 +219,7 @@ class QueryServer:
             self._sel.unregister(conn.sock)
         conn.sock.close()
 
-    def _receive(self, conn: _Conn) -> int:
+    def _receive(self, conn: _Conn, concurrent: bool) -> int:
         try:
             data = conn.sock.recv(65536)
         except BlockingIOError:
@@ -221,17 +239,17 @@ class QueryServer:
             conn.ready.clear()
             self._send(conn, Answer(400, {"error": f"bad HTTP request: {e}"}), keep_alive=False)
             return 0
-        return self._answer_ready(conn)
+        return self._answer_ready(conn, concurrent)
 
-    def _answer_ready(self, conn: _Conn) -> int:
+    def _answer_ready(self, conn: _Conn, concurrent: bool = False) -> int:
         """Answer the complete requests the connection holds (in order); how many."""
         answered = 0
         while conn.ready and not conn.busy and not conn.closing:
             answered += 1
-            self._request(conn, conn.ready.popleft())
+            self._request(conn, conn.ready.popleft(), concurrent)
         return answered
 
-    def _request(self, conn: _Conn, request: _Request) -> None:
+    def _request(self, conn: _Conn, request: _Request, concurrent: bool) -> None:
         headers = request.headers
         service = self.service
         keep = request.keep_alive
@@ -250,35 +268,50 @@ class QueryServer:
         if request.method != b"GET":
             self._send(conn, Answer(400, {"error": "use GET"}), keep)
         elif parts == ["state"]:
-            self._send(conn, Answer(200, overview(service)), keep)
+            if concurrent:  # the loop changes what it lists
+                self._later(
+                    conn, keep, lambda: self.gate.run(lambda: Answer(200, overview(service)))
+                )
+            else:
+                self._send(conn, Answer(200, overview(service)), keep)
         elif len(parts) == 3 and parts[0] == "state":
             op, operator = parts[2], parts[1]
-            answer = service.answer_here(op, operator, params, forwarded)
+            if concurrent:
+                answer = service.answer_concurrent(op, operator, params, forwarded)
+            else:
+                answer = service.answer_here(op, operator, params, forwarded)
             if answer is not None:
                 self._send(conn, answer, keep)
                 return
-            conn.busy = True  # forward, store, every task: not on the loop's time
-            self._sel.unregister(conn.sock)
-            self._pool.submit(self._slow, conn, op, operator, params, forwarded, keep)
+            # forward, store, every task, or under the gate: not on the loop's time
+            self._later(conn, keep, lambda: service.answer(op, operator, params, forwarded))
         else:
             unknown = Answer(404, {"error": f"no {path}: GET /state/<operator>/get?key=..."})
             self._send(conn, unknown, keep)
 
-    def _slow(
-        self, conn: _Conn, op: str, operator: str, params: dict[str, str], fwd: bool, keep: bool
-    ) -> None:
+    def _later(self, conn: _Conn, keep: bool, make: Callable[[], Answer]) -> None:
+        """Answer with ``make()`` on the pool; the connection waits, read no further."""
+        conn.busy = True
+        self._sel.unregister(conn.sock)
+        self._pool.submit(self._slow, conn, keep, make)
+
+    def _slow(self, conn: _Conn, keep: bool, make: Callable[[], Answer]) -> None:
         try:
-            answer = self.service.answer(op, operator, params, fwd)
+            answer = make()
+        except GateTimeout as e:
+            answer = Answer(503, {"error": "busy", "reason": str(e), "retry_after_ms": 1000},
+                            {"Retry-After": "1"})  # fmt: skip
         except Exception as e:  # an answer, not a dead connection
-            log.exception("query %s %s failed", operator, op)
+            log.exception("query failed")
             answer = Answer(500, {"error": f"{type(e).__name__}: {e}"})
 
         def finish() -> None:
-            conn.busy = False
-            self._sel.register(conn.sock, selectors.EVENT_READ, conn)
-            self._send(conn, answer, keep)
-            if not conn.busy and conn.sock.fileno() >= 0:
-                self._answer_ready(conn)  # what arrived meanwhile (pipelined requests)
+            with self._io:
+                conn.busy = False
+                self._sel.register(conn.sock, selectors.EVENT_READ, conn)
+                self._send(conn, answer, keep)
+                if not conn.busy and conn.sock.fileno() >= 0:
+                    self._answer_ready(conn)  # what arrived meanwhile (pipelined requests)
 
         self.gate.run(finish)
 
@@ -309,12 +342,13 @@ class QueryServer:
             return
 
         def again() -> None:
-            conn.busy = False
-            if conn.closing:
-                conn.sock.close()
-                return
-            self._sel.register(conn.sock, selectors.EVENT_READ, conn)
-            self._answer_ready(conn)
+            with self._io:
+                conn.busy = False
+                if conn.closing:
+                    conn.sock.close()
+                    return
+                self._sel.register(conn.sock, selectors.EVENT_READ, conn)
+                self._answer_ready(conn)
 
         self.gate.run(again)
 
