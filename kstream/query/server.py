@@ -24,7 +24,9 @@ import json
 import logging
 import selectors
 import socket
+import sys
 import threading
+import time
 import urllib.parse
 from collections import deque
 from collections.abc import Callable
@@ -42,8 +44,10 @@ from kstream.query.service import FORWARDED, Answer, QueryService
 log = logging.getLogger(__name__)
 
 STALL_S = 0.002
-"""How long the server's thread waits for a busy loop to answer at its next feed (a
+"""How long the server's thread lets a busy loop go without answering at a feed (a
 few ms of work apart) before it answers beside it."""
+STALL_SWITCH_S = 0.0002
+"""The interpreter's switch interval while it does (5 ms by default)."""
 PUMP_MAX = 16  # requests answered per pump at most (the loop waits for no more)
 _REASONS = {200: "OK", 400: "Bad Request", 401: "Unauthorized", 404: "Not Found",
             500: "Internal Server Error", 503: "Service Unavailable"}  # fmt: skip
@@ -148,6 +152,7 @@ class QueryServer:
         # Who does the I/O (accepts, reads, answers) holds this: the loop between feeds,
         # or this server's thread (module doc). In the order gate, then I/O.
         self._io = threading.Lock()
+        self._pumped = 0.0  # when the loop last answered (perf_counter)
         self._pool = ThreadPoolExecutor(4, thread_name_prefix="kstream-query-slow")
         gate.on_serve = self._serve
         self._thread = threading.Thread(target=self._run, name="kstream-query", daemon=True)
@@ -162,6 +167,7 @@ class QueryServer:
     def _serve(self) -> None:
         """The gate's hook (the gate held): answer what is ready. One ``epoll_wait``
         without waiting when nothing is; nothing while the server's thread answers."""
+        self._pumped = time.perf_counter()
         if self._io.acquire(blocking=False):
             try:
                 self.pump()
@@ -169,25 +175,55 @@ class QueryServer:
                 self._io.release()
 
     def _run(self) -> None:
-        """Wait for readiness, then (without the GIL) for the gate: the loop waiting
-        for input lets go, a busy one answers at its next feed. A loop that does
-        neither within STALL_S (a snapshot, a restore, a long batch): answer beside it,
-        the lookups it allows read concurrently (``QueryService.answer_concurrent``)."""
-        while not self._closed:
-            try:
-                if not self._sel.select(0.2):
+        """Three states. The loop waits for input: wait for readiness, take the gate,
+        answer. The loop works (holds the gate): wait for the gate (without the GIL: a
+        busy loop is disturbed once per STALL_S, not per request) while it answers at
+        its feeds. It has not for STALL_S (a snapshot, a restore, a long batch): answer
+        beside it, on readiness, the lookups that allow it read concurrently
+        (``QueryService.answer_concurrent``), the others queued for it."""
+        normal = sys.getswitchinterval()
+        busy = stalled = False
+        try:
+            while not self._closed:
+                if busy:
+                    if self._answer_with_gate(STALL_S):
+                        busy = False
+                    elif time.perf_counter() - self._pumped >= STALL_S:
+                        busy, stalled = False, True
+                        # This thread's socket calls give the GIL up, and the busy loop
+                        # keeps it for a whole switch interval each time: make it short.
+                        sys.setswitchinterval(STALL_SWITCH_S)
                     continue
-            except (OSError, ValueError):
-                return  # closed
-            if self.gate.take(STALL_S):
                 try:
+                    ready = self._sel.select(STALL_S if stalled else 0.2)
+                except (OSError, ValueError):
+                    return  # closed
+                if stalled and time.perf_counter() - self._pumped < STALL_S:
+                    stalled, busy = False, True  # the loop answers again
+                    sys.setswitchinterval(normal)
+                elif ready and self._answer_with_gate(0 if stalled else STALL_S):
+                    if stalled:
+                        stalled = False
+                        sys.setswitchinterval(normal)
+                elif ready and stalled:
                     with self._io:
-                        self.pump()
-                finally:
-                    self.gate.give_back()
-            else:
-                with self._io:
-                    self.pump(concurrent=True)
+                        self.pump(concurrent=True)
+                elif ready:
+                    busy = True
+        finally:
+            sys.setswitchinterval(normal)
+
+    def _answer_with_gate(self, wait: float) -> bool:
+        """Take the gate within ``wait`` s and answer what is ready; False: not free."""
+        taken = self.gate.take(wait) if wait else self.gate.take_now()
+        if not taken:
+            return False
+        try:
+            with self._io:
+                self.pump()
+        finally:
+            self.gate.give_back()
+        return True
 
     # ---- the I/O (the gate held) -----------------------------------------------------------
 

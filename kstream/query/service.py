@@ -174,6 +174,9 @@ class QueryService:
             return Answer(e.status, {"error": str(e)})
         except (NotNow, RuntimeError, KeyError):  # (a dict the owner changed under us)
             return None
+        except Exception:  # a bug: the gate's way still answers
+            log.exception("query %s %s beside the loop failed", operator, op)
+            return None
 
     def _task(self, info: OperatorInfo, q: Query) -> str:
         if q.task is not None:
