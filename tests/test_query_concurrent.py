@@ -10,6 +10,7 @@ import json
 import sys
 import threading
 import time
+import urllib.error
 import urllib.request
 from collections.abc import Callable
 from pathlib import Path
@@ -17,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from kstream.checkpoint.messages import Resume
+from kstream.checkpoint.messages import Restore, Resume
 from kstream.query.gate import StateGate
 from kstream.query.operators import OperatorInfo
 from kstream.query.read import Tables
@@ -105,7 +106,7 @@ def test_every_peek_under_forced_thread_switches_gives_a_value_the_key_had(
                     answered[1] += 1
                     continue
                 answered[0] += 1
-                if got is None or int(got) < low:
+                if (-1 if got is None else int(got)) < low:
                     stale.append((k, low, got))
 
     before = sys.getswitchinterval()
@@ -177,6 +178,11 @@ def test_a_lookup_is_answered_while_the_loop_holds_the_gate_and_a_scan_when_it_s
             scan.join(0.01)
         assert [e["key"] for e in scanned[0]["entries"]] == ["a", "b"]
         assert scanned[0]["tasks"][TASK]["position"] == {"offsets": {"in[0]": 5}}
+        # A restore holds the loop up longest: "moving" at once, not after it.
+        directory.observe(Restore(2, None))
+        with pytest.raises(urllib.error.HTTPError) as moving:
+            get(f"/state/{OP}/get?key=b")
+        assert moving.value.code == 503 and json.loads(moving.value.read())["error"] == "moving"
     finally:
         gate.leave()
         server.close()

@@ -162,6 +162,8 @@ class QueryService:
                 return None
             task = self._task(info, q)
             route = self.directory.route(task, self.local.running(task), forwarded=forwarded)
+            if isinstance(route, Moving):
+                return _moving(route)  # (at once: a restore holds the loop up longest)
             if not isinstance(route, Local):
                 return None
             position = self.local.published(task)  # first: a lower bound of the read
