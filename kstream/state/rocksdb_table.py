@@ -221,8 +221,8 @@ class RocksDBTable(StateTable):
     def peek(self, key: StateKey, default: Any = None) -> Any:
         """``get`` without its side effects, from another thread (``StateTable.peek``):
         the caches in the order entries move through them (write cache, delta-logged or
-        being checkpointed, read cache, RocksDB), the seqlock around it. TTL tables and
-        read-cache entries under a range deletion not yet filtered: NotNow."""
+        being checkpointed, read cache, RocksDB), the seqlock around it. TTL tables:
+        NotNow."""
         epoch = self.epoch
         if self._moving or self._ttl is not None:
             raise NotNow(self.name)
@@ -234,7 +234,9 @@ class RocksDBTable(StateTable):
         if entry is _MISSING:
             entry = self._clean.get(key, _MISSING)
             if entry is not _MISSING and self._dropped:
-                raise NotNow(self.name)
+                ek = self._clean_keys.get(key)
+                if ek is None or any(a <= ek < b for a, b in self._dropped):
+                    entry = _MISSING  # deleted by a range since: RocksDB has what is current
         if entry is _MISSING:
             try:
                 raw = self._cf.get(encode_key(key))
