@@ -187,9 +187,7 @@ class RocksDBBackend(KeyedStateBackend):
         batches: list[rocksdict.WriteBatch] = []
         if background:
             for t in self._tables.values():
-                batch = t.take_batch(pending=True)
-                if batch is not None:
-                    batches.append(batch)
+                batches += t.take_batches(pending=True)
         else:
             self.flush()
             self.settle()
