@@ -5,9 +5,8 @@ values as ``kstream.state.valueformat`` says.
 
 A *write cache* sits in front of RocksDB: ``put``/``delete`` land in a per-table
 dict of decoded Python objects; ``get`` looks there first. The cache is encoded
-into WriteBatches of ``WRITE_CHUNK`` entries and written when a table's cache
-exceeds ``cache_entries`` entries, before that table is scanned, and before a full
-snapshot. The counters and
+into one WriteBatch and written when a table's cache exceeds ``cache_entries``
+entries, before that table is scanned, and before a full snapshot. The counters and
 deletions written stay readable from memory (the *read cache*: the newest
 ``cache_entries`` compact ints and tombstones flushed, dropped by a range deletion
 over them): a snapshot every second must not turn every counter's next ``get``
