@@ -187,7 +187,9 @@ class RocksDBBackend(KeyedStateBackend):
         batches: list[rocksdict.WriteBatch] = []
         if background:
             for t in self._tables.values():
-                batches += t.take_batches(pending=True)
+                batch = t.take_batch(pending=True)
+                if batch is not None:
+                    batches.append(batch)
         else:
             self.flush()
             self.settle()

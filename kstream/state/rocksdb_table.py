@@ -51,9 +51,6 @@ _TOMBSTONE: Any = object()
 _MISSING: Any = object()
 
 Clock = Callable[[], float]
-WRITE_CHUNK = 5_000
-"""Entries per RocksDB write batch of a flush: rocksdict holds the GIL while it writes
-one (about 3 ms for 5 000; 60 ms for 100 000), so other threads run between chunks."""
 _DROPPED_RANGES = 8  # range deletions checked lazily on read-cache hits, at most
 
 
@@ -327,37 +324,37 @@ class RocksDBTable(StateTable):
                 yield decode_key(k), decode(raw, None)
 
     def flush(self) -> int:
-        """Write this table's cached entries to RocksDB in chunks; returns how many.
+        """Write this table's cached entries to RocksDB in one batch; returns how many.
 
         The compact ints and deletions written join the read cache: they read back
         exactly as written (other values go through their serde, which may not
         return an equal object, so they leave it), so the cache never changes what
         ``get`` returns. The read cache keeps the newest ``cache_entries`` of them."""
-        self._backend.settle()  # (a background checkpoint's batches first)
-        batches = self.take_batches(pending=True)  # readable from ``_pending`` meanwhile
-        n = 0
+        self._moving += 1  # (peek) from the cache's emptying until RocksDB holds them
         try:
-            for batch in batches:  # one chunk at a time: rocksdict holds the GIL in each
-                n += int(batch.len())  # (a batch written is consumed)
-                self._backend.write(batch)
-        finally:
-            self._pending = {}
-        return n
-
-    def take_batches(self, *, pending: bool = False) -> list[rocksdict.WriteBatch]:
-        """The cached writes as batches of at most WRITE_CHUNK entries (none: none), the
-        cache emptied; the caller writes them to RocksDB, in order (``flush``), or
-        (``pending``) has them written by a thread while the writes stay readable from
-        ``_pending`` until the backend's ``settle``
-        (``RocksDBBackend.snapshot_sync(background=True)``)."""
-        self._moving += 1  # (peek) entries move from the caches to ``_pending``/the batch
-        try:
-            return self._take_batches(pending)
+            batch = self.take_batch()
+            if batch is None:
+                return 0
+            n = int(batch.len())  # (a batch written is consumed)
+            self._backend.write(batch)
+            return n
         finally:
             self._moving -= 1
             self.epoch += 1
 
-    def _take_batches(self, pending: bool) -> list[rocksdict.WriteBatch]:
+    def take_batch(self, *, pending: bool = False) -> rocksdict.WriteBatch | None:
+        """The cached writes as one batch (None: none), the cache emptied; the caller
+        writes it to RocksDB (``flush``), or (``pending``) has it written by a thread
+        while the writes stay readable from ``_pending`` until the backend's ``settle``
+        (``RocksDBBackend.snapshot_sync(background=True)``)."""
+        self._moving += 1  # (peek) entries move from the caches to ``_pending``/the batch
+        try:
+            return self._take_batch(pending)
+        finally:
+            self._moving -= 1
+            self.epoch += 1
+
+    def _take_batch(self, pending: bool) -> rocksdict.WriteBatch | None:
         dirty = self._dirty
         entries = dirty
         if self._unflushed:  # in delta files already: written along, logged no more
@@ -365,24 +362,18 @@ class RocksDBTable(StateTable):
             entries.update(dirty)
             self._unflushed, self._room = {}, self._limit
         if not entries:
-            return []
+            return None
         if dirty and self._backend.logging:
             self._log.append(dirty)  # RocksDB changes after the base: the next delta's
         if pending:
             self._pending = entries
         batch = rocksdict.WriteBatch(raw_mode=True)
-        batches, room = [batch], WRITE_CHUNK
         put, delete, handle = batch.put, batch.delete, self._handle
         stored = self._stored
         cacheable = self._ttl is None
         compact_ints = self._compact_ints and cacheable
         clean, clean_keys, known = self._clean, self._clean_keys, self._keys
         for key, value in entries.items():
-            if not room:
-                batch = rocksdict.WriteBatch(raw_mode=True)
-                batches.append(batch)
-                put, delete, room = batch.put, batch.delete, WRITE_CHUNK
-            room -= 1
             ek = known.get(key) or clean_keys.get(key) or encode_key(key)
             if type(value) is int and compact_ints:  # counters: inline, no serde
                 compact = SMALL_INTS[value + 0x80] if -0x80 <= value < 0x80 else int_value(value)
@@ -406,7 +397,7 @@ class RocksDBTable(StateTable):
         if excess > 0:  # the oldest first (insertion order)
             for k in list(islice(clean, excess)):
                 del clean[k], clean_keys[k]
-        return batches
+        return batch
 
     def flushed_since_snapshot(self) -> int:
         """Entries cache flushes wrote to RocksDB since the last snapshot (logged for the
