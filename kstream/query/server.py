@@ -46,6 +46,9 @@ log = logging.getLogger(__name__)
 STALL_S = 0.002
 """How long the server's thread lets a busy loop go without answering at a feed (a
 few ms of work apart) before it answers beside it."""
+QUIET_S = 0.2
+"""Requests none for this long: the thread waits for readiness again instead of waking
+every STALL_S beside a busy loop."""
 STALL_SWITCH_S = 0.0002
 """The interpreter's switch interval while it does (5 ms by default)."""
 PUMP_MAX = 16  # requests answered per pump at most (the loop waits for no more)
@@ -153,6 +156,7 @@ class QueryServer:
         # or this server's thread (module doc). In the order gate, then I/O.
         self._io = threading.Lock()
         self._pumped = 0.0  # when the loop last answered (perf_counter)
+        self.answered = 0  # requests taken on (for tests and the quiet check)
         self._pool = ThreadPoolExecutor(4, thread_name_prefix="kstream-query-slow")
         gate.on_serve = self._serve
         self._thread = threading.Thread(target=self._run, name="kstream-query", daemon=True)
@@ -183,11 +187,17 @@ class QueryServer:
         (``QueryService.answer_concurrent``), the others queued for it."""
         normal = sys.getswitchinterval()
         busy = stalled = False
+        seen, quiet_since = -1, 0.0
         try:
             while not self._closed:
                 if busy:
+                    now = time.perf_counter()
+                    if self.answered != seen:
+                        seen, quiet_since = self.answered, now
                     if self._answer_with_gate(STALL_S):
                         busy = False
+                    elif now - quiet_since > QUIET_S:
+                        busy = False  # no requests lately: wait for readiness again
                     elif time.perf_counter() - self._pumped >= STALL_S:
                         busy, stalled = False, True
                         # This thread's socket calls give the GIL up, and the busy loop
@@ -286,6 +296,7 @@ class QueryServer:
         return answered
 
     def _request(self, conn: _Conn, request: _Request, concurrent: bool) -> None:
+        self.answered += 1
         headers = request.headers
         service = self.service
         keep = request.keep_alive
