@@ -34,12 +34,12 @@ from pathlib import Path
 import click
 
 from benchmarks.broker import bootstrap_option, kafka
-from benchmarks.elastic_job import INTERVAL_S, PARTITIONS, Run, stage2_task
+from benchmarks.elastic_job import INTERVAL_S, PARTITIONS, Run, stage2_task, task_of_record
 from benchmarks.elastic_measure import (
     Exactness,
     longest_pause,
     owners_at,
-    reprocessed,
+    reprocessed_by,
     stall_time,
 )
 from benchmarks.elastic_plot import Timeline, draw
@@ -67,6 +67,7 @@ class Outcome:
     unmoved_pause_s: float  # the longest pause of a task that did not move in its step
     moved_pause_s: float
     stall_s: float  # the job's: see elastic_measure
+    reprocessed_unmoved: int  # by tasks (either stage) that did not move in their step
     reprocessed_s1: int
     reprocessed_s2: int
     restores: int  # "task X restored checkpoint" log lines during the steps
@@ -98,8 +99,6 @@ def run_scenario(
         time.sleep(3 * INTERVAL_S)  # a quiet spell: the steady-state pause, for reference
         quiet_to = time.time()
 
-        baseline = run.seen()
-
         def step(name: str, *actions: Callable[[], None]) -> None:
             s = Step(name, time.time())
             say(f"  {name}")
@@ -120,28 +119,37 @@ def run_scenario(
             step("kill -9 w3", partial(run.stop, 3, signal.SIGKILL))
         else:
             raise click.UsageError(f"unknown scenario {scenario!r}")
-        seen = run.seen()
-        re1, re2 = (reprocessed(seen[s]) - reprocessed(baseline[s]) for s in ("s1", "s2"))
         t0, t1 = steps[0].start, steps[-1].end
+        seen = run.seen()
+        every = {f"stage{i}-{p}" for i in (0, 1) for p in range(PARTITIONS)}
+        re1, re2 = (
+            reprocessed_by(seen[st], t0, t1, partial(task_of_record, st), every)
+            for st in ("s1", "s2")
+        )
+        re_unmoved = sum(
+            reprocessed_by(seen[st], s.start, s.end, partial(task_of_record, st), s.unmoved)
+            for st in ("s1", "s2")
+            for s in steps
+        )
         restores = run.log_count("restored checkpoint", t0, t1)
         failovers = run.log_count("failover (attempt", t0, t1)
         exact = run.finish()
         events = run.ownership()
         for s in steps:
             before, after = owners_at(events, s.start), owners_at(events, s.end)
-            for p in range(PARTITIONS):
-                tid = stage2_task(p)
+            for tid in sorted(every):
                 same = before.get(tid) is not None and before.get(tid) == after.get(tid)
-                (s.unmoved if same else s.moved).add(str(p))
+                (s.unmoved if same else s.moved).add(tid)
         adv = {p: sorted(run.advances.get(p, [])) for p in range(PARTITIONS)}
         job = sorted(t for a in adv.values() for t in a)
 
         def worst(pick: str) -> float:
             return max(
                 (
-                    longest_pause(adv[int(p)], s.start, s.end)
+                    longest_pause(adv[p], s.start, s.end)
                     for s in steps
-                    for p in getattr(s, pick)
+                    for p in range(PARTITIONS)
+                    if stage2_task(p) in getattr(s, pick)
                 ),
                 default=0.0,
             )
@@ -154,11 +162,11 @@ def run_scenario(
             ),
             unmoved_pause_s=worst("unmoved"), moved_pause_s=worst("moved"),
             stall_s=stall_time(job, [(s.start, s.end) for s in steps], STALL_S),
-            reprocessed_s1=re1, reprocessed_s2=re2, restores=restores, failovers=failovers, exact=exact,
+            reprocessed_s1=re1, reprocessed_s2=re2, reprocessed_unmoved=re_unmoved, restores=restores, failovers=failovers, exact=exact,
             produced=len(run.produced), seconds=time.time() - t_begin,
             timeline=Timeline(
                 f"{scenario}: {rate} records/s, 4 workers, checkpoints every {INTERVAL_S:.0f} s",
-                adv, [(s.name, s.start, s.end, frozenset(int(p) for p in s.moved)) for s in steps],
+                adv, [(s.name, s.start, s.end, frozenset(p for p in range(PARTITIONS) if stage2_task(p) in s.moved)) for s in steps],
             ),
         )  # fmt: skip
     finally:
@@ -176,7 +184,7 @@ def table(outcomes: list[Outcome]) -> str:
 
     head = (
         "| scenario | runs | steady pause s | unmoved tasks' longest pause s | moved tasks' "
-        "longest pause s | job stall s | re-processed stage 1 / stage 2 | failovers / task restores | exact |\n"
+        "longest pause s | job stall s | re-processed stage 1 / stage 2 (by unmoved tasks) | failovers / task restores | exact |\n"
         "|---|---|---|---|---|---|---|---|---|\n"
     )
     rows = []
@@ -185,13 +193,15 @@ def table(outcomes: list[Outcome]) -> str:
         if not os_:
             continue
         unmoved = [o.unmoved_pause_s for o in os_]
-        n_unmoved = [sum(len(s.unmoved) for s in o.steps) for o in os_]
+        n_unmoved = [
+            sum(1 for s in o.steps for t in s.unmoved if t.startswith("stage1-")) for o in os_
+        ]
         exact = all(o.exact.exact for o in os_)
         rows.append(
             f"| {sc} | {len(os_)} | {cell([o.steady_pause_s for o in os_], '.1f')} | "
             f"{cell(unmoved, '.1f') if any(n_unmoved) else '- (all moved)'} | "
             f"{cell([o.moved_pause_s for o in os_], '.1f')} | {cell([o.stall_s for o in os_], '.1f')} | "
-            f"{cell([o.reprocessed_s1 for o in os_], '.0f')} / {cell([o.reprocessed_s2 for o in os_], '.0f')} | "
+            f"{cell([o.reprocessed_s1 for o in os_], '.0f')} / {cell([o.reprocessed_s2 for o in os_], '.0f')} ({cell([o.reprocessed_unmoved for o in os_], '.0f')}) | "
             f"{cell([o.failovers for o in os_], '.0f')} / {cell([o.restores for o in os_], '.0f')} | "
             + ("yes" if exact else "NO: " + "; ".join(str(o.exact) for o in os_ if not o.exact.exact))
             + " |"
@@ -245,8 +255,8 @@ def main(
                 click.echo(
                     f"  {o.seconds:.0f} s, {o.produced} records; unmoved pause {o.unmoved_pause_s:.1f} s, "
                     f"moved {o.moved_pause_s:.1f} s, stall {o.stall_s:.1f} s, re-processed "
-                    f"{o.reprocessed_s1}/{o.reprocessed_s2}, failovers {o.failovers}, restores {o.restores}, {o.exact}; steps: "
-                    + "; ".join(f"{s.name}: moved {sorted(s.moved)}" for s in o.steps)
+                    f"{o.reprocessed_s1}/{o.reprocessed_s2} (unmoved {o.reprocessed_unmoved}), failovers {o.failovers}, restores {o.restores}, {o.exact}; steps: "
+                    + "; ".join(f"{s.name}: moved {len(s.moved)}/{len(s.moved) + len(s.unmoved)}" for s in o.steps)
                 )  # fmt: skip
         shutil.rmtree(workdir / "kafka", ignore_errors=True)
     click.echo(table(outcomes))

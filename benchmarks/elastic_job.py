@@ -43,6 +43,7 @@ INTERVAL_S = 2.0
 
 _TOPOLOGY = """\
 import os
+import time
 from kstream.api import Topology, Tumbling
 
 _fds = {{}}
@@ -54,7 +55,7 @@ def _seen(stage):
         if fd is None:
             path = os.path.join({seen_dir!r}, f"{{stage}}-{{os.getpid()}}.log")
             fd = _fds[stage] = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-        os.write(fd, b"%d\\n" % v["n"])
+        os.write(fd, b"%d %.3f\\n" % (v["n"], time.time()))
     return log
 
 
@@ -229,14 +230,13 @@ class Run:
                 raise TimeoutError(f"the job did not settle within {self.timeout} s")
             time.sleep(0.5)  # polling the logs for a condition, with a deadline
 
-    def seen(self) -> dict[str, list[int]]:
-        """Every record id each stage's peek logged so far."""
-        return {
-            stage: [
-                int(x) for f in self.seen_dir.glob(f"{stage}-*.log") for x in f.read_text().split()
-            ]
-            for stage in ("s1", "s2")
-        }
+    def seen(self) -> dict[str, list[tuple[int, float]]]:
+        """Every ``(record id, time)`` each stage's peek logged so far."""
+        out: dict[str, list[tuple[int, float]]] = {}
+        for stage in ("s1", "s2"):
+            words = [w for f in self.seen_dir.glob(f"{stage}-*.log") for w in f.read_text().split()]
+            out[stage] = [(int(n), float(t)) for n, t in zip(words[::2], words[1::2], strict=True)]
+        return out
 
     def log_count(self, text: str, t0: float, t1: float) -> int:
         """The workers' log lines holding ``text`` logged from ``t0`` to ``t1`` (unix time)."""
@@ -286,6 +286,13 @@ class Run:
         self.stop_flag.set()
         for w in self.workers.values():
             w.stop(grace=10)
+
+
+def task_of_record(stage: str, n: int) -> str:
+    """The task that processes record ``n`` in ``stage`` ("s1" or "s2")."""
+    if stage == "s1":
+        return f"stage0-{n % PARTITIONS}"  # the producer's partition
+    return stage2_task(task_of_key(f"k{n % KEYS}"))
 
 
 def stage2_task(partition: int) -> str:

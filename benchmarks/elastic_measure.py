@@ -13,15 +13,15 @@ Definitions (what the table reports):
   that overlap a step and are longer than ``stall_s`` (2 checkpoint intervals), each
   counted in full.
 - *Re-processed*: records a stage's operator saw more than once (the job's ``peek``
-  logs each record id it processes; a count beyond 1 is re-processing).
+  logs each record id it processes, with the time; a sighting after the first is
+  re-processing), in all or by the tasks that did not move in the step.
 """
 
 from __future__ import annotations
 
 import itertools
 import json
-from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -109,9 +109,26 @@ def check_exact(
     return Exactness(checked, lost, dup, wrong)
 
 
-def reprocessed(ids: Iterable[int]) -> int:
-    """How many times records were seen beyond their first time."""
-    return sum(n - 1 for n in Counter(ids).values() if n > 1)
+def reprocessed_by(
+    seen: Iterable[tuple[int, float]],
+    t0: float,
+    t1: float,
+    task_of: Callable[[int], str],
+    tasks: Collection[str],
+) -> int:
+    """Re-processing by ``tasks`` from ``t0`` to ``t1``: the ``(record id, time)`` sightings
+    in that span of a record seen before (at any earlier time), whose task
+    (``task_of(id)``) is one of ``tasks``."""
+    first: set[int] = set()
+    n = 0
+    for rid, when in sorted(seen, key=lambda x: x[1]):
+        if when > t1:
+            break
+        if rid in first:
+            n += when >= t0 and task_of(rid) in tasks
+        else:
+            first.add(rid)
+    return n
 
 
 def owners_at(events: Sequence[tuple[float, str, Sequence[str]]], t: float) -> dict[str, str]:

@@ -11,7 +11,7 @@ from benchmarks.elastic_measure import (
     gaps_overlapping,
     longest_pause,
     owners_at,
-    reprocessed,
+    reprocessed_by,
     running_events,
     stall_time,
 )
@@ -61,9 +61,15 @@ def test_lost_duplicated_and_wrong_windows_are_counted() -> None:
     assert not got.exact
 
 
-def test_reprocessed_counts_repeats_beyond_the_first() -> None:
-    assert reprocessed([1, 2, 3]) == 0
-    assert reprocessed([1, 2, 2, 3, 3, 3]) == 3
+def test_reprocessed_by_counts_repeat_sightings_in_the_span_by_the_given_tasks() -> None:
+    seen = [(1, 1.0), (2, 1.5), (3, 2.0), (1, 6.0), (2, 7.0), (3, 7.5), (4, 8.0), (3, 20.0)]
+    task = {1: "a", 2: "b", 3: "a", 4: "a"}.__getitem__
+    # from 5 to 10: ids 1, 2 and 3 seen again (4 is new); tasks a: 1 and 3
+    assert reprocessed_by(seen, 5.0, 10.0, task, {"a"}) == 2
+    assert reprocessed_by(seen, 5.0, 10.0, task, {"a", "b"}) == 3
+    assert reprocessed_by(seen, 0.0, 5.0, task, {"a", "b"}) == 0
+    # out of time order in the input: sorted first
+    assert reprocessed_by(list(reversed(seen)), 5.0, 30.0, task, {"a"}) == 3
 
 
 def test_ownership_from_worker_json_logs() -> None:
