@@ -122,6 +122,12 @@ def run_scenario(
         t0, t1 = steps[0].start, steps[-1].end
         seen = run.seen()
         every = {f"stage{i}-{p}" for i in (0, 1) for p in range(PARTITIONS)}
+        events = run.ownership()
+        for s in steps:
+            before, after = owners_at(events, s.start), owners_at(events, s.end)
+            for tid in sorted(every):
+                same = before.get(tid) is not None and before.get(tid) == after.get(tid)
+                (s.unmoved if same else s.moved).add(tid)
         re1, re2 = (
             reprocessed_by(seen[st], t0, t1, partial(task_of_record, st), every)
             for st in ("s1", "s2")
@@ -134,12 +140,6 @@ def run_scenario(
         restores = run.log_count("restored checkpoint", t0, t1)
         failovers = run.log_count("failover (attempt", t0, t1)
         exact = run.finish()
-        events = run.ownership()
-        for s in steps:
-            before, after = owners_at(events, s.start), owners_at(events, s.end)
-            for tid in sorted(every):
-                same = before.get(tid) is not None and before.get(tid) == after.get(tid)
-                (s.unmoved if same else s.moved).add(tid)
         adv = {p: sorted(run.advances.get(p, [])) for p in range(PARTITIONS)}
         job = sorted(t for a in adv.values() for t in a)
 
