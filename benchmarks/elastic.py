@@ -71,7 +71,7 @@ class Outcome:
     reprocessed_s1: int
     reprocessed_s2: int
     restores: int  # "task X restored checkpoint" log lines during the steps
-    failovers: int  # the coordinator's "failover (attempt ...)" lines during the steps
+    rollbacks: int  # the coordinator's "restoring every task to checkpoint" lines in the steps
     exact: Exactness
     produced: int
     seconds: float
@@ -138,7 +138,7 @@ def run_scenario(
             for s in steps
         )
         restores = run.log_count("restored checkpoint", t0, t1)
-        failovers = run.log_count("failover (attempt", t0, t1)
+        rollbacks = run.log_count("restoring every task to checkpoint", t0, t1)
         exact = run.finish()
         adv = {p: sorted(run.advances.get(p, [])) for p in range(PARTITIONS)}
         job = sorted(t for a in adv.values() for t in a)
@@ -162,7 +162,7 @@ def run_scenario(
             ),
             unmoved_pause_s=worst("unmoved"), moved_pause_s=worst("moved"),
             stall_s=stall_time(job, [(s.start, s.end) for s in steps], STALL_S),
-            reprocessed_s1=re1, reprocessed_s2=re2, reprocessed_unmoved=re_unmoved, restores=restores, failovers=failovers, exact=exact,
+            reprocessed_s1=re1, reprocessed_s2=re2, reprocessed_unmoved=re_unmoved, restores=restores, rollbacks=rollbacks, exact=exact,
             produced=len(run.produced), seconds=time.time() - t_begin,
             timeline=Timeline(
                 f"{scenario}: {rate} records/s, 4 workers, checkpoints every {INTERVAL_S:.0f} s",
@@ -184,7 +184,7 @@ def table(outcomes: list[Outcome]) -> str:
 
     head = (
         "| scenario | runs | steady pause s | unmoved tasks' longest pause s | moved tasks' "
-        "longest pause s | job stall s | re-processed stage 1 / stage 2 (by unmoved tasks) | failovers / task restores | exact |\n"
+        "longest pause s | job stall s | re-processed stage 1 / stage 2 (by unmoved tasks) | rollbacks / task restores | exact |\n"
         "|---|---|---|---|---|---|---|---|---|\n"
     )
     rows = []
@@ -202,7 +202,7 @@ def table(outcomes: list[Outcome]) -> str:
             f"{cell(unmoved, '.1f') if any(n_unmoved) else '- (all moved)'} | "
             f"{cell([o.moved_pause_s for o in os_], '.1f')} | {cell([o.stall_s for o in os_], '.1f')} | "
             f"{cell([o.reprocessed_s1 for o in os_], '.0f')} / {cell([o.reprocessed_s2 for o in os_], '.0f')} ({cell([o.reprocessed_unmoved for o in os_], '.0f')}) | "
-            f"{cell([o.failovers for o in os_], '.0f')} / {cell([o.restores for o in os_], '.0f')} | "
+            f"{cell([o.rollbacks for o in os_], '.0f')} / {cell([o.restores for o in os_], '.0f')} | "
             + ("yes" if exact else "NO: " + "; ".join(str(o.exact) for o in os_ if not o.exact.exact))
             + " |"
         )  # fmt: skip
@@ -255,7 +255,7 @@ def main(
                 click.echo(
                     f"  {o.seconds:.0f} s, {o.produced} records; unmoved pause {o.unmoved_pause_s:.1f} s, "
                     f"moved {o.moved_pause_s:.1f} s, stall {o.stall_s:.1f} s, re-processed "
-                    f"{o.reprocessed_s1}/{o.reprocessed_s2} (unmoved {o.reprocessed_unmoved}), failovers {o.failovers}, restores {o.restores}, {o.exact}; steps: "
+                    f"{o.reprocessed_s1}/{o.reprocessed_s2} (unmoved {o.reprocessed_unmoved}), rollbacks {o.rollbacks}, restores {o.restores}, {o.exact}; steps: "
                     + "; ".join(f"{s.name}: moved {len(s.moved)}/{len(s.moved) + len(s.unmoved)}" for s in o.steps)
                 )  # fmt: skip
         shutil.rmtree(workdir / "kafka", ignore_errors=True)
