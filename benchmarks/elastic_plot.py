@@ -44,9 +44,11 @@ def draw(timelines: Sequence[Timeline], path: Path) -> bool:
             ]
             ax.plot(xs, [task] * len(xs), "|", color="tab:blue", markersize=8)
             ax.plot(red, [task] * len(red), "|", color="tab:red", markersize=8)
-        for name, s, e, _ in tl.steps:
-            ax.axvspan(s - t0, e - t0, color="0.9", zorder=0)
-            ax.text(s - t0, len(tl.advances) - 0.3, name, fontsize=7, va="bottom")
+        top = len(tl.advances)
+        for i, (name, s, e, _) in enumerate(tl.steps):
+            ax.axvspan(s - t0, e - t0, color="0.86" if i % 2 else "0.93", zorder=0)
+            ax.text(s - t0 + 0.3, top - 0.1, name, fontsize=7, va="bottom")
+        ax.set_ylim(-0.6, top + 0.7)
         ax.set_yticks(sorted(tl.advances))
         ax.set_ylabel("stage-2 task")
         ax.set_title(tl.title, fontsize=9)
