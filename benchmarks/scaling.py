@@ -140,7 +140,11 @@ class Point:
 #: The curves, as ``--curve`` names them.
 CURVES = ("keys", "state", "workers", "latency", "rss")
 #: Sections of SCALING.md written by hand from separate runs, kept by a regeneration.
-KEPT_SECTIONS = ("## The state curves on their own",)
+KEPT_SECTIONS = (
+    "## The state curves on their own",
+    "## The coordinator at scale",
+    "## Threads, open files and RSS of a worker by its tasks",
+)
 
 
 def points(

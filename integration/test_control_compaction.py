@@ -35,7 +35,8 @@ from kstream.kafka.clients import (
     make_producer,
     watermark_offsets,
 )
-from kstream.kafka.control import ControlReader, control_topic_spec
+from kstream.kafka.control import ControlReader
+from kstream.kafka.controltopic import control_topic_spec
 from kstream.names import control_topic
 from kstream.protocol.messages import (
     COORDINATOR_MESSAGES,

@@ -23,7 +23,8 @@ from integration.cli_job import CLI
 from kstream.checkpointstorage.file import FileStore
 from kstream.checkpointstorage.metadata import completed_ids
 from kstream.kafka.clients import make_producer
-from kstream.kafka.control import ControlReader, ensure_control_topic
+from kstream.kafka.control import ControlReader
+from kstream.kafka.controltopic import ensure_control_topic
 from kstream.names import control_topic
 from kstream.protocol.messages import (
     CheckpointAborted,

@@ -49,7 +49,7 @@ from kstream.kafka.clients import (
     make_producer,
     watermark_offsets,
 )
-from kstream.kafka.control import control_topic_spec
+from kstream.kafka.controltopic import control_topic_spec
 from kstream.protocol.messages import CheckpointCompleted, TriggerCheckpoint
 
 pytestmark = pytest.mark.integration

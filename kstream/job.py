@@ -23,7 +23,7 @@ from kstream.kafka.clients import (
     partition_counts,
 )
 from kstream.kafka.commits import commits_topic_spec
-from kstream.kafka.control import control_topic_spec
+from kstream.kafka.controltopic import control_topic_spec
 from kstream.kafka.dlq import dlq_topic_spec
 from kstream.plan import JobPlan, PlanError, plan_job
 from kstream.serde.registry import use_settings as use_registry_settings

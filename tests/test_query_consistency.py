@@ -46,6 +46,9 @@ class OneTask:
     def position(self, task: str) -> dict[str, Any]:
         return {"offsets": {"in[0]": 17}}
 
+    def published(self, task: str) -> dict[str, Any] | None:
+        return self.position(task)
+
 
 class Job:
     """A task's state, its checkpoints in a file store, and a query service over both."""
@@ -146,6 +149,9 @@ def test_both_levels_match_their_model_after_any_history(
         else:
             for k in "abcde":
                 assert job.get(k, "latest").get("value") == latest.get(k)
+                # Read beside the loop (peek): the same, or "read it under the gate".
+                beside = job.service.answer_concurrent("get", OP, {"key": k}, False)
+                assert beside is None or beside.body == job.get(k, "latest")
                 if completed is None:
                     no = job.service.answer(
                         "get", OP, {"key": k, "consistency": "checkpointed"}, False

@@ -5,6 +5,8 @@ required; and `kstream query` reads a retained checkpoint with no job running.""
 from __future__ import annotations
 
 import json
+import socket
+import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -69,6 +71,9 @@ class Tasks:
 
     def position(self, task: str) -> dict[str, Any]:
         return {"offsets": {}}
+
+    def published(self, task: str) -> dict[str, Any] | None:
+        return self.position(task)
 
 
 @pytest.fixture
@@ -146,6 +151,49 @@ def test_the_token_is_required_and_errors_say_what_to_do(two_workers: Any) -> No
     assert body["owners"] and body["operators"] == {
         OP: {"kind": "rolling", "stage": "stage1", "partitions": 2}
     }
+
+
+def _read_answers(sock: socket.socket, n: int) -> list[tuple[int, dict[str, str], Any]]:
+    """``n`` HTTP answers from ``sock`` (Content-Length framed), each status, headers, body."""
+    buf = b""
+    out: list[tuple[int, dict[str, str], Any]] = []
+    deadline = time.monotonic() + 10
+    while len(out) < n and time.monotonic() < deadline:
+        head, sep, rest = buf.partition(b"\r\n\r\n")
+        if sep:
+            lines = head.decode("latin-1").split("\r\n")
+            headers = dict(line.split(": ", 1) for line in lines[1:])
+            size = int(headers["Content-Length"])
+            if len(rest) >= size:
+                out.append((int(lines[0].split()[1]), headers, json.loads(rest[:size])))
+                buf = rest[size:]
+                continue
+        data = sock.recv(65536)
+        if not data:
+            break
+        buf += data
+    return out
+
+
+def test_pipelined_requests_are_answered_in_order_and_bad_http_is_a_400(two_workers: Any) -> None:
+    a, _b, _ = two_workers
+    auth = f"Authorization: Bearer {TOKEN}\r\n"
+    with socket.create_connection(("127.0.0.1", a.port), timeout=10) as sock:
+        sock.sendall(
+            f"GET /state/{OP}/get?key=k1 HTTP/1.1\r\nHost: a\r\n{auth}\r\n"
+            f"GET /state/{OP}/get?key=k%31 HTTP/1.1\r\nHost: a\r\n{auth}\r\n"
+            f"GET /state/{OP}/get HTTP/1.1\r\nHost: a\r\n{auth}Connection: close\r\n\r\n".encode()
+        )
+        got = _read_answers(sock, 3)
+        assert [(s, b.get("value", b.get("error"))) for s, _h, b in got] == [
+            (200, 1), (200, 1), (400, "get needs key=..."),
+        ]  # fmt: skip
+        assert got[2][1]["Connection"] == "close" and sock.recv(1) == b""  # closed after it
+    with socket.create_connection(("127.0.0.1", a.port), timeout=10) as sock:
+        sock.sendall(b"NOT HTTP AT ALL\r\n\r\n")
+        [(status, _headers, body)] = _read_answers(sock, 1)
+        assert status == 400 and body["error"].startswith("bad HTTP request: ")
+        assert sock.recv(1) == b""
 
 
 def test_kstream_query_reads_a_retained_checkpoint_without_a_job(tmp_path: Path) -> None:

@@ -13,7 +13,7 @@ from kstream.protocol.messages import (
     Resume,
     StopJob,
     TaskFailed,
-    TaskReady,
+    TasksReady,
     TriggerCheckpoint,
     WorkerStopped,
 )
@@ -69,8 +69,7 @@ def test_a_restore_restores_every_assigned_task_and_reports_each_ready() -> None
     ]
     assert p.handle(Restore(1, 7), 1.0) == [
         RestoreTasks(1, 7),
-        Send(TaskReady(1, "stage0-0", "m1", 3)),
-        Send(TaskReady(1, "stage1-0", "m1", 3)),
+        Send(TasksReady(1, ("stage0-0", "stage1-0"), "m1", 3)),  # one message for all
     ]
     assert p.restoring and p.tasks == set(TASKS) and p.running == set()
     # An old or repeated restore changes nothing.
@@ -102,7 +101,7 @@ def test_a_new_generation_during_a_restore_is_ready_again() -> None:
     p.handle(Restore(1, 4), 0.0)
     assert p.handle(Assigned("m1", 4, ("stage0-0",), True), 2.0) == [
         RestoreTasks(1, 4),
-        Send(TaskReady(1, "stage0-0", "m1", 4)),
+        Send(TasksReady(1, ("stage0-0",), "m1", 4)),
         Send(Heartbeat("m1", ("stage0-0",), 4)),
     ]
 

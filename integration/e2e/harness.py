@@ -40,6 +40,7 @@ from kstream.kafka.clients import (
 from kstream.names import control_topic
 from kstream.protocol.messages import (
     AcknowledgeCheckpoint,
+    AcknowledgeCheckpoints,
     CheckpointCompleted,
     Message,
     ProtocolError,
@@ -433,7 +434,9 @@ def report(job: JobUnderTest, control: ControlLog) -> RunReport:
             durations.append(read_metadata(store, job.app, n).duration_ms)
         except StoreError as e:  # reported, not fatal: the statistics are best effort
             print(f"[e2e] metadata of checkpoint {n} unreadable: {e}")
-    alignment = [m.snapshot.alignment_ms for _t, m in control.of(AcknowledgeCheckpoint)]
+    alignment = [m.snapshot.alignment_ms for _t, m in control.of(AcknowledgeCheckpoint)] + [
+        s.alignment_ms for _t, m in control.of(AcknowledgeCheckpoints) for s in m.snapshots.values()
+    ]
     restore_ms = []
     for p in job.procs:
         for ln in p.lines_with("restored checkpoint"):

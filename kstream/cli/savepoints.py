@@ -29,7 +29,8 @@ from kstream.cli.common import (
     resolve_bootstrap,
     store_options,
 )
-from kstream.kafka.control import ControlClient, ControlError, control_topic_exists
+from kstream.kafka.control import ControlClient, ControlError
+from kstream.kafka.controltopic import control_topic_exists
 from kstream.monitor.history import when
 from kstream.names import control_topic
 from kstream.protocol.messages import Heartbeat, SavepointRequest

@@ -19,14 +19,13 @@ from kstream.kafka.clients import (
 )
 from kstream.kafka.control import (
     DEFAULT_MAX_OUTAGE,
-    NO_AUTO_CREATE,
     ControlError,
     ControlReader,
     CoordinatorFenced,
     _check,
     _transient,
-    ensure_control_topic,
 )
+from kstream.kafka.controltopic import NO_AUTO_CREATE, ensure_control_topic
 from kstream.kafka.reachability import Backoff, Reachability
 from kstream.names import control_topic, coordinator_transactional_id
 from kstream.protocol.messages import (

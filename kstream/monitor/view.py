@@ -9,10 +9,12 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass, field
 
+from kstream.protocol.batching import ResumeParts
 from kstream.protocol.causes import stopped_reason
 from kstream.protocol.messages import (
     REASSIGNED,
     AcknowledgeCheckpoint,
+    AcknowledgeCheckpoints,
     CheckpointAborted,
     CheckpointCompleted,
     DeclineCheckpoint,
@@ -24,6 +26,7 @@ from kstream.protocol.messages import (
     Resume,
     TaskFailed,
     TaskReady,
+    TasksReady,
     TriggerCheckpoint,
     WorkerStopped,
 )
@@ -84,11 +87,17 @@ class ControlView:
     stopped_reason: str = ""
     stopped_members: dict[str, str] = field(default_factory=dict)  # this attempt: member -> why
     events: deque[Event] = field(default_factory=lambda: deque(maxlen=MAX_EVENTS))
+    _resumes: ResumeParts = field(default_factory=ResumeParts, repr=False, compare=False)
     messages: int = 0
 
     def apply(self, ts: float, msg: Message) -> None:
         """Fold one message (``ts``: its record timestamp, epoch seconds)."""
         self.messages += 1
+        if isinstance(msg, Resume):
+            whole = self._resumes.add(msg)
+            if whole is None:
+                return  # more parts to come
+            msg = whole
         match msg:
             case Heartbeat():
                 self.members[msg.member] = MemberView(msg.member, msg.tasks, msg.generation, ts)
@@ -99,6 +108,9 @@ class ControlView:
             case AcknowledgeCheckpoint():
                 if msg.checkpoint_id in self.in_flight:
                     self.acks.setdefault(msg.checkpoint_id, set()).add(msg.task_id)
+            case AcknowledgeCheckpoints():
+                if msg.checkpoint_id in self.in_flight:
+                    self.acks.setdefault(msg.checkpoint_id, set()).update(msg.snapshots)
             case DeclineCheckpoint():
                 self.events.append(
                     Event(ts, "checkpoint_declined", msg.reason, msg.attempt, msg.task_id)
@@ -125,6 +137,8 @@ class ControlView:
                 )
             case TaskReady() if msg.attempt == self.attempt:
                 self.ready[msg.task_id] = msg.member
+            case TasksReady() if msg.attempt == self.attempt:
+                self.ready.update(dict.fromkeys(msg.tasks, msg.member))
             case Resume():
                 self._coordinator(ts, f"resumed attempt {msg.attempt}")
                 self.attempt, self.phase, self.owners = msg.attempt, Phase.RUNNING, dict(msg.owners)

@@ -13,10 +13,11 @@ from dataclasses import replace
 from typing import Any
 
 from kstream.checkpointstorage.history import CheckpointFailure
-from kstream.checkpointstorage.metadata import CheckpointMetadata
+from kstream.checkpointstorage.metadata import CheckpointMetadata, TaskSnapshot
 from kstream.config import CheckpointingConfig, RestartStrategy
 from kstream.logs import ctx
 from kstream.protocol.alignment import GlobalWatermarks
+from kstream.protocol.batching import each_ready
 from kstream.protocol.causes import stopped_reason
 from kstream.protocol.commands import (
     ApplyRetention,
@@ -35,6 +36,7 @@ from kstream.protocol.membership import Membership
 from kstream.protocol.messages import (
     REASSIGNED,
     AcknowledgeCheckpoint,
+    AcknowledgeCheckpoints,
     CheckpointAborted,
     CheckpointCompleted,
     CheckpointRequest,
@@ -47,6 +49,7 @@ from kstream.protocol.messages import (
     StopJob,
     TaskFailed,
     TaskReady,
+    TasksReady,
     TriggerCheckpoint,
     WatermarkReport,
     WorkerStopped,
@@ -58,6 +61,8 @@ from kstream.protocol.savepointrequests import SavepointRequests
 from kstream.protocol.triggers import TriggerSchedule
 
 log = logging.getLogger(__name__)
+
+NAMED_TASKS = 20  # tasks a timed-out checkpoint's reason names (the rest are counted)
 
 
 class CheckpointCoordinator:
@@ -176,7 +181,11 @@ class CheckpointCoordinator:
             return []
         match msg:
             case AcknowledgeCheckpoint():
-                return self._on_ack(msg, now)
+                return self._on_acks(
+                    msg.checkpoint_id, msg.attempt, {msg.task_id: msg.snapshot}, now
+                )
+            case AcknowledgeCheckpoints():
+                return self._on_acks(msg.checkpoint_id, msg.attempt, msg.snapshots, now)
             case DeclineCheckpoint():
                 p = self._pending_for(msg.checkpoint_id, msg.attempt)
                 if p is None:
@@ -185,10 +194,10 @@ class CheckpointCoordinator:
                     f"checkpoint {p.checkpoint_id} declined by task {msg.task_id}: {msg.reason}"
                 )
                 return self._abort(p, reason, now, counts=True)
-            case TaskReady() | Heartbeat() if self.plan and msg.plan != self.plan:
+            case TaskReady() | TasksReady() | Heartbeat() if self.plan and msg.plan != self.plan:
                 return self._refuse_plan(msg.member, msg.plan)
-            case TaskReady():
-                cmds = self.failover.on_ready(msg)
+            case TaskReady() | TasksReady():
+                cmds = [cmd for ready in each_ready(msg) for cmd in self.failover.on_ready(ready)]
                 if cmds:
                     log.info(
                         "all tasks ready: resuming attempt %d",
@@ -249,7 +258,7 @@ class CheckpointCoordinator:
             cmds.append(self._trigger(now))
         # 5. The global watermark alignment's bound, while the job runs.
         if self.phase is JobPhase.RUNNING:
-            owners = self.failover.owners.values()
+            owners = self.failover.by_member().keys()
             bound = self.watermarks.tick(self.attempt, now, owners)
             cmds += [Send(bound)] if bound is not None else []
         return cmds
@@ -302,7 +311,7 @@ class CheckpointCoordinator:
         """A worker exited gracefully: it is not lost; once every owner of the running
         attempt stopped (``--stop-when-idle``, SIGTERM to all), the job is stopped."""
         self.members.stop(msg.member, msg.reason)
-        owners = set(self.failover.owners.values())
+        owners = set(self.failover.by_member())
         if self.phase is not JobPhase.RUNNING or msg.attempt != self.attempt or not owners:
             return []
         if not self.members.all_stopped(owners):
@@ -340,6 +349,15 @@ class CheckpointCoordinator:
 
     # -- decisions -----------------------------------------------------------------------
 
+    def _owned_by(self, member: str) -> list[str]:
+        """Tasks ``member`` holds in the current attempt: owned while running, or
+        reported ready while restoring (its readiness dies with it)."""
+        if self.phase is JobPhase.RUNNING:
+            return sorted(self.failover.by_member().get(member, ()))
+        if self.phase is JobPhase.RESTORING:
+            return sorted(self.failover.ready_by(member))
+        return []
+
     def _may_trigger(self, now: float) -> bool:
         due = self._trigger_due()
         return due is not None and now >= due
@@ -373,16 +391,20 @@ class CheckpointCoordinator:
             return None
         return p
 
-    def _on_ack(self, ack: AcknowledgeCheckpoint, now: float) -> list[Command]:
-        p = self._pending_for(ack.checkpoint_id, ack.attempt)
+    def _on_acks(
+        self, checkpoint_id: int, attempt: int, snapshots: dict[str, TaskSnapshot], now: float
+    ) -> list[Command]:
+        """Tasks' acknowledgements of ``checkpoint_id`` (one message: a task's, or a
+        worker's for all its tasks)."""
+        p = self._pending_for(checkpoint_id, attempt)
         if p is None:
             return []
-        outcome = p.acknowledge(ack, now)
-        if outcome is not AckOutcome.ACCEPTED:
-            self.ignored_messages += 1
-            if outcome is AckOutcome.UNEXPECTED_TASK:
-                log.warning("ack from task %r which is not in the plan; ignored", ack.task_id)
-            return []
+        for task_id, snapshot in snapshots.items():
+            outcome = p.acknowledge(task_id, snapshot, now)
+            if outcome is not AckOutcome.ACCEPTED:
+                self.ignored_messages += 1
+                if outcome is AckOutcome.UNEXPECTED_TASK:
+                    log.warning("ack from task %r which is not in the plan; ignored", task_id)
         if not p.is_complete:
             return []
         # Every task acknowledged: the metadata is written first; the announcement
@@ -424,7 +446,7 @@ class CheckpointCoordinator:
 
     def _group_change(self, member: str, change: str, now: float) -> str:
         """The reason of a group change ``member`` reported (kstream.protocol.causes)."""
-        return self.members.group_change(member, change, set(self.failover.owners.values()), now)
+        return self.members.group_change(member, change, set(self.failover.by_member()), now)
 
     def _on_heartbeat(self, hb: Heartbeat, now: float) -> list[Command]:
         self.members.heard(hb.member, hb.tasks, now)
@@ -432,7 +454,7 @@ class CheckpointCoordinator:
         self.failover.observe_generation(hb.generation)
         if self.phase is not JobPhase.RUNNING:
             return []
-        moved = self.members.moved(hb, previous, self.failover.owners, self.attempt, now)
+        moved = self.members.moved(hb, previous, self.failover.by_member(), self.attempt, now)
         if moved is None:
             return []
         reason, normal = moved
@@ -488,5 +510,5 @@ class CheckpointCoordinator:
         return cmds
 
     def _timeout_reason(self, p: PendingCheckpoint, now: float) -> str:
-        seen = [w for w in (self.members.last_runner(t, now) for t in p.missing) if w]
-        return p.timeout_reason(self.config.timeout, seen)
+        named = p.missing[:NAMED_TASKS]  # thousands of names would make one unreadable line
+        return p.timeout_reason(self.config.timeout, named, self.members.last_runners(named, now))

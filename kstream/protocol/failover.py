@@ -12,8 +12,9 @@ from collections import deque
 from enum import StrEnum
 
 from kstream.config import RestartStrategy
+from kstream.protocol.batching import resume_parts
 from kstream.protocol.commands import Command, Fail, Send
-from kstream.protocol.messages import JobFailed, JobStopped, Restore, Resume, TaskReady
+from kstream.protocol.messages import JobFailed, JobStopped, Restore, TaskReady
 from kstream.protocol.recovery import RecoveredState
 
 
@@ -50,7 +51,8 @@ class FailoverController:
         self.attempt = attempt
         self.phase = phase
         self.generation = -1  # newest consumer-group generation seen
-        self.owners: dict[str, str] = dict(owners or {})  # of the attempt's tasks
+        self._owners: dict[str, str] = dict(owners or {})  # of the attempt's tasks
+        self._by_member: dict[str, frozenset[str]] | None = None  # owners, inverted
         self.plan = plan  # the plan fingerprint every Restore carries
         self.restore_point: int | None = None  # the checkpoint of the current restore
         self._ready: dict[str, tuple[str, int]] = {}  # task -> (member, generation)
@@ -151,6 +153,26 @@ class FailoverController:
         self.generation = generation
         return self.schedule_initial_restore(now)
 
+    @property
+    def owners(self) -> dict[str, str]:
+        """The one member per task of the running attempt (replaced, never changed in place)."""
+        return self._owners
+
+    @owners.setter
+    def owners(self, owners: dict[str, str]) -> None:
+        self._owners, self._by_member = owners, None
+
+    def by_member(self) -> dict[str, frozenset[str]]:
+        """The owners inverted: member -> the tasks it owns (built once per ``owners``: a
+        heartbeat asks for its member's tasks, which a scan of every task's owner made
+        O(tasks) per heartbeat, O(workers x tasks) a second)."""
+        if self._by_member is None:
+            tasks: dict[str, set[str]] = {}
+            for task, member in self._owners.items():
+                tasks.setdefault(member, set()).add(task)
+            self._by_member = {m: frozenset(t) for m, t in tasks.items()}
+        return self._by_member
+
     def fail(self, reason: str) -> list[Command]:
         """Hard failure: tell the workers, then stop the coordinator."""
         self.phase = JobPhase.FAILED
@@ -197,7 +219,7 @@ class FailoverController:
             return []
         self.owners = {task: member for task, (member, _gen) in sorted(self._ready.items())}
         self.phase = JobPhase.RUNNING
-        return [Send(Resume(self.attempt, dict(self.owners)))]
+        return [Send(m) for m in resume_parts(self.attempt, dict(self.owners))]
 
     def held_by(self, member: str) -> list[str]:
         """Tasks ``member`` holds in the current attempt: owned while running, or

@@ -24,9 +24,11 @@ class Membership:
     def expect(self, owners: Mapping[str, str], now: float) -> None:
         """Owners named by the recovered attempt: lost after the timeout unless they
         heartbeat to this coordinator."""
-        for member in set(owners.values()):
-            tasks = tuple(sorted(t for t, m in owners.items() if m == member))
-            self.seen.setdefault(member, (now, tasks))
+        by_member: dict[str, list[str]] = {}
+        for task, member in owners.items():  # (one pass: not one per member)
+            by_member.setdefault(member, []).append(task)
+        for member, tasks in by_member.items():
+            self.seen.setdefault(member, (now, tuple(sorted(tasks))))
 
     def silent(self, timeout: float, now: float) -> list[tuple[str, float]]:
         """Members not heard from for over ``timeout`` s (forgotten here), with their silence."""
@@ -57,13 +59,19 @@ class Membership:
         self.stopped.clear()
         return True
 
-    def last_runner(self, task: str, now: float) -> str | None:
-        """``task last seen Ns ago on worker M`` for the member that ran it most recently."""
-        runs = [(s, m) for m, (s, tasks) in self.seen.items() if task in tasks]
-        if not runs:
-            return None
-        s, m = max(runs)
-        return f"{task} last seen {now - s:.1f}s ago on worker {m}"
+    def last_runners(self, tasks: list[str], now: float) -> list[str]:
+        """``task last seen Ns ago on worker M`` for each of ``tasks`` some member ran,
+        naming the member that ran it most recently (one pass over what members run)."""
+        wanted = set(tasks)
+        last: dict[str, tuple[float, str]] = {}
+        for m, (s, running) in self.seen.items():
+            for task in wanted.intersection(running):
+                last[task] = max(last.get(task, (s, m)), (s, m))
+        return [
+            f"{task} last seen {now - last[task][0]:.1f}s ago on worker {last[task][1]}"
+            for task in tasks
+            if task in last
+        ]
 
     def reassigned(
         self, task: str, reporter: str, owner: str | None, owned: list[str], now: float
@@ -88,24 +96,29 @@ class Membership:
         return group_change_reason(change, silent, stopped)
 
     def moved(
-        self, hb: Heartbeat, previous: int, owners: Mapping[str, str], attempt: int, now: float
+        self,
+        hb: Heartbeat,
+        previous: int,
+        owners: Mapping[str, frozenset[str]],
+        attempt: int,
+        now: float,
     ) -> tuple[str, bool] | None:
         """Whether a running job's tasks moved, from ``hb`` (the group's generation was
-        ``previous`` before it): the reason to restore them and whether that is normal
+        ``previous`` before it; ``owners``: member -> the tasks it owns): the reason to restore them and whether that is normal
         operation (a worker joined, left or restarted) rather than a fault; None if not."""
         if previous >= 0 and hb.generation > previous:
             # A worker joined or left the group (scaling, a restart): normal operation,
             # unless an owner fell silent (killed: the group noticed first) or stopped.
             change = f"consumer group generation changed {previous} -> {hb.generation}"
             reason = self.group_change(
-                hb.member, f"{change} (partitions were reassigned)", set(owners.values()), now
+                hb.member, f"{change} (partitions were reassigned)", set(owners), now
             )
             return reason, reason.startswith(change)
         if not owners:
             return None
         # A worker runs exactly the tasks it owns; anything else means it lost them (a
         # rebalance, a restart) and the job must be restored.
-        owned = {t for t, m in owners.items() if m == hb.member}
+        owned = owners.get(hb.member, frozenset())
         if not hb.tasks and owned:
             # A worker that restarted (or rejoined after a rebalance) runs nothing until
             # the next restore names it an owner again: the normal way back in.
@@ -114,7 +127,7 @@ class Membership:
                 f"of attempt {attempt} (the group rebalanced or the worker restarted): "
                 "restoring them"
             )
-            reason = self.group_change(hb.member, revoked, set(owners.values()), now)
+            reason = self.group_change(hb.member, revoked, set(owners), now)
             return reason, reason == revoked
         if set(hb.tasks) != owned:
             return (

@@ -10,7 +10,8 @@ Who writes what:
 
 * coordinator: TriggerCheckpoint, CheckpointCompleted, CheckpointAborted,
   Restore, Resume, JobFailed, StopJob, JobStopped, WatermarkBound;
-* workers: AcknowledgeCheckpoint, DeclineCheckpoint, TaskReady, Heartbeat,
+* workers: AcknowledgeCheckpoints (AcknowledgeCheckpoint: one task's, as before: still
+  read), DeclineCheckpoint, TasksReady (TaskReady: one task's, still read), Heartbeat,
   TaskFailed, RestoreFailed, CheckpointRequest, WorkerStopped, WatermarkReport;
 * ``kstream savepoint``: SavepointRequest.
 
@@ -35,11 +36,11 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
-import types
-from dataclasses import MISSING, asdict, dataclass, fields, is_dataclass
-from typing import Any, Union, get_args, get_origin, get_type_hints
+from dataclasses import dataclass
+from typing import Any
 
 from kstream.checkpointstorage.metadata import TaskSnapshot
+from kstream.protocol.fields import FieldError, build
 from kstream.protocol.replay import Stamp
 
 SCHEMA_VERSION = 1
@@ -76,6 +77,22 @@ class AcknowledgeCheckpoint:
     task_id: str
     attempt: int
     snapshot: TaskSnapshot
+
+
+@dataclass(frozen=True)
+class AcknowledgeCheckpoints:
+    """Worker → coordinator: the snapshots of ``member``'s tasks for ``checkpoint_id`` are
+    durable in the store (``snapshots``: task -> its ``AcknowledgeCheckpoint.snapshot``).
+
+    One message per worker per checkpoint, not one per task: at hundreds of tasks per
+    worker the coordinator reads a message per worker. Split into parts only to stay
+    under ``MAX_MESSAGE_BYTES`` (:func:`kstream.protocol.acks.acknowledgements`).
+    """
+
+    checkpoint_id: int
+    attempt: int
+    member: str
+    snapshots: dict[str, TaskSnapshot]
 
 
 @dataclass(frozen=True)
@@ -125,11 +142,31 @@ class TaskReady:
 
 
 @dataclass(frozen=True)
+class TasksReady:
+    """Worker → coordinator: ``tasks`` are restored for ``attempt`` on ``member``: one
+    ``TaskReady`` each, in one message per worker (split only under the size limit:
+    :mod:`kstream.protocol.batching`)."""
+
+    attempt: int
+    tasks: tuple[str, ...]
+    member: str
+    generation: int
+    plan: str = ""  # the worker's plan fingerprint: the coordinator refuses another plan
+
+
+@dataclass(frozen=True)
 class Resume:
-    """Coordinator → workers: run ``attempt``; ``owners`` names the one member per task."""
+    """Coordinator → workers: run ``attempt``; ``owners`` names the one member per task.
+
+    Past the size limit (thousands of tasks) written in ``parts`` (``part``: this one's
+    number from 0), each with some of the owners, in one transaction; a reader acts on
+    the whole (:mod:`kstream.protocol.batching`). One part: the fields are not written
+    (as before parts: readers of an older version decode it)."""
 
     attempt: int
     owners: dict[str, str]
+    part: int = 0
+    parts: int = 1
 
 
 @dataclass(frozen=True)
@@ -254,11 +291,13 @@ class WatermarkBound:
 Message = (
     TriggerCheckpoint
     | AcknowledgeCheckpoint
+    | AcknowledgeCheckpoints
     | DeclineCheckpoint
     | CheckpointCompleted
     | CheckpointAborted
     | Restore
     | TaskReady
+    | TasksReady
     | Resume
     | JobFailed
     | Heartbeat
@@ -278,11 +317,13 @@ MESSAGE_TYPES: dict[str, type[Any]] = {
     for cls in (
         TriggerCheckpoint,
         AcknowledgeCheckpoint,
+        AcknowledgeCheckpoints,
         DeclineCheckpoint,
         CheckpointCompleted,
         CheckpointAborted,
         Restore,
         TaskReady,
+        TasksReady,
         Resume,
         JobFailed,
         Heartbeat,
@@ -298,8 +339,6 @@ MESSAGE_TYPES: dict[str, type[Any]] = {
     )
 }
 
-_HINTS: dict[type[Any], dict[str, Any]] = {}
-
 
 def record_key(msg: Message) -> str:
     """The Kafka record key of ``msg`` on the compacted control topic.
@@ -308,24 +347,43 @@ def record_key(msg: Message) -> str:
     starting process needs (``kstream.protocol.recovery``, the worker's ``learn``):
     the newest message of each coordinator type (the highest trigger, the newest
     completion, abort, Restore, Resume, JobFailed), and of the workers' reports the
-    newest per task (acknowledgement, decline, readiness, failure). Heartbeats and
-    checkpoint requests matter only while fresh: one key each.
+    newest per task (acknowledgement, decline, readiness, failure), and of a worker's
+    batched acknowledgements the newest per first task (not per member: a restarted
+    worker has a new member id, and its predecessor's record would stay forever; a
+    worker's parts have different first tasks). Heartbeats and checkpoint requests matter only while
+    fresh: one key each.
     """
     name = type(msg).__name__
+    if isinstance(msg, Resume) and msg.part:
+        return f"{name}:{msg.part}"  # (the first part keeps the key of a whole one)
+    if isinstance(msg, AcknowledgeCheckpoints):
+        return f"{name}:{min(msg.snapshots, default='')}"
+    if isinstance(msg, TasksReady):
+        return f"{name}:{min(msg.tasks, default='')}"
     task = getattr(msg, "task_id", None)
     return f"{name}:{task}" if isinstance(task, str) else name
 
 
-def encode(msg: Message) -> bytes:
-    """The wire form of ``msg``: compact UTF-8 JSON with ``v`` and ``type``."""
-    body = asdict(msg)
-    if isinstance(msg, Heartbeat):
-        body["tasks"] = list(msg.tasks)
-        if not msg.query:
-            del body["query"]  # as before queries: readers of an older version decode it
-    data = json.dumps(
-        {"v": SCHEMA_VERSION, "type": type(msg).__name__, **body}, separators=(",", ":")
+def dump(msg: Message) -> bytes:
+    """The wire form of ``msg``, whatever its size (``encode`` checks it)."""
+    # (vars, not asdict: asdict deep-copies every value, which made encoding a Resume
+    # of 100 000 owners or a batch of snapshots several times slower than json itself)
+    body = dict(vars(msg))
+    if isinstance(msg, Heartbeat) and not msg.query:
+        del body["query"]  # as before queries: readers of an older version decode it
+    if isinstance(msg, Resume) and msg.parts == 1:
+        del body["part"], body["parts"]  # as before parts
+    return json.dumps(
+        {"v": SCHEMA_VERSION, "type": type(msg).__name__, **body},
+        separators=(",", ":"),
+        default=vars,  # a nested dataclass (TaskSnapshot): its fields (tuples: lists)
     ).encode()
+
+
+def encode(msg: Message) -> bytes:
+    """The wire form of ``msg``: compact UTF-8 JSON with ``v`` and ``type``; ProtocolError
+    past ``MAX_MESSAGE_BYTES``."""
+    data = dump(msg)
     if len(data) > MAX_MESSAGE_BYTES:
         raise ProtocolError(
             f"{type(msg).__name__} is {len(data)} bytes, over the {MAX_MESSAGE_BYTES} limit"
@@ -397,69 +455,8 @@ def decode(data: bytes | None) -> Message:
     if not isinstance(name, str) or name not in MESSAGE_TYPES:
         raise ProtocolError(f"unknown message type {name!r}")
     body = {k: v for k, v in obj.items() if k not in ("v", "type", "epoch", "seq", "sig")}
-    message: Message = _build(MESSAGE_TYPES[name], body, name)
+    try:
+        message: Message = build(MESSAGE_TYPES[name], body, name)
+    except FieldError as e:
+        raise ProtocolError(str(e)) from None
     return message
-
-
-def _build(cls: type[Any], obj: dict[str, Any], where: str) -> Any:
-    """An instance of the dataclass ``cls`` from the JSON object ``obj``, every field
-    checked against its type; ProtocolError on a missing, extra or mistyped field."""
-    hints = _hints(cls)
-    extra = set(obj) - {f.name for f in fields(cls)}
-    if extra:
-        raise ProtocolError(f"{where}: unexpected fields {sorted(extra)}")
-    kwargs: dict[str, Any] = {}
-    for f in fields(cls):
-        if f.name in obj:
-            kwargs[f.name] = _coerce(obj[f.name], hints[f.name], f"{where}.{f.name}")
-        elif f.default is MISSING and f.default_factory is MISSING:
-            raise ProtocolError(f"{where}: missing field {f.name!r}")
-    return cls(**kwargs)
-
-
-def _hints(cls: type[Any]) -> dict[str, Any]:
-    hints = _HINTS.get(cls)
-    if hints is None:
-        hints = _HINTS[cls] = get_type_hints(cls)
-    return hints
-
-
-def _coerce(value: Any, hint: Any, where: str) -> Any:
-    """``value`` checked against the field type ``hint`` (tuples built from JSON lists)."""
-    origin = get_origin(hint)
-    if origin in (Union, types.UnionType):
-        for option in get_args(hint):
-            try:
-                return _coerce(value, option, where)
-            except ProtocolError:
-                continue
-        raise ProtocolError(f"{where}: {value!r} is not {hint}")
-    if hint is type(None):
-        if value is None:
-            return None
-    elif hint is bool:
-        if isinstance(value, bool):
-            return value
-    elif hint is int:
-        if isinstance(value, int) and not isinstance(value, bool):
-            return value
-    elif hint is float:
-        if isinstance(value, int | float) and not isinstance(value, bool):
-            return float(value)
-    elif hint is str:
-        if isinstance(value, str):
-            return value
-    elif origin is tuple:
-        (item,) = get_args(hint)[:1]
-        if isinstance(value, list):
-            return tuple(_coerce(v, item, where) for v in value)
-    elif origin is dict:
-        _key, val = get_args(hint)
-        if isinstance(value, dict):
-            return {k: _coerce(v, val, f"{where}[{k!r}]") for k, v in value.items()}
-    elif isinstance(hint, type) and is_dataclass(hint):
-        if isinstance(value, dict):
-            return _build(hint, value, where)
-    elif hint is Any:
-        return value  # any JSON value (e.g. offsets); it is data, never code
-    raise ProtocolError(f"{where}: {value!r} is not {getattr(hint, '__name__', hint)}")

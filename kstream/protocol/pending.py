@@ -3,15 +3,14 @@
 from __future__ import annotations
 
 import logging
-from dataclasses import replace
 from enum import StrEnum
 
 from kstream.checkpointstorage.history import CheckpointFailure, CheckpointStatus
 from kstream.checkpointstorage.metadata import CheckpointMetadata, TaskSnapshot
 from kstream.logs import ctx
-from kstream.protocol.messages import AcknowledgeCheckpoint
 
 log = logging.getLogger(__name__)
+
 
 
 class AckOutcome(StrEnum):
@@ -34,15 +33,17 @@ class PendingCheckpoint:
         self.expected = expected
         self.acks: dict[str, TaskSnapshot] = {}
 
-    def acknowledge(self, ack: AcknowledgeCheckpoint, now: float) -> AckOutcome:
-        """Record ``ack`` (same checkpoint and attempt — the caller checks that)."""
-        if ack.task_id not in self.expected:
+    def acknowledge(self, task_id: str, snapshot: TaskSnapshot, now: float) -> AckOutcome:
+        """Record ``task_id``'s acknowledged ``snapshot`` (of this checkpoint and attempt:
+        the caller checks that)."""
+        if task_id not in self.expected:
             return AckOutcome.UNEXPECTED_TASK
-        if ack.task_id in self.acks:
+        if task_id in self.acks:
             return AckOutcome.DUPLICATE
-        self.acks[ack.task_id] = replace(
-            ack.snapshot, ack_delay_ms=round((now - self.trigger_time) * 1000.0, 3)
-        )
+        # (A copy with the delay set: dataclasses.replace, 3x slower, was a third of a
+        # checkpoint's coordinator CPU at 100 000 tasks.)
+        fields = {**vars(snapshot), "ack_delay_ms": round((now - self.trigger_time) * 1000.0, 3)}
+        self.acks[task_id] = TaskSnapshot(**fields)
         return AckOutcome.ACCEPTED
 
     @property
@@ -52,8 +53,9 @@ class PendingCheckpoint:
 
     @property
     def is_complete(self) -> bool:
-        """Whether every expected task acknowledged."""
-        return not self.missing
+        """Whether every expected task acknowledged (asked after every ack: O(1), not the
+        set difference of ``missing``, which made a checkpoint's acks quadratic in tasks)."""
+        return len(self.acks) == len(self.expected)  # (acks holds expected tasks only)
 
     def handles(self) -> tuple[str, ...]:
         """Snapshot handles acknowledged so far (what an abort must clean up)."""
@@ -98,10 +100,13 @@ class PendingCheckpoint:
             tuple(self.missing),
         )
 
-    def timeout_reason(self, timeout: float, seen: list[str]) -> str:
-        """Why it timed out after ``timeout`` s; ``seen``: where the missing tasks last ran."""
+    def timeout_reason(self, timeout: float, named: list[str], seen: list[str]) -> str:
+        """Why it timed out after ``timeout`` s, naming ``named`` of the missing tasks (the
+        rest counted); ``seen``: where those last ran."""
+        missing = self.missing
+        more = f" and {len(missing) - len(named)} more" if len(missing) > len(named) else ""
         where = f" ({'; '.join(seen)})" if seen else ""
         return (
             f"checkpoint {self.checkpoint_id} timed out after {timeout:g}s: "
-            f"no acknowledgement from tasks {', '.join(self.missing)}{where}"
+            f"no acknowledgement from tasks {', '.join(named)}{more}{where}"
         )

@@ -23,9 +23,11 @@ from dataclasses import dataclass, field
 
 from kstream.checkpointstorage.history import CheckpointFailure, CheckpointStatus
 from kstream.checkpointstorage.metadata import CheckpointMetadata
+from kstream.protocol.batching import ResumeParts
 from kstream.protocol.commands import CleanupCheckpoint, Command, Send
 from kstream.protocol.messages import (
     AcknowledgeCheckpoint,
+    AcknowledgeCheckpoints,
     CheckpointAborted,
     CheckpointCompleted,
     JobFailed,
@@ -75,7 +77,9 @@ def recover(
     st = RecoveredState(latest_completed=latest_completed)
     completed = set(completed_ids)
     st.max_checkpoint_id = max(completed, default=0)
-    for msg in messages:
+    resumes = ResumeParts()
+    for part in messages:
+        msg = resumes.whole(part)
         match msg:
             case TriggerCheckpoint(checkpoint_id=n, attempt=a):
                 st.max_checkpoint_id = max(st.max_checkpoint_id, n)
@@ -84,6 +88,9 @@ def recover(
             case AcknowledgeCheckpoint(checkpoint_id=n):
                 if n in st.in_flight:
                     st.in_flight[n].add(msg.snapshot.handle)
+            case AcknowledgeCheckpoints(checkpoint_id=n):
+                if n in st.in_flight:
+                    st.in_flight[n].update(s.handle for s in msg.snapshots.values())
             case CheckpointCompleted(checkpoint_id=n, attempt=a):
                 st.max_checkpoint_id = max(st.max_checkpoint_id, n)
                 st.attempt = max(st.attempt, a)
@@ -102,6 +109,8 @@ def recover(
             case TaskFailed(attempt=a) if a == st.attempt:
                 st.unhandled_failure = f"task {msg.task_id} failed on {msg.member}: {msg.reason}"
                 st.unhandled_report = msg
+            case None:
+                pass  # a part of a Resume: more to come
             case _:
                 pass  # heartbeats, readies and declines carry no history
     # A checkpoint whose metadata exists completed, announced or not.

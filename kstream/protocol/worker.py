@@ -22,7 +22,7 @@ What the protocol decides:
 
 * **restore and resume**: tasks run only in an attempt the coordinator resumed with
   this worker as their owner. ``Restore(attempt, n)`` rolls every assigned task back
-  to checkpoint *n* and reports each ``TaskReady``; ``Resume(attempt, owners)``
+  to checkpoint *n* and reports them ready (``TasksReady``: one message for all); ``Resume(attempt, owners)``
   starts the tasks this worker owns. A new assignment during a restore restores
   again (ready in the new generation); after a resume it reports the tasks it now
   holds but does not run as failed, so the coordinator restores at once.
@@ -44,6 +44,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from kstream.logs import ctx
+from kstream.protocol.batching import ResumeParts, readies
 from kstream.protocol.commands import RefusePlan, Send
 from kstream.protocol.messages import (
     REASSIGNED,
@@ -56,7 +57,6 @@ from kstream.protocol.messages import (
     Resume,
     StopJob,
     TaskFailed,
-    TaskReady,
     TriggerCheckpoint,
     WorkerStopped,
 )
@@ -222,12 +222,14 @@ class WorkerProtocol:
         self.awaiting_first_output = False
         self._next_request = 0.0
         self._next_heartbeat = 0.0
+        self._resumes = ResumeParts()  # a Resume written in parts, put together
 
     def learn(self, history: Iterable[Message]) -> list[WorkerCommand]:
         """The control topic read to its end: the current attempt and whether it resumed
         (no commands: kept a list for what a history may require)."""
         history = list(history)
-        for msg in history:
+        for part in history:
+            msg = self._resumes.whole(part)
             if isinstance(msg, Restore) and msg.attempt >= self.attempt:
                 self.attempt, self.restore_point, self.restoring = (
                     msg.attempt,
@@ -259,6 +261,11 @@ class WorkerProtocol:
     # ---- messages and observations -------------------------------------------------------
 
     def handle(self, event: Event, now: float) -> list[WorkerCommand]:
+        if isinstance(event, Resume):
+            whole = self._resumes.add(event)
+            if whole is None:
+                return []  # more parts to come
+            event = whole
         match event:
             case TriggerCheckpoint() if event.attempt == self.attempt:
                 self.trigger_seen[event.checkpoint_id] = now
@@ -330,11 +337,8 @@ class WorkerProtocol:
 
     def _restore(self) -> list[WorkerCommand]:
         self.tasks, self.running = set(self.assigned), set()
-        ready = [
-            Send(TaskReady(self.attempt, task, self.member, self.generation or 0, self.plan))
-            for task in self.assigned
-        ]
-        return [RestoreTasks(self.attempt, self.restore_point), *ready]
+        ready = readies(self.attempt, self.assigned, self.member, self.generation or 0, self.plan)
+        return [RestoreTasks(self.attempt, self.restore_point), *map(Send, ready)]
 
     def _assigned(self, event: Assigned, now: float) -> list[WorkerCommand]:
         self.member, self.generation = event.member, event.generation

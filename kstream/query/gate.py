@@ -91,6 +91,10 @@ class StateGate:
         ``timeout``. The endpoint's thread answers with it while the loop waits for input."""
         return self._lock.acquire(timeout=timeout)
 
+    def take_now(self) -> bool:
+        """``take`` if the gate is free now, without waiting."""
+        return self._lock.acquire(blocking=False)
+
     def give_back(self) -> None:
         self._lock.release()
 

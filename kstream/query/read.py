@@ -18,7 +18,7 @@ from typing import Any
 
 from kstream.operators.stateschema import ACCUMULATOR, StoredDecoder, VersionedTable
 from kstream.query.operators import OperatorInfo, QueryError
-from kstream.state.base import StateKey, StateTable
+from kstream.state.base import NotNow, StateKey, StateTable
 
 OPS = ("get", "scan", "windows")
 CONSISTENCY = ("latest", "checkpointed")
@@ -198,6 +198,48 @@ def read(info: OperatorInfo, q: Query, tables: Tables) -> dict[str, Any]:
     return {"found": found, "value": to_json(value) if found else None}
 
 
+_IMMUTABLE = (int, float, str, bytes, bool, type(None))
+
+
+def _peek(table: StateTable) -> Callable[[StateKey, Any], Any]:
+    def get(key: StateKey, default: Any) -> Any:
+        value = table.peek(key, default)
+        if value is not default and type(value) not in _IMMUTABLE:
+            raise NotNow(table.name)  # the owner may be changing it in place
+        return value
+
+    return get
+
+
+def peek_read(info: OperatorInfo, q: Query, tables: Tables) -> dict[str, Any]:
+    """``read`` from a thread other than the tables' owner, which may be writing them
+    meanwhile (``StateTable.peek``): a rolling value or a key's fixed windows by time
+    (``at``, or ``from`` and ``to``), each an immutable value of one moment during the
+    call. NotNow for anything else (read under the gate)."""
+    if q.op == "scan" or info.kind == "process" or "schemas" in tables.by_suffix:
+        raise NotNow(info.id)  # (Avro-typed state: its decoder reads a table)
+    key = info.parse_key(q.key or "")
+    missing = object()
+    if info.kind == "window" or q.op == "windows":
+        acc = tables("acc")
+        if acc is None or info.windows is None:
+            raise NotNow(info.id)
+        if q.at is not None:
+            lo, hi = q.at - info.windows[0] + 1, q.at
+        elif q.time_from is not None and q.time_to is not None:
+            lo, hi = q.time_from, q.time_to
+        else:
+            raise NotNow(info.id)
+        out, more = _fixed_by_time(info.windows, acc, key, lo, hi, q.limit, _peek(acc))
+        return {"found": bool(out), "windows": out, "more": more}
+    table = tables("acc") or tables("table")
+    if table is None:
+        raise NotNow(info.id)
+    value = _peek(table)((key,), missing)
+    found = value is not missing
+    return {"found": found, "value": to_json(value) if found else None}
+
+
 def _windows(info: OperatorInfo, q: Query, key: Any, tables: Tables) -> dict[str, Any]:
     """A key's windows starting in [from, to] (Kafka Streams' ``fetch(key, from, to)``),
     or containing ``at``."""
@@ -229,10 +271,18 @@ def _windows(info: OperatorInfo, q: Query, key: Any, tables: Tables) -> dict[str
 
 
 def _fixed_by_time(
-    spec: tuple[int, int, int], acc: StateTable, key: Any, lo: int, hi: int, limit: int
+    spec: tuple[int, int, int],
+    acc: StateTable,
+    key: Any,
+    lo: int,
+    hi: int,
+    limit: int,
+    get: Callable[[StateKey, Any], Any] | None = None,
 ) -> tuple[list[dict[str, Any]], bool]:
-    """Tumbling/hopping windows starting in ``[lo, hi]``: one point lookup per window."""
+    """Tumbling/hopping windows starting in ``[lo, hi]``: one point lookup per window
+    (``get``: the table's, or a peek)."""
     size, advance, offset = spec
+    get = get or acc.get
     start = lo + (offset - lo) % advance  # the first window start >= lo
     out: list[dict[str, Any]] = []
     missing = object()
@@ -241,7 +291,7 @@ def _fixed_by_time(
         if looked == limit:
             return out, True
         looked += 1
-        value = acc.get((start + size, start, key), missing)
+        value = get((start + size, start, key), missing)
         if value is not missing:
             out.append({"start": start, "end": start + size, "value": to_json(value)})
         start += advance

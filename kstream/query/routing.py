@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+from kstream.protocol.batching import ResumeParts
 from kstream.protocol.messages import (
     CheckpointCompleted,
     Heartbeat,
@@ -66,6 +67,7 @@ class Directory:
     endpoints: dict[str, str] = field(default_factory=dict)  # member -> query URL
     completed: int | None = None  # newest checkpoint completed (as announced)
     coordinated: bool = True  # False without a coordinator (unchecked, bounded runs)
+    _resumes: ResumeParts = field(default_factory=ResumeParts, repr=False, compare=False)
 
     def learn(self, history: Iterable[Message]) -> None:
         for msg in history:
@@ -73,6 +75,11 @@ class Directory:
 
     def observe(self, msg: Message) -> None:
         """One control message, in topic order."""
+        if isinstance(msg, Resume):
+            whole = self._resumes.add(msg)
+            if whole is None:
+                return  # more parts to come
+            msg = whole
         if isinstance(msg, Restore) and msg.attempt > self.attempt:
             self.attempt, self.restoring = msg.attempt, True
         elif isinstance(msg, Resume) and msg.attempt >= self.attempt:

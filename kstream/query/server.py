@@ -3,7 +3,7 @@
 ``GET /state/<operator>/<get|scan|windows>?key=...`` answers a query
 (:mod:`kstream.query.service`); ``GET /state`` lists the operators and what this
 worker knows of who runs what. Loopback by default; with a token every request must
-carry ``Authorization: Bearer <token>``. HTTP/1.1 with keep-alive, parsed by ``h11``.
+carry ``Authorization: Bearer <token>``. HTTP/1.1 with keep-alive, parsed by ``httptools`` (llhttp); answers written by orjson.
 
 Who does the I/O: whoever holds the gate (:mod:`kstream.query.gate`). A busy
 processing loop answers ready requests itself between two feeds
@@ -24,22 +24,36 @@ import json
 import logging
 import selectors
 import socket
+import sys
 import threading
+import time
 import urllib.parse
+from collections import deque
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from typing import Any
 
-import h11
+import httptools
+import orjson
 
 from kstream.metrics.server import PortSpec
-from kstream.query.gate import StateGate
+from kstream.query.gate import GateTimeout, StateGate
 from kstream.query.service import FORWARDED, Answer, QueryService
 
 log = logging.getLogger(__name__)
 
+STALL_S = 0.002
+"""How long the server's thread lets a busy loop go without answering at a feed (a
+few ms of work apart) before it answers beside it."""
+QUIET_S = 0.2
+"""Requests none for this long: the thread waits for readiness again instead of waking
+every STALL_S beside a busy loop."""
+STALL_SWITCH_S = 0.0002
+"""The interpreter's switch interval while it does (5 ms by default)."""
 PUMP_MAX = 16  # requests answered per pump at most (the loop waits for no more)
-_REASONS = {200: b"OK", 400: b"Bad Request", 401: b"Unauthorized", 404: b"Not Found",
-            503: b"Service Unavailable"}  # fmt: skip
+_REASONS = {200: "OK", 400: "Bad Request", 401: "Unauthorized", 404: "Not Found",
+            500: "Internal Server Error", 503: "Service Unavailable"}  # fmt: skip
 
 
 def overview(service: QueryService) -> dict[str, Any]:
@@ -59,11 +73,55 @@ def overview(service: QueryService) -> dict[str, Any]:
 
 
 class _Conn:
+    """One client connection; ``httptools`` (llhttp, in C) parses its requests into
+    ``ready`` through these callbacks."""
+
     def __init__(self, sock: socket.socket) -> None:
         self.sock = sock
-        self.h11 = h11.Connection(h11.SERVER)
-        self.busy = False  # an answer is being made on the pool: read nothing meanwhile
-        self.request: h11.Request | None = None  # read, its end not yet
+        self.parser = httptools.HttpRequestParser(self)
+        self.busy = False  # an answer is being made on the pool: answer nothing meanwhile
+        self.closing = False  # the client asked for no keep-alive: close after the answer
+        self.ready: deque[_Request] = deque()  # complete requests, oldest first
+        self._url = b""
+        self._headers: dict[str, str] = {}
+
+    def on_message_begin(self) -> None:
+        self._url, self._headers = b"", {}
+
+    def on_url(self, url: bytes) -> None:
+        self._url += url
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        self._headers[name.decode("latin-1").lower()] = value.decode("latin-1")
+
+    def on_message_complete(self) -> None:
+        p = self.parser
+        self.ready.append(_Request(p.get_method(), self._url, self._headers, p.should_keep_alive()))
+
+
+@dataclass(frozen=True)
+class _Request:
+    method: bytes
+    target: bytes
+    headers: dict[str, str]
+    keep_alive: bool
+
+
+def _frame(answer: Answer, keep_alive: bool) -> bytes:
+    """The HTTP/1.1 response of ``answer``: one buffer, one write."""
+    try:
+        body = orjson.dumps(answer.body)
+    except TypeError:  # past what orjson writes (an int over 64 bits): the standard library
+        body = json.dumps(answer.body, separators=(",", ":")).encode()
+    head = (
+        f"HTTP/1.1 {answer.status} {_REASONS.get(answer.status, '')}\r\n"
+        f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n"
+    )
+    for name, value in answer.headers.items():
+        head += f"{name}: {value}\r\n"
+    if not keep_alive:
+        head += "Connection: close\r\n"
+    return (head + "\r\n").encode("latin-1") + body
 
 
 class QueryServer:
@@ -94,6 +152,11 @@ class QueryServer:
         self._sel = selectors.DefaultSelector()
         self._sel.register(sock, selectors.EVENT_READ, None)
         self._closed = False
+        # Who does the I/O (accepts, reads, answers) holds this: the loop between feeds,
+        # or this server's thread (module doc). In the order gate, then I/O.
+        self._io = threading.Lock()
+        self._pumped = 0.0  # when the loop last answered (perf_counter)
+        self.answered = 0  # requests taken on (for tests and the quiet check)
         self._pool = ThreadPoolExecutor(4, thread_name_prefix="kstream-query-slow")
         gate.on_serve = self._serve
         self._thread = threading.Thread(target=self._run, name="kstream-query", daemon=True)
@@ -107,35 +170,83 @@ class QueryServer:
 
     def _serve(self) -> None:
         """The gate's hook (the gate held): answer what is ready. One ``epoll_wait``
-        without waiting when nothing is."""
-        self.pump()
+        without waiting when nothing is; nothing while the server's thread answers."""
+        self._pumped = time.perf_counter()
+        if self._io.acquire(blocking=False):
+            try:
+                self.pump()
+            finally:
+                self._io.release()
 
     def _run(self) -> None:
-        """While the loop waits for input: wait for readiness, then for the gate (both
-        without the GIL: a busy loop is not disturbed), and answer."""
-        while not self._closed:
-            try:
-                if not self._sel.select(0.2):
+        """Three states. The loop waits for input: wait for readiness, take the gate,
+        answer. The loop works (holds the gate): wait for the gate (without the GIL: a
+        busy loop is disturbed once per STALL_S, not per request) while it answers at
+        its feeds. It has not for STALL_S (a snapshot, a restore, a long batch): answer
+        beside it, on readiness, the lookups that allow it read concurrently
+        (``QueryService.answer_concurrent``), the others queued for it."""
+        normal = sys.getswitchinterval()
+        busy = stalled = False
+        seen, quiet_since = -1, 0.0
+        try:
+            while not self._closed:
+                if busy:
+                    now = time.perf_counter()
+                    if self.answered != seen:
+                        seen, quiet_since = self.answered, now
+                    if self._answer_with_gate(STALL_S):
+                        busy = False
+                    elif now - quiet_since > QUIET_S:
+                        busy = False  # no requests lately: wait for readiness again
+                    elif time.perf_counter() - self._pumped >= STALL_S:
+                        busy, stalled = False, True
+                        # This thread's socket calls give the GIL up, and the busy loop
+                        # keeps it for a whole switch interval each time: make it short.
+                        sys.setswitchinterval(STALL_SWITCH_S)
                     continue
-            except (OSError, ValueError):
-                return  # closed
-            if self.gate.take(1.0):
                 try:
-                    self.pump()
-                finally:
-                    self.gate.give_back()
+                    ready = self._sel.select(STALL_S if stalled else 0.2)
+                except (OSError, ValueError):
+                    return  # closed
+                if stalled and time.perf_counter() - self._pumped < STALL_S:
+                    stalled, busy = False, True  # the loop answers again
+                    sys.setswitchinterval(normal)
+                elif ready and self._answer_with_gate(0 if stalled else STALL_S):
+                    if stalled:
+                        stalled = False
+                        sys.setswitchinterval(normal)
+                elif ready and stalled:
+                    with self._io:
+                        self.pump(concurrent=True)
+                elif ready:
+                    busy = True
+        finally:
+            sys.setswitchinterval(normal)
+
+    def _answer_with_gate(self, wait: float) -> bool:
+        """Take the gate within ``wait`` s and answer what is ready; False: not free."""
+        taken = self.gate.take(wait) if wait else self.gate.take_now()
+        if not taken:
+            return False
+        try:
+            with self._io:
+                self.pump()
+        finally:
+            self.gate.give_back()
+        return True
 
     # ---- the I/O (the gate held) -----------------------------------------------------------
 
-    def pump(self) -> None:
-        """Accept, read and answer what is ready, at most PUMP_MAX requests."""
+    def pump(self, *, concurrent: bool = False) -> None:
+        """Accept, read and answer what is ready, at most PUMP_MAX requests (the I/O
+        lock held; ``concurrent``: the gate not held, so beside a working loop)."""
         answered = 0
         for key, _events in self._sel.select(0):
             if key.data is None:
                 self._accept()
                 continue
             conn: _Conn = key.data
-            answered += self._receive(conn)
+            answered += self._receive(conn, concurrent)
             if answered >= PUMP_MAX:
                 return
 
@@ -154,7 +265,7 @@ class QueryServer:
             self._sel.unregister(conn.sock)
         conn.sock.close()
 
-    def _receive(self, conn: _Conn) -> int:
+    def _receive(self, conn: _Conn, concurrent: bool) -> int:
         try:
             data = conn.sock.recv(65536)
         except BlockingIOError:
@@ -162,100 +273,99 @@ class QueryServer:
         except OSError:
             self._drop(conn)
             return 0
-        conn.h11.receive_data(data)
-        return self._events(conn)
+        if not data:  # the client closed
+            self._drop(conn)
+            return 0
+        try:
+            conn.parser.feed_data(data)
+        except httptools.HttpParserUpgrade:
+            self._drop(conn)
+            return 0
+        except httptools.HttpParserError as e:
+            conn.ready.clear()
+            self._send(conn, Answer(400, {"error": f"bad HTTP request: {e}"}), keep_alive=False)
+            return 0
+        return self._answer_ready(conn, concurrent)
 
-    def _events(self, conn: _Conn) -> int:
-        """Answer the complete requests h11 holds; how many."""
+    def _answer_ready(self, conn: _Conn, concurrent: bool = False) -> int:
+        """Answer the complete requests the connection holds (in order); how many."""
         answered = 0
-        while not conn.busy:
-            try:
-                event = conn.h11.next_event()
-            except h11.RemoteProtocolError:
-                self._drop(conn)
-                return answered
-            if event is h11.NEED_DATA or event is h11.PAUSED:
-                if conn.h11.their_state is h11.CLOSED:
-                    self._drop(conn)
-                return answered
-            if isinstance(event, h11.ConnectionClosed):
-                self._drop(conn)
-                return answered
-            if isinstance(event, h11.Request):
-                conn.request = event
-            elif isinstance(event, h11.EndOfMessage) and conn.request is not None:
-                request, conn.request = conn.request, None
-                answered += 1
-                self._request(conn, request)
+        while conn.ready and not conn.busy and not conn.closing:
+            answered += 1
+            self._request(conn, conn.ready.popleft(), concurrent)
         return answered
 
-    def _request(self, conn: _Conn, request: h11.Request) -> None:
-        headers = {k.decode().lower(): v.decode() for k, v in request.headers}
+    def _request(self, conn: _Conn, request: _Request, concurrent: bool) -> None:
+        self.answered += 1
+        headers = request.headers
         service = self.service
+        keep = request.keep_alive
         if service.token and not hmac.compare_digest(
             headers.get("authorization", ""), f"Bearer {service.token}"
         ):
-            self._send(
-                conn, Answer(401, {"error": "unauthorized: send Authorization: Bearer <token>"})
-            )
+            denied = Answer(401, {"error": "unauthorized: send Authorization: Bearer <token>"})
+            self._send(conn, denied, keep)
             return
-        url = urllib.parse.urlsplit(request.target.decode())
-        parts = [urllib.parse.unquote(p) for p in url.path.strip("/").split("/")]
-        params = dict(urllib.parse.parse_qsl(url.query, keep_blank_values=True))
+        url = httptools.parse_url(request.target)
+        path = url.path.decode("latin-1")
+        parts = [urllib.parse.unquote(p) for p in path.strip("/").split("/")]
+        query = url.query.decode("latin-1") if url.query else ""
+        params = dict(urllib.parse.parse_qsl(query, keep_blank_values=True))
         forwarded = FORWARDED.lower() in headers
         if request.method != b"GET":
-            self._send(conn, Answer(400, {"error": "use GET"}))
+            self._send(conn, Answer(400, {"error": "use GET"}), keep)
         elif parts == ["state"]:
-            self._send(conn, Answer(200, overview(service)))
+            if concurrent:  # the loop changes what it lists
+                self._later(
+                    conn, keep, lambda: self.gate.run(lambda: Answer(200, overview(service)))
+                )
+            else:
+                self._send(conn, Answer(200, overview(service)), keep)
         elif len(parts) == 3 and parts[0] == "state":
             op, operator = parts[2], parts[1]
-            answer = service.answer_here(op, operator, params, forwarded)
+            if concurrent:
+                answer = service.answer_concurrent(op, operator, params, forwarded)
+            else:
+                answer = service.answer_here(op, operator, params, forwarded)
             if answer is not None:
-                self._send(conn, answer)
+                self._send(conn, answer, keep)
                 return
-            conn.busy = True  # forward, store, every task: not on the loop's time
-            self._sel.unregister(conn.sock)
-            self._pool.submit(self._slow, conn, op, operator, params, forwarded)
+            # forward, store, every task, or under the gate: not on the loop's time
+            self._later(conn, keep, lambda: service.answer(op, operator, params, forwarded))
         else:
-            self._send(
-                conn, Answer(404, {"error": f"no {url.path}: GET /state/<operator>/get?key=..."})
-            )
+            unknown = Answer(404, {"error": f"no {path}: GET /state/<operator>/get?key=..."})
+            self._send(conn, unknown, keep)
 
-    def _slow(self, conn: _Conn, op: str, operator: str, params: dict[str, str], fwd: bool) -> None:
+    def _later(self, conn: _Conn, keep: bool, make: Callable[[], Answer]) -> None:
+        """Answer with ``make()`` on the pool; the connection waits, read no further."""
+        conn.busy = True
+        self._sel.unregister(conn.sock)
+        self._pool.submit(self._slow, conn, keep, make)
+
+    def _slow(self, conn: _Conn, keep: bool, make: Callable[[], Answer]) -> None:
         try:
-            answer = self.service.answer(op, operator, params, fwd)
+            answer = make()
+        except GateTimeout as e:
+            answer = Answer(503, {"error": "busy", "reason": str(e), "retry_after_ms": 1000},
+                            {"Retry-After": "1"})  # fmt: skip
         except Exception as e:  # an answer, not a dead connection
-            log.exception("query %s %s failed", operator, op)
+            log.exception("query failed")
             answer = Answer(500, {"error": f"{type(e).__name__}: {e}"})
 
         def finish() -> None:
-            conn.busy = False
-            self._sel.register(conn.sock, selectors.EVENT_READ, conn)
-            self._send(conn, answer)
-            if not conn.busy and conn.sock.fileno() >= 0:
-                self._events(conn)  # what arrived meanwhile (pipelined requests)
+            with self._io:
+                conn.busy = False
+                self._sel.register(conn.sock, selectors.EVENT_READ, conn)
+                self._send(conn, answer, keep)
+                if not conn.busy and conn.sock.fileno() >= 0:
+                    self._answer_ready(conn)  # what arrived meanwhile (pipelined requests)
 
         self.gate.run(finish)
 
-    def _send(self, conn: _Conn, answer: Answer) -> None:
-        data = json.dumps(answer.body, separators=(",", ":")).encode()
-        headers = [("Content-Type", "application/json"), ("Content-Length", str(len(data))),
-                   *answer.headers.items()]  # fmt: skip
+    def _send(self, conn: _Conn, answer: Answer, keep_alive: bool) -> None:
+        out = _frame(answer, keep_alive)
+        conn.closing = not keep_alive
         try:
-            out = (
-                conn.h11.send(
-                    h11.Response(
-                        status_code=answer.status,
-                        headers=headers,
-                        reason=_REASONS.get(answer.status, b""),
-                    )
-                )
-                or b""
-            )
-            out += conn.h11.send(h11.Data(data=data)) or b""
-            out += conn.h11.send(h11.EndOfMessage()) or b""
-            if conn.h11.our_state is not h11.MUST_CLOSE:
-                conn.h11.start_next_cycle()
             try:
                 sent = conn.sock.send(out)  # an answer usually fits the socket buffer
             except BlockingIOError:
@@ -264,9 +374,9 @@ class QueryServer:
                 conn.busy = True
                 self._sel.unregister(conn.sock)
                 self._pool.submit(self._send_rest, conn, out[sent:])
-            elif conn.h11.our_state is h11.MUST_CLOSE:
+            elif conn.closing:
                 self._drop(conn)
-        except (OSError, h11.LocalProtocolError):
+        except OSError:
             self._drop(conn)
 
     def _send_rest(self, conn: _Conn, rest: bytes) -> None:
@@ -279,12 +389,13 @@ class QueryServer:
             return
 
         def again() -> None:
-            conn.busy = False
-            if conn.h11.our_state is h11.MUST_CLOSE:
-                conn.sock.close()
-                return
-            self._sel.register(conn.sock, selectors.EVENT_READ, conn)
-            self._events(conn)
+            with self._io:
+                conn.busy = False
+                if conn.closing:
+                    conn.sock.close()
+                    return
+                self._sel.register(conn.sock, selectors.EVENT_READ, conn)
+                self._answer_ready(conn)
 
         self.gate.run(again)
 

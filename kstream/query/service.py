@@ -23,10 +23,11 @@ from typing import Any, Protocol
 from kstream.checkpointstorage.base import StoreError
 from kstream.query.gate import GateTimeout, StateGate
 from kstream.query.operators import OperatorInfo, QueryError
-from kstream.query.read import Query, Tables, read
+from kstream.query.read import Query, Tables, peek_read, read
 from kstream.query.routing import Directory, Forward, Local, Moving
 from kstream.query.stored import StoredState
 from kstream.snapshots.restore import CorruptSnapshotError
+from kstream.state.base import NotNow
 
 log = logging.getLogger(__name__)
 
@@ -54,6 +55,10 @@ class LocalTasks(Protocol):
 
     def position(self, task: str) -> dict[str, Any]:
         """Where ``task`` is: its input offsets (the next to process)."""
+
+    def published(self, task: str) -> dict[str, Any] | None:
+        """``position`` as the processing thread last published it (after a feed: all
+        of its state is newer), for reads on another thread; None: none yet."""
 
 
 def _moving(m: Moving) -> Answer:
@@ -142,6 +147,38 @@ class QueryService:
             return self._read_local(info, q, task)
         except QueryError as e:
             return Answer(e.status, {"error": str(e)})
+
+    def answer_concurrent(
+        self, op: str, operator: str, params: dict[str, str], forwarded: bool
+    ) -> Answer | None:
+        """The answer of a ``latest`` point lookup of a task running here, read while
+        the processing thread may be working (:func:`~kstream.query.read.peek_read`);
+        its ``position`` was published before the read, so the value reflects at least
+        the records before those offsets. None: answer it under the gate (``answer``)."""
+        try:
+            q = Query.from_params(op, operator, params)
+            info = self._info(q)
+            if q.consistency != "latest" or q.op == "scan":
+                return None
+            task = self._task(info, q)
+            route = self.directory.route(task, self.local.running(task), forwarded=forwarded)
+            if isinstance(route, Moving):
+                return _moving(route)  # (at once: a restore holds the loop up longest)
+            if not isinstance(route, Local):
+                return None
+            position = self.local.published(task)  # first: a lower bound of the read
+            tables = self.local.tables(task, info.id) if position is not None else None
+            if tables is None:
+                return None
+            body = peek_read(info, q, tables) | {"position": position}
+            return Answer(200, self._head(info, q, task) | body)
+        except QueryError as e:
+            return Answer(e.status, {"error": str(e)})
+        except (NotNow, RuntimeError, KeyError):  # (a dict the owner changed under us)
+            return None
+        except Exception:  # a bug: the gate's way still answers
+            log.exception("query %s %s beside the loop failed", operator, op)
+            return None
 
     def _task(self, info: OperatorInfo, q: Query) -> str:
         if q.task is not None:

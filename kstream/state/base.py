@@ -43,10 +43,21 @@ class TableSpec:
     ttl: float | None = None
 
 
+class NotNow(Exception):
+    """:meth:`StateTable.peek` cannot say now: read under the owner's gate instead."""
+
+
 class StateTable(ABC):
     """An ordered keyed map; see the module docstring for the contract."""
 
     name: str
+
+    def peek(self, key: StateKey, default: Any = None) -> Any:
+        """``get`` from a thread other than the table's owner, which may be writing it
+        meanwhile (queryable state): the value ``key`` had at one moment during the call,
+        or NotNow when the table cannot tell without its owner (then read as the owner).
+        Changes nothing. Tables that cannot peek say NotNow always."""
+        raise NotNow(self.name)
 
     @abstractmethod
     def get(self, key: StateKey, default: Any = None) -> Any:

@@ -48,6 +48,10 @@ class MemoryTable(StateTable):
             return default
         return bucket.get(key, default)
 
+    def peek(self, key: StateKey, default: Any = None) -> Any:
+        """Two dict reads, each atomic under the GIL (the owner swaps nothing)."""
+        return self.get(key, default)
+
     def put(self, key: StateKey, value: Any) -> None:
         if not key:
             raise ValueError(f"state table {self.name!r}: keys must be non-empty tuples")

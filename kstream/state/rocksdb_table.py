@@ -32,7 +32,7 @@ from typing import Any, Protocol
 import rocksdict
 
 from kstream.serde import JsonSerde
-from kstream.state.base import StateKey, StateTable, TableSpec
+from kstream.state.base import NotNow, StateKey, StateTable, TableSpec
 from kstream.state.delta import DeltaWriter
 from kstream.state.keys import decode_key, encode_key, prefix_upper_bound
 from kstream.state.valueformat import (
@@ -132,6 +132,11 @@ class RocksDBTable(StateTable):
         # tombstones in a memtable slow every scan down until a flush (a fire in slices
         # deletes a range per slice), so a delta snapshot flushes it when there are any.
         self.memtable_ranges = 0
+        # A seqlock for ``peek`` (another thread): ``_moving`` is non-zero while entries
+        # are between the caches and RocksDB (a flush, a range deletion), ``epoch`` counts
+        # such moves done; a peek that saw either change retries under the owner.
+        self._moving = 0
+        self.epoch = 0
 
     # -- encoding -------------------------------------------------------------
 
@@ -213,6 +218,35 @@ class RocksDBTable(StateTable):
             return default
         return value
 
+    def peek(self, key: StateKey, default: Any = None) -> Any:
+        """``get`` without its side effects, from another thread (``StateTable.peek``):
+        the caches in the order entries move through them (write cache, delta-logged or
+        being checkpointed, read cache, RocksDB), the seqlock around it. TTL tables:
+        NotNow."""
+        epoch = self.epoch
+        if self._moving or self._ttl is not None:
+            raise NotNow(self.name)
+        entry = self._dirty.get(key, _MISSING)
+        if entry is _MISSING:
+            entry = self._unflushed.get(key, _MISSING)
+        if entry is _MISSING:
+            entry = self._pending.get(key, _MISSING)
+        if entry is _MISSING:
+            entry = self._clean.get(key, _MISSING)
+            if entry is not _MISSING and self._dropped:
+                ek = self._clean_keys.get(key)
+                if ek is None or any(a <= ek < b for a, b in self._dropped):
+                    entry = _MISSING  # deleted by a range since: RocksDB has what is current
+        if entry is _MISSING:
+            try:
+                raw = self._cf.get(encode_key(key))
+            except Exception as e:  # closed under us, or busy in another thread
+                raise NotNow(self.name) from e
+            entry = _TOMBSTONE if raw is None else self._decode_value(raw, None)
+        if self._moving or self.epoch != epoch:
+            raise NotNow(self.name)
+        return default if entry is _TOMBSTONE else entry
+
     def put(self, key: StateKey, value: Any) -> None:
         d = self._dirty
         d[key] = value if self._ttl is None else _Timed(value, self._backend.clock())
@@ -237,6 +271,14 @@ class RocksDBTable(StateTable):
         lo, hi = encode_key(start), encode_key(end)
         if lo >= hi:
             return
+        self._moving += 1
+        try:
+            self._delete_range(lo, hi)
+        finally:
+            self._moving -= 1
+            self.epoch += 1
+
+    def _delete_range(self, lo: bytes, hi: bytes) -> None:
         if self._dirty:
             self._dirty = {k: v for k, v in self._dirty.items() if not lo <= encode_key(k) < hi}
         if self._unflushed:
@@ -288,18 +330,31 @@ class RocksDBTable(StateTable):
         exactly as written (other values go through their serde, which may not
         return an equal object, so they leave it), so the cache never changes what
         ``get`` returns. The read cache keeps the newest ``cache_entries`` of them."""
-        batch = self.take_batch()
-        if batch is None:
-            return 0
-        n = int(batch.len())  # (a batch written is consumed)
-        self._backend.write(batch)
-        return n
+        self._moving += 1  # (peek) from the cache's emptying until RocksDB holds them
+        try:
+            batch = self.take_batch()
+            if batch is None:
+                return 0
+            n = int(batch.len())  # (a batch written is consumed)
+            self._backend.write(batch)
+            return n
+        finally:
+            self._moving -= 1
+            self.epoch += 1
 
     def take_batch(self, *, pending: bool = False) -> rocksdict.WriteBatch | None:
         """The cached writes as one batch (None: none), the cache emptied; the caller
         writes it to RocksDB (``flush``), or (``pending``) has it written by a thread
         while the writes stay readable from ``_pending`` until the backend's ``settle``
         (``RocksDBBackend.snapshot_sync(background=True)``)."""
+        self._moving += 1  # (peek) entries move from the caches to ``_pending``/the batch
+        try:
+            return self._take_batch(pending)
+        finally:
+            self._moving -= 1
+            self.epoch += 1
+
+    def _take_batch(self, pending: bool) -> rocksdict.WriteBatch | None:
         dirty = self._dirty
         entries = dirty
         if self._unflushed:  # in delta files already: written along, logged no more
@@ -430,6 +485,7 @@ class RocksDBTable(StateTable):
 
     def _detach(self) -> None:
         """Drop the column-family handles (they keep the DB open); the table is unusable after."""
+        self._moving += 1  # for good: a peek says NotNow
         self._clean, self._clean_keys, self._keys, self._dropped = {}, {}, {}, []
         self._pending, self._unflushed, self._log = {}, {}, []
         self._cf = None

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from dataclasses import replace
 
 from kstream.checkpointstorage.base import CheckpointStore
 from kstream.checkpointstorage.metadata import unbacked_completion
@@ -18,13 +19,16 @@ from kstream.kafka.sink import SinkError, SinkFencedError
 from kstream.kafka.source import SourceConsumer
 from kstream.logs import ctx
 from kstream.plan.fingerprint import PlanFingerprint
+from kstream.protocol.batching import batch
 from kstream.protocol.commands import RefusePlan, Send
 from kstream.protocol.messages import (
     AcknowledgeCheckpoint,
+    AcknowledgeCheckpoints,
     CheckpointCompleted,
     Message,
     RestoreFailed,
     TaskReady,
+    TasksReady,
     WatermarkBound,
 )
 from kstream.protocol.worker import (
@@ -81,6 +85,9 @@ class Checkpointed(Mode):
         self._pending: list[WorkerCommand] = []  # decided from the history, carried out first
         self._verified: set[int] = set()  # completed checkpoints the store backs
         self._committer = SinkCommitter()
+        # Acknowledgements held while another task's upload of their checkpoint is in
+        # flight here: a worker sends one message per checkpoint for all its tasks.
+        self._held: list[AcknowledgeCheckpoint] = []
         self.alignment = GlobalAlignment(tasks.aligner.max_drift_ms)
         # Who else reads the control topic (the query directory, kstream.query.routing).
         self.observers: list[Callable[[Message], None]] = []
@@ -135,13 +142,16 @@ class Checkpointed(Mode):
 
     def end(self, now: float) -> int | None:
         """Collect the sink commits that finished; acknowledge (or decline) every snapshot
-        whose upload finished; then the protocol's time-driven commands."""
+        whose upload finished — batched: a checkpoint's acknowledgements wait until no
+        upload of it is in flight here, then go out in one ``AcknowledgeCheckpoints``
+        (:mod:`kstream.protocol.batching`); then the protocol's time-driven commands."""
         self._collect_commits(now, wait=False)
         finished = [r for r in self.tasks.runners.values() if r.has_finished_upload()]
         if finished and not self._internal_delivered(finished[0]):
             finished = []  # acknowledged at a later iteration
-        member = self.member if finished else ""  # asks the client: only when needed
+        member = self.member if finished or self._held else ""  # asks the client: if needed
         reports = [msg for r in finished for msg in r.finished_uploads(member)]
+        reports = self._batched(reports, member)
         report = (
             None  # restoring: nothing runs, so nothing to report yet
             if self.protocol.restoring
@@ -152,7 +162,9 @@ class Checkpointed(Mode):
         if report is not None:
             reports.append(report)
         self.control.post_all(reports)  # not waited for: see ControlClient.post_all
-        self.stats.checkpoints_acked += sum(isinstance(m, AcknowledgeCheckpoint) for m in reports)
+        self.stats.checkpoints_acked += sum(
+            len(m.snapshots) for m in reports if isinstance(m, AcknowledgeCheckpoints)
+        )
         if self.protocol.awaiting_first_output and any(
             r.output_buffered() for r in self.tasks.running()
         ):
@@ -160,6 +172,18 @@ class Checkpointed(Mode):
             if code is not None:
                 return code
         return self._apply(self.protocol.tick(now), now)
+
+    def _batched(self, reports: list[Message], member: str) -> list[Message]:
+        """``reports`` with their acknowledgements (and those held) as one message per
+        checkpoint, except those of a checkpoint still uploading here (held)."""
+        acks = self._held + [m for m in reports if isinstance(m, AcknowledgeCheckpoint)]
+        if not acks:
+            return reports
+        uploading = {u.checkpoint_id for r in self.tasks.runners.values() for u in r.uploads}
+        self._held = [a for a in acks if a.checkpoint_id in uploading]
+        ready = [a for a in acks if a.checkpoint_id not in uploading]
+        others = [m for m in reports if not isinstance(m, AcknowledgeCheckpoint)]
+        return [*others, *batch(ready, member)]
 
     @property
     def draining(self) -> bool:
@@ -225,10 +249,16 @@ class Checkpointed(Mode):
             ):  # a restore, a stop, an exit: commits first
                 self._collect_commits(now, wait=True)
             match a:
-                case Send(message=TaskReady(attempt=attempt)) if attempt == unrestored:
+                case Send(message=TaskReady(attempt=attempt) | TasksReady(attempt=attempt)) if (
+                    attempt == unrestored
+                ):
                     continue  # never ready for a checkpoint this worker cannot restore
                 case Send(message=TaskReady(task_id=task)) if task in failed:
                     pass
+                case Send(message=TasksReady() as ready) if failed:
+                    tasks = tuple(t for t in ready.tasks if t not in failed)
+                    if tasks:  # (the failed ones are reported failed below)
+                        self.control.report(replace(ready, tasks=tasks))
                 case Send():
                     self.control.report(a.message)
                 case RestoreTasks():

@@ -337,6 +337,7 @@ class Worker:
         else:
             self.mode.guarded(r, r.task.feed_source, topic, partition, records, now)
         self.mode.on_fed(tp, records)
+        self.queries.fed(r)  # its offsets, for lookups answered while the loop works
 
     def _export(self, now: float) -> None:
         """Once a second: the metrics read from the tasks, their sinks and the consumer."""

@@ -21,6 +21,7 @@ from kstream.query.server import QueryServer
 from kstream.query.service import QueryService
 from kstream.query.settings import QuerySettings
 from kstream.query.stored import StoredState
+from kstream.worker.runner import TaskRunner
 from kstream.worker.tasks import WorkerTasks
 
 QUERY_SLICE = 256
@@ -59,6 +60,8 @@ class WorkerQueries:
             token=settings.token,
         )
         self.server: QueryServer | None = None
+        # task -> (its runner, its offsets after the runner's last feed): ``published``
+        self._published: dict[str, tuple[TaskRunner, dict[str, int | None]]] = {}
 
     def start(self) -> str:
         """Serve the endpoint (if configured); its URL, or "" when off (OSError when no
@@ -97,8 +100,23 @@ class WorkerQueries:
 
     def position(self, task: str) -> dict[str, Any]:
         r = self.tasks.runners[task]
-        offsets = {f"{t}[{p}]": off for (t, p), off in sorted(r.task.seek_positions().items())}
-        return {"offsets": offsets, "checkpoint": self.directory.completed}
+        return {"offsets": self._offsets(r), "checkpoint": self.directory.completed}
+
+    def fed(self, runner: TaskRunner) -> None:
+        """The processing thread fed ``runner`` (a ``TaskRunner``): publish its offsets
+        for concurrent reads (``published``)."""
+        if self.server is not None:
+            self._published[runner.task_id] = (runner, self._offsets(runner))
+
+    def published(self, task: str) -> dict[str, Any] | None:
+        got = self._published.get(task)
+        if got is None or self.tasks.runners.get(task) is not got[0]:
+            return None  # none yet, or of a runner since replaced (a restore)
+        return {"offsets": got[1], "checkpoint": self.directory.completed}
+
+    @staticmethod
+    def _offsets(r: TaskRunner) -> dict[str, int | None]:
+        return {f"{t}[{p}]": off for (t, p), off in sorted(r.task.seek_positions().items())}
 
     def close(self) -> None:
         if self.server is not None:

@@ -1,0 +1,137 @@
+"""Threads, open files and RSS of one worker process by its number of tasks (issue 41 item 1).
+
+A 2-stage keyed window job (``key_by`` the event's kind, repartitioned, then a keyed
+tumbling-window count; exactly-once sink; checkpoints every 5 s) run by one
+``kstream worker`` (its coordinator elected in it, as deployed) over an input topic of P
+partitions: 2 x P tasks. Once the input is processed and a checkpoint covering it
+completed, the worker's ``/proc`` is read a few times, a second apart: its threads,
+its open file descriptors and its RSS (the largest of the samples).
+
+    python -m benchmarks.procs_per_task [--bootstrap HOST:PORT] [--tasks 4 --tasks 24 --tasks 64]
+"""
+
+from __future__ import annotations
+
+import shutil
+import sys
+import tempfile
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+import click
+
+from benchmarks import generate
+from benchmarks.broker import bootstrap_option, kafka
+from benchmarks.generate import InputSpec
+from benchmarks.procstats import Child
+from benchmarks.scaling_runs import _covered
+from kstream.checkpointstorage.metadata import latest_completed
+from kstream.checkpointstorage.urls import open_store
+
+REPO_DIR = Path(__file__).resolve().parent.parent
+
+_TOPOLOGY = """\
+from kstream.api import Topology, Tumbling, WatermarkStrategy
+
+topology = Topology({app!r})
+(
+    topology.source({topic!r}, key_serde="bytes", value_serde="json",
+                    watermark=WatermarkStrategy(max_out_of_orderness_ms=0))
+    .key_by(lambda e: e["user"], key_serde="str", partitions={partitions})
+    .window(Tumbling(60_000))
+    .count()
+    .map(lambda r: {{"start": r.start, "end": r.end, "value": r.value}})
+    .to({output!r}, key_serde="str", value_serde="json")
+)
+"""
+
+
+@dataclass(frozen=True)
+class Row:
+    tasks: int
+    threads: int
+    open_files: int
+    rss_mb: float
+
+
+def _worker_pid(spawner: int) -> int:
+    """The ``kstream worker`` process: the spawner's child (benchmarks.spawn)."""
+    children = Path(f"/proc/{spawner}/task/{spawner}/children").read_text().split()
+    return int(children[0])
+
+
+def _sample(pid: int) -> tuple[int, int, float]:
+    status = Path(f"/proc/{pid}/status").read_text().splitlines()
+    fields = dict(line.split(":", 1) for line in status if ":" in line)
+    threads = int(fields["Threads"].strip())
+    rss_kb = int(fields["VmRSS"].split()[0])
+    return threads, len(list(Path(f"/proc/{pid}/fd").iterdir())), rss_kb / 1024.0
+
+
+def measure(bootstrap: str, tasks: int, workdir: Path, records: int = 20_000) -> Row:
+    partitions = tasks // 2
+    spec = InputSpec(records, 1_000, partitions)
+    rid = uuid.uuid4().hex[:8]
+    topic, app, out = spec.topic, f"procs-{rid}", f"procs.out.{rid}"
+    ends = generate.load(bootstrap, spec, log=False)
+    total = sum(ends.ends.values())
+    topo = workdir / f"{app}.py"
+    topo.write_text(_TOPOLOGY.format(app=app, topic=topic, output=out, partitions=partitions))
+    store_dir = workdir / f"{app}.store"
+    kstream = str(Path(sys.executable).with_name("kstream"))
+    child = Child(
+        [kstream, "worker", str(topo), "-b", bootstrap, "--store", f"file://{store_dir}",
+         "--state-dir", str(workdir / f"state-{app}"), "--interval", "5",
+         "--coordinator", "auto"],
+        cwd=REPO_DIR, log_dir=workdir, name=app,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 600
+        while True:
+            if not child.running:
+                raise RuntimeError(f"the worker exited:\n{child.result().stderr_tail}")
+            meta = (
+                latest_completed(open_store(f"file://{store_dir}"), app)
+                if store_dir.is_dir()
+                else None
+            )
+            covered = _covered(meta, topic) if meta is not None else 0
+            if meta is not None and covered >= total:
+                break
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{tasks} tasks: input not covered ({covered} of {total})")
+            time.sleep(0.5)  # polling the store for a condition, with a deadline
+        assert meta is not None and len(meta.tasks) == tasks, meta and sorted(meta.tasks)
+        pid = _worker_pid(child.pid)
+        samples = []
+        for _ in range(5):
+            samples.append(_sample(pid))
+            time.sleep(1.0)  # samples a second apart
+        return Row(tasks, max(s[0] for s in samples), max(s[1] for s in samples),
+                   max(s[2] for s in samples))  # fmt: skip
+    finally:
+        child.stop()
+        generate.delete_topic(bootstrap, out)
+
+
+@click.command()
+@bootstrap_option
+@click.option("--tasks", "task_counts", type=int, multiple=True, default=(4, 24, 64))
+def main(bootstrap: str | None, task_counts: tuple[int, ...]) -> None:
+    """Threads, open files and RSS of one worker by its number of tasks."""
+    workdir = Path(tempfile.mkdtemp(prefix="procs-per-task-"))
+    try:
+        with kafka(bootstrap, workdir) as (servers, what):
+            click.echo(f"Kafka: {what}")
+            click.echo("| tasks | threads | open files | RSS MB |\n|---|---|---|---|")
+            for n in task_counts:
+                r = measure(servers, n, workdir)
+                click.echo(f"| {r.tasks} | {r.threads} | {r.open_files} | {r.rss_mb:.0f} |")
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
