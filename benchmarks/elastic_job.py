@@ -33,7 +33,7 @@ from kstream.kafka.clients import (
     make_consumer,
     make_producer,
 )
-from kstream.runtime.operators import partition_for_key
+from kstream.operators.core import partition_for_key
 
 REPO_DIR = Path(__file__).resolve().parent.parent
 PARTITIONS = 8  # input, repartition and output: 8 tasks per stage, 16 in all

@@ -58,7 +58,7 @@ Route = Local | Forward | Moving
 @dataclass
 class Directory:
     """This worker's view of who runs what (module doc). ``me``: this worker's member
-    id, as the coordinator's ``owners`` name it (set when it joins the group)."""
+    id, as the coordinator's ``owners`` name it (told by :meth:`joined`)."""
 
     me: str = ""
     attempt: int = 0
@@ -68,6 +68,10 @@ class Directory:
     completed: int | None = None  # newest checkpoint completed (as announced)
     coordinated: bool = True  # False without a coordinator (unchecked, bounded runs)
     _resumes: ResumeParts = field(default_factory=ResumeParts, repr=False, compare=False)
+
+    def joined(self, member: str) -> None:
+        """This worker is ``member`` in the group now (a rejoin gives a new id)."""
+        self.me = member
 
     def learn(self, history: Iterable[Message]) -> None:
         for msg in history:

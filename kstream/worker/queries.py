@@ -66,7 +66,7 @@ class WorkerQueries:
     def start(self) -> str:
         """Serve the endpoint (if configured); its URL, or "" when off (OSError when no
         port of the range is free)."""
-        self.directory.me = self.member()
+        self.directory.joined(self.member())
         if PortSpec.parse(self.settings.port).off:
             return ""
         self.server = QueryServer(self.service, self.settings.port, self.settings.host, self.gate)
@@ -83,7 +83,7 @@ class WorkerQueries:
 
     def observe(self, msg: Message) -> None:
         """A control message (the processing thread, in topic order)."""
-        self.directory.me = self.member()
+        self.directory.joined(self.member())
         self.directory.observe(msg)
 
     # ---- LocalTasks (kstream.query.service) ---------------------------------------------
