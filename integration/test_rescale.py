@@ -1,9 +1,11 @@
-"""Rescaling a keyed stage on a real broker, with input flowing (issue 45): a hopping-window
+"""Rescaling on a real broker (issue 45). A keyed stage, with input flowing: a hopping-window
 word count runs its window stage on 4 tasks; ``kstream savepoint --stop``; it continues
 from the savepoint on 12 tasks (``key_by(partitions=12)``, a new app id: its repartition
 topic is new), savepoints again and continues on 3. The exact ``read_committed`` output
 of the three runs together equals plain-Python word count — the output of a job that
-never rescaled: no window count restarts at zero, none is lost or doubled.
+never rescaled: no window count restarts at zero, none is lost or doubled. A source
+stage: the input topic grows from 4 to 12 partitions under the same app id, the counts
+are exact too.
 """
 
 from __future__ import annotations
@@ -15,6 +17,8 @@ import time
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
+
+from confluent_kafka.admin import NewPartitions
 
 from integration.cli_job import CLI
 from integration.e2e.harness import REPO
@@ -151,3 +155,115 @@ def test_a_window_stage_rescaled_4_12_3_with_input_flowing_counts_exactly(
     got = {(r["word"], r["start"]): r["count"] for r in rows if r["word"] != "zzend"}
     assert got == dict(expected)  # no count restarted at zero, none lost
     assert {r["run"] for r in rows} == {0, 1, 2}  # every run emitted windows
+
+
+SOURCE_TOPOLOGY = """
+from kstream.api import Hopping, Topology, WatermarkStrategy
+
+topology = Topology("wc")
+(
+    topology.source(
+        {src!r}, keyed=True, value_serde="str", timestamp=lambda v, _ts: int(v),
+        watermark=WatermarkStrategy(max_out_of_orderness_ms=0, idle_timeout_s=1.0),
+    )
+    .window(Hopping({window} * 2, {window}), name="counts")
+    .count()
+    .map(lambda r: {{"word": r.key, "start": r.start, "count": r.value}})
+    .to({dst!r}, key_serde="str", value_serde="json")
+)
+"""
+
+
+def test_a_source_topic_grown_4_to_12_keeps_every_count_under_the_same_app(
+    kafka_bootstrap: str, unique_name: Callable[[str], str], tmp_path: Path
+) -> None:
+    """The input topic grows from 4 to 12 partitions (its producers use Kafka's default
+    partitioner, murmur2); the job is stopped with a savepoint and started from it on
+    the new count under the same app id: its window state is redistributed to 12 tasks,
+    old partitions resume at their offsets, new ones are read from the beginning."""
+    src, dst, app = unique_name("keyed"), unique_name("counts"), unique_name("wc")
+    admin = make_admin(kafka_bootstrap)
+    ensure_topics(admin, [TopicSpec(src, 4), TopicSpec(dst, 2)])
+    (tmp_path / "job.py").write_text(SOURCE_TOPOLOGY.format(src=src, dst=dst, window=WINDOW_MS))
+    store_url = f"file://{tmp_path}/store"
+    common = ["--bootstrap", kafka_bootstrap, "--store", store_url, "--interval", "1",
+              "--app-id", app]  # fmt: skip
+    sent: list[tuple[str, int]] = []
+    producer = make_producer(kafka_bootstrap, extra={"partitioner": "murmur2_random"})
+
+    def produce(first: int, last: int) -> None:
+        for i in range(first, last):  # event time rises per key: nothing is late
+            word, ts = WORDS[(i * 7 + i // 3) % len(WORDS)], BASE + i * STEP_MS
+            producer.produce(src, str(ts).encode(), key=word.encode())
+            sent.append((word, ts))
+        assert producer.flush(30) == 0
+
+    def run(name: str, *extra: str) -> tuple[subprocess.Popen[bytes], Path]:
+        log = tmp_path / f"{name}.log"
+        proc = subprocess.Popen(
+            [*CLI, "-v", "run", str(tmp_path / "job.py"), *common, "--state-dir",
+             str(tmp_path / name), *extra],
+            stdout=log.open("wb"), stderr=subprocess.STDOUT, cwd=REPO,
+        )  # fmt: skip
+        return proc, log
+
+    produce(0, 3000)
+    before, log0 = run("before")
+    deadline = time.monotonic() + 90
+    while not read_all(kafka_bootstrap, dst):
+        assert before.poll() is None, log0.read_text()[-4000:]
+        assert time.monotonic() < deadline, "no output in 90 s"
+        time.sleep(0.5)
+
+    def savepoint(name: str, *stop: str) -> str:
+        sp = subprocess.run(
+            [*CLI, "savepoint", "--app-id", app, "--bootstrap", kafka_bootstrap, "--store",
+             store_url, "--name", name, *stop, "--timeout", "90"],
+            capture_output=True, cwd=REPO, timeout=120,
+        )  # fmt: skip
+        assert sp.returncode == 0, sp.stderr.decode()[-4000:]
+        return sp.stdout.decode().strip()
+
+    # The old partitions must be read to their end before the topic grows (what the
+    # producers wrote under 4 partitions is where 4 partitions put it): wait until a
+    # savepoint covers all 3000 records, then stop with the savepoint.
+    store = open_store(store_url)
+    for n in range(60):
+        meta = read_savepoint(store, savepoint(f"probe{n}"))
+        if sum(int(o) for t in meta.tasks.values() for o in t.offsets.values()) == 3000:
+            break
+        time.sleep(0.5)
+    else:
+        raise AssertionError("the job did not read its input in 60 savepoints")
+    path = savepoint("grow", "--stop")
+    assert before.wait(timeout=60) == 0, log0.read_text()[-4000:]
+    admin.create_partitions([NewPartitions(src, 12)])[src].result(30)
+    deadline = time.monotonic() + 30
+    while len(admin.list_topics(src, timeout=10).topics[src].partitions) != 12:
+        assert time.monotonic() < deadline, "the topic did not grow"
+        time.sleep(0.2)
+    producer = make_producer(kafka_bootstrap, extra={"partitioner": "murmur2_random"})
+    produce(3000, 6000)  # into all 12 partitions
+    after, log1 = run("after", "--from-savepoint", path, "--stop-when-idle", "4")
+    deadline = time.monotonic() + 120
+    while "resumed: running" not in log1.read_text():
+        assert after.poll() is None, log1.read_text()[-4000:]
+        assert time.monotonic() < deadline, "the grown job did not start"
+        time.sleep(0.2)
+    assert "rescaling savepoint" in log1.read_text()
+    produce(6000, 7000)
+    for p in range(12):
+        producer.produce(src, str(END_TS).encode(), key=b"zzend", partition=p)
+    assert producer.flush(30) == 0
+    assert after.wait(timeout=120) == 0, log1.read_text()[-4000:]
+
+    expected: Counter[tuple[str, int]] = Counter()
+    for word, ts in sent:
+        first = ts - (ts - BASE) % WINDOW_MS
+        for window in ((word, first - WINDOW_MS), (word, first)):  # hopping: 2 windows each
+            expected[window] += 1
+    rows = [json.loads(r.value) for r in read_all(kafka_bootstrap, dst) if r.value]
+    keys = Counter((r["word"], r["start"]) for r in rows)
+    assert [k for k, n in keys.items() if n > 1] == []  # no window emitted twice
+    got = {(r["word"], r["start"]): r["count"] for r in rows if r["word"] != "zzend"}
+    assert got == dict(expected)  # no count restarted at zero, none lost

@@ -11,8 +11,9 @@ Input positions of a rescaled stage (``docs/operations.md``, "Rescaling"):
 
 * a source topic's partition ``p`` that existed keeps its offset and input watermark
   (new task ``p`` reads it, as old task ``p`` did); a partition added to the topic has
-  none, so it is read from the job's start position; a source stage cannot shrink (a
-  Kafka topic's partitions cannot be removed);
+  none, so it is read from the job's start position (the savepoint must have read the
+  old partitions to their end: what is left there was placed by the old count); a
+  source stage cannot shrink (a Kafka topic's partitions cannot be removed);
 * a repartition topic with a new partition count is a new topic: its positions are
   dropped (start the rescaled state under a new app id, whose internal topics are new
   and empty; a savepoint taken with ``--stop`` has nothing in flight in them).
