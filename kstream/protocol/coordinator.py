@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import replace
+from functools import partial
 from typing import Any
 
 from kstream.checkpointstorage.history import CheckpointFailure
@@ -61,8 +62,6 @@ from kstream.protocol.savepointrequests import SavepointRequests
 from kstream.protocol.triggers import TriggerSchedule
 
 log = logging.getLogger(__name__)
-
-NAMED_TASKS = 20  # tasks a timed-out checkpoint's reason names (the rest are counted)
 
 
 class CheckpointCoordinator:
@@ -236,10 +235,12 @@ class CheckpointCoordinator:
         if self.phase in (JobPhase.FAILED, JobPhase.STOPPED):
             return []
         cmds: list[Command] = []
+        ran = partial(self.members.last_runners, now=now)  # where missing tasks last ran
         # 1. Time-outs first: a timed-out checkpoint frees its slot for a new trigger.
         for p in list(self.pending.values()):
             if now - p.trigger_time >= self.config.timeout and self.phase is not JobPhase.FAILED:
-                cmds += self._abort(p, self._timeout_reason(p, now), now, counts=True)
+                reason = p.timeout_reason(self.config.timeout, ran)
+                cmds += self._abort(p, reason, now, counts=True)
         # 2. Workers whose heartbeats stopped are lost: the tasks they own must move
         #    (a silent member that owns nothing in this attempt — a predecessor of a
         #    restarted worker — is forgotten without a restore).
@@ -349,15 +350,6 @@ class CheckpointCoordinator:
 
     # -- decisions -----------------------------------------------------------------------
 
-    def _owned_by(self, member: str) -> list[str]:
-        """Tasks ``member`` holds in the current attempt: owned while running, or
-        reported ready while restoring (its readiness dies with it)."""
-        if self.phase is JobPhase.RUNNING:
-            return sorted(self.failover.by_member().get(member, ()))
-        if self.phase is JobPhase.RESTORING:
-            return sorted(self.failover.ready_by(member))
-        return []
-
     def _may_trigger(self, now: float) -> bool:
         due = self._trigger_due()
         return due is not None and now >= due
@@ -444,10 +436,6 @@ class CheckpointCoordinator:
         owned = self.failover.held_by(owner) if owner else []
         return self.members.reassigned(msg.task_id, msg.member, owner, owned, now)
 
-    def _group_change(self, member: str, change: str, now: float) -> str:
-        """The reason of a group change ``member`` reported (kstream.protocol.causes)."""
-        return self.members.group_change(member, change, set(self.failover.by_member()), now)
-
     def _on_heartbeat(self, hb: Heartbeat, now: float) -> list[Command]:
         self.members.heard(hb.member, hb.tasks, now)
         previous = self.failover.generation
@@ -508,7 +496,3 @@ class CheckpointCoordinator:
                 cmds += self._abort(other, "job failed", now, counts=False)
             cmds += self.failover.fail(verdict)
         return cmds
-
-    def _timeout_reason(self, p: PendingCheckpoint, now: float) -> str:
-        named = p.missing[:NAMED_TASKS]  # thousands of names would make one unreadable line
-        return p.timeout_reason(self.config.timeout, named, self.members.last_runners(named, now))

@@ -225,7 +225,7 @@ class FailoverController:
         """Tasks ``member`` holds in the current attempt: owned while running, or
         reported ready while restoring (its readiness dies with it)."""
         if self.phase is JobPhase.RUNNING:
-            return sorted(t for t, m in self.owners.items() if m == member)
+            return sorted(self.by_member().get(member, ()))
         if self.phase is JobPhase.RESTORING:
             return sorted(self.ready_by(member))
         return []

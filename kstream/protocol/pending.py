@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from enum import StrEnum
 
 from kstream.checkpointstorage.history import CheckpointFailure, CheckpointStatus
@@ -11,6 +12,7 @@ from kstream.logs import ctx
 
 log = logging.getLogger(__name__)
 
+NAMED_TASKS = 20  # tasks a timed-out checkpoint's reason names (the rest are counted)
 
 
 class AckOutcome(StrEnum):
@@ -100,10 +102,12 @@ class PendingCheckpoint:
             tuple(self.missing),
         )
 
-    def timeout_reason(self, timeout: float, named: list[str], seen: list[str]) -> str:
-        """Why it timed out after ``timeout`` s, naming ``named`` of the missing tasks (the
-        rest counted); ``seen``: where those last ran."""
+    def timeout_reason(self, timeout: float, ran: Callable[[list[str]], list[str]]) -> str:
+        """Why it timed out after ``timeout`` s, naming ``NAMED_TASKS`` of the missing
+        tasks (the rest counted); ``ran``: where tasks last ran, one line each."""
         missing = self.missing
+        named = missing[:NAMED_TASKS]  # thousands of names would make one unreadable line
+        seen = ran(named)
         more = f" and {len(missing) - len(named)} more" if len(missing) > len(named) else ""
         where = f" ({'; '.join(seen)})" if seen else ""
         return (

@@ -35,7 +35,8 @@ from kstream.state.delta import (
 )
 from kstream.state.localsnapshot import LocalSnapshot, LocalSnapshots
 from kstream.state.rocksdb_options import cf_options, db_options, write_options
-from kstream.state.rocksdb_table import Clock, RocksDBTable, StateError
+from kstream.state.rocksdb_table import RocksDBTable
+from kstream.state.tablehost import Clock, StateError
 
 __all__ = ["RocksDBBackend", "RocksDBTable", "StateError"]
 

@@ -25,9 +25,9 @@ lazily and ``purge_expired`` sweeps whole tables (call it from a timer).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from itertools import islice
-from typing import Any, Protocol
+from typing import Any
 
 import rocksdict
 
@@ -35,6 +35,7 @@ from kstream.serde import JsonSerde
 from kstream.state.base import NotNow, StateKey, StateTable, TableSpec
 from kstream.state.delta import DeltaWriter
 from kstream.state.keys import decode_key, encode_key, prefix_upper_bound
+from kstream.state.tablehost import StateError, TableHost
 from kstream.state.valueformat import (
     HAS_TIME,
     HEADERS,
@@ -50,30 +51,7 @@ from kstream.state.valueformat import (
 _TOMBSTONE: Any = object()
 _MISSING: Any = object()
 
-Clock = Callable[[], float]
 _DROPPED_RANGES = 8  # range deletions checked lazily on read-cache hits, at most
-
-
-class StateError(RuntimeError):
-    """The state backend cannot do what was asked; the message says what and where."""
-
-
-class TableHost(Protocol):
-    """What a table needs of the backend that holds it (``RocksDBBackend``)."""
-
-    clock: Clock
-    cache_entries: int  # each table's write cache holds at most this many entries
-
-    @property
-    def logging(self) -> bool:
-        """Changes go into the next delta (a base snapshot exists)."""
-        ...
-
-    def settle(self) -> None:
-        """Wait for a checkpoint being created in the background."""
-
-    def write(self, batch: rocksdict.WriteBatch) -> None:
-        """Write ``batch`` to RocksDB, once a background checkpoint has settled."""
 
 
 class _Timed:
