@@ -1,11 +1,13 @@
 """What a missing service or capability does to an integration test: under ``CI=true``
-it fails the run (never a silent skip, see also ``pytest_runtest_makereport`` in
-``integration/conftest.py``); elsewhere the test is skipped with the reason."""
+it fails the run (never a silent skip: the two hooks below, imported by the conftests of
+``integration/`` and ``benchmarks/tests/``, turn any skip into a failure); elsewhere the
+test is skipped with the reason."""
 
 from __future__ import annotations
 
 import os
-from typing import NoReturn
+from collections.abc import Generator
+from typing import Any, NoReturn
 
 import pytest
 
@@ -22,3 +24,29 @@ def unavailable(what: str, reason: str) -> NoReturn:
     if under_ci():
         pytest.fail(f"{what} under CI=true: {reason}", pytrace=False)
     pytest.skip(f"{what}: {reason}")
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(
+    item: pytest.Item, call: pytest.CallInfo[None]
+) -> Generator[None, Any, None]:
+    """Under ``CI=true`` no integration test is skipped silently: a skip from anywhere
+    (a fixture, a marker, a library's ``importorskip``) is reported as a failure."""
+    outcome = yield
+    report: pytest.TestReport = outcome.get_result()
+    if report.skipped and under_ci() and not hasattr(report, "wasxfail"):
+        report.outcome = "failed"
+        report.longrepr = f"an integration test may not be skipped under CI=true: {report.longrepr}"
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_make_collect_report(collector: pytest.Collector) -> Generator[None, Any, None]:
+    """The same for a whole module skipped while it is collected (a module-level
+    ``pytest.skip`` or ``importorskip``): under ``CI=true`` that is a collection error."""
+    outcome = yield
+    report: pytest.CollectReport = outcome.get_result()
+    if report.skipped and under_ci():
+        report.outcome = "failed"
+        report.longrepr = (
+            f"an integration module may not be skipped under CI=true: {report.longrepr}"
+        )

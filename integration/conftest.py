@@ -16,13 +16,15 @@ import os
 import socket
 import time
 import uuid
-from collections.abc import Callable, Generator, Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import NoReturn
 
 import pytest
 
-from integration.ci import unavailable, under_ci
+from integration.ci import pytest_make_collect_report as pytest_make_collect_report
+from integration.ci import pytest_runtest_makereport as pytest_runtest_makereport
+from integration.ci import unavailable
 from integration.s3server import S3Server
 from kstream.dev.localbroker import KAFKA_VERSION, LocalBroker, LocalBrokerError
 from kstream.dev.localcluster import KafkaCluster, LocalCluster
@@ -59,32 +61,6 @@ def _announce(config: pytest.Config, line: str) -> None:
     reporter = config.pluginmanager.get_plugin("terminalreporter")
     if reporter is not None:
         reporter.write_line(f"\nkstream integration: {line}")
-
-
-@pytest.hookimpl(hookwrapper=True)
-def pytest_runtest_makereport(
-    item: pytest.Item, call: pytest.CallInfo[None]
-) -> Generator[None, Any, None]:
-    """Under ``CI=true`` no integration test is skipped silently: a skip from anywhere
-    (a fixture, a marker, a library's ``importorskip``) is reported as a failure."""
-    outcome = yield
-    report: pytest.TestReport = outcome.get_result()
-    if report.skipped and under_ci() and not hasattr(report, "wasxfail"):
-        report.outcome = "failed"
-        report.longrepr = f"an integration test may not be skipped under CI=true: {report.longrepr}"
-
-
-@pytest.hookimpl(hookwrapper=True)
-def pytest_make_collect_report(collector: pytest.Collector) -> Generator[None, Any, None]:
-    """The same for a whole module skipped while it is collected (a module-level
-    ``pytest.skip`` or ``importorskip``): under ``CI=true`` that is a collection error."""
-    outcome = yield
-    report: pytest.CollectReport = outcome.get_result()
-    if report.skipped and under_ci():
-        report.outcome = "failed"
-        report.longrepr = (
-            f"an integration module may not be skipped under CI=true: {report.longrepr}"
-        )
 
 
 @pytest.fixture(scope="session")

@@ -45,7 +45,7 @@ def run(
 ) -> pytest.RunResult:
     monkeypatch.setenv("CI", ci)
     pytester.makeconftest(
-        "from integration.conftest import pytest_make_collect_report, pytest_runtest_makereport\n"
+        "from integration.ci import pytest_make_collect_report, pytest_runtest_makereport\n"
     )
     sources = {"test_services": TESTS, "test_skipped_module": SKIPPED_MODULE}
     pytester.makepyfile(**{name: sources[name] for name in files})
@@ -98,3 +98,14 @@ def test_the_runners_spellings_of_ci_all_count(monkeypatch: pytest.MonkeyPatch, 
 def test_anything_else_is_not_ci(monkeypatch: pytest.MonkeyPatch, value: str) -> None:
     monkeypatch.setenv("CI", value)
     assert not under_ci()
+
+
+def test_the_conftests_install_the_hooks() -> None:
+    # (a linter's fix may drop an import nothing in the module calls: these are hooks)
+    import benchmarks.tests.conftest as bench_conftest
+    import integration.ci as ci
+    import integration.conftest as integration_conftest
+
+    for conftest in (integration_conftest, bench_conftest):
+        assert conftest.pytest_runtest_makereport is ci.pytest_runtest_makereport
+        assert conftest.pytest_make_collect_report is ci.pytest_make_collect_report
