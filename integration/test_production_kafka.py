@@ -281,17 +281,8 @@ def test_kill_9_of_the_leader_of_control_commits_and_a_sink_partition(
         kafka_cluster.kill(node)
         print(f"[prod] kill -9 node {node + 1} during checkpoint {found[0]}", flush=True)
         # The job goes on without it for a while: checkpoints complete on 2 of 3.
-        after = max(control.completed_ids(), default=0)
-
-        def two_more() -> bool:
-            job.assert_alive()
-            return max(control.completed_ids(), default=0) >= after + 2
-
-        wait_until(
-            "two checkpoints complete without the killed broker",
-            two_more,
-            90.0,
-            lambda: f"completed {control.completed_ids()[-3:]}",
+        control.wait_for_more(
+            2, "two checkpoints complete without the killed broker", 90.0, job.assert_alive
         )
         kafka_cluster.start_node(node)
         kafka_cluster.wait_in_sync(timeout=120.0)

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import threading
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -23,6 +22,7 @@ from confluent_kafka.admin import NewPartitions
 from integration.cli_job import CLI
 from integration.e2e.harness import REPO
 from integration.edge_tools import read_all
+from integration.steadyfeed import SteadyFeed, wait_for_line, wait_for_output
 from kstream.checkpointstorage.savepoints import read_savepoint
 from kstream.checkpointstorage.urls import open_store
 from kstream.kafka.clients import TopicSpec, ensure_topics, make_admin, make_producer
@@ -71,21 +71,6 @@ def test_a_window_stage_rescaled_4_12_3_with_input_flowing_counts_exactly(
     store_url = f"file://{tmp_path}/store"
     common = ["--bootstrap", kafka_bootstrap, "--store", store_url, "--interval", "1"]
 
-    produced = 0
-    stop_producing = threading.Event()
-
-    def produce() -> None:  # ~400 records/s for the whole test
-        nonlocal produced
-        p = make_producer(kafka_bootstrap)
-        while not stop_producing.is_set():
-            for _ in range(40):
-                part, value = _line(produced)
-                p.produce(src, value.encode(), partition=part)
-                produced += 1
-            p.flush(30)
-            time.sleep(0.1)
-        p.flush(30)
-
     def start(run: int, *extra: str) -> tuple[subprocess.Popen[bytes], Path]:
         log = tmp_path / f"r{run}.log"
         proc = subprocess.Popen(
@@ -95,19 +80,8 @@ def test_a_window_stage_rescaled_4_12_3_with_input_flowing_counts_exactly(
         )  # fmt: skip
         return proc, log
 
-    def wait_for(proc: subprocess.Popen[bytes], log: Path, text: str, timeout: float) -> None:
-        deadline = time.monotonic() + timeout
-        while text not in log.read_text():
-            assert proc.poll() is None, log.read_text()[-4000:]
-            assert time.monotonic() < deadline, f"no {text!r} in {timeout:g}s"
-            time.sleep(0.2)
-
     def savepoint_stop(run: int, proc: subprocess.Popen[bytes], log: Path) -> str:
-        deadline = time.monotonic() + 90
-        while not read_all(kafka_bootstrap, dsts[run]):  # some output committed first
-            assert proc.poll() is None, log.read_text()[-4000:]
-            assert time.monotonic() < deadline, f"run {run} committed no output in 90 s"
-            time.sleep(0.5)
+        wait_for_output(kafka_bootstrap, dsts[run], proc, log, 90)  # some committed first
         sp = subprocess.run(
             [*CLI, "savepoint", "--app-id", apps[run], "--bootstrap", kafka_bootstrap, "--store",
              store_url, "--name", f"sp{run}", "--stop", "--timeout", "90"],
@@ -117,14 +91,12 @@ def test_a_window_stage_rescaled_4_12_3_with_input_flowing_counts_exactly(
         assert proc.wait(timeout=60) == 0, log.read_text()[-4000:]
         return sp.stdout.decode().strip()
 
-    producer = threading.Thread(target=produce, daemon=True)
-    producer.start()
-    try:
+    with SteadyFeed(kafka_bootstrap, src, _line) as feed:  # ~400 records/s throughout
         r0, log0 = start(0)
-        wait_for(r0, log0, "resumed: running", 90)
+        wait_for_line(r0, log0, "resumed: running", 90)
         sp0 = savepoint_stop(0, r0, log0)
         r1, log1 = start(1, "--from-savepoint", sp0)
-        wait_for(r1, log1, "resumed: running", 120)
+        wait_for_line(r1, log1, "resumed: running", 120)
         assert "rescaling savepoint" in log1.read_text()
         sp1 = savepoint_stop(1, r1, log1)
         saved = read_savepoint(open_store(store_url), sp1)
@@ -132,11 +104,8 @@ def test_a_window_stage_rescaled_4_12_3_with_input_flowing_counts_exactly(
             f"stage1-{q}" for q in range(12)
         )
         r2, log2 = start(2, "--from-savepoint", sp1, "--stop-when-idle", "4")
-        wait_for(r2, log2, "resumed: running", 120)
+        wait_for_line(r2, log2, "resumed: running", 120)
         time.sleep(2)  # input keeps flowing into the last run (the assertions hold for any)
-    finally:
-        stop_producing.set()
-        producer.join(30)
     p = make_producer(kafka_bootstrap)
     for part in (0, 1):
         p.produce(src, f"zzend {END_TS}".encode(), partition=part)
@@ -144,7 +113,7 @@ def test_a_window_stage_rescaled_4_12_3_with_input_flowing_counts_exactly(
     assert r2.wait(timeout=120) == 0, log2.read_text()[-4000:]
 
     expected: Counter[tuple[str, int]] = Counter()
-    for i in range(produced):
+    for i in range(feed.produced):
         word, ts = _line(i)[1].split()
         first = int(ts) - (int(ts) - BASE) % WINDOW_MS
         for window in ((word, first - WINDOW_MS), (word, first)):  # hopping: 2 windows each
@@ -209,11 +178,7 @@ def test_a_source_topic_grown_4_to_12_keeps_every_count_under_the_same_app(
 
     produce(0, 3000)
     before, log0 = run("before")
-    deadline = time.monotonic() + 90
-    while not read_all(kafka_bootstrap, dst):
-        assert before.poll() is None, log0.read_text()[-4000:]
-        assert time.monotonic() < deadline, "no output in 90 s"
-        time.sleep(0.5)
+    wait_for_output(kafka_bootstrap, dst, before, log0, 90)
 
     def savepoint(name: str, *stop: str) -> str:
         sp = subprocess.run(

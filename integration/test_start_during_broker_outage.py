@@ -48,14 +48,7 @@ def test_a_worker_started_right_after_the_control_leader_is_killed_joins(
         p = job.start_worker(new_slot)  # at once: its metadata still names the dead leader
         # It joins: the group gives it partitions, and it takes part in checkpoints.
         job.wait_for_line(p, "assignment changed: [(", 120.0)
-        after = max(control.completed_ids(), default=0)
-
-        def two_more() -> bool:
-            job.assert_alive()
-            return max(control.completed_ids(), default=0) >= after + 2
-
-        wait_until("two checkpoints complete with the new worker", two_more, 120.0,
-                   lambda: f"completed {control.completed_ids()[-3:]}")  # fmt: skip
+        control.wait_for_more(2, "two checkpoints complete with the new worker", 120.0, job.assert_alive)
         kafka_cluster.start_node(node)
         kafka_cluster.wait_in_sync(timeout=120.0)
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import threading
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -21,6 +20,7 @@ import pytest
 from integration.cli_job import CLI
 from integration.e2e.harness import REPO
 from integration.edge_tools import read_all
+from integration.steadyfeed import SteadyFeed, wait_for_line, wait_for_output
 from kstream.checkpointstorage.savepoints import read_savepoint
 from kstream.checkpointstorage.urls import open_store
 from kstream.kafka.clients import TopicSpec, ensure_topics, make_admin, make_producer
@@ -83,22 +83,6 @@ def test_upgrade_from_a_savepoint_keeps_every_count(
     store_url = f"file://{tmp_path}/store"
     common = ["--bootstrap", kafka_bootstrap, "--store", store_url, "--interval", "1"]
 
-    # Input flows from a thread for the whole upgrade: ~400 records/s.
-    produced = 0
-    stop_producing = threading.Event()
-
-    def produce() -> None:
-        nonlocal produced
-        p = make_producer(kafka_bootstrap)
-        while not stop_producing.is_set():
-            for _ in range(40):
-                part, value = _line(produced)
-                p.produce(src, value.encode(), partition=part)
-                produced += 1
-            p.flush(30)
-            time.sleep(0.1)
-        p.flush(30)
-
     def start(name: str, *extra: str) -> tuple[subprocess.Popen[bytes], Path]:
         log = tmp_path / f"{name}.log"
         proc = subprocess.Popen(
@@ -108,24 +92,11 @@ def test_upgrade_from_a_savepoint_keeps_every_count(
         )  # fmt: skip
         return proc, log
 
-    def wait_for(proc: subprocess.Popen[bytes], log: Path, text: str, timeout: float) -> None:
-        deadline = time.monotonic() + timeout
-        while text not in log.read_text():
-            assert proc.poll() is None, log.read_text()[-4000:]
-            assert time.monotonic() < deadline, f"no {text!r} in {timeout:g}s"
-            time.sleep(0.2)
-
-    producer = threading.Thread(target=produce, daemon=True)
-    producer.start()
-    try:
+    with SteadyFeed(kafka_bootstrap, src, _line) as feed:  # input flows the whole upgrade
         # 1. v1 runs until some of its output is committed.
         v1, log1 = start("v1")
-        wait_for(v1, log1, "resumed: running", 90)
-        deadline = time.monotonic() + 90
-        while not read_all(kafka_bootstrap, dst):
-            assert v1.poll() is None, log1.read_text()[-4000:]
-            assert time.monotonic() < deadline, "v1 committed no output in 90 s"
-            time.sleep(0.5)
+        wait_for_line(v1, log1, "resumed: running", 90)
+        wait_for_output(kafka_bootstrap, dst, v1, log1, 90)
 
         # 2. Savepoint + stop: v1's workers stop with their output published.
         sp = subprocess.run(
@@ -144,11 +115,8 @@ def test_upgrade_from_a_savepoint_keeps_every_count(
         # 3. v2 from the savepoint, input still flowing; then the end markers fire
         #    every data window and v2 stops once idle with everything committed.
         v2, log2 = start("v2", "--from-savepoint", path, "--stop-when-idle", "4")
-        wait_for(v2, log2, "resumed: running", 90)
+        wait_for_line(v2, log2, "resumed: running", 90)
         time.sleep(2)  # input keeps flowing into v2 (the assertions hold for any amount)
-    finally:
-        stop_producing.set()
-        producer.join(30)
     p = make_producer(kafka_bootstrap)
     for part in (0, 1):
         p.produce(src, f"zzend {END_TS}".encode(), partition=part)
@@ -159,7 +127,7 @@ def test_upgrade_from_a_savepoint_keeps_every_count(
     # 4. The exact output of both versions together.
     expected: Counter[tuple[str, int]] = Counter()
     v1_records: Counter[tuple[str, int]] = Counter()
-    for i in range(produced):
+    for i in range(feed.produced):
         part, value = _line(i)
         word, ts = value.split()
         first = int(ts) - (int(ts) - BASE) % WINDOW_MS
@@ -178,7 +146,7 @@ def test_upgrade_from_a_savepoint_keeps_every_count(
     straddling = {w for w in by_v2 if 0 < v1_records[w] < expected[w]}
     assert straddling, (
         f"no window open across the savepoint was finished by v2: cut {cut}, produced "
-        f"{produced}, {len(by_v2)} of {len(rows)} rows by v2, last v1 window "
+        f"{feed.produced}, {len(by_v2)} of {len(rows)} rows by v2, last v1 window "
         f"{max((r['start'] for r in rows if 'v' not in r), default=None)}, first v2 window "
         f"{min((r['start'] for r in rows if 'v' in r), default=None)}"
     )

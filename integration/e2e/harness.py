@@ -121,6 +121,17 @@ class ControlLog:
     def completed_ids(self) -> list[int]:
         return sorted({m.checkpoint_id for _t, m in self.of(CheckpointCompleted)})
 
+    def wait_for_more(self, n: int, what: str, within: float, alive: Callable[[], None]) -> None:
+        """Until ``n`` checkpoints past the newest completed now complete; ``alive`` raises
+        if the job died meanwhile."""
+        after = max(self.completed_ids(), default=0)
+
+        def more() -> bool:
+            alive()
+            return max(self.completed_ids(), default=0) >= after + n
+
+        wait_until(what, more, within, lambda: f"completed {self.completed_ids()[-3:]}")
+
 
 class ControlWatcher(threading.Thread):
     """Reads ``<app>.control`` from the beginning into a ControlLog until stopped."""

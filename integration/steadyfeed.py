@@ -1,0 +1,70 @@
+"""Input that keeps flowing while a test stops and starts its job (savepoints, upgrades,
+rescaling), and waits on a ``kstream run`` process: its log, its first committed output."""
+
+from __future__ import annotations
+
+import subprocess
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from types import TracebackType
+
+from integration.edge_tools import read_all
+from kstream.kafka.clients import make_producer
+
+Line = Callable[[int], tuple[int, str]]  # record i -> (partition, value)
+
+
+class SteadyFeed:
+    """Writes ``line(0)``, ``line(1)``, ... to ``topic`` from a thread, 40 records every
+    0.1 s (~400 records/s), from entering the ``with`` block until leaving it; then
+    ``produced`` is how many records were written (all flushed)."""
+
+    def __init__(self, bootstrap: str, topic: str, line: Line) -> None:
+        self.bootstrap, self.topic, self.line = bootstrap, topic, line
+        self.produced = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        p = make_producer(self.bootstrap)
+        while not self._stop.is_set():
+            for _ in range(40):
+                part, value = self.line(self.produced)
+                p.produce(self.topic, value.encode(), partition=part)
+                self.produced += 1
+            p.flush(30)
+            time.sleep(0.1)  # the feed's pace, not a wait for anything
+        p.flush(30)
+
+    def __enter__(self) -> SteadyFeed:
+        self._thread.start()
+        return self
+
+    def __exit__(
+        self, _t: type[BaseException] | None, _e: BaseException | None, _tb: TracebackType | None
+    ) -> None:
+        self._stop.set()
+        self._thread.join(30)
+
+
+def wait_for_line(proc: subprocess.Popen[bytes], log: Path, text: str, timeout: float) -> None:
+    """Until ``text`` is in ``log``; fails if ``proc`` ends first or ``timeout`` passes."""
+    deadline = time.monotonic() + timeout
+    while text not in log.read_text():
+        assert proc.poll() is None, log.read_text()[-4000:]
+        assert time.monotonic() < deadline, f"no {text!r} in {timeout:g}s"
+        time.sleep(0.2)
+
+
+def wait_for_output(
+    bootstrap: str, topic: str, proc: subprocess.Popen[bytes], log: Path, timeout: float
+) -> None:
+    """Until ``topic`` holds committed output; fails if ``proc`` ends first or ``timeout``
+    passes."""
+    deadline = time.monotonic() + timeout
+    while not read_all(bootstrap, topic):
+        assert proc.poll() is None, log.read_text()[-4000:]
+        assert time.monotonic() < deadline, f"no output committed to {topic} in {timeout:g}s"
+        time.sleep(0.5)
