@@ -96,10 +96,11 @@ def test_the_first_bound_of_an_attempt_waits_for_every_owner() -> None:
     assert g.tick(1, 0.1, owners) is None  # w2 not heard of: its partitions may be at 0
     g.report(WatermarkReport("w2", 1, {}), 1, 0.3)  # w2 holds no one back
     assert g.tick(1, 0.3, owners) == bound_of(1, **{"in": (9000, "w1", None)})
-    # An owner that never reports (an older worker) delays the first bound 2 s at most.
+    # An owner that never reports (an older worker, one stuck) delays the first bound 8 s
+    # at most.
     g.report(WatermarkReport("w1", 2, {"in": 5}), 2, 5.0)
-    assert g.tick(2, 6.9, owners) is None
-    assert g.tick(2, 7.0, owners) == bound_of(2, **{"in": (5, "w1", None)})
+    assert g.tick(2, 12.9, owners) is None
+    assert g.tick(2, 13.0, owners) == bound_of(2, **{"in": (5, "w1", None)})
 
 
 def test_a_failover_forgets_every_report_and_reports_of_another_attempt_are_ignored() -> None:
@@ -170,15 +171,16 @@ def test_until_the_first_bound_of_an_attempt_every_partition_is_held_after_a_bat
     w = GlobalAlignment({"in": 1000, "b": 10})
     assert w.floor("me", 1, 0.0) == {}  # not running yet (no report in attempt 1)
     assert w.report("me", 1, {"in": MIN_TS}, 0.0) == WatermarkReport("me", 1, {"in": MIN_TS})
-    # The others may be at the very beginning: the lowest floor, for at most 3 s.
+    # The others may be at the very beginning: the lowest floor, for at most 10 s.
     assert w.floor("me", 1, 0.1) == {"in": MIN_TS, "b": MIN_TS}
-    assert w.floor("me", 1, 3.1) == {}  # no bound came (an older coordinator): run on
-    w.on_bound(bound_of(1, **{"in": (500, "w2", 800)}), 3.2)
-    assert w.floor("me", 1, 3.2) == {"in": 500}
+    assert w.floor("me", 1, 9.9) == {"in": MIN_TS, "b": MIN_TS}
+    assert w.floor("me", 1, 10.1) == {}  # no bound came (an older coordinator): run on
+    w.on_bound(bound_of(1, **{"in": (500, "w2", 800)}), 10.2)
+    assert w.floor("me", 1, 10.2) == {"in": 500}
     # A restore: attempt 2 starts over, the bound of attempt 1 means nothing.
-    assert w.floor("me", 2, 3.3) == {}
-    assert w.report("me", 2, {}, 3.4) == WatermarkReport("me", 2, {})
-    assert w.floor("me", 2, 3.5) == {"in": MIN_TS, "b": MIN_TS}
+    assert w.floor("me", 2, 10.3) == {}
+    assert w.report("me", 2, {}, 10.4) == WatermarkReport("me", 2, {})
+    assert w.floor("me", 2, 10.5) == {"in": MIN_TS, "b": MIN_TS}
 
 
 def test_the_floor_is_the_other_workers_slowest_of_the_bounds_attempt() -> None:
@@ -318,8 +320,10 @@ def test_the_worker_protocol_ignores_alignment_messages() -> None:
 
 class _Source:
     assignment: set[tuple[str, int]] = set()
+    lags_read = 0
 
     def lag(self) -> dict[tuple[str, int], int]:
+        self.lags_read += 1
         return {("in", 0): 5, ("in", 1): 5}
 
 
@@ -348,3 +352,19 @@ def test_worker_tasks_hold_by_the_global_floor_at_once_and_keep_their_slowest() 
     assert tasks.held(set()) == {("in", 1)}
     tasks.floor = {}
     assert tasks.held(set()) == frozenset()
+
+
+def test_worker_tasks_decide_on_fresh_watermarks_at_every_call() -> None:
+    """The hold is asked between the slices fed: the watermarks are read at every call
+    (a partition released must be held again as soon as it runs ahead), the consumer's
+    lag at most every ALIGN_EVERY_S (it reads every partition's position)."""
+    t = Topology("a")
+    t.source("in", keyed=True, watermark=WatermarkStrategy(100, max_drift_ms=1000)).to("out")
+    source = _Source()
+    tasks = WorkerTasks(plan_job(t, "a", {"in": 2}), source, None)  # type: ignore[arg-type]
+    runner = _Runner({("in", 0): (5000, False), ("in", 1): (5800, False)})
+    tasks.runners = {"t": runner}  # type: ignore[dict-item]
+    assert tasks.held(set()) == frozenset()
+    runner.marks = {("in", 0): (5000, False), ("in", 1): (6100, False)}  # a slice of in-1 fed
+    assert tasks.held(set()) == {("in", 1)}  # at once, not ALIGN_EVERY_S later
+    assert source.lags_read == 1

@@ -77,3 +77,34 @@ def test_held_partitions_wait_in_order_while_the_others_are_fed() -> None:
     backlog.feed(tasks.feed)  # the hold ended: its records in their order
     assert tasks.fed[4:] == [(a, o) for o in range(5)]
     assert not backlog
+
+
+def test_a_partition_released_from_a_hold_is_fed_only_until_it_is_held_again() -> None:
+    """What waited while a partition was held (up to HOLD_MAX records) is not fed all at
+    once when the hold ends: the hold is asked again after every slice, so a partition
+    released runs only until it is ahead again (a global-alignment test once saw a
+    released partition jump from 18 s to its end, 80 s past the drift bound)."""
+    tasks = SlowTasks(cost=0.0001)
+    backlog = Backlog(100, clock=tasks.clock)
+    a, b = ("in", 0), ("in", 1)
+    backlog.add({a: _batch("in", 0, 1000), b: _batch("in", 1, 300)})
+    backlog.slice = 100
+    asked = []
+
+    def recheck() -> set[tuple[str, int]]:
+        asked.append(len(tasks.fed))
+        # a runs ahead once 200 of its records are fed; b never does
+        return {a} if sum(1 for tp, _o in tasks.fed if tp == a) >= 200 else set()
+
+    backlog.feed(tasks.feed, set(), recheck)
+    fed_a = [o for tp, o in tasks.fed if tp == a]
+    assert fed_a == list(range(200))  # two slices, then held again: 800 wait
+    assert [o for tp, o in tasks.fed if tp == b] == list(range(300))  # b goes on
+    assert len(backlog) == 800 and backlog.partitions() == {a}
+    assert asked and asked[0] == 100  # asked after the first slice
+    # Without recheck (the hold decided once per loop iteration) all 1000 went through.
+    old = SlowTasks(cost=0.0001)
+    backlog = Backlog(100, clock=old.clock)
+    backlog.add({a: _batch("in", 0, 1000)})
+    backlog.feed(old.feed, set())
+    assert len(old.fed) == 1000

@@ -51,10 +51,10 @@ PUBLISH_EVERY_S = 0.2
 """A changed bound is published at most this often (one transaction each)."""
 REFRESH_S = 2.0
 """An unchanged bound that names any topic is published again this often."""
-WAIT_FOR_ALL_S = 2.0
+WAIT_FOR_ALL_S = 8.0
 """The first bound of an attempt waits for a report of every member that owns a task, at
 most this long after the attempt's first report (workers hold their partitions after a
-first batch until a bound comes, at most 3 s: ``kstream.worker.global_alignment``)."""
+first batch until a bound comes, at most 10 s: ``kstream.worker.global_alignment``)."""
 
 
 class GlobalWatermarks:

@@ -22,7 +22,9 @@ than pausing the consumer — librdkafka drops what it prefetched for a paused
 partition and fetches it again after the resume, and the loop idles meanwhile — so
 the consumer pauses a held partition only once ``HOLD_MAX`` of its records wait here
 (memory stays bounded); they are fed first when the hold ends, while the fetch of
-the rest starts again.
+the rest starts again. The hold is asked again after every slice (``recheck``): a
+partition released is fed only until it runs ahead again — fed all at once, the
+records that waited (up to ``HOLD_MAX``) would carry it far past the drift bound.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from __future__ import annotations
 import time
 from collections import deque
 from collections.abc import Callable
+from collections.abc import Set as AbstractSet
 from typing import Any
 
 TP = tuple[str, int]
@@ -77,11 +80,11 @@ class Backlog:
         """The partitions with pending records."""
         return {tp for tp, _records in self._pending}
 
-    def feedable(self, held: frozenset[TP] | set[TP] = frozenset()) -> bool:
+    def feedable(self, held: AbstractSet[TP] = frozenset()) -> bool:
         """Whether records of a partition not in ``held`` are pending."""
         return any(tp not in held for tp, _records in self._pending)
 
-    def full(self, held: frozenset[TP] | set[TP], limit: int = HOLD_MAX) -> set[TP]:
+    def full(self, held: AbstractSet[TP], limit: int = HOLD_MAX) -> set[TP]:
         """The partitions of ``held`` with at least ``limit`` records pending."""
         counts: dict[TP, int] = {}
         for tp, records in self._pending:
@@ -109,10 +112,16 @@ class Backlog:
         return first
 
     def feed(
-        self, feed: Callable[[TP, list[Any]], None], held: frozenset[TP] | set[TP] = frozenset()
+        self,
+        feed: Callable[[TP, list[Any]], None],
+        held: AbstractSet[TP] = frozenset(),
+        recheck: Callable[[], AbstractSet[TP]] | None = None,
     ) -> int:
         """Feed slices (in order per partition) of every partition not in ``held`` until
-        none is left or ``budget_s`` is spent; the number of records fed."""
+        none is left or ``budget_s`` is spent; the number of records fed. ``recheck``,
+        asked after every slice, says which partitions are held from then on: a
+        partition whose hold just ended is fed until it runs ahead again, not through
+        everything read while it was held."""
         start = self.clock()
         fed = 0
         pending = self._pending
@@ -132,6 +141,8 @@ class Backlog:
             feed(tp, part)
             took = self.clock() - t0
             fed += len(part)
+            if recheck is not None:
+                held = recheck()
             # The next slice takes about SLICE_S at the cost per record just measured.
             per_record = took / len(part)
             want = int(SLICE_S / per_record) if per_record > 0 else self.max_slice

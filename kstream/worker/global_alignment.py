@@ -37,7 +37,7 @@ from kstream.protocol.messages import WatermarkBound, WatermarkReport
 REPORT_EVERY_S = 0.2
 REFRESH_S = 2.0  # well within the coordinator's heartbeat timeout (10 s by default)
 BOUND_TIMEOUT_S = 10.0  # the coordinator repeats a bound every 2 s (REFRESH_S there)
-FIRST_BOUND_S = 3.0  # held after a first batch until the attempt's first bound, at most
+FIRST_BOUND_S = 10.0  # held after a first batch until the attempt's first bound, at most
 STEP = 4
 
 

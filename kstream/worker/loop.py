@@ -312,7 +312,10 @@ class Worker:
                 mode.on_input(now)
             # At most about a second of work before signals and control messages are
             # looked at again (slow user functions: kstream.worker.backlog).
-            backlog.feed(partial(self._feed, now=now), held)
+            # A partition whose hold ends runs only until it is ahead again.
+            backlog.feed(
+                partial(self._feed, now=now), held, lambda: tasks.held(backlog.partitions())
+            )
             wall_ms = int(time.time() * 1000)  # processing-time timers run on the wall clock
             for r in tasks.running():
                 mode.guarded(r, r.task.tick, now, wall_ms)

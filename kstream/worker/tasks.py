@@ -47,10 +47,10 @@ class WorkerTasks:
         self._aligned: frozenset[TP] = frozenset()
         self._aligned_for: frozenset[int] = frozenset()  # the running runners it is for
         self._next_align = 0.0
+        self._lag: dict[TP, int] = {}  # the consumer's, read at most every ALIGN_EVERY_S
         # Global alignment (kstream.worker.global_alignment): the slowest watermark per
         # topic over all workers (set by the mode), and this worker's own (its report).
         self.floor: dict[str, int] = {}
-        self._floor_used: dict[str, int] = {}
         self.slowest: dict[str, int] = {}
         self.aligner = WatermarkAligner(
             {
@@ -273,23 +273,24 @@ class WorkerTasks:
         """Source partitions too far ahead of their source's slowest (watermark alignment):
         their records are held, not fed (``kstream.worker.backlog``). ``pending``: the
         partitions with records read but not fed yet (they have records left, whatever
-        the consumer's lag says). Decided at most every ALIGN_EVERY_S (it reads every
-        partition's position) — and at once when the running tasks changed: restored
-        tasks that run ahead must be held from their first record, or each restart
-        lets one batch past the drift bound — or when the global ``floor`` changed."""
+        the consumer's lag says). Asked again between the slices fed (a partition whose
+        hold ends is fed only until it runs ahead again, not through everything read
+        meanwhile): the watermarks are read at every call, the consumer's lag (it reads
+        every partition's position) at most every ALIGN_EVERY_S — and at once when the
+        running tasks changed (restored tasks that run ahead must be held from their
+        first record, or each restart lets one batch past the drift bound)."""
         if not self.aligner.max_drift_ms:
             return frozenset()
         running = [r for r in self.runners.values() if r.running]
         ids = frozenset(id(r) for r in running)
         now = time.monotonic()
-        if now < self._next_align and ids == self._aligned_for and self.floor == self._floor_used:
-            return self._aligned
-        self._next_align, self._aligned_for = now + ALIGN_EVERY_S, ids
-        self._floor_used = self.floor
+        if now >= self._next_align or ids != self._aligned_for:
+            self._next_align, self._aligned_for = now + ALIGN_EVERY_S, ids
+            self._lag = self.source.lag()  # unknown (nothing read yet): records may be left
         marks: dict[TP, tuple[int, bool]] = {}
         for r in running:
             marks.update(r.task.source_watermarks())
-        lag = self.source.lag()  # unknown (nothing read yet): records may be left
+        lag = self._lag
         parts = {
             tp: PartitionTime(wm, tp in pending or lag.get(tp, 1) > 0, end)
             for tp, (wm, end) in marks.items()
