@@ -280,6 +280,12 @@ def rescale_checkpoint(
         stage_routes = dict(routes) if routes is not None else {}
         if routes is None:
             stage_routes = routes_of_description(desc, {stage: partitioner})
+        # (asked first: a topic not grown yet is refused before the state is read)
+        added = (
+            {}
+            if reads_internal
+            else _added_positions(manifests, internal_names, old_n, n, new_positions)
+        )
         new_ids = [f"{stage}-{q}" for q in range(n)]
         targets = [_Target(workdir / "new" / t) for t in new_ids]
         marks: dict[str, list[list[Any]]] = {}
@@ -287,7 +293,6 @@ def rescale_checkpoint(
         redistribute(stage, olds, stage_routes, targets)
         for p in range(old_n):
             del tasks[f"{stage}-{p}"]
-        added = _added_positions(manifests, internal_names, old_n, n, new_positions)
         for q, (task_id, target) in enumerate(zip(new_ids, targets, strict=True)):
             before = manifests.get(f"{stage}-{q}") if q < old_n else None
             positions: dict[str, Any] = {}
@@ -303,7 +308,7 @@ def rescale_checkpoint(
                     for w in marks.get(f"{stage}-{q}", [])
                     if _internal(str(w[0]), before, internal_names) is None
                 ]
-            elif not reads_internal:
+            elif q >= old_n:  # a partition the source topics gained
                 positions = {f"{t}:{q}": offsets[q] for t, offsets in added.items()}
             backend = target.finish()
             try:
