@@ -349,3 +349,19 @@ def test_the_time_new_partitions_start_from_is_epoch_ms_or_iso_8601() -> None:
     with pytest.raises(ConfigError, match="give --from-savepoint"):
         StartFrom(new_partitions_from=1)
     assert StartFrom(savepoint="a/savepoints/b", new_partitions_from=1).new_partitions_from == 1
+
+
+def test_the_cli_refuses_a_bad_start_time_and_a_missing_broker_writing_nothing(
+    tmp_path: Path,
+) -> None:
+    store, src = write_savepoint(tmp_path, {"a": 1}, 2, False, [100])
+    url = f"file://{tmp_path / 'store'}"
+    env = {"KSTREAM_BOOTSTRAP": None, "KSTREAM_DEV_STATE_DIR": str(tmp_path / "nokafka")}
+    args = ["state", "rescale", src, "x4", "--store", url, "--partitions", "stage1=4"]
+    bad = CliRunner().invoke(main, [*args, "--new-partitions-from", "yesterday"], env=env)
+    assert bad.exit_code == 2
+    assert "'yesterday' is not a time: give epoch milliseconds or ISO 8601" in bad.output
+    alone = CliRunner().invoke(main, [*args, "--new-partitions-from", "2026-12-04"], env=env)
+    assert alone.exit_code == 2
+    assert "no bootstrap servers: give --bootstrap HOST:PORT" in alone.output
+    assert store.list(f"{APP}/savepoints/x4") == []
