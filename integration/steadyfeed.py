@@ -17,12 +17,12 @@ Line = Callable[[int], tuple[int, str]]  # record i -> (partition, value)
 
 
 class SteadyFeed:
-    """Writes ``line(0)``, ``line(1)``, ... to ``topic`` from a thread, 40 records every
-    0.1 s (~400 records/s), from entering the ``with`` block until leaving it; then
-    ``produced`` is how many records were written (all flushed)."""
+    """Writes ``line(0)``, ``line(1)``, ... to ``topic`` from a thread, ``per_tick``
+    records every 0.1 s (40: ~400 records/s), from entering the ``with`` block until
+    leaving it; then ``produced`` is how many records were written (all flushed)."""
 
-    def __init__(self, bootstrap: str, topic: str, line: Line) -> None:
-        self.bootstrap, self.topic, self.line = bootstrap, topic, line
+    def __init__(self, bootstrap: str, topic: str, line: Line, per_tick: int = 40) -> None:
+        self.bootstrap, self.topic, self.line, self.per_tick = bootstrap, topic, line, per_tick
         self.produced = 0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
@@ -30,7 +30,7 @@ class SteadyFeed:
     def _run(self) -> None:
         p = make_producer(self.bootstrap)
         while not self._stop.is_set():
-            for _ in range(40):
+            for _ in range(self.per_tick):
                 part, value = self.line(self.produced)
                 p.produce(self.topic, value.encode(), partition=part)
                 self.produced += 1

@@ -5,7 +5,7 @@ topic is new), savepoints again and continues on 3. The exact ``read_committed``
 of the three runs together equals plain-Python word count — the output of a job that
 never rescaled: no window count restarts at zero, none is lost or doubled. A source
 stage: the input topic grows from 4 to 12 partitions under the same app id, the counts
-are exact too.
+are exact too; its new partitions are read from the beginning, or from a time given.
 """
 
 from __future__ import annotations
@@ -15,8 +15,10 @@ import subprocess
 import time
 from collections import Counter
 from collections.abc import Callable
+from datetime import UTC, datetime
 from pathlib import Path
 
+import pytest
 from confluent_kafka.admin import NewPartitions
 
 from integration.cli_job import CLI
@@ -50,6 +52,11 @@ lines = topology.source(
     .to({dst!r}, key_serde="str", value_serde="json")
 )
 """
+
+
+def iso(ms: int) -> str:
+    """Epoch ms as ISO 8601 (what ``--new-partitions-from`` takes besides epoch ms)."""
+    return datetime.fromtimestamp(ms / 1000, UTC).isoformat()
 
 
 def _line(i: int) -> tuple[int, str]:
@@ -143,13 +150,18 @@ topology = Topology("wc")
 """
 
 
+@pytest.mark.parametrize(
+    "new_from_time", [False, True], ids=["new-from-beginning", "new-from-time"]
+)
 def test_a_source_topic_grown_4_to_12_keeps_every_count_under_the_same_app(
-    kafka_bootstrap: str, unique_name: Callable[[str], str], tmp_path: Path
+    kafka_bootstrap: str, unique_name: Callable[[str], str], tmp_path: Path, new_from_time: bool
 ) -> None:
     """The input topic grows from 4 to 12 partitions (its producers use Kafka's default
     partitioner, murmur2); the job is stopped with a savepoint and started from it on
     the new count under the same app id: its window state is redistributed to 12 tasks,
-    old partitions resume at their offsets, new ones are read from the beginning."""
+    old partitions resume at their offsets, new ones are read from the beginning — or,
+    with ``--new-partitions-from TIME``, from their first record stamped at or after
+    TIME: records written to them before (Kafka timestamps an hour earlier) are skipped."""
     src, dst, app = unique_name("keyed"), unique_name("counts"), unique_name("wc")
     admin = make_admin(kafka_bootstrap)
     ensure_topics(admin, [TopicSpec(src, 4), TopicSpec(dst, 2)])
@@ -208,8 +220,19 @@ def test_a_source_topic_grown_4_to_12_keeps_every_count_under_the_same_app(
         assert time.monotonic() < deadline, "the topic did not grow"
         time.sleep(0.2)
     producer = make_producer(kafka_bootstrap, extra={"partitioner": "murmur2_random"})
-    produce(3000, 6000)  # into all 12 partitions
-    after, log1 = run("after", "--from-savepoint", path, "--stop-when-idle", "4")
+    since = int(time.time() * 1000)  # what is stamped before it is skipped with the option
+    for p in range(4, 12):  # key old<p> only in partition p: its state is that task's
+        for k in range(5):
+            ts = BASE + 30_000 + k * STEP_MS  # late for no task: the new ones have no watermark
+            producer.produce(
+                src, str(ts).encode(), key=f"old{p}".encode(), partition=p,
+                timestamp=since - 3_600_000,
+            )  # fmt: skip
+            if not new_from_time:
+                sent.append((f"old{p}", ts))
+    produce(3000, 6000)  # into all 12 partitions, stamped now (at or after `since`)
+    extra = ["--new-partitions-from", iso(since)] if new_from_time else []
+    after, log1 = run("after", "--from-savepoint", path, "--stop-when-idle", "4", *extra)
     deadline = time.monotonic() + 120
     while "resumed: running" not in log1.read_text():
         assert after.poll() is None, log1.read_text()[-4000:]

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 
 from kstream import names
@@ -280,6 +281,23 @@ class Replication:
         return {"min.insync.replicas": str(self.min_insync_replicas)}
 
 
+def parse_instant(text: str) -> int:
+    """``text`` as epoch milliseconds: digits are milliseconds, else ISO 8601 (UTC when it
+    names no offset); ConfigError otherwise."""
+    if text.strip().isdigit():
+        return int(text)
+    try:
+        at = datetime.fromisoformat(text.strip())
+    except ValueError:
+        raise ConfigError(
+            f"{text!r} is not a time: give epoch milliseconds or ISO 8601 "
+            "(e.g. 2026-12-04T18:00:00Z)"
+        ) from None
+    if at.tzinfo is None:
+        at = at.replace(tzinfo=UTC)
+    return (at - datetime(1970, 1, 1, tzinfo=UTC)) // timedelta(milliseconds=1)
+
+
 @dataclass(frozen=True)
 class StartFrom:
     """Where a job's state comes from when it first starts (job upgrades, blue/green).
@@ -287,16 +305,24 @@ class StartFrom:
     ``checkpoint``: ``ID`` (a completed checkpoint of this app) or ``APP:ID`` (of
     another app); ``savepoint``: the store path of a savepoint (``<app>/savepoints/<name>``).
     ``allow_non_restored_state``: restore even if the state has operators this
-    topology no longer has (their state is dropped).
+    topology no longer has (their state is dropped). ``new_partitions_from``: where the
+    partitions a source topic gained read from when the state is rescaled (epoch ms of
+    the records' Kafka timestamps; ``None``: from the beginning).
     """
 
     checkpoint: str | None = None
     savepoint: str | None = None
     allow_non_restored_state: bool = False
+    new_partitions_from: int | None = None
 
     def __post_init__(self) -> None:
         if self.checkpoint is not None and self.savepoint is not None:
             raise ConfigError("give --from-checkpoint or --from-savepoint, not both")
+        if self.new_partitions_from is not None and not self.given:
+            raise ConfigError(
+                "--new-partitions-from applies to a rescaled state: give --from-savepoint "
+                "(or --from-checkpoint) too"
+            )
         if self.checkpoint is not None:
             _app, _, n = self.checkpoint.rpartition(":")
             if not n.isdigit():

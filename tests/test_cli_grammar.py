@@ -33,7 +33,7 @@ TAKE_APP_ID = {
 }  # fmt: skip
 TAKE_BOOTSTRAP = {
     "run", "worker", "coordinator", "status", "savepoint",
-    "dev topics create", "dev produce", "dev consume",
+    "dev topics create", "dev produce", "dev consume", "state rescale",
 }  # fmt: skip
 
 

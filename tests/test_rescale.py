@@ -17,6 +17,7 @@ from kstream.checkpointstorage.file import FileStore
 from kstream.checkpointstorage.metadata import CheckpointMetadata, TaskSnapshot
 from kstream.checkpointstorage.savepoints import create_savepoint, read_savepoint
 from kstream.cli.main import main
+from kstream.config import ConfigError, StartFrom, parse_instant
 from kstream.query.operators import murmur2, partition_of
 from kstream.rescale.layout import RescaleError
 from kstream.rescale.routing import murmur2 as fast_murmur2
@@ -292,3 +293,75 @@ def test_a_fired_window_kept_for_lateness_behind_another_tasks_watermark_is_refu
         r"at 1000 for allowed lateness, but another task's watermark is 500",
     ):
         rescale_savepoint(store, sp, "after", {"stage1": 3}, workdir=tmp_path / "w")
+
+
+def test_new_source_partitions_start_where_the_given_time_resolves(tmp_path: Path) -> None:
+    """``--new-partitions-from``: a source stage's added partitions start at the offsets
+    the resolver names (asked once per topic, for the added partitions only); the old
+    ones keep theirs; a repartition stage never asks."""
+    keys = {f"k{i}": i for i in range(1, 30)}
+    store, src = write_savepoint(tmp_path / "a", keys, 3, False, [100])
+    asked: list[tuple[str, list[int]]] = []
+
+    def at(topic: str, parts: list[int]) -> dict[int, int]:
+        asked.append((topic, parts))
+        return {p: 1000 + p for p in parts}
+
+    _path, meta = rescale_savepoint(
+        store, src, "grown", {"stage1": 5}, workdir=tmp_path / "w", new_positions=at
+    )
+    assert asked == [("in", [3, 4])]
+    for q in range(5):
+        m = read_manifest(store, meta.tasks[f"stage1-{q}"].handle)
+        want = {f"in:{q}": 10 + q} if q < 3 else {f"in:{q}": 1000 + q}
+        assert (m.positions, meta.tasks[f"stage1-{q}"].offsets) == (want, want)
+        assert m.watermarks == ([["in", q, "", 500 + q]] if q < 3 else [])
+    store, src = write_savepoint(tmp_path / "b", keys, 3, True, [100])
+    rescale_savepoint(store, src, "more", {"stage1": 5}, workdir=tmp_path / "w2", new_positions=at)
+    assert asked == [("in", [3, 4])]  # a new repartition topic starts empty
+
+
+def test_new_source_partitions_not_found_are_refused_in_one_line(tmp_path: Path) -> None:
+    store, src = write_savepoint(tmp_path, {"a": 1}, 2, False, [100])
+
+    def missing(topic: str, parts: list[int]) -> dict[int, int]:
+        raise LookupError(f"{topic} partitions {parts}: Unknown partition")
+
+    with pytest.raises(RescaleError) as e:
+        rescale_savepoint(
+            store, src, "grown", {"stage1": 4}, workdir=tmp_path / "w", new_positions=missing
+        )
+    assert str(e.value) == (
+        "where the partitions in gained start is not known: in partitions [2, 3]: Unknown "
+        "partition (grow the topic before the state is rescaled)"
+    )
+    assert "\n" not in str(e.value)
+
+
+def test_the_time_new_partitions_start_from_is_epoch_ms_or_iso_8601() -> None:
+    assert parse_instant("1764871200000") == 1_764_871_200_000
+    assert parse_instant("2025-12-04T18:00:00Z") == 1_764_871_200_000
+    assert parse_instant("2025-12-04T18:00:00") == 1_764_871_200_000  # UTC by default
+    assert parse_instant("2025-12-04T19:00:00+01:00") == 1_764_871_200_000
+    assert parse_instant("2025-12-04T18:00:00.123+00:00") == 1_764_871_200_123  # exact ms
+    with pytest.raises(ConfigError, match="not a time: give epoch milliseconds or ISO 8601"):
+        parse_instant("yesterday")
+    with pytest.raises(ConfigError, match="give --from-savepoint"):
+        StartFrom(new_partitions_from=1)
+    assert StartFrom(savepoint="a/savepoints/b", new_partitions_from=1).new_partitions_from == 1
+
+
+def test_the_cli_refuses_a_bad_start_time_and_a_missing_broker_writing_nothing(
+    tmp_path: Path,
+) -> None:
+    store, src = write_savepoint(tmp_path, {"a": 1}, 2, False, [100])
+    url = f"file://{tmp_path / 'store'}"
+    env = {"KSTREAM_BOOTSTRAP": None, "KSTREAM_DEV_STATE_DIR": str(tmp_path / "nokafka")}
+    args = ["state", "rescale", src, "x4", "--store", url, "--partitions", "stage1=4"]
+    bad = CliRunner().invoke(main, [*args, "--new-partitions-from", "yesterday"], env=env)
+    assert bad.exit_code == 2
+    assert "'yesterday' is not a time: give epoch milliseconds or ISO 8601" in bad.output
+    alone = CliRunner().invoke(main, [*args, "--new-partitions-from", "2026-12-04"], env=env)
+    assert alone.exit_code == 2
+    assert "no bootstrap servers: give --bootstrap HOST:PORT" in alone.output
+    assert store.list(f"{APP}/savepoints/x4") == []

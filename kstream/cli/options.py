@@ -28,6 +28,7 @@ from kstream.config import (
     Replication,
     RestartStrategy,
     StartFrom,
+    parse_instant,
 )
 from kstream.logs import log_at_least, set_app
 from kstream.metrics import METRICS, MetricsPortError, serve_metrics
@@ -176,6 +177,14 @@ _OPTIONS: list[Callable[[F], F]] = [
         "savepoint`, e.g. APP/savepoints/NAME); applied once.",
     ),
     click.option(
+        "--new-partitions-from",
+        default=None,
+        metavar="TIME",
+        help="When the state is rescaled to a source topic that gained partitions: read the "
+        "new partitions from the first record at or after TIME (epoch ms or ISO 8601, "
+        "UTC by default; the records' Kafka timestamps) instead of from the beginning.",
+    ),
+    click.option(
         "--allow-non-restored-state",
         is_flag=True,
         help="Restore even if the state has operators this topology no longer has (their state "
@@ -239,6 +248,7 @@ JOB_KEYS = (
     "from_checkpoint",
     "from_savepoint",
     "allow_non_restored_state",
+    "new_partitions_from",
     "replication_factor",
     "min_insync_replicas",
     "max_outage",
@@ -291,7 +301,12 @@ def build_job_config(
         bounded=bounded,
         on_bad_record=OnBadRecord(opts["on_bad_record"]),
         start=StartFrom(
-            opts["from_checkpoint"], opts["from_savepoint"], opts["allow_non_restored_state"]
+            opts["from_checkpoint"],
+            opts["from_savepoint"],
+            opts["allow_non_restored_state"],
+            None
+            if opts["new_partitions_from"] is None
+            else parse_instant(opts["new_partitions_from"]),
         ),
         checkpointing=CheckpointingConfig(
             enabled=opts["checkpointing"] and not bounded,

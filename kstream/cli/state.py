@@ -32,7 +32,16 @@ from kstream.checkpointstorage.metadata import (
 from kstream.checkpointstorage.objectstore import parse_store_options
 from kstream.checkpointstorage.savepoints import read_savepoint
 from kstream.checkpointstorage.urls import open_store
-from kstream.cli.common import app_argument, app_id_of, app_id_option, store_options
+from kstream.cli.common import (
+    app_argument,
+    app_id_of,
+    app_id_option,
+    bootstrap_option,
+    resolve_bootstrap,
+    store_options,
+)
+from kstream.config import ConfigError, parse_instant
+from kstream.kafka.timeoffsets import at_time
 from kstream.query.operators import SOURCE_PARTITIONERS
 from kstream.query.read import Tables
 from kstream.rescale.layout import RescaleError
@@ -181,6 +190,15 @@ def _partitions(values: tuple[str, ...]) -> dict[str, int]:
     show_default=True,
     help="How the producers of the source topics spread keys.",
 )
+@click.option(
+    "--new-partitions-from",
+    default=None,
+    metavar="TIME",
+    help="Partitions a source topic gained start at the first record at or after TIME "
+    "(epoch ms or ISO 8601, UTC by default; the records' Kafka timestamps; asked of the "
+    "brokers: grow the topic first) instead of the beginning.",
+)
+@bootstrap_option(" (with --new-partitions-from)")
 def rescale(
     source: str,
     destination: str,
@@ -188,11 +206,20 @@ def rescale(
     store_options: tuple[str, ...],
     partitions: tuple[str, ...],
     source_partitioner: str,
+    new_partitions_from: str | None,
+    bootstrap: str | None,
 ) -> None:
     """Write savepoint DST: SRC_SAVEPOINT's keyed state redistributed to new partition
     counts (DST: <app>/savepoints/<name>, or a name in SRC's app)."""
     store = open_store(store_url, parse_store_options(store_options))
     wanted = _partitions(partitions)
+    new_positions = None
+    if new_partitions_from is not None:
+        try:
+            at = parse_instant(new_partitions_from)
+        except ConfigError as e:
+            raise click.BadParameter(str(e), param_hint="--new-partitions-from") from None
+        new_positions = at_time(resolve_bootstrap(bootstrap), None, at)
     try:
         with tempfile.TemporaryDirectory(prefix="kstream-rescale-") as tmp:
             path, meta = rescale_savepoint(
@@ -202,6 +229,7 @@ def rescale(
                 wanted,
                 workdir=Path(tmp),
                 source_partitioner=source_partitioner,
+                new_positions=new_positions,
             )
     except (MetadataError, RescaleError) as e:
         click.echo(f"kstream: {e}", err=True)

@@ -47,6 +47,7 @@ from kstream.kafka.clients import delete_records_before, make_admin
 from kstream.kafka.control import ControlError, CoordinatorFenced
 from kstream.kafka.coordinator_channel import CoordinatorChannel
 from kstream.kafka.reachability import Reachability
+from kstream.kafka.timeoffsets import starts_at
 from kstream.logs import ctx
 from kstream.metrics import METRICS, Metrics
 from kstream.metrics.labels import checkpoint_reason, restart_cause
@@ -464,15 +465,16 @@ def _start_state(
 ) -> RecoveredState:
     """The recovered state once ``job.start``'s checkpoint or savepoint is imported (if
     any); IncompatibleStateError if the state the job restores does not fit its plan."""
+    next_id = recovered.max_checkpoint_id + 1
     imported = import_start(
         store,
         job.app_id,
         job.start,
-        next_id=recovered.max_checkpoint_id + 1,
+        next_id=next_id,
         attempt=recovered.attempt,
         description=description,
         now=now,
-        rescale=rescaler(store, job.app_id, recovered.max_checkpoint_id + 1),
+        rescale=rescaler(store, job.app_id, next_id, new_positions=starts_at(job)),
     )
     if imported is not None:
         # Restored like the job's latest checkpoint, by a new attempt at once — also when

@@ -11,9 +11,11 @@ Input positions of a rescaled stage (``docs/operations.md``, "Rescaling"):
 
 * a source topic's partition ``p`` that existed keeps its offset and input watermark
   (new task ``p`` reads it, as old task ``p`` did); a partition added to the topic has
-  none, so it is read from the job's start position (the savepoint must have read the
-  old partitions to their end: what is left there was placed by the old count); a
-  source stage cannot shrink (a Kafka topic's partitions cannot be removed);
+  none, so it is read from the job's start position — or, with ``new_positions`` (the
+  user's ``--new-partitions-from TIME``), from the offset it names (the first record at
+  or after the time) — (the savepoint must have read the old partitions to their end:
+  what is left there was placed by the old count); a source stage cannot shrink (a
+  Kafka topic's partitions cannot be removed);
 * a repartition topic with a new partition count is a new topic: its positions are
   dropped (start the rescaled state under a new app id, whose internal topics are new
   and empty; a savepoint taken with ``--stop`` has nothing in flight in them).
@@ -49,7 +51,10 @@ from kstream.state.rocksdb import RocksDBBackend
 from kstream.state.rocksdb_options import cf_options, db_options, write_options
 from kstream.state.valueformat import HAS_TIME, INT_BODIES, IS_INT, IS_NONE
 
-__all__ = ["rescale_checkpoint", "rescale_savepoint", "rescaler"]
+__all__ = ["NewPositions", "rescale_checkpoint", "rescale_savepoint", "rescaler"]
+
+NewPositions = Callable[[str, list[int]], dict[int, int]]
+"""``(source topic, its added partitions) -> partition -> offset to start reading at``."""
 
 BATCH = 20_000  # rows per RocksDB write batch of a new task
 WRITE_BUFFER = 8 << 20  # a new task's memtable per table: state goes to disk past it
@@ -185,6 +190,34 @@ def _watermarks(manifest: SnapshotManifest, old: _Restored | None) -> list[list[
     return [[*k, v] for k, v in old.entries("task.watermarks").items()]
 
 
+def _added_positions(
+    manifests: Mapping[str, SnapshotManifest],
+    internal_names: Mapping[str, int],
+    old_n: int,
+    n: int,
+    new_positions: NewPositions | None,
+) -> dict[str, dict[int, int]]:
+    """Source topic -> its added partitions' start offsets (none without ``new_positions``)."""
+    if new_positions is None or n <= old_n:
+        return {}
+    topics = {
+        topic
+        for m in manifests.values()
+        for tp in m.positions
+        if _internal(topic := _topic_partition(tp)[0], m, internal_names) is None
+    }
+    out = {}
+    for topic in sorted(topics):
+        try:
+            out[topic] = new_positions(topic, list(range(old_n, n)))
+        except Exception as e:  # (the brokers asked, by the caller's function)
+            raise RescaleError(
+                f"where the partitions {topic} gained start is not known: {e} (grow the "
+                "topic before the state is rescaled)"
+            ) from e
+    return out
+
+
 def rescale_checkpoint(
     store: CheckpointStore,
     meta: CheckpointMetadata,
@@ -195,11 +228,14 @@ def rescale_checkpoint(
     workdir: Path,
     routes: Mapping[str, OperatorRoute] | None = None,
     source_partitioner: str = "murmur2",
+    new_positions: NewPositions | None = None,
 ) -> CheckpointMetadata:
     """``meta``'s state with the stages of ``partitions`` (stage -> new count) rescaled,
     each new task's snapshot uploaded as ``app_id``'s ``<task>/<label>`` (module doc).
     ``routes``: the operators' exact routes (a topology's plan); by default from the
-    state's description (key serdes by name). RescaleError where it is not sound."""
+    state's description (key serdes by name). ``new_positions``: where a source
+    topic's added partitions start (default: the job's start position). RescaleError
+    where it is not sound."""
     desc = meta.description
     if desc is None:
         raise RescaleError(
@@ -244,6 +280,12 @@ def rescale_checkpoint(
         stage_routes = dict(routes) if routes is not None else {}
         if routes is None:
             stage_routes = routes_of_description(desc, {stage: partitioner})
+        # (asked first: a topic not grown yet is refused before the state is read)
+        added = (
+            {}
+            if reads_internal
+            else _added_positions(manifests, internal_names, old_n, n, new_positions)
+        )
         new_ids = [f"{stage}-{q}" for q in range(n)]
         targets = [_Target(workdir / "new" / t) for t in new_ids]
         marks: dict[str, list[list[Any]]] = {}
@@ -266,6 +308,8 @@ def rescale_checkpoint(
                     for w in marks.get(f"{stage}-{q}", [])
                     if _internal(str(w[0]), before, internal_names) is None
                 ]
+            elif q >= old_n:  # a partition the source topics gained
+                positions = {f"{t}:{q}": offsets[q] for t, offsets in added.items()}
             backend = target.finish()
             try:
                 snap = backend.snapshot_sync(meta.checkpoint_id, label)
@@ -308,6 +352,7 @@ def rescale_savepoint(
     workdir: Path,
     routes: Mapping[str, OperatorRoute] | None = None,
     source_partitioner: str = "murmur2",
+    new_positions: NewPositions | None = None,
 ) -> tuple[str, CheckpointMetadata]:
     """Write savepoint ``destination`` (``<app>/savepoints/<name>``, or a bare name: of
     the source's app) holding savepoint ``source``'s state rescaled to ``partitions``;
@@ -328,6 +373,7 @@ def rescale_savepoint(
         workdir=workdir,
         routes=routes,
         source_partitioner=source_partitioner,
+        new_positions=new_positions,
     )
     path = create_savepoint(store, app_id, name, replace(rescaled, origin=source))
     for snap in rescaled.tasks.values():  # the savepoint has copies of the new manifests
@@ -337,7 +383,11 @@ def rescale_savepoint(
 
 
 def rescaler(
-    store: CheckpointStore, app_id: str, checkpoint_id: int, source_partitioner: str = "murmur2"
+    store: CheckpointStore,
+    app_id: str,
+    checkpoint_id: int,
+    source_partitioner: str = "murmur2",
+    new_positions: NewPositions | None = None,
 ) -> Callable[[CheckpointMetadata, str, dict[str, int]], CheckpointMetadata]:
     """What a job starting ``--from-savepoint`` on other partition counts rescales its state
     with (:func:`kstream.checkpointstorage.startfrom.import_start`): the new tasks' snapshots written
@@ -357,6 +407,7 @@ def rescaler(
                     label=f"rescale-{checkpoint_id}",
                     workdir=Path(tmp),
                     source_partitioner=source_partitioner,
+                    new_positions=new_positions,
                 )
         except RescaleError as e:
             raise IncompatibleStateError(f"{label} cannot be rescaled to this topology: {e}") from e
