@@ -182,10 +182,10 @@ def test_metadata_of_many_tasks_is_written_in_columns_and_reads_back(tmp_path: P
     data = meta.to_json()
     columns = json.loads(data)["task_columns"]
     assert "tasks" not in json.loads(data) and b"\n" not in data
-    assert columns["task"] == sorted(tasks)
+    assert columns["task"] == list(tasks)  # (in the order of the metadata's tasks)
     assert columns["handle"][:2] == ["app/m/s-0", "app/m/s-1"]
     assert columns["offsets"][1] == {"in:0": {"up-0": 1}}
-    assert columns["member"][:4] == ["w0", "w1", "w10", "w100"]  # (ascending task ids)
+    assert columns["member"][999:] == ["w999", "w1000"]
     store = FileStore(tmp_path)
     write_metadata(store, "app", meta)
     assert read_metadata(store, "app", 4) == meta

@@ -22,6 +22,7 @@ import json
 import logging
 from collections.abc import Iterable
 from dataclasses import dataclass, field, fields
+from operator import attrgetter
 from typing import Any
 
 from kstream.checkpointstorage.base import CheckpointStore, StoreError
@@ -93,18 +94,18 @@ class CheckpointMetadata:
     @property
     def state_size(self) -> int:
         """Full state size in bytes, summed over tasks."""
-        return sum(t.state_size for t in self.tasks.values())
+        return sum(map(_STATE_SIZE, self.tasks.values()))
 
     @property
     def uploaded_size(self) -> int:
         """Bytes uploaded for this checkpoint (incremental), summed over tasks."""
-        return sum(t.uploaded_size for t in self.tasks.values())
+        return sum(map(_UPLOADED_SIZE, self.tasks.values()))
 
     def to_json(self) -> bytes:
         """The file content (stable key order). Up to ``INDENTED_TASKS`` tasks indented,
         human-readable, each task's snapshot an object under ``tasks``; past that — written
         by the coordinator at every checkpoint — not indented and in columns (``task_columns``:
-        the task ids under ``task``, ascending, and a list per snapshot field in that order):
+        the task ids under ``task``, and a list per snapshot field in that order):
         at 100 000 tasks 20 MB in 0.14 s of CPU, not an object per task's 31 MB in 0.35 s
         (Python's indenting encoder: 1.3 s; issue 41)."""
         body: dict[str, Any] = {
@@ -156,13 +157,14 @@ class CheckpointMetadata:
 
 
 _SNAPSHOT_FIELDS = tuple(f.name for f in fields(TaskSnapshot))
+_STATE_SIZE, _UPLOADED_SIZE = attrgetter("state_size"), attrgetter("uploaded_size")
 
 
 def _columns(tasks: dict[str, TaskSnapshot]) -> dict[str, list[Any]]:
-    """``tasks`` as columns: the ids under ``task`` (ascending), a list per snapshot field."""
-    ids = sorted(tasks)
-    rows = [vars(tasks[t]) for t in ids]
-    return {"task": ids, **{name: [r[name] for r in rows] for name in _SNAPSHOT_FIELDS}}
+    """``tasks`` as columns: the ids under ``task`` in ``tasks``' order (not sorted: at
+    100 000 tasks sorting doubled the time), a list per snapshot field."""
+    rows = [vars(t) for t in tasks.values()]
+    return {"task": list(tasks), **{name: [r[name] for r in rows] for name in _SNAPSHOT_FIELDS}}
 
 
 def _from_columns(columns: dict[str, Any]) -> dict[str, TaskSnapshot]:
