@@ -174,7 +174,8 @@ def _from_columns(columns: dict[str, Any]) -> dict[str, TaskSnapshot]:
     values = [columns[n] for n in names]
     if any(len(v) != len(ids) for v in values):
         raise ValueError("task_columns are not all of the same length")
-    return {str(t): TaskSnapshot(**dict(zip(names, row))) for t, *row in zip(ids, *values)}
+    rows = zip(ids, *values, strict=True)
+    return {str(t): TaskSnapshot(**dict(zip(names, row, strict=True))) for t, *row in rows}
 
 
 def write_metadata(
