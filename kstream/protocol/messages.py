@@ -87,7 +87,8 @@ class AcknowledgeCheckpoints:
 
     One message per worker per checkpoint, not one per task: at hundreds of tasks per
     worker the coordinator reads a message per worker. Split into parts only to stay
-    under ``MAX_MESSAGE_BYTES`` (:func:`kstream.protocol.acks.acknowledgements`).
+    under ``MAX_MESSAGE_BYTES`` (:func:`kstream.protocol.batching.batch`); on the wire its
+    snapshots are columns (:mod:`kstream.protocol.snapshotcolumns`).
     """
 
     checkpoint_id: int
