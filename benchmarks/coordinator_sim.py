@@ -21,7 +21,9 @@ that starts now reads of the compacted control topic (the newest record per key:
 :func:`compacted`), in records and bytes.
 
 Run ``python -m benchmarks.coordinator_sim`` (defaults: 100 000 tasks, 1 000 workers);
-``--profile`` prints the coordinator's cProfile (the functions by own time).
+``--profile`` prints the coordinator's cProfile (the functions by own time). The process
+runs with a coordinator process's GC settings (:func:`kstream.hosting.tuning.tune_gc`,
+applied by every process that hosts a coordinator); ``--default-gc``: Python's defaults.
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ from functools import partial
 
 from kstream.checkpointstorage.metadata import CheckpointMetadata, TaskSnapshot
 from kstream.config import CheckpointingConfig, RestartStrategy
+from kstream.hosting.tuning import tune_gc
 from kstream.protocol import worker as wp
 from kstream.protocol.batching import batch
 from kstream.protocol.commands import Command, Send, WriteMetadata
@@ -300,14 +303,17 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--checkpoints", type=int, default=3)
     p.add_argument("--per-task-acks", action="store_true", help="one ack message per task")
     p.add_argument("--profile", action="store_true", help="cProfile of the checkpoints")
+    p.add_argument("--default-gc", action="store_true", help="not a coordinator's GC settings")
     args = p.parse_args(argv)
+    if not args.default_gc:
+        tune_gc()
     prof = cProfile.Profile() if args.profile else None
     r = run(
         args.tasks, args.workers, args.checkpoints, batched=not args.per_task_acks, profiler=prof
     )
-    print(
-        f"{r.tasks:,} tasks on {r.workers:,} workers ({'batched' if r.batched else 'per-task'} acks)"
-    )
+    acks = "batched" if r.batched else "per-task"
+    gcs = "default GC" if args.default_gc else "a coordinator's GC settings"
+    print(f"{r.tasks:,} tasks on {r.workers:,} workers ({acks} acks, {gcs})")
     print(f"restore -> resume: {r.restore_cpu_s:.3f} s coordinator CPU")
     print(f"one heartbeat round: {r.heartbeat_round_cpu_s:.3f} s coordinator CPU")
     cps = ", ".join(f"{s:.3f}" for s in r.checkpoint_cpu_s)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -10,6 +11,7 @@ from kstream.checkpointstorage.base import ObjectExists, StoreError
 from kstream.checkpointstorage.file import FileStore
 from kstream.checkpointstorage.layout import index_path, metadata_path
 from kstream.checkpointstorage.metadata import (
+    INDENTED_TASKS,
     INDEX_LENGTH,
     CheckpointMetadata,
     MetadataError,
@@ -165,3 +167,45 @@ def test_purgeable_offsets_are_the_smallest_seek_of_every_retained_checkpoint() 
         ("app.s0.repartition", 2): 5,
     }
     assert purgeable_offsets([]) == {}
+
+
+def test_metadata_of_many_tasks_is_written_in_columns_and_reads_back(tmp_path: Path) -> None:
+    """Past INDENTED_TASKS tasks (the coordinator writes it at every checkpoint) the tasks
+    are columns, not an object each (issue 41: 20 MB, not 31 MB, at 100 000 tasks)."""
+    tasks = {
+        f"s-{i}": TaskSnapshot(
+            f"app/m/s-{i}", {"in:0": {"up-0": i}}, i, 1, 0.5, 1.5, 2.5, 7.0, f"w{i}"
+        )
+        for i in range(INDENTED_TASKS + 1)
+    }
+    meta = CheckpointMetadata(4, 2, 100.0, 101.0, tasks, {"op": "d"}, "chk-1", "plan9")
+    data = meta.to_json()
+    columns = json.loads(data)["task_columns"]
+    assert "tasks" not in json.loads(data) and b"\n" not in data
+    assert columns["task"] == list(tasks)  # (in the order of the metadata's tasks)
+    assert columns["handle"][:2] == ["app/m/s-0", "app/m/s-1"]
+    assert columns["offsets"][1] == {"in:0": {"up-0": 1}}
+    assert columns["member"][999:] == ["w999", "w1000"]
+    store = FileStore(tmp_path)
+    write_metadata(store, "app", meta)
+    assert read_metadata(store, "app", 4) == meta
+
+
+def test_metadata_of_few_tasks_keeps_one_object_per_task_as_before() -> None:
+    data = _meta(3).to_json()
+    assert json.loads(data)["tasks"]["s-0"]["handle"] == "app/m/s-0"
+    assert data.startswith(b'{\n "attempt": 1,')  # indented
+    old = {**json.loads(data), "tasks": {"s-0": {"handle": "h", "offsets": {"in:0": 1}}}}
+    got = CheckpointMetadata.from_json(json.dumps(old).encode())
+    assert got.tasks == {"s-0": TaskSnapshot("h", {"in:0": 1})}  # (fields of older versions)
+
+
+def test_columns_of_unequal_length_are_invalid_metadata() -> None:
+    body = json.loads(_meta(3).to_json())
+    del body["tasks"]
+    body["task_columns"] = {"task": ["a", "b"], "handle": ["h"]}
+    with pytest.raises(MetadataError, match="not all of the same length"):
+        CheckpointMetadata.from_json(json.dumps(body).encode())
+    body["task_columns"] = {"task": ["a"], "handle": ["h"], "colour": ["red"]}
+    with pytest.raises(MetadataError, match="colour"):
+        CheckpointMetadata.from_json(json.dumps(body).encode())

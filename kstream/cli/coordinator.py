@@ -17,6 +17,7 @@ from kstream.cli.options import (
 from kstream.cli.startup import prepare_job, prepare_tasks
 from kstream.hosting.signals import install_signal_handlers
 from kstream.hosting.startup import Coordination, coordinate
+from kstream.hosting.tuning import tune_gc
 
 
 @click.command()
@@ -72,6 +73,7 @@ def coordinator(
         stop = True
 
     signals.attach(on_signal)
+    tune_gc()  # as a worker's: at 100 000 tasks ~0.3 s less CPU per checkpoint (issue 41)
     code = coordinate(
         cfg, coordination, heartbeat_timeout=heartbeat_timeout, should_stop=lambda: stop
     )

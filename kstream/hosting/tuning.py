@@ -1,4 +1,4 @@
-"""Process-level tuning of a worker process."""
+"""Process-level tuning of a worker or coordinator process."""
 
 from __future__ import annotations
 
@@ -14,6 +14,10 @@ def tune_gc() -> None:
     objects alive after start-up are frozen out of every collection, and a young
     collection runs every 100 000 net allocations instead of 700. Reference counting
     still frees all acyclic garbage at once; only cycles wait longer.
+
+    Every process that hosts a coordinator applies it too (`kstream coordinator`; `run`
+    and `worker` host theirs): a checkpoint of 100 000 tasks builds as many snapshots
+    and their metadata, and the default thresholds rescan them many times over.
     """
     gc.freeze()
     gc.set_threshold(100_000, 50, 50)

@@ -391,12 +391,10 @@ class CheckpointCoordinator:
         p = self._pending_for(checkpoint_id, attempt)
         if p is None:
             return []
-        for task_id, snapshot in snapshots.items():
-            outcome = p.acknowledge(task_id, snapshot, now)
-            if outcome is not AckOutcome.ACCEPTED:
-                self.ignored_messages += 1
-                if outcome is AckOutcome.UNEXPECTED_TASK:
-                    log.warning("ack from task %r which is not in the plan; ignored", task_id)
+        for task_id, outcome in p.acknowledge(snapshots, now):
+            self.ignored_messages += 1
+            if outcome is AckOutcome.UNEXPECTED_TASK:
+                log.warning("ack from task %r which is not in the plan; ignored", task_id)
         if not p.is_complete:
             return []
         # Every task acknowledged: the metadata is written first; the announcement

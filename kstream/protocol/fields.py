@@ -122,8 +122,11 @@ def _dataclass(cls: type[Any]) -> Checker:
     )
     checkers = {f.name: _checker(hints[f.name]) for f in fields(cls)}
     # A field of a plain type takes a value of exactly that type as it is (most values:
-    # no call); any other value (an int for a float, ...) goes through its checker.
+    # no call), and so does a ``dict[str, Any]`` take a dict (a JSON object's keys are
+    # strings, its values JSON: a snapshot's offsets); any other value (an int for a
+    # float, ...) goes through its checker.
     plain = {n: h for n, h in hints.items() if n in names and h in (str, int, float, bool)}
+    plain |= {n: dict for n, h in hints.items() if n in names and h == dict[str, Any]}
     anything = frozenset(n for n, h in hints.items() if n in names and h is Any)
 
     def checked(value: dict[str, Any], where: str) -> dict[str, Any]:

@@ -10,8 +10,8 @@ Who writes what:
 
 * coordinator: TriggerCheckpoint, CheckpointCompleted, CheckpointAborted,
   Restore, Resume, JobFailed, StopJob, JobStopped, WatermarkBound;
-* workers: AcknowledgeCheckpoints (AcknowledgeCheckpoint: one task's, as before: still
-  read), DeclineCheckpoint, TasksReady (TaskReady: one task's, still read), Heartbeat,
+* workers: AcknowledgeCheckpoints (its snapshots in columns: :mod:`kstream.protocol.snapshotcolumns`;
+  an object per snapshot, as before columns, and AcknowledgeCheckpoint, one task's: still read), DeclineCheckpoint, TasksReady (TaskReady: one task's, still read), Heartbeat,
   TaskFailed, RestoreFailed, CheckpointRequest, WorkerStopped, WatermarkReport;
 * ``kstream savepoint``: SavepointRequest.
 
@@ -36,12 +36,13 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from kstream.checkpointstorage.metadata import TaskSnapshot
 from kstream.protocol.fields import FieldError, build
 from kstream.protocol.replay import Stamp
+from kstream.protocol.snapshotcolumns import from_columns, to_columns
 
 SCHEMA_VERSION = 1
 MAX_MESSAGE_BYTES = 256 * 1024  # an ack with many partition offsets stays far below this
@@ -86,7 +87,8 @@ class AcknowledgeCheckpoints:
 
     One message per worker per checkpoint, not one per task: at hundreds of tasks per
     worker the coordinator reads a message per worker. Split into parts only to stay
-    under ``MAX_MESSAGE_BYTES`` (:func:`kstream.protocol.acks.acknowledgements`).
+    under ``MAX_MESSAGE_BYTES`` (:func:`kstream.protocol.batching.batch`); on the wire its
+    snapshots are columns (:mod:`kstream.protocol.snapshotcolumns`).
     """
 
     checkpoint_id: int
@@ -373,6 +375,8 @@ def dump(msg: Message) -> bytes:
         del body["query"]  # as before queries: readers of an older version decode it
     if isinstance(msg, Resume) and msg.parts == 1:
         del body["part"], body["parts"]  # as before parts
+    if isinstance(msg, AcknowledgeCheckpoints):
+        body["columns"] = to_columns(body.pop("snapshots"))  # (objects: still read)
     return json.dumps(
         {"v": SCHEMA_VERSION, "type": type(msg).__name__, **body},
         separators=(",", ":"),
@@ -456,7 +460,20 @@ def decode(data: bytes | None) -> Message:
         raise ProtocolError(f"unknown message type {name!r}")
     body = {k: v for k, v in obj.items() if k not in ("v", "type", "epoch", "seq", "sig")}
     try:
+        if name == "AcknowledgeCheckpoints" and "columns" in body:
+            return _acks_in_columns(body)
         message: Message = build(MESSAGE_TYPES[name], body, name)
     except FieldError as e:
         raise ProtocolError(str(e)) from None
     return message
+
+
+def _acks_in_columns(body: dict[str, Any]) -> AcknowledgeCheckpoints:
+    """An ``AcknowledgeCheckpoints`` whose snapshots are in columns (``"snapshots"``:
+    an object per task, as written before columns)."""
+    where = "AcknowledgeCheckpoints"
+    if "snapshots" in body:
+        raise FieldError(f"{where}: both snapshots and columns")
+    snapshots = from_columns(body.pop("columns"), f"{where}.columns")
+    msg: AcknowledgeCheckpoints = build(AcknowledgeCheckpoints, {**body, "snapshots": {}}, where)
+    return replace(msg, snapshots=snapshots)
