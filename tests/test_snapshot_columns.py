@@ -1,5 +1,6 @@
-"""A worker's batch of acknowledgements on the wire: its snapshots in columns, checked as
-strictly as any field; the object-per-task form of earlier versions still read (issue 41)."""
+"""A worker's batch of acknowledgements on the wire: its snapshots in columns (a batch of
+``COLUMNS_FROM`` or more), checked as strictly as any field; the object-per-task form of
+earlier versions still read and still written for smaller batches (issue 41)."""
 
 from __future__ import annotations
 
@@ -10,11 +11,18 @@ import pytest
 
 from benchmarks.coordinator_sim import snapshot
 from kstream.checkpointstorage.metadata import TaskSnapshot
+from kstream.protocol import messages
 from kstream.protocol.messages import AcknowledgeCheckpoints, ProtocolError, decode, dump, encode
 
 A = TaskSnapshot("h/a", {"in:0": 5}, 10, 2, 1.5, 2.0, 3.25, 0.0, "w1")
 B = TaskSnapshot("h/b", {"up:1": {"stage0-0": 7}}, 20, 0, 0.0, 1.0, 4.0, 0.0, "w1")
 MSG = AcknowledgeCheckpoints(4, 2, "w1", {"a": A, "b": B})
+
+
+@pytest.fixture(autouse=True)
+def _columns_from_two(monkeypatch: pytest.MonkeyPatch) -> None:
+    """MSG's two snapshots go in columns (a real batch needs COLUMNS_FROM)."""
+    monkeypatch.setattr(messages, "COLUMNS_FROM", 2)
 
 
 def _body(**columns: Any) -> bytes:
@@ -89,3 +97,20 @@ def test_columns_with_snapshots_or_not_an_object_are_refused() -> None:
     del wire["columns"]["member"]
     with pytest.raises(ProtocolError, match=r"expected .*'member'"):
         decode(json.dumps(wire).encode())
+
+
+def test_a_batch_smaller_than_columns_from_is_written_as_before_columns(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """What an older coordinator reads: a job with fewer tasks per worker than
+    COLUMNS_FROM can be upgraded by a rolling restart."""
+    monkeypatch.setattr(messages, "COLUMNS_FROM", 3)
+    wire = json.loads(encode(MSG))
+    assert "columns" not in wire and set(wire["snapshots"]) == {"a", "b"}
+    assert wire["snapshots"]["a"]["handle"] == "h/a"
+    assert decode(encode(MSG)) == MSG
+    monkeypatch.setattr(messages, "COLUMNS_FROM", 64)  # the default
+    snaps = {f"stage0-{p}": snapshot(f"stage0-{p}", "w1", 9) for p in range(64)}
+    assert "columns" in json.loads(dump(AcknowledgeCheckpoints(9, 1, "w1", snaps)))
+    del snaps["stage0-0"]
+    assert "snapshots" in json.loads(dump(AcknowledgeCheckpoints(9, 1, "w1", snaps)))

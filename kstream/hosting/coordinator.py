@@ -487,12 +487,8 @@ def _start_state(
         return rec
     latest = recovered.latest_completed
     if latest is not None:
-        check_state(
-            latest,
-            f"checkpoint {latest.checkpoint_id}",
-            description,
-            job.start.allow_non_restored_state,
-        )
+        where = f"checkpoint {latest.checkpoint_id}"
+        check_state(latest, where, description, job.start.allow_non_restored_state)
     return recovered
 
 

@@ -366,6 +366,13 @@ def record_key(msg: Message) -> str:
     return f"{name}:{task}" if isinstance(task, str) else name
 
 
+COLUMNS_FROM = 64
+"""An ``AcknowledgeCheckpoints`` of at least this many snapshots is written in columns
+(two thirds of the bytes, a fraction of the decoding); a smaller one as an object per
+snapshot, as before columns, which a coordinator of an older version reads — a job with
+fewer tasks per worker can be upgraded by a rolling restart (docs/design.md §5.5)."""
+
+
 def dump(msg: Message) -> bytes:
     """The wire form of ``msg``, whatever its size (``encode`` checks it)."""
     # (vars, not asdict: asdict deep-copies every value, which made encoding a Resume
@@ -375,7 +382,7 @@ def dump(msg: Message) -> bytes:
         del body["query"]  # as before queries: readers of an older version decode it
     if isinstance(msg, Resume) and msg.parts == 1:
         del body["part"], body["parts"]  # as before parts
-    if isinstance(msg, AcknowledgeCheckpoints):
+    if isinstance(msg, AcknowledgeCheckpoints) and len(msg.snapshots) >= COLUMNS_FROM:
         body["columns"] = to_columns(body.pop("snapshots"))  # (objects: still read)
     return json.dumps(
         {"v": SCHEMA_VERSION, "type": type(msg).__name__, **body},
