@@ -1,5 +1,6 @@
 """Input that keeps flowing while a test stops and starts its job (savepoints, upgrades,
-rescaling), and waits on a ``kstream run`` process: its log, its first committed output."""
+rescaling), the runs of such a job (``kstream run``, stopped with a savepoint), and waits
+on a ``kstream run`` process: its log, its first committed output."""
 
 from __future__ import annotations
 
@@ -10,6 +11,8 @@ from collections.abc import Callable
 from pathlib import Path
 from types import TracebackType
 
+from integration.cli_job import CLI
+from integration.e2e.harness import REPO
 from integration.edge_tools import read_all
 from kstream.kafka.clients import make_producer
 
@@ -68,3 +71,37 @@ def wait_for_output(
         assert proc.poll() is None, log.read_text()[-4000:]
         assert time.monotonic() < deadline, f"no output committed to {topic} in {timeout:g}s"
         time.sleep(0.5)
+
+
+class SavepointRuns:
+    """The runs of one job: run ``n`` is ``kstream run`` of ``tmp/r{n}.py`` under app id
+    ``apps[n]`` (its own state directory, log ``tmp/r{n}.log``), on the test's broker and
+    ``store_url``, checkpointing every second; each is stopped by ``kstream savepoint
+    --stop`` and the next starts from that savepoint (the test passes
+    ``--from-savepoint``)."""
+
+    def __init__(self, tmp: Path, bootstrap: str, store_url: str, apps: list[str]) -> None:
+        self.tmp, self.bootstrap, self.store_url, self.apps = tmp, bootstrap, store_url, apps
+
+    def start(self, run: int, *extra: str) -> tuple[subprocess.Popen[bytes], Path]:
+        """Run ``run`` started (not waited for), with ``extra`` options; its log."""
+        log = self.tmp / f"r{run}.log"
+        proc = subprocess.Popen(
+            [*CLI, "-v", "run", str(self.tmp / f"r{run}.py"), "--bootstrap", self.bootstrap,
+             "--store", self.store_url, "--interval", "1", "--state-dir",
+             str(self.tmp / f"state{run}"), "--app-id", self.apps[run], *extra],
+            stdout=log.open("wb"), stderr=subprocess.STDOUT, cwd=REPO,
+        )  # fmt: skip
+        return proc, log
+
+    def savepoint_stop(self, run: int, proc: subprocess.Popen[bytes], log: Path) -> str:
+        """``kstream savepoint --stop`` of run ``run``: its savepoint's path, once the run
+        ended with 0."""
+        sp = subprocess.run(
+            [*CLI, "savepoint", "--app-id", self.apps[run], "--bootstrap", self.bootstrap,
+             "--store", self.store_url, "--name", f"sp{run}", "--stop", "--timeout", "90"],
+            capture_output=True, cwd=REPO, timeout=120,
+        )  # fmt: skip
+        assert sp.returncode == 0, sp.stderr.decode()[-4000:]
+        assert proc.wait(timeout=60) == 0, log.read_text()[-4000:]
+        return sp.stdout.decode().strip()

@@ -24,7 +24,7 @@ from confluent_kafka.admin import NewPartitions
 from integration.cli_job import CLI
 from integration.e2e.harness import REPO
 from integration.edge_tools import read_all
-from integration.steadyfeed import SteadyFeed, wait_for_line, wait_for_output
+from integration.steadyfeed import SavepointRuns, SteadyFeed, wait_for_line, wait_for_output
 from kstream.checkpointstorage.savepoints import read_savepoint
 from kstream.checkpointstorage.urls import open_store
 from kstream.kafka.clients import TopicSpec, ensure_topics, make_admin, make_producer
@@ -76,27 +76,14 @@ def test_a_window_stage_rescaled_4_12_3_with_input_flowing_counts_exactly(
             TOPOLOGY.format(src=src, dst=dsts[run], window=WINDOW_MS, partitions=n, run=run)
         )
     store_url = f"file://{tmp_path}/store"
-    common = ["--bootstrap", kafka_bootstrap, "--store", store_url, "--interval", "1"]
+    runs = SavepointRuns(tmp_path, kafka_bootstrap, store_url, apps)
 
     def start(run: int, *extra: str) -> tuple[subprocess.Popen[bytes], Path]:
-        log = tmp_path / f"r{run}.log"
-        proc = subprocess.Popen(
-            [*CLI, "-v", "run", str(tmp_path / f"r{run}.py"), *common, "--state-dir",
-             str(tmp_path / f"state{run}"), "--app-id", apps[run], *extra],
-            stdout=log.open("wb"), stderr=subprocess.STDOUT, cwd=REPO,
-        )  # fmt: skip
-        return proc, log
+        return runs.start(run, *extra)
 
     def savepoint_stop(run: int, proc: subprocess.Popen[bytes], log: Path) -> str:
         wait_for_output(kafka_bootstrap, dsts[run], proc, log, 90)  # some committed first
-        sp = subprocess.run(
-            [*CLI, "savepoint", "--app-id", apps[run], "--bootstrap", kafka_bootstrap, "--store",
-             store_url, "--name", f"sp{run}", "--stop", "--timeout", "90"],
-            capture_output=True, cwd=REPO, timeout=120,
-        )  # fmt: skip
-        assert sp.returncode == 0, sp.stderr.decode()[-4000:]
-        assert proc.wait(timeout=60) == 0, log.read_text()[-4000:]
-        return sp.stdout.decode().strip()
+        return runs.savepoint_stop(run, proc, log)
 
     with SteadyFeed(kafka_bootstrap, src, _line) as feed:  # ~400 records/s throughout
         r0, log0 = start(0)

@@ -22,10 +22,8 @@ from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
-from integration.cli_job import CLI
-from integration.e2e.harness import REPO
 from integration.edge_tools import read_all
-from integration.steadyfeed import SteadyFeed, wait_for_line
+from integration.steadyfeed import SavepointRuns, SteadyFeed, wait_for_line
 from kstream.checkpointstorage.savepoints import read_savepoint
 from kstream.checkpointstorage.urls import open_store
 from kstream.kafka.clients import TopicSpec, ensure_topics, make_admin, make_producer
@@ -145,15 +143,10 @@ def test_a_join_and_a_session_job_rescaled_4_12_3_with_input_flowing_equal_a_job
             TOPOLOGY.format(**topics, sessions=sessions, n=n, run=run, within=WITHIN_MS, gap=GAP_MS)
         )
     store_url = f"file://{tmp_path}/store"
-    common = ["--bootstrap", kafka_bootstrap, "--store", store_url, "--interval", "1"]
+    runs = SavepointRuns(tmp_path, kafka_bootstrap, store_url, apps)
 
     def start(run: int, *extra: str) -> tuple[subprocess.Popen[bytes], Path]:
-        log = tmp_path / f"r{run}.log"
-        proc = subprocess.Popen(
-            [*CLI, "-v", "run", str(tmp_path / f"r{run}.py"), *common, "--state-dir",
-             str(tmp_path / f"state{run}"), "--app-id", apps[run], *extra],
-            stdout=log.open("wb"), stderr=subprocess.STDOUT, cwd=REPO,
-        )  # fmt: skip
+        proc, log = runs.start(run, *extra)
         wait_for_line(proc, log, "resumed: running", 120)
         return proc, log
 
@@ -170,14 +163,7 @@ def test_a_join_and_a_session_job_rescaled_4_12_3_with_input_flowing_equal_a_job
 
     def savepoint_stop(run: int, proc: subprocess.Popen[bytes], log: Path) -> str:
         wait_for_rows_of(run, proc, log)
-        sp = subprocess.run(
-            [*CLI, "savepoint", "--app-id", apps[run], "--bootstrap", kafka_bootstrap, "--store",
-             store_url, "--name", f"sp{run}", "--stop", "--timeout", "90"],
-            capture_output=True, cwd=REPO, timeout=120,
-        )  # fmt: skip
-        assert sp.returncode == 0, sp.stderr.decode()[-4000:]
-        assert proc.wait(timeout=60) == 0, log.read_text()[-4000:]
-        return sp.stdout.decode().strip()
+        return runs.savepoint_stop(run, proc, log)
 
     with ExitStack() as stack:  # three feeds, each ~200 records/s, throughout
         feeds = [
