@@ -69,6 +69,7 @@ from kstream.protocol.messages import Message, Restore
 from kstream.protocol.recovery import RecoveredState, recover
 from kstream.rescale.savepoint import rescaler
 from kstream.snapshots.retention import apply_retention
+from kstream.snapshots.retention_cache import RetentionCache
 
 log = logging.getLogger(__name__)
 
@@ -114,6 +115,7 @@ class CommandExecutor:
         self.metrics = metrics or METRICS
         self._purged: dict[tuple[str, int], int] = {}
         self._young: dict[str, float] = {}  # retention: young shared files, their mtimes
+        self._retention_cache = RetentionCache()  # retention: what it has read before
         # Completed checkpoints not in the store's index yet: the retention thread adds
         # them before its run, so the index (a hint) costs the critical path nothing.
         self._unindexed: list[int] = []
@@ -271,7 +273,9 @@ class CommandExecutor:
         if ids:
             add_to_index(self.store, self.app_id, ids)
         try:
-            apply_retention(self.store, self.app_id, retained, young=self._young)
+            apply_retention(
+                self.store, self.app_id, retained, young=self._young, cache=self._retention_cache
+            )
         except StoreError as e:  # retention is retried after the next completion
             log.warning("applying retention (keep %d) failed: %s", retained, e)
             return

@@ -23,6 +23,14 @@ manifest that every file it references exists and uploads any that vanished.
 
 If any metadata or manifest cannot be read, GC deletes no manifest or shared
 file in that run (it cannot know what they reference) and reports why.
+
+Cost: a pass lists the app's checkpoints, task manifests, savepoints and shared files,
+deletes what it deletes, and reads the metadata of the retained checkpoints and every
+remaining manifest — O(tasks x retained checkpoints) reads. Given a
+:class:`~kstream.snapshots.retention_cache.RetentionCache` kept across passes (the
+coordinator's), it reads only what it has not read before (what it reads never changes
+once written; see that module): after one more checkpoint, that checkpoint's metadata and
+its tasks' new manifests (plus each savepoint's metadata), O(tasks).
 """
 
 from __future__ import annotations
@@ -41,7 +49,12 @@ from kstream.checkpointstorage.layout import (
     tasks_prefix,
 )
 from kstream.checkpointstorage.metadata import MetadataError, completed_ids, read_metadata
-from kstream.checkpointstorage.savepoints import savepoint_manifests
+from kstream.snapshots.retention_cache import (
+    RetentionCache,
+    Validator,
+    savepoint_manifest_validators,
+    task_manifest_validator,
+)
 from kstream.snapshots.upload import read_manifest
 
 log = logging.getLogger(__name__)
@@ -70,6 +83,7 @@ def apply_retention(
     *,
     clock: Callable[[], float] = time.time,
     young: dict[str, float] | None = None,
+    cache: RetentionCache | None = None,
 ) -> RetentionReport:
     """Keep the last ``retained`` completed checkpoints; delete what nothing needs.
 
@@ -82,6 +96,10 @@ def apply_retention(
     is not asked again until its grace period ends (a reuse's touch only makes it
     younger). Without it every run asks the store for the age of every young file —
     a checkpoint's worth of files per interval for ``grace_seconds``: thousands.
+
+    ``cache``: kept by the same caller, what earlier runs read from checkpoint metadata and
+    manifests, so this run reads only what is new (module docstring, "Cost"). Without it
+    every run reads everything: O(tasks x retained) reads.
     """
     if retained < 1:
         raise ValueError(f"retained must be >= 1, got {retained}")
@@ -90,16 +108,22 @@ def apply_retention(
     keep = ids[-retained:]
     report.retained = list(keep)
     newest = keep[-1] if keep else None
+    cache = cache if cache is not None else RetentionCache()  # a new one: a full scan
+    cache.keep_checkpoints(keep)
 
     # 0. What the retained checkpoints reference.
     referenced_manifests: set[str] = set()
     for n in keep:
-        try:
-            meta = read_metadata(store, app_id, n)
-        except MetadataError as e:
-            report.errors.append(f"retained checkpoint {n} unreadable: {e}")
-            continue
-        referenced_manifests |= {t.handle for t in meta.tasks.values() if t.handle}
+        handles = cache.checkpoint(n)
+        if handles is None:
+            try:
+                meta = read_metadata(store, app_id, n)
+            except MetadataError as e:
+                report.errors.append(f"retained checkpoint {n} unreadable: {e}")
+                continue
+            handles = frozenset(t.handle for t in meta.tasks.values() if t.handle)
+            cache.remember_checkpoint(n, handles)
+        referenced_manifests |= handles
 
     if report.errors:
         log.error("checkpoint GC of %s deletes nothing: %s", app_id, "; ".join(report.errors))
@@ -112,7 +136,7 @@ def apply_retention(
         report.deleted_metadata.append(path)
 
     # 2. Manifests of non-retained and aborted checkpoints.
-    remaining: list[str] = []
+    remaining: dict[str, Validator] = {}
     for path in store.list(tasks_prefix(app_id)):
         numbered = numbered_manifest(path)
         garbage = (
@@ -126,16 +150,23 @@ def apply_retention(
             store.delete(path)
             report.deleted_manifests.append(path)
         else:
-            remaining.append(path)
-    remaining += savepoint_manifests(store, app_id)  # savepoints are outside retention
+            remaining[path] = task_manifest_validator(path)
+    # Savepoints are outside retention: their manifests only ever add references.
+    remaining.update(savepoint_manifest_validators(store, app_id))
+    cache.keep_manifests(remaining)
 
     # 3. Shared files no remaining manifest references, once past the grace period.
     referenced: set[str] = set()
-    for path in remaining:
-        try:
-            referenced |= read_manifest(store, path).shared_paths()
-        except (StoreError, ValueError) as e:
-            report.errors.append(f"manifest {path} unreadable: {e}")
+    for path, validator in remaining.items():
+        refs = cache.manifest(path, validator)
+        if refs is None:
+            try:
+                refs = frozenset(read_manifest(store, path).shared_paths())
+            except (StoreError, ValueError) as e:
+                report.errors.append(f"manifest {path} unreadable: {e}")
+                continue
+            cache.remember_manifest(path, validator, refs)
+        referenced |= refs
     if report.errors:
         log.error(
             "checkpoint GC of %s keeps all shared files: %s", app_id, "; ".join(report.errors)
