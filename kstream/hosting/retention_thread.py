@@ -1,7 +1,8 @@
 """The coordinator's retention, off its loop: one thread deletes what no checkpoint needs.
 
-Retention after a completion reads the retained checkpoints' metadata and manifests
-and deletes files (on a local disk 5-10 ms an unlink, on S3 a request each): tens of
+Retention after a completion reads the new checkpoint's metadata and manifests (what it
+read before is cached across runs: ``RetentionCache``, kept by the caller) and deletes
+files (on a local disk 5-10 ms an unlink, on S3 a request each): tens of
 milliseconds the coordinator's loop used to spend before it read the next
 acknowledgement or sent the next trigger. Flink's checkpoint cleaner runs
 asynchronously too. Requests made while a run is in progress coalesce into one more
