@@ -6,6 +6,9 @@ from __future__ import annotations
 from collections import Counter
 from pathlib import Path
 
+import pytest
+
+from kstream.checkpointstorage.base import ObjectExists
 from kstream.checkpointstorage.file import FileStore
 from kstream.checkpointstorage.layout import (
     manifest_path,
@@ -183,3 +186,23 @@ def test_incremental_passes_delete_exactly_what_full_scans_delete(tmp_path: Path
     assert {shared_path(APP, f"own-{i}-7") for i in range(tasks)} <= shared
     assert shared_path(APP, "own-0-5") not in shared
     assert shared_path(APP, "own-0-3") not in shared  # "kept" was deleted at 11
+
+
+def test_a_savepoint_name_in_use_is_refused_before_its_manifests_are_overwritten(
+    tmp_path: Path,
+) -> None:
+    """Retention caches a savepoint's manifests while its metadata is unchanged, so
+    making one under a name in use must not rewrite that savepoint's manifests."""
+    store = FileStore(tmp_path / "store")
+    checkpoint(store, 1, 2)
+    checkpoint(store, 2, 2)
+    path = create_savepoint(store, APP, "sp", read_metadata(store, APP, 1))
+    before = {p: store.get_bytes(p) for p in store.list(path)}
+
+    with pytest.raises(ObjectExists) as refused:
+        create_savepoint(store, APP, "sp", read_metadata(store, APP, 2))
+
+    assert {p: store.get_bytes(p) for p in store.list(path)} == before
+    assert str(refused.value) == (
+        "savepoint app/savepoints/sp exists; choose another name or delete it first"
+    )

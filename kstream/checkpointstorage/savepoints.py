@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, replace
 
-from kstream.checkpointstorage.base import CheckpointStore, StoreError
+from kstream.checkpointstorage.base import CheckpointStore, ObjectExists, StoreError
 from kstream.checkpointstorage.layout import (
     savepoint_manifest_path,
     savepoint_metadata_path,
@@ -57,6 +57,10 @@ def create_savepoint(
     if not name or "/" in name or name.startswith("."):
         raise ValueError(f"invalid savepoint name {name!r}")
     path = savepoint_path(app_id, name)
+    # Refused before copying: the copies would overwrite that savepoint's manifests, which
+    # retention caches while the savepoint's metadata is unchanged (snapshots.retention_cache).
+    if store.exists(savepoint_metadata_path(path)):
+        raise ObjectExists(f"savepoint {path} exists; choose another name or delete it first")
     tasks = {}
     # 1. The task manifests (the shared files they name are already in the store).
     for task_id, snap in sorted(meta.tasks.items()):
