@@ -115,7 +115,7 @@ class CommandExecutor:
         self.metrics = metrics or METRICS
         self._purged: dict[tuple[str, int], int] = {}
         self._young: dict[str, float] = {}  # retention: young shared files, their mtimes
-        self._retention_cache = RetentionCache()  # retention: what it has read before
+        self._seen = RetentionCache()  # retention: what it read before (never changes)
         # Completed checkpoints not in the store's index yet: the retention thread adds
         # them before its run, so the index (a hint) costs the critical path nothing.
         self._unindexed: list[int] = []
@@ -273,9 +273,7 @@ class CommandExecutor:
         if ids:
             add_to_index(self.store, self.app_id, ids)
         try:
-            apply_retention(
-                self.store, self.app_id, retained, young=self._young, cache=self._retention_cache
-            )
+            apply_retention(self.store, self.app_id, retained, young=self._young, cache=self._seen)
         except StoreError as e:  # retention is retried after the next completion
             log.warning("applying retention (keep %d) failed: %s", retained, e)
             return
