@@ -108,3 +108,47 @@ def test_a_partition_released_from_a_hold_is_fed_only_until_it_is_held_again() -
     backlog.add({a: _batch("in", 0, 1000)})
     backlog.feed(old.feed, set())
     assert len(old.fed) == 1000
+
+
+def test_a_bounded_run_ends_a_partition_only_once_its_read_records_were_fed() -> None:
+    """The consumer's position passes the end offset as soon as the last records are read
+    into the backlog; a slow first slice (16 records, a loaded machine) once let the
+    bounded run end the partition there: its task never saw the other 24 records and the
+    run published 16 of 40 (integration/test_schema_registry.py, in CI)."""
+    from kstream.worker.bounded import Bounded
+
+    tp = ("orders", 0)
+    ended: list[tuple[str, int]] = []
+
+    class Task:
+        finished = False
+
+        def seek_positions(self) -> dict[tuple[str, int], int]:
+            return {tp: 16}  # fed up to offset 15
+
+        def end_input(self, topic: str, partition: int) -> None:
+            ended.append((topic, partition))
+
+    class Runner:
+        task = Task()
+
+        def step(self, call: Any, *args: Any) -> None:
+            call(*args[:-1])  # (topic, partition), without now
+
+    class Tasks:
+        runners = {"stage0-0": Runner()}
+        task_of = {tp: "stage0-0"}
+
+    class Source:
+        def positions(self, tps: list[tuple[str, int]]) -> dict[tuple[str, int], int]:
+            return {tp: 40}  # all 40 read
+
+    mode = Bounded(Tasks(), Source(), None, None, None, "app", None)  # type: ignore[arg-type]
+    mode.ends = {tp: 40}
+    backlog = Backlog(2000, clock=lambda: 0.0)
+    backlog.add({tp: _batch("orders", 0, 24)})
+    mode.unfed = backlog.partitions
+    assert mode.end(0.0) is None and ended == []  # 24 wait in the backlog: not the end
+    backlog.clear()  # fed
+    assert mode.end(0.0) is None and ended == [tp]
+    assert mode.ends == {}

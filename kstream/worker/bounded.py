@@ -76,8 +76,14 @@ class Bounded(Mode):
         return ends
 
     def _end_inputs(self, now: float) -> None:
+        """End the input of each partition read up to its end offset and fed: the
+        consumer's position passes the end (over transaction markers too) while the last
+        records may still wait in the loop's backlog, which its task has not seen."""
         positions = self.source.positions(list(self.ends))
+        unfed = self.unfed()
         for tp, end in list(self.ends.items()):
+            if tp in unfed:
+                continue
             pos = positions.get(tp)
             r = self.tasks.runners.get(self.tasks.task_of[tp])
             if r is None:

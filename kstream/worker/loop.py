@@ -267,6 +267,7 @@ class Worker:
         # Waiting queries are answered between two slices: with an endpoint, slices are
         # short (kstream.query.gate), so a query waits milliseconds, not a batch.
         backlog = Backlog(self.queries.max_slice(self.batch_size))
+        mode.unfed = backlog.partitions  # read is not fed (a bounded run's end: its tasks')
         seeks = tasks.seeks
         while not self.stop_event.is_set():
             now = self.clock()

@@ -16,6 +16,7 @@ import logging
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable
+from collections.abc import Set as AbstractSet
 from typing import Any
 
 from kstream.kafka.source import RawRecord
@@ -30,6 +31,10 @@ TP = tuple[str, int]
 
 class Mode(ABC):
     """The mode-specific steps of one loop iteration; each returns an exit code to stop."""
+
+    unfed: Callable[[], AbstractSet[TP]] = frozenset
+    """The partitions with records read but not fed yet (the loop sets its backlog's):
+    the consumer's position is past them, their tasks have not seen them."""
 
     def start(self) -> None:  # noqa: B027 - optional
         """Before the first iteration."""
