@@ -27,6 +27,7 @@ from integration.steadyfeed import SavepointRuns, SteadyFeed, wait_for_line
 from kstream.checkpointstorage.savepoints import read_savepoint
 from kstream.checkpointstorage.urls import open_store
 from kstream.kafka.clients import TopicSpec, ensure_topics, make_admin, make_producer
+from tests.test_window_properties import session_counts
 
 BASE = 1_600_000_000_000
 STEP_MS = 10  # event time of record i: BASE + i * STEP_MS, in every feed
@@ -115,16 +116,7 @@ def expected_sessions(clicks: int) -> Counter[tuple[Any, ...]]:
     per: dict[str, list[int]] = {}
     for i in range(clicks):
         per.setdefault(user_of(i), []).append(BASE + i * STEP_MS)
-    out: Counter[tuple[Any, ...]] = Counter()
-    for user, stamps in per.items():
-        start, last, n = stamps[0], stamps[0], 0
-        for t in stamps:
-            if t - last > GAP_MS:
-                out[(user, start, last + GAP_MS, n)] += 1
-                start, n = t, 0
-            last, n = t, n + 1
-        out[(user, start, last + GAP_MS, n)] += 1
-    return out
+    return session_counts(per, GAP_MS)
 
 
 def test_a_join_and_a_session_job_rescaled_4_12_3_with_input_flowing_equal_a_job_never_rescaled(

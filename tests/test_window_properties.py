@@ -47,6 +47,23 @@ def test_hopping_count(kit: type[Kit], rows: Rows, cuts: list[int]) -> None:
     )
 
 
+def session_counts(stamps_by_key: dict[Any, list[int]], gap: int) -> Counter:
+    """The model of a session count: per key, timestamps at most ``gap`` apart share a
+    session; one ``(key, first, last + gap, count)`` per session (also the rescaled
+    job's model in ``integration/test_rescale_stateful.py``)."""
+    out: Counter = Counter()
+    for k, unsorted in stamps_by_key.items():
+        stamps = sorted(unsorted)
+        start, last, n = stamps[0], stamps[0], 0
+        for t in stamps:
+            if t - last > gap:
+                out[(k, start, last + gap, n)] += 1
+                start, n = t, 0
+            last, n = t, n + 1
+        out[(k, start, last + gap, n)] += 1
+    return out
+
+
 def kafka_streams_sliding(rows: list[tuple[str, int]], d: int) -> Counter:
     """Kafka Streams' sliding windows by definition: per distinct timestamp t of a key
     the left window [t - d, t] and, when non-empty, the right window [t + 1, t + 1 + d];
@@ -73,17 +90,7 @@ def test_session_count(kit: type[Kit], rows: Rows, cuts: list[int]) -> None:
     by_key: dict[str, list[int]] = defaultdict(list)
     for k, ts in rows:
         by_key[k].append(ts)
-    expected: Counter = Counter()
-    for k, stamps in by_key.items():
-        stamps.sort()
-        start, last, n = stamps[0], stamps[0], 0
-        for t in stamps:
-            if t - last > gap:
-                expected[(k, start, last + gap, n)] += 1
-                start, n = t, 0
-            last, n = t, n + 1
-        expected[(k, start, last + gap, n)] += 1
-    assert run(kit, Session(gap), rows, cuts) == expected
+    assert run(kit, Session(gap), rows, cuts) == session_counts(by_key, gap)
 
 
 def outputs(

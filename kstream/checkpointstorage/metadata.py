@@ -122,7 +122,7 @@ class CheckpointMetadata:
             # every task's offsets cost a second at 100 000 tasks)
             body["tasks"] = {name: vars(t) for name, t in self.tasks.items()}  # (sorted)
         else:
-            body["task_columns"] = _columns(self.tasks)
+            body["task_columns"] = snapshot_columns(self.tasks)
         if self.description is not None:
             body["description"] = self.description
         if self.origin is not None:
@@ -156,19 +156,20 @@ class CheckpointMetadata:
             raise MetadataError(f"{where} is not valid checkpoint metadata: {e}") from e
 
 
-_SNAPSHOT_FIELDS = tuple(f.name for f in fields(TaskSnapshot))
+SNAPSHOT_FIELDS = tuple(f.name for f in fields(TaskSnapshot))
 _STATE_SIZE, _UPLOADED_SIZE = attrgetter("state_size"), attrgetter("uploaded_size")
 
 
-def _columns(tasks: dict[str, TaskSnapshot]) -> dict[str, list[Any]]:
+def snapshot_columns(tasks: dict[str, TaskSnapshot]) -> dict[str, list[Any]]:
     """``tasks`` as columns: the ids under ``task`` in ``tasks``' order (not sorted: at
-    100 000 tasks sorting doubled the time), a list per snapshot field."""
+    100 000 tasks sorting doubled the time), a list per snapshot field (the metadata's
+    ``task_columns``, and an ``AcknowledgeCheckpoints`` on the wire)."""
     rows = [vars(t) for t in tasks.values()]
-    return {"task": list(tasks), **{name: [r[name] for r in rows] for name in _SNAPSHOT_FIELDS}}
+    return {"task": list(tasks), **{name: [r[name] for r in rows] for name in SNAPSHOT_FIELDS}}
 
 
 def _from_columns(columns: dict[str, Any]) -> dict[str, TaskSnapshot]:
-    """What ``_columns`` wrote; ValueError, TypeError or KeyError if it is not that."""
+    """What ``snapshot_columns`` wrote; ValueError, TypeError or KeyError if it is not that."""
     ids = columns["task"]
     names = [n for n in columns if n != "task"]
     values = [columns[n] for n in names]

@@ -29,9 +29,9 @@ __all__ = [
     "SavepointInfo",
     "create_savepoint",
     "delete_savepoint",
+    "is_savepoint_manifest",
     "list_savepoints",
     "read_savepoint",
-    "savepoint_manifests",
 ]
 
 
@@ -99,11 +99,9 @@ def list_savepoints(store: CheckpointStore, app_id: str) -> list[SavepointInfo]:
     return sorted(out, key=lambda s: (s.metadata.checkpoint_id, s.path))
 
 
-def savepoint_manifests(store: CheckpointStore, app_id: str) -> list[str]:
-    """Every manifest of every savepoint of ``app_id`` (whole or being written)."""
-    return [
-        p for p in store.list(savepoints_prefix(app_id)) if "/tasks/" in p and p.endswith(".json")
-    ]
+def is_savepoint_manifest(path: str) -> bool:
+    """Whether ``path``, listed under an app's savepoints, is a task manifest of one."""
+    return "/tasks/" in path and path.endswith(".json")
 
 
 def delete_savepoint(store: CheckpointStore, path: str) -> int:

@@ -14,13 +14,12 @@ is taken as a float); anything else raises :class:`~kstream.protocol.fields.Fiel
 
 from __future__ import annotations
 
-from dataclasses import fields
 from typing import Any
 
-from kstream.checkpointstorage.metadata import TaskSnapshot
+from kstream.checkpointstorage.metadata import SNAPSHOT_FIELDS as FIELDS
+from kstream.checkpointstorage.metadata import TaskSnapshot, snapshot_columns
 from kstream.protocol.fields import FieldError
 
-FIELDS = tuple(f.name for f in fields(TaskSnapshot))
 _TYPES: dict[str, type] = {
     "handle": str,
     "offsets": dict,  # a JSON object: string keys, JSON values (any position's shape)
@@ -35,9 +34,8 @@ _TYPES: dict[str, type] = {
 
 
 def to_columns(snapshots: dict[str, TaskSnapshot]) -> dict[str, list[Any]]:
-    """``snapshots`` (task -> snapshot) as columns."""
-    rows = [vars(s) for s in snapshots.values()]
-    return {"task": list(snapshots), **{name: [r[name] for r in rows] for name in FIELDS}}
+    """``snapshots`` (task -> snapshot) as columns, as the metadata writes them."""
+    return snapshot_columns(snapshots)
 
 
 def from_columns(value: Any, where: str) -> dict[str, TaskSnapshot]:

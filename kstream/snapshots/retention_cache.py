@@ -35,6 +35,7 @@ from kstream.checkpointstorage.layout import (
     savepoint_of,
     savepoints_prefix,
 )
+from kstream.checkpointstorage.savepoints import is_savepoint_manifest
 
 #: How a manifest's cache entry is validated: ``""`` — immutable, valid while listed;
 #: a digest — valid while its savepoint's metadata has that digest; None — never cached.
@@ -91,7 +92,7 @@ def task_manifest_validator(path: str) -> Validator:
 
 def savepoint_manifest_validators(store: CheckpointStore, app_id: str) -> dict[str, Validator]:
     """Every manifest of every savepoint of ``app_id`` (whole or being written, as
-    :func:`kstream.checkpointstorage.savepoints.savepoint_manifests`), with the digest of
+    :func:`kstream.checkpointstorage.savepoints.is_savepoint_manifest`), with the digest of
     its savepoint's metadata (None when there is none or it cannot be read)."""
     listed = store.list(savepoints_prefix(app_id))
     whole = {sp for sp in map(savepoint_of, listed) if sp is not None}
@@ -101,8 +102,4 @@ def savepoint_manifest_validators(store: CheckpointStore, app_id: str) -> dict[s
             digests[sp] = hashlib.sha256(store.get_bytes(savepoint_metadata_path(sp))).hexdigest()
         except StoreError:
             digests[sp] = None  # deleted meanwhile: read its manifests uncached
-    return {
-        p: digests.get(p.rsplit("/tasks/", 1)[0])
-        for p in listed
-        if "/tasks/" in p and p.endswith(".json")
-    }
+    return {p: digests.get(p.rsplit("/tasks/", 1)[0]) for p in listed if is_savepoint_manifest(p)}
