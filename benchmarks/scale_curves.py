@@ -70,7 +70,10 @@ checkpoints every 5 s: 2 x P tasks spread over the workers. One local broker, th
   topic (median; counted on up to 8 of its P partitions, x P / 8: every upstream task
   writes each barrier to every partition, P x P on paper);
 - threads / open files / RSS: the largest of each over the workers' `/proc` read every
-  0.25 s until the input was covered and 3 checkpoints completed;
+  0.25 s until the input was covered and 3 checkpoints completed — with several workers
+  that includes the start, when the first worker to join holds every task until the
+  others join; "at the end" (runs from 2026-12-05 01:40 UTC on): the largest over the
+  workers once the input was covered and 3 checkpoints completed;
 - kill -9 → first output: the first worker started is killed and started again at once,
   one probe per input partition closes the window; the first record a read_committed
   reader sees; exact: the window's counts sum to the input's records, no key twice.

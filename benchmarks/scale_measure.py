@@ -189,6 +189,11 @@ class Point:
     threads: int = 0  # the largest per worker
     open_files: int = 0
     rss_mb: float = 0.0
+    # the same, read once the input was covered and the checkpoints completed (after the
+    # start, when the first worker to join may hold every task): 0 when not measured
+    end_threads: int = 0
+    end_open_files: int = 0
+    end_rss_mb: float = 0.0
     kill_to_output_s: float | None = None
     exact: str = ""  # "yes", or what differs
     failure: str = ""
@@ -234,7 +239,12 @@ def row(p: Point) -> str:
             else dash
         ),
         _n(p.barriers_per_checkpoint) if p.checkpoints else dash,
-        f"{p.threads} / {p.open_files} / {p.rss_mb:.0f}" if p.threads else dash,
+        (f"{p.threads} / {p.open_files} / {p.rss_mb:.0f}" if p.threads else dash)
+        + (
+            f" (at the end: {p.end_threads} / {p.end_open_files} / {p.end_rss_mb:.0f})"
+            if p.end_threads
+            else ""
+        ),
         f"{p.kill_to_output_s:.1f}" if p.kill_to_output_s is not None else dash,
         p.exact or dash,
     ]

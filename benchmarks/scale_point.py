@@ -316,6 +316,9 @@ def _run(
                     point.covered_s = meta.complete_time - t_start
                     reading = False
         if covered >= total and len(seen) >= CHECKPOINTS:
+            end = peak(step)
+            point.end_threads, point.end_open_files = end.threads, end.open_files
+            point.end_rss_mb = end.rss_mb
             return ""
         gone = ws.exited()
         if gone:
