@@ -113,13 +113,19 @@ def section(results: dict[str, Any], plot: str | None) -> str:
         parts.append(
             f"### {run['title']} ({run['date']})\n\n"
             f"Command (from the repository root), {run['records']:,} records over "
-            f"{run['keys']:,} keys, budget {run['budget']:.0f} s per point:\n\n"
+            f"{run['keys']:,} keys, budget {run['budget']:.0f} s per phase of a point, RSS cap "
+            f"{run.get('rss_cap_gb', 8.0):.0f} GB for its workers together:\n\n"
             f"    {run['command']}\n\n"
             f"Machine: {run['machine']}; load average (1 min) at the start of the run "
             f"{run['load']:.2f}, at each point's start "
             + ", ".join(f"P{p.partitions}x{p.workers}: {p.load:.1f}" for p in sorted(mine, key=lambda p: (p.partitions, p.workers)))
             + ".\n\n"
             + table(mine)
+            + "".join(
+                f"\nMore points ({m['date']}, load {m['load']:.2f}, RSS cap "
+                f"{m.get('rss_cap_gb', 8.0):.0f} GB):\n\n    {m['command']}\n"
+                for m in run.get("more", [])
+            )
         )  # fmt: skip
     if plot:
         parts.append(f"![scale curves]({plot})\n")
@@ -168,6 +174,12 @@ def write_section(scaling: Path, text: str) -> None:
     show_default=True,
     help="The shared lock each point holds.",
 )
+@click.option(
+    "--rss-cap-gb",
+    default=8.0,
+    show_default=True,
+    help="A point gives up when its workers' RSS together passes this (a shared machine).",
+)
 @click.option("--results", type=click.Path(path_type=Path), default=RESULTS, show_default=True)
 @click.option(
     "--report-only", is_flag=True, help="Only write SCALING.md and the plot from --results."
@@ -175,20 +187,25 @@ def write_section(scaling: Path, text: str) -> None:
 def main(
     bootstrap: str | None, label: str, title: str | None, partition_counts: tuple[int, ...],
     worker_counts: tuple[int, ...], records: int, keys: int, budget: float, lock: Path,
-    results: Path, report_only: bool,
+    rss_cap_gb: float, results: Path, report_only: bool,
 ) -> None:  # fmt: skip
     """Run the partitions x workers points (module doc) and write their report."""
     data = load_results(results)
     if not report_only:
-        data["runs"][label] = {
+        run = {
             "title": title or label,
             "date": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
             "command": "python -m benchmarks.scale_curves " + shlex.join(sys.argv[1:]),
             "machine": f"{os.cpu_count()} CPUs, {platform.platform()}, Python {platform.python_version()}",
             "load": os.getloadavg()[0], "records": records, "keys": keys, "budget": budget,
+            "rss_cap_gb": rss_cap_gb,
         }  # fmt: skip
+        if label in data["runs"]:  # more points of a run: the first run's heading stays
+            data["runs"][label].setdefault("more", []).append(run)
+        else:
+            data["runs"][label] = run
         _run(data, results, bootstrap, label, partition_counts, worker_counts, records, keys,
-             budget, lock)  # fmt: skip
+             budget, rss_cap_gb, lock)  # fmt: skip
     from benchmarks.scale_plot import draw
 
     drawn = draw(latest([Point(**p) for p in data["points"]]), [*data["runs"]], PLOT)
@@ -199,7 +216,7 @@ def main(
 def _run(
     data: dict[str, Any], results: Path, bootstrap: str | None, label: str,
     partition_counts: tuple[int, ...], worker_counts: tuple[int, ...], records: int,
-    keys: int, budget: float, lock: Path,
+    keys: int, budget: float, rss_cap_gb: float, lock: Path,
 ) -> None:  # fmt: skip
     from benchmarks.scale_point import measure_point
     from kstream.dev.localbroker import LocalBroker
@@ -220,7 +237,8 @@ def _run(
                         broker = stack.enter_context(LocalBroker(workdir / "kafka"))
                     servers = bootstrap or (broker.bootstrap if broker else "")
                     point = measure_point(servers, workdir, partitions, workers, records=records,
-                                          keys=keys, budget=budget, label=label, say=click.echo)  # fmt: skip
+                                          keys=keys, budget=budget, label=label, rss_cap_gb=rss_cap_gb,
+                                          say=click.echo)  # fmt: skip
                     point.load = load
                     locked += time.monotonic() - t0
                 data["points"].append(vars(point))

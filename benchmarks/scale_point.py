@@ -69,7 +69,7 @@ REPO_DIR = Path(__file__).resolve().parent.parent
 INTERVAL_S = 5.0
 CHECKPOINTS = 3  # completed checkpoints a point waits for (durations, records per checkpoint)
 SAMPLED_PARTITIONS = 8  # repartition partitions tailed for barriers
-RSS_CAP_MB = 8 * 1024  # the workers' RSS together past which a point gives up (shared machine)
+RSS_CAP_GB = 8.0  # the workers' RSS together past which a point gives up (a shared machine)
 
 _TOPOLOGY = """\
 from kstream.api import Topology, Tumbling, WatermarkStrategy
@@ -227,7 +227,8 @@ def _proc(pids: list[int]) -> list[ProcSample]:
 
 def measure_point(
     bootstrap: str, workdir: Path, partitions: int, workers: int, *, records: int,
-    keys: int, budget: float, label: str, say: Callable[[str], None] = print,
+    keys: int, budget: float, label: str, rss_cap_gb: float = RSS_CAP_GB,
+    say: Callable[[str], None] = print,
 ) -> Point:  # fmt: skip
     """Run one point (module doc); its topics, store and state are removed after."""
     t_begin = time.monotonic()
@@ -253,7 +254,9 @@ def measure_point(
     procs: list[ProcSample] = []
     t_kill: float | None = None
     try:
-        point.failure = _run(ws, spec, store_url, app, budget, t_start, samples, procs, point)
+        point.failure = _run(
+            ws, spec, store_url, app, budget, rss_cap_gb, t_start, samples, procs, point
+        )
         point.rate, point.read = read_rate(samples)
         if not point.failure:
             t_kill, point.failure = _kill_and_recover(
@@ -288,7 +291,8 @@ def measure_point(
 
 
 def _run(
-    ws: Workers, spec: InputSpec, store_url: str, app: str, budget: float, t_start: float,
+    ws: Workers, spec: InputSpec, store_url: str, app: str, budget: float, rss_cap_gb: float,
+    t_start: float,
     samples: list[tuple[float, int]], procs: list[ProcSample], point: Point,
 ) -> str:  # fmt: skip
     """Step 1 of the module doc; returns the failure ('' if none)."""
@@ -324,9 +328,9 @@ def _run(
         if gone:
             return gone
         rss = sum(s.rss_mb for s in step)
-        if rss > RSS_CAP_MB:
+        if rss > rss_cap_gb * 1024:
             return (
-                f"gave up at {rss / 1024:.1f} GB RSS, over the {RSS_CAP_MB / 1024:.0f} GB cap "
+                f"gave up at {rss / 1024:.1f} GB RSS, over the {rss_cap_gb:.0f} GB cap "
                 f"(a shared machine); {sum(s.threads for s in step)} threads in "
                 f"{len(step)} worker(s), {len(seen)} checkpoint(s) by then"
             )

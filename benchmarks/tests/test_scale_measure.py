@@ -148,7 +148,10 @@ def test_section_has_one_table_per_run_and_replaces_itself_in_the_doc(tmp_path: 
                command="python -m benchmarks.scale_curves", machine="2 CPUs", load=1.5,
                records=200_000, keys=1_000, budget=240.0)  # fmt: skip
     results = {
-        "runs": {"before": run, "after": {**run, "title": "after"}},
+        "runs": {
+            "before": {**run, "more": [{**run, "command": "python -m x --partitions 1024"}]},
+            "after": {**run, "title": "after"},
+        },
         "points": [vars(_point(rate=10.0)), vars(_point(label="after", rate=20.0))],
     }
     text = section(results, "plots/scale_curves.png")
@@ -157,6 +160,7 @@ def test_section_has_one_table_per_run_and_replaces_itself_in_the_doc(tmp_path: 
     assert before_at < after_at
     assert text.count("| partitions | workers |") == 2
     assert "![scale curves](plots/scale_curves.png)" in text
+    assert text.count("More points") == 1 and "python -m x --partitions 1024" in text
     doc = tmp_path / "SCALING.md"
     doc.write_text("# curves\n\n## earlier\n\ntext\n")
     write_section(doc, text)
