@@ -51,14 +51,18 @@ def draw(points: Sequence[Point], labels: Sequence[str], where: Path) -> bool:
             for w in workers:
                 line = sorted((p for p in points if p.label == label and p.workers == w),
                               key=lambda p: p.partitions)  # fmt: skip
-                xy = [(p.partitions, v) for p in line if (v := value(p)) is not None]
-                failed = [p.partitions for p in line if p.failure]
+                xy = [
+                    (p.partitions, v) for p in line if not p.failure and (v := value(p)) is not None
+                ]
+                failed = [p for p in line if p.failure]
                 if not xy and not failed:
                     continue
                 ax.plot([x for x, _ in xy], [y for _, y in xy], _STYLES[li % len(_STYLES)],
                         marker="o", color=colours[w], label=f"{label}, {w} worker(s)")  # fmt: skip
-                for x in failed:  # a point that gave up: an x on the axis
-                    ax.plot([x], [0 if name not in _LOG_Y else 1], "x", color=colours[w], ms=9)
+                for p in failed:  # a point that gave up: an x at its value then, else on the axis
+                    v = value(p)
+                    at = v if v is not None else (1 if name in _LOG_Y else 0)
+                    ax.plot([p.partitions * (1 + 0.06 * w)], [at], "x", color=colours[w], ms=9)
         ax.set_xscale("log", base=2)
         ax.set_xticks(xs_all, [str(x) for x in xs_all])
         ax.set_xlabel("partitions per topic")
@@ -70,7 +74,7 @@ def draw(points: Sequence[Point], labels: Sequence[str], where: Path) -> bool:
     handles, names = axes.flat[0].get_legend_handles_labels()
     fig.legend(handles, names, loc="lower center", ncol=max(1, len(names)), fontsize=8)
     fig.suptitle("2-stage keyed window job, exactly-once, checkpoints every 5 s "
-                 "(x on the axis: the point gave up, see the table)", fontsize=11)  # fmt: skip
+                 "(x: the point gave up, at its value then or on the axis; see the table)", fontsize=11)  # fmt: skip
     fig.tight_layout(rect=(0, 0.04, 1, 0.97))
     fig.savefig(where, dpi=90)
     plt.close(fig)
