@@ -21,7 +21,7 @@ _PANELS: list[tuple[str, Callable[[Point], float | None]]] = [
     ("threads per worker (max)", lambda p: p.threads or None),
     ("RSS MB per worker (max)", lambda p: p.rss_mb or None),
     ("open files per worker (max)", lambda p: p.open_files or None),
-    ("control records per checkpoint", lambda p: p.control_per_interval or None),
+    ("control records per checkpoint interval (all)", lambda p: p.control_per_interval or None),
     ("kill -9 → first output s", lambda p: p.kill_to_output_s),
 ]
 _LOG_Y = {
