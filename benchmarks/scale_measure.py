@@ -254,7 +254,7 @@ def row(p: Point) -> str:
     if p.aborted:
         notes.append(f"{p.aborted} checkpoint(s) aborted")
     if p.failure:
-        notes.append(p.failure)
+        notes.append(p.failure + (f"; {_n(p.read)} records read by then" if p.read else ""))
     return "| " + " | ".join([*cells, "; ".join(notes) or ""]) + " |"
 
 

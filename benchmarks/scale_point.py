@@ -258,6 +258,8 @@ def measure_point(
             ws, spec, store_url, app, budget, rss_cap_gb, t_start, samples, procs, point
         )
         point.rate, point.read = read_rate(samples)
+        if point.read < records:  # not all read: no rate to speak of
+            point.rate = 0.0
         if not point.failure:
             t_kill, point.failure = _kill_and_recover(
                 ws, bootstrap, spec, out, w0_start, w0_end, budget, point

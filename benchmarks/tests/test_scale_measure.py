@@ -132,6 +132,9 @@ def test_row_of_a_measured_point_and_of_one_that_gave_up() -> None:
         "| no checkpoint in 240 s; 9800 threads in 1 worker(s) at give-up |"
     )
     assert table([gave_up, ok]).splitlines()[2:] == [row(ok), row(gave_up)]
+    assert row(_point(failure="gave up", read=7643)).endswith(
+        "| gave up; 7 643 records read by then |"
+    )
     settled = _point(threads=300, open_files=1700, rss_mb=780.0, end_threads=90,
                      end_open_files=400, end_rss_mb=300.4)  # fmt: skip
     assert "| 300 / 1700 / 780 (at the end: 90 / 400 / 300) |" in row(settled)
