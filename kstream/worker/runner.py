@@ -193,8 +193,9 @@ def open_runner(ctx: RunnerContext, spec: TaskSpec, attempt: int, handle: str | 
             memory_budget=ctx.sink_memory,
         )
     if Guarantee.AT_LEAST_ONCE in route.sink_topics.values():
+        # The worker's one producer (its internal topics'), not one per task.
         route.sinks[Guarantee.AT_LEAST_ONCE] = AtLeastOnceSink(
-            spec.task_id, cfg.bootstrap_servers, producer_config=cfg.kafka
+            spec.task_id, producer=ctx.router.producer
         )
     for s in route.sinks.values():
         # Fence zombies of this sink task, then publish what the restored
