@@ -139,3 +139,16 @@ def test_a_read_committed_offset_fetch_waits_for_a_pending_transaction(g: Group)
     assert g.offset_reader(read_committed=False).committed(tp, timeout=10)[0].offset < 0
     writer.commit_transaction(30)
     assert new_owner.committed(tp, timeout=10)[0].offset == 7
+
+
+def test_the_metadata_of_a_consumer_that_is_no_member_is_not_checked(g: Group) -> None:
+    """Why a worker adds the metadata of its assignment, captured when the group gave it,
+    never the consumer's metadata of the moment: a consumer that was removed from the
+    group while its process was stopped forgets its member id and generation, and
+    metadata without them is accepted for any partition."""
+    g.member()  # the partitions have an owner
+    outsider = g.offset_reader(read_committed=True)  # never joined: generation -1
+    writer = g.writer("outsider")
+    add_offsets(g, writer, outsider.consumer_group_metadata(), 5)  # accepted
+    writer.commit_transaction(30)
+    assert outsider.committed([TopicPartition(g.topic, 0)], timeout=10)[0].offset == 5

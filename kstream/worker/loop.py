@@ -30,8 +30,10 @@ from kstream.kafka.dlq import DeadLetterWriter
 from kstream.kafka.internal import InternalDeliveryError
 from kstream.kafka.reachability import Reachability
 from kstream.kafka.sink import SinkError
-from kstream.kafka.source import RawRecord, SourceConsumer
+from kstream.kafka.source import RawRecord, SourceConsumer, SourceError
+from kstream.kafka.worker_transactions import WorkerTransactions
 from kstream.metrics.worker import WorkerMetrics, sink_buffers
+from kstream.names import commits_topic, worker_sink_transactional_id
 from kstream.plan.fingerprint import fingerprint
 from kstream.protocol.messages import Message
 from kstream.protocol.worker import WorkerProtocol
@@ -167,6 +169,17 @@ class Worker:
             send=None if self.control is None else self.control.report,
             metrics=self.metrics,
         )
+        # One transactional producer for all the exactly-once sinks of this process
+        # (kstream.kafka.worker_transactions); without checkpoints sinks are
+        # at-least-once, through self.producer.
+        unchecked = not self.checkpointed and not self.cfg.bounded
+        self.transactions = WorkerTransactions(
+            self.cfg.bootstrap_servers,
+            worker_sink_transactional_id(self.cfg.app_id),
+            commits_topic(self.cfg.app_id),
+            producer_config=self.cfg.kafka,
+            group_metadata=self.source.group_metadata,
+        )
         context = RunnerContext(
             plan=self.plan,
             config=self.cfg,
@@ -180,6 +193,8 @@ class Worker:
                 None if self.checkpointed or self.cfg.bounded else Guarantee.AT_LEAST_ONCE
             ),
             metrics=self.metrics,
+            transactions=None if unchecked else self.transactions,
+            wait_stable=None if unchecked else self._wait_stable,
         )
         self.tasks = WorkerTasks(self.plan, self.source, context)
         label = member_label or f"{os.uname().nodename}/{os.getpid()}"
@@ -226,6 +241,13 @@ class Worker:
 
     def _on_assign(self, tps: list[TP]) -> None:
         self._assignment_changed = True
+
+    def _wait_stable(self, tps: list[TP]) -> None:
+        """A task's new owner waits for a previous owner's publication in flight."""
+        try:
+            self.source.wait_stable(tps)
+        except SourceError as e:
+            raise SinkError(str(e)) from e
 
     def _on_revoke(self, tps: list[TP]) -> None:
         self._assignment_changed = True
@@ -363,6 +385,7 @@ class Worker:
             log.warning("late records since the tasks started, per operator:\n%s", summary)
         self.mode.settle()
         self.tasks.stop_all()
+        self.transactions.close()
         self.producer.flush(10)
         self.dlq.close()
         self.source.close()

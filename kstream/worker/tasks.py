@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 
 from kstream.checkpointstorage.base import StoreError
@@ -15,6 +16,7 @@ from kstream.kafka.dlq import DeadLetterWriter
 from kstream.kafka.exactly_once_sink import ExactlyOnceSink
 from kstream.kafka.internal import decode_records
 from kstream.kafka.source import RawRecord, SourceConsumer, SourceError
+from kstream.kafka.worker_transactions import SinkCommit, WorkerTransactions, committing
 from kstream.logs import ctx
 from kstream.plan import JobPlan, TaskSpec
 from kstream.runtime.watermark_alignment import PartitionTime, WatermarkAligner
@@ -87,12 +89,24 @@ class WorkerTasks:
     def running(self) -> list[TaskRunner]:
         return [r for r in self.runners.values() if r.running]
 
+    def owned(self) -> list[TaskRunner]:
+        """The runners whose inputs the group assigns to this worker now (read on the
+        thread that serves the rebalances): only those may be published — the others'
+        new owner publishes them (kstream.kafka.worker_transactions)."""
+        mine = self.source.assignment
+        return [r for r in self.runners.values() if r.inputs() <= mine]
+
     # ---- building, restoring, stopping ------------------------------------------------------
 
     def open(self, spec: TaskSpec, attempt: int, handle: str | None) -> TaskRunner:
-        """Build task ``spec`` from the manifest ``handle`` (None: empty state) and keep it."""
+        """Build task ``spec`` from the manifest ``handle`` (None: empty state) and keep
+        it; what its restored sink buffered and never published goes out now."""
         runner = open_runner(self.ctx, spec, attempt, handle)
         self.runners[spec.task_id] = runner
+        failed = publish_restored(self.ctx.transactions, [runner])
+        if failed:
+            self.remove(spec.task_id)
+            raise failed[spec.task_id]
         return runner
 
     def restore(
@@ -161,6 +175,9 @@ class WorkerTasks:
                 )
             self.stop_all()
             return corrupt, {}
+        for task_id, e in publish_restored(self.ctx.transactions, self.runners.values()).items():
+            self.remove(task_id)
+            unreachable[task_id] = f"restore failed (sink): {e}"
         for task_id, reason in unreachable.items():
             log.error("task %s: %s", task_id, reason)
         for runner in self.runners.values():
@@ -337,3 +354,31 @@ def refuse_republishing(runner: TaskRunner, checkpoint_id: int | None, handle: s
                 object=sink.commits_topic,
                 published=marker.checkpoint,
             )
+
+
+def publish_restored(
+    transactions: WorkerTransactions | None, runners: Iterable[TaskRunner]
+) -> dict[str, SinkError]:
+    """Publish, in one transaction, what the restored exactly-once sinks of ``runners``
+    buffered and their markers say is not out (a crash between a completion and its
+    publication); returns the tasks whose publication failed (fenced or not). Sinks with
+    a producer of their own (``transactions`` None) did it in their recover."""
+    if transactions is None:
+        return {}
+    commits: list[SinkCommit] = []
+    offsets: dict[TP, int] = {}
+    for r in runners:
+        for s in r.sinks.values():
+            if isinstance(s, ExactlyOnceSink) and s.pending is not None:
+                commit = s.due(s.pending)
+                if commit is not None:
+                    commits.append(commit)
+                    offsets.update(s.inputs)
+    if not commits:
+        return {}
+    try:
+        n = transactions.run(commits, offsets, committing(commits))
+    except SinkError as e:
+        return {c.task: e for c in commits}
+    log.info("published %d buffered records of %d restored task(s)", n, len(commits))
+    return {}
