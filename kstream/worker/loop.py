@@ -53,6 +53,12 @@ from kstream.worker.unchecked import Unchecked
 
 log = logging.getLogger(__name__)
 
+#: The worker's publishing transactions: the broker aborts one left open this long (a
+#: worker killed or frozen in the middle of it), and a new owner of its tasks waits for
+#: that (kstream.kafka.worker_transactions). Kafka Streams takes 10 s; a publication of
+#: a checkpoint's output must fit in it (-X transaction.timeout.ms=... to change it).
+TRANSACTION_TIMEOUT_MS = 20_000
+
 IDLE_WAIT_S = 0.005
 """How long an iteration waits for input when none is queued. Control messages and
 finished uploads are looked at between waits, so each step of a checkpoint (trigger,
@@ -177,7 +183,7 @@ class Worker:
             self.cfg.bootstrap_servers,
             worker_sink_transactional_id(self.cfg.app_id),
             commits_topic(self.cfg.app_id),
-            producer_config=self.cfg.kafka,
+            producer_config={"transaction.timeout.ms": TRANSACTION_TIMEOUT_MS, **self.cfg.kafka},
             group_metadata=self.source.group_metadata,
         )
         context = RunnerContext(
