@@ -58,7 +58,8 @@ RawRecord = tuple[
 FETCH_BYTES_PER_PARTITION = 8 * 1024 * 1024
 FETCH_QUEUE_BACKOFF_MS = 20
 #: How long a task's new owner waits for a previous owner's open transaction: the broker
-#: aborts it after its transaction.timeout.ms (60 s) and an abort check (every 10 s).
+#: aborts it after its transaction.timeout.ms (a worker's: 20 s; librdkafka's default:
+#: 60 s) at its next check for timed-out transactions (every 10 s by default).
 STABLE_WAIT_S = 90.0
 
 AssignCallback = Callable[[list[TP]], Mapping[TP, int] | None]
@@ -370,8 +371,8 @@ class SourceConsumer:
         """Return once the group's offsets of ``tps`` are stable: no transaction holding
         offsets of them is open (a read_committed fetch asks with *require stable* and is
         not answered until then: kstream.kafka.worker_transactions). SourceError past
-        ``timeout`` (an open transaction is aborted by the broker after its
-        ``transaction.timeout.ms``, 60 s by default)."""
+        ``timeout`` (an open transaction is aborted by the broker once its
+        ``transaction.timeout.ms`` passed)."""
         tps = sorted(tps)
         asked = [TopicPartition(t, p) for t, p in tps]
         deadline = time.monotonic() + timeout
