@@ -48,9 +48,16 @@ from kstream.sinkbuffer.epochs import (
 )
 from kstream.sinkbuffer.spill import DEFAULT_MEMORY_BUDGET, SegmentedBlob, SpillDir
 
-__all__ = ["ExactlyOnceSink", "Publication", "SinkCommit"]
+__all__ = ["NOT_READ", "ExactlyOnceSink", "NotRead", "Publication", "SinkCommit"]
 
 log = logging.getLogger(__name__)
+
+
+class NotRead:
+    """A commit marker not read yet (None is "read: there is none")."""
+
+
+NOT_READ = NotRead()
 
 
 class ExactlyOnceSink(Sink):
@@ -85,6 +92,7 @@ class ExactlyOnceSink(Sink):
         transactions: WorkerTransactions | None = None,
         inputs: Mapping[tuple[str, int], int] | None = None,
         wait_stable: Callable[[], None] | None = None,
+        marker: CommitMarker | NotRead | None = NOT_READ,
     ) -> None:
         self.app = app
         self.task = task
@@ -103,6 +111,7 @@ class ExactlyOnceSink(Sink):
         self.transactional_id = self.transactions.transactional_id
         self.inputs = dict(inputs or {})
         self._wait_stable = wait_stable
+        self._read = marker  # read by the worker for all its tasks (NOT_READ: read here)
         self.attempt: int | None = None
         # The latest commit marker read at the last recover: what is already published.
         self.marker: CommitMarker | None = None
@@ -211,7 +220,9 @@ class ExactlyOnceSink(Sink):
         self.buffer.close()
         self.attempt = attempt
         t0 = time.perf_counter()
-        if self._own:
+        if not isinstance(self._read, NotRead):
+            pass  # the worker waited for stable offsets and read the markers of all its tasks
+        elif self._own:
             # 1. Fence: init_transactions bumps the producer epoch of this fixed
             #    transactional id and aborts whatever transaction an older instance
             #    (a zombie, or our own killed predecessor) left open. From here on no
@@ -228,7 +239,8 @@ class ExactlyOnceSink(Sink):
         log.debug("sink %s fenced in %.0f ms", self.task, (time.perf_counter() - t0) * 1000)
         # 2. Read our latest marker with read_committed to the end offsets: it says
         #    which checkpoint's output is already published.
-        marker = self.marker = self.read_marker()
+        marker = self.marker = self.read_marker() if isinstance(self._read, NotRead) else self._read
+        self._read = NOT_READ  # good for one recover: a later one reads again
         # 3. Epochs at or below the marker were published in the transaction that
         #    wrote it: drop them (publishing again would duplicate).
         self.buffer = buffer

@@ -28,8 +28,9 @@ from kstream.checkpointstorage.layout import (
 from kstream.checkpointstorage.metadata import TaskSnapshot
 from kstream.config import Guarantee, JobConfig
 from kstream.elements.records import Position, SnapshotPoint
+from kstream.kafka.commits import CommitMarker
 from kstream.kafka.dlq import DeadLetterWriter
-from kstream.kafka.exactly_once_sink import ExactlyOnceSink
+from kstream.kafka.exactly_once_sink import NOT_READ, ExactlyOnceSink
 from kstream.kafka.sink import AtLeastOnceSink, Sink
 from kstream.kafka.worker_transactions import SinkCommit, WorkerTransactions, committable_offsets
 from kstream.logs import ctx as ctx_log
@@ -153,9 +154,26 @@ class PendingUpload:
     positions: dict[str, Any]
 
 
-def open_runner(ctx: RunnerContext, spec: TaskSpec, attempt: int, handle: str | None) -> TaskRunner:
+def sink_guarantees(ctx: RunnerContext, spec: TaskSpec) -> dict[str, Guarantee]:
+    """The guarantee of each sink topic of task ``spec``."""
+    return {
+        o.topic: ctx.sink_guarantee or o.guarantee or Guarantee.EXACTLY_ONCE
+        for o in spec.outputs
+        if o.kind is OutputKind.SINK
+    }
+
+
+def open_runner(
+    ctx: RunnerContext,
+    spec: TaskSpec,
+    attempt: int,
+    handle: str | None,
+    markers: Mapping[str, CommitMarker | None] | None = None,
+) -> TaskRunner:
     """Task ``spec`` at ``attempt`` with the state of the manifest ``handle`` (None: empty,
-    start positions). A checkpoint restore may fall back to an older retained one."""
+    start positions). A checkpoint restore may fall back to an older retained one.
+    ``markers``: the commit markers the worker read for the tasks it restores (after
+    their inputs' offsets were stable), instead of a read per task."""
     cfg = ctx.config
     local = ctx.state_root / spec.task_id
     positions: dict[TP, Position] = {}
@@ -192,9 +210,7 @@ def open_runner(ctx: RunnerContext, spec: TaskSpec, attempt: int, handle: str | 
             extra=ctx_log(attempt=attempt, task=spec.task_id, checkpoint=manifest.checkpoint_id),
         )
     route = TaskRoute(spec.task_id, attempt)
-    for o in spec.outputs:
-        if o.kind is OutputKind.SINK:
-            route.sink_topics[o.topic] = ctx.sink_guarantee or o.guarantee or Guarantee.EXACTLY_ONCE
+    route.sink_topics = sink_guarantees(ctx, spec)
     if Guarantee.EXACTLY_ONCE in route.sink_topics.values():
         inputs = sorted((i.topic, i.partition) for i in spec.inputs)
         wait = ctx.wait_stable
@@ -208,6 +224,7 @@ def open_runner(ctx: RunnerContext, spec: TaskSpec, attempt: int, handle: str | 
             transactions=ctx.transactions,
             inputs=committable_offsets((tp, positions.get(tp)) for tp in inputs),
             wait_stable=None if wait is None else (lambda: wait(inputs)),
+            marker=None if markers is None else markers.get(spec.task_id, NOT_READ),
         )
     if Guarantee.AT_LEAST_ONCE in route.sink_topics.values():
         # The worker's one producer (its internal topics'), not one per task.

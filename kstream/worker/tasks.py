@@ -10,19 +10,22 @@ from concurrent.futures import ThreadPoolExecutor
 
 from kstream.checkpointstorage.base import StoreError
 from kstream.checkpointstorage.metadata import task_manifest
+from kstream.config import Guarantee
 from kstream.elements.records import InternalEvent, InternalRecord
-from kstream.kafka.clients import OFFSET_BEGINNING
+from kstream.kafka.clients import OFFSET_BEGINNING, KafkaException
+from kstream.kafka.commits import CommitMarker, read_latest_markers
 from kstream.kafka.dlq import DeadLetterWriter
 from kstream.kafka.exactly_once_sink import ExactlyOnceSink
 from kstream.kafka.internal import decode_records
 from kstream.kafka.source import RawRecord, SourceConsumer, SourceError
 from kstream.kafka.worker_transactions import SinkCommit, WorkerTransactions, committing
 from kstream.logs import ctx
+from kstream.names import commits_topic
 from kstream.plan import JobPlan, TaskSpec
 from kstream.runtime.watermark_alignment import PartitionTime, WatermarkAligner
 from kstream.sinkbuffer.epochs import SinkError
 from kstream.snapshots.restore import CorruptSnapshotError, PublishedPastRestore
-from kstream.worker.runner import RunnerContext, TaskRunner, open_runner
+from kstream.worker.runner import RunnerContext, TaskRunner, open_runner, sink_guarantees
 from kstream.worker.settings import WorkerError
 
 log = logging.getLogger(__name__)
@@ -129,12 +132,16 @@ class WorkerTasks:
         self.stop_all()
         # Pause before seeking: nothing may be read for a task until it resumes.
         self.pause({(i.topic, i.partition) for s in specs for i in s.inputs})
+        try:
+            markers = self.read_markers(specs)
+        except SinkError as unreadable:
+            return {}, {s.task_id: f"restore failed (sink): {unreadable}" for s in specs}
 
-        # Tasks restore in parallel: downloads, RocksDB opens and sink fencing
-        # (init_transactions, marker reads) wait on I/O and release the GIL.
+        # Tasks restore in parallel: downloads and RocksDB opens wait on I/O and
+        # release the GIL.
         def build(spec: TaskSpec) -> TaskRunner:
             handle = task_manifest(store, app_id, spec.task_id, checkpoint_id)
-            runner = open_runner(self.ctx, spec, attempt, handle)
+            runner = open_runner(self.ctx, spec, attempt, handle, markers)
             try:
                 refuse_republishing(runner, checkpoint_id, handle)
             except PublishedPastRestore:
@@ -191,6 +198,34 @@ class WorkerTasks:
             extra=ctx(attempt=attempt),
         )
         return {}, unreachable
+
+    def read_markers(self, specs: list[TaskSpec]) -> dict[str, CommitMarker | None] | None:
+        """The commit markers of the tasks in ``specs`` with exactly-once sinks, read in
+        one pass once their inputs' group offsets are stable (a previous owner's
+        publication in flight is waited for: kstream.kafka.worker_transactions); None
+        when each sink reads its own (a producer of its own). SinkError when the cluster
+        cannot answer."""
+        ctx = self.ctx
+        if ctx.transactions is None:
+            return None
+        eos = [s for s in specs if Guarantee.EXACTLY_ONCE in sink_guarantees(ctx, s).values()]
+        if not eos:
+            return {}
+        if ctx.wait_stable is not None:
+            ctx.wait_stable(sorted({(i.topic, i.partition) for s in eos for i in s.inputs}))
+        cfg = ctx.config
+        try:
+            return read_latest_markers(
+                cfg.bootstrap_servers,
+                cfg.app_id,
+                [s.task_id for s in eos],
+                commits_topic(cfg.app_id),
+                ctx.transactions.marker_partitions(),
+                ctx.transactions.timeout,
+                cfg.kafka,
+            )
+        except KafkaException as e:
+            raise SinkError(f"reading the commit markers of {len(eos)} task(s) failed: {e}") from e
 
     def resume(self, attempt: int, owned: frozenset[str], *, draining: bool) -> None:
         """Run the restored tasks in ``owned``, stop the others (another member owns them
