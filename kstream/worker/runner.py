@@ -224,7 +224,7 @@ def open_runner(
             transactions=ctx.transactions,
             inputs=committable_offsets((tp, positions.get(tp)) for tp in inputs),
             wait_stable=None if wait is None else (lambda: wait(inputs)),
-            marker=None if markers is None else markers.get(spec.task_id, NOT_READ),
+            marker=NOT_READ if markers is None else markers.get(spec.task_id, NOT_READ),
         )
     if Guarantee.AT_LEAST_ONCE in route.sink_topics.values():
         # The worker's one producer (its internal topics'), not one per task.
