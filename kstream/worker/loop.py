@@ -181,6 +181,7 @@ class Worker:
             ),
             metrics=self.metrics,
         )
+        self.context = context
         self.tasks = WorkerTasks(self.plan, self.source, context)
         label = member_label or f"{os.uname().nodename}/{os.getpid()}"
         self.mode: Mode
@@ -363,6 +364,7 @@ class Worker:
             log.warning("late records since the tasks started, per operator:\n%s", summary)
         self.mode.settle()
         self.tasks.stop_all()
+        self.context.close()
         self.producer.flush(10)
         self.dlq.close()
         self.source.close()
