@@ -83,7 +83,7 @@ def test_many_tasks_upload_and_restore_on_the_worker_s_threads(tmp_path: Path) -
         for i, task in enumerate(tasks):
             backend = RocksDBBackend(tmp_path / "local" / task, resources=resources)
             for k in range(50):
-                backend.table(spec).put(f"{task}-{k}", i * k)
+                backend.table(spec).put((f"{task}-{k}",), i * k)
             snap = backend.snapshot_sync(1, background=True)
             uploader = SnapshotUploader(store, "app", task, pools=pools)
             uploaders.append(uploader)
@@ -103,7 +103,7 @@ def test_many_tasks_upload_and_restore_on_the_worker_s_threads(tmp_path: Path) -
             )
             assert manifest.task_id == task and manifest.positions == {"in-0": i}
             table = backend.table(spec)
-            assert [table.get(f"{task}-{k}") for k in range(50)] == [i * k for k in range(50)]
+            assert [table.get((f"{task}-{k}",)) for k in range(50)] == [i * k for k in range(50)]
             assert len(list(table.scan())) == 50
             backend.close()
     finally:

@@ -28,7 +28,7 @@ def _rss_kb() -> int:
 def _fill(backend: RocksDBBackend, n: int, tag: str) -> None:
     table = backend.table(SPEC)
     for i in range(n):
-        table.put(f"{tag}-{i}", i)
+        table.put((f"{tag}-{i}",), i)
     backend.flush()  # the write cache into RocksDB's memtable
 
 
@@ -64,7 +64,7 @@ def test_every_db_reads_through_the_one_block_cache(tmp_path: Path) -> None:
         for n in "ab":  # reopened: the tables' own caches are empty, reads go to SSTs
             db = RocksDBBackend(tmp_path / n, resources=resources)
             dbs.append(db)
-            assert db.table(SPEC).get("k-1234") == 1234
+            assert db.table(SPEC).get(("k-1234",)) == 1234
             usage.append(resources.cache.get_usage())
         assert usage[0] < usage[1] < usage[2], usage  # each DB's blocks in the one cache
     finally:
@@ -80,7 +80,7 @@ def test_background_checkpoints_of_many_tasks_run_on_the_worker_s_few_threads(
     dbs = [RocksDBBackend(tmp_path / f"t{i}", resources=resources) for i in range(16)]
     try:
         for i, db in enumerate(dbs):
-            db.table(SPEC).put("key", i)
+            db.table(SPEC).put(("key",), i)
         snaps = [db.snapshot_sync(1, background=True) for db in dbs]
         for s in snaps:
             s.wait_ready()
@@ -90,7 +90,7 @@ def test_background_checkpoints_of_many_tasks_run_on_the_worker_s_few_threads(
             db.close()
             shutil.copytree(snaps[i].directory, tmp_path / f"back{i}" / "db")
             dbs[i] = RocksDBBackend(tmp_path / f"back{i}", resources=resources)
-            assert dbs[i].table(SPEC).get("key") == i
+            assert dbs[i].table(SPEC).get(("key",)) == i
     finally:
         for db in dbs:
             db.close()
