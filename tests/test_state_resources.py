@@ -52,6 +52,22 @@ def test_every_db_s_memtables_count_against_the_one_budget(tmp_path: Path) -> No
         resources.close()
 
 
+def test_idle_tasks_hold_a_small_part_of_the_memtable_budget(tmp_path: Path) -> None:
+    """64 tasks that wrote a few keys each: ~10 MiB of memtables charged (a 160 KiB
+    filter and a 256 KiB block taken as used). With RocksDB's 1 MiB memtable blocks
+    it was 64 x 1.2 MiB, and 128 such tasks held all of a 256 MiB worker's budget."""
+    resources = StateResources(256 << 20)
+    dbs = [RocksDBBackend(tmp_path / f"t{i}", resources=resources) for i in range(64)]
+    try:
+        for db in dbs:
+            _fill(db, 20, "k")
+        assert resources.write_buffers.get_usage() < 64 * (512 << 10)
+    finally:
+        for db in dbs:
+            db.close()
+        resources.close()
+
+
 def test_every_db_reads_through_the_one_block_cache(tmp_path: Path) -> None:
     resources = StateResources(64 << 20)
     dbs = [RocksDBBackend(tmp_path / n, resources=resources) for n in "ab"]

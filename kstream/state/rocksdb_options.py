@@ -23,6 +23,11 @@ MAX_MANIFEST_BYTES = 4 * 1024
 #: (``MEMTABLE_BLOOM_RATIO`` of this) is allocated whole when the memtable is created:
 #: at 64 MiB that was 1.3 MB for every table of every task, written to or not.
 WRITE_BUFFER_BYTES = 8 * 1024 * 1024
+#: A memtable takes memory in blocks of this size (RocksDB's default: an eighth of
+#: ``WRITE_BUFFER_BYTES``), each counted against the worker's memtable budget when taken:
+#: with 1 MiB blocks, 128 tasks that each wrote a few keys held the whole 128 MiB budget
+#: and every write would flush a memtable.
+ARENA_BLOCK_BYTES = 256 * 1024
 #: The memtable's Bloom filter's size as a fraction of ``WRITE_BUFFER_BYTES``
 #: (~10 bits a key for entries of ~60 bytes).
 MEMTABLE_BLOOM_RATIO = 0.02
@@ -65,6 +70,7 @@ def cf_options(resources: StateResources | None = None) -> rocksdict.Options:
     table.set_block_cache(resources.cache)
     opts.set_block_based_table_factory(table)
     opts.set_write_buffer_size(WRITE_BUFFER_BYTES)
+    opts.set_arena_block_size(ARENA_BLOCK_BYTES)
     # The same for the memtable: with delta snapshots it is flushed by its size, not at
     # every checkpoint, and a miss would search a skip list of up to its size.
     opts.set_memtable_whole_key_filtering(True)
