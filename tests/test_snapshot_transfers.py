@@ -71,8 +71,9 @@ def test_shutdown_waits_for_what_was_submitted_and_refuses_more() -> None:
 
 
 def test_many_tasks_upload_and_restore_on_the_worker_s_threads(tmp_path: Path) -> None:
-    """32 tasks' snapshots: 2 upload threads and the store's concurrency in transfer
+    """32 tasks' snapshots: 4 upload threads and the store's concurrency in transfer
     threads, not 1 + concurrency per task; each manifest restores its task's state."""
+    others = set(threading.enumerate())  # other tests' may run on
     store = open_store(f"file://{tmp_path / 'store'}")
     pools = TransferPools(store.concurrency)
     resources = StateResources()
@@ -90,8 +91,8 @@ def test_many_tasks_upload_and_restore_on_the_worker_s_threads(tmp_path: Path) -
             handles.append(uploader.upload(snap, positions={"in-0": i}))
             backend.close()
         results = [h.result(WAIT) for h in handles]
-        names = [t.name for t in threading.enumerate()]
-        assert sum(n.startswith("upload") for n in names) <= UPLOAD_THREADS == 2
+        names = [t.name for t in set(threading.enumerate()) - others]
+        assert sum(n.startswith("upload") for n in names) <= UPLOAD_THREADS == 4
         assert sum(n.startswith("transfer") for n in names) <= store.concurrency == 4
         for i, (task, handle) in enumerate(zip(tasks, results, strict=True)):
             backend, manifest, _ = restore_state(
@@ -111,5 +112,5 @@ def test_many_tasks_upload_and_restore_on_the_worker_s_threads(tmp_path: Path) -
             u.close()
         pools.close()
         resources.close()
-    names = [t.name for t in threading.enumerate()]
+    names = [t.name for t in set(threading.enumerate()) - others]
     assert not [n for n in names if n.startswith(("upload", "transfer", "put-", "get-"))]

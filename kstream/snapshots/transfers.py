@@ -21,7 +21,7 @@ T = TypeVar("T")
 
 #: Threads running the tasks' uploads (hashing files, writing manifests, waiting on
 #: their transfers), for every task of a worker.
-UPLOAD_THREADS = 2
+UPLOAD_THREADS = 4
 
 
 class TransferPools:

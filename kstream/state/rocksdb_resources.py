@@ -30,7 +30,7 @@ WRITE_BUFFER_SHARE = 0.5
 #: Threads creating background checkpoints (a memtable flush, hard links, a few synced
 #: files: mostly I/O waits) for every task of the worker; a task has at most one at a
 #: time, and waits for it before it writes to its DB again.
-CHECKPOINT_THREADS = 2
+CHECKPOINT_THREADS = 4
 
 
 class StateResources:
