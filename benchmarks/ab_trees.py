@@ -29,11 +29,16 @@ WINDOW_MS = 5_000
 
 
 def ab(
-    bootstrap: str, trees: dict[str, Path], keys: tuple[str, ...], records: int, rounds: int
+    bootstrap: str,
+    trees: dict[str, Path],
+    keys: tuple[str, ...],
+    records: int,
+    rounds: int,
+    distinct: int = 20_000,
 ) -> dict[tuple[str, str], list[float]]:
     """Records/s per (workload, side), runs interleaved; every run's output checked."""
     wls = {w.key: w for w in workloads(WINDOW_MS)}
-    spec = InputSpec(records, 20_000, 4, event_rate=5_000, fmt="json")
+    spec = InputSpec(records, distinct, 4, event_rate=5_000, fmt="json")
     ends = generate.load(bootstrap, spec)
     exp = Expected(expected_stateless(spec), expected_windows(spec, WINDOW_MS), None)
     rates: dict[tuple[str, str], list[float]] = {}
@@ -61,10 +66,13 @@ def ab(
               default=("w1", "w2"), show_default=True)  # fmt: skip
 @click.option("--records", default=200_000, show_default=True)
 @click.option("--rounds", default=4, show_default=True)
-def main(before: Path, after: Path, keys: tuple[str, ...], records: int, rounds: int) -> None:
+@click.option("--keys", "distinct", default=20_000, show_default=True, help="distinct keys")
+def main(
+    before: Path, after: Path, keys: tuple[str, ...], records: int, rounds: int, distinct: int
+) -> None:
     with kafka(None) as (bootstrap, text):
         click.echo(text)
-        rates = ab(bootstrap, {"before": before, "after": after}, keys, records, rounds)
+        rates = ab(bootstrap, {"before": before, "after": after}, keys, records, rounds, distinct)
     for key in keys:
         b, a = rates[(key, "before")], rates[(key, "after")]
         ratios = [x / y for x, y in zip(a, b, strict=True)]

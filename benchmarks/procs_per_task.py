@@ -12,12 +12,17 @@ its open file descriptors and its RSS (the largest of the samples).
 
 from __future__ import annotations
 
+import contextlib
+import json
+import os
+import re
 import shutil
 import sys
 import tempfile
 import time
 import uuid
-from dataclasses import dataclass
+from collections import Counter
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import click
@@ -33,7 +38,22 @@ from kstream.checkpointstorage.urls import open_store
 REPO_DIR = Path(__file__).resolve().parent.parent
 
 _TOPOLOGY = """\
+import json, os, threading, time
+
 from kstream.api import Topology, Tumbling, WatermarkStrategy
+
+
+def _dump_thread_names(path):  # the benchmark's view of Python threads: native id -> name
+    while True:
+        names = {{t.native_id: t.name for t in threading.enumerate()}}
+        with open(path + ".tmp", "w") as f:
+            json.dump(names, f)
+        os.replace(path + ".tmp", path)
+        time.sleep(1.0)
+
+
+threading.Thread(target=_dump_thread_names, args=({names!r},), name="bench-names",
+                 daemon=True).start()
 
 topology = Topology({app!r})
 (
@@ -54,6 +74,51 @@ class Row:
     threads: int
     open_files: int
     rss_mb: float
+    threads_by: dict[str, int] = field(default_factory=dict)  # kind of thread -> how many
+    files_by: dict[str, int] = field(default_factory=dict)  # kind of descriptor -> how many
+
+
+def thread_kind(name: str) -> str:
+    """A thread's name without what differs per task or per thread of one pool:
+    ``upload-s1-7_0`` -> ``upload-*``, ``rdk:broker12`` -> ``rdk:brokerN``."""
+    head = name.split("-", 1)[0]
+    if head in ("upload", "put", "get") and "-" in name:
+        return f"{head}-*"
+    return re.sub(r"\d+", "N", re.sub(r"_\d+$", "", name))
+
+
+def fd_kind(target: str, state_dir: str) -> str:
+    """What a descriptor is: ``socket``, ``pipe``, ``anon_inode:[eventfd]``, or for a file
+    under the state directory ``state:`` and the RocksDB file's kind (``sst``, ``LOG``...)."""
+    if target.startswith(("socket:", "pipe:")):
+        return target.split(":", 1)[0]
+    if not target.startswith(state_dir):
+        return target if target.startswith("anon_inode:") else "other file"
+    base = target.rsplit("/", 1)[-1]
+    if "." in base:
+        return "state:" + base.rsplit(".", 1)[-1]
+    return "state:" + (re.sub(r"-\d+$", "", base) if base.isupper() or "-" in base else "dir")
+
+
+def _breakdown(
+    pid: int, names_file: Path, state_dir: Path
+) -> tuple[dict[str, int], dict[str, int]]:
+    """Threads by kind (Python threads by their ``threading`` name, as the worker's
+    topology module dumps them; native ones by ``/proc`` comm) and descriptors by kind."""
+    try:
+        py = {int(k): v for k, v in json.loads(names_file.read_text()).items()}
+    except (OSError, ValueError):
+        py = {}
+    threads: Counter[str] = Counter()
+    for t in Path(f"/proc/{pid}/task").iterdir():
+        with contextlib.suppress(OSError):
+            comm = (t / "comm").read_text().strip()
+            threads[thread_kind(py.get(int(t.name), comm))] += 1
+    files: Counter[str] = Counter()
+    for fd in Path(f"/proc/{pid}/fd").iterdir():
+        with contextlib.suppress(OSError):
+            files[fd_kind(os.readlink(fd), str(state_dir))] += 1
+    return dict(threads), dict(files)
 
 
 def _worker_pid(spawner: int) -> int:
@@ -78,7 +143,10 @@ def measure(bootstrap: str, tasks: int, workdir: Path, records: int = 20_000) ->
     ends = generate.load(bootstrap, spec, log=False)
     total = sum(ends.ends.values())
     topo = workdir / f"{app}.py"
-    topo.write_text(_TOPOLOGY.format(app=app, topic=topic, output=out, partitions=partitions))
+    names = workdir / f"{app}.threads.json"
+    topo.write_text(
+        _TOPOLOGY.format(app=app, topic=topic, output=out, partitions=partitions, names=str(names))
+    )
     store_dir = workdir / f"{app}.store"
     kstream = str(Path(sys.executable).with_name("kstream"))
     child = Child(
@@ -109,26 +177,42 @@ def measure(bootstrap: str, tasks: int, workdir: Path, records: int = 20_000) ->
         for _ in range(5):
             samples.append(_sample(pid))
             time.sleep(1.0)  # samples a second apart
+        threads_by, files_by = _breakdown(pid, names, workdir / f"state-{app}")
         return Row(tasks, max(s[0] for s in samples), max(s[1] for s in samples),
-                   max(s[2] for s in samples))  # fmt: skip
+                   max(s[2] for s in samples), threads_by, files_by)  # fmt: skip
     finally:
         child.stop()
         generate.delete_topic(bootstrap, out)
 
 
+def _by_kind(what: str, counts: list[tuple[int, dict[str, int]]]) -> str:
+    """A markdown table: a row per kind, a column per task count."""
+    kinds = sorted({k for _, c in counts for k in c}, key=lambda k: (-counts[-1][1].get(k, 0), k))
+    head = f"\n| {what} by kind | " + " | ".join(f"{n} tasks" for n, _ in counts) + " |"
+    lines = [head, "|---" * (len(counts) + 1) + "|"]
+    lines += [f"| {k} | " + " | ".join(str(c.get(k, 0)) for _, c in counts) + " |" for k in kinds]
+    return "\n".join(lines)
+
+
 @click.command()
 @bootstrap_option
 @click.option("--tasks", "task_counts", type=int, multiple=True, default=(4, 24, 64))
-def main(bootstrap: str | None, task_counts: tuple[int, ...]) -> None:
+@click.option("--detail", is_flag=True, help="Also tables of threads and descriptors by kind.")
+def main(bootstrap: str | None, task_counts: tuple[int, ...], detail: bool) -> None:
     """Threads, open files and RSS of one worker by its number of tasks."""
     workdir = Path(tempfile.mkdtemp(prefix="procs-per-task-"))
     try:
         with kafka(bootstrap, workdir) as (servers, what):
             click.echo(f"Kafka: {what}")
             click.echo("| tasks | threads | open files | RSS MB |\n|---|---|---|---|")
+            rows = []
             for n in task_counts:
                 r = measure(servers, n, workdir)
+                rows.append(r)
                 click.echo(f"| {r.tasks} | {r.threads} | {r.open_files} | {r.rss_mb:.0f} |")
+            if detail:
+                click.echo(_by_kind("threads", [(r.tasks, r.threads_by) for r in rows]))
+                click.echo(_by_kind("descriptors", [(r.tasks, r.files_by) for r in rows]))
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
 

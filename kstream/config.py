@@ -359,6 +359,9 @@ class JobConfig:
     # together until their checkpoints complete, before the growing one spills to local
     # disk in its task's state directory (--sink-buffer-memory).
     sink_buffer_memory: int = 64 * 1024 * 1024
+    # Bytes of RocksDB block cache and memtables of all the tasks of one worker process
+    # together (--state-memory; kstream.state.rocksdb_resources).
+    state_memory: int = 256 * 1024 * 1024
 
     def __post_init__(self) -> None:
         if not isinstance(self.kafka, KafkaSettings):
@@ -369,6 +372,8 @@ class JobConfig:
             raise ConfigError(
                 f"sink buffer memory must be > 0 bytes, got {self.sink_buffer_memory}"
             )
+        if self.state_memory <= 0:
+            raise ConfigError(f"state memory must be > 0 bytes, got {self.state_memory}")
         if not self.app_id or any(c in self.app_id for c in " /\\:"):
             raise ConfigError(
                 f"app id must be a non-empty name without spaces, '/', '\\' or ':': {self.app_id!r}"

@@ -24,6 +24,7 @@ from kstream.snapshots.restore import (
 from kstream.snapshots.upload import SnapshotManifest, SnapshotUploader, read_manifest
 from kstream.state.base import TableSpec
 from kstream.state.rocksdb import RocksDBBackend
+from kstream.state.rocksdb_resources import StateResources
 
 APP = "app"
 TASK = "stage1-0"
@@ -94,7 +95,11 @@ def test_every_snapshot_restores_to_exactly_its_contents(
     it: the writes after ``snapshot_sync`` returned are never in that snapshot."""
     root = tmp_path_factory.mktemp("run")
     store = FileStore(root / "store")
-    backend = RocksDBBackend(root / "task", cache_entries=cache, local_retained=retained)
+    resources = StateResources()
+    others = set(threading.enumerate())  # e.g. other tests' (the process's resources)
+    backend = RocksDBBackend(
+        root / "task", cache_entries=cache, local_retained=retained, resources=resources
+    )
     uploader = SnapshotUploader(store, APP, TASK)
     taken: list[tuple[str, dict[str, list[tuple[Any, Any]]]]] = []
     futures = []
@@ -127,7 +132,10 @@ def test_every_snapshot_restores_to_exactly_its_contents(
     handles = [f.result(timeout=30) for f in futures]
     uploader.close()
     backend.close()
-    assert not any(t.name.startswith("rocksdb-checkpoint") for t in threading.enumerate())
+    resources.close()
+    assert not any(
+        t.name.startswith("rocksdb-checkpoint") for t in set(threading.enumerate()) - others
+    )
     for i, (handle, (label, expected)) in enumerate(zip(handles, taken, strict=True)):
         assert handle.label == label
         restored, manifest = restore_backend(store, handle.manifest_path, root / f"restore-{i}")

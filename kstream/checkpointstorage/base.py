@@ -46,7 +46,7 @@ class CheckpointStore(ABC):
     """Interface of a checkpoint store (see module docstring)."""
 
     url: str
-    concurrency: int = 4  # parallel transfers a snapshot upload or a restore may use
+    concurrency: int = 4  # parallel transfers of a worker's snapshot uploads and restores
 
     @abstractmethod
     def put_bytes(self, path: str, data: bytes, *, exclusive: bool = False) -> None:

@@ -51,7 +51,7 @@ SCHEMES = ("s3", "s3a", "gs", "az", "azure", "abfs", "abfss")
 
 # kstream's own options (not the library's).
 OWN_OPTIONS = {
-    "concurrency": "parallel transfers per snapshot upload or restore (default 8)",
+    "concurrency": "parallel transfers of a worker's snapshot uploads and restores (default 8)",
     "part_size": "multipart part size in bytes; larger files are uploaded in parts (default 8 MiB)",
 }
 # HTTP client options (ClientConfig), passed through as strings.

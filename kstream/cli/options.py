@@ -223,6 +223,15 @@ _OPTIONS: list[Callable[[F], F]] = [
         "together until their checkpoints complete (bytes, or with KiB/MiB/GiB); past it "
         "the output is spilled to local disk in the tasks' state directories.",
     ),
+    click.option(
+        "--state-memory",
+        type=ByteSize(),
+        default="256MiB",
+        show_default=True,
+        metavar="SIZE",
+        help="RocksDB block cache and memtables of all the tasks of a worker process "
+        "together (bytes, or with KiB/MiB/GiB); up to half of it memtables.",
+    ),
     kafka_options,
 ]
 
@@ -253,6 +262,7 @@ JOB_KEYS = (
     "min_insync_replicas",
     "max_outage",
     "sink_buffer_memory",
+    "state_memory",
     "kafka_settings",
     "kafka_config",
 )
@@ -295,6 +305,7 @@ def build_job_config(
         replication=Replication(opts["replication_factor"], opts["min_insync_replicas"]),
         max_outage=opts["max_outage"],
         sink_buffer_memory=opts["sink_buffer_memory"],
+        state_memory=opts["state_memory"],
         store_url=opts["store_url"],
         store_options=_store_options(opts.get("store_options") or ()),
         state_dir=opts["state_dir"],

@@ -21,7 +21,7 @@ import os
 import shutil
 import time
 import uuid
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Executor, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -107,6 +107,7 @@ def _restore_one(
     manifest_path: str,
     local_dir: Path,
     backend_kwargs: dict[str, Any],
+    transfers: Executor | None = None,
 ) -> tuple[RocksDBBackend, SnapshotManifest, RestoreStats]:
     t0 = time.perf_counter()
     try:
@@ -154,12 +155,18 @@ def _restore_one(
                 "task %s: restoring %s: downloading %d files (%d bytes), %d reused locally",
                 manifest.task_id, manifest_path, downloaded, downloaded_bytes, reused,
             )  # fmt: skip
-        workers = max(1, min(store.concurrency, len(to_fetch)))
-        with ThreadPoolExecutor(workers, thread_name_prefix=f"get-{manifest.task_id}") as pool:
-            for entry in pool.map(
-                lambda e: _download(store, manifest, manifest_path, e, stage), to_fetch
-            ):
+
+        def fetch(e: FileEntry) -> FileEntry:
+            return _download(store, manifest, manifest_path, e, stage)
+
+        if transfers is not None:  # the worker's transfer threads
+            for entry in transfers.map(fetch, to_fetch):
                 progress.advance(1, entry.size)
+        else:
+            workers = max(1, min(store.concurrency, len(to_fetch)))
+            with ThreadPoolExecutor(workers, thread_name_prefix=f"get-{manifest.task_id}") as pool:
+                for entry in pool.map(fetch, to_fetch):
+                    progress.advance(1, entry.size)
         progress.finish()
         # 3. Swap the staged DB in and open it. Keep the staged copy as this
         #    snapshot's local copy too, so the next restore can reuse it.
@@ -251,12 +258,16 @@ def restore_state(
     store: CheckpointStore,
     manifest_path: str,
     local_dir: Path | str,
+    *,
+    transfers: Executor | None = None,
     **backend_kwargs: Any,
 ) -> tuple[RocksDBBackend, SnapshotManifest, RestoreStats]:
-    """Restore like ``restore_backend`` and also say how (reuse/download counts, time)."""
+    """Restore like ``restore_backend`` and also say how (reuse/download counts, time).
+    ``transfers``: the threads that download the files (the worker's,
+    ``TransferPools.transfers``); None: threads of this restore's own."""
     local = Path(local_dir)
     local.mkdir(parents=True, exist_ok=True)
-    return _restore_one(store, manifest_path, local, backend_kwargs)
+    return _restore_one(store, manifest_path, local, backend_kwargs, transfers)
 
 
 def restore_backend(

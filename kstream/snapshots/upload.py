@@ -11,7 +11,7 @@ import hashlib
 import json
 import time
 from collections.abc import Callable, Mapping
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 from dataclasses import asdict, dataclass, field
 from operator import attrgetter
 from pathlib import Path
@@ -19,6 +19,7 @@ from typing import Any, BinaryIO, Protocol
 
 from kstream.checkpointstorage.base import CheckpointStore
 from kstream.checkpointstorage.layout import manifest_path, shared_path
+from kstream.snapshots.transfers import SerialExecutor, TransferPools
 from kstream.state.delta import DIR as DELTA_DIR
 from kstream.state.localsnapshot import LocalSnapshot, mark_uploaded
 
@@ -150,11 +151,13 @@ check after the manifest write puts back any referenced file that is missing."""
 
 
 class SnapshotUploader:
-    """Uploads local snapshots of one task, incrementally, on a background thread.
+    """Uploads local snapshots of one task, incrementally, in the background.
 
     ``upload`` returns at once with a future; snapshots of one task are uploaded
     in submission order. Hashes of hard-linked SSTs are remembered by inode, so an
-    SST is hashed once however many snapshots contain it.
+    SST is hashed once however many snapshots contain it. ``pools``: the worker's
+    upload and transfer threads, shared by its tasks' uploaders (None: this uploader's
+    own, one upload thread and the store's concurrency in transfer threads).
     """
 
     def __init__(
@@ -164,13 +167,15 @@ class SnapshotUploader:
         task_id: str,
         *,
         clock: Callable[[], float] = time.time,
+        pools: TransferPools | None = None,
     ) -> None:
         self.store = store
         self.app_id = app_id
         self.task_id = task_id
         self.clock = clock
-        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"upload-{task_id}")
-        self._pool: ThreadPoolExecutor | None = None  # file transfers (_transfers)
+        self._own = pools is None  # closed with this uploader
+        self._pools = pools or TransferPools(max(1, store.concurrency), upload_threads=1)
+        self._executor = SerialExecutor(self._pools.uploads())
         self._touched: dict[str, float] = {}  # shared path -> when we last wrote or touched it
         self._hashes: dict[tuple[int, int, int, int], str] = {}
 
@@ -288,7 +293,7 @@ class SnapshotUploader:
 
         jobs = [(put_missing, e) for e in files if e.path not in touched]
         jobs += [(put_blob, e) for e in {e.path: e for e in blob_entries.values()}.values()]
-        done = self._transfers().map(lambda job: job[0](job[1]), jobs)
+        done = self._pools.transfers().map(lambda job: job[0](job[1]), jobs)
         for (_, entry), uploaded in zip(jobs, done, strict=True):
             if uploaded:
                 uploaded_bytes += entry.size
@@ -315,7 +320,7 @@ class SnapshotUploader:
         #    in parallel, as in steps 2 and 3: one request after another was half of a
         #    steady-state upload to an object store (PROFILE.md, sixteenth round).
         paths = sorted(manifest.shared_paths())
-        present = self._transfers().map(store.exists, paths)
+        present = self._pools.transfers().map(store.exists, paths)
         for p, there in zip(paths, present, strict=True):
             if not there:
                 if p in local_of:
@@ -336,14 +341,6 @@ class SnapshotUploader:
             upload_ms=(time.perf_counter() - t0) * 1000,
         )
 
-    def _transfers(self) -> ThreadPoolExecutor:
-        """The threads of this task's file transfers (the store's concurrency), started
-        once: starting them at every upload took longer than a small upload."""
-        if self._pool is None:
-            workers = max(1, self.store.concurrency)
-            self._pool = ThreadPoolExecutor(workers, thread_name_prefix=f"put-{self.task_id}")
-        return self._pool
-
     def _hash(self, local: Path) -> tuple[str, int]:
         """The SHA-256 and size of a snapshot's file. A snapshot's files are never written
         again (its RocksDB files and the base's are hard links or copies, its deltas are
@@ -356,10 +353,11 @@ class SnapshotUploader:
         return sha, st.st_size
 
     def close(self, wait: bool = True) -> None:
-        """Stop the background thread (after pending uploads when ``wait``)."""
+        """Accept no more uploads; with ``wait``, return once the pending ones ran. Its
+        own threads (no ``pools`` given) stop then; the worker's are the worker's."""
         self._executor.shutdown(wait=wait)
-        if self._pool is not None:
-            self._pool.shutdown(wait=wait)
+        if self._own:
+            self._pools.close(wait=wait)
 
 
 def _snapshot_files(directory: Path) -> list[Path]:

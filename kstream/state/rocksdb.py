@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -35,6 +35,7 @@ from kstream.state.delta import (
 )
 from kstream.state.localsnapshot import LocalSnapshot, LocalSnapshots
 from kstream.state.rocksdb_options import cf_options, db_options, write_options
+from kstream.state.rocksdb_resources import StateResources, default_resources
 from kstream.state.rocksdb_table import RocksDBTable
 from kstream.state.tablehost import Clock, StateError
 
@@ -49,6 +50,8 @@ class RocksDBBackend(SnapshottingBackend):
     recovery (older ones are deleted when a new one is taken, so an upload must
     finish before ``local_retained`` newer snapshots are taken); ``deltas`` says when
     ``snapshot_sync(deltas=True)`` takes a full snapshot instead of a delta.
+    ``resources``: the block cache, memtable budget and checkpoint threads this DB
+    shares with the worker's other DBs (default: the process's).
     """
 
     def __init__(
@@ -59,6 +62,7 @@ class RocksDBBackend(SnapshottingBackend):
         clock: Clock = time.time,
         local_retained: int = 2,
         deltas: DeltaPolicy | None = None,
+        resources: StateResources | None = None,
     ) -> None:
         if cache_entries < 1:
             raise ValueError(f"cache_entries must be >= 1, got {cache_entries}")
@@ -67,21 +71,23 @@ class RocksDBBackend(SnapshottingBackend):
         self.snapshot_root = self.path / "snapshots"
         self.cache_entries = cache_entries
         self.clock = clock
+        self.resources = resources or default_resources()
         self.db_path.mkdir(parents=True, exist_ok=True)
-        opts = db_options()
+        opts = db_options(self.resources)
         existing: list[str] = []
         if (self.db_path / "CURRENT").exists():
             existing = [
                 n for n in rocksdict.Rdict.list_cf(str(self.db_path), opts) if n != "default"
             ]
         self._db = rocksdict.Rdict(
-            str(self.db_path), opts, column_families={n: cf_options() for n in existing}
+            str(self.db_path),
+            opts,
+            column_families={n: cf_options(self.resources) for n in existing},
         )
         self._db.set_write_options(write_options())
         self._cfs: set[str] = set(existing)
         self._tables: dict[str, RocksDBTable] = {}
         self._closed = False
-        self._checkpointer: ThreadPoolExecutor | None = None  # background checkpoints
         self._checkpointing: Future[None] | None = None  # the one being created
         self._write_error: Exception | None = None  # its writing of the cached writes failed
         self._local = LocalSnapshots(self.snapshot_root, local_retained)
@@ -108,7 +114,7 @@ class RocksDBBackend(SnapshottingBackend):
         if name in self._cfs:
             return self._db.get_column_family(name)
         self.settle()
-        cf = self._db.create_column_family(name, cf_options())
+        cf = self._db.create_column_family(name, cf_options(self.resources))
         self._cfs.add(name)
         return cf
 
@@ -155,7 +161,8 @@ class RocksDBBackend(SnapshottingBackend):
         ``background``: only encoding the write cache (into batches or a delta) is
         synchronous; writing batches to RocksDB (the GIL released), the RocksDB
         checkpoint (a memtable flush, hard links, a few synced files: I/O waits), writing
-        a delta, linking and pruning run on a thread of this backend, and the snapshot's
+        a delta, linking and pruning run on a checkpoint thread of the worker's
+        (``resources.checkpoints()``), and the snapshot's
         ``ready`` is done when they are. The state it holds is still this call's: the
         batches' writes stay readable from the tables (``_pending``) until then, and
         every later write to RocksDB (a cache flush, a range deletion, a new table) and
@@ -219,12 +226,10 @@ class RocksDBBackend(SnapshottingBackend):
         tables: tuple[str, ...],
         t0: float,
     ) -> LocalSnapshot:
-        """Run a snapshot's ``job`` here or on the checkpoint thread (``background``)."""
+        """Run a snapshot's ``job`` here or on a checkpoint thread (``background``)."""
         ready: Future[None] | None = None
         if background:
-            if self._checkpointer is None:
-                self._checkpointer = ThreadPoolExecutor(1, thread_name_prefix="rocksdb-checkpoint")
-            ready = self._checkpointing = self._checkpointer.submit(job)
+            ready = self._checkpointing = self.resources.checkpoints().submit(job)
         else:
             try:
                 job()
@@ -321,8 +326,6 @@ class RocksDBBackend(SnapshottingBackend):
             return
         self.flush()
         self.settle()
-        if self._checkpointer is not None:
-            self._checkpointer.shutdown(wait=True)
         for t in self._tables.values():
             t._detach()
         self._tables.clear()

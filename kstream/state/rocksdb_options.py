@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import rocksdict
 
+from kstream.state.rocksdb_resources import StateResources, default_resources
+
 #: Sorted runs (flushed files and merged runs) before universal compaction merges some.
 SORTED_RUNS_TRIGGER = 8
 #: Universal compaction rewrites the whole column family once its newer runs hold more
@@ -16,9 +18,25 @@ MAX_SIZE_AMPLIFICATION_PERCENT = 100
 #: The MANIFEST is rewritten from scratch past this size (it is copied whole into every
 #: checkpoint and grows by ~150 bytes per flush or compaction).
 MAX_MANIFEST_BYTES = 4 * 1024
+#: Bytes a column family's memtable holds before it becomes immutable and is flushed
+#: (RocksDB's default: 64 MiB). A memtable grows as written, but its Bloom filter
+#: (``MEMTABLE_BLOOM_RATIO`` of this) is allocated whole when the memtable is created:
+#: at 64 MiB that was 1.3 MB for every table of every task, written to or not.
+WRITE_BUFFER_BYTES = 8 * 1024 * 1024
+#: A memtable takes memory in blocks of this size (RocksDB's default: an eighth of
+#: ``WRITE_BUFFER_BYTES``), each counted against the worker's memtable budget when taken:
+#: with 1 MiB blocks, 128 tasks that each wrote a few keys held the whole 128 MiB budget
+#: and every write would flush a memtable.
+ARENA_BLOCK_BYTES = 256 * 1024
+#: The memtable's Bloom filter's size as a fraction of ``WRITE_BUFFER_BYTES``
+#: (~10 bits a key for entries of ~60 bytes).
+MEMTABLE_BLOOM_RATIO = 0.02
+#: SST files a DB keeps open (RocksDB's default: every one, for ever); past it the
+#: least recently used is closed and opened again when read.
+MAX_OPEN_FILES = 256
 
 
-def cf_options() -> rocksdict.Options:
+def cf_options(resources: StateResources | None = None) -> rocksdict.Options:
     """Universal (size-tiered) compaction, so an incremental checkpoint uploads little.
 
     Checkpoints upload only SST files the store does not hold yet. Leveled compaction
@@ -30,7 +48,11 @@ def cf_options() -> rocksdict.Options:
     the newer runs reach ``MAX_SIZE_AMPLIFICATION_PERCENT`` of it. The price: up to
     about twice the disk of the compacted state, and deletions reclaimed only by those
     full compactions (see docs/decisions.md).
+
+    The block cache is the worker's (``resources``, default: the process's), shared by
+    every table of every task; so is the memtables' memory budget (``db_options``).
     """
+    resources = resources or default_resources()
     opts = rocksdict.Options(raw_mode=True)
     opts.set_compaction_style(rocksdict.DBCompactionStyle.universal())
     uni = rocksdict.UniversalCompactOptions()
@@ -45,16 +67,26 @@ def cf_options() -> rocksdict.Options:
     # of every L0 file and of each level.
     table = rocksdict.BlockBasedOptions()
     table.set_bloom_filter(10, False)
+    table.set_block_cache(resources.cache)
     opts.set_block_based_table_factory(table)
+    opts.set_write_buffer_size(WRITE_BUFFER_BYTES)
+    opts.set_arena_block_size(ARENA_BLOCK_BYTES)
     # The same for the memtable: with delta snapshots it is flushed by its size, not at
     # every checkpoint, and a miss would search a skip list of up to its size.
     opts.set_memtable_whole_key_filtering(True)
-    opts.set_memtable_prefix_bloom_ratio(0.02)
+    opts.set_memtable_prefix_bloom_ratio(MEMTABLE_BLOOM_RATIO)
     return opts
 
 
-def db_options() -> rocksdict.Options:
-    opts = cf_options()
+def db_options(resources: StateResources | None = None) -> rocksdict.Options:
+    """The DB's options; they are also its ``default`` column family's, which holds no
+    table: no memtable Bloom filter for it. Memtables count against the worker's budget
+    (``resources.write_buffers``), open SST files are capped (``MAX_OPEN_FILES``)."""
+    resources = resources or default_resources()
+    opts = cf_options(resources)
+    opts.set_memtable_prefix_bloom_ratio(0.0)
+    opts.set_write_buffer_manager(resources.write_buffers)
+    opts.set_max_open_files(MAX_OPEN_FILES)
     opts.set_max_manifest_file_size(MAX_MANIFEST_BYTES)
     opts.create_if_missing(True)
     opts.create_missing_column_families(True)

@@ -202,6 +202,7 @@ class Worker:
             transactions=None if unchecked else self.transactions,
             wait_stable=None if unchecked else self._wait_stable,
         )
+        self.context = context
         self.tasks = WorkerTasks(self.plan, self.source, context)
         label = member_label or f"{os.uname().nodename}/{os.getpid()}"
         self.mode: Mode
@@ -392,6 +393,7 @@ class Worker:
         self.mode.settle()
         self.tasks.stop_all()
         self.transactions.close()
+        self.context.close()
         self.producer.flush(10)
         self.dlq.close()
         self.source.close()

@@ -41,9 +41,11 @@ from kstream.protocol.messages import AcknowledgeCheckpoint, DeclineCheckpoint, 
 from kstream.runtime.task import Task
 from kstream.sinkbuffer.budget import MemoryBudget
 from kstream.snapshots.restore import read_blob, restore_state
+from kstream.snapshots.transfers import TransferPools
 from kstream.snapshots.upload import DeferredBlob, SnapshotUploader, StateHandle
 from kstream.state.base import SnapshottingBackend
 from kstream.state.rocksdb import RocksDBBackend
+from kstream.state.rocksdb_resources import StateResources
 from kstream.worker.routing import Router, TaskRoute
 from kstream.worker.settings import DebugPause, PausePoint
 
@@ -119,6 +121,9 @@ class RunnerContext:
     checkpoints: there is nothing to commit a transaction on), None: as planned.
     ``sink_memory``: the memory budget every exactly-once sink task of this worker
     shares (``--sink-buffer-memory``: a bound for the process, not per task).
+    ``state_resources``: the block cache, memtable budget (``--state-memory``) and
+    checkpoint threads every task's RocksDB shares; ``transfers``: the threads every
+    task's snapshot uploads and restores share. ``close`` stops their threads.
     """
 
     plan: JobPlan
@@ -138,9 +143,18 @@ class RunnerContext:
     transactions: WorkerTransactions | None = None
     wait_stable: Callable[[list[TP]], None] | None = None
     sink_memory: MemoryBudget = field(init=False)
+    state_resources: StateResources = field(init=False)
+    transfers: TransferPools = field(init=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "sink_memory", MemoryBudget(self.config.sink_buffer_memory))
+        object.__setattr__(self, "state_resources", StateResources(self.config.state_memory))
+        object.__setattr__(self, "transfers", TransferPools(max(1, self.store.concurrency)))
+
+    def close(self) -> None:
+        """Stop the shared threads, once every runner is closed."""
+        self.transfers.close()
+        self.state_resources.close()
 
 
 @dataclass
@@ -183,11 +197,17 @@ def open_runner(
     downloaded: int | None = None  # None: started at the start positions
     if handle is None:
         shutil.rmtree(local, ignore_errors=True)  # start positions: empty state
-        backend = RocksDBBackend(local)
+        backend = RocksDBBackend(local, resources=ctx.state_resources)
     else:
         # One global restore point: a task never falls back by itself; the
         # coordinator restores every task from one older checkpoint instead.
-        backend, manifest, rstats = restore_state(ctx.store, handle, local)
+        backend, manifest, rstats = restore_state(
+            ctx.store,
+            handle,
+            local,
+            transfers=ctx.transfers.transfers(),
+            resources=ctx.state_resources,
+        )
         positions = decode_positions(manifest.positions)
         if manifest.watermarks is not None:
             watermarks = {
@@ -260,7 +280,9 @@ class TaskRunner:
         self.backend = backend
         self.route = route
         self.sinks = route.sinks
-        self.uploader = SnapshotUploader(ctx.store, ctx.config.app_id, spec.task_id)
+        self.uploader = SnapshotUploader(
+            ctx.store, ctx.config.app_id, spec.task_id, pools=ctx.transfers
+        )
         self.running = False
         self.final_id: int | None = None  # bounded run: id of the final snapshot taken
         self.uploads: list[PendingUpload] = []
