@@ -159,14 +159,19 @@ def _restore_one(
         def fetch(e: FileEntry) -> FileEntry:
             return _download(store, manifest, manifest_path, e, stage)
 
-        if transfers is not None:  # the worker's transfer threads
-            for entry in transfers.map(fetch, to_fetch):
-                progress.advance(1, entry.size)
-        else:
+        own = None  # without the worker's transfer threads: this restore's own
+        pool: Executor
+        if transfers is None:
             workers = max(1, min(store.concurrency, len(to_fetch)))
-            with ThreadPoolExecutor(workers, thread_name_prefix=f"get-{manifest.task_id}") as pool:
-                for entry in pool.map(fetch, to_fetch):
-                    progress.advance(1, entry.size)
+            pool = own = ThreadPoolExecutor(workers, thread_name_prefix=f"get-{manifest.task_id}")
+        else:
+            pool = transfers
+        try:
+            for entry in pool.map(fetch, to_fetch):
+                progress.advance(1, entry.size)
+        finally:
+            if own is not None:
+                own.shutdown()
         progress.finish()
         # 3. Swap the staged DB in and open it. Keep the staged copy as this
         #    snapshot's local copy too, so the next restore can reuse it.
