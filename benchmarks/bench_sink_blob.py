@@ -191,7 +191,8 @@ def routed(recs: list[OutputRecord], batches: int, runs: int, reference: bytes) 
 
     def sink() -> ExactlyOnceSink:
         s = ExactlyOnceSink("bench", "sink-0", "127.0.0.1:1")
-        s._producer, s.attempt = producer, 0
+        s.transactions._producer, s.attempt = producer, 0
+        s.transactions._marker_parts = 1
         return s
 
     def tuples() -> ExactlyOnceSink:

@@ -43,7 +43,7 @@ def main(argv: list[str]) -> None:
     )
     sink.on_barrier(1)
     Path(blob_path).write_bytes(sink.buffer_blob())
-    sink._producer = _HangAtCommit(sink._producer)
+    sink.transactions._producer = _HangAtCommit(sink.transactions._producer)
     sink.on_checkpoint_completed(1)
 
 

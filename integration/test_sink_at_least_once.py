@@ -7,7 +7,7 @@ from collections.abc import Callable
 import pytest
 
 from integration.edge_tools import read_all
-from kstream.kafka.clients import AdminClient, TopicSpec, ensure_topics
+from kstream.kafka.clients import AdminClient, TopicSpec, ensure_topics, make_producer
 from kstream.kafka.sink import AtLeastOnceSink, SinkDeliveryError
 
 pytestmark = pytest.mark.integration
@@ -56,3 +56,29 @@ def test_a_failed_delivery_raises_at_the_barrier(
     finally:
         sink.close()
     assert [r.key for r in read_all(kafka_bootstrap, out)] == [b"ok"]
+
+
+def test_sinks_sharing_the_workers_producer_each_see_only_their_own_failures(
+    kafka_bootstrap: str, kafka_admin: AdminClient, unique_name: Callable[[str], str]
+) -> None:
+    """A worker's at-least-once sink tasks write through its one producer: both outputs
+    arrive, and a failed delivery is the failing task's, not its neighbour's."""
+    out = unique_name("alo-shared")
+    ensure_topics(kafka_admin, [TopicSpec(out, 1)])
+    shared = make_producer(kafka_bootstrap, extra={"delivery.report.only.error": True})
+    good = AtLeastOnceSink("sink-0", producer=shared, timeout=20.0)
+    bad = AtLeastOnceSink("sink-1", producer=shared, timeout=20.0)
+    good.write_batch([(out, 0, b"g1", b"1", None, None), (out, 0, b"g2", b"2", None, None)])
+    bad.write((out, 0, b"b1", b"3", None, None))
+    bad.write((out, 5, b"nowhere", b"4", None, None))  # partition 5 does not exist
+    good.on_barrier(1)  # flushes the shared producer; its own records all delivered
+    with pytest.raises(SinkDeliveryError, match=r"sink sink-1 at barrier 1: 1 records failed"):
+        bad.on_barrier(1)
+    good.close()
+    bad.close()
+    assert sorted(r.key for r in read_all(kafka_bootstrap, out) if r.key) == [b"b1", b"g1", b"g2"]
+
+
+def test_a_sink_needs_a_producer_or_an_address() -> None:
+    with pytest.raises(ValueError, match="needs a producer or a bootstrap address"):
+        AtLeastOnceSink("sink-0")

@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import re
 import socket
+import uuid
 
 
 def group_id(app_id: str) -> str:
@@ -44,6 +45,13 @@ def commits_topic(app_id: str) -> str:
 def sink_transactional_id(app_id: str, task: str) -> str:
     """The fixed transactional id of sink task ``task``."""
     return f"{app_id}.sink.{task}"
+
+
+def worker_sink_transactional_id(app_id: str) -> str:
+    """The transactional id of this worker process's exactly-once sinks: its own, never
+    reused (``host:pid`` and a random suffix: a container's pid 1 comes back), fenced by
+    its group membership rather than by the id (kstream.kafka.worker_transactions)."""
+    return f"{app_id}.sink.worker.{worker_client_id()}.{uuid.uuid4().hex[:12]}"
 
 
 def marker_reader_group(app_id: str, task: str) -> str:

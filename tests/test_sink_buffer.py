@@ -348,7 +348,7 @@ def _as_produced(r: OutputRecord) -> tuple[Any, ...]:
 
 def _eos_sink(producer: FakeProducer) -> ExactlyOnceSink:
     sink = ExactlyOnceSink("shop", "sink-0", "127.0.0.1:1")  # no connection is made
-    sink._producer, sink.attempt = producer, 1
+    sink.transactions._producer, sink.attempt = producer, 1
     return sink
 
 
@@ -465,6 +465,6 @@ def test_a_marker_read_the_cluster_fails_is_the_sinks_failure(
 
     monkeypatch.setattr(sink_module, "read_latest_marker", destroyed)
     sink = ExactlyOnceSink("shop", "sink-0", "127.0.0.1:1")  # no connection is made
-    monkeypatch.setattr(sink, "_marker_partitions", lambda: 1)
+    monkeypatch.setattr(sink.transactions, "marker_partitions", lambda: 1)
     with pytest.raises(SinkError, match="sink sink-0: reading its commit marker failed"):
         sink.read_marker()

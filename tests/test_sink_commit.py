@@ -1,175 +1,147 @@
-"""SinkCommitter: every task's transaction is opened first, then the commits run together
-on other threads while the caller goes on; it collects them later (kstream.worker.sinkcommit).
-Runners are stand-ins returning commits."""
+"""SinkCommitter: a completion of all the worker's tasks is ONE transaction, opened and
+filled on the caller's thread; its commit runs on another thread while the caller goes
+on, and is collected later (kstream.worker.sinkcommit). Runners and the worker's
+transactions are stand-ins; the real transactions: tests/test_worker_transactions.py."""
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
-from typing import cast
+from collections.abc import Callable, Mapping
+from typing import Any, cast
 
 import pytest
 
-from kstream.kafka.exactly_once_sink import SinkCommit
+from kstream.kafka.commits import CommitMarker
 from kstream.kafka.sink import SinkError, SinkFencedError
+from kstream.kafka.worker_transactions import Publication, SinkCommit, WorkerTransactions
 from kstream.sinkbuffer.epochs import SinkStateError
 from kstream.worker.runner import TaskRunner
 from kstream.worker.sinkcommit import SinkCommitter
 
+TP = tuple[str, int]
 
-class Commit:
-    """What the committer uses of a SinkCommit: ``publish`` runs ``call`` (on a commit
-    thread), ``published`` notes the thread that collected it."""
 
-    def __init__(self, call: Callable[[], int]) -> None:
-        self.call = call
-        self.collected_on: threading.Thread | None = None
+class Transactions:
+    """What the committer uses of WorkerTransactions: ``open`` (noted, or ``open_error``)
+    and a commit that runs ``commit`` on the commit thread."""
 
-    def publish(self) -> None:
-        self.call()
+    def __init__(
+        self, commit: Callable[[], None] = lambda: None, open_error: Exception | None = None
+    ) -> None:
+        self.opened: list[tuple[list[str], dict[TP, int]]] = []
+        self._commit = commit
+        self.open_error = open_error
+        self.committed_on: list[threading.Thread] = []
 
-    def published(self) -> int:
-        self.collected_on = threading.current_thread()
-        return 1
+    def open(self, commits: list[SinkCommit], offsets: Mapping[TP, int], what: str) -> Any:
+        if self.open_error is not None:
+            raise self.open_error
+        self.opened.append(([c.task for c in commits], dict(offsets)))
+        return Publication(cast(WorkerTransactions, self), commits, what)
+
+    def commit(self, what: str) -> None:
+        self.committed_on.append(threading.current_thread())
+        self._commit()
 
 
 class Runner:
-    """What the committer uses of a TaskRunner: its id and ``begin_commit_sinks``."""
+    """What the committer uses of a TaskRunner: ``due_sink_commits``."""
 
-    def __init__(
-        self,
-        task_id: str,
-        commits: list[Callable[[], int]],
-        begin_error: Exception | None = None,
-    ) -> None:
+    def __init__(self, task_id: str, records: int, offsets: dict[TP, int]) -> None:
         self.task_id = task_id
-        self.commits = [Commit(c) for c in commits]
-        self.begin_error = begin_error
-        self.begun: list[int] = []
+        self.records = records
+        self.offsets = offsets
+        self.dropped_on: list[threading.Thread] = []  # where its epochs were dropped
 
-    def begin_commit_sinks(self, checkpoint_id: int) -> list[SinkCommit]:
-        self.begun.append(checkpoint_id)
-        if self.begin_error is not None:
-            raise self.begin_error
-        return cast(list[SinkCommit], list(self.commits))
+    def due_sink_commits(self, checkpoint_id: int) -> tuple[list[SinkCommit], dict[TP, int]]:
+        if not self.records:
+            return [], self.offsets
 
+        def drop(_epochs: object, _n: int) -> None:
+            self.dropped_on.append(threading.current_thread())
 
-def publishing(done: list[str], name: str) -> Callable[[], int]:
-    """A commit that notes ``name`` in ``done`` when it runs."""
-
-    def publish() -> int:
-        done.append(name)
-        return 1
-
-    return publish
+        marker = CommitMarker(self.task_id, checkpoint_id, 1)
+        return [SinkCommit(self.task_id, marker, [], self.records, drop)], self.offsets
 
 
-def commit(committer: SinkCommitter, runners: list[Runner], n: int) -> dict[str, SinkError]:
-    """Start the commits of ``runners`` for ``n`` and collect them, waiting: the tasks
-    fenced or failed."""
-    outcomes = committer.start(cast(list[TaskRunner], runners), n)
-    outcomes.update(committer.collect(wait=True))
-    return outcomes
+def assert_set(event: threading.Event) -> None:
+    assert event.wait(10)
 
 
-def test_the_caller_goes_on_while_the_commits_run_and_collects_them_later() -> None:
+def runners(*rs: Runner) -> list[TaskRunner]:
+    return cast(list[TaskRunner], list(rs))
+
+
+def test_one_transaction_carries_every_task_with_its_offsets() -> None:
+    txn = Transactions()
+    a = Runner("a", 3, {("in", 0): 10})
+    b = Runner("b", 0, {("in", 1): 5})  # nothing due: not in the transaction
+    c = Runner("c", 2, {("rep", 3): 7})
+    committer = SinkCommitter(cast(WorkerTransactions, txn))
+    assert committer.start(runners(a, b, c), 4) == {}
+    assert committer.collect(wait=True) == {}
+    assert txn.opened == [(["a", "c"], {("in", 0): 10, ("rep", 3): 7})]
+    here = threading.current_thread()
+    assert a.dropped_on == [here] and c.dropped_on == [here] and b.dropped_on == []
+    assert txn.committed_on and txn.committed_on[0] is not here  # the commit ran elsewhere
+    committer.close()
+
+
+def test_nothing_due_opens_no_transaction() -> None:
+    txn = Transactions()
+    committer = SinkCommitter(cast(WorkerTransactions, txn))
+    assert committer.start(runners(Runner("a", 0, {})), 4) == {}
+    assert not committer.busy and txn.opened == []
+
+
+def test_the_caller_goes_on_while_the_commit_runs_and_collects_it_later() -> None:
     release = threading.Event()
-
-    def held() -> int:
-        assert release.wait(10)
-        return 1
-
-    a, b = Runner("a", [held]), Runner("b", [held])
-    committer = SinkCommitter()
-    assert committer.start(cast(list[TaskRunner], [a, b]), 7) == {}  # returns at once
+    txn = Transactions(commit=lambda: assert_set(release))
+    a = Runner("a", 1, {("in", 0): 1})
+    committer = SinkCommitter(cast(WorkerTransactions, txn))
+    assert committer.start(runners(a), 7) == {}  # returns at once
     assert committer.busy and committer.collect(wait=False) == {}  # not finished: nothing
-    assert all(c.collected_on is None for r in (a, b) for c in r.commits)
+    assert a.dropped_on == []
     with pytest.raises(RuntimeError, match="not collected"):
-        committer.start(cast(list[TaskRunner], [a, b]), 8)
+        committer.start(runners(a), 8)
     release.set()
     assert committer.collect(wait=True) == {}
-    assert not committer.busy
-    here = threading.current_thread()
-    assert all(c.collected_on is here for r in (a, b) for c in r.commits)  # epochs dropped here
+    assert not committer.busy and a.dropped_on == [threading.current_thread()]
     committer.close()
 
 
-def test_the_commits_of_all_tasks_wait_together() -> None:
-    both = threading.Barrier(3, timeout=10)  # two commits and the check below
-
-    def waits_for_the_other() -> int:
-        both.wait()  # only returns when the other task's commit runs at the same time
-        return 1
-
-    a, b = Runner("a", [waits_for_the_other]), Runner("b", [waits_for_the_other])
-    committer = SinkCommitter()
-    results: list[dict[str, SinkError]] = []
-    t = threading.Thread(target=lambda: results.append(commit(committer, [a, b], 7)))
-    t.start()
-    both.wait()
-    t.join(10)
-    committer.close()
-    assert results == [{}]
-    assert a.begun == [7] and b.begun == [7]
-
-
-def test_fenced_tasks_are_reported_and_the_others_commit() -> None:
-    done: list[str] = []
-
-    def fenced() -> int:
-        raise SinkFencedError("a newer owner")
-
-    runners = [
-        Runner("a", [publishing(done, "a1")], begin_error=SinkFencedError("fenced when opening")),
-        Runner("b", [publishing(done, "b1"), fenced]),
-        Runner("c", [publishing(done, "c1"), publishing(done, "c2")]),
-    ]
-    got = commit(SinkCommitter(), runners, 5)
-    assert sorted(got) == ["a", "b"]
-    assert str(got["a"]) == "fenced when opening"
-    assert sorted(done) == ["b1", "c1", "c2"]  # a's commit never ran: it was not opened
-
-
-def test_a_failed_commit_is_its_tasks_outcome_once_every_commit_finished() -> None:
-    raised = threading.Event()
-    finished: list[str] = []
-    failure = SinkError("the transaction failed")
-
-    def fails() -> int:
-        raised.set()
+@pytest.mark.parametrize(
+    "failure",
+    [SinkFencedError("the group moved their inputs"), SinkError("the transaction failed")],
+)
+def test_a_failed_commit_is_every_one_of_its_tasks_outcome(failure: SinkError) -> None:
+    def fails() -> None:
         raise failure
 
-    def slow() -> int:
-        assert raised.wait(10)
-        finished.append("b")
-        return 1
-
-    committer = SinkCommitter()
-    a, b = Runner("a", [fails]), Runner("b", [slow])
-    assert committer.start(cast(list[TaskRunner], [a, b]), 9) == {}
-    assert committer.collect(wait=True) == {"a": failure}  # reported, not raised
-    assert finished == ["b"] and not committer.busy
+    a, b = Runner("a", 1, {("in", 0): 1}), Runner("b", 2, {("in", 1): 1})
+    committer = SinkCommitter(cast(WorkerTransactions, Transactions(commit=fails)))
+    assert committer.start(runners(a, b), 9) == {}
+    assert committer.collect(wait=True) == {"a": failure, "b": failure}  # reported
+    assert a.dropped_on == [] and b.dropped_on == []  # the epochs stay sealed
+    committer.close()
 
 
-def test_a_failure_opening_a_task_finishes_the_commits_opened_before_it() -> None:
-    done: list[str] = []
-
-    a = Runner("a", [publishing(done, "a1"), publishing(done, "a2")])
-    b = Runner("b", [], begin_error=SinkError("opening the transaction failed"))
-    c = Runner("c", [publishing(done, "c1")])
-    committer = SinkCommitter()
-    got = committer.start(cast(list[TaskRunner], [a, b, c]), 4)
-    assert {k: str(e) for k, e in got.items()} == {"b": "opening the transaction failed"}
-    assert not committer.busy  # a's commits were collected before start returned
-    assert sorted(done) == ["a1", "a2"]
-    assert c.begun == []  # as when the tasks were committed one after the other
+def test_a_transaction_that_cannot_open_is_its_tasks_outcome() -> None:
+    refused = SinkFencedError("UNKNOWN_MEMBER_ID")
+    committer = SinkCommitter(cast(WorkerTransactions, Transactions(open_error=refused)))
+    got = committer.start(runners(Runner("a", 1, {}), Runner("b", 1, {})), 4)
+    assert got == {"a": refused, "b": refused} and not committer.busy
 
 
 def test_a_bug_is_raised_not_reported() -> None:
-    def broken() -> int:
+    def broken() -> None:
         raise SinkStateError("commit before recover")
 
+    committer = SinkCommitter(cast(WorkerTransactions, Transactions(commit=broken)))
+    committer.start(runners(Runner("a", 1, {})), 3)
     with pytest.raises(SinkStateError, match="commit before recover"):
-        commit(SinkCommitter(), [Runner("a", [broken])], 3)
+        committer.collect(wait=True)
+    opening = SinkCommitter(cast(WorkerTransactions, Transactions(open_error=KeyError("bug"))))
     with pytest.raises(KeyError):
-        commit(SinkCommitter(), [Runner("a", [], begin_error=KeyError("bug"))], 3)
+        opening.start(runners(Runner("a", 1, {})), 3)
+    committer.close()

@@ -46,7 +46,7 @@ def spill_sink(tmp_path: Path, producer: FakeProducer, budget: int) -> ExactlyOn
     sink = ExactlyOnceSink(
         "shop", "sink-0", "127.0.0.1:1", spill_dir=tmp_path / "spill", memory_budget=budget
     )  # no connection is made
-    sink._producer, sink.attempt = producer, 1
+    sink.transactions._producer, sink.attempt = producer, 1
     return sink
 
 
@@ -250,7 +250,7 @@ def test_the_sink_tasks_of_a_worker_share_one_budget(tmp_path: Path) -> None:
             "shop", f"sink-{t}", "127.0.0.1:1", spill_dir=tmp_path / f"spill-{t}",
             memory_budget=shared,
         )  # fmt: skip
-        s._producer, s.attempt = FakeProducer(), 1
+        s.transactions._producer, s.attempt = FakeProducer(), 1
         sinks.append(s)
     peak = 0
     for lo in range(0, 4_000, BATCH):  # ~0.8 MB estimated per task: alone, none spills
@@ -263,7 +263,7 @@ def test_the_sink_tasks_of_a_worker_share_one_budget(tmp_path: Path) -> None:
     for s in sinks:
         s.on_barrier(1)
         assert s.on_checkpoint_completed(1) == 4_000
-        assert s._producer.sent[:-1] == produced(range(4_000))
+        assert s.transactions._producer.sent[:-1] == produced(range(4_000))
     assert shared.held == 0  # committed epochs hold nothing
     write(sinks[0], 0, BATCH)
     assert shared.held > 0
@@ -276,7 +276,7 @@ def test_alone_a_task_under_the_budget_does_not_spill(tmp_path: Path) -> None:
     sink = ExactlyOnceSink(
         "shop", "sink-0", "127.0.0.1:1", spill_dir=tmp_path / "spill", memory_budget=shared
     )
-    sink._producer, sink.attempt = FakeProducer(), 1
+    sink.transactions._producer, sink.attempt = FakeProducer(), 1
     write(sink, 0, 4_000)
     assert sink.buffer.spills == 0 and not spill_files(tmp_path)
     assert shared.held == sink.buffer.held > 0

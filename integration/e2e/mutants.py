@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from kstream.kafka import exactly_once_sink as sink
+from kstream.worker import tasks
 
 
 def sink_ignores_marker() -> None:
@@ -17,7 +18,12 @@ def sink_ignores_marker() -> None:
     def no_marker(self: sink.ExactlyOnceSink) -> None:
         return None
 
+    def no_markers(*args: Any) -> dict[str, None]:
+        return dict.fromkeys(args[2])  # (bootstrap, app, tasks, ...): none read
+
     sink.ExactlyOnceSink.read_marker = no_marker  # type: ignore[method-assign]
+    # a worker reads the markers of the tasks it restores in one pass
+    tasks.read_latest_markers = no_markers  # type: ignore[assignment]
 
 
 def sink_forgets_buffer() -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import signal
 import sys
 from typing import Any
 
@@ -22,7 +23,7 @@ from kstream.hosting.signals import install_signal_handlers, worker_stop
 from kstream.hosting.startup import Coordination
 from kstream.hosting.tuning import tune_gc
 from kstream.worker.loop import Worker
-from kstream.worker.settings import PausePoint, WorkerSettings
+from kstream.worker.settings import PAUSE_RESUMED, PausePoint, WorkerSettings
 
 
 @click.command()
@@ -61,7 +62,7 @@ from kstream.worker.settings import PausePoint, WorkerSettings
     type=click.Choice(["after-snapshot", "before-sink-commit"]),
     default=None,
     hidden=True,
-    help="Crash tests only: block at this point (after-snapshot, before-sink-commit).",
+    help="Crash tests only: block at this point (after-snapshot, before-sink-commit) until killed, or once until SIGUSR1.",
 )
 def worker(
     topology: str,
@@ -88,6 +89,8 @@ def worker(
     job = prepare_job(topology, bootstrap, pop_job_options(kwargs), bounded=bounded)
     start_observability(job.config.app_id, "worker", metrics_port, metrics_host)
     pause = PausePoint(debug_pause_at) if debug_pause_at else None
+    if pause is not None:  # a paused test worker goes on at SIGUSR1
+        signal.signal(signal.SIGUSR1, lambda *_: PAUSE_RESUMED.set())
     settings = WorkerSettings(session_timeout_s=session_timeout, pause_at=pause)
     w = start_worker(lambda: Worker(job, stop_when_idle=stop_when_idle, settings=settings))
     signals.attach(worker_stop(w))

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import time
 import zlib
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -18,7 +18,13 @@ from kstream.kafka.clients import TopicPartition, TopicSpec, make_consumer, wate
 from kstream.names import commits_topic, marker_reader_group
 from kstream.sinkbuffer.epochs import SinkError
 
-__all__ = ["CommitMarker", "commits_topic_spec", "marker_partition", "read_latest_marker"]
+__all__ = [
+    "CommitMarker",
+    "commits_topic_spec",
+    "marker_partition",
+    "read_latest_marker",
+    "read_latest_markers",
+]
 
 
 def commits_topic_spec(app: str, partitions: int = 1) -> TopicSpec:
@@ -69,48 +75,82 @@ def read_latest_marker(
 ) -> CommitMarker | None:
     """``task``'s latest committed marker on ``topic`` (``partitions`` partitions), read
     to the end of its partition."""
+    return read_latest_markers(bootstrap, app, [task], topic, partitions, timeout, client_config)[
+        task
+    ]
+
+
+def read_latest_markers(
+    bootstrap: str,
+    app: str,
+    tasks: Sequence[str],
+    topic: str,
+    partitions: int,
+    timeout: float,
+    client_config: Mapping[str, Any] | None,
+) -> dict[str, CommitMarker | None]:
+    """The latest committed marker of each of ``tasks`` (None: none yet), each read to
+    the end of its partition — one reader for them all, each partition read once (a
+    worker restoring hundreds of tasks: not a reader and a read of the partition each)."""
+    if not tasks:
+        return {}
+    wanted = {t.encode(): t for t in tasks}
+    parts = sorted({marker_partition(t, partitions) for t in tasks})
     consumer = make_consumer(
         bootstrap,
-        marker_reader_group(app, task),  # never joins or commits: assign() only
+        marker_reader_group(app, tasks[0]),  # never joins or commits: assign() only
         read_committed=True,
         extra=client_config,
     )
+    latest: dict[str, CommitMarker | None] = dict.fromkeys(tasks)
     try:
-        tp = TopicPartition(topic, marker_partition(task, partitions))
         # The end to read to is the HIGH WATERMARK, not the read_committed end
         # (the last stable offset): an open transaction of another task that
         # began before our latest marker holds the LSO below that marker.
         # Reading read_committed up to the high watermark waits for such
         # transactions to finish instead of missing our marker (which would
         # publish the buffer twice).
-        low, high = _high_watermark(bootstrap, tp, timeout, client_config)
-        if high <= low:
-            return None
-        consumer.assign([TopicPartition(tp.topic, tp.partition, low)])
-        key = task.encode()
-        latest: CommitMarker | None = None
+        ends: dict[int, int] = {}
+        starts = []
+        for p in parts:
+            low, high = _high_watermark(bootstrap, TopicPartition(topic, p), timeout, client_config)
+            if high > low:
+                ends[p] = high
+                starts.append(TopicPartition(topic, p, low))
+        if not starts:
+            return latest
+        consumer.assign(starts)
         deadline = time.monotonic() + timeout
         while True:
-            (pos,) = consumer.position([tp])
-            if pos.offset >= high:
+            behind = [
+                pos
+                for pos in consumer.position([TopicPartition(topic, p) for p in ends])
+                if pos.offset < ends[pos.partition]
+            ]
+            if not behind:
                 return latest
             if time.monotonic() > deadline:
+                at = ", ".join(
+                    f"{topic}[{b.partition}] stalled at offset {b.offset} < {ends[b.partition]}"
+                    for b in behind
+                )
                 raise SinkError(
-                    f"sink {task}: reading {tp.topic}[{tp.partition}] stalled at "
-                    f"offset {pos.offset} < {high} for {timeout}s (an open transaction "
-                    f"of another task holds the read_committed end?)"
+                    f"sink {', '.join(tasks[:3])}: reading {at} for {timeout}s (an open "
+                    f"transaction of another task holds the read_committed end?)"
                 )
             msg: Any
             for msg in consumer.consume(500, 0.2):
                 err = msg.error()
                 if err is not None:
                     if err.fatal():
-                        raise SinkError(f"sink {task}: reading markers: {err}")
+                        raise SinkError(f"sink {', '.join(tasks[:3])}: reading markers: {err}")
                     continue
-                if msg.key() == key and msg.value() is not None:
+                task = wanted.get(msg.key())
+                if task is not None and msg.value() is not None:
                     m = CommitMarker.decode(msg.value())
-                    if latest is None or m.checkpoint >= latest.checkpoint:
-                        latest = m
+                    seen = latest[task]
+                    if seen is None or m.checkpoint >= seen.checkpoint:
+                        latest[task] = m
     finally:
         consumer.close()
 

@@ -173,26 +173,40 @@ def produce_records(
 
 
 class AtLeastOnceSink(Sink):
-    """At-least-once sink: produce eagerly (idempotent producer), flush at the barrier."""
+    """At-least-once sink: produce eagerly (idempotent producer), flush at the barrier.
+
+    A worker's sink tasks share its one producer (``producer``: the one that writes
+    its internal topics), so a worker with hundreds of tasks has one client, not one
+    per task; each sink still counts only its own records' failed deliveries. Given
+    ``bootstrap`` instead, the sink makes a producer of its own."""
 
     guarantee = Guarantee.AT_LEAST_ONCE
 
     def __init__(
         self,
         task: str,
-        bootstrap: str,
+        bootstrap: str | None = None,
         *,
+        producer: Any = None,
         producer_config: Mapping[str, Any] | None = None,
         timeout: float = 30.0,
     ) -> None:
         self.task = task
         self.timeout = timeout
-        # Delivery reports for failures only: a Python callback per delivered
-        # record would cost more than producing it.
-        self._producer = make_producer(
-            bootstrap,
-            extra={"delivery.report.only.error": True, "linger.ms": 20, **(producer_config or {})},
-        )
+        if producer is None:
+            if bootstrap is None:
+                raise ValueError("AtLeastOnceSink needs a producer or a bootstrap address")
+            # Delivery reports for failures only: a Python callback per delivered
+            # record would cost more than producing it.
+            producer = make_producer(
+                bootstrap,
+                extra={
+                    "delivery.report.only.error": True,
+                    "linger.ms": 20,
+                    **(producer_config or {}),
+                },
+            )
+        self._producer = producer
         self.failed = 0
         self.first_error: str | None = None
         self.produced = 0

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import logging
 import struct
+import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
@@ -56,6 +57,10 @@ RawRecord = tuple[
 
 FETCH_BYTES_PER_PARTITION = 8 * 1024 * 1024
 FETCH_QUEUE_BACKOFF_MS = 20
+#: How long a task's new owner waits for a previous owner's open transaction: the broker
+#: aborts it after its transaction.timeout.ms (a worker's: 20 s; librdkafka's default:
+#: 60 s) at its next check for timed-out transactions (every 10 s by default).
+STABLE_WAIT_S = 90.0
 
 AssignCallback = Callable[[list[TP]], Mapping[TP, int] | None]
 RevokeCallback = Callable[[list[TP]], None]
@@ -126,6 +131,7 @@ class SourceConsumer:
         self._on_assign = on_assign
         self._on_revoke = on_revoke
         self._assignment: set[TP] = set()
+        self._assigned_metadata: Any = None  # the group metadata of the assignment
         self._consumer = make_consumer(
             bootstrap,
             group_id,
@@ -156,6 +162,7 @@ class SourceConsumer:
     def _assigned(self, consumer: Any, partitions: list[TopicPartition]) -> None:
         tps = [(p.topic, p.partition) for p in partitions]
         self._assignment = set(tps)
+        self._assigned_metadata = consumer.consumer_group_metadata()
         log.info(
             "group %s: assigned %s (generation %s)", self.group_id, sorted(tps), self.generation
         )
@@ -172,6 +179,7 @@ class SourceConsumer:
     def _revoked(self, consumer: Any, partitions: list[TopicPartition]) -> None:
         tps = [(p.topic, p.partition) for p in partitions]
         self._assignment.difference_update(tps)
+        self._assigned_metadata = None
         log.info("group %s: revoked %s", self.group_id, sorted(tps))
         if self._on_revoke is not None:
             self._on_revoke(tps)
@@ -201,8 +209,13 @@ class SourceConsumer:
         return _generation_of(md) if isinstance(md, bytes) else None
 
     def group_metadata(self) -> Any:
-        """Opaque group metadata for ``send_offsets_to_transaction`` (EOS fencing by generation)."""
-        return self._consumer.consumer_group_metadata()
+        """Opaque group metadata for ``send_offsets_to_transaction``: the one captured
+        with the current assignment (member id and generation), so the broker refuses it
+        once the group moved on — never the consumer's metadata of the moment, which
+        after the group removed this member has no member id and no generation, and
+        which the broker does not check (integration/test_eos_fencing_contract.py).
+        None while this worker holds no assignment."""
+        return self._assigned_metadata
 
     # ---- reading
 
@@ -353,6 +366,26 @@ class SourceConsumer:
         """The group's committed offsets for ``tps`` (None where nothing is committed)."""
         got = self._consumer.committed([TopicPartition(t, p) for t, p in tps], timeout=timeout)
         return {(x.topic, x.partition): (x.offset if x.offset >= 0 else None) for x in got}
+
+    def wait_stable(self, tps: Iterable[TP], timeout: float = STABLE_WAIT_S) -> None:
+        """Return once the group's offsets of ``tps`` are stable: no transaction holding
+        offsets of them is open (a read_committed fetch asks with *require stable* and is
+        not answered until then: kstream.kafka.worker_transactions). SourceError past
+        ``timeout`` (an open transaction is aborted by the broker once its
+        ``transaction.timeout.ms`` passed)."""
+        tps = sorted(tps)
+        asked = [TopicPartition(t, p) for t, p in tps]
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                self._consumer.committed(asked, timeout=min(5.0, timeout))
+                return
+            except KafkaException as e:
+                if time.monotonic() > deadline:
+                    raise SourceError(
+                        f"group {self.group_id}: the offsets of {tps} stayed unstable "
+                        f"for {timeout:.0f} s (a transaction holding them is open): {e}"
+                    ) from e
 
     def end_offsets(self, tp: TP, timeout: float = 10.0) -> int:
         """The end offset of ``tp`` (bounded runs read up to it)."""

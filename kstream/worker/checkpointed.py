@@ -84,7 +84,10 @@ class Checkpointed(Mode):
         self.fingerprint = fingerprint
         self._pending: list[WorkerCommand] = []  # decided from the history, carried out first
         self._verified: set[int] = set()  # completed checkpoints the store backs
-        self._committer = SinkCommitter()
+        transactions = tasks.ctx.transactions
+        if transactions is None:
+            raise ValueError("a checkpointed worker publishes through its transactions")
+        self._committer = SinkCommitter(transactions)
         # Acknowledgements held while another task's upload of their checkpoint is in
         # flight here: a worker sends one message per checkpoint for all its tasks.
         self._held: list[AcknowledgeCheckpoint] = []
@@ -318,9 +321,7 @@ class Checkpointed(Mode):
         """Start publishing every task's output up to ``checkpoint_id`` (the previous
         checkpoint's first collected); the processing goes on meanwhile."""
         self._collect_commits(now, wait=True)
-        self._commits_ended(
-            self._committer.start(list(self.tasks.runners.values()), checkpoint_id), now
-        )
+        self._commits_ended(self._committer.start(self.tasks.owned(), checkpoint_id), now)
 
     def _collect_commits(self, now: float, *, wait: bool) -> None:
         if self._committer.busy:

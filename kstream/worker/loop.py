@@ -30,8 +30,10 @@ from kstream.kafka.dlq import DeadLetterWriter
 from kstream.kafka.internal import InternalDeliveryError
 from kstream.kafka.reachability import Reachability
 from kstream.kafka.sink import SinkError
-from kstream.kafka.source import RawRecord, SourceConsumer
+from kstream.kafka.source import RawRecord, SourceConsumer, SourceError
+from kstream.kafka.worker_transactions import WorkerTransactions
 from kstream.metrics.worker import WorkerMetrics, sink_buffers
+from kstream.names import commits_topic, worker_sink_transactional_id
 from kstream.plan.fingerprint import fingerprint
 from kstream.protocol.messages import Message
 from kstream.protocol.worker import WorkerProtocol
@@ -50,6 +52,12 @@ from kstream.worker.tasks import WorkerTasks
 from kstream.worker.unchecked import Unchecked
 
 log = logging.getLogger(__name__)
+
+#: The worker's publishing transactions: the broker aborts one left open this long (a
+#: worker killed or frozen in the middle of it), and a new owner of its tasks waits for
+#: that (kstream.kafka.worker_transactions). Kafka Streams takes 10 s; a publication of
+#: a checkpoint's output must fit in it (-X transaction.timeout.ms=... to change it).
+TRANSACTION_TIMEOUT_MS = 20_000
 
 IDLE_WAIT_S = 0.005
 """How long an iteration waits for input when none is queued. Control messages and
@@ -167,6 +175,17 @@ class Worker:
             send=None if self.control is None else self.control.report,
             metrics=self.metrics,
         )
+        # One transactional producer for all the exactly-once sinks of this process
+        # (kstream.kafka.worker_transactions); without checkpoints sinks are
+        # at-least-once, through self.producer.
+        unchecked = not self.checkpointed and not self.cfg.bounded
+        self.transactions = WorkerTransactions(
+            self.cfg.bootstrap_servers,
+            worker_sink_transactional_id(self.cfg.app_id),
+            commits_topic(self.cfg.app_id),
+            producer_config={"transaction.timeout.ms": TRANSACTION_TIMEOUT_MS, **self.cfg.kafka},
+            group_metadata=self.source.group_metadata,
+        )
         context = RunnerContext(
             plan=self.plan,
             config=self.cfg,
@@ -180,6 +199,8 @@ class Worker:
                 None if self.checkpointed or self.cfg.bounded else Guarantee.AT_LEAST_ONCE
             ),
             metrics=self.metrics,
+            transactions=None if unchecked else self.transactions,
+            wait_stable=None if unchecked else self._wait_stable,
         )
         self.context = context
         self.tasks = WorkerTasks(self.plan, self.source, context)
@@ -227,6 +248,13 @@ class Worker:
 
     def _on_assign(self, tps: list[TP]) -> None:
         self._assignment_changed = True
+
+    def _wait_stable(self, tps: list[TP]) -> None:
+        """A task's new owner waits for a previous owner's publication in flight."""
+        try:
+            self.source.wait_stable(tps)
+        except SourceError as e:
+            raise SinkError(str(e)) from e
 
     def _on_revoke(self, tps: list[TP]) -> None:
         self._assignment_changed = True
@@ -364,6 +392,7 @@ class Worker:
             log.warning("late records since the tasks started, per operator:\n%s", summary)
         self.mode.settle()
         self.tasks.stop_all()
+        self.transactions.close()
         self.context.close()
         self.producer.flush(10)
         self.dlq.close()

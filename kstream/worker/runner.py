@@ -28,9 +28,11 @@ from kstream.checkpointstorage.layout import (
 from kstream.checkpointstorage.metadata import TaskSnapshot
 from kstream.config import Guarantee, JobConfig
 from kstream.elements.records import Position, SnapshotPoint
+from kstream.kafka.commits import CommitMarker
 from kstream.kafka.dlq import DeadLetterWriter
-from kstream.kafka.exactly_once_sink import ExactlyOnceSink, SinkCommit
+from kstream.kafka.exactly_once_sink import NOT_READ, ExactlyOnceSink
 from kstream.kafka.sink import AtLeastOnceSink, Sink
+from kstream.kafka.worker_transactions import SinkCommit, WorkerTransactions, committable_offsets
 from kstream.logs import ctx as ctx_log
 from kstream.metrics.worker import WorkerMetrics
 from kstream.operators.firing import Budget
@@ -103,6 +105,11 @@ def has_due_output(sink: Sink, checkpoint_id: int) -> bool:
     return any(e.records for e in sink.buffer.due(checkpoint_id))
 
 
+def exactly_inputs(sink: Sink) -> list[tuple[TP, int]]:
+    """An exactly-once sink's inputs with their restored offsets (none for another)."""
+    return sorted(sink.inputs.items()) if isinstance(sink, ExactlyOnceSink) else []
+
+
 # ---- the runner ---------------------------------------------------------------------------
 
 
@@ -129,6 +136,12 @@ class RunnerContext:
     clock: Callable[[], float]
     sink_guarantee: Guarantee | None = None
     metrics: WorkerMetrics = field(default_factory=WorkerMetrics)
+    # The worker's one transactional producer for its exactly-once sinks, and how a
+    # task's new owner waits for its inputs' group offsets to be stable (a previous
+    # owner's publication in flight: kstream.kafka.worker_transactions). None: each
+    # sink has a producer of its own.
+    transactions: WorkerTransactions | None = None
+    wait_stable: Callable[[list[TP]], None] | None = None
     sink_memory: MemoryBudget = field(init=False)
     state_resources: StateResources = field(init=False)
     transfers: TransferPools = field(init=False)
@@ -155,9 +168,26 @@ class PendingUpload:
     positions: dict[str, Any]
 
 
-def open_runner(ctx: RunnerContext, spec: TaskSpec, attempt: int, handle: str | None) -> TaskRunner:
+def sink_guarantees(ctx: RunnerContext, spec: TaskSpec) -> dict[str, Guarantee]:
+    """The guarantee of each sink topic of task ``spec``."""
+    return {
+        o.topic: ctx.sink_guarantee or o.guarantee or Guarantee.EXACTLY_ONCE
+        for o in spec.outputs
+        if o.kind is OutputKind.SINK
+    }
+
+
+def open_runner(
+    ctx: RunnerContext,
+    spec: TaskSpec,
+    attempt: int,
+    handle: str | None,
+    markers: Mapping[str, CommitMarker | None] | None = None,
+) -> TaskRunner:
     """Task ``spec`` at ``attempt`` with the state of the manifest ``handle`` (None: empty,
-    start positions). A checkpoint restore may fall back to an older retained one."""
+    start positions). A checkpoint restore may fall back to an older retained one.
+    ``markers``: the commit markers the worker read for the tasks it restores (after
+    their inputs' offsets were stable), instead of a read per task."""
     cfg = ctx.config
     local = ctx.state_root / spec.task_id
     positions: dict[TP, Position] = {}
@@ -200,10 +230,10 @@ def open_runner(ctx: RunnerContext, spec: TaskSpec, attempt: int, handle: str | 
             extra=ctx_log(attempt=attempt, task=spec.task_id, checkpoint=manifest.checkpoint_id),
         )
     route = TaskRoute(spec.task_id, attempt)
-    for o in spec.outputs:
-        if o.kind is OutputKind.SINK:
-            route.sink_topics[o.topic] = ctx.sink_guarantee or o.guarantee or Guarantee.EXACTLY_ONCE
+    route.sink_topics = sink_guarantees(ctx, spec)
     if Guarantee.EXACTLY_ONCE in route.sink_topics.values():
+        inputs = sorted((i.topic, i.partition) for i in spec.inputs)
+        wait = ctx.wait_stable
         route.sinks[Guarantee.EXACTLY_ONCE] = ExactlyOnceSink(
             cfg.app_id,
             spec.task_id,
@@ -211,14 +241,21 @@ def open_runner(ctx: RunnerContext, spec: TaskSpec, attempt: int, handle: str | 
             producer_config=cfg.kafka,
             spill_dir=local / SINK_SPILL_DIR,
             memory_budget=ctx.sink_memory,
+            transactions=ctx.transactions,
+            inputs=committable_offsets((tp, positions.get(tp)) for tp in inputs),
+            wait_stable=None if wait is None else (lambda: wait(inputs)),
+            marker=NOT_READ if markers is None else markers.get(spec.task_id, NOT_READ),
         )
     if Guarantee.AT_LEAST_ONCE in route.sink_topics.values():
+        # The worker's one producer (its internal topics'), not one per task.
         route.sinks[Guarantee.AT_LEAST_ONCE] = AtLeastOnceSink(
-            spec.task_id, cfg.bootstrap_servers, producer_config=cfg.kafka
+            spec.task_id, producer=ctx.router.producer
         )
     for s in route.sinks.values():
-        # Fence zombies of this sink task, then publish what the restored
-        # snapshot buffered but never committed (docs/design.md §7).
+        # Fence zombies of this sink task (or wait for a previous owner's publication in
+        # flight), read its marker; a sink of its own publishes what the restored
+        # snapshot buffered but never committed, a worker's leaves it to the worker's
+        # one publication after the restore (docs/design.md §7).
         s.recover(blob if s.guarantee is Guarantee.EXACTLY_ONCE else None, attempt)
     ctx.metrics.restored(time.perf_counter() - t0, downloaded)
     return TaskRunner(ctx, spec, attempt, backend, route, positions, watermarks)
@@ -251,6 +288,9 @@ class TaskRunner:
         self.uploads: list[PendingUpload] = []
         self.sink_blob_bytes = 0  # the exactly-once sink buffer in the latest snapshot
         self._triggered: dict[int, float] = {}  # checkpoint id -> when its trigger came
+        # checkpoint id -> the inputs' offsets of its snapshot (the group's offsets in
+        # the transaction that publishes it: kstream.kafka.worker_transactions)
+        self._offsets: dict[int, dict[TP, int]] = {}
         self.task = Task(
             ctx.plan,
             spec,
@@ -332,6 +372,9 @@ class TaskRunner:
                 f"checkpoint={n} task={self.task_id} attempt={self.attempt}",
             )
         # 4.
+        self._offsets[n] = committable_offsets(
+            (tp, point.positions.get(tp)) for tp in sorted(self.inputs())
+        )
         positions = encode_positions(point.positions)
         marks = [[t, p, up, wm] for (t, p, up), wm in sorted(point.watermarks.items())]
         fut = self.uploader.upload(
@@ -398,32 +441,34 @@ class TaskRunner:
 
     # ---- sinks ----------------------------------------------------------------------------
 
-    def begin_commit_sinks(self, checkpoint_id: int) -> list[SinkCommit]:
-        """Checkpoint ``checkpoint_id`` completed: each exactly-once sink's transaction
-        for it opened and filled (``ExactlyOnceSink.begin_commit``). Returns their
-        commits: each published (on any thread), then its ``published`` called on this
-        one before this task's sinks are used again (``kstream.worker.sinkcommit``).
-        SinkFencedError if a newer owner took this task over."""
+    def due_sink_commits(self, checkpoint_id: int) -> tuple[list[SinkCommit], dict[TP, int]]:
+        """Checkpoint ``checkpoint_id`` completed: each exactly-once sink's part of the
+        worker's publication of it (``ExactlyOnceSink.due``, no Kafka call), and the
+        inputs' offsets of its snapshot. Each part's ``published`` is called on this
+        thread once the transaction committed, before this task's sinks are used again
+        (``kstream.worker.sinkcommit``)."""
         commits: list[SinkCommit] = []
-        try:
-            for s in self.sinks.values():
-                if has_due_output(s, checkpoint_id):
-                    self.ctx.pause.at(
-                        PausePoint.BEFORE_SINK_COMMIT,
-                        f"checkpoint={checkpoint_id} task={self.task_id} attempt={self.attempt}",
-                    )
-                if isinstance(s, ExactlyOnceSink):
-                    commit = s.begin_commit(checkpoint_id)
-                    if commit is not None:
-                        commits.append(commit)
-                else:
-                    s.on_checkpoint_completed(checkpoint_id)
-        except Exception:
-            for c in commits:  # the sinks before the failing one publish, as they would alone
-                c.run()
-            raise
+        for s in self.sinks.values():
+            if has_due_output(s, checkpoint_id):
+                self.ctx.pause.at(
+                    PausePoint.BEFORE_SINK_COMMIT,
+                    f"checkpoint={checkpoint_id} task={self.task_id} attempt={self.attempt}",
+                )
+            if isinstance(s, ExactlyOnceSink):
+                commit = s.due(checkpoint_id)
+                if commit is not None:
+                    commits.append(commit)
+            else:
+                s.on_checkpoint_completed(checkpoint_id)
         self._triggered = {k: v for k, v in self._triggered.items() if k > checkpoint_id}
-        return commits
+        done = [k for k in self._offsets if k <= checkpoint_id]
+        offsets = self._offsets[max(done)] if done else {}
+        for k in done:
+            if k < checkpoint_id:
+                del self._offsets[k]
+        if not offsets:  # restored and not snapshotted since: the restored positions
+            offsets = {tp: o for s in self.sinks.values() for tp, o in exactly_inputs(s)}
+        return commits, offsets
 
     def output_buffered(self) -> bool:
         """Whether an exactly-once sink holds output no barrier sealed yet."""

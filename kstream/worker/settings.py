@@ -66,8 +66,15 @@ class WorkerStats:
     unverified_control: int = 0  # control messages skipped as unverifiable
 
 
+#: Set by SIGUSR1 in a worker started with a pause point (``kstream worker
+#: --debug-pause-at``): the paused worker goes on, and does not pause again.
+PAUSE_RESUMED = threading.Event()
+
+
 class DebugPause:
-    """The crash tests' hook: at ``point``, say so on stdout and block until ``stop`` is set."""
+    """The crash tests' hook: at ``point``, say so on stdout and block until ``stop`` is
+    set — or, once, until ``PAUSE_RESUMED`` (a zombie test: stopped there, then
+    continued)."""
 
     def __init__(self, point: PausePoint | None, stop: threading.Event) -> None:
         self.point = point
@@ -79,4 +86,8 @@ class DebugPause:
             return
         print(f"{PAUSE_MARKER} {point.value} {detail}", flush=True)
         log.warning("paused at %s (%s) for a crash test; waiting to be killed", point.value, detail)
-        self.stop.wait()
+        while not self.stop.wait(0.05):
+            if PAUSE_RESUMED.is_set():
+                self.point = None
+                log.warning("resumed at %s (%s) for a crash test", point.value, detail)
+                return

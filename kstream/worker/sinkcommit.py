@@ -1,23 +1,23 @@
 """Publishing a completed checkpoint's exactly-once output on every task of a worker.
 
-Each task's exactly-once sink has its own transactional producer, and a commit is a
-flush and an EndTxn round trip to the broker. One after the other, a worker with four
-tasks waited four round trips at every completion: time taken from processing, and
-added to the end-to-end latency of the last task's output. Here every task's
-transactions are opened and filled on the processing thread first (in task order, as
-before), then their commits run together on a few threads (the client releases the
-GIL while it waits) while the processing thread goes on: new output goes into the
-sinks' buffers, not to their producers. The processing thread collects the finished
-commits (``collect``: the epochs dropped from the buffers, fenced tasks reported,
-another failure raised) once per loop iteration, and waits for all of them before a
-sink is used for anything but buffering: the next completion's commits, a restore, a
-stop, the worker's exit. Until a commit is collected, a snapshot still holds its
-epochs; a restore from it reads the task's marker and does not publish them twice.
+A worker publishes a completion in ONE transaction of its one producer
+(:mod:`kstream.kafka.worker_transactions`): every task's due epochs and marker, and the
+tasks' input offsets as the group's (what fences a worker that lost its tasks). The
+transaction is opened and filled on the processing thread (tasks in order), then its
+commit — a flush and an EndTxn round trip — runs on another thread (the client releases
+the GIL while it waits) while the processing thread goes on: new output goes into the
+sinks' buffers, not to the producer. The processing thread collects the finished
+commit (``collect``: the epochs dropped from the buffers, or the tasks' failure) once
+per loop iteration, and waits for it before a sink is used for anything but buffering:
+the next completion's publication, a restore, a stop, the worker's exit. Until it is
+collected, the snapshots still hold the epochs; a restore from them reads the tasks'
+markers and does not publish them twice.
 
-A task whose commit fails is reported with its error, not raised: fenced (a newer
-owner took it over: the worker stops it) or failed (e.g. a record over the producer's
-``message.max.bytes``, a transaction the broker aborted: the task fails and the job
-restores the checkpoint, whose restored sink publishes the epochs again).
+A publication that fails is every one of its tasks' outcome, not raised: fenced (the
+group moved their inputs to a new owner: the worker stops them) or failed (e.g. a
+record over the producer's ``message.max.bytes``, a transaction the broker aborted: the
+tasks fail and the job restores the checkpoint, and the restored sinks' publication
+carries the epochs again).
 """
 
 from __future__ import annotations
@@ -27,98 +27,91 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import wait as wait_for
 from typing import TypeGuard
 
-from kstream.kafka.exactly_once_sink import SinkCommit
-from kstream.kafka.sink import SinkError, SinkFencedError
+from kstream.kafka.sink import SinkError
+from kstream.kafka.worker_transactions import (
+    Publication,
+    SinkCommit,
+    WorkerTransactions,
+    committing,
+)
 from kstream.sinkbuffer.epochs import SinkStateError
-from kstream.worker.runner import TaskRunner
-
-COMMIT_THREADS = 8
+from kstream.worker.runner import TP, TaskRunner
 
 
 class SinkCommitter:
-    """Commits the sinks of a worker's tasks, one completed checkpoint at a time."""
+    """Publishes the sinks of a worker's tasks, one completed checkpoint at a time."""
 
-    def __init__(self, threads: int = COMMIT_THREADS) -> None:
-        self._threads = threads
+    def __init__(self, transactions: WorkerTransactions) -> None:
+        self.transactions = transactions
         self._pool: ThreadPoolExecutor | None = None
-        # The commits started and not collected: (task, commit, its publish).
-        self._running: list[tuple[str, SinkCommit, Future[None]]] = []
+        # The publication started and not collected, with its commit.
+        self._running: list[tuple[Publication, Future[None]]] = []
 
     @property
     def busy(self) -> bool:
-        """Whether commits were started and not collected."""
+        """Whether a publication was started and not collected."""
         return bool(self._running)
 
     def start(self, runners: Sequence[TaskRunner], checkpoint_id: int) -> dict[str, SinkError]:
-        """Open each task's transactions for ``checkpoint_id`` on this thread and start
-        their commits; returns the tasks fenced or failed while opening (``SinkFencedError``
-        or another ``SinkError``). The previous commits must be collected first. After a
-        task failed to open (other than fenced), no task after it is opened, as when the
-        tasks were committed in turn, and the commits opened before it are collected
-        (their outcomes returned too). Any other error is raised once they are."""
+        """Open the transaction publishing ``checkpoint_id`` for ``runners`` (the tasks
+        this worker owns in the group now) on this thread and start its commit; returns
+        the tasks whose publication could not be opened (``SinkFencedError``: the group
+        no longer counts this worker as their owner, or another ``SinkError``). The
+        previous publication must be collected first. Any other error is raised."""
         if self._running:
             raise RuntimeError("the previous checkpoint's commits were not collected")
-        outcomes: dict[str, SinkError] = {}
-        started: list[tuple[str, SinkCommit]] = []
-        error: Exception | None = None
+        commits: list[SinkCommit] = []
+        offsets: dict[TP, int] = {}
         for r in runners:
-            try:
-                started += [(r.task_id, c) for c in r.begin_commit_sinks(checkpoint_id)]
-            except SinkFencedError as e:
-                outcomes[r.task_id] = e
-            except Exception as e:
-                if _reported(e):
-                    outcomes[r.task_id] = e
-                else:
-                    error = e
-                break
-        if started and self._pool is None:
-            self._pool = ThreadPoolExecutor(self._threads, thread_name_prefix="sink-commit")
-        for task_id, c in started:
-            assert self._pool is not None
-            self._running.append((task_id, c, self._pool.submit(c.publish)))
-        if error is not None or any(not isinstance(e, SinkFencedError) for e in outcomes.values()):
-            for task_id, err in self.collect(wait=True).items():
-                outcomes.setdefault(task_id, err)
-        if error is not None:
-            raise error
-        return outcomes
+            due, offs = r.due_sink_commits(checkpoint_id)
+            if due:
+                commits += due
+                offsets.update(offs)
+        if not commits:
+            return {}
+        try:
+            publication = self.transactions.open(commits, offsets, committing(commits))
+        except SinkError as e:
+            if not _reported(e):
+                raise
+            return {c.task: e for c in commits}
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(1, thread_name_prefix="sink-commit")
+        self._running.append((publication, self._pool.submit(publication.publish)))
+        return {}
 
     def collect(self, *, wait: bool) -> dict[str, SinkError]:
-        """The commits that finished (``wait``: all of them, once finished), in the order
-        started: each published one drops its epochs here; returns the tasks fenced or
-        whose commit failed (their epochs stay sealed: a restore publishes them). Any
-        other error (a bug) is raised, the first, once every commit started finished."""
+        """The publication, once it finished (``wait``: waits for it): published, it
+        drops its epochs here; returns its tasks when it was fenced or failed (their
+        epochs stay sealed: a restore publishes them). Any other error (a bug) is
+        raised."""
         running = self._running
         if not running:
             return {}
         if wait:
-            wait_for([f for _, _, f in running])
-        elif not all(f.done() for _, _, f in running):
-            return {}  # all or nothing: the failure rule needs every outcome
+            wait_for([f for _, f in running])
+        elif not all(f.done() for _, f in running):
+            return {}
         self._running = []
         outcomes: dict[str, SinkError] = {}
-        error: BaseException | None = None
-        for task_id, c, f in running:
+        for publication, f in running:
             e = f.exception()
             if e is None:
-                c.published()
+                publication.published()
             elif _reported(e):
-                outcomes.setdefault(task_id, e)
-            elif error is None:
-                error = e
-        if error is not None:
-            raise error
+                outcomes.update((task, e) for task in publication.tasks)
+            else:
+                raise e
         return outcomes
 
     def close(self) -> None:
-        """Stop the commit threads (after the commits running, uncollected)."""
+        """Stop the commit thread (after the commit running, uncollected)."""
         if self._pool is not None:
             self._pool.shutdown(wait=True)
             self._pool = None
 
 
 def _reported(e: BaseException | None) -> TypeGuard[SinkError]:
-    """Whether a commit's error is the task's outcome (a sink that could not commit)
-    rather than a bug in the caller, which is raised."""
+    """Whether a commit's error is the tasks' outcome (a publication that could not
+    commit) rather than a bug in the caller, which is raised."""
     return isinstance(e, SinkError) and not isinstance(e, SinkStateError)

@@ -5,22 +5,27 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 
 from kstream.checkpointstorage.base import StoreError
 from kstream.checkpointstorage.metadata import task_manifest
+from kstream.config import Guarantee
 from kstream.elements.records import InternalEvent, InternalRecord
-from kstream.kafka.clients import OFFSET_BEGINNING
+from kstream.kafka.clients import OFFSET_BEGINNING, KafkaException
+from kstream.kafka.commits import CommitMarker, read_latest_markers
 from kstream.kafka.dlq import DeadLetterWriter
 from kstream.kafka.exactly_once_sink import ExactlyOnceSink
 from kstream.kafka.internal import decode_records
 from kstream.kafka.source import RawRecord, SourceConsumer, SourceError
+from kstream.kafka.worker_transactions import SinkCommit, WorkerTransactions, committing
 from kstream.logs import ctx
+from kstream.names import commits_topic
 from kstream.plan import JobPlan, TaskSpec
 from kstream.runtime.watermark_alignment import PartitionTime, WatermarkAligner
 from kstream.sinkbuffer.epochs import SinkError
 from kstream.snapshots.restore import CorruptSnapshotError, PublishedPastRestore
-from kstream.worker.runner import RunnerContext, TaskRunner, open_runner
+from kstream.worker.runner import RunnerContext, TaskRunner, open_runner, sink_guarantees
 from kstream.worker.settings import WorkerError
 
 log = logging.getLogger(__name__)
@@ -87,12 +92,24 @@ class WorkerTasks:
     def running(self) -> list[TaskRunner]:
         return [r for r in self.runners.values() if r.running]
 
+    def owned(self) -> list[TaskRunner]:
+        """The runners whose inputs the group assigns to this worker now (read on the
+        thread that serves the rebalances): only those may be published — the others'
+        new owner publishes them (kstream.kafka.worker_transactions)."""
+        mine = self.source.assignment
+        return [r for r in self.runners.values() if r.inputs() <= mine]
+
     # ---- building, restoring, stopping ------------------------------------------------------
 
     def open(self, spec: TaskSpec, attempt: int, handle: str | None) -> TaskRunner:
-        """Build task ``spec`` from the manifest ``handle`` (None: empty state) and keep it."""
+        """Build task ``spec`` from the manifest ``handle`` (None: empty state) and keep
+        it; what its restored sink buffered and never published goes out now."""
         runner = open_runner(self.ctx, spec, attempt, handle)
         self.runners[spec.task_id] = runner
+        failed = publish_restored(self.ctx.transactions, [runner])
+        if failed:
+            self.remove(spec.task_id)
+            raise failed[spec.task_id]
         return runner
 
     def restore(
@@ -115,12 +132,16 @@ class WorkerTasks:
         self.stop_all()
         # Pause before seeking: nothing may be read for a task until it resumes.
         self.pause({(i.topic, i.partition) for s in specs for i in s.inputs})
+        try:
+            markers = self.read_markers(specs)
+        except SinkError as unreadable:
+            return {}, {s.task_id: f"restore failed (sink): {unreadable}" for s in specs}
 
-        # Tasks restore in parallel: downloads, RocksDB opens and sink fencing
-        # (init_transactions, marker reads) wait on I/O and release the GIL.
+        # Tasks restore in parallel: downloads and RocksDB opens wait on I/O and
+        # release the GIL.
         def build(spec: TaskSpec) -> TaskRunner:
             handle = task_manifest(store, app_id, spec.task_id, checkpoint_id)
-            runner = open_runner(self.ctx, spec, attempt, handle)
+            runner = open_runner(self.ctx, spec, attempt, handle, markers)
             try:
                 refuse_republishing(runner, checkpoint_id, handle)
             except PublishedPastRestore:
@@ -161,6 +182,9 @@ class WorkerTasks:
                 )
             self.stop_all()
             return corrupt, {}
+        for task_id, e in publish_restored(self.ctx.transactions, self.runners.values()).items():
+            self.remove(task_id)
+            unreachable[task_id] = f"restore failed (sink): {e}"
         for task_id, reason in unreachable.items():
             log.error("task %s: %s", task_id, reason)
         for runner in self.runners.values():
@@ -174,6 +198,34 @@ class WorkerTasks:
             extra=ctx(attempt=attempt),
         )
         return {}, unreachable
+
+    def read_markers(self, specs: list[TaskSpec]) -> dict[str, CommitMarker | None] | None:
+        """The commit markers of the tasks in ``specs`` with exactly-once sinks, read in
+        one pass once their inputs' group offsets are stable (a previous owner's
+        publication in flight is waited for: kstream.kafka.worker_transactions); None
+        when each sink reads its own (a producer of its own). SinkError when the cluster
+        cannot answer."""
+        ctx = self.ctx
+        if ctx.transactions is None:
+            return None
+        eos = [s for s in specs if Guarantee.EXACTLY_ONCE in sink_guarantees(ctx, s).values()]
+        if not eos:
+            return {}
+        if ctx.wait_stable is not None:
+            ctx.wait_stable(sorted({(i.topic, i.partition) for s in eos for i in s.inputs}))
+        cfg = ctx.config
+        try:
+            return read_latest_markers(
+                cfg.bootstrap_servers,
+                cfg.app_id,
+                [s.task_id for s in eos],
+                commits_topic(cfg.app_id),
+                ctx.transactions.marker_partitions(),
+                ctx.transactions.timeout,
+                cfg.kafka,
+            )
+        except KafkaException as e:
+            raise SinkError(f"reading the commit markers of {len(eos)} task(s) failed: {e}") from e
 
     def resume(self, attempt: int, owned: frozenset[str], *, draining: bool) -> None:
         """Run the restored tasks in ``owned``, stop the others (another member owns them
@@ -337,3 +389,31 @@ def refuse_republishing(runner: TaskRunner, checkpoint_id: int | None, handle: s
                 object=sink.commits_topic,
                 published=marker.checkpoint,
             )
+
+
+def publish_restored(
+    transactions: WorkerTransactions | None, runners: Iterable[TaskRunner]
+) -> dict[str, SinkError]:
+    """Publish, in one transaction, what the restored exactly-once sinks of ``runners``
+    buffered and their markers say is not out (a crash between a completion and its
+    publication); returns the tasks whose publication failed (fenced or not). Sinks with
+    a producer of their own (``transactions`` None) did it in their recover."""
+    if transactions is None:
+        return {}
+    commits: list[SinkCommit] = []
+    offsets: dict[TP, int] = {}
+    for r in runners:
+        for s in r.sinks.values():
+            if isinstance(s, ExactlyOnceSink) and s.pending is not None:
+                commit = s.due(s.pending)
+                if commit is not None:
+                    commits.append(commit)
+                    offsets.update(s.inputs)
+    if not commits:
+        return {}
+    try:
+        n = transactions.run(commits, offsets, committing(commits))
+    except SinkError as e:
+        return {c.task: e for c in commits}
+    log.info("published %d buffered records of %d restored task(s)", n, len(commits))
+    return {}
