@@ -39,7 +39,7 @@ class Transactions:
         self.opened.append(([c.task for c in commits], dict(offsets)))
         return Publication(cast(WorkerTransactions, self), commits, what)
 
-    def commit(self, what: str) -> None:
+    def commit(self, what: str, offsets: Any = None, metadata: Any = None) -> None:
         self.committed_on.append(threading.current_thread())
         self._commit()
 

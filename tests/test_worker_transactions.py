@@ -126,7 +126,22 @@ def test_a_worker_without_an_assignment_publishes_nothing() -> None:
     t._group_metadata = lambda: None
     with pytest.raises(SinkFencedError, match="holds no assignment"):
         t.run([part("a", 2, [b"k"])], {("in", 0): 1}, "publishing 2")
-    assert [c[0] for c in p.calls] == ["begin", "produce", "produce", "abort"]
+    assert p.calls == []  # refused before a transaction is begun
+
+
+def test_opening_waits_on_no_coordinator_the_offsets_go_with_the_commit() -> None:
+    """The processing thread opens and fills the transaction; adding the offsets (a
+    round trip to the group coordinator, which moves when a broker restarts) is part
+    of ``publish``, on the commit thread, with the metadata read at the opening."""
+    p = Producer()
+    t = transactions(p)
+    seen: list[object] = []
+    t._group_metadata = lambda: seen.append("read") or METADATA
+    publication = t.open([part("a", 2, [b"k"])], {("in", 0): 5}, "publishing 2")
+    assert [c[0] for c in p.calls] == ["begin", "produce", "produce"] and seen == ["read"]
+    t._group_metadata = lambda: None  # a revocation meanwhile: the opening's metadata counts
+    publication.publish()
+    assert p.calls[3:] == [("offsets", [("in", 0, 5)], METADATA), ("commit",)]
 
 
 def test_another_abortable_error_aborts_and_is_a_failure() -> None:

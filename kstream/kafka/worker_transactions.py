@@ -90,19 +90,31 @@ class Publication:
     SinkFencedError or SinkError), then ``published`` drops their epochs (the sinks'
     thread). Until then their snapshots hold the epochs; a restore reads the markers."""
 
-    __slots__ = ("_owner", "commits", "what")
+    __slots__ = ("_metadata", "_offsets", "_owner", "commits", "what")
 
-    def __init__(self, owner: WorkerTransactions, commits: list[SinkCommit], what: str) -> None:
+    def __init__(
+        self,
+        owner: WorkerTransactions,
+        commits: list[SinkCommit],
+        what: str,
+        offsets: Mapping[TP, int] | None = None,
+        metadata: Any = None,
+    ) -> None:
         self._owner = owner
         self.commits = commits
         self.what = what
+        self._offsets = offsets
+        self._metadata = metadata
 
     @property
     def tasks(self) -> list[str]:
         return [c.task for c in self.commits]
 
     def publish(self) -> None:
-        self._owner.commit(self.what)
+        """Add the offsets (a round trip to the group coordinator) and commit (a flush
+        and a round trip to the transaction coordinator): the slow part, for a thread
+        that is not the processing loop's."""
+        self._owner.commit(self.what, self._offsets, self._metadata)
 
     def published(self) -> int:
         return sum(c.published() for c in self.commits)
@@ -189,11 +201,21 @@ class WorkerTransactions:
             return self.open(commits, offsets, what).run()
 
     def open(self, commits: list[SinkCommit], offsets: Mapping[TP, int], what: str) -> Publication:
-        """Open a transaction with ``commits`` (output, then the marker, per task) and
-        ``offsets`` as the group's: the transaction fails if the group no longer counts
-        this worker as the owner of those partitions."""
+        """Open a transaction with ``commits`` (output, then the marker, per task); its
+        ``publish`` adds ``offsets`` as the group's with the group metadata read now:
+        the transaction fails if the group no longer counts this worker as the owner
+        of those partitions. Nothing here waits on a coordinator: a broker that moves
+        or restarts holds up the publishing thread, never the caller's."""
         p = self.producer()
         parts = self.marker_partitions()
+        metadata = None
+        if offsets and self._group_metadata is not None:
+            metadata = self._group_metadata()
+            if metadata is None:
+                raise SinkFencedError(
+                    f"{what}: this worker holds no assignment of the group; the new owner "
+                    f"of its tasks' inputs publishes them"
+                )
         opened = False
         try:
             # Everything until the commit is invisible to read_committed readers, and
@@ -210,22 +232,21 @@ class WorkerTransactions:
                     c.task.encode(),
                     partition=marker_partition(c.task, parts),
                 )
-            if offsets and self._group_metadata is not None:
-                metadata = self._group_metadata()
-                if metadata is None:
-                    raise KafkaException(
-                        KafkaError(
-                            KafkaError.UNKNOWN_MEMBER_ID,
-                            "this worker holds no assignment of the group",
-                            txn_requires_abort=True,
-                        )
-                    )
-                p.send_offsets_to_transaction(topic_partitions(offsets), metadata, self.timeout)
         except KafkaException as e:
             self._fail(e, what, opened=opened)
-        return Publication(self, commits, what)
+        return Publication(self, commits, what, offsets if metadata is not None else None, metadata)
 
-    def commit(self, what: str) -> None:
+    def commit(
+        self, what: str, offsets: Mapping[TP, int] | None = None, metadata: Any = None
+    ) -> None:
+        """Add ``offsets`` with ``metadata`` (when given), then commit."""
+        if offsets and metadata is not None:
+            try:
+                self.producer().send_offsets_to_transaction(
+                    topic_partitions(offsets), metadata, self.timeout
+                )
+            except KafkaException as e:
+                self._fail(e, what, opened=True)
         try:
             self.producer().commit_transaction(self.timeout)  # flushes first
         except KafkaException as e:

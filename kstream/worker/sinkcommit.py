@@ -4,7 +4,8 @@ A worker publishes a completion in ONE transaction of its one producer
 (:mod:`kstream.kafka.worker_transactions`): every task's due epochs and marker, and the
 tasks' input offsets as the group's (what fences a worker that lost its tasks). The
 transaction is opened and filled on the processing thread (tasks in order), then its
-commit — a flush and an EndTxn round trip — runs on another thread (the client releases
+commit — adding the offsets (a round trip to the group coordinator), a flush and an
+EndTxn round trip — runs on another thread (the client releases
 the GIL while it waits) while the processing thread goes on: new output goes into the
 sinks' buffers, not to the producer. The processing thread collects the finished
 commit (``collect``: the epochs dropped from the buffers, or the tasks' failure) once
