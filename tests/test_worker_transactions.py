@@ -136,7 +136,12 @@ def test_opening_waits_on_no_coordinator_the_offsets_go_with_the_commit() -> Non
     p = Producer()
     t = transactions(p)
     seen: list[object] = []
-    t._group_metadata = lambda: seen.append("read") or METADATA
+
+    def metadata() -> object:
+        seen.append("read")
+        return METADATA
+
+    t._group_metadata = metadata
     publication = t.open([part("a", 2, [b"k"])], {("in", 0): 5}, "publishing 2")
     assert [c[0] for c in p.calls] == ["begin", "produce", "produce"] and seen == ["read"]
     t._group_metadata = lambda: None  # a revocation meanwhile: the opening's metadata counts
