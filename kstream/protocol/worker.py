@@ -420,7 +420,12 @@ class WorkerProtocol:
         if now < self._next_heartbeat:
             return []
         self._next_heartbeat = now + self.heartbeat_interval
+        hb = self.heartbeat()
+        return [] if hb is None else [Send(hb)]
+
+    def heartbeat(self) -> Heartbeat | None:
+        """The heartbeat this worker sends now (None before it has a group generation)."""
         if self.generation is None:
-            return []
+            return None
         tasks = tuple(sorted(self.tasks))
-        return [Send(Heartbeat(self.member, tasks, self.generation, self.plan, self.query))]
+        return Heartbeat(self.member, tasks, self.generation, self.plan, self.query)

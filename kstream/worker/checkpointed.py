@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from dataclasses import replace
 
 from kstream.checkpointstorage.base import CheckpointStore
@@ -50,6 +51,7 @@ from kstream.protocol.worker import (
     WorkerProtocol,
 )
 from kstream.worker.global_alignment import GlobalAlignment
+from kstream.worker.keepalive import heartbeating
 from kstream.worker.mode import Mode
 from kstream.worker.runner import TaskRunner
 from kstream.worker.settings import WorkerStats
@@ -300,7 +302,8 @@ class Checkpointed(Mode):
         kept); else ``(True, unreachable)``: the tasks whose restore could not reach the
         store or the broker, with the reason (reported failed; the coordinator restores
         again)."""
-        corrupt, unreachable = self.tasks.restore(attempt, checkpoint_id)
+        with self._heartbeating():
+            corrupt, unreachable = self.tasks.restore(attempt, checkpoint_id)
         if corrupt and checkpoint_id is not None:
             for task_id, e in sorted(corrupt.items()):
                 what = getattr(e, "object", None) or ""
@@ -324,8 +327,22 @@ class Checkpointed(Mode):
         self._commits_ended(self._committer.start(self.tasks.owned(), checkpoint_id), now)
 
     def _collect_commits(self, now: float, *, wait: bool) -> None:
-        if self._committer.busy:
-            self._commits_ended(self._committer.collect(wait=wait), now)
+        if not self._committer.busy:
+            return
+        if not wait:
+            self._commits_ended(self._committer.collect(wait=False), now)
+            return
+        with self._heartbeating():  # a moving coordinator can hold a commit up for long
+            outcomes = self._committer.collect(wait=True)
+        self._commits_ended(outcomes, now)
+
+    def _heartbeating(self) -> AbstractContextManager[None]:
+        """Heartbeats from another thread while this one waits on the cluster."""
+        return heartbeating(
+            self.protocol.heartbeat(),
+            lambda hb: self.control.post_all([hb]),
+            self.protocol.heartbeat_interval,
+        )
 
     def _commits_ended(self, outcomes: dict[str, SinkError], now: float) -> None:
         """Tasks whose sink commit did not publish: a fenced one (a newer owner took it
