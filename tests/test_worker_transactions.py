@@ -186,3 +186,29 @@ def test_committable_offsets() -> None:
         [(("in", 0), 41), (("rep", 1), {"w1": 9, "w2": 4}), (("in", 2), None), (("rep", 3), {})]
     )
     assert got == {("in", 0): 41, ("rep", 1): 4, ("in", 2): 0, ("rep", 3): 0}
+
+
+def test_a_call_the_client_never_answers_gives_the_producer_up(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """librdkafka's send_offsets_to_transaction can wait past its timeout for good while
+    the group coordinator's broker restarts (confluentinc/librdkafka#5456): a worker hung
+    so, heartbeating, its checkpoints timing out. Past the bound the publication fails
+    and the producer is dropped: the next use makes a new instance, which fences it."""
+    monkeypatch.setattr("kstream.kafka.worker_transactions.ANSWER_GRACE_S", 0.05)
+    release = threading.Event()
+
+    class Stuck(Producer):
+        def send_offsets_to_transaction(self, offsets: list[Any], md: Any, t: float) -> None:
+            self._call("offsets")
+            release.wait(30)
+
+    p = Stuck()
+    t = transactions(p)
+    t.timeout = 0.05
+    try:
+        with pytest.raises(SinkError, match="did not answer within"):
+            t.run([part("a", 2, [b"k"])], {("in", 0): 1}, "publishing 2")
+        assert t._producer is None and "commit" not in [c[0] for c in p.calls]
+    finally:
+        release.set()

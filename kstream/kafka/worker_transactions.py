@@ -48,6 +48,9 @@ log = logging.getLogger(__name__)
 
 TP = tuple[str, int]
 
+ANSWER_GRACE_S = 5.0
+"""How much longer than its own timeout a transactional call is waited for."""
+
 #: The group's refusals of a worker's offsets: it no longer owns those partitions.
 _GROUP_FENCED = frozenset(
     {
@@ -240,17 +243,55 @@ class WorkerTransactions:
         self, what: str, offsets: Mapping[TP, int] | None = None, metadata: Any = None
     ) -> None:
         """Add ``offsets`` with ``metadata`` (when given), then commit."""
+        p = self.producer()
         if offsets and metadata is not None:
             try:
-                self.producer().send_offsets_to_transaction(
-                    topic_partitions(offsets), metadata, self.timeout
-                )
+                self._answered(
+                    p, lambda: p.send_offsets_to_transaction(
+                        topic_partitions(offsets), metadata, self.timeout
+                    ), what,
+                )  # fmt: skip
             except KafkaException as e:
                 self._fail(e, what, opened=True)
         try:
-            self.producer().commit_transaction(self.timeout)  # flushes first
+            self._answered(p, lambda: p.commit_transaction(self.timeout), what)  # flushes first
         except KafkaException as e:
             self._fail(e, what)
+
+    def _answered(self, producer: Any, call: Callable[[], None], what: str) -> None:
+        """``call`` (a transactional call of ``producer`` given ``self.timeout``), waited
+        for at most ``timeout + ANSWER_GRACE_S``. librdkafka's
+        ``send_offsets_to_transaction`` does not honour its timeout and can wait for good
+        when the group coordinator's broker restarts (confluentinc/librdkafka#5456,
+        #5511; a worker hung so in the rolling restart of every broker). Past that
+        bound the producer is given up: SinkError (the tasks fail and the job restores),
+        and the next use makes a new instance of the transactional id, whose
+        ``init_transactions`` fences the stuck one and aborts its transaction. The
+        stuck call keeps its thread until the client answers."""
+        done = threading.Event()
+        raised: list[BaseException] = []
+
+        def run() -> None:
+            try:
+                call()
+            except BaseException as e:  # handed to the waiting thread
+                raised.append(e)
+            finally:
+                done.set()
+
+        threading.Thread(target=run, name="kstream-txn-call", daemon=True).start()
+        bound = self.timeout + ANSWER_GRACE_S
+        if not done.wait(bound):
+            with self._lock:
+                if self._producer is producer:
+                    self._producer = None
+            raise SinkError(
+                f"{what}: the Kafka client did not answer within {bound:.0f} s (a coordinator "
+                f"moving); a new producer instance takes over; buffered epochs are kept and "
+                f"published after the restore"
+            )
+        if raised:
+            raise raised[0]
 
     def _fail(self, e: KafkaException, what: str, *, opened: bool = False) -> NoReturn:
         """Turn a transaction error into SinkFencedError / SinkError, aborting when
