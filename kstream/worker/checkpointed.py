@@ -297,7 +297,7 @@ class Checkpointed(Mode):
         kept); else ``(True, unreachable)``: the tasks whose restore could not reach the
         store or the broker, with the reason (reported failed; the coordinator restores
         again)."""
-        corrupt, unreachable = self.tasks.restore(attempt, checkpoint_id)
+        corrupt, unreachable = self.tasks.restore(attempt, checkpoint_id, self._heartbeat)
         if corrupt and checkpoint_id is not None:
             for task_id, e in sorted(corrupt.items()):
                 what = getattr(e, "object", None) or ""
@@ -313,6 +313,11 @@ class Checkpointed(Mode):
             raise next(iter(corrupt.values()))
         self.stats.restores += 1
         return True, unreachable
+
+    def _heartbeat(self) -> None:
+        """Send the heartbeat due now (the loop waits for a long restore)."""
+        sends = self.protocol.heartbeat(self.tasks.ctx.clock())
+        self.control.post_all([c.message for c in sends if isinstance(c, Send)])
 
     def _commit_sinks(self, checkpoint_id: int, now: float) -> None:
         """Start publishing every task's output up to ``checkpoint_id`` (the previous

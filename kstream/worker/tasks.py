@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import logging
 import time
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor, wait
 
 from kstream.checkpointstorage.base import StoreError
 from kstream.checkpointstorage.metadata import task_manifest
@@ -27,6 +28,11 @@ log = logging.getLogger(__name__)
 
 TP = tuple[str, int]
 ALIGN_EVERY_S = 0.05
+RESTORE_WAIT_S = 0.25
+"""How long the loop waits for the task restores in flight before it calls the restore's
+``between`` (heartbeats): a worker opening hundreds of tasks at once took a minute to
+restore them (benchmarks/SCALING.md, 1024 partitions), six times the coordinator's
+heartbeat timeout."""
 
 
 class WorkerTasks:
@@ -96,7 +102,10 @@ class WorkerTasks:
         return runner
 
     def restore(
-        self, attempt: int, checkpoint_id: int | None
+        self,
+        attempt: int,
+        checkpoint_id: int | None,
+        between: Callable[[], None] | None = None,
     ) -> tuple[dict[str, CorruptSnapshotError], dict[str, str]]:
         """Every assigned task at ``attempt`` from completed checkpoint ``checkpoint_id``
         (None: empty state at the start positions), not running, inputs paused and
@@ -109,7 +118,11 @@ class WorkerTasks:
         could not be reached or a sink could not take over its transactions or publish
         its buffered output (the broker unreachable, a record it refuses), with the
         reason: they fail, not the worker (the coordinator restores the same checkpoint
-        again). Any other failure propagates."""
+        again). Any other failure propagates.
+
+        ``between`` is called on this thread at least every RESTORE_WAIT_S while the
+        restores run (the worker's heartbeats: the loop waits here however many tasks
+        it opens)."""
         specs = self.assigned()
         store, app_id = self.ctx.store, self.ctx.config.app_id
         self.stop_all()
@@ -130,6 +143,11 @@ class WorkerTasks:
 
         with ThreadPoolExecutor(max_workers=min(8, max(1, len(specs)))) as pool:
             futures = [pool.submit(build, spec) for spec in specs]
+            running = set(futures)
+            while running:
+                running = wait(running, RESTORE_WAIT_S).not_done
+                if between is not None:
+                    between()
         for spec, fut in zip(specs, futures, strict=True):
             e = fut.exception()
             if e is None:  # kept even if another failed: closed with the rest
