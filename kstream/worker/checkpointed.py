@@ -272,6 +272,9 @@ class Checkpointed(Mode):
                 case TriggerTasks():
                     for r in self.tasks.running():
                         self.guarded(r, r.trigger, a.checkpoint_id, a.attempt, now)
+                        # Each trigger writes its barriers to every downstream partition:
+                        # hundreds of tasks take seconds (heartbeats go on meanwhile).
+                        self._heartbeat()
                 case CommitSinks():
                     self._commit_sinks(a.checkpoint_id, now)
                 case RefusePlan():
@@ -315,7 +318,8 @@ class Checkpointed(Mode):
         return True, unreachable
 
     def _heartbeat(self) -> None:
-        """Send the heartbeat due now (the loop waits for a long restore)."""
+        """Send the heartbeat due now, if any (between the parts of long work: restoring
+        or triggering hundreds of tasks)."""
         sends = self.protocol.heartbeat(self.tasks.ctx.clock())
         self.control.post_all([c.message for c in sends if isinstance(c, Send)])
 
