@@ -15,7 +15,7 @@ import pytest
 from kstream.api import Topology
 from kstream.plan import plan_job
 from kstream.protocol.messages import Heartbeat, Message
-from kstream.protocol.worker import WorkerProtocol
+from kstream.protocol.worker import TriggerTasks, WorkerProtocol
 from kstream.worker import tasks as tasks_module
 from kstream.worker.checkpointed import Checkpointed
 from kstream.worker.settings import WorkerStats
@@ -100,3 +100,56 @@ def test_a_long_restore_sends_heartbeats_while_the_tasks_build(
     assert len(beats) == 1  # one per heartbeat interval, not one per wait
     assert beats[0].tasks == tuple(sorted(s.task_id for s in plan.tasks))
     assert (beats[0].member, beats[0].generation) == ("w", 1)
+
+
+class _Clock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+class _Triggered:
+    """A running task whose trigger takes ``took`` s of the fake clock (its barriers)."""
+
+    running = True
+
+    def __init__(self, task_id: str, clock: _Clock, took: float) -> None:
+        self.task_id, self.attempt, self.spec = task_id, 1, SimpleNamespace(outputs=())
+        self.clock, self.took = clock, took
+        self.triggered: list[int] = []
+
+    def step(self, call: Any, *args: Any) -> None:
+        call(*args)
+
+    def trigger(self, checkpoint_id: int, attempt: int, now: float) -> None:
+        self.triggered.append(checkpoint_id)
+        self.clock.now += self.took
+
+
+def test_triggering_many_tasks_sends_heartbeats_between_them() -> None:
+    # Each trigger writes the task's barriers to every downstream partition: at 1024
+    # partitions a worker's 256 upstream tasks took ~50 s, and the coordinator declared
+    # the worker lost (no heartbeat for 10 s) before it had acknowledged anything.
+    clock = _Clock()
+    t = Topology("a")
+    t.source("in", keyed=True).to("out")
+    plan = plan_job(t, "a", {"in": 1})
+    ctx = SimpleNamespace(config=SimpleNamespace(app_id="a"), store=None, clock=clock)
+    source = _Source(set())
+    tasks = WorkerTasks(plan, source, ctx)  # type: ignore[arg-type]
+    runners = [_Triggered(f"s-{i}", clock, took=0.5) for i in range(10)]
+    tasks.runners = {r.task_id: r for r in runners}  # type: ignore[misc]
+    protocol = WorkerProtocol("w", now=clock.now, heartbeat_interval=1.0)
+    protocol.generation, protocol.attempt = 1, 1
+    protocol.tasks = protocol.running = {r.task_id for r in runners}
+    control = _Control()
+    mode = Checkpointed(protocol, control, tasks, source, None, WorkerStats(), "w")  # type: ignore[arg-type]
+
+    mode._apply([TriggerTasks(7, 1)], clock.now)
+
+    assert [r.triggered for r in runners] == [[7]] * 10
+    beats = [m for m in control.posted if isinstance(m, Heartbeat)]
+    # 5 s of triggers: a heartbeat as soon as one is due (the first at once), one a second
+    assert len(beats) == 5
