@@ -203,7 +203,7 @@ def test_a_worker_reports_ready_only_the_tasks_it_restored() -> None:
     mode._committer = SimpleNamespace(busy=False)  # type: ignore[assignment]
     mode.stats = SimpleNamespace(restores=0)  # type: ignore[assignment]
     mode.tasks = SimpleNamespace(  # type: ignore[assignment]
-        restore=lambda attempt, n: ({}, {"b": "store unreachable"})
+        restore=lambda attempt, n, **_k: ({}, {"b": "store unreachable"})
     )
     assert mode._handle(Restore(1, 4), 1.0) is None
     assert reported == [

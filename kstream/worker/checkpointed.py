@@ -299,7 +299,7 @@ class Checkpointed(Mode):
         kept); else ``(True, unreachable)``: the tasks whose restore could not reach the
         store or the broker, with the reason (reported failed; the coordinator restores
         again)."""
-        corrupt, unreachable = self.tasks.restore(attempt, checkpoint_id, self._heartbeat)
+        corrupt, unreachable = self.tasks.restore(attempt, checkpoint_id, between=self._heartbeat)
         if corrupt and checkpoint_id is not None:
             for task_id, e in sorted(corrupt.items()):
                 what = getattr(e, "object", None) or ""
