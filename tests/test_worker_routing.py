@@ -134,3 +134,37 @@ def test_a_tasks_records_and_events_are_numbered_per_partition_by_its_writer() -
         (0, 3), (1, 2), (0, 4),
     ]  # fmt: skip
     assert {w for _, _, w in numbered} == {route.writer}
+
+
+class _SmallQueue(_Recorder):
+    """A producer whose local queue holds ``room`` records; ``poll`` delivers them all."""
+
+    def __init__(self, room: int) -> None:
+        super().__init__()
+        self.room, self.queued, self.polls = room, 0, 0
+
+    def produce(self, topic: str, value: bytes, key: bytes, **kw: Any) -> None:
+        if self.queued >= self.room:
+            raise BufferError("Local: Queue full")
+        self.queued += 1
+        super().produce(topic, value, key, **kw)
+
+    def poll(self, timeout: float) -> int:
+        self.polls += 1
+        delivered, self.queued = self.queued, 0
+        return delivered
+
+
+def test_a_barrier_to_more_partitions_than_the_queue_holds_waits_for_deliveries() -> None:
+    # A checkpoint's barriers go to every partition from every upstream task of the
+    # worker at once (P_up x P_down records): a full local queue is waited out, never
+    # a task failure (1024 partitions: BufferError in every task, benchmarks/SCALING.md).
+    p = _SmallQueue(room=3)
+    router = Router(
+        cast(Any, p), DeadLetterWriter("app", "127.0.0.1:1", OnBadRecord.FAIL), {"app.r": 10}
+    )
+    route = TaskRoute("s-0", 1)
+    router.route(route, [OutputEvent("app.r", True, Barrier(7, 1, 0))])
+    assert [r["partition"] for r in p.records] == list(range(10))
+    assert [dict(r["headers"])["ks.seq"] for r in p.records] == [b"0"] * 10
+    assert p.polls >= 3  # each full queue served its deliveries before the next record

@@ -416,14 +416,21 @@ class WorkerProtocol:
         self._next_request = now + REQUEST_EVERY_S
         return [Send(CheckpointRequest(self.member, self.attempt, reason))]
 
+    def heartbeat(self, now: float) -> list[WorkerCommand]:
+        """The heartbeat due at ``now``, if any, and nothing else: what a worker sends
+        between the parts of long work on its loop (triggering hundreds of tasks), so
+        that the coordinator does not declare it lost. (While the loop waits on the
+        cluster, kstream.worker.keepalive sends ``current_heartbeat`` instead.)"""
+        return self._heartbeat(now)
+
     def _heartbeat(self, now: float) -> list[WorkerCommand]:
         if now < self._next_heartbeat:
             return []
         self._next_heartbeat = now + self.heartbeat_interval
-        hb = self.heartbeat()
+        hb = self.current_heartbeat()
         return [] if hb is None else [Send(hb)]
 
-    def heartbeat(self) -> Heartbeat | None:
+    def current_heartbeat(self) -> Heartbeat | None:
         """The heartbeat this worker sends now (None before it has a group generation)."""
         if self.generation is None:
             return None

@@ -7,6 +7,7 @@ topic, the checkpoint store and the sinks' commits (:mod:`kstream.worker.sinkcom
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable
 from contextlib import AbstractContextManager
 from dataclasses import replace
@@ -59,6 +60,8 @@ from kstream.worker.sinkcommit import SinkCommitter
 from kstream.worker.tasks import WorkerTasks
 
 log = logging.getLogger(__name__)
+
+TRIGGER_LOG_S = 1.0  # a trigger of this worker's tasks taking longer is logged at INFO
 
 
 class Checkpointed(Mode):
@@ -275,8 +278,7 @@ class Checkpointed(Mode):
                 case ResumeTasks():
                     self.tasks.resume(self.protocol.attempt, a.owned, draining=self.draining)
                 case TriggerTasks():
-                    for r in self.tasks.running():
-                        self.guarded(r, r.trigger, a.checkpoint_id, a.attempt, now)
+                    self._trigger(a.checkpoint_id, a.attempt, now)
                 case CommitSinks():
                     self._commit_sinks(a.checkpoint_id, now)
                 case RefusePlan():
@@ -320,6 +322,30 @@ class Checkpointed(Mode):
         self.stats.restores += 1
         return True, unreachable
 
+    def _trigger(self, checkpoint_id: int, attempt: int, now: float) -> None:
+        """Trigger every running task; a heartbeat between two: each writes its barriers
+        to every partition of its internal topics, P_up x P_down records per stage
+        boundary, which took tens of seconds per worker at 1024 partitions."""
+        t0, running = time.perf_counter(), self.tasks.running()
+        for r in running:
+            self.guarded(r, r.trigger, checkpoint_id, attempt, now)
+            self._heartbeat()
+        took = time.perf_counter() - t0
+        log.log(
+            logging.INFO if took >= TRIGGER_LOG_S else logging.DEBUG,
+            "checkpoint %d: %d task(s) triggered in %.2f s",
+            checkpoint_id,
+            len(running),
+            took,
+            extra=ctx(attempt=attempt, checkpoint=checkpoint_id),
+        )
+
+    def _heartbeat(self) -> None:
+        """Send the heartbeat due now, if any (between the parts of long work: restoring
+        or triggering hundreds of tasks)."""
+        sends = self.protocol.heartbeat(self.tasks.ctx.clock())
+        self.control.post_all([c.message for c in sends if isinstance(c, Send)])
+
     def _commit_sinks(self, checkpoint_id: int, now: float) -> None:
         """Start publishing every task's output up to ``checkpoint_id`` (the previous
         checkpoint's first collected); the processing goes on meanwhile."""
@@ -339,7 +365,7 @@ class Checkpointed(Mode):
     def _heartbeating(self) -> AbstractContextManager[None]:
         """Heartbeats from another thread while this one waits on the cluster."""
         return heartbeating(
-            self.protocol.heartbeat(),
+            self.protocol.current_heartbeat(),
             lambda hb: self.control.post_all([hb]),
             self.protocol.heartbeat_interval,
         )

@@ -50,6 +50,28 @@ ACK_WAIT_S = 0.05
 ACK_WAIT_BEHIND_S = 1.0
 
 
+class QueueFullWaits:
+    """``producer`` for ``produce_event``: a full local queue is waited out (its
+    deliveries served, then the record queued again), never an error. An event goes to
+    every partition of its topic, and a checkpoint's barriers from every upstream task
+    of a worker at once: P_up x P_down records per repartition topic (at 1024
+    partitions on 4 workers, 262 144 records from each worker in one loop iteration,
+    past librdkafka's default queue of 100 000 records: every task failed the
+    checkpoint with BufferError, benchmarks/SCALING.md)."""
+
+    def __init__(self, producer: Producer) -> None:
+        self._producer = producer
+
+    def produce(self, topic: str, value: Any = None, key: Any = None, **kwargs: Any) -> None:
+        try:
+            self._producer.produce(topic, value, key, **kwargs)
+        except BufferError:  # local queue full
+            produce_with_retry(self._producer, topic, value, key, full=True, **kwargs)
+
+    def poll(self, timeout: float) -> int:
+        return int(self._producer.poll(timeout))
+
+
 class Router:
     """Writes the outputs of this worker's tasks: one producer for every internal topic,
     each task's own sinks, the dead-letter writer, and declines to the coordinator."""
@@ -64,6 +86,7 @@ class Router:
     ) -> None:
         self.metrics = metrics or WorkerMetrics()
         self.producer = producer
+        self._events = QueueFullWaits(producer)
         # the producer's failed deliveries (each record's delivery callback)
         self.failures = DeliveryFailures()
         self._behind = False  # the last ``internal_delivered`` saw records undelivered
@@ -85,7 +108,7 @@ class Router:
             elif isinstance(out, OutputEvent):
                 if out.internal:
                     produce_event(
-                        self.producer,
+                        self._events,
                         out.topic,
                         self.internal_partitions[out.topic],
                         task.task_id,

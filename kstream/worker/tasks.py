@@ -126,7 +126,9 @@ class WorkerTasks:
         could not be reached or a sink could not take over its transactions or publish
         its buffered output (the broker unreachable, a record it refuses), with the
         reason: they fail, not the worker (the coordinator restores the same checkpoint
-        again). Any other failure propagates."""
+        again). Any other failure propagates. (A restore can take minutes — a worker
+        opening 512 tasks at 1024 partitions took one —: the caller keeps the worker
+        heard meanwhile, kstream.worker.keepalive.)"""
         specs = self.assigned()
         store, app_id = self.ctx.store, self.ctx.config.app_id
         self.stop_all()
