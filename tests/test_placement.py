@@ -70,7 +70,7 @@ def test_whoever_leaves_every_task_that_moves_lands_on_a_member_with_its_copy(
     counts = {"in": partitions}
     before = {m: tasks_of(held, tasks) for m, held in range_assignment(members, counts).items()}
     copies = {m: standby_tasks(m, members, tasks, replicas) for m in members}
-    for gone in sorted(members)[: replicas]:
+    for gone in sorted(members)[:replicas]:
         rest = members - {gone}
         for m, held in range_assignment(rest, counts).items():
             assert tasks_of(held, tasks) - before[m] <= copies[m]

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Collection, Iterable, Mapping
+from collections.abc import Iterable, Mapping, Set
 
 TP = tuple[str, int]
 
@@ -40,7 +40,7 @@ def range_assignment(members: Iterable[str], partitions: Mapping[str, int]) -> d
     return out
 
 
-def tasks_of(held: Collection[TP], task_inputs: Mapping[str, frozenset[TP]]) -> set[str]:
+def tasks_of(held: Set[TP], task_inputs: Mapping[str, frozenset[TP]]) -> set[str]:
     """The tasks all of whose input partitions are in ``held``."""
     return {t for t, ins in task_inputs.items() if ins and ins <= held}
 
