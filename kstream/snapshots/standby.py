@@ -156,7 +156,9 @@ class StandbyCopies:
             cleanup, self._want_changed = self._want_changed, False
         if cleanup:
             self._delete_unwanted(want)
-        if checkpoint is None:
+        if checkpoint is None or not want:
+            with self._lock:
+                self._done = checkpoint
             return
         try:
             meta = read_metadata(self.store, self.app_id, checkpoint)
