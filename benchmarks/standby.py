@@ -148,6 +148,11 @@ def run_once(bootstrap: str, keys: int, replicas: int, workdir: Path, timeout: f
         def log(name: str) -> str:
             return jobs[name].stderr_path.read_text(errors="replace")
 
+        def split() -> bool:  # each runs some tasks, all of them between the two
+            ra, rb = _running(log("a")), _running(log("b"))
+            return bool(ra and rb and not ra & rb and len(ra | rb) == PARTITIONS)
+
+        _wait(split, "the tasks split between the workers", timeout, both)
         fs = FileStore(store)
         _wait(
             lambda: all(checkpoint_offsets(fs, app, src).get(p, -1) >= o for p, o in ends.items()),

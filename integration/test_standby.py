@@ -49,10 +49,13 @@ def test_after_a_kill_the_survivor_restores_the_moved_tasks_from_its_standby_cop
     a = _worker(topology, kafka_bootstrap, app, tmp_path, "a", replicas)
     b = _worker(topology, kafka_bootstrap, app, tmp_path, "b", replicas)
     try:
-        for job in (a, b):
-            job.wait_until(lambda j=job: bool(_running(j)), "tasks running", 120.0)  # type: ignore[misc]
+
+        def split() -> bool:  # each runs some tasks, all 4 between them
+            ra, rb = _running(a), _running(b)
+            return bool(ra and rb and not ra & rb and len(ra | rb) == 4 and b.proc.poll() is None)
+
+        a.wait_until(split, "the tasks split between a and b", 120.0)
         moved = _running(b)
-        assert moved and not moved & _running(a) and len(moved | _running(a)) == 4
         copies = [tmp_path / "state-a" / app / t / "snapshots" for t in sorted(moved)]
         if replicas:  # a keeps a copy of each of b's tasks
             a.wait_until(
