@@ -137,6 +137,7 @@ def run_once(bootstrap: str, keys: int, replicas: int, workdir: Path, timeout: f
 
     watcher = make_consumer(bootstrap, f"{app}-watcher", read_committed=True, extra=READ_BACK)
     jobs: dict[str, Child] = {}
+    failed = True
     try:
         produce(bootstrap, spec, src)
         ends = end_offsets(bootstrap, src, PARTITIONS).ends
@@ -199,6 +200,7 @@ def run_once(bootstrap: str, keys: int, replicas: int, workdir: Path, timeout: f
             for m in RESTORED.finditer(log(survivor)[seen:])
             if m.group(1) in moved
         }
+        failed = False
         return RunResult(
             replicas=replicas,
             recovery_s=t_out - t_kill,
@@ -214,9 +216,10 @@ def run_once(bootstrap: str, keys: int, replicas: int, workdir: Path, timeout: f
         for j in jobs.values():
             j.stop()
         watcher.close()
-        shutil.rmtree(here, ignore_errors=True)
-        for t in [src, out, *topics_of_group(bootstrap, app)]:
+        for t in sorted({src, out, *topics_of_group(bootstrap, app)}):
             delete_topic(bootstrap, t)
+        if not failed:  # (a failed run's logs stay in the workdir)
+            shutil.rmtree(here, ignore_errors=True)
 
 
 def _copied_bytes(root: Path, tasks: set[str]) -> int:
