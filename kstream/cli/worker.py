@@ -58,6 +58,25 @@ from kstream.worker.settings import PAUSE_RESUMED, PausePoint, WorkerSettings
     help="With --coordinator auto: how long the coordinator waits for a worker's heartbeat.",
 )
 @click.option(
+    "--standby-replicas",
+    type=click.IntRange(min=0),
+    default=0,
+    show_default=True,
+    metavar="N",
+    help="Keep local copies of the tasks this worker would take over if up to N other workers "
+    "left, refreshed from the checkpoint store as checkpoints complete: a failover or move "
+    "restores them from local files (docs/operations.md).",
+)
+@click.option(
+    "--standby-bandwidth",
+    type=click.FloatRange(min=0),
+    default=64.0,
+    show_default=True,
+    metavar="MB_PER_S",
+    help="With --standby-replicas: the standby copies' downloads take at most this many "
+    "MB/s (0: no limit).",
+)
+@click.option(
     "--debug-pause-at",
     type=click.Choice(["after-snapshot", "before-sink-commit"]),
     default=None,
@@ -74,6 +93,8 @@ def worker(
     session_timeout: float,
     coordinator: str,
     heartbeat_timeout: float,
+    standby_replicas: int,
+    standby_bandwidth: float,
     debug_pause_at: str | None,
     **kwargs: Any,
 ) -> None:
@@ -91,7 +112,12 @@ def worker(
     pause = PausePoint(debug_pause_at) if debug_pause_at else None
     if pause is not None:  # a paused test worker goes on at SIGUSR1
         signal.signal(signal.SIGUSR1, lambda *_: PAUSE_RESUMED.set())
-    settings = WorkerSettings(session_timeout_s=session_timeout, pause_at=pause)
+    settings = WorkerSettings(
+        session_timeout_s=session_timeout,
+        pause_at=pause,
+        standby_replicas=standby_replicas,
+        standby_bandwidth=standby_bandwidth * 1e6 or None,
+    )
     w = start_worker(lambda: Worker(job, stop_when_idle=stop_when_idle, settings=settings))
     signals.attach(worker_stop(w))
     tune_gc()

@@ -40,6 +40,7 @@ from kstream.protocol.worker import WorkerProtocol
 from kstream.query.settings import QuerySettings
 from kstream.runtime.lateness import late_summary
 from kstream.sinkbuffer.epochs import SinkStateError
+from kstream.snapshots.standby import StandbyCopies
 from kstream.worker.backlog import Backlog
 from kstream.worker.bounded import Bounded
 from kstream.worker.checkpointed import Checkpointed
@@ -48,6 +49,7 @@ from kstream.worker.queries import WorkerQueries
 from kstream.worker.routing import Router
 from kstream.worker.runner import RunnerContext
 from kstream.worker.settings import DebugPause, WorkerSettings, WorkerStats
+from kstream.worker.standbys import Standbys
 from kstream.worker.tasks import WorkerTasks
 from kstream.worker.unchecked import Unchecked
 
@@ -204,6 +206,7 @@ class Worker:
         )
         self.context = context
         self.tasks = WorkerTasks(self.plan, self.source, context)
+        self.standby: StandbyCopies | None = None  # --standby-replicas: kstream.worker.standbys
         label = member_label or f"{os.uname().nodename}/{os.getpid()}"
         self.mode: Mode
         if self.control is not None:
@@ -221,6 +224,19 @@ class Worker:
                 fingerprint=plan,
             )  # fmt: skip
             self.mode.observers.append(self._on_control)
+            if self.settings.standby_replicas > 0:
+                self.standby = StandbyCopies(
+                    store,
+                    self.cfg.app_id,
+                    context.state_root,
+                    bandwidth=self.settings.standby_bandwidth,
+                )
+                feed = Standbys(
+                    self.standby, self.plan, self.settings.standby_replicas, lambda: protocol.member
+                )
+                self.mode.observers.append(feed.observe)
+                self.tasks.before_restore.append(self.standby.claim)
+                self.standby.start()
         elif self.cfg.bounded:
             self.mode = Bounded(
                 self.tasks, self.source, self.router, self.dlq, store, self.cfg.app_id, self.stats
@@ -391,6 +407,8 @@ class Worker:
         if summary:  # visible at the default log level: late input is lost input
             log.warning("late records since the tasks started, per operator:\n%s", summary)
         self.mode.settle()
+        if self.standby is not None:
+            self.standby.close()
         self.tasks.stop_all()
         self.transactions.close()
         self.context.close()

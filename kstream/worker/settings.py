@@ -9,6 +9,7 @@ from enum import StrEnum
 
 from kstream.config import ConfigError
 from kstream.query.settings import QuerySettings
+from kstream.snapshots.standby import DEFAULT_BANDWIDTH
 
 log = logging.getLogger(__name__)
 
@@ -41,19 +42,25 @@ class WorkerSettings:
     stop (:meth:`kstream.worker.loop.Worker.request_stop`) waits for its final
     checkpoint. ``pause_at``: test hook, see :class:`PausePoint`; the worker prints
     ``KSTREAM-DEBUG-PAUSE <point> ...`` on stdout and blocks there until it is stopped
-    or killed.
+    or killed. ``standby_replicas``: keep standby copies of the tasks this worker would
+    get if up to that many other workers left (:mod:`kstream.worker.standbys`), their
+    downloads at most ``standby_bandwidth`` bytes/s.
     """
 
     session_timeout_s: float = 10.0
     pause_at: PausePoint | None = None
     drain_timeout_s: float = 30.0
     query: QuerySettings | None = None  # None: from the environment (KSTREAM_QUERY_*)
+    standby_replicas: int = 0  # kstream.worker.standbys; 0: no standby copies
+    standby_bandwidth: float | None = DEFAULT_BANDWIDTH  # their downloads' bytes/s (None: any)
 
     def __post_init__(self) -> None:
         if self.session_timeout_s <= 0:
             raise ConfigError(f"session timeout must be > 0, got {self.session_timeout_s}")
         if self.drain_timeout_s < 0:
             raise ConfigError(f"drain timeout must be >= 0, got {self.drain_timeout_s}")
+        if self.standby_replicas < 0:
+            raise ConfigError(f"standby replicas must be >= 0, got {self.standby_replicas}")
 
 
 @dataclass

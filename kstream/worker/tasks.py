@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 
 from kstream.checkpointstorage.base import StoreError
@@ -48,6 +48,8 @@ class WorkerTasks:
             (i.topic, i.partition): spec.task_id for spec in plan.tasks for i in spec.inputs
         }
         self.internal_parts = plan.internal_topic_partitions
+        # Told the tasks a restore is about to build here (standby copies leave them alone).
+        self.before_restore: list[Callable[[list[str]], None]] = []
         self._paused: set[TP] = set()
         self._aligned: frozenset[TP] = frozenset()
         self._aligned_for: frozenset[int] = frozenset()  # the running runners it is for
@@ -130,6 +132,8 @@ class WorkerTasks:
         opening 512 tasks at 1024 partitions took one —: the caller keeps the worker
         heard meanwhile, kstream.worker.keepalive.)"""
         specs = self.assigned()
+        for hook in self.before_restore:
+            hook([s.task_id for s in specs])
         store, app_id = self.ctx.store, self.ctx.config.app_id
         self.stop_all()
         # Pause before seeking: nothing may be read for a task until it resumes.
