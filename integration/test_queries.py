@@ -124,6 +124,8 @@ def test_queries_through_forwarding_failover_and_checkpoints(
             status, body = ask(urls[1], f"/state/per-user/get?key={u}&consistency=checkpointed")
             assert (status, body["value"]) == (200, committed()[u]), body
             assert body["position"]["checkpoint"] >= 1
+        # ... answered by w2's query sidecar from the snapshots w2 pinned (docs/queries.md)
+        assert list((tmp_path / "s2").rglob(".query-sidecar/current"))
 
         # kill -9 the second worker while queries run: 503 "moving" or the right value.
         seen: list[tuple[int, Any]] = []
