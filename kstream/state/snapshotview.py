@@ -16,25 +16,28 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
+from itertools import repeat
 from pathlib import Path
 from typing import Any, cast
 
 import rocksdict
 
 from kstream.state.base import NotNow, StateKey, StateTable, TableSpec
-from kstream.state.delta import DIR, OP_PUT, OP_RANGE, decompress, read_delta
+from kstream.state.delta import DIR, OP_RANGE, decompress, read_delta_blocks
 from kstream.state.keys import encode_key
 from kstream.state.rocksdb_table import RocksDBTable
 from kstream.state.tablehost import Clock
+
+CHUNK = 4096  # entries of a delta block put in a layer at a time
 
 
 def _no_clock() -> float:
     return 0.0
 
 
-# One delta file's changes to one table: key -> (position in the file, value; None:
-# deleted), and its range deletions as (position, low, high).
-Puts = dict[bytes, tuple[int, bytes | None]]
+# One delta file's changes to one table: key -> (its record's index in the file, value;
+# b"": deleted), and its range deletions as (record index, low, high).
+Puts = dict[bytes, tuple[int, bytes]]
 Ranges = list[tuple[int, bytes, bytes]]
 
 
@@ -157,13 +160,17 @@ class SnapshotView:
 
 
 def _layer(content: bytes, where: str) -> tuple[dict[str, Puts], dict[str, Ranges]]:
+    """One delta file's changes by table (built in chunks: each a few C calls, so a
+    reading thread waits for the GIL a chunk at most)."""
     puts: dict[str, Puts] = {}
     ranges: dict[str, Ranges] = {}
-    for i, (table, op, a, b) in enumerate(read_delta(decompress(content, where), where)):
+    for i, table, op, a, b in read_delta_blocks(decompress(content, where), where):
         if op == OP_RANGE:
             ranges.setdefault(table, []).append((i, a, b))
-        else:
-            puts.setdefault(table, {})[a] = (i, b if op == OP_PUT else None)
+            continue
+        into = puts.setdefault(table, {})
+        for at in range(0, len(a), CHUNK):
+            into.update(zip(a[at : at + CHUNK], zip(repeat(i), b[at : at + CHUNK]), strict=False))
     return puts, ranges
 
 
@@ -185,7 +192,7 @@ class ViewTable(StateTable):
                 if i > cut and lo <= ek < hi:
                     cut = i
             if put is not None:
-                return put[1] if put[0] > cut else None
+                return (put[1] or None) if put[0] > cut else None
             if cut >= 0:
                 return None
         cf = self._base._cf
