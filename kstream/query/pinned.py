@@ -100,9 +100,9 @@ class PinnedViews:
         while not self._closed.wait(POLL_S):
             try:
                 self.refresh()
-            except Exception:  # a bad snapshot: the worker answers meanwhile
-                log.exception("opening pinned snapshots for queries failed")
-                time.sleep(1.0)
+            except Exception:  # a bad pointer: the worker answers until the next one
+                log.exception("following the pinned snapshots for queries failed")
+                self._swap(Pinned())
 
     def refresh(self) -> bool:
         """Follow the pointer if it changed; whether it did."""
@@ -120,20 +120,29 @@ class PinnedViews:
         views: dict[str, SnapshotView] = {}
         for task, directory in body["tasks"].items():
             prev = old.views.get(task)
-            if prev is not None and prev.directory == Path(directory):
-                views[task] = prev
-            elif prev is not None:
-                views[task] = prev.advance(directory)
-            else:
-                views[task] = SnapshotView(directory)
-        self.current = Pinned(int(body["checkpoint"]), str(body.get("worker", "")), views)
-        now = time.monotonic()
-        for task, prev in old.views.items():
-            new = views.get(task)
-            if new is not prev:
-                self._retired.append((now, prev, new is None or not new.shares_base(prev)))
-        self._close_retired()
+            try:
+                if prev is not None and prev.directory == Path(directory):
+                    views[task] = prev
+                elif prev is not None:
+                    views[task] = prev.advance(directory)
+                else:
+                    views[task] = SnapshotView(directory)
+            except Exception:  # the worker answers for the task (never an older checkpoint)
+                log.exception("opening %s for queries failed", directory)
+        self._swap(Pinned(int(body["checkpoint"]), str(body.get("worker", "")), views))
         return True
+
+    def _swap(self, pinned: Pinned) -> None:
+        """Read ``pinned`` from now on; retire the views it does not keep."""
+        old, self.current = self.current, pinned
+        now = time.monotonic()
+        kept = list(pinned.views.values())
+        for task, prev in old.views.items():
+            new = pinned.views.get(task)
+            if new is not prev:
+                shared = any(v.shares_base(prev) for v in kept)
+                self._retired.append((now, prev, not shared))
+        self._close_retired()
 
     def _close_retired(self, everything: bool = False) -> None:
         now = time.monotonic()
