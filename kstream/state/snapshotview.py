@@ -117,6 +117,10 @@ class SnapshotView:
             where = str(self.directory / DIR / name)
             self._layers.append((name, *_layer((self.directory / DIR / name).read_bytes(), where)))
         self._tables: dict[str, ViewTable] = {}
+        names = set(self._base.tables)
+        for _, puts, ranges in self._layers:
+            names |= set(puts) | set(ranges)
+        self._names = sorted(names)
 
     def advance(self, directory: Path | str) -> SnapshotView:
         """A view of the newer snapshot in ``directory``: on this one's base and delta
@@ -135,10 +139,7 @@ class SnapshotView:
         return self._base.directory
 
     def table_names(self) -> list[str]:
-        names = set(self._base.tables)
-        for _, puts, ranges in self._layers:
-            names |= set(puts) | set(ranges)
-        return sorted(names)
+        return self._names
 
     def table(self, name: str) -> ViewTable:
         t = self._tables.get(name)
