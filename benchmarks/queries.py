@@ -22,6 +22,7 @@ against the query rate.
 from __future__ import annotations
 
 import http.client
+import json
 import os
 import random
 import statistics
@@ -57,6 +58,8 @@ class Load:
     latencies_ms: list[float] = field(default_factory=list)
     statuses: dict[int, int] = field(default_factory=dict)
     lock: threading.Lock = field(default_factory=threading.Lock)
+    trace: list[tuple[float, int, float]] = field(default_factory=list)  # (due s, status, ms)
+    t0: float = field(default_factory=time.perf_counter)
 
     def run(self, client: int) -> None:
         rng = random.Random(client)
@@ -85,6 +88,7 @@ class Load:
                 continue
             took = (time.perf_counter() - due) * 1000
             with self.lock:
+                self.trace.append((due - self.t0, status, took))
                 self.statuses[status] = self.statuses.get(status, 0) + 1
                 if status == 200:
                     self.latencies_ms.append(took)
@@ -111,7 +115,12 @@ class Row:
 
 
 def measure(
-    bootstrap: str, rounds: int, rates: list[int], spec: InputSpec, consistencies: list[str]
+    bootstrap: str,
+    rounds: int,
+    rates: list[int],
+    spec: InputSpec,
+    consistencies: list[str],
+    trace_dir: Path | None = None,
 ) -> list[Row]:
     w2 = next(wl for wl in workloads(WINDOW_MS) if wl.key == "w2")
     job = next(c for c in w2.contenders if c.name == "kstream")
@@ -154,6 +163,9 @@ def measure(
                     for s, n in load.statuses.items():
                         row.statuses[s] = row.statuses.get(s, 0) + n
                 lat = load.latencies_ms if load else []
+                if load is not None and trace_dir is not None:
+                    name = f"round{i + 1}-{rate}-{consistency}.json"
+                    (trace_dir / name).write_text(json.dumps(load.trace))
                 click.echo(
                     f"round {i + 1}/{rounds} rate {rate}/s {consistency}: "
                     f"{x.rate / 1e3:.1f} k records/s, "
@@ -212,12 +224,16 @@ def plot(rows: list[Row], path: Path) -> None:
 @click.option("--keys", default=100_000, show_default=True)
 @click.option("--plot", "plot_path", type=click.Path(path_type=Path), default=None)
 @click.option(
+    "--trace", "trace_dir", type=click.Path(path_type=Path), default=None,
+    help="Write each loaded run's lookups (due s, status, latency ms) as JSON here.",
+)  # fmt: skip
+@click.option(
     "--consistency", default="latest", show_default=True,
     help="latest, checkpointed, or both (comma-separated: interleaved in each round).",
 )  # fmt: skip
 def main(
     bootstrap: str | None, rounds: int, rates: str, records: int, keys: int,
-    plot_path: Path | None, consistency: str,
+    plot_path: Path | None, consistency: str, trace_dir: Path | None,
 ) -> None:  # fmt: skip
     """Print the query latency and the job's throughput loss at each query rate."""
     spec = InputSpec(records, keys, 4, event_rate=5_000, fmt="json")
@@ -225,7 +241,9 @@ def main(
     if every[0] != 0:
         every = [0, *every]
     with kafka(bootstrap) as (bootstrap_, _):
-        rows = measure(bootstrap_, rounds, every, spec, consistency.split(","))
+        if trace_dir is not None:
+            trace_dir.mkdir(parents=True, exist_ok=True)
+        rows = measure(bootstrap_, rounds, every, spec, consistency.split(","), trace_dir)
     click.echo(table(rows))
     if plot_path is not None:
         plot(rows, plot_path)

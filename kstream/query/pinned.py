@@ -26,8 +26,15 @@ from kstream.state.snapshotview import SnapshotView
 log = logging.getLogger(__name__)
 
 POINTER = "current"
+PENDING = "pending"  # the newest completed checkpoint, written before its pins
 POLL_S = 0.01  # how often the sidecar looks at the pointer
 RETIRE_S = 2.0  # a replaced view is closed this long after (a read in flight ends first)
+
+
+def _replace(path: Path, body: dict[str, object]) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(json.dumps(body))
+    os.replace(tmp, path)
 
 
 def write_pointer(root: Path, checkpoint: int, worker: str, tasks: dict[str, Path]) -> None:
@@ -37,9 +44,14 @@ def write_pointer(root: Path, checkpoint: int, worker: str, tasks: dict[str, Pat
         "worker": worker,
         "tasks": {t: str(d) for t, d in tasks.items()},
     }
-    tmp = root / f".{POINTER}.tmp"
-    tmp.write_text(json.dumps(body))
-    os.replace(tmp, root / POINTER)
+    _replace(root / POINTER, body)
+
+
+def write_pending(root: Path, checkpoint: int, tasks: list[str]) -> None:
+    """Say that ``checkpoint`` completed and ``tasks``' snapshots of it are being pinned:
+    until the pointer names it, a lookup of one of them waits for it (``PinnedViews.wait``)
+    rather than going to the worker, which would read the checkpoint store."""
+    _replace(root / PENDING, {"checkpoint": checkpoint, "tasks": sorted(tasks)})
 
 
 def pin(source: Path, root: Path, task: str) -> Path | None:
@@ -91,6 +103,9 @@ class PinnedViews:
         self._retired: list[tuple[float, SnapshotView, bool]] = []  # (when, view, its base too)
         self._closed = threading.Event()
         self._thread = threading.Thread(target=self._run, name="kstream-query-pins", daemon=True)
+        self.pending: tuple[int, frozenset[str]] = (-1, frozenset())
+        self._pending_seen: tuple[int, int] | None = None
+        self._changed = threading.Condition()
 
     def start(self) -> PinnedViews:
         self._thread.start()
@@ -99,10 +114,34 @@ class PinnedViews:
     def _run(self) -> None:
         while not self._closed.wait(POLL_S):
             try:
+                self._read_pending()
                 self.refresh()
             except Exception:  # a bad pointer: the worker answers until the next one
                 log.exception("following the pinned snapshots for queries failed")
                 self._swap(Pinned())
+
+    def _read_pending(self) -> None:
+        try:
+            st = os.stat(self.root / PENDING)
+        except FileNotFoundError:
+            return
+        if (st.st_mtime_ns, st.st_ino) != self._pending_seen:
+            self._pending_seen = (st.st_mtime_ns, st.st_ino)
+            body = json.loads((self.root / PENDING).read_text())
+            self.pending = (int(body["checkpoint"]), frozenset(body["tasks"]))
+
+    def expects(self, task: str) -> bool:
+        """Whether a newer snapshot of ``task`` than the views' is being pinned."""
+        n, tasks = self.pending
+        current = self.current.checkpoint
+        return task in tasks and (current is None or current < n)
+
+    def wait(self, task: str, timeout: float) -> None:
+        """Wait (at most ``timeout`` s) until the views are of the pending checkpoint."""
+        deadline = time.monotonic() + timeout
+        with self._changed:
+            while self.expects(task) and (left := deadline - time.monotonic()) > 0:
+                self._changed.wait(left)
 
     def refresh(self) -> bool:
         """Follow the pointer if it changed; whether it did."""
@@ -135,6 +174,8 @@ class PinnedViews:
     def _swap(self, pinned: Pinned) -> None:
         """Read ``pinned`` from now on; retire the views it does not keep."""
         old, self.current = self.current, pinned
+        with self._changed:
+            self._changed.notify_all()
         now = time.monotonic()
         kept = list(pinned.views.values())
         for task, prev in old.views.items():

@@ -22,11 +22,13 @@ import http.client
 import logging
 import sys
 import threading
+import urllib.parse
 from multiprocessing.connection import Connection
 from pathlib import Path
 from socket import socket
 from typing import Any
 
+import httptools
 import orjson
 
 from kstream.query.gate import StateGate
@@ -44,6 +46,7 @@ SWITCH_S = 0.0005
 """The sidecar's switch interval: opening a newer snapshot on its thread (Python
 work) lets a lookup in within half a millisecond."""
 RELAY_TIMEOUT_S = 10.0
+PIN_WAIT_S = 2.0  # how long a lookup waits for a snapshot being pinned at most
 _RELAYED = ("authorization", FORWARDED.lower())
 
 
@@ -95,11 +98,7 @@ class SidecarService(QueryService):
                 return None
             if q.checkpoint is not None and q.checkpoint != pinned.checkpoint:
                 return None
-            task = q.task
-            if task is None and q.partition is not None:
-                task = f"{info.stage}-{q.partition}"
-            if task is None:
-                task = info.task_of(info.parse_key(q.key or ""), q.partitioner)
+            task = self._task_of(info, q)
             view = pinned.views.get(task) if task is not None else None
             if view is None:
                 return None
@@ -111,7 +110,38 @@ class SidecarService(QueryService):
                 "task": task, "worker": pinned.worker}  # fmt: skip
         return Answer(200, head | body | {"position": {"checkpoint": pinned.checkpoint}})
 
+    @staticmethod
+    def _task_of(info: OperatorInfo, q: Query) -> str | None:
+        if q.task is not None:
+            return q.task
+        if q.partition is not None:
+            return f"{info.stage}-{q.partition}"
+        return info.task_of(info.parse_key(q.key or ""), q.partitioner)
+
+    def _pinning(self, target: bytes) -> Answer | None:
+        """A checkpointed lookup of a task whose snapshot of the newest checkpoint the
+        worker is pinning: answered once it is (a few ms), not by the worker's store."""
+        url = httptools.parse_url(target)
+        parts = [urllib.parse.unquote(p) for p in url.path.decode("latin-1").strip("/").split("/")]
+        query = url.query.decode("latin-1") if url.query else ""
+        params = dict(urllib.parse.parse_qsl(query, keep_blank_values=True))
+        if len(parts) != 3 or params.get("consistency") != "checkpointed" or "checkpoint" in params:
+            return None
+        op, operator = parts[2], parts[1]
+        info = self.operators.get(operator)
+        try:
+            task = self._task_of(info, Query.from_params(op, operator, params)) if info else None
+        except QueryError:
+            return None
+        if task is None or not self.pinned.expects(task):
+            return None
+        self.pinned.wait(task, PIN_WAIT_S)
+        return self.answer_here(op, operator, params, False)
+
     def relay(self, target: bytes, headers: dict[str, str]) -> Answer:
+        here = self._pinning(target)
+        if here is not None:
+            return here
         sent = {k: v for k, v in headers.items() if k in _RELAYED}
         conn: http.client.HTTPConnection | None = getattr(self._relays, "conn", None)
         for fresh in (False, True):

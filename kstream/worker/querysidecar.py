@@ -17,7 +17,7 @@ from typing import Any
 
 from kstream.checkpointstorage.layout import CHECKPOINT_LABEL, snapshot_label
 from kstream.query.operators import OperatorInfo
-from kstream.query.pinned import pin, write_pointer
+from kstream.query.pinned import pin, write_pending, write_pointer
 from kstream.query.sidecar import run
 from kstream.state.localsnapshot import marker
 
@@ -84,6 +84,10 @@ class QuerySidecar:
         label = snapshot_label(CHECKPOINT_LABEL, checkpoint)
         sources = {t: Path(b.snapshot_root) / label for t, b in backends.items()
                    if hasattr(b, "snapshot_root")}  # fmt: skip
+        try:
+            write_pending(self.root, checkpoint, list(sources))  # (a small file, at once)
+        except OSError:
+            log.exception("announcing checkpoint %d to the query sidecar failed", checkpoint)
         self._pins.submit(self._pin, checkpoint, sources, worker)
 
     def _pin(self, checkpoint: int, sources: dict[str, Path], worker: str) -> None:
