@@ -21,7 +21,7 @@ import pytest
 from kstream.query import pinned as pinned_mod
 from kstream.query.gate import StateGate
 from kstream.query.operators import OperatorInfo
-from kstream.query.pinned import PinnedViews, pin, write_pointer
+from kstream.query.pinned import PinnedViews, pin, write_pending, write_pointer
 from kstream.query.routing import Directory
 from kstream.query.server import QueryServer, bind
 from kstream.query.service import QueryService
@@ -221,3 +221,40 @@ def test_the_sidecar_process_answers_beside_a_busy_worker_and_stops_with_it(
     assert not (tmp_path / "sidecar").exists()
     with pytest.raises(OSError):
         urllib.request.urlopen(url + "/state", timeout=2)
+
+
+def test_a_lookup_waits_for_the_checkpoint_being_pinned(tmp_path: Path) -> None:
+    b = RocksDBBackend(tmp_path / "task", local_retained=5)
+    t = b.table(TableSpec(TABLE))
+    root = tmp_path / "pins"
+    root.mkdir()
+    views = PinnedViews(root).start()
+    try:
+        t.put(("n",), 1)
+        first = pin(snapshot(b, 1).directory, root, "stage1-0")
+        assert first is not None
+        write_pointer(root, 1, "w1", {"stage1-0": first})
+        wait_for(lambda: views.current.checkpoint == 1)
+        assert not views.expects("stage1-0")
+        t.put(("n",), 2)
+        src = snapshot(b, 2).directory
+        write_pending(root, 2, ["stage1-0"])  # completed: its pins follow
+        wait_for(lambda: views.expects("stage1-0"))
+        assert not views.expects("stage1-1")  # (not this worker's)
+        got: list[Any] = []
+
+        def lookup() -> None:
+            views.wait("stage1-0", 20.0)
+            got.append(views.current)
+
+        waiter = threading.Thread(target=lookup)
+        waiter.start()
+        second = pin(src, root, "stage1-0")
+        assert second is not None
+        write_pointer(root, 2, "w1", {"stage1-0": second})
+        waiter.join(30)
+        assert got and got[0].checkpoint == 2
+        assert got[0].views["stage1-0"].table(TABLE).get(("n",)) == 2
+    finally:
+        views.close()
+        b.close()
