@@ -57,11 +57,18 @@ class _Host:
         raise NotNow("a snapshot view is read-only")
 
 
+CACHE_BYTES = 64 * 1024 * 1024  # the block cache every view of the process shares
+_cache: list[rocksdict.Cache] = []
+
+
 def _read_options() -> rocksdict.Options:
+    if not _cache:
+        _cache.append(rocksdict.Cache(CACHE_BYTES))
     opts = rocksdict.Options(raw_mode=True)
     opts.set_max_open_files(-1)  # every file opened at once: the directory may go then
     table = rocksdict.BlockBasedOptions()
     table.set_bloom_filter(10, False)  # (the files have filters: read them)
+    table.set_block_cache(_cache[0])
     opts.set_block_based_table_factory(table)
     return opts
 
