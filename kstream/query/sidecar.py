@@ -158,9 +158,12 @@ class SidecarService(QueryService):
                 return Answer(resp.status, body, {"Retry-After": retry} if retry else {})
             except (OSError, http.client.HTTPException, ValueError) as e:
                 conn.close()
-                if fresh:
-                    return Answer(503, {"error": "busy", "reason": f"the worker did not answer: {e}",
-                                        "retry_after_ms": 1000}, {"Retry-After": "1"})  # fmt: skip
+                if fresh:  # the worker is gone (killed: this process follows it): its
+                    # tasks are moving, as when a forward finds no owner
+                    reason = f"the worker behind this endpoint did not answer: {e}"
+                    body = {"error": "moving", "task": None, "reason": reason,
+                            "retry_after_ms": 500}  # fmt: skip
+                    return Answer(503, body, {"Retry-After": "1"})
         raise AssertionError("unreachable")
 
 
