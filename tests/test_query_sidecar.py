@@ -212,10 +212,12 @@ def test_the_sidecar_process_answers_beside_a_busy_worker_and_stops_with_it(
         assert status == 404 and "checkpoint store" in body["error"]
         status, body = get(url, "/state")
         assert status == 200 and list(body["operators"]) == [OP]
+        worker.close()  # the worker gone (killed): its tasks are moving
+        status, body = get(url, f"/state/{OP}/get?key={key}")
+        assert (status, body["error"]) == (503, "moving")
     finally:
         process = sidecar.process
         sidecar.close()
-        worker.close()
         b.close()
     assert process is not None and not process.is_alive()
     assert not (tmp_path / "sidecar").exists()
