@@ -47,6 +47,7 @@ DIR = "deltas"  # the delta files' subdirectory of a snapshot (and their manifes
 SUFFIX = ".kvd"
 
 OP_END, OP_TABLE, OP_PUT, OP_DELETE, OP_RANGE = 0, 1, 2, 3, 4
+SPLIT = 4096  # writes of a block split into keys and values at a time (read_delta_blocks)
 _TABLE = struct.Struct(">BH")
 _BLOCK = struct.Struct(">BI")
 _RANGE = struct.Struct(">BII")
@@ -161,7 +162,8 @@ def read_delta(data: bytes, where: str) -> Iterator[tuple[str, int, bytes, bytes
 
 def read_delta_blocks(data: bytes, where: str) -> Iterator[tuple[int, str, int, Any, Any]]:
     """The records of a delta, in order: (its index, table, ``OP_PUT``, the keys, the
-    values: b"" deletes) for a block of writes (split without a Python step per entry),
+    values: b"" deletes) for a block of writes (split without a Python step per entry,
+    ``SPLIT`` at a time: a block may come as several with the same index),
     (index, table, ``OP_RANGE``, low, high) for a range deletion; DeltaError as
     ``read_delta``."""
     if not data.startswith(MAGIC):
@@ -198,9 +200,11 @@ def read_delta_blocks(data: bytes, where: str) -> Iterator[tuple[int, str, int, 
                 pos = voff[-1]
                 if pos > end:
                     raise DeltaError(f"{where}: a block of {n} writes runs past the end")
-                keys = list(map(cut, map(slice, koff, islice(koff, 1, None))))
-                values = list(map(cut, map(slice, voff, islice(voff, 1, None))))
-                yield count, table, OP_PUT, keys, values
+                for at in range(0, n, SPLIT):  # (a reading thread gets the GIL between)
+                    ks, vs = koff[at : at + SPLIT + 1], voff[at : at + SPLIT + 1]
+                    keys = list(map(cut, map(slice, ks, islice(ks, 1, None))))
+                    values = list(map(cut, map(slice, vs, islice(vs, 1, None))))
+                    yield count, table, OP_PUT, keys, values
             elif op == OP_RANGE:
                 _, a, b = _RANGE.unpack_from(data, pos)
                 pos += _RANGE.size
