@@ -2,6 +2,7 @@
 
     python -m benchmarks.queries                      # a local broker started for the run
     python -m benchmarks.queries --rounds 3 --rates 0,250,500,1000,2000 --plot q.png
+    python -m benchmarks.queries --rates 0,1000 --consistency latest,checkpointed
 
 Loads w2's input once (keyed tumbling-window count, RocksDB, exactly-once), then runs
 its job round by round at each query rate, interleaved (``Harness.run_once``: a fresh
@@ -9,8 +10,11 @@ output topic, group and state per run, output verified). While a job runs, an
 open-loop client in this process asks its query endpoint (``KSTREAM_QUERY_PORT``) for
 random keys' window at a random time of the input (``windows?key=u123&at=T``: one
 point lookup) at the given rate, over keep-alive connections, each query's latency
-measured from the moment it was due (a late send counts against the latency). Prints
-per rate the job's records/s, its loss against rate 0 in the same round, and the
+measured from the moment it was due (a late send counts against the latency).
+``--consistency`` asks ``latest`` (the default: the worker's running state) or
+``checkpointed`` lookups (the newest completed checkpoint: the worker's query sidecar
+answers them, docs/queries.md), several of them interleaved in each round. Prints
+per consistency and rate the job's records/s, its loss against rate 0 in the same round, and the
 lookups' p50/p99/max and answers; with ``--plot`` (the ``bench`` extra) the latency
 against the query rate.
 """
@@ -18,6 +22,7 @@ against the query rate.
 from __future__ import annotations
 
 import http.client
+import json
 import os
 import random
 import statistics
@@ -48,16 +53,20 @@ class Load:
     rate: float
     keys: int
     span_ms: int
+    consistency: str = "latest"
     stop: threading.Event = field(default_factory=threading.Event)
     latencies_ms: list[float] = field(default_factory=list)
     statuses: dict[int, int] = field(default_factory=dict)
     lock: threading.Lock = field(default_factory=threading.Lock)
+    trace: list[tuple[float, int, float]] = field(default_factory=list)  # (due s, status, ms)
+    t0: float = field(default_factory=time.perf_counter)
 
     def run(self, client: int) -> None:
         rng = random.Random(client)
         every = CLIENTS / self.rate
         conn: http.client.HTTPConnection | None = None
         due = time.perf_counter()
+        ask = "" if self.consistency == "latest" else f"&consistency={self.consistency}"
         while not self.stop.is_set():
             now = time.perf_counter()
             if now < due:
@@ -67,7 +76,7 @@ class Load:
             try:
                 if conn is None:
                     conn = http.client.HTTPConnection("127.0.0.1", PORTS[0], timeout=5)
-                conn.request("GET", f"/state/stage0.window0/windows?key={key}&at={at}")
+                conn.request("GET", f"/state/stage0.window0/windows?key={key}&at={at}{ask}")
                 resp = conn.getresponse()
                 resp.read()
                 status = resp.status
@@ -79,6 +88,7 @@ class Load:
                 continue
             took = (time.perf_counter() - due) * 1000
             with self.lock:
+                self.trace.append((due - self.t0, status, took))
                 self.statuses[status] = self.statuses.get(status, 0) + 1
                 if status == 200:
                     self.latencies_ms.append(took)
@@ -97,26 +107,37 @@ def percentile(values: list[float], q: float) -> float:
 @dataclass
 class Row:
     rate: int
+    consistency: str = "latest"
     records_s: list[float] = field(default_factory=list)
     loss: list[float] = field(default_factory=list)
     latencies_ms: list[float] = field(default_factory=list)
     statuses: dict[int, int] = field(default_factory=dict)
 
 
-def measure(bootstrap: str, rounds: int, rates: list[int], spec: InputSpec) -> list[Row]:
+def measure(
+    bootstrap: str,
+    rounds: int,
+    rates: list[int],
+    spec: InputSpec,
+    consistencies: list[str],
+    trace_dir: Path | None = None,
+) -> list[Row]:
     w2 = next(wl for wl in workloads(WINDOW_MS) if wl.key == "w2")
     job = next(c for c in w2.contenders if c.name == "kstream")
     ends = generate.load(bootstrap, spec)
     exp = Expected(expected_stateless(spec), expected_windows(spec, WINDOW_MS))
-    rows = {r: Row(r) for r in rates}
+    runs = [(0, "latest")] + [(r, c) for r in rates if r for c in consistencies]
+    rows = {(r, c): Row(r, c) for r, c in runs}
     os.environ["KSTREAM_QUERY_PORT"] = f"{PORTS[0]}-{PORTS[1]}"
     os.environ["KSTREAM_QUERY_SOURCE_PARTITIONER"] = "crc32"  # the generator's
+    if "checkpointed" in consistencies:  # answered by the query sidecar (opt-in)
+        os.environ["KSTREAM_QUERY_SIDECAR"] = "1"
     with tempfile.TemporaryDirectory(prefix="kstream-queries-") as wd:
         h = Harness(bootstrap, spec.partitions, Path(wd), 600)
         for i in range(rounds):
             base = None
-            for rate in rates:
-                load = Load(rate, spec.keys, spec.event_span_ms) if rate else None
+            for rate, consistency in runs:
+                load = Load(rate, spec.keys, spec.event_span_ms, consistency) if rate else None
                 threads = []
                 if load is not None:
                     threads = [
@@ -134,7 +155,7 @@ def measure(bootstrap: str, rounds: int, rates: list[int], spec: InputSpec) -> l
                         t.join(10)
                 if not x.valid:
                     raise click.ClickException(f"rate {rate}: wrong output: {x.note}")
-                row = rows[rate]
+                row = rows[rate, consistency]
                 row.records_s.append(x.rate)
                 base = x.rate if rate == 0 else base
                 if base is not None:
@@ -144,24 +165,32 @@ def measure(bootstrap: str, rounds: int, rates: list[int], spec: InputSpec) -> l
                     for s, n in load.statuses.items():
                         row.statuses[s] = row.statuses.get(s, 0) + n
                 lat = load.latencies_ms if load else []
+                if load is not None and trace_dir is not None:
+                    name = f"round{i + 1}-{rate}-{consistency}.json"
+                    (trace_dir / name).write_text(json.dumps(load.trace))
                 click.echo(
-                    f"round {i + 1}/{rounds} rate {rate}/s: {x.rate / 1e3:.1f} k records/s, "
-                    f"{len(lat)} lookups, p99 {percentile(lat, 0.99):.2f} ms"
+                    f"round {i + 1}/{rounds} rate {rate}/s {consistency}: "
+                    f"{x.rate / 1e3:.1f} k records/s, "
+                    f"{len(lat)} lookups, p50 {percentile(lat, 0.5):.2f} ms, "
+                    f"p99 {percentile(lat, 0.99):.2f} ms, answers {load.statuses if load else {}}"
                 )
-    return [rows[r] for r in rates]
+    return [rows[k] for k in runs]
 
 
 def table(rows: list[Row]) -> str:
     lines = [
-        "| queries/s | records/s, median | loss vs 0 q/s, median of rounds | lookups answered "
-        "| p50 ms | p99 ms | max ms | answers |",
-        "|---|---|---|---|---|---|---|---|",
+        "| queries/s | consistency | records/s, median | loss vs 0 q/s, median (min-max) of rounds "
+        "| lookups answered | p50 ms | p99 ms | max ms | answers |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         lat = r.latencies_ms
-        loss = f"{statistics.median(r.loss):.1%}" if r.rate and r.loss else "-"
+        loss = "-"
+        if r.rate and r.loss:
+            loss = f"{statistics.median(r.loss):.1%} ({min(r.loss):.1%} to {max(r.loss):.1%})"
         lines.append(
-            f"| {r.rate} | {statistics.median(r.records_s) / 1e3:.1f} k | {loss} | {len(lat)} "
+            f"| {r.rate} | {r.consistency if r.rate else '-'} "
+            f"| {statistics.median(r.records_s) / 1e3:.1f} k | {loss} | {len(lat)} "
             f"| {percentile(lat, 0.5):.2f} | {percentile(lat, 0.99):.2f} "
             f"| {max(lat, default=float('nan')):.2f} | {dict(sorted(r.statuses.items()))} |"
         )
@@ -174,11 +203,12 @@ def plot(rows: list[Row], path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    loaded = [r for r in rows if r.rate]
     fig, ax = plt.subplots(figsize=(6, 4))
-    for q, label in ((0.5, "p50"), (0.99, "p99")):
-        ax.plot([r.rate for r in loaded], [percentile(r.latencies_ms, q) for r in loaded],
-                marker="o", label=label)  # fmt: skip
+    for c in sorted({r.consistency for r in rows if r.rate}):
+        loaded = [r for r in rows if r.rate and r.consistency == c]
+        for q, label in ((0.5, "p50"), (0.99, "p99")):
+            ax.plot([r.rate for r in loaded], [percentile(r.latencies_ms, q) for r in loaded],
+                    marker="o", label=f"{c} {label}")  # fmt: skip
     ax.axhline(5, color="grey", linestyle="--", label="5 ms target (p99 at 1000/s)")
     ax.set_xlabel("point lookups per second")
     ax.set_ylabel("latency, ms")
@@ -195,9 +225,17 @@ def plot(rows: list[Row], path: Path) -> None:
 @click.option("--records", default=1_000_000, show_default=True)
 @click.option("--keys", default=100_000, show_default=True)
 @click.option("--plot", "plot_path", type=click.Path(path_type=Path), default=None)
+@click.option(
+    "--trace", "trace_dir", type=click.Path(path_type=Path), default=None,
+    help="Write each loaded run's lookups (due s, status, latency ms) as JSON here.",
+)  # fmt: skip
+@click.option(
+    "--consistency", default="latest", show_default=True,
+    help="latest, checkpointed, or both (comma-separated: interleaved in each round).",
+)  # fmt: skip
 def main(
     bootstrap: str | None, rounds: int, rates: str, records: int, keys: int,
-    plot_path: Path | None,
+    plot_path: Path | None, consistency: str, trace_dir: Path | None,
 ) -> None:  # fmt: skip
     """Print the query latency and the job's throughput loss at each query rate."""
     spec = InputSpec(records, keys, 4, event_rate=5_000, fmt="json")
@@ -205,7 +243,9 @@ def main(
     if every[0] != 0:
         every = [0, *every]
     with kafka(bootstrap) as (bootstrap_, _):
-        rows = measure(bootstrap_, rounds, every, spec)
+        if trace_dir is not None:
+            trace_dir.mkdir(parents=True, exist_ok=True)
+        rows = measure(bootstrap_, rounds, every, spec, consistency.split(","), trace_dir)
     click.echo(table(rows))
     if plot_path is not None:
         plot(rows, plot_path)

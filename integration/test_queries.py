@@ -70,7 +70,8 @@ def test_queries_through_forwarding_failover_and_checkpoints(
 
     common = ["--bootstrap", kafka_bootstrap, "--app-id", app, "--store",
               f"file://{tmp_path}/store", "--interval", "0.5"]  # fmt: skip
-    env = {**os.environ, "KSTREAM_QUERY_TOKEN": TOKEN}
+    # The checkpointed reads below go through the query sidecar (opt-in, docs/queries.md).
+    env = {**os.environ, "KSTREAM_QUERY_TOKEN": TOKEN, "KSTREAM_QUERY_SIDECAR": "1"}
     procs: list[CliJob] = []
     for n, mode in ((1, "run"), (2, "worker")):
         args = [*CLI, "-v", mode, str(topology), *common, "--state-dir", str(tmp_path / f"s{n}")]
@@ -128,6 +129,8 @@ def test_queries_through_forwarding_failover_and_checkpoints(
             status, body = ask(urls[1], f"/state/per-user/get?key={u}&consistency=checkpointed")
             assert (status, body["value"]) == (200, committed()[u]), body
             assert body["position"]["checkpoint"] >= 1
+        # ... answered by w2's query sidecar from the snapshots w2 pinned (docs/queries.md)
+        assert list((tmp_path / "s2").rglob(".query-sidecar/current"))
 
         # kill -9 the second worker while queries run: 503 "moving" or the right value.
         seen: list[tuple[int, Any]] = []

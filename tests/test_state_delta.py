@@ -16,12 +16,16 @@ from kstream.snapshots.restore import CorruptSnapshotError, restore_backend
 from kstream.snapshots.upload import SnapshotUploader, read_manifest
 from kstream.state.base import TableSpec
 from kstream.state.delta import (
+    OP_DELETE,
+    OP_PUT,
+    SPLIT,
     DeltaError,
     DeltaPolicy,
     DeltaWriter,
     compress,
     decompress,
     read_delta,
+    read_delta_blocks,
 )
 from kstream.state.rocksdb import RocksDBBackend
 from tests.test_state_snapshot import APP, SPECS, TASK, contents
@@ -275,3 +279,20 @@ def test_a_snapshot_is_full_when_cache_flushes_wrote_more_than_a_cache_since_the
     restored, _ = restore_backend(store, handle.manifest_path, tmp_path / "elsewhere")
     assert [restored.table(SPECS[0]).get(("k", i)) for i in (0, 7, 8, 29)] == [4, 11, 11, 32]
     restored.close()
+
+
+def test_a_large_block_is_read_in_splits_of_the_same_record() -> None:
+    w = DeltaWriter()
+    w.table("t")
+    keys = [b"k%d" % i for i in range(SPLIT * 2 + 5)]
+    values = [(b"v%d" % i) if i % 7 else b"" for i in range(len(keys))]
+    w.writes(keys, values)
+    w.delete_range(b"a", b"b")
+    data = w.data()
+    got = list(read_delta(data, "x"))
+    assert [(k, v) for _, _, k, v in got[:-1]] == list(zip(keys, values, strict=True))
+    assert [op for _, op, _, _ in got[:8]] == [OP_DELETE] + [OP_PUT] * 6 + [OP_DELETE]
+    blocks = list(read_delta_blocks(data, "x"))
+    assert [(i, len(a) if op == OP_PUT else a) for i, _, op, a, _ in blocks] == [
+        (1, SPLIT), (1, SPLIT), (1, 5), (2, b"a"),
+    ]  # fmt: skip

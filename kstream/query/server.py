@@ -124,28 +124,40 @@ def _frame(answer: Answer, keep_alive: bool) -> bytes:
     return (head + "\r\n").encode("latin-1") + body
 
 
+def bind(port: PortSpec | str | int, host: str) -> socket.socket:
+    """A listening socket on the first free port of ``port`` (OSError: none is)."""
+    spec = port if isinstance(port, PortSpec) else PortSpec.parse(port)
+    last: OSError | None = None
+    for p in range(spec.low, spec.high + 1):
+        sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((host, p))
+            break
+        except OSError as e:
+            sock.close()
+            last = e
+    else:
+        raise OSError(f"no free query port in {spec.low}-{spec.high} on {host}: {last}")
+    sock.listen(128)
+    return sock
+
+
 class QueryServer:
     """The endpoint of one worker (module doc) until :meth:`close`."""
 
     def __init__(
-        self, service: QueryService, port: PortSpec | str | int, host: str, gate: StateGate
+        self,
+        service: QueryService,
+        port: PortSpec | str | int,
+        host: str,
+        gate: StateGate,
+        *,
+        listener: socket.socket | None = None,
     ) -> None:
-        spec = port if isinstance(port, PortSpec) else PortSpec.parse(port)
         self.service = service
         self.gate = gate
-        last: OSError | None = None
-        for p in range(spec.low, spec.high + 1):
-            sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            try:
-                sock.bind((host, p))
-                break
-            except OSError as e:
-                sock.close()
-                last = e
-        else:
-            raise OSError(f"no free query port in {spec.low}-{spec.high} on {host}: {last}")
-        sock.listen(128)
+        sock = listener if listener is not None else bind(port, host)
         sock.setblocking(False)
         self._listener = sock
         self.host, self.port = host, sock.getsockname()[1]
@@ -312,7 +324,15 @@ class QueryServer:
         query = url.query.decode("latin-1") if url.query else ""
         params = dict(urllib.parse.parse_qsl(query, keep_blank_values=True))
         forwarded = FORWARDED.lower() in headers
-        if request.method != b"GET":
+        if service.front and request.method == b"GET":  # a sidecar: the rest is the worker's
+            here = None
+            if len(parts) == 3 and parts[0] == "state":
+                here = service.answer_here(parts[2], parts[1], params, forwarded)
+            if here is not None:
+                self._send(conn, here, keep)
+            else:
+                self._later(conn, keep, lambda: service.relay(request.target, headers))
+        elif request.method != b"GET":
             self._send(conn, Answer(400, {"error": "use GET"}), keep)
         elif parts == ["state"]:
             if concurrent:  # the loop changes what it lists

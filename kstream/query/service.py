@@ -79,6 +79,14 @@ def _order(entry: dict[str, Any]) -> tuple[int, Any]:
 class QueryService:
     """Answers queries for one worker (module doc)."""
 
+    front = False
+    """A front of the worker's endpoint (the query sidecar, :mod:`kstream.query.sidecar`):
+    what ``answer_here`` does not answer goes to ``relay``."""
+
+    def relay(self, target: bytes, headers: dict[str, str]) -> Answer:
+        """The worker's answer to the request for ``target`` (a front only)."""
+        raise NotImplementedError
+
     def __init__(
         self,
         operators: dict[str, OperatorInfo],

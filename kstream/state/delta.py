@@ -37,7 +37,9 @@ import zlib
 from array import array
 from collections.abc import Iterator
 from dataclasses import dataclass
+from itertools import accumulate, islice
 from pathlib import Path
+from typing import Any
 
 MAGIC = b"KSDELTA1"
 ZMAGIC = b"KSDELTZ1"  # a delta file: ZMAGIC and the zlib-compressed delta
@@ -45,6 +47,7 @@ DIR = "deltas"  # the delta files' subdirectory of a snapshot (and their manifes
 SUFFIX = ".kvd"
 
 OP_END, OP_TABLE, OP_PUT, OP_DELETE, OP_RANGE = 0, 1, 2, 3, 4
+SPLIT = 4096  # writes of a block split into keys and values at a time (read_delta_blocks)
 _TABLE = struct.Struct(">BH")
 _BLOCK = struct.Struct(">BI")
 _RANGE = struct.Struct(">BII")
@@ -149,11 +152,26 @@ def read_delta(data: bytes, where: str) -> Iterator[tuple[str, int, bytes, bytes
     """The changes of a delta (``decompress``) as (table, ``OP_PUT``/``OP_DELETE``/``OP_RANGE``,
     key or low, value or high; b"" for a delete), in order; DeltaError naming ``where`` if
     it is malformed (only once the generator reached its end)."""
+    for _, table, op, a, b in read_delta_blocks(data, where):
+        if op == OP_RANGE:
+            yield table, OP_RANGE, a, b
+        else:
+            for key, value in zip(a, b, strict=True):
+                yield table, OP_PUT if value else OP_DELETE, key, value
+
+
+def read_delta_blocks(data: bytes, where: str) -> Iterator[tuple[int, str, int, Any, Any]]:
+    """The records of a delta, in order: (its index, table, ``OP_PUT``, the keys, the
+    values: b"" deletes) for a block of writes (split without a Python step per entry,
+    ``SPLIT`` at a time: a block may come as several with the same index),
+    (index, table, ``OP_RANGE``, low, high) for a range deletion; DeltaError as
+    ``read_delta``."""
     if not data.startswith(MAGIC):
         raise DeltaError(f"{where}: not a delta file (no {MAGIC!r} header)")
     view = memoryview(data)
     pos, end, count = len(MAGIC), len(data), 0
     table: str | None = None
+    cut = data.__getitem__
     try:
         while True:
             op = data[pos]
@@ -175,19 +193,18 @@ def read_delta(data: bytes, where: str) -> Iterator[tuple[str, int, bytes, bytes
                 klens = _read_lengths(view[pos : pos + 4 * n])
                 vlens = _read_lengths(view[pos + 4 * n : pos + 8 * n])
                 pos += 8 * n
-                kpos = pos
-                vpos = pos + sum(klens)
-                pos = vpos + sum(vlens)
-                if len(klens) != n or len(vlens) != n or pos > end:
+                if len(klens) != n or len(vlens) != n:
                     raise DeltaError(f"{where}: a block of {n} writes runs past the end")
-                for kl, vl in zip(klens, vlens, strict=True):
-                    key = data[kpos : kpos + kl]
-                    kpos += kl
-                    if vl:
-                        yield table, OP_PUT, key, data[vpos : vpos + vl]
-                        vpos += vl
-                    else:
-                        yield table, OP_DELETE, key, b""
+                koff = list(accumulate(klens, initial=pos))
+                voff = list(accumulate(vlens, initial=koff[-1]))
+                pos = voff[-1]
+                if pos > end:
+                    raise DeltaError(f"{where}: a block of {n} writes runs past the end")
+                for at in range(0, n, SPLIT):  # (a reading thread gets the GIL between)
+                    ks, vs = koff[at : at + SPLIT + 1], voff[at : at + SPLIT + 1]
+                    keys = list(map(cut, map(slice, ks, islice(ks, 1, None))))
+                    values = list(map(cut, map(slice, vs, islice(vs, 1, None))))
+                    yield count, table, OP_PUT, keys, values
             elif op == OP_RANGE:
                 _, a, b = _RANGE.unpack_from(data, pos)
                 pos += _RANGE.size
@@ -195,7 +212,7 @@ def read_delta(data: bytes, where: str) -> Iterator[tuple[str, int, bytes, bytes
                 pos += a + b
                 if pos > end:
                     raise DeltaError(f"{where}: a range deletion runs past the end")
-                yield table, OP_RANGE, low, high
+                yield count, table, OP_RANGE, low, high
             else:
                 raise DeltaError(f"{where}: unknown record type {op} at byte {pos}")
             count += 1

@@ -17,10 +17,11 @@ from kstream.query.gate import StateGate
 from kstream.query.operators import of_plan
 from kstream.query.read import Tables
 from kstream.query.routing import Directory
-from kstream.query.server import QueryServer
+from kstream.query.server import QueryServer, bind
 from kstream.query.service import QueryService
 from kstream.query.settings import QuerySettings
 from kstream.query.stored import StoredState
+from kstream.worker.querysidecar import QuerySidecar
 from kstream.worker.runner import TaskRunner
 from kstream.worker.tasks import WorkerTasks
 
@@ -51,8 +52,9 @@ class WorkerQueries:
         self.stored = (
             StoredState(store, plan.app_id, state_root / ".query") if store is not None else None
         )
+        self.operators = of_plan(plan, settings.source_partitioner)
         self.service = QueryService(
-            of_plan(plan, settings.source_partitioner),
+            self.operators,
             self.directory,
             self.gate,
             self,
@@ -60,6 +62,9 @@ class WorkerQueries:
             token=settings.token,
         )
         self.server: QueryServer | None = None
+        # checkpointed point lookups in a process of their own (with checkpoints only)
+        self.sidecar = QuerySidecar(state_root / ".query-sidecar")
+        self._with_sidecar = settings.sidecar and store is not None
         # task -> (its runner, its offsets after the runner's last feed): ``published``
         self._published: dict[str, tuple[TaskRunner, dict[str, int | None]]] = {}
 
@@ -69,13 +74,23 @@ class WorkerQueries:
         self.directory.joined(self.member())
         if PortSpec.parse(self.settings.port).off:
             return ""
-        self.server = QueryServer(self.service, self.settings.port, self.settings.host, self.gate)
+        public = bind(self.settings.port, self.settings.host)
+        port = public.getsockname()[1]
+        if self._with_sidecar and QuerySidecar.can_run(self.operators):
+            inner = bind(0, "127.0.0.1")  # the worker's own endpoint, for the sidecar
+            self.server = QueryServer(self.service, 0, "127.0.0.1", self.gate, listener=inner)
+            self.sidecar.start(public, f"127.0.0.1:{self.server.port}", self.operators,
+                               self.settings.token)  # fmt: skip
+        else:
+            self.server = QueryServer(
+                self.service, 0, self.settings.host, self.gate, listener=public
+            )
         if self.settings.advertise:
             return self.settings.advertise
         host = self.settings.host
         if host in ("0.0.0.0", "::", ""):
             host = socket.gethostname()
-        return f"http://{host}:{self.server.port}"
+        return f"http://{host}:{port}"
 
     def max_slice(self, batch_size: int) -> int:
         """Records per feed at most (the loop's batch size when no endpoint serves)."""
@@ -84,7 +99,12 @@ class WorkerQueries:
     def observe(self, msg: Message) -> None:
         """A control message (the processing thread, in topic order)."""
         self.directory.joined(self.member())
+        before = self.directory.completed
         self.directory.observe(msg)
+        completed = self.directory.completed
+        if completed is not None and completed != before:
+            backends = {t: r.backend for t, r in self.tasks.runners.items() if r.running}
+            self.sidecar.completed(completed, backends, self.directory.me)
 
     # ---- LocalTasks (kstream.query.service) ---------------------------------------------
 
@@ -119,6 +139,7 @@ class WorkerQueries:
         return {f"{t}[{p}]": off for (t, p), off in sorted(r.task.seek_positions().items())}
 
     def close(self) -> None:
+        self.sidecar.close()
         if self.server is not None:
             self.server.close()
         if self.stored is not None:

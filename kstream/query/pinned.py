@@ -1,0 +1,220 @@
+"""The local snapshots of the last completed checkpoint, as the query sidecar reads them.
+
+The worker *pins* each of its tasks' local snapshot of a completed checkpoint: hard
+links of its files in ``<root>/<task>/chk-<n>/`` (the task's own copy may be pruned
+meanwhile; its files are immutable), then says so in the *pointer*, ``<root>/current``,
+a small JSON file replaced atomically: the checkpoint, the worker's member id, and per
+task the directory pinned. The sidecar (:class:`PinnedViews`) follows the pointer on a
+thread of its own: opens each new directory (:class:`~kstream.state.snapshotview.SnapshotView`,
+on the previous one's base when it extends it), swaps the views in for the reads, and
+deletes the directories no view reads any more (it alone deletes them while it runs).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from kstream.state.snapshotview import SnapshotView
+
+log = logging.getLogger(__name__)
+
+POINTER = "current"
+PENDING = "pending"  # the newest completed checkpoint, written before its pins
+POLL_S = 0.01  # how often the sidecar looks at the pointer
+RETIRE_S = 2.0  # a replaced view is closed this long after (a read in flight ends first)
+
+
+def _replace(path: Path, body: dict[str, object]) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(json.dumps(body))
+    os.replace(tmp, path)
+
+
+def write_pointer(root: Path, checkpoint: int, worker: str, tasks: dict[str, Path]) -> None:
+    """Say that ``tasks``' snapshots of ``checkpoint`` are pinned (atomically)."""
+    body = {
+        "checkpoint": checkpoint,
+        "worker": worker,
+        "tasks": {t: str(d) for t, d in tasks.items()},
+    }
+    _replace(root / POINTER, body)
+
+
+def write_pending(root: Path, checkpoint: int, tasks: list[str]) -> None:
+    """Say that ``checkpoint`` completed and ``tasks``' snapshots of it are being pinned:
+    until the pointer names it, a lookup of one of them waits for it (``PinnedViews.wait``)
+    rather than going to the worker, which would read the checkpoint store."""
+    _replace(root / PENDING, {"checkpoint": checkpoint, "tasks": sorted(tasks)})
+
+
+def pin(source: Path, root: Path, task: str) -> Path | None:
+    """Hard links of the local snapshot in ``source`` under ``root/task/``; None if it is
+    gone (pruned meanwhile) or not whole."""
+    target = root / task / source.name
+    if target.is_dir():
+        return target
+    tmp = target.with_name(target.name + ".tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    try:
+        for dirpath, _dirs, files in os.walk(source):
+            into = tmp / Path(dirpath).relative_to(source)
+            into.mkdir(parents=True, exist_ok=True)
+            for f in files:
+                os.link(Path(dirpath) / f, into / f)
+        if not (tmp / "CURRENT").is_file():
+            raise FileNotFoundError(source / "CURRENT")
+        tmp.rename(target)
+    except OSError as e:
+        log.debug("pinning %s for queries failed: %s", source, e)
+        shutil.rmtree(tmp, ignore_errors=True)
+        return None
+    return target
+
+
+def _checkpoint_of(name: str) -> int | None:
+    head, _, n = name.partition("-")
+    return int(n) if head == "chk" and n.isdigit() else None
+
+
+@dataclass
+class Pinned:
+    """What the reads see: the checkpoint, the worker and a view per task."""
+
+    checkpoint: int | None = None
+    worker: str = ""
+    views: dict[str, SnapshotView] = field(default_factory=dict)
+
+
+class PinnedViews:
+    """The sidecar's views of the pinned snapshots (module doc); ``current`` is read
+    without a lock (one reference, swapped whole)."""
+
+    def __init__(self, root: Path | str) -> None:
+        self.root = Path(root)
+        self.current = Pinned()
+        self._seen: tuple[int, int] | None = None
+        self._retired: list[tuple[float, SnapshotView, bool]] = []  # (when, view, its base too)
+        self._closed = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="kstream-query-pins", daemon=True)
+        self.pending: tuple[int, frozenset[str]] = (-1, frozenset())
+        self._pending_seen: tuple[int, int] | None = None
+        self._changed = threading.Condition()
+
+    def start(self) -> PinnedViews:
+        self._thread.start()
+        return self
+
+    def _run(self) -> None:
+        while not self._closed.wait(POLL_S):
+            try:
+                self._read_pending()
+                self.refresh()
+            except Exception:  # a bad pointer: the worker answers until the next one
+                log.exception("following the pinned snapshots for queries failed")
+                self._swap(Pinned())
+
+    def _read_pending(self) -> None:
+        try:
+            st = os.stat(self.root / PENDING)
+        except FileNotFoundError:
+            return
+        if (st.st_mtime_ns, st.st_ino) != self._pending_seen:
+            self._pending_seen = (st.st_mtime_ns, st.st_ino)
+            body = json.loads((self.root / PENDING).read_text())
+            self.pending = (int(body["checkpoint"]), frozenset(body["tasks"]))
+
+    def expects(self, task: str) -> bool:
+        """Whether a newer snapshot of ``task`` than the views' is being pinned."""
+        n, tasks = self.pending
+        current = self.current.checkpoint
+        return task in tasks and (current is None or current < n)
+
+    def wait(self, task: str, timeout: float) -> None:
+        """Wait (at most ``timeout`` s) until the views are of the pending checkpoint."""
+        deadline = time.monotonic() + timeout
+        with self._changed:
+            while self.expects(task) and (left := deadline - time.monotonic()) > 0:
+                self._changed.wait(left)
+
+    def refresh(self) -> bool:
+        """Follow the pointer if it changed; whether it did."""
+        try:
+            st = os.stat(self.root / POINTER)
+        except FileNotFoundError:
+            return False
+        stamp = (st.st_mtime_ns, st.st_ino)
+        if stamp == self._seen:
+            self._close_retired()
+            return False
+        self._seen = stamp
+        body = json.loads((self.root / POINTER).read_text())
+        old = self.current
+        views: dict[str, SnapshotView] = {}
+        for task, directory in body["tasks"].items():
+            prev = old.views.get(task)
+            try:
+                if prev is not None and prev.directory == Path(directory):
+                    views[task] = prev
+                elif prev is not None:
+                    views[task] = prev.advance(directory)
+                else:
+                    views[task] = SnapshotView(directory)
+            except Exception:  # the worker answers for the task (never an older checkpoint)
+                log.exception("opening %s for queries failed", directory)
+        self._swap(Pinned(int(body["checkpoint"]), str(body.get("worker", "")), views))
+        return True
+
+    def _swap(self, pinned: Pinned) -> None:
+        """Read ``pinned`` from now on; retire the views it does not keep."""
+        old, self.current = self.current, pinned
+        with self._changed:
+            self._changed.notify_all()
+        now = time.monotonic()
+        kept = list(pinned.views.values())
+        for task, prev in old.views.items():
+            new = pinned.views.get(task)
+            if new is not prev:
+                shared = any(v.shares_base(prev) for v in kept)
+                self._retired.append((now, prev, not shared))
+        self._close_retired()
+
+    def _close_retired(self, everything: bool = False) -> None:
+        now = time.monotonic()
+        keep: list[tuple[float, SnapshotView, bool]] = []
+        for at, view, base in self._retired:
+            if everything or now - at >= RETIRE_S:
+                view.close(base=base)
+            else:
+                keep.append((at, view, base))
+        if len(keep) == len(self._retired) and not everything:
+            return
+        self._retired = keep
+        used = {v.directory for v in self.current.views.values()}
+        used |= {v.base_directory for v in self.current.views.values()}
+        used |= {v.directory for _, v, _ in keep} | {v.base_directory for _, v, _ in keep}
+        newest = self.current.checkpoint
+        for task_dir in (d for d in self.root.iterdir() if d.is_dir()):
+            for d in task_dir.iterdir():
+                n = _checkpoint_of(d.name)
+                if d not in used and n is not None and newest is not None and n < newest:
+                    shutil.rmtree(d, ignore_errors=True)  # (newer ones: not pointed to yet)
+
+    def close(self) -> None:
+        self._closed.set()
+        if self._thread.is_alive():
+            self._thread.join(5)
+        old, self.current = self.current, Pinned()
+        for view in old.views.values():
+            self._retired.append((0.0, view, True))
+        bases: set[Path] = set()
+        for _, view, _ in self._retired:  # each base once
+            view.close(base=view.base_directory not in bases)
+            bases.add(view.base_directory)
+        self._retired = []
