@@ -91,7 +91,7 @@ def _local_candidates(local_dir: Path, name: str, size: int, label: str) -> list
     return [d / name for d in dirs if (d / name).is_file() and (d / name).stat().st_size == size]
 
 
-def _place(src: Path, dst: Path, entry: FileEntry) -> None:
+def place_file(src: Path, dst: Path, entry: FileEntry) -> None:
     """Put a verified local file at ``dst``: hard link for SSTs (immutable), copy otherwise."""
     if entry.name.endswith(".sst"):
         try:
@@ -142,7 +142,7 @@ def _restore_one(
             # 1. Task-local recovery: a local file whose checksum matches.
             for cand in _local_candidates(local_dir, entry.name, entry.size, manifest.label):
                 if sha256_file(cand) == entry.sha256:
-                    _place(cand, stage / entry.name, entry)
+                    place_file(cand, stage / entry.name, entry)
                     reused += 1
                     progress.advance(1, entry.size)
                     break
@@ -157,7 +157,7 @@ def _restore_one(
             )  # fmt: skip
 
         def fetch(e: FileEntry) -> FileEntry:
-            return _download(store, manifest, manifest_path, e, stage)
+            return download_file(store, manifest, manifest_path, e, stage)
 
         own = None  # without the worker's transfer threads: this restore's own
         pool: Executor
@@ -182,7 +182,7 @@ def _restore_one(
         if not local_copy.exists():
             (local_copy / DELTA_DIR).mkdir(parents=True)
             for entry in manifest.files:
-                _place(stage / entry.name, local_copy / entry.name, entry)
+                place_file(stage / entry.name, local_copy / entry.name, entry)
             mark_uploaded(local_copy)
         os.replace(stage / DELTA_DIR, deltas)
         os.replace(stage, db_dir)
@@ -225,7 +225,7 @@ def _restore_one(
     return backend, manifest, stats
 
 
-def _download(
+def download_file(
     store: CheckpointStore, manifest: SnapshotManifest, mpath: str, entry: FileEntry, stage: Path
 ) -> FileEntry:
     """Fetch one snapshot file into ``stage`` and verify it; CorruptSnapshotError if it is

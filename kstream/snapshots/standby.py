@@ -37,6 +37,7 @@ from pathlib import Path
 
 from kstream.checkpointstorage.base import CheckpointStore, StoreError
 from kstream.checkpointstorage.metadata import MetadataError, read_metadata
+from kstream.snapshots.restore import CorruptSnapshotError, download_file, place_file
 from kstream.snapshots.upload import FileEntry, SnapshotManifest, read_manifest, sha256_file
 from kstream.state.delta import DIR as DELTA_DIR
 from kstream.state.localsnapshot import mark_uploaded
@@ -174,7 +175,7 @@ class StandbyCopies:
                 continue
             try:
                 self._refresh_task(task, snap.handle)
-            except (StoreError, ValueError, OSError) as e:
+            except (StoreError, CorruptSnapshotError, ValueError, OSError) as e:
                 log.info("standby copy of task %s at checkpoint %d: %s", task, checkpoint, e)
                 self.stats.failures += 1
         with self._lock:
@@ -200,7 +201,7 @@ class StandbyCopies:
                 if self._claimed_now(task):
                     return
                 if not self._link_local(task_dir, task, entry, stage):
-                    self._download(manifest, entry, stage)
+                    self._download(manifest, handle, entry, stage)
             self._install(task, manifest.label, stage)
         finally:
             if stage.exists():
@@ -234,25 +235,15 @@ class StandbyCopies:
         return False
 
     def _place(self, src: Path, dst: Path, entry: FileEntry) -> bool:
-        if entry.name.endswith(".sst"):
-            try:
-                os.link(src, dst)
-            except OSError:
-                shutil.copyfile(src, dst)
-        else:
-            shutil.copyfile(src, dst)  # (not immutable: a copy)
+        place_file(src, dst, entry)
         self.stats.files_linked += 1
         return True
 
-    def _download(self, manifest: SnapshotManifest, entry: FileEntry, stage: Path) -> None:
+    def _download(
+        self, manifest: SnapshotManifest, handle: str, entry: FileEntry, stage: Path
+    ) -> None:
         t0 = self.clock()
-        dst = stage / entry.name
-        self.store.get_file(entry.path, dst)
-        if dst.stat().st_size != entry.size or sha256_file(dst) != entry.sha256:
-            raise ValueError(
-                f"file {entry.name} ({self.store.url}/{entry.path}) of snapshot "
-                f"{manifest.label} does not match its manifest's checksum"
-            )
+        download_file(self.store, manifest, handle, entry, stage)  # checked as a restore does
         self.stats.files_downloaded += 1
         self.stats.bytes_downloaded += entry.size
         if self.bandwidth:  # at most ``bandwidth`` bytes/s: wait out the rest of this file's share
