@@ -26,7 +26,12 @@ import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
-from confluent_kafka import OFFSET_INVALID, TIMESTAMP_NOT_AVAILABLE, TopicPartition
+from confluent_kafka import (
+    OFFSET_BEGINNING,
+    OFFSET_INVALID,
+    TIMESTAMP_NOT_AVAILABLE,
+    TopicPartition,
+)
 
 from kstream.kafka.clients import (
     KafkaError,
@@ -103,9 +108,19 @@ class SourceConsumer:
 
     ``on_assign``/``on_revoke`` are called from inside ``consume_batch`` (that is
     where librdkafka serves rebalances) with the affected (topic, partition) list;
-    ``on_assign`` may return start offsets for some of them (else the group's
-    committed offsets, or the earliest, are used).
+    ``on_assign`` may return start offsets for some of them; the others start at the
+    group's committed offsets (the earliest where none), or with ``ignore_committed``
+    at the earliest.
     With the eager protocol every rebalance first revokes the whole assignment.
+
+    ``ignore_committed``: a checkpointed worker positions every partition itself (a
+    restore seeks to the checkpoint's offsets), and the group's committed offsets are
+    its exactly-once publications' (``send_offsets_to_transaction``), which may lie
+    past where a restore resumes. librdkafka applies the committed offset it looks up
+    for a freshly assigned partition even when a seek came first (seen: 7 times in 10
+    with the seek right after the assignment), so a partition started at the group's
+    offset could skip records the restore must read again. Started at the earliest,
+    the same race can only rewind, which the tasks drop (``kstream.runtime.gate.unseen``).
     """
 
     def __init__(
@@ -120,8 +135,10 @@ class SourceConsumer:
         extra: Mapping[str, Any] | None = None,
         reachability: Reachability | None = None,
         missing_topic_grace: float = MISSING_TOPIC_GRACE_S,
+        ignore_committed: bool = False,
     ) -> None:
         self.group_id = group_id
+        self.ignore_committed = ignore_committed
         # "No broker answers" is reported there (logged once per outage); other
         # transient errors are logged once per kind until records flow again.
         self.reach = reachability
@@ -167,13 +184,14 @@ class SourceConsumer:
             "group %s: assigned %s (generation %s)", self.group_id, sorted(tps), self.generation
         )
         start = self._on_assign(tps) if self._on_assign is not None else None
-        if start:
-            # Start positions chosen by the worker (checkpoint offsets) take effect
-            # before the first fetch: assign with explicit offsets.
-            for p in partitions:
-                off = start.get((p.topic, p.partition))
-                if off is not None:
-                    p.offset = off
+        # Start positions chosen by the worker (checkpoint offsets) take effect before
+        # the first fetch: assign with explicit offsets.
+        for p in partitions:
+            off = start.get((p.topic, p.partition)) if start else None
+            if off is not None:
+                p.offset = off
+            elif self.ignore_committed:
+                p.offset = OFFSET_BEGINNING
         consumer.assign(partitions)
 
     def _revoked(self, consumer: Any, partitions: list[TopicPartition]) -> None:

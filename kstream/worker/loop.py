@@ -102,6 +102,9 @@ def open_clients(
             on_assign=on_assign,
             on_revoke=on_revoke,
             reachability=reachability,
+            # Restores position every partition: never the group's offsets, which are
+            # the exactly-once publications' (kstream.kafka.source).
+            ignore_committed=checkpointed,
             extra={
                 "session.timeout.ms": int(settings.session_timeout_s * 1000),
                 "heartbeat.interval.ms": min(1000, int(settings.session_timeout_s * 250)),
