@@ -102,6 +102,8 @@ class SavepointRuns:
              "--store", self.store_url, "--name", f"sp{run}", "--stop", "--timeout", "90"],
             capture_output=True, cwd=REPO, timeout=120,
         )  # fmt: skip
-        assert sp.returncode == 0, sp.stderr.decode()[-4000:]
+        assert sp.returncode == 0, (
+            sp.stderr.decode()[-4000:] + "\n--- the job's log ---\n" + log.read_text()[-8000:]
+        )
         assert proc.wait(timeout=60) == 0, log.read_text()[-4000:]
         return sp.stdout.decode().strip()

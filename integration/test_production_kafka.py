@@ -39,6 +39,7 @@ from integration.e2e.harness import (
     wait_until,
     write_renamed_topology,
 )
+from integration.e2e.incidents import incident_report
 from integration.e2e.scenarios import Scenario, _expected, wordcount
 from integration.kafkatools import produce
 from kstream.dev.localcluster import KafkaCluster
@@ -83,6 +84,8 @@ def _check(cluster: KafkaCluster, result: RunResult, scenario: Scenario) -> None
         expected = canonical([row for row in rows if scenario.keep(row)])
     cmp = Comparison.of(expected, scenario.actual([r.value for r in result.sink]))
     print(f"[prod] {result.app}: {cmp.describe()}", flush=True)
+    if (cmp.lost or cmp.duplicated or cmp.unexpected) and result.job is not None:
+        print(incident_report(result.job, cluster.bootstrap), flush=True)
     assert cmp.expected > 30, "the comparison must cover real output"
     assert (sum(cmp.lost.values()), sum(cmp.duplicated.values()), sum(cmp.unexpected.values())) == (
         0,
