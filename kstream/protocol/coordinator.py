@@ -204,6 +204,9 @@ class CheckpointCoordinator:
                         extra=ctx(attempt=self.attempt),
                     )
                     self.triggers.interval_from(now)
+                    waited = self.savepoints.resumed(self._next_id - 1, self.attempt)
+                    if waited is not None:  # asked for during the restore, or before it
+                        cmds += self._savepoint_started(waited)
                 return cmds
             case Heartbeat():
                 return self._on_heartbeat(msg, now)
@@ -332,9 +335,11 @@ class CheckpointCoordinator:
         """Savepoint ``msg.name`` of the next checkpoint; with ``stop`` the workers stop
         reading input first (``StopJob`` precedes that checkpoint's trigger on the control
         topic, so it covers everything they read) and the coordinator finishes after it."""
-        running = self.phase is JobPhase.RUNNING
-        if not self.savepoints.request(msg, running, str(self.phase), self._next_id - 1):
-            return []
+        if not self.savepoints.request(msg, str(self.phase), self._next_id - 1, self.attempt):
+            return []  # refused, or made once the restore ended
+        return self._savepoint_started(msg)
+
+    def _savepoint_started(self, msg: SavepointRequest) -> list[Command]:  # (also on resume)
         self.triggers.request()
         if msg.stop:
             return [Send(StopJob(self.attempt, f"stop with savepoint {msg.name}"))]
