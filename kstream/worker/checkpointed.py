@@ -255,7 +255,13 @@ class Checkpointed(Mode):
             if not isinstance(
                 a, Send | CommitSinks | TriggerTasks
             ):  # a restore, a stop, an exit: commits first
-                self._collect_commits(now, wait=True)
+                # (Before a restore or a stop, a publication that failed stops nothing:
+                # every task is rebuilt from the checkpoint, whose markers say what is
+                # out. Stopped then, a task left the tasks the protocol restores, and
+                # the coordinator's Resume did not run it: a failover more.)
+                self._collect_commits(
+                    now, wait=True, report=not isinstance(a, RestoreTasks | StopTasks)
+                )
             match a:
                 case Send(message=TaskReady(attempt=attempt) | TasksReady(attempt=attempt)) if (
                     attempt == unrestored
@@ -352,7 +358,9 @@ class Checkpointed(Mode):
         self._collect_commits(now, wait=True)
         self._commits_ended(self._committer.start(self.tasks.owned(), checkpoint_id), now)
 
-    def _collect_commits(self, now: float, *, wait: bool) -> None:
+    def _collect_commits(self, now: float, *, wait: bool, report: bool = True) -> None:
+        """The publication in flight, if it finished (``wait``: once it did); its tasks'
+        failures are handled (``report``) or only logged."""
         if not self._committer.busy:
             return
         if not wait:
@@ -360,7 +368,10 @@ class Checkpointed(Mode):
             return
         with self._heartbeating():  # a moving coordinator can hold a commit up for long
             outcomes = self._committer.collect(wait=True)
-        self._commits_ended(outcomes, now)
+        if report:
+            self._commits_ended(outcomes, now)
+        for task_id, e in sorted(outcomes.items()) if not report else ():
+            log.warning("task %s: %s; its checkpoint is restored now", task_id, e)
 
     def _heartbeating(self) -> AbstractContextManager[None]:
         """Heartbeats from another thread while this one waits on the cluster."""
