@@ -79,8 +79,7 @@ class WorkerQueries:
         if self._with_sidecar and QuerySidecar.can_run(self.operators):
             inner = bind(0, "127.0.0.1")  # the worker's own endpoint, for the sidecar
             self.server = QueryServer(self.service, 0, "127.0.0.1", self.gate, listener=inner)
-            self.sidecar.start(public, f"127.0.0.1:{self.server.port}", self.operators,
-                               self.settings.token)  # fmt: skip
+            self.sidecar.start(public, self.server, self.operators, self.settings.token)
         else:
             self.server = QueryServer(
                 self.service, 0, self.settings.host, self.gate, listener=public
