@@ -108,6 +108,13 @@ class PinnedViews:
         self._changed = threading.Condition()
 
     def start(self) -> PinnedViews:
+        """Open what the pointer names now (a sidecar started again after one died:
+        it answers from its first lookup on), then follow it on a thread."""
+        try:
+            self._read_pending()
+            self.refresh()
+        except Exception:
+            log.exception("opening the pinned snapshots for queries failed")
         self._thread.start()
         return self
 

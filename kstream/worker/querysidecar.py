@@ -47,7 +47,7 @@ class QuerySidecar:
     def __init__(self, root: Path) -> None:
         self.root = root
         self.process: Any = None
-        self.restarts = 0  # sidecars started after one died
+        self.restarts = 0  # new sidecars serving after one died
         self._conn: Any = None
         self._pins = ThreadPoolExecutor(1, thread_name_prefix="kstream-query-pin")
         self._pinned = -1
@@ -112,8 +112,9 @@ class QuerySidecar:
                 log.warning("the query sidecar exited as it started (exit code %s)",
                             self.process.exitcode)  # fmt: skip
                 return False
-        log.warning("the query sidecar did not start within %.0f s: the worker answers "
-                    "its queries meanwhile", START_TIMEOUT_S)  # fmt: skip
+        if not self._closed.is_set():
+            log.warning("the query sidecar did not start within %.0f s: the worker answers "
+                        "its queries meanwhile", START_TIMEOUT_S)  # fmt: skip
         return False
 
     def _ready(self, timeout: float) -> bool:
@@ -140,7 +141,9 @@ class QuerySidecar:
             if process.is_alive():
                 if not self._serving and self._ready(0):  # (a slow start: serves now)
                     worker.release(listener)
+                    self.restarts += 1 if died else 0
                 continue
+            self._serving = False
             worker.adopt(listener)  # before anything else: queries wait for no one
             self._conn.close()
             if time.monotonic() - started >= STABLE_S:
@@ -154,9 +157,9 @@ class QuerySidecar:
             if self._closed.wait(pause):
                 return
             started = time.monotonic()
-            self.restarts += 1
             if self._spawn():
                 worker.release(listener)
+                self.restarts += 1
                 log.warning("a new query sidecar serves the query port")
 
     def completed(self, checkpoint: int, backends: Mapping[str, Any], worker: str) -> None:
