@@ -10,7 +10,8 @@ output topic, group and state per run, output verified). While a job runs, an
 open-loop client in this process asks its query endpoint (``KSTREAM_QUERY_PORT``) for
 random keys' window at a random time of the input (``windows?key=u123&at=T``: one
 point lookup) at the given rate, over keep-alive connections, each query's latency
-measured from the moment it was due (a late send counts against the latency).
+measured from the moment it was due (a late send counts against the latency; how late
+the client itself sent is reported too: on a loaded machine it waits for a CPU as well).
 ``--consistency`` asks ``latest`` (the default: the worker's running state) or
 ``checkpointed`` lookups (the newest completed checkpoint: the worker's query sidecar
 answers them, docs/queries.md), several of them interleaved in each round. Prints
@@ -58,7 +59,9 @@ class Load:
     latencies_ms: list[float] = field(default_factory=list)
     statuses: dict[int, int] = field(default_factory=dict)
     lock: threading.Lock = field(default_factory=threading.Lock)
-    trace: list[tuple[float, int, float]] = field(default_factory=list)  # (due s, status, ms)
+    # (due s, status, ms, ms of it before the request was sent: the client's own delay)
+    trace: list[tuple[float, int, float, float]] = field(default_factory=list)
+    late_ms: list[float] = field(default_factory=list)  # of each answered lookup
     t0: float = field(default_factory=time.perf_counter)
 
     def run(self, client: int) -> None:
@@ -76,6 +79,7 @@ class Load:
             try:
                 if conn is None:
                     conn = http.client.HTTPConnection("127.0.0.1", PORTS[0], timeout=5)
+                sent = time.perf_counter()
                 conn.request("GET", f"/state/stage0.window0/windows?key={key}&at={at}{ask}")
                 resp = conn.getresponse()
                 resp.read()
@@ -87,11 +91,13 @@ class Load:
                 due = time.perf_counter() + 0.05
                 continue
             took = (time.perf_counter() - due) * 1000
+            late = (sent - due) * 1000
             with self.lock:
-                self.trace.append((due - self.t0, status, took))
+                self.trace.append((due - self.t0, status, took, late))
                 self.statuses[status] = self.statuses.get(status, 0) + 1
                 if status == 200:
                     self.latencies_ms.append(took)
+                    self.late_ms.append(late)
             due += every
             if time.perf_counter() - due > 1.0:  # a stall: do not fire a burst after it
                 due = time.perf_counter()
@@ -111,7 +117,9 @@ class Row:
     records_s: list[float] = field(default_factory=list)
     loss: list[float] = field(default_factory=list)
     latencies_ms: list[float] = field(default_factory=list)
+    late_ms: list[float] = field(default_factory=list)
     statuses: dict[int, int] = field(default_factory=dict)
+    p99s: list[float] = field(default_factory=list)  # of each round
 
 
 def measure(
@@ -162,6 +170,8 @@ def measure(
                     row.loss.append(1 - x.rate / base)
                 if load is not None:
                     row.latencies_ms += load.latencies_ms
+                    row.late_ms += load.late_ms
+                    row.p99s.append(percentile(load.latencies_ms, 0.99))
                     for s, n in load.statuses.items():
                         row.statuses[s] = row.statuses.get(s, 0) + n
                 lat = load.latencies_ms if load else []
@@ -172,7 +182,9 @@ def measure(
                     f"round {i + 1}/{rounds} rate {rate}/s {consistency}: "
                     f"{x.rate / 1e3:.1f} k records/s, "
                     f"{len(lat)} lookups, p50 {percentile(lat, 0.5):.2f} ms, "
-                    f"p99 {percentile(lat, 0.99):.2f} ms, answers {load.statuses if load else {}}"
+                    f"p99 {percentile(lat, 0.99):.2f} ms (the client late to send: p99 "
+                    f"{percentile(load.late_ms if load else [], 0.99):.2f} ms), "
+                    f"answers {load.statuses if load else {}}"
                 )
     return [rows[k] for k in runs]
 
@@ -180,18 +192,22 @@ def measure(
 def table(rows: list[Row]) -> str:
     lines = [
         "| queries/s | consistency | records/s, median | loss vs 0 q/s, median (min-max) of rounds "
-        "| lookups answered | p50 ms | p99 ms | max ms | answers |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| lookups answered | p50 ms | p99 ms | p99 of rounds, median (min-max) "
+        "| client late to send, p99 ms | max ms | answers |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         lat = r.latencies_ms
-        loss = "-"
+        loss = p99s = "-"
+        if r.p99s:
+            p99s = f"{statistics.median(r.p99s):.2f} ({min(r.p99s):.2f}-{max(r.p99s):.2f})"
         if r.rate and r.loss:
             loss = f"{statistics.median(r.loss):.1%} ({min(r.loss):.1%} to {max(r.loss):.1%})"
         lines.append(
             f"| {r.rate} | {r.consistency if r.rate else '-'} "
             f"| {statistics.median(r.records_s) / 1e3:.1f} k | {loss} | {len(lat)} "
-            f"| {percentile(lat, 0.5):.2f} | {percentile(lat, 0.99):.2f} "
+            f"| {percentile(lat, 0.5):.2f} | {percentile(lat, 0.99):.2f} | {p99s} "
+            f"| {percentile(r.late_ms, 0.99):.2f} "
             f"| {max(lat, default=float('nan')):.2f} | {dict(sorted(r.statuses.items()))} |"
         )
     return "\n".join(lines)
