@@ -363,3 +363,48 @@ def test_connections_of_a_released_listener_close_after_their_next_answer() -> N
     finally:
         server.close()
         other.close()
+
+
+def test_a_lookup_relayed_as_the_checkpoint_completes_waits_for_its_snapshot(
+    tmp_path: Path,
+) -> None:
+    # The sidecar has no snapshot yet; the lookup it relays finds checkpoint 7 completed
+    # at the worker, which is pinning its snapshot for the sidecar right then: the
+    # sidecar answers it from that snapshot, and the worker never reads the store.
+    key = "alice"
+    task = INFO.task_of(key)
+    assert task is not None
+    b = RocksDBBackend(tmp_path / "tasks" / task)
+    b.table(TableSpec(TABLE)).put((key,), 42)
+    snapshot(b, 7)
+    gate = StateGate()
+    service = _FromStore({OP: INFO}, Directory(coordinated=False), gate, _Running(), None)
+    worker = QueryServer(service, 0, "127.0.0.1", gate, listener=bind(0, "127.0.0.1"))
+    public = bind(0, "127.0.0.1")
+    url = f"http://127.0.0.1:{public.getsockname()[1]}"
+    sidecar = QuerySidecar(tmp_path / "sidecar")
+    sidecar.start(public, worker, {OP: INFO}, None)
+    asked = threading.Event()
+
+    def completing(t: str) -> bool:  # the checkpoint completes as the lookup arrives
+        sidecar.completed(7, {task: b}, "member-1")
+        asked.set()
+        return sidecar.pinning(t, 7)
+
+    service.pinning = completing
+    got: list[tuple[int, dict[str, Any]]] = []
+    lookup = threading.Thread(
+        target=lambda: got.append(get(url, f"/state/{OP}/get?key={key}&consistency=checkpointed"))
+    )
+    try:
+        lookup.start()
+        assert asked.wait(20)
+        lookup.join(30)
+        assert got == [(200, {
+            "operator": OP, "query": "get", "consistency": "checkpointed", "task": task,
+            "worker": "member-1", "found": True, "value": 42, "position": {"checkpoint": 7},
+        })]  # fmt: skip
+    finally:
+        sidecar.close()
+        worker.close()
+        b.close()

@@ -105,13 +105,14 @@ class PinnedViews:
         self._thread = threading.Thread(target=self._run, name="kstream-query-pins", daemon=True)
         self.pending: tuple[int, frozenset[str]] = (-1, frozenset())
         self._pending_seen: tuple[int, int] | None = None
+        self._pending_lock = threading.Lock()
         self._changed = threading.Condition()
 
     def start(self) -> PinnedViews:
         """Open what the pointer names now (a sidecar started again after one died:
         it answers from its first lookup on), then follow it on a thread."""
         try:
-            self._read_pending()
+            self.read_pending()
             self.refresh()
         except Exception:
             log.exception("opening the pinned snapshots for queries failed")
@@ -121,21 +122,23 @@ class PinnedViews:
     def _run(self) -> None:
         while not self._closed.wait(POLL_S):
             try:
-                self._read_pending()
+                self.read_pending()
                 self.refresh()
             except Exception:  # a bad pointer: the worker answers until the next one
                 log.exception("following the pinned snapshots for queries failed")
                 self._swap(Pinned())
 
-    def _read_pending(self) -> None:
-        try:
-            st = os.stat(self.root / PENDING)
-        except FileNotFoundError:
-            return
-        if (st.st_mtime_ns, st.st_ino) != self._pending_seen:
-            self._pending_seen = (st.st_mtime_ns, st.st_ino)
-            body = json.loads((self.root / PENDING).read_text())
-            self.pending = (int(body["checkpoint"]), frozenset(body["tasks"]))
+    def read_pending(self) -> None:
+        """Follow the pending file if it changed (any thread)."""
+        with self._pending_lock:
+            try:
+                st = os.stat(self.root / PENDING)
+            except FileNotFoundError:
+                return
+            if (st.st_mtime_ns, st.st_ino) != self._pending_seen:
+                body = json.loads((self.root / PENDING).read_text())
+                self.pending = (int(body["checkpoint"]), frozenset(body["tasks"]))
+                self._pending_seen = (st.st_mtime_ns, st.st_ino)
 
     def expects(self, task: str) -> bool:
         """Whether a newer snapshot of ``task`` than the views' is being pinned."""

@@ -39,7 +39,7 @@ import orjson
 
 from kstream.metrics.server import PortSpec
 from kstream.query.gate import GateTimeout, StateGate
-from kstream.query.service import FORWARDED, Answer, QueryService
+from kstream.query.service import FORWARDED, SIDECAR, Answer, QueryService
 
 log = logging.getLogger(__name__)
 
@@ -377,7 +377,10 @@ class QueryServer:
                 self._send(conn, answer, keep)
                 return
             # forward, store, every task, or under the gate: not on the loop's time
-            self._later(conn, keep, lambda: service.answer(op, operator, params, forwarded))
+            sidecar = SIDECAR.lower() in headers
+            self._later(
+                conn, keep, lambda: service.answer(op, operator, params, forwarded, sidecar=sidecar)
+            )
         else:
             unknown = Answer(404, {"error": f"no {path}: GET /state/<operator>/get?key=..."})
             self._send(conn, unknown, keep)

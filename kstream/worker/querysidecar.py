@@ -56,6 +56,7 @@ class QuerySidecar:
         self._args: tuple[Any, ...] = ()
         self._worker: QueryServer | None = None
         self._serving = False
+        self._pinning: tuple[int, frozenset[str]] = (-1, frozenset())
 
     @staticmethod
     def can_run(operators: Mapping[str, OperatorInfo]) -> bool:
@@ -167,15 +168,22 @@ class QuerySidecar:
         it (``backends``: task -> its state backend) on a thread, then point to them."""
         if self.process is None or checkpoint <= self._pinned:
             return
-        self._pinned = checkpoint
         label = snapshot_label(CHECKPOINT_LABEL, checkpoint)
         sources = {t: Path(b.snapshot_root) / label for t, b in backends.items()
                    if hasattr(b, "snapshot_root")}  # fmt: skip
         try:
             write_pending(self.root, checkpoint, list(sources))  # (a small file, at once)
+            self._pinning = (checkpoint, frozenset(sources))
         except OSError:
             log.exception("announcing checkpoint %d to the query sidecar failed", checkpoint)
+        self._pinned = checkpoint
         self._pins.submit(self._pin, checkpoint, sources, worker)
+
+    def pinning(self, task: str, checkpoint: int | None) -> bool:
+        """Whether a serving sidecar is given ``task``'s snapshot of ``checkpoint`` (it
+        waits for it rather than have this worker read the store)."""
+        n, tasks = self._pinning
+        return self._serving and n == checkpoint and task in tasks
 
     def _pin(self, checkpoint: int, sources: dict[str, Path], worker: str) -> None:
         try:
