@@ -231,38 +231,47 @@ def test_the_sidecar_process_answers_beside_a_busy_worker_and_stops_with_it(
         urllib.request.urlopen(url + "/state", timeout=2)
 
 
-def test_a_lookup_waits_for_the_checkpoint_being_pinned(tmp_path: Path) -> None:
+def test_the_sidecar_pins_what_the_worker_names_and_a_lookup_waits_for_it(
+    tmp_path: Path,
+) -> None:
     b = RocksDBBackend(tmp_path / "task", local_retained=5)
     t = b.table(TableSpec(TABLE))
     root = tmp_path / "pins"
     root.mkdir()
-    views = PinnedViews(root).start()
+    views = PinnedViews(root)  # (driven by hand here: no thread)
     try:
         t.put(("n",), 1)
-        first = pin(snapshot(b, 1).directory, root, "stage1-0")
-        assert first is not None
-        write_pointer(root, 1, "w1", {"stage1-0": first})
-        wait_for(lambda: views.current.checkpoint == 1)
+        write_pending(root, 1, "w1", {"stage1-0": snapshot(b, 1).directory})
+        views.read_pending()
+        views.pin_pending()
+        assert views.refresh() and views.current.checkpoint == 1
         assert not views.expects("stage1-0")
         t.put(("n",), 2)
         src = snapshot(b, 2).directory
-        write_pending(root, 2, ["stage1-0"])  # completed: its pins follow
-        wait_for(lambda: views.expects("stage1-0"))
-        assert not views.expects("stage1-1")  # (not this worker's)
+        unmarked = b.snapshot_sync(3, deltas=True).directory  # (not uploaded: not pinned)
+        write_pending(root, 2, "w1", {"stage1-0": src, "stage1-1": unmarked})  # completed
+        views.read_pending()
+        assert views.expects("stage1-0") and views.expects("stage1-1")
+        assert not views.expects("stage1-2")  # (not this worker's)
         got: list[Any] = []
+        waiting = threading.Event()
 
         def lookup() -> None:
+            waiting.set()
             views.wait("stage1-0", 20.0)
             got.append(views.current)
 
         waiter = threading.Thread(target=lookup)
         waiter.start()
-        second = pin(src, root, "stage1-0")
-        assert second is not None
-        write_pointer(root, 2, "w1", {"stage1-0": second})
+        assert waiting.wait(10)
+        views.pin_pending()
+        assert not got or got[0].checkpoint == 1  # (the pointer is not followed yet)
+        assert views.refresh()
         waiter.join(30)
-        assert got and got[0].checkpoint == 2
+        assert got and got[0].checkpoint == 2 and list(got[0].views) == ["stage1-0"]
         assert got[0].views["stage1-0"].table(TABLE).get(("n",)) == 2
+        assert (root / "stage1-0" / "chk-2").is_dir() and not (root / "stage1-1").exists()
+        assert not views.expects("stage1-1")  # (the worker answers for it)
     finally:
         views.close()
         b.close()

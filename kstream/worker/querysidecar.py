@@ -1,6 +1,6 @@
 """The worker's side of its query sidecar (:mod:`kstream.query.sidecar`): the child
-process started and stopped with the query endpoint, and the pinning of each running
-task's local snapshot of every completed checkpoint for it (:mod:`kstream.query.pinned`).
+process started and stopped with the query endpoint, told of each running task's local
+snapshot of every completed checkpoint, which it pins (:mod:`kstream.query.pinned`).
 
 A sidecar that dies (killed, out of memory) is seen at once by a watcher thread: the
 worker keeps its own handle of the public listening socket, so the port stays bound
@@ -20,17 +20,15 @@ import socket
 import threading
 import time
 from collections.abc import Mapping
-from concurrent.futures import ThreadPoolExecutor
 from multiprocessing.connection import wait
 from pathlib import Path
 from typing import Any
 
 from kstream.checkpointstorage.layout import CHECKPOINT_LABEL, snapshot_label
 from kstream.query.operators import OperatorInfo
-from kstream.query.pinned import pin, write_pending, write_pointer
+from kstream.query.pinned import write_pending
 from kstream.query.server import QueryServer
 from kstream.query.sidecar import run
-from kstream.state.localsnapshot import marker
 
 log = logging.getLogger(__name__)
 
@@ -49,7 +47,6 @@ class QuerySidecar:
         self.process: Any = None
         self.restarts = 0  # new sidecars serving after one died
         self._conn: Any = None
-        self._pins = ThreadPoolExecutor(1, thread_name_prefix="kstream-query-pin")
         self._pinned = -1
         self._closed = threading.Event()
         self._watcher: threading.Thread | None = None
@@ -164,20 +161,21 @@ class QuerySidecar:
                 log.warning("a new query sidecar serves the query port")
 
     def completed(self, checkpoint: int, backends: Mapping[str, Any], worker: str) -> None:
-        """Checkpoint ``checkpoint`` completed: pin the running tasks' local snapshots of
-        it (``backends``: task -> its state backend) on a thread, then point to them."""
+        """Checkpoint ``checkpoint`` completed: name the running tasks' local snapshots
+        of it (``backends``: task -> its state backend) to the sidecar, which pins them
+        (with its own GIL: links made here waited for the processing thread's, up to a
+        switch interval per file)."""
         if self.process is None or checkpoint <= self._pinned:
             return
         label = snapshot_label(CHECKPOINT_LABEL, checkpoint)
         sources = {t: Path(b.snapshot_root) / label for t, b in backends.items()
                    if hasattr(b, "snapshot_root")}  # fmt: skip
         try:
-            write_pending(self.root, checkpoint, list(sources))  # (a small file, at once)
+            write_pending(self.root, checkpoint, worker, sources)  # (a small file, at once)
             self._pinning = (checkpoint, frozenset(sources))
         except OSError:
             log.exception("announcing checkpoint %d to the query sidecar failed", checkpoint)
         self._pinned = checkpoint
-        self._pins.submit(self._pin, checkpoint, sources, worker)
 
     def pinning(self, task: str, checkpoint: int | None) -> bool:
         """Whether a serving sidecar is given ``task``'s snapshot of ``checkpoint`` (it
@@ -185,23 +183,10 @@ class QuerySidecar:
         n, tasks = self._pinning
         return self._serving and n == checkpoint and task in tasks
 
-    def _pin(self, checkpoint: int, sources: dict[str, Path], worker: str) -> None:
-        try:
-            pinned: dict[str, Path] = {}
-            for task, source in sources.items():
-                if marker(source).exists():  # (uploaded: whole, and what the store holds)
-                    got = pin(source, self.root, task)
-                    if got is not None:
-                        pinned[task] = got
-            write_pointer(self.root, checkpoint, worker, pinned)
-        except OSError:
-            log.exception("pinning checkpoint %d for queries failed", checkpoint)
-
     def close(self) -> None:
         self._closed.set()
         if self._watcher is not None:
             self._watcher.join(START_TIMEOUT_S + 5)
-        self._pins.shutdown(wait=True, cancel_futures=True)
         if self._conn is not None:
             self._conn.close()  # the sidecar stops
         if self.process is not None:
