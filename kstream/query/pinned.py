@@ -164,7 +164,8 @@ class PinnedViews:
 
     def pin_pending(self) -> None:
         """Pin the snapshots the pending file names, once (this object's thread)."""
-        body, self._to_pin = self._to_pin, None
+        with self._pending_lock:  # (read_pending runs on lookups' threads too)
+            body, self._to_pin = self._to_pin, None
         if body is not None:
             sources = {t: Path(d) for t, d in body["tasks"].items()}
             pin_all(self.root, int(body["checkpoint"]), str(body["worker"]), sources)
