@@ -10,13 +10,16 @@ output topic, group and state per run, output verified). While a job runs, an
 open-loop client in this process asks its query endpoint (``KSTREAM_QUERY_PORT``) for
 random keys' window at a random time of the input (``windows?key=u123&at=T``: one
 point lookup) at the given rate, over keep-alive connections, each query's latency
-measured from the moment it was due (a late send counts against the latency).
+measured from the moment it was due (a late send counts against the latency; how late
+the client itself sent a lookup due while its connection was idle is reported too: on
+a loaded machine the client waits for a CPU as well).
 ``--consistency`` asks ``latest`` (the default: the worker's running state) or
 ``checkpointed`` lookups (the newest completed checkpoint: the worker's query sidecar
 answers them, docs/queries.md), several of them interleaved in each round. Prints
 per consistency and rate the job's records/s, its loss against rate 0 in the same round, and the
-lookups' p50/p99/max and answers; with ``--plot`` (the ``bench`` extra) the latency
-against the query rate.
+lookups' p50/p99/max and answers, p99 also from 1 s after the first answered lookup on
+(the job's start and first checkpoint left out: a short run is mostly start); with
+``--plot`` (the ``bench`` extra) the latency against the query rate.
 """
 
 from __future__ import annotations
@@ -58,7 +61,10 @@ class Load:
     latencies_ms: list[float] = field(default_factory=list)
     statuses: dict[int, int] = field(default_factory=dict)
     lock: threading.Lock = field(default_factory=threading.Lock)
-    trace: list[tuple[float, int, float]] = field(default_factory=list)  # (due s, status, ms)
+    # (due s, status, ms, ms of it before the request was sent when the connection was
+    # idle at the due time: the client's own delay, waking; NaN: it was not)
+    trace: list[tuple[float, int, float, float]] = field(default_factory=list)
+    late_ms: list[float] = field(default_factory=list)  # of the answered lookups (idle)
     t0: float = field(default_factory=time.perf_counter)
 
     def run(self, client: int) -> None:
@@ -69,13 +75,15 @@ class Load:
         ask = "" if self.consistency == "latest" else f"&consistency={self.consistency}"
         while not self.stop.is_set():
             now = time.perf_counter()
-            if now < due:
+            idle = now < due  # (else: behind, waiting for an answer past its due time)
+            if idle:
                 time.sleep(due - now)
             key = f"u{rng.randrange(self.keys)}"
             at = START_TS_MS + rng.randrange(self.span_ms)
             try:
                 if conn is None:
                     conn = http.client.HTTPConnection("127.0.0.1", PORTS[0], timeout=5)
+                sent = time.perf_counter()
                 conn.request("GET", f"/state/stage0.window0/windows?key={key}&at={at}{ask}")
                 resp = conn.getresponse()
                 resp.read()
@@ -87,14 +95,27 @@ class Load:
                 due = time.perf_counter() + 0.05
                 continue
             took = (time.perf_counter() - due) * 1000
+            late = (sent - due) * 1000 if idle else float("nan")
             with self.lock:
-                self.trace.append((due - self.t0, status, took))
+                self.trace.append((due - self.t0, status, took, late))
                 self.statuses[status] = self.statuses.get(status, 0) + 1
                 if status == 200:
                     self.latencies_ms.append(took)
+                    if idle:
+                        self.late_ms.append(late)
             due += every
             if time.perf_counter() - due > 1.0:  # a stall: do not fire a burst after it
                 due = time.perf_counter()
+
+
+def steady(load: Load, after_s: float = 1.0) -> list[float]:
+    """The latencies of lookups due from ``after_s`` after the first answered one on:
+    the job's start and its first checkpoint (the first snapshots opened) left out."""
+    answered = [(due, ms) for due, status, ms, _ in load.trace if status == 200]
+    if not answered:
+        return []
+    start = min(due for due, _ in answered) + after_s
+    return [ms for due, ms in answered if due >= start]
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -111,7 +132,10 @@ class Row:
     records_s: list[float] = field(default_factory=list)
     loss: list[float] = field(default_factory=list)
     latencies_ms: list[float] = field(default_factory=list)
+    late_ms: list[float] = field(default_factory=list)
     statuses: dict[int, int] = field(default_factory=dict)
+    p99s: list[float] = field(default_factory=list)  # of each round
+    steady_p99s: list[float] = field(default_factory=list)  # of each round (``steady``)
 
 
 def measure(
@@ -162,6 +186,9 @@ def measure(
                     row.loss.append(1 - x.rate / base)
                 if load is not None:
                     row.latencies_ms += load.latencies_ms
+                    row.late_ms += load.late_ms
+                    row.p99s.append(percentile(load.latencies_ms, 0.99))
+                    row.steady_p99s.append(percentile(steady(load), 0.99))
                     for s, n in load.statuses.items():
                         row.statuses[s] = row.statuses.get(s, 0) + n
                 lat = load.latencies_ms if load else []
@@ -172,7 +199,11 @@ def measure(
                     f"round {i + 1}/{rounds} rate {rate}/s {consistency}: "
                     f"{x.rate / 1e3:.1f} k records/s, "
                     f"{len(lat)} lookups, p50 {percentile(lat, 0.5):.2f} ms, "
-                    f"p99 {percentile(lat, 0.99):.2f} ms, answers {load.statuses if load else {}}"
+                    f"p99 {percentile(lat, 0.99):.2f} ms (from 1 s after the first answer: "
+                    f"{percentile(steady(load), 0.99) if load else float('nan'):.2f} ms; "
+                    f"the client late to send, idle: p99 "
+                    f"{percentile(load.late_ms if load else [], 0.99):.2f} ms), "
+                    f"answers {load.statuses if load else {}}"
                 )
     return [rows[k] for k in runs]
 
@@ -180,18 +211,25 @@ def measure(
 def table(rows: list[Row]) -> str:
     lines = [
         "| queries/s | consistency | records/s, median | loss vs 0 q/s, median (min-max) of rounds "
-        "| lookups answered | p50 ms | p99 ms | max ms | answers |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| lookups answered | p50 ms | p99 ms | p99 of rounds, median (min-max) "
+        "| p99 from 1 s after the first answer, rounds | client late to send when idle, p99 ms "
+        "| max ms | answers |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         lat = r.latencies_ms
-        loss = "-"
+        loss = p99s = steady_p99s = "-"
+        if r.p99s:
+            p99s = f"{statistics.median(r.p99s):.2f} ({min(r.p99s):.2f}-{max(r.p99s):.2f})"
+            s = r.steady_p99s
+            steady_p99s = f"{statistics.median(s):.2f} ({min(s):.2f}-{max(s):.2f})"
         if r.rate and r.loss:
             loss = f"{statistics.median(r.loss):.1%} ({min(r.loss):.1%} to {max(r.loss):.1%})"
         lines.append(
             f"| {r.rate} | {r.consistency if r.rate else '-'} "
             f"| {statistics.median(r.records_s) / 1e3:.1f} k | {loss} | {len(lat)} "
-            f"| {percentile(lat, 0.5):.2f} | {percentile(lat, 0.99):.2f} "
+            f"| {percentile(lat, 0.5):.2f} | {percentile(lat, 0.99):.2f} | {p99s} | {steady_p99s} "
+            f"| {percentile(r.late_ms, 0.99):.2f} "
             f"| {max(lat, default=float('nan')):.2f} | {dict(sorted(r.statuses.items()))} |"
         )
     return "\n".join(lines)

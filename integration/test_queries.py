@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import threading
+import time
 import urllib.error
 import urllib.request
 from collections import Counter
@@ -47,6 +49,24 @@ def ask(url: str, path: str) -> tuple[int, dict[str, Any]]:
             return resp.status, json.loads(resp.read())
     except urllib.error.HTTPError as e:
         return e.code, json.loads(e.read())
+
+
+def sidecar_of(pid: int) -> int | None:
+    """The query sidecar process of the worker ``pid`` (a spawned child), if any."""
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        for child in (task / "children").read_text().split():
+            cmdline = Path(f"/proc/{child}/cmdline").read_bytes()
+            if b"spawn_main" in cmdline:
+                return int(child)
+    return None
+
+
+def dead(pid: int) -> bool:
+    """Whether process ``pid`` is gone or a zombie (its parent has not reaped it)."""
+    try:
+        return not Path(f"/proc/{pid}/cmdline").read_bytes()
+    except FileNotFoundError:
+        return True
 
 
 def wait(job: CliJob, cond: Callable[[], bool], what: str, within: float = 90.0) -> None:
@@ -93,7 +113,8 @@ def test_queries_through_forwarding_failover_and_checkpoints(
         def settled() -> bool:
             views = [overview(u) for u in urls]
             return all(
-                v and len(set(v["owners"].values())) == 2 and len(v["endpoints"]) >= 2 for v in views
+                v and len(set(v["owners"].values())) == 2 and len(v["endpoints"]) >= 2
+                for v in views
             )
 
         wait(w1, settled, "both workers owning tasks and knowing each other's endpoint")
@@ -131,6 +152,27 @@ def test_queries_through_forwarding_failover_and_checkpoints(
             assert body["position"]["checkpoint"] >= 1
         # ... answered by w2's query sidecar from the snapshots w2 pinned (docs/queries.md)
         assert list((tmp_path / "s2").rglob(".query-sidecar/current"))
+
+        # kill -9 w2's sidecar: w2 answers on its port meanwhile, then a new sidecar does;
+        # every answer the committed value, none a connection refused or a hang.
+        final = committed()
+        first = sidecar_of(w2.proc.pid)
+        assert first is not None
+        os.kill(first, signal.SIGKILL)
+        wait(w2, lambda: dead(first), "the sidecar dead")
+        deadline = time.monotonic() + 90
+        while not (sidecar_of(w2.proc.pid) not in (None, first) and "a new query sidecar "
+                   "serves" in w2.log()):  # fmt: skip
+            for u in expected:  # (a 503 says to retry: the worker's loop was busy)
+                status, body = ask(urls[1], f"/state/per-user/get?key={u}&consistency=checkpointed")
+                assert (status == 200 and body["value"] == final[u]) or (
+                    status == 503 and body["retry_after_ms"] > 0
+                ), body
+            assert w2.proc.poll() is None and time.monotonic() < deadline, w2.tail()
+        for u in expected:
+            status, body = ask(urls[1], f"/state/per-user/get?key={u}&consistency=checkpointed")
+            assert (status, body["value"]) == (200, final[u]), body
+        assert "the query sidecar died (exit code -9)" in w2.log()
 
         # kill -9 the second worker while queries run: 503 "moving" or the right value.
         seen: list[tuple[int, Any]] = []

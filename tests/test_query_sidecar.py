@@ -1,12 +1,16 @@
 """The query sidecar: a local snapshot (a RocksDB checkpoint and delta files) read in
 place, read-only, gives exactly what a restore of it gives; the views follow the pinned
-checkpoint while reads go on; and the worker's sidecar process answers checkpointed
+checkpoint while reads go on; the worker's sidecar process answers checkpointed
 point lookups on the public port while the worker's loop holds its state, relays the
-rest to the worker, and stops with it."""
+rest to the worker, and stops with it; and a sidecar killed is replaced, the worker
+answering on its port meanwhile."""
 
 from __future__ import annotations
 
+import http.client
 import json
+import os
+import signal
 import threading
 import time
 import urllib.error
@@ -22,14 +26,16 @@ from kstream.query import pinned as pinned_mod
 from kstream.query.gate import StateGate
 from kstream.query.operators import OperatorInfo
 from kstream.query.pinned import PinnedViews, pin, write_pending, write_pointer
+from kstream.query.read import Query
 from kstream.query.routing import Directory
 from kstream.query.server import QueryServer, bind
-from kstream.query.service import QueryService
+from kstream.query.service import Answer, QueryService
 from kstream.serde import serde_by_name
 from kstream.state.base import NotNow, TableSpec
 from kstream.state.localsnapshot import LocalSnapshot, mark_uploaded
 from kstream.state.rocksdb import RocksDBBackend
 from kstream.state.snapshotview import SnapshotView
+from kstream.worker import querysidecar
 from kstream.worker.querysidecar import QuerySidecar
 
 OP = "totals"
@@ -184,7 +190,7 @@ def test_the_sidecar_process_answers_beside_a_busy_worker_and_stops_with_it(
     public = bind(0, "127.0.0.1")
     url = f"http://127.0.0.1:{public.getsockname()[1]}"
     sidecar = QuerySidecar(tmp_path / "sidecar")
-    sidecar.start(public, f"127.0.0.1:{worker.port}", {OP: INFO}, None)
+    sidecar.start(public, worker, {OP: INFO}, None)
     try:
         assert sidecar.process is not None and sidecar.process.is_alive()
         sidecar.completed(7, {task: b}, "member-1")
@@ -225,38 +231,189 @@ def test_the_sidecar_process_answers_beside_a_busy_worker_and_stops_with_it(
         urllib.request.urlopen(url + "/state", timeout=2)
 
 
-def test_a_lookup_waits_for_the_checkpoint_being_pinned(tmp_path: Path) -> None:
+def test_the_sidecar_pins_what_the_worker_names_and_a_lookup_waits_for_it(
+    tmp_path: Path,
+) -> None:
     b = RocksDBBackend(tmp_path / "task", local_retained=5)
     t = b.table(TableSpec(TABLE))
     root = tmp_path / "pins"
     root.mkdir()
-    views = PinnedViews(root).start()
+    views = PinnedViews(root)  # (driven by hand here: no thread)
     try:
         t.put(("n",), 1)
-        first = pin(snapshot(b, 1).directory, root, "stage1-0")
-        assert first is not None
-        write_pointer(root, 1, "w1", {"stage1-0": first})
-        wait_for(lambda: views.current.checkpoint == 1)
+        write_pending(root, 1, "w1", {"stage1-0": snapshot(b, 1).directory})
+        views.read_pending()
+        views.pin_pending()
+        assert views.refresh() and views.current.checkpoint == 1
         assert not views.expects("stage1-0")
         t.put(("n",), 2)
         src = snapshot(b, 2).directory
-        write_pending(root, 2, ["stage1-0"])  # completed: its pins follow
-        wait_for(lambda: views.expects("stage1-0"))
-        assert not views.expects("stage1-1")  # (not this worker's)
+        unmarked = b.snapshot_sync(3, deltas=True).directory  # (not uploaded: not pinned)
+        write_pending(root, 2, "w1", {"stage1-0": src, "stage1-1": unmarked})  # completed
+        views.read_pending()
+        assert views.expects("stage1-0") and views.expects("stage1-1")
+        assert not views.expects("stage1-2")  # (not this worker's)
         got: list[Any] = []
+        waiting = threading.Event()
 
         def lookup() -> None:
+            waiting.set()
             views.wait("stage1-0", 20.0)
             got.append(views.current)
 
         waiter = threading.Thread(target=lookup)
         waiter.start()
-        second = pin(src, root, "stage1-0")
-        assert second is not None
-        write_pointer(root, 2, "w1", {"stage1-0": second})
+        assert waiting.wait(10)
+        views.pin_pending()
+        assert not got or got[0].checkpoint == 1  # (the pointer is not followed yet)
+        assert views.refresh()
         waiter.join(30)
-        assert got and got[0].checkpoint == 2
+        assert got and got[0].checkpoint == 2 and list(got[0].views) == ["stage1-0"]
         assert got[0].views["stage1-0"].table(TABLE).get(("n",)) == 2
+        assert (root / "stage1-0" / "chk-2").is_dir() and not (root / "stage1-1").exists()
+        assert not views.expects("stage1-1")  # (the worker answers for it)
     finally:
         views.close()
+        b.close()
+
+
+class _FromStore(QueryService):
+    """The worker's endpoint: its checkpointed answer (from the store in a worker) is
+    the snapshot's value, said to come from the worker itself."""
+
+    def _checkpointed(self, info: OperatorInfo, q: Query) -> Answer:
+        head = self._head(info, q, info.task_of(q.key or ""))
+        return Answer(200, head | {"found": True, "value": 42, "position": {"checkpoint": 7},
+                                   "in_process": True})  # fmt: skip
+
+
+def test_a_killed_sidecar_is_replaced_and_the_worker_answers_its_port_meanwhile(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The first death: a new sidecar at once; the second in a row: after 60 s.
+    monkeypatch.setattr(querysidecar, "RESTART_PAUSES_S", (0.0, 60.0))
+    key = "alice"
+    task = INFO.task_of(key)
+    assert task is not None
+    b = RocksDBBackend(tmp_path / "tasks" / task)
+    b.table(TableSpec(TABLE)).put((key,), 42)
+    snapshot(b, 7)
+    gate = StateGate()
+    service = _FromStore({OP: INFO}, Directory(coordinated=False), gate, _Running(), None)
+    worker = QueryServer(service, 0, "127.0.0.1", gate, listener=bind(0, "127.0.0.1"))
+    public = bind(0, "127.0.0.1")
+    url = f"http://127.0.0.1:{public.getsockname()[1]}"
+    q = f"/state/{OP}/get?key={key}&consistency=checkpointed"
+    sidecar = QuerySidecar(tmp_path / "sidecar")
+    sidecar.start(public, worker, {OP: INFO}, None)
+    by_sidecar = {
+        "operator": OP, "query": "get", "consistency": "checkpointed", "task": task,
+        "worker": "member-1", "found": True, "value": 42, "position": {"checkpoint": 7},
+    }  # fmt: skip
+    try:
+        sidecar.completed(7, {task: b}, "member-1")
+        wait_for(lambda: get(url, q)[1] == by_sidecar)
+        first = sidecar.process
+        os.kill(first.pid, signal.SIGKILL)
+        first.join(10)  # (dead: no request of ours was in flight in it)
+        # Every answer meanwhile is the snapshot's value, from the worker or a sidecar.
+        while sidecar.restarts == 0 or not sidecar._serving:
+            status, body = get(url, q)
+            assert status == 200 and body["value"] == 42, body
+        second = sidecar.process
+        assert second is not first and second.is_alive() and sidecar.restarts == 1
+        gate.enter()  # the worker's loop holds its state: only a sidecar answers now
+        try:
+            assert get(url, q) == (200, by_sidecar)
+        finally:
+            gate.leave()
+
+        os.kill(second.pid, signal.SIGKILL)  # the second death in a row: no sidecar for 60 s
+        second.join(10)
+        wait_for(lambda: get(url, q)[1].get("in_process"))
+        conn = http.client.HTTPConnection("127.0.0.1", public.getsockname()[1], timeout=10)
+        for _ in range(3):  # on one connection (keep-alive), and on new ones
+            conn.request("GET", q)
+            resp = conn.getresponse()
+            assert (resp.status, json.loads(resp.read())["in_process"]) == (200, True)
+            status, body = get(url, q)
+            assert status == 200 and body["value"] == 42 and body["in_process"]
+        assert sidecar.process is second and sidecar.restarts == 1
+        conn.close()
+    finally:
+        began = time.monotonic()
+        sidecar.close()  # (not waiting out the pause)
+        closed_in = time.monotonic() - began
+        worker.close()
+        b.close()
+    assert closed_in < 10
+    with pytest.raises(OSError):
+        urllib.request.urlopen(url + "/state", timeout=2)
+
+
+def test_connections_of_a_released_listener_close_after_their_next_answer() -> None:
+    gate = StateGate()
+    service = QueryService({OP: INFO}, Directory(coordinated=False), gate, _Running(), None)
+    server = QueryServer(service, 0, "127.0.0.1", gate, listener=bind(0, "127.0.0.1"))
+    other = bind(0, "127.0.0.1")
+    try:
+        server.adopt(other)
+        conn = http.client.HTTPConnection("127.0.0.1", other.getsockname()[1], timeout=10)
+        conn.request("GET", "/state")
+        resp = conn.getresponse()
+        assert (resp.status, resp.getheader("Connection")) == (200, None)
+        resp.read()
+        server.release(other)
+        conn.request("GET", "/state")  # (the same connection: accepted before)
+        resp = conn.getresponse()
+        assert (resp.status, resp.getheader("Connection")) == (200, "close")
+        assert list(json.loads(resp.read())["operators"]) == [OP]
+        conn.close()
+    finally:
+        server.close()
+        other.close()
+
+
+def test_a_lookup_relayed_as_the_checkpoint_completes_waits_for_its_snapshot(
+    tmp_path: Path,
+) -> None:
+    # The sidecar has no snapshot yet; the lookup it relays finds checkpoint 7 completed
+    # at the worker, which is pinning its snapshot for the sidecar right then: the
+    # sidecar answers it from that snapshot, and the worker never reads the store.
+    key = "alice"
+    task = INFO.task_of(key)
+    assert task is not None
+    b = RocksDBBackend(tmp_path / "tasks" / task)
+    b.table(TableSpec(TABLE)).put((key,), 42)
+    snapshot(b, 7)
+    gate = StateGate()
+    service = _FromStore({OP: INFO}, Directory(coordinated=False), gate, _Running(), None)
+    worker = QueryServer(service, 0, "127.0.0.1", gate, listener=bind(0, "127.0.0.1"))
+    public = bind(0, "127.0.0.1")
+    url = f"http://127.0.0.1:{public.getsockname()[1]}"
+    sidecar = QuerySidecar(tmp_path / "sidecar")
+    sidecar.start(public, worker, {OP: INFO}, None)
+    asked = threading.Event()
+
+    def completing(t: str) -> bool:  # the checkpoint completes as the lookup arrives
+        sidecar.completed(7, {task: b}, "member-1")
+        asked.set()
+        return sidecar.pinning(t, 7)
+
+    service.pinning = completing
+    got: list[tuple[int, dict[str, Any]]] = []
+    lookup = threading.Thread(
+        target=lambda: got.append(get(url, f"/state/{OP}/get?key={key}&consistency=checkpointed"))
+    )
+    try:
+        lookup.start()
+        assert asked.wait(20)
+        lookup.join(30)
+        assert got == [(200, {
+            "operator": OP, "query": "get", "consistency": "checkpointed", "task": task,
+            "worker": "member-1", "found": True, "value": 42, "position": {"checkpoint": 7},
+        })]  # fmt: skip
+    finally:
+        sidecar.close()
+        worker.close()
         b.close()

@@ -1,11 +1,13 @@
 """The local snapshots of the last completed checkpoint, as the query sidecar reads them.
 
-The worker *pins* each of its tasks' local snapshot of a completed checkpoint: hard
-links of its files in ``<root>/<task>/chk-<n>/`` (the task's own copy may be pruned
+When a checkpoint completes, the worker names its tasks' local snapshots of it in the
+*pending* file, ``<root>/pending``. The sidecar *pins* each (uploaded) one: hard links
+of its files in ``<root>/<task>/chk-<n>/`` (the task's own copy may be pruned
 meanwhile; its files are immutable), then says so in the *pointer*, ``<root>/current``,
 a small JSON file replaced atomically: the checkpoint, the worker's member id, and per
-task the directory pinned. The sidecar (:class:`PinnedViews`) follows the pointer on a
-thread of its own: opens each new directory (:class:`~kstream.state.snapshotview.SnapshotView`,
+task the directory pinned (what a sidecar started again opens first). The sidecar
+(:class:`PinnedViews`) does this and follows the pointer on a thread of its own: opens
+each new directory (:class:`~kstream.state.snapshotview.SnapshotView`,
 on the previous one's base when it extends it), swaps the views in for the reads, and
 deletes the directories no view reads any more (it alone deletes them while it runs).
 """
@@ -20,7 +22,9 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
+from kstream.state.localsnapshot import marker
 from kstream.state.snapshotview import SnapshotView
 
 log = logging.getLogger(__name__)
@@ -47,11 +51,25 @@ def write_pointer(root: Path, checkpoint: int, worker: str, tasks: dict[str, Pat
     _replace(root / POINTER, body)
 
 
-def write_pending(root: Path, checkpoint: int, tasks: list[str]) -> None:
-    """Say that ``checkpoint`` completed and ``tasks``' snapshots of it are being pinned:
-    until the pointer names it, a lookup of one of them waits for it (``PinnedViews.wait``)
-    rather than going to the worker, which would read the checkpoint store."""
-    _replace(root / PENDING, {"checkpoint": checkpoint, "tasks": sorted(tasks)})
+def write_pending(root: Path, checkpoint: int, worker: str, sources: dict[str, Path]) -> None:
+    """Say that ``checkpoint`` completed and the snapshots of it in ``sources`` (task ->
+    its local snapshot) are to be pinned: until the pointer names it, a lookup of one of
+    those tasks waits for it (``PinnedViews.wait``) rather than going to the worker,
+    which would read the checkpoint store."""
+    body = {"checkpoint": checkpoint, "worker": worker,
+            "tasks": {t: str(d) for t, d in sorted(sources.items())}}  # fmt: skip
+    _replace(root / PENDING, body)
+
+
+def pin_all(root: Path, checkpoint: int, worker: str, sources: dict[str, Path]) -> None:
+    """Pin the uploaded snapshots of ``sources`` and point to them."""
+    pinned: dict[str, Path] = {}
+    for task, source in sources.items():
+        if marker(source).exists():  # (uploaded: whole, and what the store holds)
+            got = pin(source, root, task)
+            if got is not None:
+                pinned[task] = got
+    write_pointer(root, checkpoint, worker, pinned)
 
 
 def pin(source: Path, root: Path, task: str) -> Path | None:
@@ -105,30 +123,52 @@ class PinnedViews:
         self._thread = threading.Thread(target=self._run, name="kstream-query-pins", daemon=True)
         self.pending: tuple[int, frozenset[str]] = (-1, frozenset())
         self._pending_seen: tuple[int, int] | None = None
+        self._pending_lock = threading.Lock()
+        self._to_pin: dict[str, Any] | None = None
         self._changed = threading.Condition()
 
     def start(self) -> PinnedViews:
+        """Open what the pointer names now (a sidecar started again after one died:
+        it answers from its first lookup on), then follow it on a thread."""
+        try:
+            self.read_pending()
+            self.pin_pending()
+            self.refresh()
+        except Exception:
+            log.exception("opening the pinned snapshots for queries failed")
         self._thread.start()
         return self
 
     def _run(self) -> None:
         while not self._closed.wait(POLL_S):
             try:
-                self._read_pending()
+                self.read_pending()
+                self.pin_pending()
                 self.refresh()
             except Exception:  # a bad pointer: the worker answers until the next one
                 log.exception("following the pinned snapshots for queries failed")
                 self._swap(Pinned())
 
-    def _read_pending(self) -> None:
-        try:
-            st = os.stat(self.root / PENDING)
-        except FileNotFoundError:
-            return
-        if (st.st_mtime_ns, st.st_ino) != self._pending_seen:
-            self._pending_seen = (st.st_mtime_ns, st.st_ino)
-            body = json.loads((self.root / PENDING).read_text())
-            self.pending = (int(body["checkpoint"]), frozenset(body["tasks"]))
+    def read_pending(self) -> None:
+        """Follow the pending file if it changed (any thread)."""
+        with self._pending_lock:
+            try:
+                st = os.stat(self.root / PENDING)
+            except FileNotFoundError:
+                return
+            if (st.st_mtime_ns, st.st_ino) != self._pending_seen:
+                body = json.loads((self.root / PENDING).read_text())
+                self.pending = (int(body["checkpoint"]), frozenset(body["tasks"]))
+                self._to_pin = body
+                self._pending_seen = (st.st_mtime_ns, st.st_ino)
+
+    def pin_pending(self) -> None:
+        """Pin the snapshots the pending file names, once (this object's thread)."""
+        with self._pending_lock:  # (read_pending runs on lookups' threads too)
+            body, self._to_pin = self._to_pin, None
+        if body is not None:
+            sources = {t: Path(d) for t, d in body["tasks"].items()}
+            pin_all(self.root, int(body["checkpoint"]), str(body["worker"]), sources)
 
     def expects(self, task: str) -> bool:
         """Whether a newer snapshot of ``task`` than the views' is being pinned."""

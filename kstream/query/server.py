@@ -39,7 +39,7 @@ import orjson
 
 from kstream.metrics.server import PortSpec
 from kstream.query.gate import GateTimeout, StateGate
-from kstream.query.service import FORWARDED, Answer, QueryService
+from kstream.query.service import FORWARDED, SIDECAR, Answer, QueryService
 
 log = logging.getLogger(__name__)
 
@@ -72,12 +72,22 @@ def overview(service: QueryService) -> dict[str, Any]:
     }
 
 
-class _Conn:
-    """One client connection; ``httptools`` (llhttp, in C) parses its requests into
-    ``ready`` through these callbacks."""
+class _Adopted:
+    """A listening socket the server accepts on besides its own, until released
+    (:meth:`QueryServer.adopt`)."""
 
     def __init__(self, sock: socket.socket) -> None:
         self.sock = sock
+        self.released = False
+
+
+class _Conn:
+    """One client connection; ``httptools`` (llhttp, in C) parses its requests into
+    ``ready`` through these callbacks. ``origin``: the adopted listener it came from."""
+
+    def __init__(self, sock: socket.socket, origin: _Adopted | None = None) -> None:
+        self.sock = sock
+        self.origin = origin
         self.parser = httptools.HttpRequestParser(self)
         self.busy = False  # an answer is being made on the pool: answer nothing meanwhile
         self.closing = False  # the client asked for no keep-alive: close after the answer
@@ -254,23 +264,39 @@ class QueryServer:
         lock held; ``concurrent``: the gate not held, so beside a working loop)."""
         answered = 0
         for key, _events in self._sel.select(0):
-            if key.data is None:
-                self._accept()
+            if key.data is None or isinstance(key.data, _Adopted):
+                self._accept(key.data)
                 continue
             conn: _Conn = key.data
             answered += self._receive(conn, concurrent)
             if answered >= PUMP_MAX:
                 return
 
-    def _accept(self) -> None:
+    def _accept(self, origin: _Adopted | None) -> None:
+        listener = self._listener if origin is None else origin.sock
         while True:
             try:
-                sock, _addr = self._listener.accept()
+                sock, _addr = listener.accept()
             except (BlockingIOError, OSError):
                 return
             sock.setblocking(False)
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            self._sel.register(sock, selectors.EVENT_READ, _Conn(sock))
+            self._sel.register(sock, selectors.EVENT_READ, _Conn(sock, origin))
+
+    def adopt(self, listener: socket.socket) -> None:
+        """Accept on ``listener`` too (the query port of a sidecar that died, until a
+        new one serves it) until :meth:`release`."""
+        listener.setblocking(False)
+        with self._io:
+            if listener.fileno() not in self._sel.get_map():
+                self._sel.register(listener, selectors.EVENT_READ, _Adopted(listener))
+
+    def release(self, listener: socket.socket) -> None:
+        """Accept on ``listener`` no more; its connections close after their next
+        answer (their clients reconnect: to whoever serves it now)."""
+        with self._io, contextlib.suppress(KeyError, ValueError):
+            key = self._sel.unregister(listener)
+            key.data.released = True
 
     def _drop(self, conn: _Conn) -> None:
         with contextlib.suppress(KeyError, ValueError):
@@ -311,7 +337,7 @@ class QueryServer:
         self.answered += 1
         headers = request.headers
         service = self.service
-        keep = request.keep_alive
+        keep = request.keep_alive and not (conn.origin is not None and conn.origin.released)
         if service.token and not hmac.compare_digest(
             headers.get("authorization", ""), f"Bearer {service.token}"
         ):
@@ -351,7 +377,10 @@ class QueryServer:
                 self._send(conn, answer, keep)
                 return
             # forward, store, every task, or under the gate: not on the loop's time
-            self._later(conn, keep, lambda: service.answer(op, operator, params, forwarded))
+            sidecar = SIDECAR.lower() in headers
+            self._later(
+                conn, keep, lambda: service.answer(op, operator, params, forwarded, sidecar=sidecar)
+            )
         else:
             unknown = Answer(404, {"error": f"no {path}: GET /state/<operator>/get?key=..."})
             self._send(conn, unknown, keep)
@@ -425,7 +454,7 @@ class QueryServer:
         self._pool.shutdown(wait=False, cancel_futures=True)
         self.gate.on_serve = None
         for key in list(self._sel.get_map().values()):
-            if key.data is not None:
+            if isinstance(key.data, _Conn):
                 key.data.sock.close()
         self._sel.close()
         self._listener.close()

@@ -18,6 +18,7 @@ the listening socket over) and answers there, with the same server
 
 from __future__ import annotations
 
+import gc
 import http.client
 import logging
 import sys
@@ -37,7 +38,7 @@ from kstream.query.pinned import PinnedViews
 from kstream.query.read import Query, Tables, read
 from kstream.query.routing import Directory
 from kstream.query.server import QueryServer
-from kstream.query.service import FORWARDED, Answer, QueryService
+from kstream.query.service import FORWARDED, PINNING, SIDECAR, Answer, QueryService
 from kstream.state.base import NotNow
 
 log = logging.getLogger(__name__)
@@ -47,7 +48,7 @@ SWITCH_S = 0.0005
 work) lets a lookup in within half a millisecond."""
 RELAY_TIMEOUT_S = 10.0
 PIN_WAIT_S = 2.0  # how long a lookup waits for a snapshot being pinned at most
-_RELAYED = ("authorization", FORWARDED.lower())
+_RELAYED = ("authorization", FORWARDED.lower(), SIDECAR.lower())
 
 
 class _NoTasks:
@@ -121,6 +122,7 @@ class SidecarService(QueryService):
     def _pinning(self, target: bytes) -> Answer | None:
         """A checkpointed lookup of a task whose snapshot of the newest checkpoint the
         worker is pinning: answered once it is (a few ms), not by the worker's store."""
+        self.pinned.read_pending()  # (now: the worker may have just said so)
         url = httptools.parse_url(target)
         parts = [urllib.parse.unquote(p) for p in url.path.decode("latin-1").strip("/").split("/")]
         query = url.query.decode("latin-1") if url.query else ""
@@ -142,6 +144,15 @@ class SidecarService(QueryService):
         here = self._pinning(target)
         if here is not None:
             return here
+        got = self._relay(target, headers | {SIDECAR.lower(): "1"})
+        if got.status == 503 and got.body.get("error") == PINNING:
+            # The worker is pinning that snapshot for us (it completed meanwhile): wait
+            # for it; if it cannot be had, the worker reads the store after all.
+            here = self._pinning(target)
+            got = here if here is not None else self._relay(target, headers)
+        return got
+
+    def _relay(self, target: bytes, headers: dict[str, str]) -> Answer:
         sent = {k: v for k, v in headers.items() if k in _RELAYED}
         conn: http.client.HTTPConnection | None = getattr(self._relays, "conn", None)
         for fresh in (False, True):
@@ -186,6 +197,11 @@ def run(
     pinned = PinnedViews(Path(root)).start()
     service = SidecarService(operators, pinned, worker, token=token)
     server = QueryServer(service, 0, "", service.gate, listener=listener)
+    # What is loaded now (modules, the first views: tens of thousands of objects) is
+    # never garbage: no full collection walks it again (one took 30 ms, every lookup
+    # waiting for it).
+    gc.collect()
+    gc.freeze()
     try:
         parent.send("ready")
         parent.recv()  # EOFError when the worker closes its end or dies

@@ -12,7 +12,7 @@ from typing import Any
 from kstream.checkpointstorage.base import CheckpointStore
 from kstream.metrics.server import PortSpec
 from kstream.plan import JobPlan
-from kstream.protocol.messages import Message
+from kstream.protocol.messages import CheckpointCompleted, Message
 from kstream.query.gate import StateGate
 from kstream.query.operators import of_plan
 from kstream.query.read import Tables
@@ -62,6 +62,7 @@ class WorkerQueries:
             token=settings.token,
         )
         self.server: QueryServer | None = None
+        self.service.pinning = self._pinning
         # checkpointed point lookups in a process of their own (with checkpoints only)
         self.sidecar = QuerySidecar(state_root / ".query-sidecar")
         self._with_sidecar = settings.sidecar and store is not None
@@ -79,8 +80,7 @@ class WorkerQueries:
         if self._with_sidecar and QuerySidecar.can_run(self.operators):
             inner = bind(0, "127.0.0.1")  # the worker's own endpoint, for the sidecar
             self.server = QueryServer(self.service, 0, "127.0.0.1", self.gate, listener=inner)
-            self.sidecar.start(public, f"127.0.0.1:{self.server.port}", self.operators,
-                               self.settings.token)  # fmt: skip
+            self.sidecar.start(public, self.server, self.operators, self.settings.token)
         else:
             self.server = QueryServer(
                 self.service, 0, self.settings.host, self.gate, listener=public
@@ -100,11 +100,15 @@ class WorkerQueries:
         """A control message (the processing thread, in topic order)."""
         self.directory.joined(self.member())
         before = self.directory.completed
-        self.directory.observe(msg)
-        completed = self.directory.completed
-        if completed is not None and completed != before:
+        if isinstance(msg, CheckpointCompleted) and (before is None or msg.checkpoint_id > before):
+            # The sidecar is told first: a lookup it relays that finds the checkpoint
+            # completed here finds its snapshot being pinned too (``pinning``).
             backends = {t: r.backend for t, r in self.tasks.runners.items() if r.running}
-            self.sidecar.completed(completed, backends, self.directory.me)
+            self.sidecar.completed(msg.checkpoint_id, backends, self.directory.me)
+        self.directory.observe(msg)
+
+    def _pinning(self, task: str) -> bool:
+        return self.sidecar.pinning(task, self.directory.completed)
 
     # ---- LocalTasks (kstream.query.service) ---------------------------------------------
 
