@@ -116,11 +116,12 @@ class SourceConsumer:
     ``ignore_committed``: a checkpointed worker positions every partition itself (a
     restore seeks to the checkpoint's offsets), and the group's committed offsets are
     its exactly-once publications' (``send_offsets_to_transaction``), which may lie
-    past where a restore resumes. librdkafka applies the committed offset it looks up
-    for a freshly assigned partition even when a seek came first (seen: 7 times in 10
-    with the seek right after the assignment), so a partition started at the group's
-    offset could skip records the restore must read again. Started at the earliest,
-    the same race can only rewind, which the tasks drop (``kstream.runtime.gate.unseen``).
+    past where a restore resumes. librdkafka can deliver a record it fetched from a
+    freshly assigned partition's start offset after a seek that came right after the
+    assignment (seen 7 times in 10 on the real broker); a task takes such a record from
+    past its restored position as read, and drops every record below it. Started at
+    the earliest, that record lies below the restored position and is dropped
+    (``kstream.runtime.gate.unseen``).
     """
 
     def __init__(

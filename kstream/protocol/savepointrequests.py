@@ -18,9 +18,9 @@ class SavepointRequests:
     A request that comes while the job restores (a failover, a first start) waits for
     the job to run again: ``resumed`` hands it back then, to be started as if it came
     at that moment. Refused, it left ``kstream savepoint`` waiting out its timeout with
-    the reason only in the coordinator's log (seen: a savepoint asked for just as a
-    loaded worker's heartbeat came late). So does a request started in an attempt the
-    job then failed over from: its ``StopJob`` was of that attempt."""
+    the reason only in the coordinator's log (the probable cause of a CI failure, "no
+    savepoint within 90s", on a loaded machine). So does a request started in an
+    attempt the job then failed over from: its ``StopJob`` was of that attempt."""
 
     def __init__(self) -> None:
         self.pending: SavepointRequest | None = None

@@ -370,7 +370,8 @@ class Checkpointed(Mode):
             outcomes = self._committer.collect(wait=True)
         if report:
             self._commits_ended(outcomes, now)
-        for task_id, e in sorted(outcomes.items()) if not report else ():
+            return
+        for task_id, e in sorted(outcomes.items()):
             log.warning("task %s: %s; its checkpoint is restored now", task_id, e)
 
     def _heartbeating(self) -> AbstractContextManager[None]:
