@@ -19,7 +19,6 @@ from kstream.config import CheckpointingConfig, RestartStrategy
 from kstream.logs import ctx
 from kstream.protocol.alignment import GlobalWatermarks
 from kstream.protocol.batching import each_ready
-from kstream.protocol.causes import stopped_reason
 from kstream.protocol.commands import (
     ApplyRetention,
     CleanupCheckpoint,
@@ -43,11 +42,9 @@ from kstream.protocol.messages import (
     CheckpointRequest,
     DeclineCheckpoint,
     Heartbeat,
-    JobStopped,
     Message,
     RestoreFailed,
     SavepointRequest,
-    StopJob,
     TaskFailed,
     TaskReady,
     TasksReady,
@@ -59,12 +56,13 @@ from kstream.protocol.pending import AckOutcome, PendingCheckpoint
 from kstream.protocol.recovery import RecoveredState, predecessor_leftovers
 from kstream.protocol.restorepoints import RestorePoints
 from kstream.protocol.savepointrequests import SavepointRequests
+from kstream.protocol.stopping import JobStopping
 from kstream.protocol.triggers import TriggerSchedule
 
 log = logging.getLogger(__name__)
 
 
-class CheckpointCoordinator:
+class CheckpointCoordinator(JobStopping):
     """Triggers checkpoints for ``expected_tasks`` and commits those every task acknowledged.
 
     Guarantees: a checkpoint is announced complete only after its metadata was
@@ -204,9 +202,7 @@ class CheckpointCoordinator:
                         extra=ctx(attempt=self.attempt),
                     )
                     self.triggers.interval_from(now)
-                    waited = self.savepoints.resumed(self._next_id - 1, self.attempt)
-                    if waited is not None:  # asked for during the restore, or before it
-                        cmds += self._savepoint_started(waited)
+                    cmds += self._on_resumed()
                 return cmds
             case Heartbeat():
                 return self._on_heartbeat(msg, now)
@@ -297,53 +293,6 @@ class CheckpointCoordinator:
             reason = f"stopped with savepoint {sp.name} (checkpoint {checkpoint_id})"
             cmds += [*self._stop(reason, now), Finish(reason)]
         return cmds
-
-    # -- stopping ------------------------------------------------------------------------
-
-    def _stop(self, reason: str, now: float) -> list[Command]:
-        """The job stopped: ``JobStopped`` says when and why; checkpoints still in flight
-        can never complete (aborted) and nothing is triggered any more."""
-        cmds: list[Command] = []
-        for p in list(self.pending.values()):
-            cmds += self._abort(p, f"job stopped: {reason}", now, counts=False)
-        self.failover.stopped()
-        self.triggers.drop_request()
-        log.info("job stopped in attempt %d: %s", self.attempt, reason)
-        return [*cmds, Send(JobStopped(self.attempt, reason))]
-
-    def _on_worker_stopped(self, msg: WorkerStopped, now: float) -> list[Command]:
-        """A worker exited gracefully: it is not lost; once every owner of the running
-        attempt stopped (``--stop-when-idle``, SIGTERM to all), the job is stopped."""
-        self.members.stop(msg.member, msg.reason)
-        owners = set(self.failover.by_member())
-        if self.phase is not JobPhase.RUNNING or msg.attempt != self.attempt or not owners:
-            return []
-        if not self.members.all_stopped(owners):
-            return []  # the group rebalances; the others take its tasks over
-        return self._stop(stopped_reason({m: self.members.stopped[m] for m in owners}), now)
-
-    def _restart_stopped(self, hb: Heartbeat, now: float) -> list[Command]:
-        """A stopped job starts again when a worker that did not stop heartbeats (one
-        joined; any generation: an emptied group may start over at 1): every task is
-        restored from the latest checkpoint, as at a first start."""
-        if not self.members.joined(hb.member, hb.tasks, now):
-            return []  # a heartbeat it sent before it stopped
-        log.info("worker %s joined the stopped job: starting it again", hb.member)
-        return self.failover.start_again(hb.generation, now)
-
-    def _on_savepoint_request(self, msg: SavepointRequest) -> list[Command]:
-        """Savepoint ``msg.name`` of the next checkpoint; with ``stop`` the workers stop
-        reading input first (``StopJob`` precedes that checkpoint's trigger on the control
-        topic, so it covers everything they read) and the coordinator finishes after it."""
-        if not self.savepoints.request(msg, str(self.phase), self._next_id - 1, self.attempt):
-            return []  # refused, or made once the restore ended
-        return self._savepoint_started(msg)
-
-    def _savepoint_started(self, msg: SavepointRequest) -> list[Command]:  # (also on resume)
-        self.triggers.request()
-        if msg.stop:
-            return [Send(StopJob(self.attempt, f"stop with savepoint {msg.name}"))]
-        return []
 
     def metadata_failed(self, checkpoint_id: int, error: str, now: float) -> list[Command]:
         """Writing the metadata of ``checkpoint_id`` failed: the checkpoint failed."""

@@ -1,0 +1,113 @@
+"""How a job stops and starts again, as the coordinator decides it (part of
+:class:`kstream.protocol.coordinator.CheckpointCoordinator`, a base class of it).
+
+* **On request, with a savepoint** (``kstream savepoint [--stop]``): the savepoint is
+  the first checkpoint triggered after the request; with ``--stop`` a ``StopJob``
+  precedes that trigger on the control topic, so the workers stop reading input first
+  and the savepoint covers everything they read. A request while the job restores
+  waits for it to run again (:mod:`kstream.protocol.savepointrequests`).
+* **By its workers**: once every owner of the running attempt stopped gracefully
+  (``--stop-when-idle``, SIGTERM to all), the job is stopped: ``JobStopped`` says when
+  and why, checkpoints in flight are aborted and nothing is triggered any more.
+* **Again**: a worker that did not stop heartbeating to a stopped job starts it again,
+  every task restored from the latest checkpoint, as at a first start.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING
+
+from kstream.protocol.causes import stopped_reason
+from kstream.protocol.commands import Command, Send
+from kstream.protocol.failover import FailoverController, JobPhase
+from kstream.protocol.membership import Membership
+from kstream.protocol.messages import (
+    Heartbeat,
+    JobStopped,
+    SavepointRequest,
+    StopJob,
+    WorkerStopped,
+)
+from kstream.protocol.savepointrequests import SavepointRequests
+from kstream.protocol.triggers import TriggerSchedule
+
+if TYPE_CHECKING:
+    from kstream.protocol.pending import PendingCheckpoint
+
+log = logging.getLogger(__name__)
+
+
+class JobStopping:
+    """Stopping and starting again (see the module)."""
+
+    pending: dict[int, PendingCheckpoint]
+    failover: FailoverController
+    triggers: TriggerSchedule
+    members: Membership
+    savepoints: SavepointRequests
+    _next_id: int
+
+    @property
+    def phase(self) -> JobPhase:
+        raise NotImplementedError
+
+    @property
+    def attempt(self) -> int:
+        raise NotImplementedError
+
+    def _abort(
+        self, p: PendingCheckpoint, reason: str, now: float, *, counts: bool
+    ) -> list[Command]:
+        raise NotImplementedError
+
+    def _stop(self, reason: str, now: float) -> list[Command]:
+        """The job stopped: ``JobStopped`` says when and why; checkpoints still in flight
+        can never complete (aborted) and nothing is triggered any more."""
+        cmds: list[Command] = []
+        for p in list(self.pending.values()):
+            cmds += self._abort(p, f"job stopped: {reason}", now, counts=False)
+        self.failover.stopped()
+        self.triggers.drop_request()
+        log.info("job stopped in attempt %d: %s", self.attempt, reason)
+        return [*cmds, Send(JobStopped(self.attempt, reason))]
+
+    def _on_worker_stopped(self, msg: WorkerStopped, now: float) -> list[Command]:
+        """A worker exited gracefully: it is not lost; once every owner of the running
+        attempt stopped (``--stop-when-idle``, SIGTERM to all), the job is stopped."""
+        self.members.stop(msg.member, msg.reason)
+        owners = set(self.failover.by_member())
+        if self.phase is not JobPhase.RUNNING or msg.attempt != self.attempt or not owners:
+            return []
+        if not self.members.all_stopped(owners):
+            return []  # the group rebalances; the others take its tasks over
+        return self._stop(stopped_reason({m: self.members.stopped[m] for m in owners}), now)
+
+    def _restart_stopped(self, hb: Heartbeat, now: float) -> list[Command]:
+        """A stopped job starts again when a worker that did not stop heartbeats (one
+        joined; any generation: an emptied group may start over at 1): every task is
+        restored from the latest checkpoint, as at a first start."""
+        if not self.members.joined(hb.member, hb.tasks, now):
+            return []  # a heartbeat it sent before it stopped
+        log.info("worker %s joined the stopped job: starting it again", hb.member)
+        return self.failover.start_again(hb.generation, now)
+
+    def _on_savepoint_request(self, msg: SavepointRequest) -> list[Command]:
+        """Savepoint ``msg.name`` of the next checkpoint; with ``stop`` the workers stop
+        reading input first (``StopJob`` precedes that checkpoint's trigger on the control
+        topic, so it covers everything they read) and the coordinator finishes after it."""
+        if not self.savepoints.request(msg, str(self.phase), self._next_id - 1, self.attempt):
+            return []  # refused, or made once the restore ended
+        return self._savepoint_started(msg)
+
+    def _on_resumed(self) -> list[Command]:
+        """The job runs again: a savepoint asked for during the restore, or started in
+        an earlier attempt, starts now."""
+        waited = self.savepoints.resumed(self._next_id - 1, self.attempt)
+        return [] if waited is None else self._savepoint_started(waited)
+
+    def _savepoint_started(self, msg: SavepointRequest) -> list[Command]:
+        self.triggers.request()
+        if msg.stop:
+            return [Send(StopJob(self.attempt, f"stop with savepoint {msg.name}"))]
+        return []
