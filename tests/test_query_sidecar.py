@@ -18,7 +18,7 @@ import urllib.request
 from collections.abc import Callable
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import pytest
 
@@ -175,22 +175,47 @@ class _Running:
         return None
 
 
+class Rig(NamedTuple):
+    """A worker's query endpoint and its sidecar, started on a public port."""
+
+    task: str  # the task of key "alice", which holds 42 at checkpoint 7 (snapshotted)
+    backend: RocksDBBackend
+    gate: StateGate
+    service: QueryService
+    worker: QueryServer
+    port: int  # the public one
+    sidecar: QuerySidecar
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+
+def started_sidecar(tmp_path: Path, service_type: type[QueryService]) -> Rig:
+    """Task state of key "alice" (42) snapshotted at checkpoint 7, not yet named to the
+    sidecar; the worker's endpoint (``service_type``) and a sidecar on a public port."""
+    task = INFO.task_of("alice")
+    assert task is not None
+    b = RocksDBBackend(tmp_path / "tasks" / task)
+    b.table(TableSpec(TABLE)).put(("alice",), 42)
+    snapshot(b, 7)
+    gate = StateGate()
+    service = service_type({OP: INFO}, Directory(coordinated=False), gate, _Running(), None)
+    worker = QueryServer(service, 0, "127.0.0.1", gate, listener=bind(0, "127.0.0.1"))
+    public = bind(0, "127.0.0.1")
+    sidecar = QuerySidecar(tmp_path / "sidecar")
+    sidecar.start(public, worker, {OP: INFO}, None)
+    return Rig(task, b, gate, service, worker, public.getsockname()[1], sidecar)
+
+
 def test_the_sidecar_process_answers_beside_a_busy_worker_and_stops_with_it(
     tmp_path: Path,
 ) -> None:
     key = "alice"
-    task = INFO.task_of(key)
-    assert task is not None
-    b = RocksDBBackend(tmp_path / "tasks" / task)
-    b.table(TableSpec(TABLE)).put((key,), 42)
-    snapshot(b, 7)
-    gate = StateGate()
-    service = QueryService({OP: INFO}, Directory(coordinated=False), gate, _Running(), None)
-    worker = QueryServer(service, 0, "127.0.0.1", gate, listener=bind(0, "127.0.0.1"))
-    public = bind(0, "127.0.0.1")
-    url = f"http://127.0.0.1:{public.getsockname()[1]}"
-    sidecar = QuerySidecar(tmp_path / "sidecar")
-    sidecar.start(public, worker, {OP: INFO}, None)
+    rig = started_sidecar(tmp_path, QueryService)
+    task, b, gate, worker, url, sidecar = (
+        rig.task, rig.backend, rig.gate, rig.worker, rig.url, rig.sidecar
+    )  # fmt: skip
     try:
         assert sidecar.process is not None and sidecar.process.is_alive()
         sidecar.completed(7, {task: b}, "member-1")
@@ -293,19 +318,11 @@ def test_a_killed_sidecar_is_replaced_and_the_worker_answers_its_port_meanwhile(
     # The first death: a new sidecar at once; the second in a row: after 60 s.
     monkeypatch.setattr(querysidecar, "RESTART_PAUSES_S", (0.0, 60.0))
     key = "alice"
-    task = INFO.task_of(key)
-    assert task is not None
-    b = RocksDBBackend(tmp_path / "tasks" / task)
-    b.table(TableSpec(TABLE)).put((key,), 42)
-    snapshot(b, 7)
-    gate = StateGate()
-    service = _FromStore({OP: INFO}, Directory(coordinated=False), gate, _Running(), None)
-    worker = QueryServer(service, 0, "127.0.0.1", gate, listener=bind(0, "127.0.0.1"))
-    public = bind(0, "127.0.0.1")
-    url = f"http://127.0.0.1:{public.getsockname()[1]}"
+    rig = started_sidecar(tmp_path, _FromStore)
+    task, b, gate, worker, url, sidecar = (
+        rig.task, rig.backend, rig.gate, rig.worker, rig.url, rig.sidecar
+    )  # fmt: skip
     q = f"/state/{OP}/get?key={key}&consistency=checkpointed"
-    sidecar = QuerySidecar(tmp_path / "sidecar")
-    sidecar.start(public, worker, {OP: INFO}, None)
     by_sidecar = {
         "operator": OP, "query": "get", "consistency": "checkpointed", "task": task,
         "worker": "member-1", "found": True, "value": 42, "position": {"checkpoint": 7},
@@ -331,7 +348,7 @@ def test_a_killed_sidecar_is_replaced_and_the_worker_answers_its_port_meanwhile(
         os.kill(second.pid, signal.SIGKILL)  # the second death in a row: no sidecar for 60 s
         second.join(10)
         wait_for(lambda: get(url, q)[1].get("in_process"))
-        conn = http.client.HTTPConnection("127.0.0.1", public.getsockname()[1], timeout=10)
+        conn = http.client.HTTPConnection("127.0.0.1", rig.port, timeout=10)
         for _ in range(3):  # on one connection (keep-alive), and on new ones
             conn.request("GET", q)
             resp = conn.getresponse()
@@ -381,18 +398,10 @@ def test_a_lookup_relayed_as_the_checkpoint_completes_waits_for_its_snapshot(
     # at the worker, which is pinning its snapshot for the sidecar right then: the
     # sidecar answers it from that snapshot, and the worker never reads the store.
     key = "alice"
-    task = INFO.task_of(key)
-    assert task is not None
-    b = RocksDBBackend(tmp_path / "tasks" / task)
-    b.table(TableSpec(TABLE)).put((key,), 42)
-    snapshot(b, 7)
-    gate = StateGate()
-    service = _FromStore({OP: INFO}, Directory(coordinated=False), gate, _Running(), None)
-    worker = QueryServer(service, 0, "127.0.0.1", gate, listener=bind(0, "127.0.0.1"))
-    public = bind(0, "127.0.0.1")
-    url = f"http://127.0.0.1:{public.getsockname()[1]}"
-    sidecar = QuerySidecar(tmp_path / "sidecar")
-    sidecar.start(public, worker, {OP: INFO}, None)
+    rig = started_sidecar(tmp_path, _FromStore)
+    task, b, service, worker, url, sidecar = (
+        rig.task, rig.backend, rig.service, rig.worker, rig.url, rig.sidecar
+    )  # fmt: skip
     asked = threading.Event()
 
     def completing(t: str) -> bool:  # the checkpoint completes as the lookup arrives
