@@ -21,14 +21,13 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import time
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 from integration.cli_job import CLI
-from integration.e2e.harness import REPO
+from integration.e2e.harness import REPO, wait_until
 from integration.edge_tools import read_all
 from integration.steadyfeed import SteadyFeed, wait_for_line
 from kstream.kafka.clients import TopicSpec, ensure_topics, make_admin
@@ -66,16 +65,6 @@ def _count(log: Path, text: str) -> int:
     return log.read_text(errors="replace").count(text)
 
 
-def _wait(cond: Callable[[], bool], within: float) -> bool:
-    """Whether ``cond()`` held within ``within`` s."""
-    deadline = time.monotonic() + within
-    while not cond():
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.5)
-    return True
-
-
 def test_a_frozen_worker_cannot_publish_a_checkpoint_its_tasks_new_owner_published(
     kafka_bootstrap: str, unique_name: Callable[[str], str], tmp_path: Path
 ) -> None:
@@ -103,16 +92,20 @@ def test_a_frozen_worker_cannot_publish_a_checkpoint_its_tasks_new_owner_publish
             a.send_signal(signal.SIGSTOP)
             # The group removes A; B runs every task, restored from a checkpoint at or
             # after the one A holds, and publishes (what A held included).
-            assert _wait(lambda: _count(log_b, all_tasks) > alone, 120), "B never ran all"
+            wait_until("B runs every task", lambda: _count(log_b, all_tasks) > alone, 120,
+                       lambda: f"{_count(log_b, all_tasks)} restores of all")  # fmt: skip
             published = len(outputs())
-            assert _wait(lambda: len(outputs()) > published, 60), "B published nothing more"
+            wait_until("B publishes more", lambda: len(outputs()) > published, 60,
+                       lambda: f"{len(outputs())} records")  # fmt: skip
             a.send_signal(signal.SIGCONT)
             a.send_signal(signal.SIGUSR1)  # out of the pause: the stale owner's transaction
             wait_for_line(a, log_a, "the group no longer counts this worker as the owner", 60)
             rejoined = _count(log_a, "resumed: running")
-            assert _wait(lambda: _count(log_a, "resumed: running") > rejoined, 120), "A idle"
+            wait_until("A runs again", lambda: _count(log_a, "resumed: running") > rejoined,
+                       120, lambda: "A idle")  # fmt: skip
         expected = sorted(f"V{i}".encode() for i in range(feed.produced))
-        assert _wait(lambda: len(outputs()) >= len(expected), 120), f"{len(outputs())} records"
+        wait_until("every record published", lambda: len(outputs()) >= len(expected), 120,
+                   lambda: f"{len(outputs())} records")  # fmt: skip
         for proc in (a, b):
             proc.send_signal(signal.SIGTERM)
         for proc in (a, b):
