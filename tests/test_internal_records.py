@@ -9,10 +9,9 @@ from confluent_kafka import KafkaError
 
 from kstream.elements.events import Barrier, EndOfInput, StreamEvent, Watermark
 from kstream.elements.records import InternalEvent, InternalRecord
+from kstream.kafka.delivery import DeliveryFailures, InternalDeliveryError
 from kstream.kafka.internal import (
-    DeliveryFailures,
     EventKind,
-    InternalDeliveryError,
     InternalRecordError,
     RecordOrigin,
     data_headers,
@@ -110,7 +109,10 @@ def test_an_event_time_the_kafka_timestamp_cannot_carry_travels_in_a_header() ->
 
 
 def test_only_barriers_require_pipelined_execution() -> None:
-    assert [k for k in EventKind if k.requires_pipelined] == [EventKind.BARRIER]
+    assert [k for k in EventKind if k.requires_pipelined] == [
+        EventKind.BARRIER,
+        EventKind.BARRIERS,
+    ]
 
 
 def test_event_fields_must_match_the_kind() -> None:

@@ -144,12 +144,18 @@ def test_triggering_many_tasks_sends_heartbeats_between_them() -> None:
     t = Topology("a")
     t.source("in", keyed=True).to("out")
     plan = plan_job(t, "a", {"in": 1})
+    written: list[list[list[int]]] = []  # the tasks' triggers when the barriers went out
+    runners = [_Triggered(f"s-{i}", clock, took=0.5) for i in range(10)]
+    router = SimpleNamespace(write_barriers=lambda: written.append([r.triggered for r in runners]))
     ctx = SimpleNamespace(
-        config=SimpleNamespace(app_id="a"), store=None, clock=clock, transactions=object()
+        config=SimpleNamespace(app_id="a"),
+        store=None,
+        clock=clock,
+        transactions=object(),
+        router=router,
     )
     source = _Source(set())
     tasks = WorkerTasks(plan, source, ctx)  # type: ignore[arg-type]
-    runners = [_Triggered(f"s-{i}", clock, took=0.5) for i in range(10)]
     tasks.runners = {r.task_id: r for r in runners}  # type: ignore[misc]
     protocol = WorkerProtocol("w", now=clock.now, heartbeat_interval=1.0)
     protocol.generation, protocol.attempt = 1, 1
@@ -160,6 +166,7 @@ def test_triggering_many_tasks_sends_heartbeats_between_them() -> None:
     mode._apply([TriggerTasks(7, 1)], clock.now)
 
     assert [r.triggered for r in runners] == [[7]] * 10
+    assert written == [[[7]] * 10]  # the barriers went out once, after every trigger
     beats = [m for m in control.posted if isinstance(m, Heartbeat)]
     # 5 s of triggers: a heartbeat as soon as one is due (the first at once), one a second
     assert len(beats) == 5

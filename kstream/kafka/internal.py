@@ -36,19 +36,8 @@ them and decodes records into the runtime's ``InternalRecord``/``InternalEvent``
 :class:`InternalRecordError` with the reason, and :func:`decode_records` hands such a
 record back for the dead-letter topic. Nothing read here is ever executed or unpickled.
 
-Writing: the worker's one producer for internal topics reports failed deliveries only
-(``delivery.report.only.error``: a callback per delivered record would cost more than
-producing it) to a :class:`DeliveryFailures`. A record the broker refuses for good (larger
-than the topic's ``max.message.bytes``, or not delivered within ``message.timeout.ms``)
-would otherwise be lost while the records and barriers after it go through, and a
-checkpoint complete without it. So a snapshot's acknowledgement waits until every
-internal record written so far is delivered (asked without blocking the processing, as
-an outage may last), source offsets are committed only after a flush, and a failure
-raises :class:`InternalDeliveryError` in the task that finds it: with checkpoints the
-job rolls back to its last completed checkpoint (which cannot hold the lost record's
-effects) and replays it, so a passing cause (a partition without a leader for longer
-than ``message.timeout.ms``) heals by itself; without, the worker stops before
-committing offsets past it.
+Writing and its delivery failures: :mod:`kstream.kafka.delivery`. Barriers of several
+tasks of one worker travel in one record per partition: :func:`encode_barrier_set`.
 """
 
 from __future__ import annotations
@@ -58,7 +47,6 @@ import secrets
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
-from functools import partial
 from typing import Any
 
 from kstream.elements.events import Barrier, EndOfInput, StreamEvent, Watermark
@@ -71,15 +59,15 @@ __all__ = [
     "HEADER_TASK",
     "HEADER_TIME",
     "HEADER_WRITER",
-    "DeliveryFailures",
     "EventKind",
     "Headers",
-    "InternalDeliveryError",
     "InternalRecordError",
     "RecordOrigin",
     "data_headers",
+    "decode_barrier_set",
     "decode_event",
     "decode_records",
+    "encode_barrier_set",
     "encode_event",
     "is_stale",
     "new_writer",
@@ -98,6 +86,8 @@ HEADER_SEQ = "ks.seq"
 
 FORMAT_VERSION = 1
 MAX_EVENT_VALUE_BYTES = 4096  # an event value is tiny; a larger one is malformed
+MAX_BARRIER_SET_TASKS = 2048  # tasks per barrier-set record (~60 KB of JSON)
+MAX_BARRIER_SET_BYTES = 512 * 1024
 MAX_ID_LEN = 256
 MAX_WRITER_LEN = 64
 
@@ -108,58 +98,11 @@ class InternalRecordError(ValueError):
     """An internal-topic record has malformed ``ks.*`` headers or event value."""
 
 
-class InternalDeliveryError(RuntimeError):
-    """An internal record or event was not delivered: the task that finds it fails before
-    anything after it is acknowledged or committed."""
-
-
-class DeliveryFailures:
-    """Failed deliveries of internal records and events, by the attempt that wrote them:
-    how many and the first one (topic, partition, the broker's or the client's reason).
-    ``of(attempt)`` is the delivery callback of that attempt's records (a producer that
-    reports failures only calls it for those)."""
-
-    __slots__ = ("_callbacks", "failed")
-
-    def __init__(self) -> None:
-        self.failed: dict[int, tuple[int, str]] = {}
-        self._callbacks: dict[int, Callable[[Any, Any], None]] = {}
-
-    def of(self, attempt: int) -> Callable[[Any, Any], None]:
-        """The delivery callback for records written in ``attempt``."""
-        cb = self._callbacks.get(attempt)
-        if cb is None:
-            cb = self._callbacks[attempt] = partial(self._delivered, attempt)
-        return cb
-
-    def _delivered(self, attempt: int, err: Any, msg: Any) -> None:
-        if err is None:
-            return
-        count, first = self.failed.get(attempt, (0, ""))
-        reason = f"delivery to {msg.topic()} [{msg.partition()}] failed: {err.name()}: {err.str()}"
-        self.failed[attempt] = (count + 1, first or reason)
-
-    def check(self, attempt: int = 0) -> None:
-        """InternalDeliveryError if a record written in ``attempt`` or later failed.
-        Failures of earlier attempts are forgotten: a restore made their records stale
-        (read and dropped), and the restored attempt writes them again."""
-        for table in (self.failed, self._callbacks):
-            for old in [a for a in table if a < attempt]:
-                del table[old]
-        if self.failed:
-            count, first = self.failed[max(self.failed)]
-            raise InternalDeliveryError(
-                f"{first} ({count} record(s)). Nothing after them is acknowledged or "
-                f"committed: the job rolls back to its last completed checkpoint, which "
-                f"replays them (without checkpoints the worker stops). For a record too "
-                f"large, raise the internal topic's max.message.bytes"
-            )
-
-
 class EventKind(StrEnum):
     """Kinds of stream event carried on internal topics (docs/design.md §3)."""
 
     BARRIER = "barrier"
+    BARRIERS = "barriers"  # one checkpoint's barriers of several tasks: encode_barrier_set
     WATERMARK = "watermark"
     END_OF_INPUT = "end_of_input"
 
@@ -180,6 +123,7 @@ class EventKind(StrEnum):
 
 _EVENT_CLASS: dict[EventKind, type[StreamEvent]] = {
     EventKind.BARRIER: Barrier,
+    EventKind.BARRIERS: Barrier,
     EventKind.WATERMARK: Watermark,
     EventKind.END_OF_INPUT: EndOfInput,
 }
@@ -340,6 +284,8 @@ def decode_event(origin: RecordOrigin, value: bytes | None) -> StreamEvent:
     """
     if origin.event is None:
         raise InternalRecordError("record is a data record, not an event")
+    if origin.event is EventKind.BARRIERS:
+        raise InternalRecordError("a barrier set holds several events: decode_barrier_set")
     if value is None or len(value) > MAX_EVENT_VALUE_BYTES:
         raise InternalRecordError(
             f"{origin.event} event value must be 1..{MAX_EVENT_VALUE_BYTES} bytes of JSON"
@@ -388,6 +334,73 @@ def decode_event(origin: RecordOrigin, value: bytes | None) -> StreamEvent:
     return EndOfInput()
 
 
+def encode_barrier_set(
+    tasks: Sequence[str], timestamps: Sequence[int], checkpoint_id: int, attempt: int, writer: str
+) -> tuple[list[tuple[str, bytes]], bytes]:
+    """Headers (without ``ks.seq``) and value of one record that carries barrier
+    ``checkpoint_id`` of each of ``tasks`` (of one worker, in ``attempt``), each with its
+    timestamp: a reader takes it as each task's own barrier at the record's offset.
+
+    A worker's tasks write through one producer, so a task's records before its barrier
+    are on each partition before this record, and the worker writes the task's records
+    after its barrier only after this record (``kstream.worker.barriersets``). One record
+    per partition for all of a worker's tasks, not one per task: W x P_down barrier
+    records per checkpoint and stage boundary instead of P_up x P_down (docs/design.md
+    §5.3). The ``ks.task`` header names the first task."""
+    if not tasks or len(tasks) != len(timestamps) or len(tasks) > MAX_BARRIER_SET_TASKS:
+        raise InternalRecordError(
+            f"a barrier set needs 1..{MAX_BARRIER_SET_TASKS} tasks, each with a timestamp"
+        )
+    headers = [*data_headers(tasks[0], attempt, writer), (HEADER_EVENT, b"barriers")]
+    body = {
+        "v": FORMAT_VERSION,
+        "attempt": attempt,
+        "checkpoint_id": checkpoint_id,
+        "tasks": list(tasks),
+        "timestamps": list(timestamps),
+    }
+    return headers, json.dumps(body, separators=(",", ":")).encode()
+
+
+def decode_barrier_set(origin: RecordOrigin, value: bytes | None) -> list[tuple[str, Barrier]]:
+    """Each task's barrier in a barrier-set record (:func:`encode_barrier_set`) whose
+    headers gave ``origin``; InternalRecordError if malformed."""
+    if value is None or len(value) > MAX_BARRIER_SET_BYTES:
+        raise InternalRecordError(f"barrier set value must be 1..{MAX_BARRIER_SET_BYTES} bytes")
+    try:
+        body = json.loads(value)
+    except (UnicodeDecodeError, ValueError) as e:
+        raise InternalRecordError(f"barrier set value is not JSON: {e}") from e
+    if not isinstance(body, dict) or body.get("v") != FORMAT_VERSION:
+        raise InternalRecordError(f"barrier set must be an object with v={FORMAT_VERSION}")
+    if body.get("attempt") != origin.attempt:
+        raise InternalRecordError(
+            f"barrier set attempt {body.get('attempt')!r} disagrees with header {origin.attempt}"
+        )
+    n, tasks, stamps = body.get("checkpoint_id"), body.get("tasks"), body.get("timestamps")
+    if type(n) is not int or n < 0:
+        raise InternalRecordError(f"barrier set checkpoint_id must be an integer >= 0, got {n!r}")
+    if (
+        not isinstance(tasks, list)
+        or not isinstance(stamps, list)
+        or not 1 <= len(tasks) == len(stamps) <= MAX_BARRIER_SET_TASKS
+        or not all(type(t) is str for t in tasks)
+        or not all(type(ts) is int for ts in stamps)
+        or len(set(tasks)) != len(tasks)
+    ):
+        raise InternalRecordError(
+            "barrier set needs distinct task ids and an integer timestamp for each "
+            f"(1..{MAX_BARRIER_SET_TASKS})"
+        )
+    for t in tasks:
+        _check_id(t)
+    if tasks[0] != origin.task:
+        raise InternalRecordError(
+            f"barrier set's first task {tasks[0]!r} disagrees with header {origin.task!r}"
+        )
+    return [(t, Barrier(n, origin.attempt, ts)) for t, ts in zip(tasks, stamps, strict=True)]
+
+
 def decode_records(
     records: Sequence[tuple[bytes | None, bytes | None, int | None, int, Headers | None]],
 ) -> tuple[list[InternalRecord | InternalEvent], list[tuple[int, str]]]:
@@ -406,6 +419,11 @@ def decode_records(
                     origin.writer, origin.seq,
                 )  # fmt: skip
                 items.append(record)
+            elif origin.event is EventKind.BARRIERS:
+                items.extend(
+                    InternalEvent(task, origin.attempt, offset, barrier, origin.writer, origin.seq)
+                    for task, barrier in decode_barrier_set(origin, value)
+                )
             else:
                 event = decode_event(origin, value)
                 items.append(

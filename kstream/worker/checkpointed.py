@@ -16,7 +16,7 @@ from kstream.checkpointstorage.base import CheckpointStore
 from kstream.checkpointstorage.metadata import unbacked_completion
 from kstream.checkpointstorage.plans import plan_refusal, publish_plan
 from kstream.kafka.control import ControlClient
-from kstream.kafka.internal import InternalDeliveryError
+from kstream.kafka.delivery import InternalDeliveryError
 from kstream.kafka.sink import SinkError, SinkFencedError
 from kstream.kafka.source import SourceConsumer
 from kstream.logs import ctx
@@ -154,6 +154,7 @@ class Checkpointed(Mode):
         upload of it is in flight here, then go out in one ``AcknowledgeCheckpoints``
         (:mod:`kstream.protocol.batching`); then the protocol's time-driven commands."""
         self._collect_commits(now, wait=False)
+        self.tasks.ctx.router.write_barriers()  # those the tasks passed in this iteration
         finished = [r for r in self.tasks.runners.values() if r.has_finished_upload()]
         if finished and not self._internal_delivered(finished[0]):
             finished = []  # acknowledged at a later iteration
@@ -329,13 +330,14 @@ class Checkpointed(Mode):
         return True, unreachable
 
     def _trigger(self, checkpoint_id: int, attempt: int, now: float) -> None:
-        """Trigger every running task; a heartbeat between two: each writes its barriers
-        to every partition of its internal topics, P_up x P_down records per stage
-        boundary, which took tens of seconds per worker at 1024 partitions."""
+        """Trigger every running task, a heartbeat between two; then their barriers go
+        out, one record per internal partition for them all (:mod:`kstream.worker.barriersets`;
+        a record per task took tens of seconds per worker at 1024 partitions)."""
         t0, running = time.perf_counter(), self.tasks.running()
         for r in running:
             self.guarded(r, r.trigger, checkpoint_id, attempt, now)
             self._heartbeat()
+        self.tasks.ctx.router.write_barriers()  # one record per partition for them all
         took = time.perf_counter() - t0
         log.log(
             logging.INFO if took >= TRIGGER_LOG_S else logging.DEBUG,

@@ -26,8 +26,8 @@ from kstream.config import Guarantee, JobConfig
 from kstream.job import Job
 from kstream.kafka.clients import Producer, make_producer
 from kstream.kafka.control import ControlClient, ControlError
+from kstream.kafka.delivery import InternalDeliveryError
 from kstream.kafka.dlq import DeadLetterWriter
-from kstream.kafka.internal import InternalDeliveryError
 from kstream.kafka.reachability import Reachability
 from kstream.kafka.sink import SinkError
 from kstream.kafka.source import RawRecord, SourceConsumer, SourceError

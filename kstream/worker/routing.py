@@ -8,11 +8,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kstream.config import Guarantee
+from kstream.elements.events import Barrier
 from kstream.elements.records import AlignmentAborted, DeadLetter, Output, OutputBatch, OutputEvent
 from kstream.kafka.clients import Producer, produce_with_retry
+from kstream.kafka.delivery import DeliveryFailures
 from kstream.kafka.dlq import DeadLetterWriter
 from kstream.kafka.internal import (
-    DeliveryFailures,
     data_headers,
     new_writer,
     produce_event,
@@ -22,6 +23,7 @@ from kstream.kafka.internal import (
 from kstream.kafka.sink import Sink
 from kstream.metrics.worker import WorkerMetrics
 from kstream.protocol.messages import DeclineCheckpoint, Message
+from kstream.worker.barriersets import BarrierSets
 
 
 @dataclass
@@ -83,6 +85,8 @@ class Router:
         internal_partitions: dict[str, int],
         send: Callable[[Message], object] | None = None,
         metrics: WorkerMetrics | None = None,
+        *,
+        barrier_sets: bool = True,
     ) -> None:
         self.metrics = metrics or WorkerMetrics()
         self.producer = producer
@@ -93,6 +97,13 @@ class Router:
         self.dlq = dlq
         self.internal_partitions = internal_partitions
         self.send = send  # None without a coordinator: nothing to decline to
+        # Barriers of the worker's tasks, one record per partition for many tasks
+        # (None: a record per task and partition, as workers before it wrote them).
+        self.barriers = (
+            BarrierSets(self._events, internal_partitions, self.failures.of)
+            if barrier_sets
+            else None
+        )
 
     def route(self, task: TaskRoute, outputs: list[Output]) -> None:
         """Write a task's drained outputs in order."""
@@ -106,6 +117,13 @@ class Router:
                     # the batch's own lists: the task never touches a drained batch again
                     task.sinks[g].write_columns(out.topic, out.keys, out.values, out.timestamps)
             elif isinstance(out, OutputEvent):
+                sets = self.barriers
+                if out.internal and sets is not None:
+                    if isinstance(out.event, Barrier):
+                        sets.add(out.topic, task.task_id, task.attempt, out.event)
+                        continue
+                    if sets.holds(out.topic, task.task_id):
+                        sets.write(out.topic)  # the task's barrier goes before its event
                 if out.internal:
                     produce_event(
                         self._events,
@@ -143,7 +161,15 @@ class Router:
             seqs = task.seqs[topic] = [0] * self.internal_partitions[topic]
         return seqs
 
+    def write_barriers(self) -> None:
+        """Write the barriers the tasks passed and that wait to go out together
+        (:mod:`kstream.worker.barriersets`): after a trigger, before acknowledgements."""
+        if self.barriers is not None:
+            self.barriers.write_all()  # (a failed delivery: internal_delivered finds it)
+
     def _produce_internal(self, task: TaskRoute, out: OutputBatch) -> None:
+        if self.barriers is not None and self.barriers.holds(out.topic, task.task_id):
+            self.barriers.write(out.topic)  # the task's barrier goes before its records
         produce = self.producer.produce
         headers = task.headers
         seqs = self._seqs(task, out.topic)
