@@ -149,10 +149,11 @@ def barriers_per_checkpoint(
     """Barrier records per checkpoint in ``checkpoints``, from the ``(ks.event header,
     value)`` of the stream events read off a repartition topic; ``scale``: the topic's
     partitions over the partitions read (every upstream task writes each barrier to
-    every partition, so each partition holds the same number)."""
+    every partition, so each partition holds the same number). A worker's barrier set
+    (``barriers``: one record for several tasks' barriers) counts as one record."""
     count: Counter[int] = Counter()
     for kind, value in events:
-        if kind != "barrier":
+        if kind not in ("barrier", "barriers"):
             continue
         try:
             cid = json.loads(value or b"{}").get("checkpoint_id")

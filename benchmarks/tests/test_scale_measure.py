@@ -96,8 +96,9 @@ def test_barriers_per_checkpoint_counts_barriers_of_each_checkpoint_scaled() -> 
         return kind, json.dumps({"v": 1, "checkpoint_id": cid, "attempt": 0}).encode()
 
     events: list[tuple[str, bytes | None]] = (
-        [ev("barrier", 1)] * 4 + [ev("watermark", 1)] * 4 + [ev("barrier", 2)] * 3
+        [ev("barrier", 1)] * 4 + [ev("watermark", 1)] * 4 + [ev("barrier", 2)] * 2
     )
+    events += [ev("barriers", 2)]  # a worker's set: one record
     events += [("barrier", b"junk"), ("end_of_input", None)]
     assert barriers_per_checkpoint(events, [1, 2, 3]) == [4, 3, 0]
     assert barriers_per_checkpoint(events, [1], scale=1024 / 8) == [512]
