@@ -16,7 +16,6 @@ from kstream.kafka.internal import (
     RecordOrigin,
     data_headers,
     decode_event,
-    decode_records,
     encode_event,
     is_stale,
     produce_event,
@@ -24,6 +23,7 @@ from kstream.kafka.internal import (
     seq_header,
     time_headers,
 )
+from kstream.kafka.internal_batch import decode_records
 
 
 def test_data_headers_name_task_and_attempt() -> None:
@@ -112,7 +112,7 @@ def test_only_barriers_require_pipelined_execution() -> None:
     assert [k for k in EventKind if k.requires_pipelined] == [
         EventKind.BARRIER,
         EventKind.BARRIERS,
-    ]
+    ]  # (a set of watermarks does not)
 
 
 def test_event_fields_must_match_the_kind() -> None:

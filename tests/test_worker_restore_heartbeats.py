@@ -146,7 +146,7 @@ def test_triggering_many_tasks_sends_heartbeats_between_them() -> None:
     plan = plan_job(t, "a", {"in": 1})
     written: list[list[list[int]]] = []  # the tasks' triggers when the barriers went out
     runners = [_Triggered(f"s-{i}", clock, took=0.5) for i in range(10)]
-    router = SimpleNamespace(write_barriers=lambda: written.append([r.triggered for r in runners]))
+    router = SimpleNamespace(write_sets=lambda: written.append([r.triggered for r in runners]))
     ctx = SimpleNamespace(
         config=SimpleNamespace(app_id="a"),
         store=None,

@@ -14,7 +14,8 @@ from kstream.elements.events import Barrier
 from kstream.elements.records import InternalRecord, OutputBatch, OutputEvent
 from kstream.kafka.delivery import InternalDeliveryError
 from kstream.kafka.dlq import DeadLetterWriter
-from kstream.kafka.internal import data_headers, decode_records, read_origin
+from kstream.kafka.internal import data_headers, read_origin
+from kstream.kafka.internal_batch import decode_records
 from kstream.worker.routing import ACK_WAIT_BEHIND_S, ACK_WAIT_S, Router, TaskRoute
 
 
@@ -115,16 +116,16 @@ def test_an_event_time_of_zero_reaches_the_next_stage_through_a_header() -> None
     ]
 
 
-@pytest.mark.parametrize("barrier_sets", [False, True])
+@pytest.mark.parametrize("event_sets", [False, True])
 def test_a_tasks_records_and_events_are_numbered_per_partition_by_its_writer(
-    barrier_sets: bool,
+    event_sets: bool,
 ) -> None:
     p = _Recorder()
     router = Router(
         cast(Any, p),
         DeadLetterWriter("app", "127.0.0.1:1", OnBadRecord.FAIL),
         {"app.r": 2},
-        barrier_sets=barrier_sets,
+        event_sets=event_sets,
     )
     route = TaskRoute("s-0", 3)
     assert route.headers == data_headers("s-0", 3, route.writer)
@@ -135,7 +136,7 @@ def test_a_tasks_records_and_events_are_numbered_per_partition_by_its_writer(
         (r["partition"], read_origin(r["headers"]).seq, read_origin(r["headers"]).writer)
         for r in p.records
     ]
-    if not barrier_sets:
+    if not event_sets:
         assert [(part, seq) for part, seq, _ in numbered] == [
             (0, 0), (1, 0), (0, 1),  # the batch
             (0, 2), (1, 1),  # the barrier, on each partition
@@ -145,8 +146,8 @@ def test_a_tasks_records_and_events_are_numbered_per_partition_by_its_writer(
         return
     # The barrier goes out in the worker's barrier-set record, numbered by the set's own
     # writer, before the task's next record on the topic.
-    assert router.barriers is not None
-    sets = router.barriers.writer
+    assert router.sets is not None
+    sets = router.sets.writer
     assert numbered == [
         (0, 0, route.writer), (1, 0, route.writer), (0, 1, route.writer),  # the batch
         (0, 0, sets), (1, 0, sets),  # the barrier set, on each partition
@@ -183,7 +184,7 @@ def test_a_barrier_to_more_partitions_than_the_queue_holds_waits_for_deliveries(
     )
     route = TaskRoute("s-0", 1)
     router.route(route, [OutputEvent("app.r", True, Barrier(7, 1, 0))])
-    router.write_barriers()
+    router.write_sets()
     assert [r["partition"] for r in p.records] == list(range(10))
     assert [dict(r["headers"])["ks.seq"] for r in p.records] == [b"0"] * 10
     assert p.polls >= 3  # each full queue served its deliveries before the next record

@@ -31,13 +31,14 @@ An event is written to EVERY partition of the internal topic
 (:func:`produce_event`), so each downstream task sees it on each of its inputs.
 
 The events are the runtime's own (:mod:`kstream.elements.events`): this module encodes
-them and decodes records into the runtime's ``InternalRecord``/``InternalEvent``
-(:func:`decode_records`). Decoding is validated: a malformed header or value raises
-:class:`InternalRecordError` with the reason, and :func:`decode_records` hands such a
-record back for the dead-letter topic. Nothing read here is ever executed or unpickled.
+them and validates what it reads: a malformed header or value raises
+:class:`InternalRecordError` with the reason. Nothing read here is ever executed or
+unpickled.
 
-Writing and its delivery failures: :mod:`kstream.kafka.delivery`. Barriers of several
-tasks of one worker travel in one record per partition: :func:`encode_barrier_set`.
+Barriers and watermarks of several tasks of one worker travel in one record per
+partition (:mod:`kstream.kafka.eventsets`); a partition's batch is decoded into records
+and events by :mod:`kstream.kafka.internal_batch`; delivery failures:
+:mod:`kstream.kafka.delivery`.
 """
 
 from __future__ import annotations
@@ -50,7 +51,6 @@ from enum import StrEnum
 from typing import Any
 
 from kstream.elements.events import Barrier, EndOfInput, StreamEvent, Watermark
-from kstream.elements.records import InternalEvent, InternalRecord
 
 __all__ = [
     "HEADER_ATTEMPT",
@@ -63,11 +63,9 @@ __all__ = [
     "Headers",
     "InternalRecordError",
     "RecordOrigin",
+    "check_id",
     "data_headers",
-    "decode_barrier_set",
     "decode_event",
-    "decode_records",
-    "encode_barrier_set",
     "encode_event",
     "is_stale",
     "new_writer",
@@ -86,8 +84,6 @@ HEADER_SEQ = "ks.seq"
 
 FORMAT_VERSION = 1
 MAX_EVENT_VALUE_BYTES = 4096  # an event value is tiny; a larger one is malformed
-MAX_BARRIER_SET_TASKS = 2048  # tasks per barrier-set record (~60 KB of JSON)
-MAX_BARRIER_SET_BYTES = 512 * 1024
 MAX_ID_LEN = 256
 MAX_WRITER_LEN = 64
 
@@ -102,7 +98,8 @@ class EventKind(StrEnum):
     """Kinds of stream event carried on internal topics (docs/design.md §3)."""
 
     BARRIER = "barrier"
-    BARRIERS = "barriers"  # one checkpoint's barriers of several tasks: encode_barrier_set
+    BARRIERS = "barriers"  # one checkpoint's barriers of several tasks (kstream.kafka.eventsets)
+    WATERMARKS = "watermarks"  # the watermarks of several tasks (kstream.kafka.eventsets)
     WATERMARK = "watermark"
     END_OF_INPUT = "end_of_input"
 
@@ -124,6 +121,7 @@ class EventKind(StrEnum):
 _EVENT_CLASS: dict[EventKind, type[StreamEvent]] = {
     EventKind.BARRIER: Barrier,
     EventKind.BARRIERS: Barrier,
+    EventKind.WATERMARKS: Watermark,
     EventKind.WATERMARK: Watermark,
     EventKind.END_OF_INPUT: EndOfInput,
 }
@@ -144,7 +142,7 @@ class RecordOrigin:
     seq: int | None = None
 
 
-def _check_id(task: str) -> None:
+def check_id(task: str) -> None:
     if not task or len(task) > MAX_ID_LEN:
         raise InternalRecordError(f"task id must be 1..{MAX_ID_LEN} characters, got {task!r}")
 
@@ -160,7 +158,7 @@ def data_headers(task: str, attempt: int, writer: str | None = None) -> list[tup
 
     Build them once per task and attempt and reuse the list for every record.
     """
-    _check_id(task)
+    check_id(task)
     if attempt < 0:
         raise InternalRecordError(f"attempt must be >= 0, got {attempt}")
     headers = [(HEADER_TASK, task.encode()), (HEADER_ATTEMPT, str(attempt).encode())]
@@ -250,7 +248,7 @@ def read_origin(headers: Headers | None) -> RecordOrigin:
         seen.add(name)
         if name == HEADER_TASK:
             task = _text(name, raw)
-            _check_id(task)
+            check_id(task)
         elif name == HEADER_ATTEMPT:
             attempt = _non_negative_int(name, _text(name, raw))
         elif name == HEADER_EVENT:
@@ -284,8 +282,8 @@ def decode_event(origin: RecordOrigin, value: bytes | None) -> StreamEvent:
     """
     if origin.event is None:
         raise InternalRecordError("record is a data record, not an event")
-    if origin.event is EventKind.BARRIERS:
-        raise InternalRecordError("a barrier set holds several events: decode_barrier_set")
+    if origin.event in (EventKind.BARRIERS, EventKind.WATERMARKS):
+        raise InternalRecordError(f"a set of {origin.event} holds several events: decode_set")
     if value is None or len(value) > MAX_EVENT_VALUE_BYTES:
         raise InternalRecordError(
             f"{origin.event} event value must be 1..{MAX_EVENT_VALUE_BYTES} bytes of JSON"
@@ -332,108 +330,6 @@ def decode_event(origin: RecordOrigin, value: bytes | None) -> StreamEvent:
             raise InternalRecordError(f"watermark judged must be an integer, got {judged!r}")
         return Watermark(timestamp, judged)
     return EndOfInput()
-
-
-def encode_barrier_set(
-    tasks: Sequence[str], timestamps: Sequence[int], checkpoint_id: int, attempt: int, writer: str
-) -> tuple[list[tuple[str, bytes]], bytes]:
-    """Headers (without ``ks.seq``) and value of one record that carries barrier
-    ``checkpoint_id`` of each of ``tasks`` (of one worker, in ``attempt``), each with its
-    timestamp: a reader takes it as each task's own barrier at the record's offset.
-
-    A worker's tasks write through one producer, so a task's records before its barrier
-    are on each partition before this record, and the worker writes the task's records
-    after its barrier only after this record (``kstream.worker.barriersets``). One record
-    per partition for all of a worker's tasks, not one per task: W x P_down barrier
-    records per checkpoint and stage boundary instead of P_up x P_down (docs/design.md
-    §5.3). The ``ks.task`` header names the first task."""
-    if not tasks or len(tasks) != len(timestamps) or len(tasks) > MAX_BARRIER_SET_TASKS:
-        raise InternalRecordError(
-            f"a barrier set needs 1..{MAX_BARRIER_SET_TASKS} tasks, each with a timestamp"
-        )
-    headers = [*data_headers(tasks[0], attempt, writer), (HEADER_EVENT, b"barriers")]
-    body = {
-        "v": FORMAT_VERSION,
-        "attempt": attempt,
-        "checkpoint_id": checkpoint_id,
-        "tasks": list(tasks),
-        "timestamps": list(timestamps),
-    }
-    return headers, json.dumps(body, separators=(",", ":")).encode()
-
-
-def decode_barrier_set(origin: RecordOrigin, value: bytes | None) -> list[tuple[str, Barrier]]:
-    """Each task's barrier in a barrier-set record (:func:`encode_barrier_set`) whose
-    headers gave ``origin``; InternalRecordError if malformed."""
-    if value is None or len(value) > MAX_BARRIER_SET_BYTES:
-        raise InternalRecordError(f"barrier set value must be 1..{MAX_BARRIER_SET_BYTES} bytes")
-    try:
-        body = json.loads(value)
-    except (UnicodeDecodeError, ValueError) as e:
-        raise InternalRecordError(f"barrier set value is not JSON: {e}") from e
-    if not isinstance(body, dict) or body.get("v") != FORMAT_VERSION:
-        raise InternalRecordError(f"barrier set must be an object with v={FORMAT_VERSION}")
-    if body.get("attempt") != origin.attempt:
-        raise InternalRecordError(
-            f"barrier set attempt {body.get('attempt')!r} disagrees with header {origin.attempt}"
-        )
-    n, tasks, stamps = body.get("checkpoint_id"), body.get("tasks"), body.get("timestamps")
-    if type(n) is not int or n < 0:
-        raise InternalRecordError(f"barrier set checkpoint_id must be an integer >= 0, got {n!r}")
-    if (
-        not isinstance(tasks, list)
-        or not isinstance(stamps, list)
-        or not 1 <= len(tasks) == len(stamps) <= MAX_BARRIER_SET_TASKS
-        or not all(type(t) is str for t in tasks)
-        or not all(type(ts) is int for ts in stamps)
-        or len(set(tasks)) != len(tasks)
-    ):
-        raise InternalRecordError(
-            "barrier set needs distinct task ids and an integer timestamp for each "
-            f"(1..{MAX_BARRIER_SET_TASKS})"
-        )
-    for t in tasks:
-        _check_id(t)
-    if tasks[0] != origin.task:
-        raise InternalRecordError(
-            f"barrier set's first task {tasks[0]!r} disagrees with header {origin.task!r}"
-        )
-    return [(t, Barrier(n, origin.attempt, ts)) for t, ts in zip(tasks, stamps, strict=True)]
-
-
-def decode_records(
-    records: Sequence[tuple[bytes | None, bytes | None, int | None, int, Headers | None]],
-) -> tuple[list[InternalRecord | InternalEvent], list[tuple[int, str]]]:
-    """The records and events of one internal partition's batch of ``(key, value,
-    timestamp, offset, headers)``, and the malformed ones as ``(index, reason)``."""
-    items: list[InternalRecord | InternalEvent] = []
-    bad: list[tuple[int, str]] = []
-    for i, (key, value, ts, offset, headers) in enumerate(records):
-        try:
-            origin = read_origin(headers)
-            if origin.event is None:
-                if origin.time is not None:
-                    ts = origin.time
-                record = InternalRecord(
-                    origin.task, origin.attempt, offset, key, value, ts or 0,
-                    origin.writer, origin.seq,
-                )  # fmt: skip
-                items.append(record)
-            elif origin.event is EventKind.BARRIERS:
-                items.extend(
-                    InternalEvent(task, origin.attempt, offset, barrier, origin.writer, origin.seq)
-                    for task, barrier in decode_barrier_set(origin, value)
-                )
-            else:
-                event = decode_event(origin, value)
-                items.append(
-                    InternalEvent(
-                        origin.task, origin.attempt, offset, event, origin.writer, origin.seq
-                    )
-                )
-        except InternalRecordError as e:
-            bad.append((i, f"malformed internal record: {e}"))
-    return items, bad
 
 
 def is_stale(record_attempt: int, current_attempt: int) -> bool:

@@ -154,7 +154,6 @@ class Checkpointed(Mode):
         upload of it is in flight here, then go out in one ``AcknowledgeCheckpoints``
         (:mod:`kstream.protocol.batching`); then the protocol's time-driven commands."""
         self._collect_commits(now, wait=False)
-        self.tasks.ctx.router.write_barriers()  # those the tasks passed in this iteration
         finished = [r for r in self.tasks.runners.values() if r.has_finished_upload()]
         if finished and not self._internal_delivered(finished[0]):
             finished = []  # acknowledged at a later iteration
@@ -331,13 +330,13 @@ class Checkpointed(Mode):
 
     def _trigger(self, checkpoint_id: int, attempt: int, now: float) -> None:
         """Trigger every running task, a heartbeat between two; then their barriers go
-        out, one record per internal partition for them all (:mod:`kstream.worker.barriersets`;
+        out, one record per internal partition for them all (:mod:`kstream.worker.eventsets`;
         a record per task took tens of seconds per worker at 1024 partitions)."""
         t0, running = time.perf_counter(), self.tasks.running()
         for r in running:
             self.guarded(r, r.trigger, checkpoint_id, attempt, now)
             self._heartbeat()
-        self.tasks.ctx.router.write_barriers()  # one record per partition for them all
+        self.tasks.ctx.router.write_sets()  # one record per partition for them all
         took = time.perf_counter() - t0
         log.log(
             logging.INFO if took >= TRIGGER_LOG_S else logging.DEBUG,

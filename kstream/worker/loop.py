@@ -368,6 +368,7 @@ class Worker:
             wall_ms = int(time.time() * 1000)  # processing-time timers run on the wall clock
             for r in tasks.running():
                 mode.guarded(r, r.task.tick, now, wall_ms)
+            self.router.write_sets()  # the barriers and watermarks passed in this iteration
             code = mode.end(now)
             if code is not None:
                 return code

@@ -8,13 +8,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kstream.config import Guarantee
-from kstream.elements.events import Barrier
+from kstream.elements.events import Barrier, Watermark
 from kstream.elements.records import AlignmentAborted, DeadLetter, Output, OutputBatch, OutputEvent
 from kstream.kafka.clients import Producer, produce_with_retry
 from kstream.kafka.delivery import DeliveryFailures
 from kstream.kafka.dlq import DeadLetterWriter
 from kstream.kafka.internal import (
     data_headers,
+    encode_event,
     new_writer,
     produce_event,
     seq_header,
@@ -23,7 +24,7 @@ from kstream.kafka.internal import (
 from kstream.kafka.sink import Sink
 from kstream.metrics.worker import WorkerMetrics
 from kstream.protocol.messages import DeclineCheckpoint, Message
-from kstream.worker.barriersets import BarrierSets
+from kstream.worker.eventsets import EventSets
 
 
 @dataclass
@@ -86,7 +87,7 @@ class Router:
         send: Callable[[Message], object] | None = None,
         metrics: WorkerMetrics | None = None,
         *,
-        barrier_sets: bool = True,
+        event_sets: bool = True,
     ) -> None:
         self.metrics = metrics or WorkerMetrics()
         self.producer = producer
@@ -97,12 +98,10 @@ class Router:
         self.dlq = dlq
         self.internal_partitions = internal_partitions
         self.send = send  # None without a coordinator: nothing to decline to
-        # Barriers of the worker's tasks, one record per partition for many tasks
-        # (None: a record per task and partition, as workers before it wrote them).
-        self.barriers = (
-            BarrierSets(self._events, internal_partitions, self.failures.of)
-            if barrier_sets
-            else None
+        # Barriers and watermarks of the worker's tasks, one record per partition for
+        # many tasks (None: a record per task and partition, as earlier workers wrote).
+        self.sets = (
+            EventSets(self._events, internal_partitions, self.failures.of) if event_sets else None
         )
 
     def route(self, task: TaskRoute, outputs: list[Output]) -> None:
@@ -117,13 +116,15 @@ class Router:
                     # the batch's own lists: the task never touches a drained batch again
                     task.sinks[g].write_columns(out.topic, out.keys, out.values, out.timestamps)
             elif isinstance(out, OutputEvent):
-                sets = self.barriers
+                sets, event = self.sets, out.event
                 if out.internal and sets is not None:
-                    if isinstance(out.event, Barrier):
-                        sets.add(out.topic, task.task_id, task.attempt, out.event)
+                    if isinstance(event, Barrier):
+                        sets.barrier(out.topic, task.task_id, task.attempt, event)
                         continue
-                    if sets.holds(out.topic, task.task_id):
-                        sets.write(out.topic)  # the task's barrier goes before its event
+                    if isinstance(event, Watermark):
+                        sets.watermark(out.topic, task.task_id, task.attempt, event)
+                        continue
+                    sets.before_event(out.topic, task.task_id)  # what waits goes first
                 if out.internal:
                     produce_event(
                         self._events,
@@ -161,20 +162,37 @@ class Router:
             seqs = task.seqs[topic] = [0] * self.internal_partitions[topic]
         return seqs
 
-    def write_barriers(self) -> None:
-        """Write the barriers the tasks passed and that wait to go out together
-        (:mod:`kstream.worker.barriersets`): after a trigger, before acknowledgements."""
-        if self.barriers is not None:
-            self.barriers.write_all()  # (a failed delivery: internal_delivered finds it)
+    def write_sets(self) -> None:
+        """Write the barriers and watermarks that wait to go out together
+        (:mod:`kstream.worker.eventsets`): after a trigger, at the end of each loop
+        iteration (a failed delivery: ``internal_delivered`` finds it)."""
+        if self.sets is not None:
+            self.sets.write_all()
+
+    def _produce_watermark(
+        self, task: TaskRoute, topic: str, watermark: Watermark, partitions: list[int]
+    ) -> None:
+        """``task``'s watermark on ``partitions`` of ``topic`` only."""
+        headers, value = encode_event(task.task_id, task.attempt, watermark, task.writer)
+        seqs = self._seqs(task, topic)
+        failed = self.failures.of(task.attempt)
+        for p in partitions:
+            h = [*headers, seq_header(seqs[p])]
+            seqs[p] += 1
+            self._events.produce(
+                topic, value, None, partition=p, headers=h, on_delivery=failed
+            )
 
     def _produce_internal(self, task: TaskRoute, out: OutputBatch) -> None:
-        if self.barriers is not None and self.barriers.holds(out.topic, task.task_id):
-            self.barriers.write(out.topic)  # the task's barrier goes before its records
+        assert out.partitions is not None
+        if self.sets is not None:  # the task's barrier or watermark goes before its records
+            wm, first = self.sets.before_records(out.topic, task.task_id, out.partitions)
+            if wm is not None and first:
+                self._produce_watermark(task, out.topic, wm, first)
         produce = self.producer.produce
         headers = task.headers
         seqs = self._seqs(task, out.topic)
         failed = self.failures.of(task.attempt)  # called for failed deliveries only
-        assert out.partitions is not None
         for p, k, v, ts in zip(out.partitions, out.keys, out.values, out.timestamps, strict=True):
             n = seqs[p]
             seqs[p] = n + 1
@@ -207,6 +225,7 @@ class Router:
         snapshot's acknowledgement waits for that (no checkpoint may complete without a
         record written before its barriers), and the processing goes on meanwhile, so an
         outage is ridden out. InternalDeliveryError if one of ``attempt`` was refused."""
+        self.write_sets()
         left = self.producer.flush(ACK_WAIT_BEHIND_S if self._behind else ACK_WAIT_S)
         self._behind = left > 0
         self.failures.check(attempt)
@@ -217,5 +236,6 @@ class Router:
         failed (before source offsets are committed, before a bounded run publishes;
         ``message.timeout.ms`` bounds the wait: a shorter outage is waited out);
         InternalDeliveryError if one failed."""
+        self.write_sets()
         self.producer.flush()
         self.failures.check()

@@ -16,7 +16,7 @@ from kstream.kafka.clients import OFFSET_BEGINNING, KafkaException
 from kstream.kafka.commits import CommitMarker, read_latest_markers
 from kstream.kafka.dlq import DeadLetterWriter
 from kstream.kafka.exactly_once_sink import ExactlyOnceSink
-from kstream.kafka.internal import decode_records
+from kstream.kafka.internal_batch import decode_records
 from kstream.kafka.source import RawRecord, SourceConsumer, SourceError
 from kstream.kafka.worker_transactions import SinkCommit, WorkerTransactions, committing
 from kstream.logs import ctx
