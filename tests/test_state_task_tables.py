@@ -7,11 +7,7 @@ from __future__ import annotations
 from itertools import pairwise
 from pathlib import Path
 
-from kstream.api import Topology, Tumbling, WatermarkStrategy
 from kstream.checkpointstorage.file import FileStore
-from kstream.plan.model import JobPlan
-from kstream.plan.planner import plan_job
-from kstream.runtime.task import Task
 from kstream.snapshots.restore import restore_backend
 from kstream.snapshots.upload import SnapshotUploader, read_manifest
 from kstream.state.base import TableSpec
@@ -121,35 +117,3 @@ def test_task_tables_charge_no_memtable_filter_to_the_budget(tmp_path: Path) -> 
     finally:
         backend.close()
         resources.close()
-
-
-def _plan(partitions: int) -> JobPlan:
-    topology = Topology("app")
-    (
-        topology.source("in", key_serde="bytes", value_serde="json",
-                        watermark=WatermarkStrategy(max_out_of_orderness_ms=0))
-        .key_by(lambda e: e["user"], key_serde="str", partitions=partitions)
-        .window(Tumbling(60_000))
-        .count()
-        .to("out", key_serde="str", value_serde="json")
-    )  # fmt: skip
-    return plan_job(topology, "app", {"in": partitions})
-
-
-def test_a_new_task_s_db_holds_only_its_operators_tables(tmp_path: Path) -> None:
-    """The benchmark's job (benchmarks/procs_per_task.py): the stateless first stage's
-    DB has no column family, the window stage's its window's two; before, each also had
-    task.firing and task.watermarks (~270 KB of RSS each, with their filters)."""
-    plan = _plan(2)
-    tables = {}
-    for spec in plan.tasks:
-        backend = RocksDBBackend(tmp_path / spec.task_id)
-        Task(plan, spec, backend)
-        tables[spec.task_id] = backend.stored_tables()
-        backend.close()
-    assert tables == {
-        "stage0-0": [],
-        "stage0-1": [],
-        "stage1-0": ["stage1.window0.acc", "stage1.window0.meta"],
-        "stage1-1": ["stage1.window0.acc", "stage1.window0.meta"],
-    }
