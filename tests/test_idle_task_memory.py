@@ -1,6 +1,7 @@
 """What an idle task holds, structurally (issue 41 item 6: RSS per idle task <= 1 MB at
 256 tasks per worker; benchmarks/SCALING.md says where the memory goes): no RocksDB
-column family its operators do not have, no instance dict per input channel."""
+column family its operators do not have, a table cache of one shard, no instance dict
+per input channel."""
 
 from __future__ import annotations
 
@@ -54,3 +55,11 @@ def test_channels_have_no_instance_dict() -> None:
     gate = InputGate(plan, spec, 0.0, {})
     assert len(gate.channels) == 4  # one per upstream task of its one partition
     assert not any(hasattr(c, "__dict__") for c in gate.channels.values())
+
+
+def test_a_task_s_db_keeps_its_open_files_in_one_shard(tmp_path: Path) -> None:
+    """RocksDB's default is 64 shards of the table cache, ~25 KB per DB at open."""
+    backend = RocksDBBackend(tmp_path / "t")
+    backend.close()
+    options = max((tmp_path / "t" / "db").glob("OPTIONS-*")).read_text()
+    assert "  table_cache_numshardbits=0\n" in options
