@@ -8,6 +8,12 @@ completed, the worker's ``/proc`` is read a few times, a second apart: its threa
 its open file descriptors and its RSS (the largest of the samples).
 
     python -m benchmarks.procs_per_task [--bootstrap HOST:PORT] [--tasks 4 --tasks 24 --tasks 64]
+
+``--tracemalloc``: the worker traces its Python allocations from the import of its
+topology module (before any task is built) and, once measured, dumps a snapshot; the
+table of what grew per task between the first and the last task count, by source line,
+follows the others (``benchmarks.memory_by_line``). Tracing costs memory and time of
+its own: measure RSS without it.
 """
 
 from __future__ import annotations
@@ -30,6 +36,7 @@ import click
 from benchmarks import generate
 from benchmarks.broker import bootstrap_option, kafka
 from benchmarks.generate import InputSpec
+from benchmarks.memory_by_line import growth_table
 from benchmarks.procstats import Child
 from benchmarks.scaling_runs import _covered
 from kstream.checkpointstorage.metadata import latest_completed
@@ -38,9 +45,12 @@ from kstream.checkpointstorage.urls import open_store
 REPO_DIR = Path(__file__).resolve().parent.parent
 
 _TOPOLOGY = """\
-import json, os, threading, time
+import json, os, threading, time, tracemalloc
 
 from kstream.api import Topology, Tumbling, WatermarkStrategy
+
+if {trace_frames}:
+    tracemalloc.start({trace_frames})
 
 
 def _dump_thread_names(path):  # the benchmark's view of Python threads: native id -> name
@@ -49,6 +59,10 @@ def _dump_thread_names(path):  # the benchmark's view of Python threads: native 
         with open(path + ".tmp", "w") as f:
             json.dump(names, f)
         os.replace(path + ".tmp", path)
+        if tracemalloc.is_tracing() and os.path.exists(path + ".snap-request"):
+            tracemalloc.take_snapshot().dump(path + ".snap.tmp")
+            os.replace(path + ".snap.tmp", path + ".snap")
+            os.remove(path + ".snap-request")
         time.sleep(1.0)
 
 
@@ -76,6 +90,7 @@ class Row:
     rss_mb: float
     threads_by: dict[str, int] = field(default_factory=dict)  # kind of thread -> how many
     files_by: dict[str, int] = field(default_factory=dict)  # kind of descriptor -> how many
+    traced: Path | None = None  # the worker's tracemalloc snapshot (``--tracemalloc``)
 
 
 def thread_kind(name: str) -> str:
@@ -135,7 +150,22 @@ def _sample(pid: int) -> tuple[int, int, float]:
     return threads, len(list(Path(f"/proc/{pid}/fd").iterdir())), rss_kb / 1024.0
 
 
-def measure(bootstrap: str, tasks: int, workdir: Path, records: int = 20_000) -> Row:
+def _snapshot(names: Path, deadline_s: float = 120.0) -> Path:
+    """Ask the worker's topology module for a tracemalloc snapshot and wait for it."""
+    snap = names.with_name(names.name + ".snap")
+    snap.unlink(missing_ok=True)
+    names.with_name(names.name + ".snap-request").touch()
+    deadline = time.monotonic() + deadline_s
+    while not snap.exists():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"no tracemalloc snapshot in {deadline_s} s")
+        time.sleep(0.5)  # polling for the file the worker writes, with a deadline
+    return snap
+
+
+def measure(
+    bootstrap: str, tasks: int, workdir: Path, records: int = 20_000, trace_frames: int = 0
+) -> Row:
     partitions = tasks // 2
     spec = InputSpec(records, 1_000, partitions)
     rid = uuid.uuid4().hex[:8]
@@ -145,18 +175,27 @@ def measure(bootstrap: str, tasks: int, workdir: Path, records: int = 20_000) ->
     topo = workdir / f"{app}.py"
     names = workdir / f"{app}.threads.json"
     topo.write_text(
-        _TOPOLOGY.format(app=app, topic=topic, output=out, partitions=partitions, names=str(names))
+        _TOPOLOGY.format(
+            app=app,
+            topic=topic,
+            output=out,
+            partitions=partitions,
+            names=str(names),
+            trace_frames=trace_frames,
+        )
     )
     store_dir = workdir / f"{app}.store"
     kstream = str(Path(sys.executable).with_name("kstream"))
     child = Child(
         [kstream, "worker", str(topo), "-b", bootstrap, "--store", f"file://{store_dir}",
          "--state-dir", str(workdir / f"state-{app}"), "--interval", "5",
-         "--coordinator", "auto"],
+         "--coordinator", "auto",
+         # Traced, a worker is several times slower: its checkpoints get the time.
+         *(["--timeout", "600"] if trace_frames else [])],
         cwd=REPO_DIR, log_dir=workdir, name=app,
     )  # fmt: skip
     try:
-        deadline = time.monotonic() + 600
+        deadline = time.monotonic() + (1800 if trace_frames else 600)
         while True:
             if not child.running:
                 raise RuntimeError(f"the worker exited:\n{child.result().stderr_tail}")
@@ -178,8 +217,9 @@ def measure(bootstrap: str, tasks: int, workdir: Path, records: int = 20_000) ->
             samples.append(_sample(pid))
             time.sleep(1.0)  # samples a second apart
         threads_by, files_by = _breakdown(pid, names, workdir / f"state-{app}")
+        traced = _snapshot(names) if trace_frames else None
         return Row(tasks, max(s[0] for s in samples), max(s[1] for s in samples),
-                   max(s[2] for s in samples), threads_by, files_by)  # fmt: skip
+                   max(s[2] for s in samples), threads_by, files_by, traced)  # fmt: skip
     finally:
         child.stop()
         generate.delete_topic(bootstrap, out)
@@ -198,7 +238,26 @@ def _by_kind(what: str, counts: list[tuple[int, dict[str, int]]]) -> str:
 @bootstrap_option
 @click.option("--tasks", "task_counts", type=int, multiple=True, default=(4, 24, 64))
 @click.option("--detail", is_flag=True, help="Also tables of threads and descriptors by kind.")
-def main(bootstrap: str | None, task_counts: tuple[int, ...], detail: bool) -> None:
+@click.option(
+    "--tracemalloc",
+    "trace_frames",
+    type=int,
+    default=0,
+    help="Trace the worker's Python allocations (this many frames a block) and tabulate "
+    "what grew per task, by line.",
+)
+@click.option(
+    "--snapshots",
+    type=click.Path(file_okay=False, path_type=Path),
+    help="Keep the tracemalloc snapshots here, as TASKS.snap (benchmarks.memory_by_line).",
+)
+def main(
+    bootstrap: str | None,
+    task_counts: tuple[int, ...],
+    detail: bool,
+    trace_frames: int,
+    snapshots: Path | None,
+) -> None:
     """Threads, open files and RSS of one worker by its number of tasks."""
     workdir = Path(tempfile.mkdtemp(prefix="procs-per-task-"))
     try:
@@ -207,12 +266,19 @@ def main(bootstrap: str | None, task_counts: tuple[int, ...], detail: bool) -> N
             click.echo("| tasks | threads | open files | RSS MB |\n|---|---|---|---|")
             rows = []
             for n in task_counts:
-                r = measure(servers, n, workdir)
+                r = measure(servers, n, workdir, trace_frames=trace_frames)
                 rows.append(r)
+                if snapshots is not None and r.traced is not None:
+                    snapshots.mkdir(parents=True, exist_ok=True)
+                    shutil.copyfile(r.traced, snapshots / f"{r.tasks}.snap")
                 click.echo(f"| {r.tasks} | {r.threads} | {r.open_files} | {r.rss_mb:.0f} |")
             if detail:
                 click.echo(_by_kind("threads", [(r.tasks, r.threads_by) for r in rows]))
                 click.echo(_by_kind("descriptors", [(r.tasks, r.files_by) for r in rows]))
+            if trace_frames and len(rows) > 1:
+                first, last = rows[0], rows[-1]
+                assert first.traced is not None and last.traced is not None
+                click.echo("\n" + growth_table(first.tasks, first.traced, last.tasks, last.traced))
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
 

@@ -13,9 +13,11 @@ from kstream.elements.events import MIN_TS
 from kstream.plan.model import InputKind
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class Channel:
-    """Mutable per-input bookkeeping; the task owns and drives it."""
+    """Mutable per-input bookkeeping; the task owns and drives it. Slots, no instance
+    dict: a task downstream of P tasks has P channels per partition (at 128
+    partitions a worker's 256 tasks have 16 384), 56 bytes each less."""
 
     topic: str
     partition: int

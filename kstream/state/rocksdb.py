@@ -34,10 +34,10 @@ from kstream.state.delta import (
     read_delta,
 )
 from kstream.state.localsnapshot import LocalSnapshot, LocalSnapshots
-from kstream.state.rocksdb_options import cf_options, db_options, write_options
+from kstream.state.rocksdb_options import cf_options, db_options, task_table, write_options
 from kstream.state.rocksdb_resources import StateResources, default_resources
 from kstream.state.rocksdb_table import RocksDBTable
-from kstream.state.tablehost import Clock, StateError
+from kstream.state.tablehost import NO_CF, Clock, StateError
 
 __all__ = ["RocksDBBackend", "RocksDBTable", "StateError"]
 
@@ -82,7 +82,7 @@ class RocksDBBackend(SnapshottingBackend):
         self._db = rocksdict.Rdict(
             str(self.db_path),
             opts,
-            column_families={n: cf_options(self.resources) for n in existing},
+            column_families={n: cf_options(self.resources, n) for n in existing},
         )
         self._db.set_write_options(write_options())
         self._cfs: set[str] = set(existing)
@@ -95,7 +95,8 @@ class RocksDBBackend(SnapshottingBackend):
         self._logging = False  # tables log their changes for the next delta (a base exists)
 
     def table(self, spec: TableSpec) -> RocksDBTable:
-        """The table for ``spec`` (a column family named ``spec.name``)."""
+        """The table for ``spec`` (a column family named ``spec.name``; the task's own
+        tables, ``rocksdb_options.task_table``, get theirs when first written)."""
         t = self._tables.get(spec.name)
         if t is not None:
             if t.spec != spec:
@@ -105,17 +106,26 @@ class RocksDBBackend(SnapshottingBackend):
             return t
         if spec.name == "default" or not spec.name:
             raise StateError(f"invalid table name {spec.name!r}")
-        cf = self._column_family(spec.name)
-        t = RocksDBTable(self, spec, cf, self._db.get_column_family_handle(spec.name))
+        if spec.name not in self._cfs and task_table(spec.name):  # made once written
+            t = RocksDBTable(self, spec, NO_CF, None)
+        else:
+            t = RocksDBTable(self, spec, *self.column_family(spec.name))
         self._tables[spec.name] = t
         return t
+
+    def column_family(self, name: str) -> tuple[rocksdict.Rdict, Any]:
+        """Table ``name``'s column family, made now if missing, and its handle."""
+        return self._column_family(name), self._db.get_column_family_handle(name)
 
     def _column_family(self, name: str) -> rocksdict.Rdict:
         if name in self._cfs:
             return self._db.get_column_family(name)
         self.settle()
-        cf = self._db.create_column_family(name, cf_options(self.resources))
+        cf = self._db.create_column_family(name, cf_options(self.resources, name))
         self._cfs.add(name)
+        opened = self._tables.get(name)
+        if opened is not None and opened._cf is NO_CF:  # (a delta applied under it)
+            opened._cf, opened._handle = cf, self._db.get_column_family_handle(name)
         return cf
 
     def tables(self) -> dict[str, StateTable]:
@@ -171,6 +181,8 @@ class RocksDBBackend(SnapshottingBackend):
         label = label or snapshot_label(CHECKPOINT_LABEL, checkpoint_id)
         t0 = time.perf_counter()
         self.settle()
+        for t in self._tables.values():
+            t.materialize()  # a table holding changes has its column family in the snapshot
         tables = tuple(sorted(self._cfs))
         # A delta also carries what cache flushes wrote to RocksDB since the last snapshot:
         # past a cache's worth, RocksDB has most of the changes already and a full

@@ -34,9 +34,24 @@ MEMTABLE_BLOOM_RATIO = 0.02
 #: SST files a DB keeps open (RocksDB's default: every one, for ever); past it the
 #: least recently used is closed and opened again when read.
 MAX_OPEN_FILES = 256
+#: The open SST files' cache in 2**this shards, each with its own lock (RocksDB's
+#: default: 64 shards, ~25 KB per DB allocated at open): a task's DB is read by its own
+#: thread (and queries, compactions now and then), so one shard has no contention.
+TABLE_CACHE_SHARD_BITS = 0
+#: The task's own tables (``task.watermarks``: input watermarks of snapshots taken
+#: before the manifest held them; ``task.firing``: a firing's target while it runs in
+#: slices) hold a few keys, read when the task starts: no memtable Bloom filter (170 KB
+#: each, allocated whole with every memtable), and a column family only once written
+#: (an empty one costs ~80 KB of RSS; most tasks never write either).
+TASK_TABLE_PREFIX = "task."
 
 
-def cf_options(resources: StateResources | None = None) -> rocksdict.Options:
+def task_table(name: str) -> bool:
+    """Whether ``name`` is one of the task's own tables (``TASK_TABLE_PREFIX``)."""
+    return name.startswith(TASK_TABLE_PREFIX)
+
+
+def cf_options(resources: StateResources | None = None, name: str = "") -> rocksdict.Options:
     """Universal (size-tiered) compaction, so an incremental checkpoint uploads little.
 
     Checkpoints upload only SST files the store does not hold yet. Leveled compaction
@@ -51,6 +66,7 @@ def cf_options(resources: StateResources | None = None) -> rocksdict.Options:
 
     The block cache is the worker's (``resources``, default: the process's), shared by
     every table of every task; so is the memtables' memory budget (``db_options``).
+    ``name``: the table's; the task's own tables (``task_table``) get no memtable filter.
     """
     resources = resources or default_resources()
     opts = rocksdict.Options(raw_mode=True)
@@ -74,19 +90,21 @@ def cf_options(resources: StateResources | None = None) -> rocksdict.Options:
     # The same for the memtable: with delta snapshots it is flushed by its size, not at
     # every checkpoint, and a miss would search a skip list of up to its size.
     opts.set_memtable_whole_key_filtering(True)
-    opts.set_memtable_prefix_bloom_ratio(MEMTABLE_BLOOM_RATIO)
+    opts.set_memtable_prefix_bloom_ratio(0.0 if task_table(name) else MEMTABLE_BLOOM_RATIO)
     return opts
 
 
 def db_options(resources: StateResources | None = None) -> rocksdict.Options:
     """The DB's options; they are also its ``default`` column family's, which holds no
     table: no memtable Bloom filter for it. Memtables count against the worker's budget
-    (``resources.write_buffers``), open SST files are capped (``MAX_OPEN_FILES``)."""
+    (``resources.write_buffers``), open SST files are capped (``MAX_OPEN_FILES``) in a
+    cache of one shard (``TABLE_CACHE_SHARD_BITS``)."""
     resources = resources or default_resources()
     opts = cf_options(resources)
     opts.set_memtable_prefix_bloom_ratio(0.0)
     opts.set_write_buffer_manager(resources.write_buffers)
     opts.set_max_open_files(MAX_OPEN_FILES)
+    opts.set_table_cache_num_shard_bits(TABLE_CACHE_SHARD_BITS)
     opts.set_max_manifest_file_size(MAX_MANIFEST_BYTES)
     opts.create_if_missing(True)
     opts.create_missing_column_families(True)

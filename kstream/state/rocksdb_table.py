@@ -35,7 +35,7 @@ from kstream.serde import JsonSerde
 from kstream.state.base import NotNow, StateKey, StateTable, TableSpec
 from kstream.state.delta import DeltaWriter
 from kstream.state.keys import decode_key, encode_key, prefix_upper_bound
-from kstream.state.tablehost import StateError, TableHost
+from kstream.state.tablehost import NO_CF, StateError, TableHost
 from kstream.state.valueformat import (
     HAS_TIME,
     HEADERS,
@@ -65,7 +65,8 @@ class _Timed:
 
 
 class RocksDBTable(StateTable):
-    """One column family behind a write cache; see the module docstring."""
+    """One column family behind a write cache (``cf`` ``NO_CF``: none yet, the backend
+    makes it once the table writes to RocksDB); see the module docstring."""
 
     def __init__(
         self, backend: TableHost, spec: TableSpec, cf: rocksdict.Rdict, handle: Any
@@ -270,6 +271,8 @@ class RocksDBTable(StateTable):
             self._drop_cached(lo, hi)
         if self._backend.logging:
             self._log.append((lo, hi))
+        if self._cf is NO_CF:
+            return  # RocksDB holds nothing of it
         self.memtable_ranges += 1
         batch = rocksdict.WriteBatch(raw_mode=True)
         batch.delete_range(lo, hi, self._handle)
@@ -333,6 +336,7 @@ class RocksDBTable(StateTable):
             self.epoch += 1
 
     def _take_batch(self, pending: bool) -> rocksdict.WriteBatch | None:
+        self.materialize()
         dirty = self._dirty
         entries = dirty
         if self._unflushed:  # in delta files already: written along, logged no more
@@ -461,6 +465,11 @@ class RocksDBTable(StateTable):
         ek = self._clean_keys[key]
         return any(a <= ek < b for a, b in self._dropped)
 
+    def materialize(self) -> None:
+        """Have the backend make the column family if there is none yet but writes."""
+        if self._cf is NO_CF and (self._dirty or self._unflushed or self._log):
+            self._cf, self._handle = self._backend.column_family(self.name)
+
     def _detach(self) -> None:
         """Drop the column-family handles (they keep the DB open); the table is unusable after."""
         self._moving += 1  # for good: a peek says NotNow
@@ -474,6 +483,8 @@ class RocksDBTable(StateTable):
         if self._ttl is None:
             return 0
         self.flush()
+        if self._cf is NO_CF:
+            return 0
         self._backend.settle()
         now = self._backend.clock()
         expired = []

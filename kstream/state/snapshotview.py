@@ -56,6 +56,9 @@ class _Host:
     def write(self, batch: rocksdict.WriteBatch) -> None:
         raise NotNow("a snapshot view is read-only")
 
+    def column_family(self, name: str) -> tuple[rocksdict.Rdict, Any]:
+        raise NotNow("a snapshot view is read-only")
+
 
 CACHE_BYTES = 64 * 1024 * 1024  # the block cache every view of the process shares
 _cache: list[rocksdict.Cache] = []
