@@ -318,3 +318,19 @@ def test_a_barrier_follows_the_watermark_its_task_passed_before_it() -> None:
     router.route(TaskRoute("s-1", 1), [_barrier(1, 70), OutputEvent(TOPIC, True, Watermark(80))])
     router.write_sets()
     assert _marks(log, 0) == [("s-0", 50), ("s-0", 60), ("s-1", 70), ("s-1", 80)]
+
+
+def test_a_restored_task_never_sends_the_attempt_befores_watermark_as_its_own() -> None:
+    # A watermark of attempt 1 still waiting when the task is restored to attempt 2
+    # (same task id) goes out in a set of attempt 1 (readers of attempt 2 drop it),
+    # never on its own under attempt 2 before the restored task's records.
+    log = _Log(2)
+    router = _router(log)
+    router.route(TaskRoute("s-0", 1), [OutputEvent(TOPIC, True, Watermark(900))])
+    router.route(TaskRoute("s-0", 2), [_records(b"x", partition=0)])
+    items = log.read(0)
+    assert [(it.attempt, type(it).__name__) for it in items] == [
+        (1, "InternalEvent"),
+        (2, "InternalRecord"),
+    ]
+    assert [(it.attempt, type(it).__name__) for it in log.read(1)] == [(1, "InternalEvent")]

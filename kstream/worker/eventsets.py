@@ -106,15 +106,17 @@ class EventSets:
         self._open(topic, attempt).watermarks[task] = (watermark, set())
 
     def before_records(
-        self, topic: str, task: str, partitions: Iterable[int]
+        self, topic: str, task: str, attempt: int, partitions: Iterable[int]
     ) -> tuple[Watermark | None, list[int]]:
-        """``task`` is about to write records to ``partitions`` of ``topic``: its
-        barrier is written (with the sets) if it waits here; else its pending
-        watermark and the partitions it must now go to on its own (in order)."""
+        """``task`` (in ``attempt``) is about to write records to ``partitions`` of
+        ``topic``: its barrier is written (with the sets) if it waits here; else its
+        pending watermark and the partitions it must now go to on its own (in order).
+        Sets of another attempt are written first, under their own attempt: a task
+        restored since never sends a watermark of the attempt before as its own."""
         p = self._pending.get(topic)
         if p is None:
             return None, []
-        if task in p.barriers:
+        if task in p.barriers or p.attempt != attempt:
             self.write(topic)
             return None, []
         entry = p.watermarks.get(task)
@@ -125,11 +127,12 @@ class EventSets:
         sent.update(new)
         return wm, new
 
-    def before_event(self, topic: str, task: str) -> None:
-        """``task`` is about to write an event of its own to every partition of
-        ``topic``: what waits here of it goes first."""
+    def before_event(self, topic: str, task: str, attempt: int) -> None:
+        """``task`` (in ``attempt``) is about to write an event of its own to every
+        partition of ``topic``: what waits here of it (or of another attempt) goes
+        first."""
         p = self._pending.get(topic)
-        if p is not None and (task in p.barriers or task in p.watermarks):
+        if p is not None and (task in p.barriers or task in p.watermarks or p.attempt != attempt):
             self.write(topic)
 
     def write(self, topic: str) -> None:

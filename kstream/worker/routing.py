@@ -124,7 +124,7 @@ class Router:
                     if isinstance(event, Watermark):
                         sets.watermark(out.topic, task.task_id, task.attempt, event)
                         continue
-                    sets.before_event(out.topic, task.task_id)  # what waits goes first
+                    sets.before_event(out.topic, task.task_id, task.attempt)  # what waits first
                 if out.internal:
                     produce_event(
                         self._events,
@@ -179,14 +179,14 @@ class Router:
         for p in partitions:
             h = [*headers, seq_header(seqs[p])]
             seqs[p] += 1
-            self._events.produce(
-                topic, value, None, partition=p, headers=h, on_delivery=failed
-            )
+            self._events.produce(topic, value, None, partition=p, headers=h, on_delivery=failed)
 
     def _produce_internal(self, task: TaskRoute, out: OutputBatch) -> None:
         assert out.partitions is not None
         if self.sets is not None:  # the task's barrier or watermark goes before its records
-            wm, first = self.sets.before_records(out.topic, task.task_id, out.partitions)
+            wm, first = self.sets.before_records(
+                out.topic, task.task_id, task.attempt, out.partitions
+            )
             if wm is not None and first:
                 self._produce_watermark(task, out.topic, wm, first)
         produce = self.producer.produce
