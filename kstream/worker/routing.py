@@ -56,11 +56,11 @@ ACK_WAIT_BEHIND_S = 1.0
 class QueueFullWaits:
     """``producer`` for ``produce_event``: a full local queue is waited out (its
     deliveries served, then the record queued again), never an error. An event goes to
-    every partition of its topic, and a checkpoint's barriers from every upstream task
-    of a worker at once: P_up x P_down records per repartition topic (at 1024
-    partitions on 4 workers, 262 144 records from each worker in one loop iteration,
-    past librdkafka's default queue of 100 000 records: every task failed the
-    checkpoint with BufferError, benchmarks/SCALING.md)."""
+    every partition of its topic: written per task, a checkpoint's barriers were
+    P_up x P_down records at once (at 1024 partitions on 4 workers, 262 144 from each
+    worker in one loop iteration, past librdkafka's default queue of 100 000 records:
+    every task failed the checkpoint with BufferError, benchmarks/SCALING.md); the
+    worker's event sets still write P_down records at once."""
 
     def __init__(self, producer: Producer) -> None:
         self._producer = producer
