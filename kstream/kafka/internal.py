@@ -45,7 +45,7 @@ from __future__ import annotations
 
 import json
 import secrets
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
@@ -70,6 +70,7 @@ __all__ = [
     "is_stale",
     "new_writer",
     "produce_event",
+    "produce_on",
     "read_origin",
     "seq_header",
     "time_headers",
@@ -366,7 +367,23 @@ def produce_event(
     if (writer is None) != (seqs is None):
         raise ValueError("a writer's events need its sequence numbers, and only its")
     headers, value = encode_event(task, attempt, event, writer)
-    for p in range(partitions):
+    produce_on(producer, topic, range(partitions), headers, value, on_delivery, seqs)
+    producer.poll(0)
+
+
+def produce_on(
+    producer: Any,
+    topic: str,
+    partitions: Iterable[int],
+    headers: list[tuple[str, bytes]],
+    value: bytes,
+    on_delivery: Callable[[Any, Any], None] | None = None,
+    seqs: list[int] | None = None,
+) -> None:
+    """Queue one keyless record of ``headers`` and ``value`` on each of ``partitions``
+    of ``topic``; with ``seqs`` (its writer's next sequence number on each partition,
+    advanced here) each gets its ``ks.seq`` header."""
+    for p in partitions:
         h = headers
         if seqs is not None:
             h = [*headers, seq_header(seqs[p])]
@@ -374,4 +391,3 @@ def produce_event(
         producer.produce(
             topic, value=value, key=None, partition=p, headers=h, on_delivery=on_delivery
         )
-    producer.poll(0)

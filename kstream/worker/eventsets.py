@@ -35,7 +35,7 @@ from typing import Any
 
 from kstream.elements.events import Barrier, Watermark
 from kstream.kafka.eventsets import MAX_SET_TASKS, encode_set
-from kstream.kafka.internal import new_writer, seq_header
+from kstream.kafka.internal import new_writer, produce_on
 
 
 @dataclass
@@ -165,17 +165,8 @@ class EventSets:
         seqs = self._seqs.get(topic)
         if seqs is None:
             seqs = self._seqs[topic] = [0] * n
-        callback = self._on_delivery(attempt)
-        produce = self._producer.produce
-        for part in range(n):
-            produce(
-                topic,
-                value=value,
-                key=None,
-                partition=part,
-                headers=[*headers, seq_header(seqs[part])],
-                on_delivery=callback,
-            )
-            seqs[part] += 1
+        produce_on(
+            self._producer, topic, range(n), headers, value, self._on_delivery(attempt), seqs
+        )
         self.records += n
         self._producer.poll(0)

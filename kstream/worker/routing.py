@@ -18,6 +18,7 @@ from kstream.kafka.internal import (
     encode_event,
     new_writer,
     produce_event,
+    produce_on,
     seq_header,
     time_headers,
 )
@@ -174,12 +175,8 @@ class Router:
     ) -> None:
         """``task``'s watermark on ``partitions`` of ``topic`` only."""
         headers, value = encode_event(task.task_id, task.attempt, watermark, task.writer)
-        seqs = self._seqs(task, topic)
         failed = self.failures.of(task.attempt)
-        for p in partitions:
-            h = [*headers, seq_header(seqs[p])]
-            seqs[p] += 1
-            self._events.produce(topic, value, None, partition=p, headers=h, on_delivery=failed)
+        produce_on(self._events, topic, partitions, headers, value, failed, self._seqs(task, topic))
 
     def _produce_internal(self, task: TaskRoute, out: OutputBatch) -> None:
         assert out.partitions is not None
