@@ -163,3 +163,45 @@ def test_a_subscribed_topic_created_within_the_grace_is_read_one_missing_past_it
                 c.consume_batch(100, 0.1)
     finally:
         c.close()
+
+
+def test_a_partition_paused_then_revoked_and_assigned_back_is_read_without_a_resume(
+    kafka_bootstrap: str, kafka_admin: AdminClient, unique_name: Callable[[str], str]
+) -> None:
+    """librdkafka keeps a partition's pause through a rebalance: one member pauses all
+    its partitions, a second joins, and the first gets half of them back still paused.
+    A worker that forgot the pause with the revocation never read them again (1024
+    partitions on 4 workers: a quarter of each worker's partitions, and watermark
+    alignment then held every other one back). An assignment starts unpaused."""
+    topic, group = unique_name("src"), unique_name("group")
+    ensure_topics(kafka_admin, [TopicSpec(topic, 4)])
+    a = SourceConsumer(kafka_bootstrap, group, [topic], ignore_committed=True)
+    b: SourceConsumer | None = None
+    try:
+        everything = {(topic, p) for p in range(4)}
+        _poll_until([a], lambda: a.assignment == everything, "a holding all 4 partitions")
+        a.pause(everything)
+        assert a.paused == everything
+        b = SourceConsumer(kafka_bootstrap, group, [topic], ignore_committed=True)
+        both = [a, b]
+        _poll_until(
+            both,
+            lambda: len(a.assignment) == 2 and len(b.assignment) == 2,
+            "a split of the 4 partitions between both members",
+        )
+        assert a.paused == frozenset()
+        producer = make_producer(kafka_bootstrap)
+        for p in range(4):
+            producer.produce(topic, value=b"v", key=b"k", partition=p)
+        assert producer.flush(30) == 0
+        read: dict[TP, int] = {}
+        deadline = time.monotonic() + 60
+        while len(read) < 4 and time.monotonic() < deadline:
+            for c in both:
+                for tp, records in c.consume_batch(100, 0.1).items():
+                    read[tp] = read.get(tp, 0) + len(records)
+        assert read == {tp: 1 for tp in everything}, f"a holds {sorted(a.assignment)}"
+    finally:
+        a.close()
+        if b is not None:
+            b.close()

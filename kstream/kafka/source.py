@@ -150,6 +150,7 @@ class SourceConsumer:
         self._on_revoke = on_revoke
         self._assignment: set[TP] = set()
         self._assigned_metadata: Any = None  # the group metadata of the assignment
+        self._paused: set[TP] = set()  # paused in librdkafka (see ``pause``)
         self._consumer = make_consumer(
             bootstrap,
             group_id,
@@ -197,6 +198,7 @@ class SourceConsumer:
 
     def _revoked(self, consumer: Any, partitions: list[TopicPartition]) -> None:
         tps = [(p.topic, p.partition) for p in partitions]
+        self._resume_revoked(consumer, tps)
         self._assignment.difference_update(tps)
         self._assigned_metadata = None
         log.info("group %s: revoked %s", self.group_id, sorted(tps))
@@ -323,13 +325,47 @@ class SourceConsumer:
         if not self._missing.watching:
             log.info("group %s: all subscribed topics are available again", self.group_id)
 
+    # ---- pausing
+
+    @property
+    def paused(self) -> frozenset[TP]:
+        """The assigned partitions paused now (``pause``, not ``resume``d since)."""
+        return frozenset(self._paused)
+
     def pause(self, tps: Iterable[TP]) -> None:
-        """Stop fetching ``tps`` (barrier alignment); records already returned stay returned."""
-        self._consumer.pause([TopicPartition(t, p) for t, p in tps])
+        """Stop fetching ``tps`` (barrier alignment); records already returned stay returned.
+        Only assigned partitions are paused; one stays paused until ``resume``d or revoked."""
+        new = [tp for tp in tps if tp not in self._paused and tp in self._assignment]
+        if new:
+            self._consumer.pause([TopicPartition(t, p) for t, p in new])
+            self._paused.update(new)
 
     def resume(self, tps: Iterable[TP]) -> None:
         """Fetch ``tps`` again."""
-        self._consumer.resume([TopicPartition(t, p) for t, p in tps])
+        old = [tp for tp in tps if tp in self._paused]
+        if old:
+            self._consumer.resume([TopicPartition(t, p) for t, p in old])
+            self._paused.difference_update(old)
+
+    def _resume_revoked(self, consumer: Any, tps: list[TP]) -> None:
+        """Resume the paused partitions of a revocation while they are still assigned.
+
+        librdkafka keeps a partition's pause through a rebalance: revoked and later
+        assigned to this member again, it is still paused, and never fetched unless
+        resumed (confirmed with librdkafka 2.16 on the real broker; confluentinc/
+        librdkafka#1849). A worker that forgot the pause with the revocation never read
+        such a partition again — at 1024 partitions on 4 workers, a quarter of each
+        worker's partitions, and watermark alignment then held back all the others
+        (benchmarks/SCALING.md). So every assignment starts unpaused, as Kafka's own
+        consumer's does."""
+        paused = [tp for tp in tps if tp in self._paused]
+        if not paused:
+            return
+        try:
+            consumer.resume([TopicPartition(t, p) for t, p in paused])
+        except KafkaException as e:  # a local call: only a bug or a closing client
+            raise SourceError(f"group {self.group_id}: resuming revoked {paused}: {e}") from e
+        self._paused.difference_update(paused)
 
     def seek(self, tp: TP, offset: int) -> None:
         """Next record read from ``tp`` is at ``offset`` (restore to checkpoint offsets)."""

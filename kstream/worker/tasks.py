@@ -50,7 +50,6 @@ class WorkerTasks:
         self.internal_parts = plan.internal_topic_partitions
         # Told the tasks a restore is about to build here (standby copies leave them alone).
         self.before_restore: list[Callable[[list[str]], None]] = []
-        self._paused: set[TP] = set()
         self._aligned: frozenset[TP] = frozenset()
         self._aligned_for: frozenset[int] = frozenset()  # the running runners it is for
         self._next_align = 0.0
@@ -299,10 +298,7 @@ class WorkerTasks:
     # ---- pausing -----------------------------------------------------------------------------
 
     def pause(self, tps: set[TP]) -> None:
-        new = tps - self._paused
-        if new:
-            self.source.pause(new)
-        self._paused |= new
+        self.source.pause(tps)
 
     def sync_pauses(self, *, draining: bool = False, full: set[TP] | None = None) -> None:
         """Pause exactly: inputs of tasks not running, inputs held back by barrier
@@ -320,12 +316,12 @@ class WorkerTasks:
         if draining:
             want |= {tp for tp in assigned if tp[0] not in self.internal_parts}
         want &= assigned
-        add, drop = want - self._paused, (self._paused - want) & assigned
+        paused = self.source.paused
+        add, drop = want - paused, paused - want
         if add:
             self.source.pause(add)
         if drop:
             self.source.resume(drop)
-        self._paused = want
 
     def held(self, pending: set[TP]) -> frozenset[TP]:
         """Source partitions too far ahead of their source's slowest (watermark alignment):
