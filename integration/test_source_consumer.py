@@ -205,3 +205,40 @@ def test_a_partition_paused_then_revoked_and_assigned_back_is_read_without_a_res
         a.close()
         if b is not None:
             b.close()
+
+
+def test_the_lag_of_a_partition_that_delivered_nothing_is_known_when_it_is_empty_or_at_its_end(
+    kafka_bootstrap: str, kafka_admin: AdminClient, unique_name: Callable[[str], str]
+) -> None:
+    """Watermark alignment counts a partition whose lag is unknown as one with records
+    left, holding every other partition of its source back. librdkafka gives no read
+    position to a partition that delivered nothing — an empty one, or one sought to its
+    end — so the source counts from where it was positioned: both have lag 0."""
+    topic, group = unique_name("src"), unique_name("group")
+    ensure_topics(kafka_admin, [TopicSpec(topic, 4)])
+    producer = make_producer(kafka_bootstrap)
+    for p in (1, 2, 3):
+        for i in range(5):
+            producer.produce(topic, value=b"v", key=f"k{i}".encode(), partition=p)
+    assert producer.flush(30) == 0
+    positioned = {(topic, 2): 5, (topic, 3): 2}  # 0 and 1 start at the earliest
+    a = SourceConsumer(
+        kafka_bootstrap, group, [topic], on_assign=lambda tps: positioned, ignore_committed=True
+    )
+    try:
+        read: dict[TP, int] = {}
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            for tp, records in a.consume_batch(100, 0.1).items():
+                read[tp] = read.get(tp, 0) + len(records)
+            lag = a.lag()
+            if read == {(topic, 1): 5, (topic, 3): 3} and len(lag) == 4:
+                break
+        assert read == {(topic, 1): 5, (topic, 3): 3}
+        assert a.positions()[(topic, 0)] is None and a.positions()[(topic, 2)] is None
+        lag = a.lag()
+        assert lag[(topic, 0)] == 0  # empty
+        assert lag[(topic, 2)] == 0  # sought to its end
+        assert lag[(topic, 1)] == lag[(topic, 3)] == 0  # read to their end
+    finally:
+        a.close()

@@ -15,7 +15,9 @@ behind the end offset, or the end is not known yet) that has not ended. A partit
 with nothing to read (a quiet partition of a live topic, a drained one) holds no one
 back: it is not slow, only silent, and stopping the others for it would stall a live
 job. A partition that has read nothing yet holds the others back from the start, so
-no partition races ahead before every one has begun.
+no partition races ahead before every one has begun — unless it is known to have
+nothing to read (an empty partition, one positioned at its end: the worker's source
+knows their lag, ``kstream.kafka.source.SourceConsumer.lag``).
 
 Across workers (Flink aligns through its coordinator): each worker reports its
 ``slowest`` per topic to the checkpoint coordinator, which publishes the minimum over
