@@ -88,7 +88,8 @@ class RestartStrategy:
     then the job fails; restarts at least ``delay`` apart (the first one after a quiet
     spell at once).
 
-    A restore not finished within ``restore_timeout`` counts as a failure.
+    A restore not finished within ``restore_timeout`` of its start or of its last
+    progress (a worker heartbeat saying it restored more tasks) counts as a failure.
     """
 
     max_restarts: int | None = None

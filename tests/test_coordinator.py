@@ -426,10 +426,31 @@ def test_a_restore_not_finished_in_time_starts_over_until_the_strategy_gives_up(
     assert h.tick(6.0) == [Send(Restore(2, None))]
     out = h.tick(10.0)
     reason = (
-        "restore of attempt 2 not finished within 4s: no TaskReady from a, b; restart strategy "
+        "restore of attempt 2 not finished within 4s of its last progress: no TaskReady from a, "
+        "b; restart strategy "
         "exhausted: 2 restarts within 100s (max_restarts=2) -> job failed"
     )
     assert out == [Send(JobFailed(reason)), Fail(reason)]
+
+
+def test_a_restore_that_moves_outlives_the_restore_timeout_one_that_stops_does_not() -> None:
+    """A worker restoring hundreds of tasks says in its heartbeats how many it restored
+    so far: the restore's deadline runs from the last increase (a fixed deadline started
+    a 512-task restore over and over at 1024 partitions, benchmarks/SCALING.md)."""
+    h = Harness(restart=RestartStrategy(max_restarts=3, window=100.0, restore_timeout=4.0))
+    h.start(0.0)
+    h.send(TaskFailed("a", "w1", 0, "x"), 1.0)
+    assert h.tick(1.0) == [Send(Restore(1, None))]  # deadline 5.0
+    h.send(Heartbeat("w1", (), 1, restored=3), 4.0)  # deadline 8.0
+    h.send(Heartbeat("w1", (), 1, restored=3), 7.0)  # no progress: still 8.0
+    h.send(Heartbeat("w2", (), 1, restored=1), 7.5)  # another worker's: 11.5
+    assert h.tick(11.0) == []
+    assert h.c.phase is JobPhase.RESTORING
+    h.send(TaskReady(1, "a", "w1", 1), 11.2)  # a ready is not a heartbeat's progress
+    assert h.tick(11.4) == [] and h.c.phase is JobPhase.RESTORING
+    h.tick(11.5)
+    assert h.c.phase is JobPhase.SUSPENDED  # 4 s without progress: it starts over
+    assert h.tick(13.0) == [Send(Restore(2, None))]
 
 
 def test_restarts_in_a_failure_loop_are_at_least_the_delay_apart() -> None:

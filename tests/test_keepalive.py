@@ -68,6 +68,8 @@ def test_a_restore_waiting_on_the_cluster_keeps_the_worker_heard() -> None:
     control = Control()
 
     class Tasks:
+        restored = 0  # none built yet: heartbeats as before restore progress
+
         def restore(self, attempt: int, checkpoint_id: int | None) -> tuple[dict, dict]:
             # The restore waits (an open transaction of the previous owner, say) for
             # as long as three heartbeat intervals; the old code sent none meanwhile.

@@ -53,6 +53,7 @@ ALL: list[Message] = [
     Resume(3, {"s1-0": "w1", "s1-1": "w2"}),
     JobFailed("too many failures"),
     Heartbeat("w1", ("s1-0", "s1-1"), 12),
+    Heartbeat("w1", ("s1-0",), 12, restored=7),
     TaskFailed("s1-0", "w1", 3, "ZeroDivisionError in map"),
     CheckpointRequest("w1", 3, "graceful stop"),
 ]
@@ -70,6 +71,13 @@ def test_wire_form_has_type_and_version() -> None:
         "checkpoint_id": 5,
         "attempt": 1,
     }
+
+
+def test_a_heartbeat_without_restore_progress_is_written_as_before_it() -> None:
+    """Readers of an older version refuse a field they do not know: a heartbeat says how
+    many tasks its worker restored only while it restores."""
+    assert "restored" not in json.loads(encode(Heartbeat("w1", (), 1)))
+    assert json.loads(encode(Heartbeat("w1", (), 1, restored=2)))["restored"] == 2
 
 
 def test_optional_ack_fields_default() -> None:

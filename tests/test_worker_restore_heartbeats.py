@@ -45,11 +45,14 @@ class _Control:
     def __init__(self) -> None:
         self.posted: list[Message] = []
         self.heartbeat = threading.Event()
+        self.progress = threading.Event()  # a heartbeat said a task was restored
 
     def post_all(self, msgs: list[Message]) -> None:
         self.posted += msgs
         if any(isinstance(m, Heartbeat) for m in msgs):
             self.heartbeat.set()
+        if any(isinstance(m, Heartbeat) and m.restored for m in msgs):
+            self.progress.set()
 
     def report(self, msg: Message) -> bool:
         self.post_all([msg])
@@ -108,6 +111,48 @@ def test_a_long_restore_sends_heartbeats_while_the_tasks_build(
     assert beats  # (kstream.worker.keepalive, every interval while the restore waits)
     assert beats[0].tasks == tuple(sorted(s.task_id for s in plan.tasks))
     assert (beats[0].member, beats[0].generation) == ("w", 1)
+
+
+def test_a_restores_heartbeats_say_how_many_tasks_it_restored_so_far(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The coordinator's restore deadline runs from the restore's last progress: a
+    worker restoring 512 tasks took minutes, past the fixed deadline, and every worker
+    restored again, for good (benchmarks/SCALING.md)."""
+    t = Topology("a")
+    t.source("in", keyed=True).to("out")
+    plan = plan_job(t, "a", {"in": 12})
+    first = plan.tasks[0].task_id
+    control = _Control()
+
+    def build(ctx: Any, spec: Any, attempt: int, handle: str | None, *_: Any) -> _Runner:
+        # One task builds at once; the others only after a heartbeat said so.
+        if spec.task_id != first and not control.progress.wait(WAIT_S):
+            raise RuntimeError("no heartbeat with the restore's progress")
+        return _Runner()
+
+    monkeypatch.setattr(tasks_module, "open_runner", build)
+    monkeypatch.setattr(tasks_module, "task_manifest", lambda *a: None)
+    ctx = SimpleNamespace(
+        config=SimpleNamespace(app_id="a"),
+        store=None,
+        clock=time.monotonic,
+        transactions=object(),
+        sink_guarantee=Guarantee.AT_LEAST_ONCE,
+    )
+    source = _Source({("in", p) for p in range(12)})
+    tasks = WorkerTasks(plan, source, ctx)  # type: ignore[arg-type]
+    protocol = WorkerProtocol("w", now=time.monotonic(), heartbeat_interval=0.05)
+    protocol.generation = 1
+    protocol.tasks = {s.task_id for s in plan.tasks}
+    mode = Checkpointed(protocol, control, tasks, source, None, WorkerStats(), "w")  # type: ignore[arg-type]
+
+    ok, failed = mode._restore(1, None, time.monotonic())
+
+    assert (ok, failed) == (True, {})
+    assert tasks.restored == 12
+    counts = [m.restored for m in control.posted if isinstance(m, Heartbeat)]
+    assert counts and counts == sorted(counts) and 1 <= counts[-1] <= 12
 
 
 class _Clock:

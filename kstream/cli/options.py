@@ -153,7 +153,8 @@ _OPTIONS: list[Callable[[F], F]] = [
         type=float,
         default=120.0,
         show_default=True,
-        help="Seconds for every task to report ready after a restore.",
+        help="Seconds a restore may go without progress (no worker restored another "
+        "task) before it starts over.",
     ),
     click.option(
         "--on-bad-record",

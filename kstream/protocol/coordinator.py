@@ -95,6 +95,7 @@ class CheckpointCoordinator(JobStopping):
             self.expected, restart or RestartStrategy(), rec.attempt, owners=rec.owners, plan=plan
         )
         self.foreign_plan_reports = 0
+        self._restored: dict[str, tuple[int, int]] = {}  # member -> (attempt, tasks restored)
         self._refused: set[tuple[str, str]] = set()
         self.failures = CheckpointFailureManager(checkpointing.tolerable_failures)
         self.pending: dict[int, PendingCheckpoint] = {}
@@ -392,6 +393,11 @@ class CheckpointCoordinator(JobStopping):
         self.members.heard(hb.member, hb.tasks, now)
         previous = self.failover.generation
         self.failover.observe_generation(hb.generation)
+        if hb.restored and self.phase is JobPhase.RESTORING:
+            progress = (self.attempt, hb.restored)
+            if progress > self._restored.get(hb.member, (-1, 0)):
+                self._restored[hb.member] = progress
+                self.failover.progressed(now)  # the restore moves: its deadline too
         if self.phase is not JobPhase.RUNNING:
             return []
         moved = self.members.moved(hb, previous, self.failover.by_member(), self.attempt, now)

@@ -2,8 +2,9 @@
 
 The restart strategy (:class:`kstream.config.RestartStrategy`) spaces and bounds it:
 exponential delay by default, fixed count with ``max_restarts``; a restore not
-finished within ``restore_timeout`` starts over with a new attempt (and counts as a
-restart).
+finished within ``restore_timeout`` of its start or of its last progress (a worker
+heartbeat saying it restored more tasks) starts over with a new attempt (and counts as
+a restart).
 """
 
 from __future__ import annotations
@@ -198,10 +199,19 @@ class FailoverController:
             missing = ", ".join(sorted(self.expected - self._ready.keys()))
             return self.on_failure(
                 f"restore of attempt {self.attempt} not finished within "
-                f"{self.strategy.restore_timeout:g}s: no TaskReady from {missing}",
+                f"{self.strategy.restore_timeout:g}s of its last progress: no TaskReady from "
+                f"{missing}",
                 now,
             )
         return []
+
+    def progressed(self, now: float) -> None:
+        """A worker restored more tasks: the restore in progress moves, so its deadline
+        is ``restore_timeout`` from now (a restore of hundreds of tasks per worker takes
+        minutes; one that stops moving still starts over)."""
+        if self.phase is JobPhase.RESTORING:
+            deadline = now + self.strategy.restore_timeout
+            self._restore_deadline = max(self._restore_deadline, deadline)
 
     def on_ready(self, msg: TaskReady) -> list[Command]:
         """Record a ready task; with every task ready, resume with one owner per task."""

@@ -187,6 +187,10 @@ class Heartbeat:
     generation: int
     plan: str = ""  # the worker's plan fingerprint
     query: str = ""  # the worker's query endpoint (docs/queries.md), "" when it serves none
+    # While it restores: how many of its tasks it restored so far (the keepalive's
+    # heartbeats, kstream.worker.keepalive); the coordinator's restore deadline runs from
+    # the last increase (kstream.protocol.failover). 0 otherwise.
+    restored: int = 0
 
 
 @dataclass(frozen=True)
@@ -380,6 +384,8 @@ def dump(msg: Message) -> bytes:
     body = dict(vars(msg))
     if isinstance(msg, Heartbeat) and not msg.query:
         del body["query"]  # as before queries: readers of an older version decode it
+    if isinstance(msg, Heartbeat) and not msg.restored:
+        del body["restored"]  # likewise
     if isinstance(msg, Resume) and msg.parts == 1:
         del body["part"], body["parts"]  # as before parts
     if isinstance(msg, AcknowledgeCheckpoints) and len(msg.snapshots) >= COLUMNS_FROM:

@@ -310,7 +310,7 @@ class Checkpointed(Mode):
         kept); else ``(True, unreachable)``: the tasks whose restore could not reach the
         store or the broker, with the reason (reported failed; the coordinator restores
         again)."""
-        with self._heartbeating():
+        with self._heartbeating(progress=lambda: self.tasks.restored):
             corrupt, unreachable = self.tasks.restore(attempt, checkpoint_id)
         if corrupt and checkpoint_id is not None:
             for task_id, e in sorted(corrupt.items()):
@@ -375,12 +375,16 @@ class Checkpointed(Mode):
         for task_id, e in sorted(outcomes.items()):
             log.warning("task %s: %s; its checkpoint is restored now", task_id, e)
 
-    def _heartbeating(self) -> AbstractContextManager[None]:
-        """Heartbeats from another thread while this one waits on the cluster."""
+    def _heartbeating(
+        self, progress: Callable[[], int] | None = None
+    ) -> AbstractContextManager[None]:
+        """Heartbeats from another thread while this one waits on the cluster (with the
+        ``progress`` of a restore)."""
         return heartbeating(
             self.protocol.current_heartbeat(),
             lambda hb: self.control.post_all([hb]),
             self.protocol.heartbeat_interval,
+            progress,
         )
 
     def _commits_ended(self, outcomes: dict[str, SinkError], now: float) -> None:

@@ -9,8 +9,9 @@ restored output's publication) and the wait for a publication still committing. 
 worker is not lost while it waits there: :func:`heartbeating` sends, from a thread of
 its own, the heartbeat the loop would have sent at its start, every interval, until the
 wait ends. Such a heartbeat says nothing new: the tasks it names are those the worker
-held when the wait began; while a restore is in progress the coordinator only notes
-that it heard the worker (its restore has a deadline of its own).
+held when the wait began; while a restore is in progress the coordinator notes that
+it heard the worker, and — ``progress``: how many tasks it restored so far — that the
+restore moves, which keeps the restore's deadline from passing while it does.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import replace
 
 from kstream.protocol.messages import Heartbeat
 
@@ -26,10 +28,14 @@ __all__ = ["heartbeating"]
 
 @contextmanager
 def heartbeating(
-    heartbeat: Heartbeat | None, send: Callable[[Heartbeat], object], interval: float
+    heartbeat: Heartbeat | None,
+    send: Callable[[Heartbeat], object],
+    interval: float,
+    progress: Callable[[], int] | None = None,
 ) -> Iterator[None]:
     """Send ``heartbeat`` every ``interval`` s from another thread while the body runs
-    (nothing when it is None: no group generation yet, no heartbeat either)."""
+    (nothing when it is None: no group generation yet, no heartbeat either), with
+    ``restored=progress()`` when given."""
     if heartbeat is None:
         yield
         return
@@ -37,7 +43,7 @@ def heartbeating(
 
     def beat() -> None:
         while not done.wait(interval):
-            send(heartbeat)
+            send(heartbeat if progress is None else replace(heartbeat, restored=progress()))
 
     thread = threading.Thread(target=beat, name="kstream-keepalive", daemon=True)
     thread.start()

@@ -61,6 +61,11 @@ log = logging.getLogger(__name__)
 #: a checkpoint's output must fit in it (-X transaction.timeout.ms=... to change it).
 TRANSACTION_TIMEOUT_MS = 20_000
 
+#: A checkpointed worker's ``max.poll.interval.ms`` (librdkafka's default: 5 minutes):
+#: how long a restore may keep the processing thread from polling before the worker
+#: leaves the group (-X max.poll.interval.ms=... to change it).
+MAX_POLL_INTERVAL_MS = 30 * 60 * 1000
+
 IDLE_WAIT_S = 0.005
 """How long an iteration waits for input when none is queued. Control messages and
 finished uploads are looked at between waits, so each step of a checkpoint (trigger,
@@ -108,6 +113,13 @@ def open_clients(
             extra={
                 "session.timeout.ms": int(settings.session_timeout_s * 1000),
                 "heartbeat.interval.ms": min(1000, int(settings.session_timeout_s * 250)),
+                # A restore does not poll the consumer (its partitions are paused, and a
+                # rebalance served in the middle of it would pull the tasks from under
+                # it): restoring 512 tasks took over librdkafka's 5 minutes on this
+                # machine, the worker left the group, and every worker restored again, for
+                # good (benchmarks/SCALING.md). The coordinator's restore deadline, which
+                # runs from the restore's last progress, watches a restore instead.
+                **({"max.poll.interval.ms": MAX_POLL_INTERVAL_MS} if checkpointed else {}),
                 **cfg.kafka,
             },
         ),

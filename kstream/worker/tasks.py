@@ -4,6 +4,7 @@ partition, building and restoring tasks, seeking and pausing their inputs."""
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
@@ -42,6 +43,7 @@ class WorkerTasks:
         self.source = source
         self.ctx = ctx
         self.seeks = 0  # how many seeks so far (see kstream.worker.backlog)
+        self.restored = 0  # tasks built so far by the restore in progress (its heartbeats)
         self.runners: dict[str, TaskRunner] = {}
         # Which task reads each partition (a partition belongs to exactly one task).
         self.task_of: dict[TP, str] = {
@@ -134,6 +136,7 @@ class WorkerTasks:
         for hook in self.before_restore:
             hook([s.task_id for s in specs])
         store, app_id = self.ctx.store, self.ctx.config.app_id
+        self.restored = 0
         self.stop_all()
         # Pause before seeking: nothing may be read for a task until it resumes.
         self.pause({(i.topic, i.partition) for s in specs for i in s.inputs})
@@ -144,6 +147,8 @@ class WorkerTasks:
 
         # Tasks restore in parallel: downloads and RocksDB opens wait on I/O and
         # release the GIL.
+        built = threading.Lock()
+
         def build(spec: TaskSpec) -> TaskRunner:
             handle = task_manifest(store, app_id, spec.task_id, checkpoint_id)
             runner = open_runner(self.ctx, spec, attempt, handle, markers)
@@ -152,6 +157,8 @@ class WorkerTasks:
             except PublishedPastRestore:
                 runner.close()
                 raise
+            with built:
+                self.restored += 1
             return runner
 
         with ThreadPoolExecutor(max_workers=min(8, max(1, len(specs)))) as pool:
