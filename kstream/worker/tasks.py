@@ -10,7 +10,7 @@ from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 
 from kstream.checkpointstorage.base import StoreError
-from kstream.checkpointstorage.metadata import task_manifest
+from kstream.checkpointstorage.metadata import task_manifests
 from kstream.config import Guarantee
 from kstream.elements.records import InternalEvent, InternalRecord
 from kstream.kafka.clients import OFFSET_BEGINNING, KafkaException
@@ -146,11 +146,19 @@ class WorkerTasks:
             return {}, {s.task_id: f"restore failed (sink): {unreadable}" for s in specs}
 
         # Tasks restore in parallel: downloads and RocksDB opens wait on I/O and
-        # release the GIL.
+        # release the GIL. The checkpoint's metadata is read once, by the first build
+        # (one that fails is read again by the next, each failing as its own).
         built = threading.Lock()
+        manifests: list[dict[str, str]] = []
+
+        def handle_of(task_id: str) -> str | None:
+            with built:
+                if not manifests:
+                    manifests.append(task_manifests(store, app_id, checkpoint_id))
+                return manifests[0].get(task_id)
 
         def build(spec: TaskSpec) -> TaskRunner:
-            handle = task_manifest(store, app_id, spec.task_id, checkpoint_id)
+            handle = handle_of(spec.task_id)
             runner = open_runner(self.ctx, spec, attempt, handle, markers)
             try:
                 refuse_republishing(runner, checkpoint_id, handle)
