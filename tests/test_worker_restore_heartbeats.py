@@ -72,6 +72,25 @@ class _Runner:
         pass
 
 
+def _restoring_worker(plan: Any, control: _Control) -> tuple[WorkerTasks, Checkpointed]:
+    """The tasks and mode of worker "w" holding all 12 partitions of ``plan``'s input
+    (the builds are the test's fakes), about to restore them in generation 1."""
+    ctx = SimpleNamespace(
+        config=SimpleNamespace(app_id="a"),
+        store=None,
+        clock=time.monotonic,
+        transactions=object(),
+        sink_guarantee=Guarantee.AT_LEAST_ONCE,
+    )
+    source = _Source({("in", p) for p in range(12)})
+    tasks = WorkerTasks(plan, source, ctx)  # type: ignore[arg-type]
+    protocol = WorkerProtocol("w", now=time.monotonic(), heartbeat_interval=0.05)
+    protocol.generation = 1
+    protocol.tasks = {s.task_id for s in plan.tasks}  # what a Restore of them sets
+    mode = Checkpointed(protocol, control, tasks, source, None, WorkerStats(), "w")  # type: ignore[arg-type]
+    return tasks, mode
+
+
 def test_a_long_restore_sends_heartbeats_while_the_tasks_build(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -89,19 +108,7 @@ def test_a_long_restore_sends_heartbeats_while_the_tasks_build(
 
     monkeypatch.setattr(tasks_module, "open_runner", build)
     monkeypatch.setattr(tasks_module, "task_manifests", lambda *a: {})
-    ctx = SimpleNamespace(
-        config=SimpleNamespace(app_id="a"),
-        store=None,
-        clock=time.monotonic,
-        transactions=object(),
-        sink_guarantee=Guarantee.AT_LEAST_ONCE,
-    )
-    source = _Source({("in", p) for p in range(12)})
-    tasks = WorkerTasks(plan, source, ctx)  # type: ignore[arg-type]
-    protocol = WorkerProtocol("w", now=time.monotonic(), heartbeat_interval=0.05)
-    protocol.generation = 1
-    protocol.tasks = {s.task_id for s in plan.tasks}  # what a Restore of them sets
-    mode = Checkpointed(protocol, control, tasks, source, None, WorkerStats(), "w")  # type: ignore[arg-type]
+    tasks, mode = _restoring_worker(plan, control)
 
     ok, failed = mode._restore(1, None, time.monotonic())
 
@@ -139,19 +146,7 @@ def test_a_restores_heartbeats_say_how_many_tasks_it_restored_so_far(
 
     monkeypatch.setattr(tasks_module, "open_runner", build)
     monkeypatch.setattr(tasks_module, "task_manifests", manifests)
-    ctx = SimpleNamespace(
-        config=SimpleNamespace(app_id="a"),
-        store=None,
-        clock=time.monotonic,
-        transactions=object(),
-        sink_guarantee=Guarantee.AT_LEAST_ONCE,
-    )
-    source = _Source({("in", p) for p in range(12)})
-    tasks = WorkerTasks(plan, source, ctx)  # type: ignore[arg-type]
-    protocol = WorkerProtocol("w", now=time.monotonic(), heartbeat_interval=0.05)
-    protocol.generation = 1
-    protocol.tasks = {s.task_id for s in plan.tasks}
-    mode = Checkpointed(protocol, control, tasks, source, None, WorkerStats(), "w")  # type: ignore[arg-type]
+    tasks, mode = _restoring_worker(plan, control)
 
     ok, failed = mode._restore(1, None, time.monotonic())
 
