@@ -137,6 +137,9 @@ class Task(BarrierAlignment, InternalIntake):
             else restore_watermarks
         )
         self._gate = InputGate(plan, self.spec, now, restore_positions or {}, marks)
+        # A time channel that held the task watermark back at the last look (see
+        # ``_update_watermark``).
+        self._blocker: Channel | None = None
         # A firing in slices: its target watermark (stored once a slice stops short, so
         # a snapshot between slices has it; a restored task goes on with it first).
         self._firing = TaskFiring(self.task_id, backend, None if bounded else firing_budget)
@@ -396,13 +399,13 @@ class Task(BarrierAlignment, InternalIntake):
             self._held.append(("wm", None, []))
             return
         now = self._now
-        live = [c for c in self._gate.time_channels if not c.ended]
-        if not live:
-            new = self.watermark
-        else:
-            active = [c.watermark for c in live if not c.idle(now)]
-            new = min(active) if active else self.watermark
-        self._advance(new)
+        # The task watermark is the least watermark of the live, not idle time channels.
+        # While the channel that held it back at the last look still does, nothing can
+        # move it: no look over every channel (at 1024 partitions, a look over 1 024
+        # channels for each of a set's 1 024 watermark events took 40 % of a worker).
+        b = self._blocker
+        if b is None or b.ended or b.watermark > self.watermark or b.idle(now):
+            self._advance(self._least_watermark(now))
         # Downstream keeps up with the data: a watermark follows every call that wrote
         # internal records, and the timer covers progress without data (idleness).
         if (
@@ -414,6 +417,23 @@ class Task(BarrierAlignment, InternalIntake):
             )
         ):
             self._emit_watermark()
+
+    def _least_watermark(self, now: float) -> int:
+        """The least watermark of the live, not idle time channels (the task's when there
+        is none); remembers one at or below the task watermark, which holds it back."""
+        least: int | None = None
+        blocker = None
+        mark = self.watermark
+        for c in self._gate.time_channels:
+            if c.ended or c.idle(now):
+                continue
+            w = c.watermark
+            if least is None or w < least:
+                least = w
+            if blocker is None and w <= mark:
+                blocker = c
+        self._blocker = blocker
+        return mark if least is None else least
 
     def _advance(self, new: int, *, sliced: bool = True) -> None:
         """The task watermark moves up to ``new`` (never back): operators fire — in
