@@ -478,4 +478,5 @@ class SourceConsumer:
 
     def close(self) -> None:
         """Leave the group (revocation callbacks run) and release the consumer."""
+        self._paused.clear()  # nothing to resume on the way out
         self._consumer.close()
