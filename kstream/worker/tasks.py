@@ -139,7 +139,7 @@ class WorkerTasks:
         self.restored = 0
         self.stop_all()
         # Pause before seeking: nothing may be read for a task until it resumes.
-        self.pause({(i.topic, i.partition) for s in specs for i in s.inputs})
+        self.source.pause({(i.topic, i.partition) for s in specs for i in s.inputs})
         try:
             markers = self.read_markers(specs)
         except SinkError as unreadable:
@@ -311,9 +311,6 @@ class WorkerTasks:
                 time.sleep(0.05)
 
     # ---- pausing -----------------------------------------------------------------------------
-
-    def pause(self, tps: set[TP]) -> None:
-        self.source.pause(tps)
 
     def sync_pauses(self, *, draining: bool = False, full: set[TP] | None = None) -> None:
         """Pause exactly: inputs of tasks not running, inputs held back by barrier
