@@ -76,3 +76,29 @@ def test_an_ended_channel_does_not_hold_alignment(gate: InputGate) -> None:
     assert gate.aligned() is None
     channels[0].ended = True
     assert gate.aligned() == channels[1:]
+
+
+def test_paused_inputs_asked_every_iteration_looks_at_each_channel_a_few_times(
+    gate: InputGate,
+) -> None:
+    """The worker asks every task for the partitions to pause once per loop iteration;
+    while a checkpoint aligns, grouping and scanning every channel each time was 9 % of
+    a worker's processing thread at 1 024 partitions (benchmarks/SCALING.md)."""
+    channels = list(gate.channels.values())
+    tp = channels[0].tp
+    for round_ in (3, 4):  # a release starts the scan again
+        for i, c in enumerate(channels):
+            gate.block(c, Barrier(round_, 1, 100), None)
+            assert gate.paused_inputs() == (frozenset({tp}) if i == P - 1 else frozenset())
+        gate.release(channels)
+        assert gate.paused_inputs() == frozenset()
+    assert _Looked.looks <= 8 * 2 * P  # was more than P x P per checkpoint
+
+
+def test_an_ended_channel_leaves_the_others_paused(gate: InputGate) -> None:
+    channels = list(gate.channels.values())
+    for c in channels[:-1]:
+        gate.block(c, Barrier(6, 1, 100), None)
+    assert gate.paused_inputs() == frozenset()
+    channels[-1].ended = True
+    assert gate.paused_inputs() == {channels[0].tp}

@@ -30,6 +30,7 @@ from kstream.protocol.messages import (
 from kstream.protocol.recovery import recover
 from kstream.protocol.worker import WorkerProtocol
 from kstream.runtime.watermark_alignment import PartitionTime, WatermarkAligner
+from kstream.worker import tasks as worker_tasks
 from kstream.worker.global_alignment import GlobalAlignment
 from kstream.worker.tasks import WorkerTasks
 
@@ -368,3 +369,38 @@ def test_worker_tasks_decide_on_fresh_watermarks_at_every_call() -> None:
     runner.marks = {("in", 0): (5000, False), ("in", 1): (6100, False)}  # a slice of in-1 fed
     assert tasks.held(set()) == {("in", 1)}  # at once, not ALIGN_EVERY_S later
     assert source.lags_read == 1
+
+
+class _CountingRunner(_Runner):
+    reads = 0
+
+    def source_watermarks(self) -> dict[tuple[str, int], tuple[int, bool]]:
+        self.reads += 1
+        return self.marks
+
+
+def test_worker_tasks_read_only_the_fed_partitions_task_between_slices(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Between the slices (``fed``: the partition just fed) only the task that read it
+    is asked for its watermarks — feeding changes no other task — and the hold is the
+    one a look at every task gives (asking them all after each slice was O(tasks):
+    a quarter of a worker's processing thread at 256 tasks)."""
+    monkeypatch.setattr(worker_tasks, "ALIGN_EVERY_S", 3600.0)  # no lag refresh meanwhile
+    t = Topology("a")
+    t.source("in", keyed=True, watermark=WatermarkStrategy(100, max_drift_ms=1000)).to("out")
+    tasks = WorkerTasks(plan_job(t, "a", {"in": 2}), _Source(), None)  # type: ignore[arg-type]
+    r0 = _CountingRunner({("in", 0): (5000, False)})
+    r1 = _CountingRunner({("in", 1): (5800, False)})
+    tasks.runners = {"stage0-0": r0, "stage0-1": r1}  # type: ignore[dict-item]
+    assert tasks.held(set()) == frozenset()  # once per loop iteration: every task
+    assert (r0.reads, r1.reads) == (1, 1)
+    r1.marks = {("in", 1): (6100, False)}  # a slice of in-1 fed
+    assert tasks.held(set(), ("in", 1)) == {("in", 1)}
+    assert (r0.reads, r1.reads) == (1, 2)
+    r0.marks = {("in", 0): (5200, False)}  # a slice of in-0: in-1 is within the bound again
+    assert tasks.held(set(), ("in", 0)) == frozenset()
+    assert (r0.reads, r1.reads) == (2, 2)
+    assert tasks.slowest == {"in": 5200}
+    assert tasks.held(set()) == frozenset()  # the next iteration: every task again
+    assert (r0.reads, r1.reads) == (3, 3)

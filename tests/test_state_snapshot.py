@@ -21,7 +21,7 @@ from kstream.snapshots.restore import (
     restore_backend,
     restore_state,
 )
-from kstream.snapshots.upload import SnapshotManifest, SnapshotUploader, read_manifest
+from kstream.snapshots.upload import FileEntry, SnapshotManifest, SnapshotUploader, read_manifest
 from kstream.state.base import TableSpec
 from kstream.state.rocksdb import RocksDBBackend
 from kstream.state.rocksdb_resources import StateResources
@@ -468,3 +468,18 @@ def test_the_manifest_carries_the_input_watermarks_and_reads_older_manifests() -
     older = json.loads(m.to_json())
     del older["watermarks"]  # written before the watermarks were kept in the manifest
     assert SnapshotManifest.from_json(json.dumps(older).encode()).watermarks is None
+
+
+def test_a_manifest_reads_back_equal_with_files_blobs_and_many_upstreams() -> None:
+    ups = {f"stage0-{u}": 1000 + u for u in range(1024)}  # behind 1 024 upstream tasks
+    m = SnapshotManifest(
+        "app", "stage1-3", 4, "chk-4", 0, 1.0, 9, ("t",),
+        (FileEntry("000009.sst", 10, "a" * 64, "shared/aa"),
+         FileEntry("deltas/000001.delta", 5, "b" * 64, "shared/bb")),
+        positions={"app.stage0.repartition": {"3": ups}},
+        blobs={"sink": FileEntry("sink", 3, "c" * 64, "shared/cc")},
+        watermarks=[["app.stage0.repartition", 3, up, 700] for up in ups],
+    )  # fmt: skip
+    data = m.to_json()
+    assert SnapshotManifest.from_json(data) == m
+    assert json.loads(data)["version"] == 2  # a delta file: older readers refuse it

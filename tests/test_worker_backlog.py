@@ -91,8 +91,9 @@ def test_a_partition_released_from_a_hold_is_fed_only_until_it_is_held_again() -
     backlog.slice = 100
     asked = []
 
-    def recheck() -> set[tuple[str, int]]:
+    def recheck(fed: tuple[str, int]) -> set[tuple[str, int]]:
         asked.append(len(tasks.fed))
+        assert fed == tasks.fed[-1][0]  # told the partition just fed
         # a runs ahead once 200 of its records are fed; b never does
         return {a} if sum(1 for tp, _o in tasks.fed if tp == a) >= 200 else set()
 

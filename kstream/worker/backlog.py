@@ -115,13 +115,13 @@ class Backlog:
         self,
         feed: Callable[[TP, list[Any]], None],
         held: AbstractSet[TP] = frozenset(),
-        recheck: Callable[[], AbstractSet[TP]] | None = None,
+        recheck: Callable[[TP], AbstractSet[TP]] | None = None,
     ) -> int:
         """Feed slices (in order per partition) of every partition not in ``held`` until
         none is left or ``budget_s`` is spent; the number of records fed. ``recheck``,
         asked after every slice, says which partitions are held from then on: a
         partition whose hold just ended is fed until it runs ahead again, not through
-        everything read while it was held."""
+        everything read while it was held. It is given the partition just fed."""
         start = self.clock()
         fed = 0
         pending = self._pending
@@ -142,7 +142,7 @@ class Backlog:
             took = self.clock() - t0
             fed += len(part)
             if recheck is not None:
-                held = recheck()
+                held = recheck(tp)
             # The next slice takes about SLICE_S at the cost per record just measured.
             per_record = took / len(part)
             want = int(SLICE_S / per_record) if per_record > 0 else self.max_slice

@@ -375,7 +375,7 @@ class Worker:
             # looked at again (slow user functions: kstream.worker.backlog).
             # A partition whose hold ends runs only until it is ahead again.
             backlog.feed(
-                partial(self._feed, now=now), held, lambda: tasks.held(backlog.partitions())
+                partial(self._feed, now=now), held, lambda tp: tasks.held(backlog.partitions(), tp)
             )
             wall_ms = int(time.time() * 1000)  # processing-time timers run on the wall clock
             for r in tasks.running():
