@@ -20,6 +20,7 @@ class FakeConsumer:
         self.position_of: dict[tuple[str, int], int] = {}
         self.watermarks: dict[tuple[str, int], tuple[int, int]] = {}
         self.sought: list[tuple[str, int, int]] = []
+        self.asked: list[list[tuple[str, int]]] = []  # the partitions of each position call
 
     def consumer_group_metadata(self) -> bytes:
         return b"metadata"
@@ -31,6 +32,7 @@ class FakeConsumer:
         self.sought.append((tp.topic, tp.partition, tp.offset))
 
     def position(self, tps: list[TopicPartition]) -> list[TopicPartition]:
+        self.asked.append([(x.topic, x.partition) for x in tps])
         return [
             TopicPartition(
                 x.topic, x.partition, self.position_of.get((x.topic, x.partition), UNKNOWN)
@@ -80,3 +82,10 @@ def test_a_partition_no_fetch_reported_on_has_no_lag_and_a_revocation_forgets_th
     start.clear()  # assigned again at the earliest
     s._assigned(fake, [TopicPartition("a", 1)])
     assert s.lag() == {}
+
+
+def test_the_lag_of_some_partitions_only_those_assigned() -> None:
+    s, fake = _source({("a", 1): 5, ("a", 2): 2})
+    fake.watermarks = {("a", p): (0, 5) for p in range(5)}
+    assert s.lag([("a", 2), ("b", 0), ("a", 1)]) == {("a", 1): 0, ("a", 2): 3}
+    assert fake.asked == [[("a", 1), ("a", 2)]]  # positions asked of those only

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from kstream.state.base import TableSpec
+from kstream.state.localsnapshot import LocalSnapshots
 from kstream.state.rocksdb import RocksDBBackend
 from kstream.state.rocksdb_resources import CHECKPOINT_THREADS, StateResources
 
@@ -147,3 +148,31 @@ def test_resources_refuse_nonsense_sizes() -> None:
         StateResources(0)
     with pytest.raises(ValueError, match="checkpoint threads must be >= 1, got 0"):
         StateResources(checkpoint_threads=0)
+
+
+def test_a_background_snapshot_makes_its_directory_off_the_processing_thread(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A snapshot's file system calls (the directory, an old one of the same label) run
+    on the checkpoint thread: at 512 tasks a worker, on a busy disk, their stat and mkdir
+    calls were most of a trigger's 7 s on the processing thread (benchmarks/SCALING.md)."""
+    made: list[str] = []
+    real = LocalSnapshots.make_room
+
+    def make_room(self: LocalSnapshots, label: str) -> Path:
+        made.append(threading.current_thread().name)
+        return real(self, label)
+
+    monkeypatch.setattr(LocalSnapshots, "make_room", make_room)
+    resources = StateResources()
+    db = RocksDBBackend(tmp_path / "t", resources=resources)
+    try:
+        for n in (1, 2):  # a full snapshot, then a delta
+            db.table(SPEC).put(("key",), n)
+            snap = db.snapshot_sync(n, background=True, deltas=True)
+            snap.wait_ready()
+            assert snap.directory.is_dir()
+        assert len(made) == 2 and all(m.startswith("rocksdb-checkpoint") for m in made)
+    finally:
+        db.close()
+        resources.close()

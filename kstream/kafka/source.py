@@ -395,10 +395,10 @@ class SourceConsumer:
             for x in got
         }
 
-    def lag(self) -> dict[TP, int]:
-        """Per assigned partition whose lag is known: records between its read position
-        and the high watermark that the last fetch reported (no request: librdkafka's
-        cached values).
+    def lag(self, tps: Iterable[TP] | None = None) -> dict[TP, int]:
+        """Per assigned partition (of ``tps``, if given) whose lag is known: records
+        between its read position and the high watermark that the last fetch reported
+        (no request: librdkafka's cached values).
 
         A partition that has delivered nothing since it was positioned has no read
         position in librdkafka, not even after a seek to an offset. Its lag is then
@@ -411,7 +411,8 @@ class SourceConsumer:
         1024-partition input of 1 000 keys, or a restored partition sought to its end
         that gets no new record; benchmarks/SCALING.md.)"""
         out: dict[TP, int] = {}
-        for tp, pos in self.positions().items():
+        wanted = None if tps is None else [tp for tp in tps if tp in self._assignment]
+        for tp, pos in self.positions(wanted).items():
             try:
                 low, high = self._consumer.get_watermark_offsets(
                     TopicPartition(tp[0], tp[1]), cached=True

@@ -195,7 +195,7 @@ class RocksDBBackend(SnapshottingBackend):
             data = out.data() if out.records else None
             if self._chain.allows(len(data) if data else 0):
                 name, files = self._chain.add(len(data)) if data else (None, self._chain.files)
-                target = self._local.make_room(label)
+                target = self.snapshot_root / label  # made room for by the job
                 ranged = [t._cf for t in self._tables.values() if t.memtable_ranges]
                 for t in self._tables.values():
                     t.memtable_ranges = 0
@@ -223,7 +223,7 @@ class RocksDBBackend(SnapshottingBackend):
         else:
             self._chain.drop()
         # 2. RocksDB checkpoint: flushes memtables and hard-links the live SSTs.
-        target = self._local.make_room(label)
+        target = self.snapshot_root / label  # made room for by the job
         job = partial(self._checkpoint, target, label, batches, deltas)
         return self._run(job, background, checkpoint_id, label, target, seq, tables, t0)
 
@@ -254,6 +254,7 @@ class RocksDBBackend(SnapshottingBackend):
     def _checkpoint(
         self, target: Path, label: str, batches: list[rocksdict.WriteBatch], base: bool
     ) -> None:
+        self._local.make_room(label)  # (file system calls: not on the processing thread)
         for batch in batches:
             try:
                 self._db.write(batch)
@@ -274,6 +275,7 @@ class RocksDBBackend(SnapshottingBackend):
         data: bytes | None,
         ranged: list[rocksdict.Rdict],
     ) -> None:
+        self._local.make_room(label)
         self._chain.write_snapshot(target, files, name, data)
         for cf in ranged:  # range tombstones out of the memtables (RocksDB waits: settle)
             cf.flush()

@@ -364,7 +364,9 @@ class WorkerTasks:
         ids = frozenset(id(r) for r in running)
         if now >= self._next_align or ids != self._aligned_for:
             self._next_align, self._aligned_for = now + ALIGN_EVERY_S, ids
-            self._lag = self.source.lag()  # unknown (nothing read yet): records may be left
+            # (unknown: nothing read yet, records may be left; of the aligned topics only)
+            aligned = self.aligner.max_drift_ms
+            self._lag = self.source.lag(tp for tp in self.task_of if tp[0] in aligned)
         marks: dict[TP, tuple[int, bool]] = {}
         for r in running:
             marks.update(r.task.source_watermarks())
