@@ -8,7 +8,10 @@ partitions on 4 workers"). The barrier fan-out, without kstream: ``--fanout``.
     python -m benchmarks.scale_probe --fanout 262144 --out /tmp/probe
 
 The point prints its figures (JSON, as ``scale_curves`` stores them); the logs
-(``*.err``) and dumps (``dump-<pid>.txt``) are in ``--out``.
+(``*.err``), dumps (``dump-<pid>.txt``) and, per completed checkpoint still in the store,
+where its time went over the tasks (``checkpoints.json``: median, 90th percentile and
+largest of each task's trigger-to-barrier, snapshot, upload and acknowledgement delay,
+as the checkpoint's metadata keeps them) are in ``--out``.
 """
 
 from __future__ import annotations
@@ -27,6 +30,9 @@ import click
 
 import benchmarks.scale_point as sp
 from benchmarks.generate import KEEP_FOREVER
+from kstream.checkpointstorage.base import CheckpointStore
+from kstream.checkpointstorage.metadata import list_checkpoints
+from kstream.checkpointstorage.urls import open_store
 from kstream.dev.localbroker import LocalBroker
 from kstream.kafka.clients import TopicSpec, ensure_topics, make_admin
 
@@ -53,6 +59,24 @@ def _dump_every(seconds: float, out: Path, stop: threading.Event, pyspy: str) ->
                 f.write(f"==== t={time.monotonic() - t0:.1f}\n{r.stdout}{r.stderr}\n")
 
 
+PHASES = ("alignment_ms", "sync_ms", "async_ms", "ack_delay_ms")
+
+
+def checkpoint_phases(store: CheckpointStore, app: str) -> list[dict[str, Any]]:
+    """Per completed checkpoint in the store: its duration and, per phase of a task's part
+    (trigger to barrier, snapshot, upload, trigger to its acknowledgement read), the
+    median, 90th percentile and largest over its tasks, in ms."""
+    out = []
+    for meta in list_checkpoints(store, app):
+        row: dict[str, Any] = {"checkpoint": meta.checkpoint_id, "ms": meta.duration_ms}
+        for phase in PHASES:
+            v = sorted(getattr(t, phase) for t in meta.tasks.values())
+            if v:
+                row[phase] = [v[len(v) // 2], v[int(len(v) * 0.9)], v[-1]]
+        out.append(row)
+    return out
+
+
 def probe_point(
     partitions: int, workers: int, budget: float, worker_args: list[str], out: Path,
     dump_s: float | None,
@@ -63,6 +87,9 @@ def probe_point(
     def keep_logs(bootstrap: str, app: str, pdir: Path) -> None:
         for f in [*pdir.glob("*.err"), *pdir.glob("*.out")]:
             shutil.copy(f, out)
+        if (pdir / "store").is_dir():
+            phases = checkpoint_phases(open_store(f"file://{pdir / 'store'}"), app)
+            (out / "checkpoints.json").write_text(json.dumps(phases, indent=1) + "\n")
         cleanup(bootstrap, app, pdir)
 
     start = sp.Workers.__init__
