@@ -12,6 +12,7 @@ from kstream.plan.model import JobPlan
 from kstream.plan.planner import plan_job
 from kstream.runtime.gate import InputGate
 from kstream.runtime.task import Task
+from kstream.state.base import TableSpec
 from kstream.state.rocksdb import RocksDBBackend
 
 
@@ -60,6 +61,7 @@ def test_channels_have_no_instance_dict() -> None:
 def test_a_task_s_db_keeps_its_open_files_in_one_shard(tmp_path: Path) -> None:
     """RocksDB's default is 64 shards of the table cache, ~25 KB per DB at open."""
     backend = RocksDBBackend(tmp_path / "t")
+    backend.table(TableSpec("counts")).put(("k",), 1)  # (a DB opens once state is written)
     backend.close()
     options = max((tmp_path / "t" / "db").glob("OPTIONS-*")).read_text()
     assert "  table_cache_numshardbits=0\n" in options

@@ -193,6 +193,7 @@ def test_a_ttl_table_keeps_its_write_times_through_a_delta(tmp_path: Path) -> No
     store = FileStore(tmp_path / "store")
     backend = RocksDBBackend(tmp_path / "task", clock=lambda: now[0])
     uploader = SnapshotUploader(store, APP, TASK)
+    backend.table(spec)  # (its column family: the base below holds RocksDB)
     uploader.upload_now(backend.snapshot_sync(1, deltas=True))
     backend.table(spec).put(("old",), 1)
     now[0] = 1008.0

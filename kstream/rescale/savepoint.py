@@ -83,25 +83,29 @@ class _Restored:
 
     def __init__(self, task_id: str, directory: Path, tables: list[str]) -> None:
         self.task_id = task_id
-        self._db = rocksdict.Rdict(
-            str(directory / "db"),
-            db_options(),
-            column_families={n: cf_options() for n in tables},
-            access_type=rocksdict.AccessType.read_only(),
-        )
+        self._db: rocksdict.Rdict | None = None  # none: a task that never wrote state
+        if (directory / "db" / "CURRENT").exists():
+            self._db = rocksdict.Rdict(
+                str(directory / "db"),
+                db_options(),
+                column_families={n: cf_options() for n in tables},
+                access_type=rocksdict.AccessType.read_only(),
+            )
         self._tables = tables
 
     def table_names(self) -> list[str]:
         return list(self._tables)
 
     def raw_rows(self, table: str) -> Iterator[tuple[bytes, bytes]]:
-        yield from self._db.get_column_family(table).items()
+        if self._db is not None:
+            yield from self._db.get_column_family(table).items()
 
     def entries(self, table: str) -> dict[StateKey, Any]:
         return {decode_key(k): _decode_json_value(v) for k, v in self.raw_rows(table)}
 
     def close(self) -> None:
-        self._db.close()
+        if self._db is not None:
+            self._db.close()
 
 
 class _Target:

@@ -72,6 +72,25 @@ class RocksDBBackend(SnapshottingBackend):
         self.cache_entries = cache_entries
         self.clock = clock
         self.resources = resources or default_resources()
+        # A task that never writes state (a stateless stage's: its own tables are made
+        # once written) never opens RocksDB: no DB files, an empty snapshot, an empty
+        # restore. At 1024 partitions that is half a worker's tasks, and opening 512 DBs
+        # was two thirds of a worker's start (benchmarks/SCALING.md).
+        self._db: rocksdict.Rdict | None = None
+        existing: list[str] = []
+        if (self.db_path / "CURRENT").exists():
+            existing = self._open()
+        self._cfs: set[str] = set(existing)
+        self._tables: dict[str, RocksDBTable] = {}
+        self._closed = False
+        self._checkpointing: Future[None] | None = None  # the one being created
+        self._write_error: Exception | None = None  # its writing of the cached writes failed
+        self._local = LocalSnapshots(self.snapshot_root, local_retained)
+        self._chain = DeltaChain(self.path, deltas)
+        self._logging = False  # tables log their changes for the next delta (a base exists)
+
+    def _open(self) -> list[str]:
+        """Open (or create) the DB; the names of its column families."""
         self.db_path.mkdir(parents=True, exist_ok=True)
         opts = db_options(self.resources)
         existing: list[str] = []
@@ -85,14 +104,20 @@ class RocksDBBackend(SnapshottingBackend):
             column_families={n: cf_options(self.resources, n) for n in existing},
         )
         self._db.set_write_options(write_options())
-        self._cfs: set[str] = set(existing)
-        self._tables: dict[str, RocksDBTable] = {}
-        self._closed = False
-        self._checkpointing: Future[None] | None = None  # the one being created
-        self._write_error: Exception | None = None  # its writing of the cached writes failed
-        self._local = LocalSnapshots(self.snapshot_root, local_retained)
-        self._chain = DeltaChain(self.path, deltas)
-        self._logging = False  # tables log their changes for the next delta (a base exists)
+        return existing
+
+    @property
+    def _rdb(self) -> rocksdict.Rdict:
+        """The DB, opened now if it was not yet."""
+        if self._db is None:
+            self._open()
+        assert self._db is not None
+        return self._db
+
+    @property
+    def opened(self) -> bool:
+        """Whether the DB is open (state was written or restored)."""
+        return self._db is not None
 
     def table(self, spec: TableSpec) -> RocksDBTable:
         """The table for ``spec`` (a column family named ``spec.name``; the task's own
@@ -115,17 +140,17 @@ class RocksDBBackend(SnapshottingBackend):
 
     def column_family(self, name: str) -> tuple[rocksdict.Rdict, Any]:
         """Table ``name``'s column family, made now if missing, and its handle."""
-        return self._column_family(name), self._db.get_column_family_handle(name)
+        return self._column_family(name), self._rdb.get_column_family_handle(name)
 
     def _column_family(self, name: str) -> rocksdict.Rdict:
         if name in self._cfs:
-            return self._db.get_column_family(name)
+            return self._rdb.get_column_family(name)
         self.settle()
-        cf = self._db.create_column_family(name, cf_options(self.resources, name))
+        cf = self._rdb.create_column_family(name, cf_options(self.resources, name))
         self._cfs.add(name)
         opened = self._tables.get(name)
         if opened is not None and opened._cf is NO_CF:  # (a delta applied under it)
-            opened._cf, opened._handle = cf, self._db.get_column_family_handle(name)
+            opened._cf, opened._handle = cf, self._rdb.get_column_family_handle(name)
         return cf
 
     def tables(self) -> dict[str, StateTable]:
@@ -146,7 +171,7 @@ class RocksDBBackend(SnapshottingBackend):
     @property
     def sequence_number(self) -> int:
         """RocksDB's latest sequence number (after cached writes are flushed)."""
-        return int(self._db.latest_sequence_number())
+        return 0 if self._db is None else int(self._db.latest_sequence_number())
 
     def snapshot_sync(
         self,
@@ -183,6 +208,11 @@ class RocksDBBackend(SnapshottingBackend):
         self.settle()
         for t in self._tables.values():
             t.materialize()  # a table holding changes has its column family in the snapshot
+        if self._db is None:  # no state was ever written: an empty snapshot, no RocksDB
+            self._chain.drop()
+            target = self.snapshot_root / label
+            job = partial(self._empty, target, label)
+            return self._run(job, background, checkpoint_id, label, target, 0, (), t0)
         tables = tuple(sorted(self._cfs))
         # A delta also carries what cache flushes wrote to RocksDB since the last snapshot:
         # past a cache's worth, RocksDB has most of the changes already and a full
@@ -224,7 +254,7 @@ class RocksDBBackend(SnapshottingBackend):
             self._chain.drop()
         # 2. RocksDB checkpoint: flushes memtables and hard-links the live SSTs.
         target = self.snapshot_root / label  # made room for by the job
-        job = partial(self._checkpoint, target, label, batches, deltas)
+        job = partial(self._checkpoint, self._rdb, target, label, batches, deltas)
         return self._run(job, background, checkpoint_id, label, target, seq, tables, t0)
 
     def _run(
@@ -252,18 +282,28 @@ class RocksDBBackend(SnapshottingBackend):
         return LocalSnapshot(checkpoint_id, label, target, seq, tables, sync_ms, ready=ready)
 
     def _checkpoint(
-        self, target: Path, label: str, batches: list[rocksdict.WriteBatch], base: bool
+        self,
+        db: rocksdict.Rdict,
+        target: Path,
+        label: str,
+        batches: list[rocksdict.WriteBatch],
+        base: bool,
     ) -> None:
         self._local.make_room(label)  # (file system calls: not on the processing thread)
         for batch in batches:
             try:
-                self._db.write(batch)
+                db.write(batch)
             except Exception as e:
                 self._write_error = e
                 raise
-        rocksdict.Checkpoint(self._db).create_checkpoint(str(target))
+        rocksdict.Checkpoint(db).create_checkpoint(str(target))
         if base:
             self._chain.set_base(target)
+        self._local.prune(keep=label)
+
+    def _empty(self, target: Path, label: str) -> None:
+        self._local.make_room(label)
+        target.mkdir(parents=True)
         self._local.prune(keep=label)
 
     def _write_delta(
@@ -292,7 +332,7 @@ class RocksDBBackend(SnapshottingBackend):
             handle = handles.get(table)
             if handle is None:
                 self._column_family(table)
-                handle = handles[table] = self._db.get_column_family_handle(table)
+                handle = handles[table] = self._rdb.get_column_family_handle(table)
             if op == OP_PUT:
                 batch.put(a, b, handle)
             elif op == OP_DELETE:
@@ -301,7 +341,7 @@ class RocksDBBackend(SnapshottingBackend):
                 batch.delete_range(a, b, handle)
             n += 1
         self.settle()
-        self._db.write(batch)
+        self._rdb.write(batch)
         return n
 
     @property
@@ -312,7 +352,7 @@ class RocksDBBackend(SnapshottingBackend):
     def write(self, batch: rocksdict.WriteBatch) -> None:
         """Write a table's ``batch``, once a checkpoint created in the background is done."""
         self.settle()
-        self._db.write(batch)
+        self._rdb.write(batch)
 
     def settle(self) -> None:
         """Wait for a checkpoint being created in the background (RocksDB must not change
@@ -343,5 +383,6 @@ class RocksDBBackend(SnapshottingBackend):
         for t in self._tables.values():
             t._detach()
         self._tables.clear()
-        self._db.close()
+        if self._db is not None:
+            self._db.close()
         self._closed = True
