@@ -155,8 +155,6 @@ class Checkpointed(Mode):
         (:mod:`kstream.protocol.batching`); then the protocol's time-driven commands."""
         self._collect_commits(now, wait=False)
         finished = [r for r in self.tasks.runners.values() if r.has_finished_upload()]
-        if finished and not self._acks_due():
-            finished = []  # their checkpoint still uploads here: they would be held
         if finished and not self._internal_delivered(finished[0]):
             finished = []  # acknowledged at a later iteration
         member = self.member if finished or self._held else ""  # asks the client: if needed
@@ -194,26 +192,6 @@ class Checkpointed(Mode):
         ready = [a for a in acks if a.checkpoint_id not in uploading]
         others = [m for m in reports if not isinstance(m, AcknowledgeCheckpoint)]
         return [*others, *batch(ready, member)]
-
-    def _acks_due(self) -> bool:
-        """Whether a finished upload's report can go out now: every upload here of its
-        checkpoint finished, or it failed (declined at once). Until then finished uploads
-        wait in their runners — their acknowledgements would be held for the one message
-        of their checkpoint anyway — so the wait for internal deliveries that precedes
-        them runs once per checkpoint, not at every loop iteration that saw one more
-        upload finish (6 s of a 1024-partition worker's processing thread in 120 s,
-        benchmarks/SCALING.md)."""
-        done: set[int] = set()
-        uploading: set[int] = set()
-        for r in self.tasks.runners.values():
-            for u in r.uploads:
-                if not u.future.done():
-                    uploading.add(u.checkpoint_id)
-                elif u.future.exception() is not None:
-                    return True
-                else:
-                    done.add(u.checkpoint_id)
-        return bool(done - uploading)
 
     @property
     def draining(self) -> bool:
