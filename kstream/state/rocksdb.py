@@ -74,8 +74,8 @@ class RocksDBBackend(SnapshottingBackend):
         self.resources = resources or default_resources()
         # A task that never writes state (a stateless stage's: its own tables are made
         # once written) never opens RocksDB: no DB files, an empty snapshot, an empty
-        # restore. At 1024 partitions that is half a worker's tasks, and opening 512 DBs
-        # was two thirds of a worker's start (benchmarks/SCALING.md).
+        # restore. At 1024 partitions that is half a worker's tasks, and opening a DB per
+        # task was 65 % of restoring 512 fresh tasks (benchmarks/SCALING.md).
         self._db: rocksdict.Rdict | None = None
         existing: list[str] = []
         if (self.db_path / "CURRENT").exists():
