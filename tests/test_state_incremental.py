@@ -30,7 +30,7 @@ STEP = 100  # every 100th key: 1 % of the keys per interval, other keys each tim
 def _settled(backend: RocksDBBackend) -> None:
     """Wait (polling RocksDB's properties, 30 s at most) until no flush or compaction
     is pending or running."""
-    db = backend._db
+    db = backend._rdb
     deadline = time.monotonic() + 30
     while any(
         db.property_int_value(p)
