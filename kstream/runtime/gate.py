@@ -241,7 +241,7 @@ class InputGate:
         a ``firing`` also the sources and the partitions with records waiting for it."""
         if not firing and not self._blocked:  # asked every loop iteration, of every task
             return frozenset()
-        out = [tp for tp, cs in self._by_tp if self._blocked and self._held_back(tp, cs)]
+        out = [tp for tp, cs in self._by_tp if self._held_back(tp, cs)] if self._blocked else []
         if firing:
             out += [tp for tp, cs in self._by_tp if any(c.buffer or c.upstream is None for c in cs)]
         return frozenset(out)

@@ -68,6 +68,8 @@ class WorkerTasks:
                 if s.max_drift_ms is not None
             }
         )
+        # The partitions whose lag alignment reads (of the aligned topics only).
+        self._aligned_parts = [tp for tp in self.task_of if tp[0] in self.aligner.max_drift_ms]
 
     # ---- which tasks ----------------------------------------------------------------------
 
@@ -364,9 +366,8 @@ class WorkerTasks:
         ids = frozenset(id(r) for r in running)
         if now >= self._next_align or ids != self._aligned_for:
             self._next_align, self._aligned_for = now + ALIGN_EVERY_S, ids
-            # (unknown: nothing read yet, records may be left; of the aligned topics only)
-            aligned = self.aligner.max_drift_ms
-            self._lag = self.source.lag(tp for tp in self.task_of if tp[0] in aligned)
+            # (unknown: nothing read yet, records may be left)
+            self._lag = self.source.lag(self._aligned_parts)
         marks: dict[TP, tuple[int, bool]] = {}
         for r in running:
             marks.update(r.task.source_watermarks())
