@@ -131,7 +131,9 @@ def test_a_fast_workers_partitions_are_held_within_the_drift_of_a_slow_workers(
                 mine[msg.member] = msg.slowest[src]
             else:
                 mine.pop(msg.member, None)  # nothing left to read: holds no one back
-            if len(mine) == 2 and min(mine.values()) > BASE:
+            # (a worker at the close record, far ahead by design, read all its input:
+            # its last slice carried it there between two looks at the hold)
+            if len(mine) == 2 and min(mine.values()) > BASE and max(mine.values()) < CLOSE:
                 spreads.append(max(mine.values()) - min(mine.values()))
     reader.close()
     print(f"[galign] spreads (ms) between the workers' reports: {spreads}")
