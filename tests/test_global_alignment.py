@@ -330,6 +330,7 @@ class _Source:
 
 class _Runner:
     running = True
+    holding = False
 
     def __init__(self, marks: dict[tuple[str, int], tuple[int, bool]]) -> None:
         self.task = self

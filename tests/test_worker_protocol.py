@@ -4,6 +4,7 @@ clock in, exact actions out (no broker, no sleeps)."""
 from __future__ import annotations
 
 from kstream.protocol.commands import Send
+from kstream.protocol.handover import LEAVING
 from kstream.protocol.messages import (
     CheckpointCompleted,
     CheckpointRequest,
@@ -197,12 +198,12 @@ def test_a_graceful_stop_asks_for_a_checkpoint_and_stops_once_one_after_the_inpu
     assert p.handle(StopRequested(), 10.0) == []
     assert p.stopping
     assert p.tick(10.0) == [
-        Send(CheckpointRequest("m1", 1, "graceful stop")),
+        Send(CheckpointRequest("m1", 1, LEAVING)),
         Send(Heartbeat("m1", TASKS, 3)),
     ]
     assert p.tick(10.5) == []  # at most one request a second
     assert p.tick(11.0) == [
-        Send(CheckpointRequest("m1", 1, "graceful stop")),
+        Send(CheckpointRequest("m1", 1, LEAVING)),
         Send(Heartbeat("m1", TASKS, 3)),
     ]
     p.handle(TriggerCheckpoint(5, 1, 0), 11.2)
@@ -220,7 +221,7 @@ def test_a_graceful_stop_asks_for_a_checkpoint_and_stops_once_one_after_the_inpu
 def test_a_graceful_stop_gives_up_after_the_drain_timeout() -> None:
     p = running(protocol(drain_timeout_s=5.0), now=0.0)
     p.handle(StopRequested(), 10.0)
-    assert p.tick(14.9)[0] == Send(CheckpointRequest("m1", 1, "graceful stop"))
+    assert p.tick(14.9)[0] == Send(CheckpointRequest("m1", 1, LEAVING))
     why = "stopping: no final checkpoint in time"
     assert p.tick(15.0) == [Send(WorkerStopped("m1", 1, why)), Exit(0, why)]
 

@@ -169,6 +169,7 @@ class _Triggered:
     """A running task whose trigger takes ``took`` s of the fake clock (its barriers)."""
 
     running = True
+    holding = False
 
     def __init__(self, task_id: str, clock: _Clock, took: float) -> None:
         self.task_id, self.attempt, self.spec = task_id, 1, SimpleNamespace(outputs=())
@@ -178,7 +179,7 @@ class _Triggered:
     def step(self, call: Any, *args: Any) -> None:
         call(*args)
 
-    def trigger(self, checkpoint_id: int, attempt: int, now: float) -> None:
+    def trigger(self, checkpoint_id: int, attempt: int, now: float, hold: bool = False) -> None:
         self.triggered.append(checkpoint_id)
         self.clock.now += self.took
 

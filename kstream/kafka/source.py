@@ -137,8 +137,10 @@ class SourceConsumer:
         reachability: Reachability | None = None,
         missing_topic_grace: float = MISSING_TOPIC_GRACE_S,
         ignore_committed: bool = False,
+        subscribe: bool = True,
     ) -> None:
         self.group_id = group_id
+        self.subscribed = False
         self.ignore_committed = ignore_committed
         # "No broker answers" is reported there (logged once per outage); other
         # transient errors are logged once per kind until records flow again.
@@ -175,6 +177,15 @@ class SourceConsumer:
                 **(extra or {}),
             },
         )
+        if subscribe:
+            self.subscribe()
+
+    def subscribe(self) -> None:
+        """Join the group (once; with ``subscribe=False`` the caller chooses when: a
+        checkpointed worker first asks a running job for a hand-over, docs/design.md §6.6)."""
+        if self.subscribed:
+            return
+        self.subscribed = True
         self._consumer.subscribe(
             self.topics, on_assign=self._assigned, on_revoke=self._revoked, on_lost=self._revoked
         )

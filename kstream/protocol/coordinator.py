@@ -32,6 +32,7 @@ from kstream.protocol.commands import (
 from kstream.protocol.completionlog import CompletionLog
 from kstream.protocol.failover import FailoverController, JobPhase
 from kstream.protocol.failures import CheckpointFailureManager
+from kstream.protocol.handover import HANDOVER_REASONS, HEARD_WITHIN_S, Handover
 from kstream.protocol.membership import Membership
 from kstream.protocol.messages import (
     REASSIGNED,
@@ -119,6 +120,8 @@ class CheckpointCoordinator(JobStopping):
         self._completions = CompletionLog()  # INFO: an attempt's first, then a minute's
         # Global watermark alignment: the workers' reports, the bound published from them.
         self.watermarks = GlobalWatermarks(timeout=heartbeat_timeout)
+        # A worker leaving or joining: a hold checkpoint first (kstream.protocol.handover).
+        self.handover = Handover()
 
     # -- state ---------------------------------------------------------------------------
 
@@ -203,6 +206,7 @@ class CheckpointCoordinator(JobStopping):
                         extra=ctx(attempt=self.attempt),
                     )
                     self.triggers.interval_from(now)
+                    self.handover.clear()
                     cmds += self._on_resumed()
                 return cmds
             case Heartbeat():
@@ -210,6 +214,8 @@ class CheckpointCoordinator(JobStopping):
             case CheckpointRequest():
                 if msg.attempt == self.attempt and self.phase is JobPhase.RUNNING:
                     log.info("checkpoint requested by %s: %s", msg.member, msg.reason)
+                    if msg.reason in HANDOVER_REASONS and not self._hand_over(msg.member, now):
+                        return []  # a hold checkpoint is in flight or holding already
                     self.triggers.request()
                 return []
             case SavepointRequest():
@@ -252,6 +258,12 @@ class CheckpointCoordinator(JobStopping):
                     f"(tasks {', '.join(owned)})",
                     now,
                 )
+        if self.handover.expired(now):
+            log.warning(
+                "hand-over: the group did not change within %.0fs of the hold checkpoint: "
+                "the tasks go on from where they held",
+                self.handover.timeout,
+            )
         # 3. A scheduled restore starts, or one that took too long starts over.
         cmds += self.failover.tick(now, self.restore_points.choose())
         # 4. Trigger.
@@ -279,6 +291,7 @@ class CheckpointCoordinator(JobStopping):
         self.latest_completed = meta
         self.restore_points.completed(meta, self.config.retained)
         self.triggers.finished(now)
+        self.handover.completed(checkpoint_id, now)
         self.failures.record_success(checkpoint_id)
         self._completions.log(meta, now)
         cmds: list[Command] = [Send(CheckpointCompleted(checkpoint_id, meta.attempt))]
@@ -320,7 +333,7 @@ class CheckpointCoordinator(JobStopping):
     def _trigger_due(self) -> float | None:
         """When the next checkpoint may be triggered (None: not until something happens):
         an interval after the last trigger, at once when a worker asked for one."""
-        if self.phase is not JobPhase.RUNNING:
+        if self.phase is not JobPhase.RUNNING or self.handover.blocks_triggers:
             return None
         return self.triggers.due(len(self.pending) + len(self._completing))
 
@@ -328,7 +341,10 @@ class CheckpointCoordinator(JobStopping):
         n, self._next_id = self._next_id, self._next_id + 1
         self.pending[n] = PendingCheckpoint(n, self.attempt, now, self.expected)
         self.triggers.triggered(now)
-        return Send(TriggerCheckpoint(n, self.attempt, int(now * 1000)))
+        hold = self.handover.take(n)
+        if hold:
+            log.info("checkpoint %d holds every task: a hand-over", n, extra=ctx(checkpoint=n))
+        return Send(TriggerCheckpoint(n, self.attempt, int(now * 1000), hold))
 
     def _pending_for(self, checkpoint_id: int, attempt: int) -> PendingCheckpoint | None:
         p = self.pending.get(checkpoint_id)
@@ -384,6 +400,15 @@ class CheckpointCoordinator(JobStopping):
         self._refused.add((member, plan))
         return [RefusePlan(plan, member=member)]
 
+    def _hand_over(self, member: str, now: float) -> bool:
+        """``member`` asked for a hand-over: whether a checkpoint is to be triggered (a
+        hold one, or a normal one when an owner is quiet: the joiner joins after it)."""
+        quiet = self.members.quiet(set(self.failover.by_member()), HEARD_WITHIN_S, now)
+        if quiet:
+            log.info("hand-over for %s declined: no heartbeat from %s", member, ", ".join(quiet))
+            return True
+        return self.handover.want(member)
+
     def _reassigned(self, msg: TaskFailed, now: float) -> str:
         owner = self.failover.owners.get(msg.task_id)
         owned = self.failover.held_by(owner) if owner else []
@@ -432,13 +457,18 @@ class CheckpointCoordinator(JobStopping):
         cmds: list[Command] = []
         for p in list(self.pending.values()):
             cmds += self._abort(p, f"job failover: {reason}", now, counts=False)
-        return cmds + self.failover.on_failure(reason, now)
+        # After a hold checkpoint the change is the expected hand-over: restored at
+        # once, not counted as a restart (docs/design.md §6.6).
+        at_once = self.handover.holding
+        self.handover.clear()
+        return cmds + self.failover.on_failure(reason, now, at_once=at_once)
 
     def _abort(
         self, p: PendingCheckpoint, reason: str, now: float, *, counts: bool
     ) -> list[Command]:
         self.pending.pop(p.checkpoint_id, None)
         self.triggers.finished(now)
+        self.handover.aborted(p.checkpoint_id)
         self.ended.append(p.ended(reason, now, failed=counts))
         cmds: list[Command] = [
             Send(CheckpointAborted(p.checkpoint_id, reason)),

@@ -63,13 +63,20 @@ class FailoverController:
         self._restore_deadline = 0.0
         self.failure_reason = ""
 
-    def on_failure(self, reason: str, now: float) -> list[Command]:
+    def on_failure(self, reason: str, now: float, *, at_once: bool = False) -> list[Command]:
         """A task failed, a worker was lost or the assignment changed: schedule a restart.
 
         Returns the hard-failure commands when the restart strategy is exhausted.
+        ``at_once``: the group changed after a hand-over checkpoint (kstream.protocol.handover):
+        restored now, neither delayed nor counted by the restart strategy.
         """
         if self.phase in (JobPhase.FAILED, JobPhase.SUSPENDED):
             return []  # already failed / a restart is already scheduled
+        if at_once:
+            self.failure_reason = reason
+            self.phase = JobPhase.SUSPENDED
+            self._restore_at = now
+            return []
         if self.strategy.exponential:
             return self._exponential(reason, now)
         assert self.strategy.max_restarts is not None

@@ -16,10 +16,17 @@ class Membership:
     def __init__(self) -> None:
         self.seen: dict[str, tuple[float, tuple[str, ...]]] = {}
         self.stopped: dict[str, str] = {}  # members that stopped gracefully -> why
+        self.beat: dict[str, float] = {}  # members heard by this coordinator -> when
 
     def heard(self, member: str, tasks: tuple[str, ...], now: float) -> None:
         """A heartbeat: ``member`` runs ``tasks`` at ``now``."""
         self.seen[member] = (now, tasks)
+        self.beat[member] = now
+
+    def quiet(self, members: set[str], within: float, now: float) -> list[str]:
+        """Those of ``members`` that did not heartbeat to this coordinator within
+        ``within`` seconds (a hand-over waits for none of them: kstream.protocol.handover)."""
+        return sorted(m for m in members if now - self.beat.get(m, float("-inf")) > within)
 
     def expect(self, owners: Mapping[str, str], now: float) -> None:
         """Owners named by the recovered attempt: lost after the timeout unless they

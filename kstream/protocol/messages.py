@@ -63,6 +63,10 @@ class TriggerCheckpoint:
     checkpoint_id: int
     attempt: int
     timestamp: int
+    # A hand-over checkpoint (docs/design.md §6.6): each task holds after its snapshot
+    # until the restore that follows the group's change. Left out of the wire form when
+    # False: readers of an older version decode it (and do not hold).
+    hold: bool = False
 
 
 @dataclass(frozen=True)
@@ -386,6 +390,8 @@ def dump(msg: Message) -> bytes:
         del body["query"]  # as before queries: readers of an older version decode it
     if isinstance(msg, Heartbeat) and not msg.restored:
         del body["restored"]  # likewise
+    if isinstance(msg, TriggerCheckpoint) and not msg.hold:
+        del body["hold"]  # likewise
     if isinstance(msg, Resume) and msg.parts == 1:
         del body["part"], body["parts"]  # as before parts
     if isinstance(msg, AcknowledgeCheckpoints) and len(msg.snapshots) >= COLUMNS_FROM:

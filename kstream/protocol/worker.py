@@ -40,18 +40,21 @@ What the protocol decides:
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from kstream.logs import ctx
 from kstream.protocol.batching import ResumeParts, readies
 from kstream.protocol.commands import RefusePlan, Send
+from kstream.protocol.handover import HOLD_TIMEOUT_S, JOINING, LEAVING
 from kstream.protocol.messages import (
     REASSIGNED,
+    CheckpointAborted,
     CheckpointCompleted,
     CheckpointRequest,
     Heartbeat,
     JobFailed,
+    JobStopped,
     Message,
     Restore,
     Resume,
@@ -64,6 +67,9 @@ from kstream.protocol.messages import (
 log = logging.getLogger(__name__)
 
 REQUEST_EVERY_S = 1.0  # a checkpoint request is repeated this often until one is triggered
+# Tasks holding after a hand-over checkpoint that no restore, trigger or abort followed
+# for this long (the coordinator gone with the leaver, say) go on by themselves.
+HOLD_MAX_S = 2 * HOLD_TIMEOUT_S
 
 # ---- what the loop observes ---------------------------------------------------------------
 
@@ -155,10 +161,19 @@ class ResumeTasks:
 
 @dataclass(frozen=True)
 class TriggerTasks:
-    """Inject barrier ``checkpoint_id`` of ``attempt`` into every running task."""
+    """Inject barrier ``checkpoint_id`` of ``attempt`` into every running task; ``hold``:
+    each task holds after its snapshot (a hand-over, docs/design.md §6.6)."""
 
     checkpoint_id: int
     attempt: int
+    hold: bool = False
+
+
+@dataclass(frozen=True)
+class ReleaseTasks:
+    """The tasks holding after hand-over checkpoint ``checkpoint_id`` go on from there."""
+
+    checkpoint_id: int
 
 
 @dataclass(frozen=True)
@@ -177,7 +192,15 @@ class Exit:
 
 
 WorkerCommand = (
-    Send | RestoreTasks | StopTasks | ResumeTasks | TriggerTasks | CommitSinks | RefusePlan | Exit
+    Send
+    | RestoreTasks
+    | StopTasks
+    | ResumeTasks
+    | TriggerTasks
+    | ReleaseTasks
+    | CommitSinks
+    | RefusePlan
+    | Exit
 )
 
 
@@ -207,6 +230,7 @@ class WorkerProtocol:
         self.attempt = 0
         self.restore_point: int | None = None
         self.restoring = False  # a Restore of ``attempt`` is pending its Resume
+        self.job_running = False  # the history ends with the attempt resumed (§6.6)
         # This worker's tasks.
         self.assigned: tuple[str, ...] = ()
         self.any_partitions = False
@@ -217,6 +241,8 @@ class WorkerProtocol:
         self.drained = False  # a checkpoint triggered after the last input completed
         self.stopping_since: float | None = None
         self.trigger_seen: dict[int, float] = {}
+        # The hand-over checkpoint whose trigger said hold, and since when (§6.6).
+        self.hold: tuple[int, float] | None = None
         # Resumed from a checkpoint and no output buffered since: the first output
         # asks for a checkpoint at once (OutputBuffered).
         self.awaiting_first_output = False
@@ -238,6 +264,8 @@ class WorkerProtocol:
                 )
             elif isinstance(msg, Resume) and msg.attempt == self.attempt:
                 self.restoring = False
+            if isinstance(msg, Restore | Resume | JobStopped | JobFailed):
+                self.job_running = isinstance(msg, Resume) and not self.restoring
         log.info(
             "control history: %d messages read at start, attempt %d, %s",
             len(history),
@@ -269,7 +297,13 @@ class WorkerProtocol:
         match event:
             case TriggerCheckpoint() if event.attempt == self.attempt:
                 self.trigger_seen[event.checkpoint_id] = now
-                return [TriggerTasks(event.checkpoint_id, event.attempt)]
+                # A trigger after a hold: the coordinator stopped waiting for a change.
+                release = self._release(lambda n: n < event.checkpoint_id)
+                if event.hold:
+                    self.hold = (event.checkpoint_id, now)
+                return [*release, TriggerTasks(event.checkpoint_id, event.attempt, event.hold)]
+            case CheckpointAborted():
+                return self._release(lambda n: n == event.checkpoint_id)
             case CheckpointCompleted():
                 if self.trigger_seen.get(event.checkpoint_id, float("-inf")) > self.last_input:
                     self.drained = True
@@ -285,6 +319,7 @@ class WorkerProtocol:
                     event.checkpoint_id,
                     True,
                 )
+                self.hold = None  # every task is restored
                 log.info(
                     "restore: attempt %d from checkpoint %s",
                     event.attempt,
@@ -334,6 +369,19 @@ class WorkerProtocol:
                 return [Send(TaskFailed(event.task_id, self.member, event.attempt, event.reason))]
             case _:
                 return []
+
+    def _release(self, which: Callable[[int], bool]) -> list[WorkerCommand]:
+        """Release the hold if its checkpoint is ``which``."""
+        if self.hold is None or not which(self.hold[0]):
+            return []
+        n, self.hold = self.hold[0], None
+        log.info("hand-over checkpoint %d: the tasks go on from where they held", n)
+        return [ReleaseTasks(n)]
+
+    def join_request(self) -> list[WorkerCommand]:
+        """Before this worker joins the group of a running job: ask for a hand-over
+        checkpoint, so the change its join brings re-processes nothing (§6.6)."""
+        return [Send(CheckpointRequest(self.member, self.attempt, JOINING))]
 
     def _restore(self) -> list[WorkerCommand]:
         self.tasks, self.running = set(self.assigned), set()
@@ -389,8 +437,10 @@ class WorkerProtocol:
                     self.drain_timeout_s,
                 )
                 return self._exit("stopping: no final checkpoint in time")
-            return self._request(now, "graceful stop") + self._heartbeat(now)
+            return self._request(now, LEAVING) + self._heartbeat(now)
         commands = self._heartbeat(now)
+        if self.hold is not None and now - self.hold[1] >= HOLD_MAX_S:
+            commands += self._release(lambda n: True)
         if self.stop_when_idle is not None and now - self.last_input >= self.stop_when_idle:
             if self.drained:
                 idle = now - self.last_input

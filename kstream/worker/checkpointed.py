@@ -41,6 +41,7 @@ from kstream.protocol.worker import (
     InputRead,
     OutputBuffered,
     QueriesServed,
+    ReleaseTasks,
     RestoreTasks,
     ResumeTasks,
     StopRequested,
@@ -52,6 +53,7 @@ from kstream.protocol.worker import (
     WorkerProtocol,
 )
 from kstream.worker.global_alignment import GlobalAlignment
+from kstream.worker.joining import wait_for_handover
 from kstream.worker.keepalive import heartbeating
 from kstream.worker.mode import Mode
 from kstream.worker.runner import TaskRunner
@@ -112,6 +114,21 @@ class Checkpointed(Mode):
             for observe in self.observers:
                 observe(msg)
         self._pending = self.protocol.learn(history)
+        if self.protocol.job_running:
+            # Joining a running job: a hand-over checkpoint first, so that the group's
+            # change re-processes nothing (docs/design.md §6.6).
+            read = wait_for_handover(
+                self.control,
+                self.protocol,
+                self.tasks.ctx.config.checkpointing,
+                self.tasks.ctx.clock,
+                self.backed,
+            )
+            for msg in read:
+                for observe in self.observers:
+                    observe(msg)
+            self._pending += self.protocol.learn(read)
+        self.source.subscribe()
 
     def begin(self, now: float) -> int | None:
         self.control.check_outage()  # OutageExceeded past --max-outage: the job fails
@@ -253,7 +270,7 @@ class Checkpointed(Mode):
         failed: dict[str, str] = {}  # tasks whose restore could not reach the store/broker
         for a in commands:
             if not isinstance(
-                a, Send | CommitSinks | TriggerTasks
+                a, Send | CommitSinks | TriggerTasks | ReleaseTasks
             ):  # a restore, a stop, an exit: commits first
                 # (Before a restore or a stop, a publication that failed stops nothing:
                 # every task is rebuilt from the checkpoint, whose markers say what is
@@ -284,7 +301,11 @@ class Checkpointed(Mode):
                 case ResumeTasks():
                     self.tasks.resume(self.protocol.attempt, a.owned, draining=self.draining)
                 case TriggerTasks():
-                    self._trigger(a.checkpoint_id, a.attempt, now)
+                    self._trigger(a.checkpoint_id, a.attempt, now, a.hold)
+                case ReleaseTasks():
+                    for r in list(self.tasks.runners.values()):
+                        if r.hold_at == a.checkpoint_id and r.release():
+                            self.guarded(r, r.task.snapshot_taken)  # what waited, in order
                 case CommitSinks():
                     self._commit_sinks(a.checkpoint_id, now)
                 case RefusePlan():
@@ -328,22 +349,23 @@ class Checkpointed(Mode):
         self.stats.restores += 1
         return True, unreachable
 
-    def _trigger(self, checkpoint_id: int, attempt: int, now: float) -> None:
+    def _trigger(self, checkpoint_id: int, attempt: int, now: float, hold: bool) -> None:
         """Trigger every running task, a heartbeat between two; then their barriers go
         out, one record per internal partition for them all (:mod:`kstream.worker.eventsets`;
         a record per task took tens of seconds per worker at 1024 partitions)."""
         t0, running = time.perf_counter(), self.tasks.running()
         for r in running:
-            self.guarded(r, r.trigger, checkpoint_id, attempt, now)
+            self.guarded(r, r.trigger, checkpoint_id, attempt, now, hold)
             self._heartbeat()
         self.tasks.ctx.router.write_sets()  # one record per partition for them all
         took = time.perf_counter() - t0
         log.log(
             logging.INFO if took >= TRIGGER_LOG_S else logging.DEBUG,
-            "checkpoint %d: %d task(s) triggered in %.2f s",
+            "checkpoint %d: %d task(s) triggered in %.2f s%s",
             checkpoint_id,
             len(running),
             took,
+            ", to hold after their snapshots (a hand-over)" if hold else "",
             extra=ctx(attempt=attempt, checkpoint=checkpoint_id),
         )
 

@@ -110,6 +110,8 @@ def open_clients(
             # Restores position every partition: never the group's offsets, which are
             # the exactly-once publications' (kstream.kafka.source).
             ignore_committed=checkpointed,
+            # A checkpointed worker joins once its mode started (a hand-over: §6.6).
+            subscribe=not checkpointed,
             extra={
                 "session.timeout.ms": int(settings.session_timeout_s * 1000),
                 "heartbeat.interval.ms": min(1000, int(settings.session_timeout_s * 250)),

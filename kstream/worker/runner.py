@@ -284,6 +284,10 @@ class TaskRunner:
             ctx.store, ctx.config.app_id, spec.task_id, pools=ctx.transfers
         )
         self.running = False
+        # A hand-over checkpoint (docs/design.md §6.6): after its snapshot the task holds
+        # — its snapshot point not released — until a restore replaces it or a release.
+        self.hold_at: int | None = None
+        self.holding = False
         self.final_id: int | None = None  # bounded run: id of the final snapshot taken
         self.uploads: list[PendingUpload] = []
         self.sink_blob_bytes = 0  # the exactly-once sink buffer in the latest snapshot
@@ -329,12 +333,24 @@ class TaskRunner:
             route(self.route, out[:at])
             self._snapshot(point)
             route(self.route, out[at + 1 :])
+            if point.checkpoint_id is not None and point.checkpoint_id == self.hold_at:
+                self.holding = True  # what arrived after the barrier waits (release)
+                return
             task.snapshot_taken()  # replays what arrived after the barrier: maybe another point
 
-    def trigger(self, checkpoint_id: int, attempt: int, now: float) -> None:
-        """Checkpoint ``checkpoint_id`` was triggered: barriers into the task's sources."""
+    def trigger(self, checkpoint_id: int, attempt: int, now: float, hold: bool = False) -> None:
+        """Checkpoint ``checkpoint_id`` was triggered: barriers into the task's sources;
+        ``hold``: the task holds after its snapshot of it."""
         self._triggered[checkpoint_id] = now
+        if hold:
+            self.hold_at = checkpoint_id
         self.step(self.task.trigger_checkpoint, checkpoint_id, attempt, now)
+
+    def release(self) -> bool:
+        """Stop holding (or stop meaning to); whether the task held: then the caller
+        replays what waited, ``step(task.snapshot_taken)``."""
+        held, self.holding, self.hold_at = self.holding, False, None
+        return held
 
     # ---- snapshots ------------------------------------------------------------------------
 

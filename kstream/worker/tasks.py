@@ -57,6 +57,7 @@ class WorkerTasks:
         self._next_align = 0.0
         self._lag: dict[TP, int] = {}  # the consumer's, read at most every ALIGN_EVERY_S
         self._parts: dict[TP, PartitionTime] = {}  # what the last ``held`` compared
+        self._holding: frozenset[TP] = frozenset()  # inputs of tasks holding (a hand-over)
         # Global alignment (kstream.worker.global_alignment): the slowest watermark per
         # topic over all workers (set by the mode), and this worker's own (its report).
         self.floor: dict[str, int] = {}
@@ -96,7 +97,8 @@ class WorkerTasks:
         return r if r is not None and r.running else None
 
     def running(self) -> list[TaskRunner]:
-        return [r for r in self.runners.values() if r.running]
+        """The tasks that run now (not those holding after a hand-over checkpoint)."""
+        return [r for r in self.runners.values() if r.running and not r.holding]
 
     def owned(self) -> list[TaskRunner]:
         """The runners whose inputs the group assigns to this worker now (read on the
@@ -322,7 +324,7 @@ class WorkerTasks:
         user-topic input."""
         want: set[TP] = set(full or ())
         for r in self.runners.values():
-            if not r.running:
+            if not r.running or r.holding:
                 want |= r.inputs()
             else:
                 want |= set(r.task.paused_inputs())
@@ -353,7 +355,28 @@ class WorkerTasks:
         the task that reads it (a barrier it completes may let that task's buffered
         source records through) and whether ``fed`` is still pending, so only that
         task's partitions are read again — not every running task's (O(tasks) after
-        each slice: at 256 tasks a worker, a quarter of its processing thread)."""
+        each slice: at 256 tasks a worker, a quarter of its processing thread).
+
+        The inputs of tasks holding after a hand-over checkpoint are held too (their
+        records wait here: the task may go on from there, docs/design.md §6.6)."""
+        holding = self._holds(fed)
+        aligned = self._held_by_alignment(pending, fed)
+        return aligned | holding if holding else aligned
+
+    def _holds(self, fed: TP | None) -> frozenset[TP]:
+        """The inputs of the holding tasks: all looked at once per iteration, between
+        slices only the task just fed (the only one that may have started holding)."""
+        if fed is None:
+            self._holding = frozenset(
+                tp for r in self.runners.values() if r.holding for tp in r.inputs()
+            )
+        else:
+            r = self.runners.get(self.task_of.get(fed, ""))
+            if r is not None and r.holding and fed not in self._holding:
+                self._holding = self._holding | r.inputs()
+        return self._holding
+
+    def _held_by_alignment(self, pending: set[TP], fed: TP | None) -> frozenset[TP]:
         if not self.aligner.max_drift_ms:
             return frozenset()
         now = time.monotonic()

@@ -1,0 +1,85 @@
+"""Hand-over checkpoints: a change of the group at a point where nothing was processed
+past the restored checkpoint (docs/design.md §6.6). Pure, fed messages and a clock.
+
+A worker about to leave (SIGTERM) or to join a running job asks for a checkpoint with
+reason :data:`LEAVING` or :data:`JOINING`. The coordinator's next trigger is then a
+*hold* checkpoint: every task holds after its snapshot — reads, processes and emits
+nothing more — and nothing is triggered after it. The leaver exits once it completed,
+the joiner joins the group once it completed; the group's change that follows is
+restored from that checkpoint at once (not a failure: no restart delay), and the
+rollback re-processes nothing: no task went past it.
+
+Holding is only a pause: a task that stops holding without a restore (the hold
+checkpoint was aborted, the coordinator triggers again, the change never came) goes on
+from where it held, which is consistent with every other task.
+"""
+
+from __future__ import annotations
+
+LEAVING = "graceful stop: leaving the group"
+JOINING = "joining the group"
+HANDOVER_REASONS = frozenset({LEAVING, JOINING})
+
+HEARD_WITHIN_S = 3.0
+"""A hand-over is declined while an owner did not heartbeat for this long (lost, or
+restarting: its tasks could not hold; the checkpoint that follows is a normal one)."""
+
+HOLD_TIMEOUT_S = 20.0
+"""How long after a hold checkpoint completed the coordinator waits for the group's
+change before it triggers again (the tasks then go on from where they held)."""
+
+
+class Handover:
+    """The coordinator's side: asked for, triggered, completed (holding), or none."""
+
+    def __init__(self, timeout: float = HOLD_TIMEOUT_S) -> None:
+        self.timeout = timeout
+        self.wanted_by: str | None = None  # the member that asked, until its trigger
+        self.checkpoint_id: int | None = None  # the hold checkpoint, triggered
+        self.completed_at: float | None = None  # when it completed: holding since
+
+    def want(self, member: str) -> bool:
+        """``member`` asked for a hand-over; whether a new hold checkpoint is wanted (not
+        when one is already in flight or holding)."""
+        if self.checkpoint_id is not None:
+            return False
+        self.wanted_by = member
+        return True
+
+    def take(self, checkpoint_id: int) -> bool:
+        """Checkpoint ``checkpoint_id`` is triggered now: whether it holds."""
+        if self.wanted_by is None:
+            return False
+        self.wanted_by, self.checkpoint_id = None, checkpoint_id
+        return True
+
+    @property
+    def blocks_triggers(self) -> bool:
+        """A hold checkpoint is in flight or holding: its tasks would skip another."""
+        return self.checkpoint_id is not None
+
+    @property
+    def holding(self) -> bool:
+        """The hold checkpoint completed: the job waits for the group's change."""
+        return self.completed_at is not None
+
+    def completed(self, checkpoint_id: int, now: float) -> None:
+        if checkpoint_id == self.checkpoint_id:
+            self.completed_at = now
+
+    def aborted(self, checkpoint_id: int) -> None:
+        """The hold checkpoint failed: the tasks release (the asking worker asks again)."""
+        if checkpoint_id == self.checkpoint_id and self.completed_at is None:
+            self.checkpoint_id = None
+
+    def expired(self, now: float) -> bool:
+        """Holding for longer than ``timeout`` with no change of the group: triggering
+        resumes (ended here, once)."""
+        if self.completed_at is None or now - self.completed_at < self.timeout:
+            return False
+        self.clear()
+        return True
+
+    def clear(self) -> None:
+        """The job restores (the change came) or stopped: no hold any more."""
+        self.wanted_by = self.checkpoint_id = self.completed_at = None
