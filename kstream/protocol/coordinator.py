@@ -42,6 +42,7 @@ from kstream.protocol.messages import (
     CheckpointCompleted,
     CheckpointRequest,
     DeclineCheckpoint,
+    HandoverDeclined,
     Heartbeat,
     Message,
     RestoreFailed,
@@ -118,6 +119,7 @@ class CheckpointCoordinator(JobStopping):
         # Checkpoints that failed or were aborted, for the history (drained by the adapter).
         self.ended: list[CheckpointFailure] = []
         self._completions = CompletionLog()  # INFO: an attempt's first, then a minute's
+        self._started = 0.0  # when start() was called
         # Global watermark alignment: the workers' reports, the bound published from them.
         self.watermarks = GlobalWatermarks(timeout=heartbeat_timeout)
         # A worker leaving or joining: a hold checkpoint first (kstream.protocol.handover).
@@ -152,6 +154,7 @@ class CheckpointCoordinator(JobStopping):
     def start(self, now: float) -> list[Command]:
         """Continue from the recovered history; call once before ``handle``/``tick``."""
         rec = self._recovered
+        self._started = now
         self.triggers.interval_from(now)
         # 1. A lost announcement again; 2. the predecessor's unfinished checkpoints aborted.
         cmds, ended = predecessor_leftovers(rec, self.latest_completed, now)
@@ -214,8 +217,8 @@ class CheckpointCoordinator(JobStopping):
             case CheckpointRequest():
                 if msg.attempt == self.attempt and self.phase is JobPhase.RUNNING:
                     log.info("checkpoint requested by %s: %s", msg.member, msg.reason)
-                    if msg.reason in HANDOVER_REASONS and not self._hand_over(msg.member, now):
-                        return []  # a hold checkpoint is in flight or holding already
+                    if msg.reason in HANDOVER_REASONS:
+                        return self._hand_over(msg.member, now)
                     self.triggers.request()
                 return []
             case SavepointRequest():
@@ -400,14 +403,21 @@ class CheckpointCoordinator(JobStopping):
         self._refused.add((member, plan))
         return [RefusePlan(plan, member=member)]
 
-    def _hand_over(self, member: str, now: float) -> bool:
-        """``member`` asked for a hand-over: whether a checkpoint is to be triggered (a
-        hold one, or a normal one when an owner is quiet: the joiner joins after it)."""
+    def _hand_over(self, member: str, now: float) -> list[Command]:
+        """``member`` asked for a hand-over: a hold checkpoint now, unless one is in
+        flight or holding already (it serves this request too), or an owner is quiet
+        (its tasks cannot hold: declined). A coordinator that just started has heard
+        nobody yet: it decides at a later request (they repeat every second)."""
         quiet = self.members.quiet(set(self.failover.by_member()), HEARD_WITHIN_S, now)
+        if quiet and now - self._started < HEARD_WITHIN_S:
+            return []
         if quiet:
-            log.info("hand-over for %s declined: no heartbeat from %s", member, ", ".join(quiet))
-            return True
-        return self.handover.want(member)
+            reason = f"no heartbeat from {', '.join(quiet)}"
+            log.info("hand-over for %s declined: %s", member, reason)
+            return [Send(HandoverDeclined(member, reason))]
+        if self.handover.want(member):
+            self.triggers.request()
+        return []
 
     def _reassigned(self, msg: TaskFailed, now: float) -> str:
         owner = self.failover.owners.get(msg.task_id)
@@ -438,6 +448,9 @@ class CheckpointCoordinator(JobStopping):
         """
         if self.phase in (JobPhase.SUSPENDED, JobPhase.FAILED):
             return []
+        if self.handover.holding:
+            normal = True  # the change a hand-over checkpoint prepared (§6.6)
+            reason = f"hand-over at checkpoint {self.handover.checkpoint_id}: {reason}"
         if normal:
             log.info(
                 "restart (attempt %d -> %d): %s",

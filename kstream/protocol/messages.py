@@ -9,7 +9,7 @@ frozen dataclasses below from plain JSON values, nothing more.
 Who writes what:
 
 * coordinator: TriggerCheckpoint, CheckpointCompleted, CheckpointAborted,
-  Restore, Resume, JobFailed, StopJob, JobStopped, WatermarkBound;
+  Restore, Resume, JobFailed, StopJob, JobStopped, WatermarkBound, HandoverDeclined;
 * workers: AcknowledgeCheckpoints (its snapshots in columns: :mod:`kstream.protocol.snapshotcolumns`;
   an object per snapshot, as before columns, and AcknowledgeCheckpoint, one task's: still read), DeclineCheckpoint, TasksReady (TaskReady: one task's, still read), Heartbeat,
   TaskFailed, RestoreFailed, CheckpointRequest, WorkerStopped, WatermarkReport;
@@ -273,6 +273,14 @@ class WorkerStopped:
 
 
 @dataclass(frozen=True)
+class HandoverDeclined:
+    """Coordinator → ``member``: no hand-over checkpoint now (``reason``: an owner is quiet)."""
+
+    member: str
+    reason: str
+
+
+@dataclass(frozen=True)
 class WatermarkReport:
     """Worker → coordinator: in ``attempt``, the watermark of the slowest source partition
     ``member`` reads that still holds others back, per aligned source topic (``slowest``;
@@ -320,6 +328,7 @@ Message = (
     | WorkerStopped
     | WatermarkReport
     | WatermarkBound
+    | HandoverDeclined
 )
 
 MESSAGE_TYPES: dict[str, type[Any]] = {
@@ -346,6 +355,7 @@ MESSAGE_TYPES: dict[str, type[Any]] = {
         WorkerStopped,
         WatermarkReport,
         WatermarkBound,
+        HandoverDeclined,
     )
 }
 
@@ -423,6 +433,7 @@ COORDINATOR_MESSAGES: tuple[type[Any], ...] = (
     JobFailed,
     JobStopped,
     WatermarkBound,
+    HandoverDeclined,
 )
 """The messages only a coordinator writes (signed)."""
 

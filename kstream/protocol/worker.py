@@ -230,7 +230,8 @@ class WorkerProtocol:
         self.attempt = 0
         self.restore_point: int | None = None
         self.restoring = False  # a Restore of ``attempt`` is pending its Resume
-        self.job_running = False  # the history ends with the attempt resumed (§6.6)
+        # The history ends with a Restore or a Resume, not a stop: the job is live (§6.6).
+        self.job_live = False
         # This worker's tasks.
         self.assigned: tuple[str, ...] = ()
         self.any_partitions = False
@@ -254,18 +255,7 @@ class WorkerProtocol:
         """The control topic read to its end: the current attempt and whether it resumed
         (no commands: kept a list for what a history may require)."""
         history = list(history)
-        for part in history:
-            msg = self._resumes.whole(part)
-            if isinstance(msg, Restore) and msg.attempt >= self.attempt:
-                self.attempt, self.restore_point, self.restoring = (
-                    msg.attempt,
-                    msg.checkpoint_id,
-                    True,
-                )
-            elif isinstance(msg, Resume) and msg.attempt == self.attempt:
-                self.restoring = False
-            if isinstance(msg, Restore | Resume | JobStopped | JobFailed):
-                self.job_running = isinstance(msg, Resume) and not self.restoring
+        self.catch_up(history)
         log.info(
             "control history: %d messages read at start, attempt %d, %s",
             len(history),
@@ -276,6 +266,22 @@ class WorkerProtocol:
         # new plan's coordinator after this worker): only a Restore read live, from
         # the running coordinator, is compared with this worker's plan.
         return []
+
+    def catch_up(self, messages: Iterable[Message]) -> None:
+        """What ``messages`` (read before this worker joined the group) say of the job:
+        its attempt, whether it resumed, whether it is live."""
+        for part in messages:
+            msg = self._resumes.whole(part)
+            if isinstance(msg, Restore) and msg.attempt >= self.attempt:
+                self.attempt, self.restore_point, self.restoring = (
+                    msg.attempt,
+                    msg.checkpoint_id,
+                    True,
+                )
+            elif isinstance(msg, Resume) and msg.attempt == self.attempt:
+                self.restoring = False
+            if isinstance(msg, Restore | Resume | JobStopped | JobFailed):
+                self.job_live = isinstance(msg, Restore | Resume)
 
     def _foreign(self, msg: Restore) -> bool:
         """Whether the coordinator that wrote ``msg`` runs another plan than this worker."""

@@ -114,7 +114,7 @@ class Checkpointed(Mode):
             for observe in self.observers:
                 observe(msg)
         self._pending = self.protocol.learn(history)
-        if self.protocol.job_running:
+        if self.protocol.job_live:
             # Joining a running job: a hand-over checkpoint first, so that the group's
             # change re-processes nothing (docs/design.md §6.6).
             read = wait_for_handover(
@@ -127,7 +127,7 @@ class Checkpointed(Mode):
             for msg in read:
                 for observe in self.observers:
                     observe(msg)
-            self._pending += self.protocol.learn(read)
+            self.protocol.catch_up(read)
         self.source.subscribe()
 
     def begin(self, now: float) -> int | None:

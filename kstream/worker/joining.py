@@ -5,15 +5,17 @@ Its join changes the group, and every change restores the job from a completed
 checkpoint. Joining right after a *hold* checkpoint — every task holds after its
 snapshot — makes that restore re-process nothing. So before subscribing, the worker
 asks for one (``CheckpointRequest`` with reason ``JOINING``, repeated every second) and
-reads the control topic until the hold checkpoint it asked for completed.
+reads the control topic until the hold checkpoint it asked for completed. A job in the
+middle of a restore is asked once it resumed (joined during the restore, the change
+would come just after the Resume, and the tasks would have run past the checkpoint).
 
-It joins without one when the coordinator declines (the next trigger does not hold:
-an owner did not heartbeat lately — typically this worker's own predecessor, killed)
-or does not answer: no message from a coordinator for ``quiet`` seconds (none runs, or
-the job is restoring: no triggers come), the job restores or stops meanwhile, the hold
-checkpoint is aborted, or nothing completed within the checkpoint timeout and two
-intervals. Joining is then what it was before hand-overs: a rollback to the
-latest completed checkpoint.
+It joins without one when the coordinator declines (``HandoverDeclined``: an owner did
+not heartbeat lately — typically this worker's own predecessor, killed) or does not
+answer: no message from a coordinator for ``quiet`` seconds (none runs, or a restore
+does not end), the job stops or fails meanwhile, the hold checkpoint is aborted, or
+nothing completed within the checkpoint timeout and two intervals. Joining is then
+what it was before hand-overs: a rollback to the latest completed checkpoint. A
+restore meanwhile (another worker's change) is waited out and the request made again.
 """
 
 from __future__ import annotations
@@ -25,29 +27,22 @@ from kstream.config import CheckpointingConfig
 from kstream.kafka.control import ControlClient
 from kstream.protocol.commands import Send
 from kstream.protocol.messages import (
+    COORDINATOR_MESSAGES,
     CheckpointAborted,
     CheckpointCompleted,
+    HandoverDeclined,
     JobFailed,
     JobStopped,
     Message,
     Restore,
     Resume,
     TriggerCheckpoint,
-    WatermarkBound,
 )
 from kstream.protocol.worker import REQUEST_EVERY_S, WorkerProtocol
 
 log = logging.getLogger(__name__)
 
 POLL_S = 0.1
-COORDINATOR_MESSAGES = (
-    TriggerCheckpoint,
-    CheckpointCompleted,
-    CheckpointAborted,
-    WatermarkBound,
-    Restore,
-    Resume,
-)
 
 
 def wait_for_handover(
@@ -67,20 +62,30 @@ def wait_for_handover(
     read: list[Message] = []
     next_request = start
     while True:
+        if protocol.restoring:
+            # Joined now, the change would come after the restore's Resume, however
+            # short: the tasks would have run past the checkpoint. Asked once resumed.
+            resumed, more = _resumed(control, protocol.attempt, clock, quiet)
+            read += more
+            protocol.catch_up(more)
+            if not resumed:
+                return read
+            holds, heard, next_request = set(), clock(), clock()
         now = clock()
         if now >= next_request:
             control.post_all([c.message for c in protocol.join_request() if isinstance(c, Send)])
             next_request = now + REQUEST_EVERY_S
         for msg in control.poll(POLL_S):
             read.append(msg)
+            protocol.catch_up([msg])
             if isinstance(msg, COORDINATOR_MESSAGES):
                 heard = clock()
             if isinstance(msg, TriggerCheckpoint) and msg.hold:
                 holds.add(msg.checkpoint_id)
-            elif isinstance(msg, TriggerCheckpoint) and not holds:
-                # The answer to the request: declined (an owner is quiet, e.g. the one
-                # this worker restarts after a crash, whose tasks cannot hold).
-                log.info("checkpoint %d does not hold: joining the group", msg.checkpoint_id)
+            elif isinstance(msg, HandoverDeclined) and msg.member == protocol.member:
+                # An owner is quiet (e.g. the one this worker restarts after a crash,
+                # whose tasks cannot hold): the change is a rollback anyway.
+                log.info("hand-over declined (%s): joining the group", msg.reason)
                 return read
             elif isinstance(msg, CheckpointCompleted) and msg.checkpoint_id in holds:
                 if backed(msg):
@@ -93,9 +98,11 @@ def wait_for_handover(
             elif isinstance(msg, CheckpointAborted) and msg.checkpoint_id in holds:
                 log.info("hand-over checkpoint %d aborted: joining the group", msg.checkpoint_id)
                 return read
-            elif isinstance(msg, Restore | JobStopped | JobFailed):
+            elif isinstance(msg, JobStopped | JobFailed):
                 log.info("the job %s: joining the group", type(msg).__name__)
                 return read
+            elif isinstance(msg, Restore):  # another change: asked again once it resumed
+                holds, next_request = set(), clock()
         now = clock()
         if now - heard >= quiet or now >= deadline:
             log.warning(
@@ -104,3 +111,23 @@ def wait_for_handover(
                 now - start,
             )
             return read
+
+
+def _resumed(
+    control: ControlClient, attempt: int, clock: Callable[[], float], quiet: float
+) -> tuple[bool, list[Message]]:
+    """Read until the restore of ``attempt`` resumed (True), or the job stopped, failed
+    or said nothing for ``quiet`` seconds (False: join now); the messages read."""
+    read: list[Message] = []
+    heard = clock()
+    while clock() - heard < quiet:
+        for msg in control.poll(POLL_S):
+            read.append(msg)
+            if isinstance(msg, Resume) and msg.attempt >= attempt:
+                return True, read
+            if isinstance(msg, JobStopped | JobFailed):
+                return False, read
+            if isinstance(msg, COORDINATOR_MESSAGES):
+                heard = clock()
+    log.info("the job did not resume within %.0f s: joining the group", quiet)
+    return False, read
