@@ -19,6 +19,7 @@ from kstream.protocol.messages import (
     CheckpointCompleted,
     CheckpointRequest,
     DeclineCheckpoint,
+    HandoverDeclined,
     Heartbeat,
     JobFailed,
     JobStopped,
@@ -46,6 +47,7 @@ from tests.test_coordinator import Harness, messages, triggers
 from tests.test_worker_protocol import protocol, running
 
 OWNERS = {"a": "w1", "b": "w2"}
+R1: list[Message] = [Restore(1, None), Resume(1, {})]  # a history: attempt 1 runs
 
 
 def owned(**checkpointing: Any) -> Harness:
@@ -98,21 +100,24 @@ def test_a_hand_over_request_triggers_one_hold_checkpoint_and_nothing_after_it(
     assert h.c.handover.checkpoint_id is None
 
 
+def restarted() -> Harness:
+    """``owned``, then a failover at 0.25 (a counted restart: Restore(2) at once) and the
+    resume of attempt 2 with the same owners: the next restart waits 10 s (exponential)."""
+    h = owned(restart=RestartStrategy(delay=10.0))
+    h.send(TaskFailed("a", "w1", 1, "boom"), 0.25)
+    assert h.tick(0.25) == [Send(Restore(2, None))]
+    h.send(TaskReady(2, "a", "w1", 4), 0.25)
+    assert messages(h.send(TaskReady(2, "b", "w2", 4), 0.25)) == [Resume(2, dict(OWNERS))]
+    return h
+
+
 @pytest.mark.parametrize(
     ("reason", "waits", "restore_at"), [(LEAVING, [], 1.25), ("idle", [1.25, 10.0], 10.25)]
 )
 def test_the_change_after_a_hold_checkpoint_is_restored_from_it_at_once(
     reason: str, waits: list[float], restore_at: float
 ) -> None:
-    """A failover shortly before: the exponential strategy delays the next restore by
-    10 s, except the one after a hold checkpoint (not counted)."""
-    h = Harness(history=[Resume(1, dict(OWNERS))], restart=RestartStrategy(delay=10.0))
-    h.start(0.0)
-    beat(h, 0.0)
-    h.send(TaskFailed("a", "w1", 1, "boom"), 0.25)
-    assert h.tick(0.25) == [Send(Restore(2, None))]  # the first restart: at once
-    h.send(TaskReady(2, "a", "w1", 4), 0.25)
-    assert messages(h.send(TaskReady(2, "b", "w2", 4), 0.25)) == [Resume(2, dict(OWNERS))]
+    h = restarted()
     h.send(CheckpointRequest("w1", 2, reason), 0.5)
     assert h.tick(0.5) == [Send(TriggerCheckpoint(1, 2, 500, reason == LEAVING))]
     complete(h, 1, 2, 0.75)
@@ -133,13 +138,7 @@ def test_the_change_after_a_hold_checkpoint_is_restored_from_it_at_once(
 
 
 def test_a_change_while_the_hold_checkpoint_is_in_flight_is_an_ordinary_failover() -> None:
-    h = Harness(history=[Resume(1, dict(OWNERS))], restart=RestartStrategy(delay=10.0))
-    h.start(0.0)
-    beat(h, 0.0)
-    h.send(TaskFailed("a", "w1", 1, "boom"), 0.25)
-    h.tick(0.25)
-    h.send(TaskReady(2, "a", "w1", 4), 0.25)
-    h.send(TaskReady(2, "b", "w2", 4), 0.25)
+    h = restarted()
     h.send(CheckpointRequest("w1", 2, LEAVING), 0.5)
     assert triggers(h.tick(0.5)) == [1]
     out = h.send(Heartbeat("w2", ("b",), 5), 1.0)
@@ -149,25 +148,36 @@ def test_a_change_while_the_hold_checkpoint_is_in_flight_is_an_ordinary_failover
 
 
 def test_a_hand_over_is_declined_while_an_owner_is_quiet() -> None:
-    # interval 10: a trigger before it is the request's.
+    declined = [Send(HandoverDeclined("w3", "no heartbeat from w2"))]
+    # interval 10: a trigger before it is a request's.
     never = Harness(history=[Resume(1, dict(OWNERS))], interval=10.0)
     never.start(0.0)
     beat(never, 0.0, "w1")  # w2 never heard by this coordinator
-    assert never.send(CheckpointRequest("w3", 1, JOINING), 0.5) == []
-    assert never.tick(0.5) == [Send(TriggerCheckpoint(1, 1, 500))]
-    complete(never, 1, 1, 0.75)
-    beat(never, 10.0)
-    assert never.tick(10.5) == [Send(TriggerCheckpoint(2, 1, 10500))]  # nothing wanted later
+    # Started less than HEARD_WITHIN_S ago: no answer yet (the requests repeat).
+    assert never.send(CheckpointRequest("w3", 1, JOINING), 2.75) == []
+    assert never.tick(2.75) == []
+    assert never.send(CheckpointRequest("w3", 1, JOINING), 3.0) == declined
+    assert never.tick(3.0) == []  # nothing triggered
 
     silent = owned(interval=10.0)
     beat(silent, 4.0, "w1")  # w2 silent for 4 s
-    silent.send(CheckpointRequest("w3", 1, JOINING), 4.0)
-    assert silent.tick(4.0) == [Send(TriggerCheckpoint(1, 1, 4000))]
+    assert silent.send(CheckpointRequest("w3", 1, JOINING), 4.0) == declined
+    assert silent.tick(4.0) == []
+    assert silent.tick(10.0) == [Send(TriggerCheckpoint(1, 1, 10000))]  # nothing wanted
 
     heard = owned(interval=10.0)
     beat(heard, HEARD_WITHIN_S, "w1")  # w2 silent for exactly HEARD_WITHIN_S: not quiet
-    heard.send(CheckpointRequest("w3", 1, JOINING), HEARD_WITHIN_S)
+    assert heard.send(CheckpointRequest("w3", 1, JOINING), HEARD_WITHIN_S) == []
     assert heard.tick(HEARD_WITHIN_S) == [Send(TriggerCheckpoint(1, 1, 3000, True))]
+
+
+def test_a_declined_leaver_still_gets_its_final_checkpoint_at_once() -> None:
+    """As before hand-overs (a "graceful stop" request): the leaver ignores the decline
+    and waits for a checkpoint; with a 60 s interval its 30 s drain runs out first."""
+    h = owned(interval=60.0)
+    beat(h, 4.0, "w1")  # w2 silent for 4 s (killed)
+    h.send(CheckpointRequest("w1", 1, LEAVING), 4.0)
+    assert h.tick(4.0) == [Send(TriggerCheckpoint(1, 1, 4000))]
 
 
 def test_a_hand_over_asked_for_before_the_job_stopped_is_forgotten_on_its_resume() -> None:
@@ -184,16 +194,11 @@ def test_a_hand_over_asked_for_before_the_job_stopped_is_forgotten_on_its_resume
     assert h.tick(3.0) == [Send(TriggerCheckpoint(2, 2, 3000))]  # not a hold
 
 
-@pytest.mark.xfail(strict=True, reason="product bug: a hold outlives a JobStopped (report)")
 def test_a_failure_while_a_stopped_job_restarts_is_not_a_hand_over() -> None:
-    """The hold completed, then every owner stopped (JobStopped) and w3 restarted the job
+    """The hold completed, every owner stopped (JobStopped) and w3 restarted the job
     within HOLD_TIMEOUT_S: a task failure during that restore is no hand-over, so the
-    exponential strategy delays it (delay 10 s after the restart at 0.25)."""
-    h = owned(restart=RestartStrategy(delay=10.0))
-    h.send(TaskFailed("a", "w1", 1, "boom"), 0.25)
-    h.tick(0.25)  # Restore(2): the counted restart
-    h.send(TaskReady(2, "a", "w1", 4), 0.25)
-    h.send(TaskReady(2, "b", "w2", 4), 0.25)
+    exponential strategy delays it (10 s after the restart at 0.25)."""
+    h = restarted()
     h.send(CheckpointRequest("w1", 2, LEAVING), 0.5)
     assert h.tick(0.5) == [Send(TriggerCheckpoint(1, 2, 500, True))]
     complete(h, 1, 2, 0.75)
@@ -209,64 +214,51 @@ def test_a_failure_while_a_stopped_job_restarts_is_not_a_hand_over() -> None:
 def test_an_aborted_hold_checkpoint_blocks_nothing_and_a_new_request_holds_again(
     how: str,
 ) -> None:
-    h = owned(timeout=5.0)
+    h = owned(timeout=5.0, interval=10.0)
     h.send(CheckpointRequest("w1", 1, LEAVING), 0.5)
     assert h.tick(0.5) == [Send(TriggerCheckpoint(1, 1, 500, True))]
-    assert h.send(CheckpointRequest("w3", 1, JOINING), 1.0) == []  # (a joiner repeats)
+    assert h.send(CheckpointRequest("w3", 1, JOINING), 1.0) == []  # served by checkpoint 1
     beat(h, 5.0)
     if how == "declined":
         out = h.send(DeclineCheckpoint(1, "a", 1, "disk full"), 5.0)
         assert messages(out) == [CheckpointAborted(1, "checkpoint 1 declined by task a: disk full")]
-        out = h.tick(5.5)
+        assert h.tick(5.5) == []
     else:
         assert h.tick(5.25) == []
-        out = h.tick(5.5)  # 5 s after the trigger
-        assert isinstance(messages(out)[0], CheckpointAborted)
+        assert [type(m) for m in messages(h.tick(5.5))] == [CheckpointAborted]  # 5 s after
     assert h.c.handover.checkpoint_id is None
-    assert messages(out)[-1] == TriggerCheckpoint(2, 1, 5500)  # not a hold
-    h.send(CheckpointRequest("w1", 1, LEAVING), 5.75)
-    complete(h, 2, 1, 6.0)
-    assert h.tick(6.0) == [Send(TriggerCheckpoint(3, 1, 6000, True))]
+    beat(h, 10.5)
+    assert h.tick(10.5) == [Send(TriggerCheckpoint(2, 1, 10500))]  # the interval's: no hold
+    assert h.send(CheckpointRequest("w1", 1, LEAVING), 10.75) == []
+    complete(h, 2, 1, 11.0)
+    assert h.tick(11.0) == [Send(TriggerCheckpoint(3, 1, 11000, True))]
 
 
 # -- wire form ---------------------------------------------------------------------------
 
 
 def test_a_trigger_without_hold_is_written_as_before_hold() -> None:
-    plain = TriggerCheckpoint(1, 2, 3)
-    assert json.loads(encode(plain)) == {
-        "v": 1,
-        "type": "TriggerCheckpoint",
-        "checkpoint_id": 1,
-        "attempt": 2,
-        "timestamp": 3,
-    }
-    assert decode(encode(plain)) == plain and plain.hold is False
-    held = TriggerCheckpoint(1, 2, 3, True)
-    assert json.loads(encode(held))["hold"] is True
-    assert decode(encode(held)) == held and decode(encode(held)) != plain
-    old = b'{"v": 1, "type": "TriggerCheckpoint", "checkpoint_id": 1, "attempt": 2, "timestamp": 3}'
-    assert decode(old) == TriggerCheckpoint(1, 2, 3, False)
+    plain, held = TriggerCheckpoint(1, 2, 3), TriggerCheckpoint(1, 2, 3, True)
+    old = b'{"v":1,"type":"TriggerCheckpoint","checkpoint_id":1,"attempt":2,"timestamp":3}'
+    assert encode(plain) == old  # what a reader of an older version decodes
+    assert decode(old) == plain == TriggerCheckpoint(1, 2, 3, False)
+    assert json.loads(encode(held)) == {**json.loads(old), "hold": True}
+    assert decode(encode(held)) == held != plain
 
 
 # -- worker protocol ---------------------------------------------------------------------
 
 
-def test_a_hold_trigger_holds_until_its_abort() -> None:
+def test_a_hold_is_released_by_its_abort_or_a_later_trigger() -> None:
     p = running(protocol())
     assert p.handle(TriggerCheckpoint(4, 1, 0, True), 2.0) == [TriggerTasks(4, 1, True)]
     assert p.hold == (4, 2.0)
     assert p.handle(CheckpointAborted(3, "another"), 2.1) == []
     assert p.handle(CheckpointAborted(4, "declined"), 2.2) == [ReleaseTasks(4)]
-    assert p.hold is None
-    assert p.handle(CheckpointAborted(4, "declined"), 2.3) == []
-
-
-def test_a_later_trigger_releases_the_hold_first() -> None:
-    p = running(protocol())
-    p.handle(TriggerCheckpoint(4, 1, 0, True), 2.0)
-    assert p.handle(TriggerCheckpoint(5, 0, 0), 2.5) == []  # another attempt's
-    assert p.handle(TriggerCheckpoint(5, 1, 0), 3.0) == [ReleaseTasks(4), TriggerTasks(5, 1)]
+    assert p.hold is None and p.handle(CheckpointAborted(4, "declined"), 2.3) == []
+    p.handle(TriggerCheckpoint(5, 1, 0, True), 3.0)
+    assert p.handle(TriggerCheckpoint(6, 0, 0), 3.5) == []  # another attempt's
+    assert p.handle(TriggerCheckpoint(6, 1, 0), 4.0) == [ReleaseTasks(5), TriggerTasks(6, 1)]
     assert p.hold is None
 
 
@@ -286,9 +278,6 @@ def test_a_hold_nothing_ends_is_released_after_hold_max_s() -> None:
     assert p.tick(2.0 + HOLD_MAX_S - 0.25) == []
     assert p.tick(2.0 + HOLD_MAX_S) == [ReleaseTasks(4)]
     assert p.tick(3.0 + HOLD_MAX_S) == []
-
-
-R1: list[Message] = [Restore(1, None), Resume(1, {})]
 
 
 @pytest.mark.parametrize(
@@ -359,18 +348,22 @@ def wait(
     control = FakeControl(replies)
     p = protocol()
     p.learn(history)
-    asked: list[CheckpointCompleted] = []
+    seen: list[CheckpointCompleted] = []
 
     def backed(msg: CheckpointCompleted) -> bool:
-        asked.append(msg)
+        seen.append(msg)
         return not refuse
 
     config = CheckpointingConfig(interval=interval, timeout=timeout)
     read = wait_for_handover(cast(ControlClient, control), p, config, control.clock, backed)
-    return read, control, asked
+    return read, control, seen
 
 
-REQUEST = [CheckpointRequest("w1", 1, JOINING)]
+def request(attempt: int) -> list[Message]:
+    return [CheckpointRequest("w1", attempt, JOINING)]
+
+
+HOLD, HOLD2 = TriggerCheckpoint(7, 1, 0, True), TriggerCheckpoint(7, 2, 0, True)
 
 
 def test_a_joiner_asks_every_second_until_its_hold_checkpoint_completed() -> None:
@@ -378,32 +371,32 @@ def test_a_joiner_asks_every_second_until_its_hold_checkpoint_completed() -> Non
     hb = Heartbeat("w9", ("a",), 4)
     replies: dict[int, list[Message]] = {
         5: [hb],
-        25: [TriggerCheckpoint(7, 1, 0, True)],
+        15: [TriggerCheckpoint(6, 1, 0)],  # a normal one: no answer
+        20: [HandoverDeclined("w8", "no heartbeat from w2")],  # another joiner's
+        25: [HOLD],
         35: [CheckpointCompleted(6, 1)],  # another checkpoint's
         40: [CheckpointCompleted(7, 1), hb],
     }
-    read, control, asked = wait(replies)
-    hold = TriggerCheckpoint(7, 1, 0, True)
-    assert read == [hb, hold, CheckpointCompleted(6, 1), CheckpointCompleted(7, 1)]
+    read, control, backed = wait(replies)
+    assert read == [m for n in sorted(replies) for m in replies[n]]  # the whole last batch too
     assert control.polls == 40
-    assert control.posted == [(0.0, REQUEST), (1.0, REQUEST), (2.0, REQUEST), (3.0, REQUEST)]
-    assert asked == [CheckpointCompleted(7, 1)]
+    assert control.posted == [(float(t), request(1)) for t in range(4)]  # 0.0 to 3.0
+    assert backed == [CheckpointCompleted(7, 1)]
 
 
 @pytest.mark.parametrize(
     "end",
     [
-        [TriggerCheckpoint(7, 1, 0)],  # declined
-        [TriggerCheckpoint(7, 1, 0, True), CheckpointAborted(6, "x"), CheckpointAborted(7, "x")],
-        [TriggerCheckpoint(7, 1, 0, True), Restore(2, 6)],
-        [Restore(2, 6)],
-        [JobStopped(1, "stopped")],
+        [HandoverDeclined("w1", "no heartbeat from w2")],
+        [HOLD, CheckpointAborted(6, "x"), CheckpointAborted(7, "x")],
+        [HOLD, JobStopped(1, "stopped")],
+        [JobFailed("boom")],
     ],
 )
 def test_a_joiner_joins_without_a_hand_over(end: list[Message]) -> None:
-    read, control, asked = wait({3: end})
+    read, control, backed = wait({3: end})
     assert read == end
-    assert control.polls == 3 and control.posted == [(0.0, REQUEST)] and asked == []
+    assert control.polls == 3 and control.posted == [(0.0, request(1))] and backed == []
 
 
 @pytest.mark.parametrize(("interval", "polls"), [(1.0, 50), (4.0, 100)])
@@ -416,29 +409,55 @@ def test_a_joiner_joins_when_no_coordinator_answers(interval: float, polls: int)
 
 
 def test_a_completion_the_store_does_not_back_does_not_end_the_wait() -> None:
-    replies: dict[int, list[Message]] = {
-        10: [TriggerCheckpoint(7, 1, 0, True)],
-        20: [CheckpointCompleted(7, 1)],
-    }
-    read, control, asked = wait(replies, refuse=True)
-    assert read == [TriggerCheckpoint(7, 1, 0, True), CheckpointCompleted(7, 1)]
-    assert asked == [CheckpointCompleted(7, 1)]
+    replies: dict[int, list[Message]] = {10: [HOLD], 20: [CheckpointCompleted(7, 1)]}
+    read, control, backed = wait(replies, refuse=True)
+    assert read == [HOLD, CheckpointCompleted(7, 1)]
+    assert backed == [CheckpointCompleted(7, 1)]
     assert control.polls == 70  # 5 s after the last coordinator message (at 2.0 s)
     # With a checkpoint timeout of 1 s: no later than timeout + 2 intervals (3 s).
-    read, control, asked = wait(replies, timeout=1.0, refuse=True)
-    assert (read, control.polls) == (
-        [TriggerCheckpoint(7, 1, 0, True), CheckpointCompleted(7, 1)],
-        30,
-    )
+    read, control, _ = wait(replies, timeout=1.0, refuse=True)
+    assert (read, control.polls) == ([HOLD, CheckpointCompleted(7, 1)], 30)
+
+
+def test_a_restore_meanwhile_is_waited_out_and_the_joiner_asks_again() -> None:
+    hold = TriggerCheckpoint(9, 2, 0, True)
+    replies: dict[int, list[Message]] = {
+        3: [Restore(2, 6)],
+        6: [TriggerCheckpoint(8, 1, 0, True)],  # (an old attempt's, while restoring)
+        8: [Resume(2, {})],
+        12: [hold],
+        15: [CheckpointCompleted(9, 2)],
+    }
+    read, control, _ = wait(replies)
+    assert read == [m for n in sorted(replies) for m in replies[n]]
+    assert (control.polls, control.posted) == (15, [(0.0, request(1)), (0.8, request(2))])
 
 
 def test_a_joiner_asks_only_once_a_restore_in_progress_resumed() -> None:
     restoring: tuple[Message, ...] = (*R1, Restore(2, 3))
-    replies: dict[int, list[Message]] = {5: [Resume(2, {})], 8: [TriggerCheckpoint(7, 2, 0)]}
+    replies: dict[int, list[Message]] = {
+        5: [Resume(2, {})],
+        8: [HOLD2],
+        9: [CheckpointCompleted(7, 2)],
+    }
     read, control, _ = wait(replies, history=restoring)
-    assert read == [Resume(2, {}), TriggerCheckpoint(7, 2, 0)]
-    assert control.posted == [(0.5, [CheckpointRequest("w1", 2, JOINING)])]
+    assert read == [Resume(2, {}), HOLD2, CheckpointCompleted(7, 2)]
+    assert (control.polls, control.posted) == (9, [(0.5, request(2))])
     read, control, _ = wait({5: [JobStopped(2, "stopped")]}, history=restoring)
     assert (read, control.posted) == ([JobStopped(2, "stopped")], [])
     read, control, _ = wait({}, history=restoring)
     assert (read, control.posted, control.polls) == ([], [], 50)  # quiet: 5 s
+
+
+@pytest.mark.parametrize(
+    ("history", "batches"),
+    [
+        (R1, [[HOLD], [CheckpointCompleted(7, 1), Restore(2, 7)]]),
+        ([*R1, Restore(2, 3)], [[Resume(2, {}), HOLD2], [CheckpointCompleted(7, 2)]]),
+    ],
+)
+def test_every_message_a_poll_returned_is_read(
+    history: list[Message], batches: list[list[Message]]
+) -> None:
+    read, control, _ = wait(dict(enumerate(batches, 1)), history=tuple(history))
+    assert (read, control.polls) == ([m for b in batches for m in b], 2)

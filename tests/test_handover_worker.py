@@ -22,6 +22,7 @@ class _Task:
     def __init__(self) -> None:
         self.out: list[Any] = []
         self.released = 0
+        self.triggered: int | None = None
 
     def drain(self) -> list[Any]:
         out, self.out = self.out, []
@@ -33,6 +34,11 @@ class _Task:
 
     def trigger_checkpoint(self, checkpoint_id: int, attempt: int, now: float) -> None:
         self.out = ["before", SnapshotPoint("t", checkpoint_id, attempt, {}), "in the same call"]
+        self.triggered = checkpoint_id
+
+    def feed_barrier(self, checkpoint_id: int) -> None:
+        """The last upstream barrier of ``checkpoint_id`` came in (internal channels)."""
+        self.out = [SnapshotPoint("t", checkpoint_id, 1, {})]
 
 
 class _Router:
@@ -83,6 +89,28 @@ def test_only_the_hold_checkpoints_point_holds() -> None:
     runner.hold_at = 8  # told to hold at 8; its snapshot point of 7 comes first
     runner.trigger(7, 1, 0.0)
     assert snapshots == [7] and not runner.holding and task.released == 1
+
+
+def test_a_barrier_before_its_trigger_holds_until_the_trigger_says() -> None:
+    """A downstream task's barrier may come through the repartition topic before its
+    worker read the trigger: whether it holds is not known yet, so it holds until then."""
+    for hold in (False, True):
+        runner, task, router, snapshots = _runner()
+        task.triggered = None
+        runner.step(task.feed_barrier, 7)
+        assert snapshots == [7] and runner.holding and task.released == 0
+        runner.trigger(7, 1, 0.0, hold=hold)
+        assert task.triggered is None  # (no sources of its own: nothing injected)
+        assert runner.holding is hold
+        assert task.released == (0 if hold else 1)
+        assert router.routed == ([] if hold else ["after the barrier"])
+
+
+def test_a_trigger_after_a_hold_whose_trigger_never_came_releases_it_first() -> None:
+    runner, task, _router, snapshots = _runner()
+    runner.step(task.feed_barrier, 7)
+    runner.trigger(8, 1, 0.0)
+    assert task.released == 2 and snapshots == [7, 8] and not runner.holding
 
 
 class _Source:

@@ -32,7 +32,7 @@ from kstream.protocol.commands import (
 from kstream.protocol.completionlog import CompletionLog
 from kstream.protocol.failover import FailoverController, JobPhase
 from kstream.protocol.failures import CheckpointFailureManager
-from kstream.protocol.handover import HANDOVER_REASONS, HEARD_WITHIN_S, Handover
+from kstream.protocol.handover import HANDOVER_REASONS, HEARD_WITHIN_S, LEAVING, Handover
 from kstream.protocol.membership import Membership
 from kstream.protocol.messages import (
     REASSIGNED,
@@ -218,7 +218,7 @@ class CheckpointCoordinator(JobStopping):
                 if msg.attempt == self.attempt and self.phase is JobPhase.RUNNING:
                     log.info("checkpoint requested by %s: %s", msg.member, msg.reason)
                     if msg.reason in HANDOVER_REASONS:
-                        return self._hand_over(msg.member, now)
+                        return self._hand_over(msg.member, msg.reason, now)
                     self.triggers.request()
                 return []
             case SavepointRequest():
@@ -403,7 +403,7 @@ class CheckpointCoordinator(JobStopping):
         self._refused.add((member, plan))
         return [RefusePlan(plan, member=member)]
 
-    def _hand_over(self, member: str, now: float) -> list[Command]:
+    def _hand_over(self, member: str, why: str, now: float) -> list[Command]:
         """``member`` asked for a hand-over: a hold checkpoint now, unless one is in
         flight or holding already (it serves this request too), or an owner is quiet
         (its tasks cannot hold: declined). A coordinator that just started has heard
@@ -414,6 +414,8 @@ class CheckpointCoordinator(JobStopping):
         if quiet:
             reason = f"no heartbeat from {', '.join(quiet)}"
             log.info("hand-over for %s declined: %s", member, reason)
+            if why == LEAVING:
+                self.triggers.request()  # its final checkpoint all the same
             return [Send(HandoverDeclined(member, reason))]
         if self.handover.want(member):
             self.triggers.request()

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING
 from kstream.protocol.causes import stopped_reason
 from kstream.protocol.commands import Command, Send
 from kstream.protocol.failover import FailoverController, JobPhase
+from kstream.protocol.handover import Handover
 from kstream.protocol.membership import Membership
 from kstream.protocol.messages import (
     Heartbeat,
@@ -46,6 +47,7 @@ class JobStopping:
     triggers: TriggerSchedule
     members: Membership
     savepoints: SavepointRequests
+    handover: Handover
     _next_id: int
 
     @property
@@ -69,6 +71,7 @@ class JobStopping:
             cmds += self._abort(p, f"job stopped: {reason}", now, counts=False)
         self.failover.stopped()
         self.triggers.drop_request()
+        self.handover.clear()  # a start again is not the change a hold prepared
         log.info("job stopped in attempt %d: %s", self.attempt, reason)
         return [*cmds, Send(JobStopped(self.attempt, reason))]
 

@@ -68,7 +68,8 @@ log = logging.getLogger(__name__)
 
 REQUEST_EVERY_S = 1.0  # a checkpoint request is repeated this often until one is triggered
 # Tasks holding after a hand-over checkpoint that no restore, trigger or abort followed
-# for this long (the coordinator gone with the leaver, say) go on by themselves.
+# for this long after its trigger or its completion (the coordinator gone with the
+# leaver, say) go on by themselves (the coordinator waits HOLD_TIMEOUT_S after it).
 HOLD_MAX_S = 2 * HOLD_TIMEOUT_S
 
 # ---- what the loop observes ---------------------------------------------------------------
@@ -311,6 +312,8 @@ class WorkerProtocol:
             case CheckpointAborted():
                 return self._release(lambda n: n == event.checkpoint_id)
             case CheckpointCompleted():
+                if self.hold is not None and self.hold[0] == event.checkpoint_id:
+                    self.hold = (event.checkpoint_id, now)  # HOLD_MAX_S from here
                 if self.trigger_seen.get(event.checkpoint_id, float("-inf")) > self.last_input:
                     self.drained = True
                 self.trigger_seen = {

@@ -34,8 +34,6 @@ from kstream.protocol.messages import (
     JobFailed,
     JobStopped,
     Message,
-    Restore,
-    Resume,
     TriggerCheckpoint,
 )
 from kstream.protocol.worker import REQUEST_EVERY_S, WorkerProtocol
@@ -53,81 +51,74 @@ def wait_for_handover(
     backed: Callable[[CheckpointCompleted], bool],
 ) -> list[Message]:
     """Ask for a hand-over checkpoint and wait until it completed (or the job does not
-    answer, see the module); the control messages read meanwhile, in order."""
-    start = clock()
-    quiet = max(5.0, 2.5 * checkpointing.interval)
-    deadline = start + checkpointing.timeout + 2 * checkpointing.interval
-    heard = start  # the last message of a coordinator (the history's end counts as one)
-    holds: set[int] = set()
+    answer, see the module); the control messages read meanwhile, in order — every one
+    of each batch read, also those after the one that ends the wait."""
+    wait = _Wait(protocol, clock, backed, max(5.0, 2.5 * checkpointing.interval))
+    deadline = wait.start + checkpointing.timeout + 2 * checkpointing.interval
     read: list[Message] = []
-    next_request = start
-    while True:
-        if protocol.restoring:
-            # Joined now, the change would come after the restore's Resume, however
-            # short: the tasks would have run past the checkpoint. Asked once resumed.
-            resumed, more = _resumed(control, protocol.attempt, clock, quiet)
-            read += more
-            protocol.catch_up(more)
-            if not resumed:
-                return read
-            holds, heard, next_request = set(), clock(), clock()
+    while wait.outcome is None:
         now = clock()
-        if now >= next_request:
+        if not protocol.restoring and now >= wait.next_request:
             control.post_all([c.message for c in protocol.join_request() if isinstance(c, Send)])
-            next_request = now + REQUEST_EVERY_S
-        for msg in control.poll(POLL_S):
-            read.append(msg)
-            protocol.catch_up([msg])
-            if isinstance(msg, COORDINATOR_MESSAGES):
-                heard = clock()
-            if isinstance(msg, TriggerCheckpoint) and msg.hold:
-                holds.add(msg.checkpoint_id)
-            elif isinstance(msg, HandoverDeclined) and msg.member == protocol.member:
-                # An owner is quiet (e.g. the one this worker restarts after a crash,
-                # whose tasks cannot hold): the change is a rollback anyway.
-                log.info("hand-over declined (%s): joining the group", msg.reason)
-                return read
-            elif isinstance(msg, CheckpointCompleted) and msg.checkpoint_id in holds:
-                if backed(msg):
-                    log.info(
-                        "hand-over checkpoint %d completed: joining the group (%.1f s)",
-                        msg.checkpoint_id,
-                        clock() - start,
-                    )
-                    return read
-            elif isinstance(msg, CheckpointAborted) and msg.checkpoint_id in holds:
-                log.info("hand-over checkpoint %d aborted: joining the group", msg.checkpoint_id)
-                return read
-            elif isinstance(msg, JobStopped | JobFailed):
-                log.info("the job %s: joining the group", type(msg).__name__)
-                return read
-            elif isinstance(msg, Restore):  # another change: asked again once it resumed
-                holds, next_request = set(), clock()
-        now = clock()
-        if now - heard >= quiet or now >= deadline:
-            log.warning(
-                "no hand-over checkpoint within %.1f s: joining the group anyway (the job "
-                "rolls back to its latest completed checkpoint)",
-                now - start,
+            wait.next_request = now + REQUEST_EVERY_S
+        batch = control.poll(POLL_S)
+        read += batch
+        for msg in batch:
+            wait.read(msg)
+        wait.timeouts(clock(), deadline)
+    log.log(wait.level, "%s: joining the group (%.1f s)", wait.outcome, clock() - wait.start)
+    return read
+
+
+class _Wait:
+    """The joiner's wait, fed the control messages one by one (see the module)."""
+
+    def __init__(
+        self,
+        protocol: WorkerProtocol,
+        clock: Callable[[], float],
+        backed: Callable[[CheckpointCompleted], bool],
+        quiet: float,
+    ) -> None:
+        self.protocol, self.clock, self.backed, self.quiet = protocol, clock, backed, quiet
+        self.start = self.heard = self.next_request = clock()
+        self.holds: set[int] = set()  # hold checkpoints triggered since the request
+        self.outcome: str | None = None  # why the wait ended
+        self.level = logging.INFO
+
+    def read(self, msg: Message) -> None:
+        restoring = self.protocol.restoring
+        self.protocol.catch_up([msg])
+        if isinstance(msg, COORDINATOR_MESSAGES):
+            self.heard = self.clock()
+        if self.outcome is not None:
+            return  # (ended by an earlier message of the batch: the rest is only read)
+        if isinstance(msg, JobStopped | JobFailed):
+            self.outcome = f"the job: {type(msg).__name__}"
+        elif self.protocol.restoring:
+            # Joined during a restore, the change would come just after its Resume:
+            # the tasks would have run past the checkpoint. Asked again once resumed.
+            self.holds = set()
+        elif restoring:  # it resumed: ask now
+            self.next_request = self.clock()
+        elif isinstance(msg, TriggerCheckpoint) and msg.hold:
+            self.holds.add(msg.checkpoint_id)
+        elif isinstance(msg, CheckpointCompleted) and msg.checkpoint_id in self.holds:
+            if self.backed(msg):
+                self.outcome = f"hand-over checkpoint {msg.checkpoint_id} completed"
+        elif isinstance(msg, CheckpointAborted) and msg.checkpoint_id in self.holds:
+            self.outcome = f"hand-over checkpoint {msg.checkpoint_id} aborted"
+        elif isinstance(msg, HandoverDeclined) and msg.member == self.protocol.member:
+            # An owner is quiet (e.g. the one this worker restarts after a crash, whose
+            # tasks cannot hold): the change is a rollback anyway.
+            self.outcome = f"hand-over declined ({msg.reason})"
+
+    def timeouts(self, now: float, deadline: float) -> None:
+        if self.outcome is not None:
+            return
+        if now - self.heard >= self.quiet or now >= deadline:
+            self.level = logging.WARNING
+            self.outcome = (
+                f"no hand-over checkpoint within {now - self.start:.1f} s (the job rolls back "
+                "to its latest completed checkpoint)"
             )
-            return read
-
-
-def _resumed(
-    control: ControlClient, attempt: int, clock: Callable[[], float], quiet: float
-) -> tuple[bool, list[Message]]:
-    """Read until the restore of ``attempt`` resumed (True), or the job stopped, failed
-    or said nothing for ``quiet`` seconds (False: join now); the messages read."""
-    read: list[Message] = []
-    heard = clock()
-    while clock() - heard < quiet:
-        for msg in control.poll(POLL_S):
-            read.append(msg)
-            if isinstance(msg, Resume) and msg.attempt >= attempt:
-                return True, read
-            if isinstance(msg, JobStopped | JobFailed):
-                return False, read
-            if isinstance(msg, COORDINATOR_MESSAGES):
-                heard = clock()
-    log.info("the job did not resume within %.0f s: joining the group", quiet)
-    return False, read

@@ -333,8 +333,13 @@ class TaskRunner:
             route(self.route, out[:at])
             self._snapshot(point)
             route(self.route, out[at + 1 :])
-            if point.checkpoint_id is not None and point.checkpoint_id == self.hold_at:
-                self.holding = True  # what arrived after the barrier waits (release)
+            n = point.checkpoint_id
+            if n is not None and (n == self.hold_at or n not in self._triggered):
+                # A hand-over: what arrived after the barrier waits (release). Or this
+                # worker has not read n's trigger yet — the barrier came first, through
+                # a repartition topic — so whether n holds is not known: held until the
+                # trigger says (docs/design.md §6.6).
+                self.holding, self.hold_at = True, n
                 return
             task.snapshot_taken()  # replays what arrived after the barrier: maybe another point
 
@@ -342,6 +347,16 @@ class TaskRunner:
         """Checkpoint ``checkpoint_id`` was triggered: barriers into the task's sources;
         ``hold``: the task holds after its snapshot of it."""
         self._triggered[checkpoint_id] = now
+        if self.holding and self.hold_at == checkpoint_id:
+            # Its barrier came before the trigger (a task with sources snapshots only
+            # after their barriers, injected here: it reads internal topics only).
+            if not hold:
+                self.release()
+                self.step(self.task.snapshot_taken)
+            return
+        if self.holding:  # held for an earlier checkpoint whose trigger never came
+            self.release()
+            self.step(self.task.snapshot_taken)
         if hold:
             self.hold_at = checkpoint_id
         self.step(self.task.trigger_checkpoint, checkpoint_id, attempt, now)
