@@ -5,10 +5,13 @@ replays what waited."""
 
 from __future__ import annotations
 
+from types import SimpleNamespace
 from typing import Any
 
 from kstream.api import Topology
+from kstream.config import Guarantee
 from kstream.elements.records import SnapshotPoint
+from kstream.kafka.exactly_once_sink import ExactlyOnceSink
 from kstream.plan import plan_job
 from kstream.worker.runner import TaskRunner
 from kstream.worker.tasks import WorkerTasks
@@ -111,6 +114,24 @@ def test_a_trigger_after_a_hold_whose_trigger_never_came_releases_it_first() -> 
     runner.step(task.feed_barrier, 7)
     runner.trigger(8, 1, 0.0)
     assert task.released == 2 and snapshots == [7, 8] and not runner.holding
+
+
+def test_only_a_task_held_at_the_restored_checkpoint_with_nothing_after_it_carries_on() -> None:
+    """A restore of checkpoint 7 keeps a task that holds right after its snapshot of 7
+    as it is (no download, no reopen); not one held at another checkpoint, nor one whose
+    exactly-once sink has output after the snapshot point (it would be emitted again)."""
+    runner, _task, _router, _snapshots = _runner()
+    runner.sinks = {}
+    runner.trigger(7, 1, 0.0, hold=True)
+    assert runner.holds(7) and not runner.holds(8) and not runner.holds(None)
+    sink = object.__new__(ExactlyOnceSink)
+    sink.buffer = SimpleNamespace(open=SimpleNamespace(size=1))  # type: ignore[assignment]
+    runner.sinks = {Guarantee.EXACTLY_ONCE: sink}
+    assert not runner.holds(7)
+    sink.buffer = SimpleNamespace(open=SimpleNamespace(size=0))  # type: ignore[assignment]
+    assert runner.holds(7)
+    runner.release()
+    assert not runner.holds(7)
 
 
 class _Source:

@@ -208,16 +208,30 @@ class ExactlyOnceSink(Sink):
 
     # ---- recovery
 
-    def recover(self, blob: bytes | None, attempt: int) -> int:
+    def recover(
+        self,
+        blob: bytes | None,
+        attempt: int,
+        *,
+        keep: bool = False,
+        marker: CommitMarker | NotRead | None = NOT_READ,
+    ) -> int:
         """(Re)start in ``attempt`` from a snapshot's ``blob`` (``None``: nothing buffered).
+
+        ``keep``: the buffer is the snapshot's already (a task that held after it: a
+        hand-over, docs/design.md §6.6), kept instead of ``blob``; ``marker``: the one
+        the worker read for it (else its own was passed in, or it reads it here).
 
         Returns the number of records published now: the blob's epochs whose marker is
         missing, published here by a sink with a producer of its own; a worker's sink
         leaves them sealed for the worker's one publication after the restore
         (``pending``). Raises SinkFencedError if a newer instance exists.
         """
-        buffer = self._new_buffer(blob)  # validate before touching Kafka
-        self.buffer.close()
+        if not isinstance(marker, NotRead):
+            self._read = marker
+        buffer = self.buffer if keep else self._new_buffer(blob)  # validate before Kafka
+        if not keep:
+            self.buffer.close()
         self.attempt = attempt
         t0 = time.perf_counter()
         if not isinstance(self._read, NotRead):

@@ -9,8 +9,6 @@ The runner calls its task and writes what the task outputs; when the outputs hol
 from __future__ import annotations
 
 import logging
-import shutil
-import time
 from collections.abc import Callable, Mapping
 from concurrent.futures import Future
 from dataclasses import dataclass, field
@@ -28,23 +26,19 @@ from kstream.checkpointstorage.layout import (
 from kstream.checkpointstorage.metadata import TaskSnapshot
 from kstream.config import Guarantee, JobConfig
 from kstream.elements.records import Position, SnapshotPoint
-from kstream.kafka.commits import CommitMarker
 from kstream.kafka.dlq import DeadLetterWriter
-from kstream.kafka.exactly_once_sink import NOT_READ, ExactlyOnceSink
-from kstream.kafka.sink import AtLeastOnceSink, Sink
+from kstream.kafka.exactly_once_sink import ExactlyOnceSink
+from kstream.kafka.sink import Sink
 from kstream.kafka.worker_transactions import SinkCommit, WorkerTransactions, committable_offsets
-from kstream.logs import ctx as ctx_log
 from kstream.metrics.worker import WorkerMetrics
 from kstream.operators.firing import Budget
-from kstream.plan import JobPlan, OutputKind, TaskSpec
+from kstream.plan import JobPlan, TaskSpec
 from kstream.protocol.messages import AcknowledgeCheckpoint, DeclineCheckpoint, Message
 from kstream.runtime.task import Task
 from kstream.sinkbuffer.budget import MemoryBudget
-from kstream.snapshots.restore import read_blob, restore_state
 from kstream.snapshots.transfers import TransferPools
 from kstream.snapshots.upload import DeferredBlob, SnapshotUploader, StateHandle
 from kstream.state.base import SnapshottingBackend
-from kstream.state.rocksdb import RocksDBBackend
 from kstream.state.rocksdb_resources import StateResources
 from kstream.worker.routing import Router, TaskRoute
 from kstream.worker.settings import DebugPause, PausePoint
@@ -168,99 +162,6 @@ class PendingUpload:
     positions: dict[str, Any]
 
 
-def sink_guarantees(ctx: RunnerContext, spec: TaskSpec) -> dict[str, Guarantee]:
-    """The guarantee of each sink topic of task ``spec``."""
-    return {
-        o.topic: ctx.sink_guarantee or o.guarantee or Guarantee.EXACTLY_ONCE
-        for o in spec.outputs
-        if o.kind is OutputKind.SINK
-    }
-
-
-def open_runner(
-    ctx: RunnerContext,
-    spec: TaskSpec,
-    attempt: int,
-    handle: str | None,
-    markers: Mapping[str, CommitMarker | None] | None = None,
-) -> TaskRunner:
-    """Task ``spec`` at ``attempt`` with the state of the manifest ``handle`` (None: empty,
-    start positions). A checkpoint restore may fall back to an older retained one.
-    ``markers``: the commit markers the worker read for the tasks it restores (after
-    their inputs' offsets were stable), instead of a read per task."""
-    cfg = ctx.config
-    local = ctx.state_root / spec.task_id
-    positions: dict[TP, Position] = {}
-    watermarks: dict[tuple[str, int, str], int] | None = None  # None: kept in the state
-    blob: bytes | None = None
-    t0 = time.perf_counter()
-    downloaded: int | None = None  # None: started at the start positions
-    if handle is None:
-        shutil.rmtree(local, ignore_errors=True)  # start positions: empty state
-        backend = RocksDBBackend(local, resources=ctx.state_resources)
-    else:
-        # One global restore point: a task never falls back by itself; the
-        # coordinator restores every task from one older checkpoint instead.
-        backend, manifest, rstats = restore_state(
-            ctx.store,
-            handle,
-            local,
-            transfers=ctx.transfers.transfers(),
-            resources=ctx.state_resources,
-        )
-        positions = decode_positions(manifest.positions)
-        if manifest.watermarks is not None:
-            watermarks = {
-                (str(t), int(p), str(up)): int(wm) for t, p, up, wm in manifest.watermarks
-            }
-        if manifest.app_id != cfg.app_id:
-            # Another app's state (blue/green): its sinks' buffered output is that app's
-            # to publish (`kstream savepoint --stop` waits for it), never this one's.
-            log.info("task %s starts from app %s's state", spec.task_id, manifest.app_id)
-        elif SINK_BLOB in manifest.blobs:
-            blob = read_blob(ctx.store, manifest, SINK_BLOB)
-        downloaded = rstats.bytes_downloaded
-        log.info(
-            "task %s restored %s %d in %.0f ms (%s)",
-            spec.task_id,
-            "final state" if cfg.bounded else "checkpoint",
-            manifest.checkpoint_id,
-            (time.perf_counter() - t0) * 1000,
-            rstats,
-            extra=ctx_log(attempt=attempt, task=spec.task_id, checkpoint=manifest.checkpoint_id),
-        )
-    route = TaskRoute(spec.task_id, attempt)
-    route.sink_topics = sink_guarantees(ctx, spec)
-    if Guarantee.EXACTLY_ONCE in route.sink_topics.values():
-        inputs = sorted((i.topic, i.partition) for i in spec.inputs)
-        wait = ctx.wait_stable
-        route.sinks[Guarantee.EXACTLY_ONCE] = ExactlyOnceSink(
-            cfg.app_id,
-            spec.task_id,
-            cfg.bootstrap_servers,
-            producer_config=cfg.kafka,
-            spill_dir=local / SINK_SPILL_DIR,
-            memory_budget=ctx.sink_memory,
-            transactions=ctx.transactions,
-            inputs=committable_offsets((tp, positions.get(tp)) for tp in inputs),
-            wait_stable=None if wait is None else (lambda: wait(inputs)),
-            marker=NOT_READ if markers is None else markers.get(spec.task_id, NOT_READ),
-        )
-    if Guarantee.AT_LEAST_ONCE in route.sink_topics.values():
-        # The worker's one producer (its internal topics'), not one per task.
-        route.sinks[Guarantee.AT_LEAST_ONCE] = AtLeastOnceSink(
-            spec.task_id, producer=ctx.router.producer
-        )
-    for s in route.sinks.values():
-        # Fence zombies of this sink task (or wait for a previous owner's publication in
-        # flight), read its marker; a sink of its own publishes what the restored
-        # snapshot buffered but never committed, a worker's leaves it to the worker's
-        # one publication after the restore (docs/design.md §7).
-        s.recover(blob if s.guarantee is Guarantee.EXACTLY_ONCE else None, attempt)
-    ctx.metrics.restored(time.perf_counter() - t0, downloaded)
-    return TaskRunner(ctx, spec, attempt, backend, route, positions, watermarks)
-
-
 class TaskRunner:
     """A task of this worker: runtime task, state backend, sinks, uploads in flight."""
 
@@ -288,6 +189,7 @@ class TaskRunner:
         # — its snapshot point not released — until a restore replaces it or a release.
         self.hold_at: int | None = None
         self.holding = False
+        self.hold_point: SnapshotPoint | None = None  # the snapshot it holds after
         self.final_id: int | None = None  # bounded run: id of the final snapshot taken
         self.uploads: list[PendingUpload] = []
         self.sink_blob_bytes = 0  # the exactly-once sink buffer in the latest snapshot
@@ -339,7 +241,7 @@ class TaskRunner:
                 # worker has not read n's trigger yet — the barrier came first, through
                 # a repartition topic — so whether n holds is not known: held until the
                 # trigger says (docs/design.md §6.6).
-                self.holding, self.hold_at = True, n
+                self.holding, self.hold_at, self.hold_point = True, n, point
                 return
             task.snapshot_taken()  # replays what arrived after the barrier: maybe another point
 
@@ -364,8 +266,19 @@ class TaskRunner:
     def release(self) -> bool:
         """Stop holding (or stop meaning to); whether the task held: then the caller
         replays what waited, ``step(task.snapshot_taken)``."""
-        held, self.holding, self.hold_at = self.holding, False, None
+        held, self.holding, self.hold_at, self.hold_point = self.holding, False, None, None
         return held
+
+    def holds(self, checkpoint_id: int | None) -> bool:
+        """Whether the task holds right after its snapshot of ``checkpoint_id``: its
+        state, positions and sinks are that snapshot's (nothing in an exactly-once
+        sink's open epoch: output after the snapshot point would be emitted again)."""
+        return (
+            self.holding
+            and self.hold_point is not None
+            and self.hold_at == checkpoint_id
+            and not self.output_buffered()
+        )
 
     # ---- snapshots ------------------------------------------------------------------------
 

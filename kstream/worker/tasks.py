@@ -26,7 +26,8 @@ from kstream.plan import JobPlan, TaskSpec
 from kstream.runtime.watermark_alignment import PartitionTime, WatermarkAligner
 from kstream.sinkbuffer.epochs import SinkError
 from kstream.snapshots.restore import CorruptSnapshotError, PublishedPastRestore
-from kstream.worker.runner import RunnerContext, TaskRunner, open_runner, sink_guarantees
+from kstream.worker.opening import carry_on, open_runner, sink_guarantees
+from kstream.worker.runner import RunnerContext, TaskRunner
 from kstream.worker.settings import WorkerError
 
 log = logging.getLogger(__name__)
@@ -142,6 +143,16 @@ class WorkerTasks:
             hook([s.task_id for s in specs])
         store, app_id = self.ctx.store, self.ctx.config.app_id
         self.restored = 0
+        # Tasks that stay here and held after their snapshot of this very checkpoint (a
+        # hand-over, docs/design.md §6.6) carry on from it: nothing to download or open.
+        held = {
+            s.task_id: r
+            for s in specs
+            if (r := self.runners.get(s.task_id)) is not None and r.holds(checkpoint_id)
+        }
+        for task_id, r in held.items():
+            del self.runners[task_id]
+            self.ctx.metrics.task_closed(task_id, r.task)  # (its Task is replaced)
         self.stop_all()
         # Pause before seeking: nothing may be read for a task until it resumes.
         self.source.pause({(i.topic, i.partition) for s in specs for i in s.inputs})
@@ -164,7 +175,14 @@ class WorkerTasks:
 
         def build(spec: TaskSpec) -> TaskRunner:
             handle = handle_of(spec.task_id)
-            runner = open_runner(self.ctx, spec, attempt, handle, markers)
+            if spec.task_id in held:
+                try:
+                    runner = carry_on(held[spec.task_id], attempt, markers)
+                except BaseException:
+                    held[spec.task_id].close()  # (its backend, sinks: nothing else has them)
+                    raise
+            else:
+                runner = open_runner(self.ctx, spec, attempt, handle, markers)
             try:
                 refuse_republishing(runner, checkpoint_id, handle)
             except PublishedPastRestore:
@@ -215,11 +233,12 @@ class WorkerTasks:
         for runner in self.runners.values():
             self.seek_restored(runner)
         log.info(
-            "attempt %d: restored %d task(s) to checkpoint %s (generation %s)",
+            "attempt %d: restored %d task(s) to checkpoint %s (generation %s)%s",
             attempt,
             len(specs),
             checkpoint_id,
             self.source.generation,
+            f", {len(held)} of them carried on where they held" if held else "",
             extra=ctx(attempt=attempt),
         )
         return {}, unreachable
