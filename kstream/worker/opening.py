@@ -142,6 +142,11 @@ def carry_on(
     for s in route.sinks.values():
         if isinstance(s, ExactlyOnceSink):
             read = NOT_READ if markers is None else markers.get(runner.task_id, NOT_READ)
+            # (as open_runner's: the inputs at the snapshot, the offsets a publication of
+            # its restored epochs holds)
+            s.inputs = committable_offsets(
+                (tp, point.positions.get(tp)) for tp in sorted(runner.inputs())
+            )
             s.recover(None, attempt, keep=True, marker=read)
         else:
             s.recover(None, attempt)
