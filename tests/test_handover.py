@@ -343,10 +343,14 @@ def wait(
     timeout: float = 60.0,
     refuse: bool = False,
     history: tuple[Message, ...] = (Restore(1, None), Resume(1, {"a": "w9"})),
+    heartbeat_interval: float = 100.0,
 ) -> tuple[list[Message], FakeControl, list[CheckpointCompleted]]:
-    """``wait_for_handover`` of a worker that read ``history``, with ``replies``."""
+    """``wait_for_handover`` of a worker that read ``history``, with ``replies`` (other
+    workers' heartbeats are not modelled unless ``heartbeat_interval`` is short: a
+    wait with none ends after two intervals)."""
     control = FakeControl(replies)
     p = protocol()
+    p.heartbeat_interval = heartbeat_interval
     p.learn(history)
     seen: list[CheckpointCompleted] = []
 
@@ -461,3 +465,13 @@ def test_every_message_a_poll_returned_is_read(
 ) -> None:
     read, control, _ = wait(dict(enumerate(batches, 1)), history=tuple(history))
     assert (read, control.polls) == ([m for b in batches for m in b], 2)
+
+
+def test_a_joiner_joins_at_once_when_no_other_worker_heartbeats() -> None:
+    """The job's workers were all killed and this one restarts it: nobody is left to
+    hold, so it joins after two heartbeat intervals without one, not after ``quiet``."""
+    read, control, _backed = wait({}, heartbeat_interval=1.0)
+    assert (read, control.polls) == ([], 20)
+    hb = Heartbeat("w9", ("a",), 4)
+    read, control, _backed = wait({5: [hb]}, heartbeat_interval=1.0)
+    assert (read, control.polls) == ([hb], 50)  # alive: waits for the coordinator (quiet)

@@ -9,7 +9,8 @@ reads the control topic until the hold checkpoint it asked for completed. A job 
 middle of a restore is asked once it resumed (joined during the restore, the change
 would come just after the Resume, and the tasks would have run past the checkpoint).
 
-It joins without one when the coordinator declines (``HandoverDeclined``: an owner did
+It joins without one when no other worker heartbeats (within two heartbeat intervals:
+the job's workers all died, this one restarts it), when the coordinator declines (``HandoverDeclined``: an owner did
 not heartbeat lately — typically this worker's own predecessor, killed) or does not
 answer: no message from a coordinator for ``quiet`` seconds (none runs, or a restore
 does not end), the job stops or fails meanwhile, the hold checkpoint is aborted, or
@@ -31,6 +32,7 @@ from kstream.protocol.messages import (
     CheckpointAborted,
     CheckpointCompleted,
     HandoverDeclined,
+    Heartbeat,
     JobFailed,
     JobStopped,
     Message,
@@ -83,6 +85,10 @@ class _Wait:
         self.protocol, self.clock, self.backed, self.quiet = protocol, clock, backed, quiet
         self.start = self.heard = self.next_request = clock()
         self.holds: set[int] = set()  # hold checkpoints triggered since the request
+        # Live workers heartbeat every interval: none within two, nobody is left to hand
+        # over from (the job's workers were all killed; this one restarts it).
+        self.alone = 2 * protocol.heartbeat_interval
+        self.beats = 0
         self.outcome: str | None = None  # why the wait ended
         self.level = logging.INFO
 
@@ -91,6 +97,7 @@ class _Wait:
         self.protocol.catch_up([msg])
         if isinstance(msg, COORDINATOR_MESSAGES):
             self.heard = self.clock()
+        self.beats += isinstance(msg, Heartbeat)
         if self.outcome is not None:
             return  # (ended by an earlier message of the batch: the rest is only read)
         if isinstance(msg, JobStopped | JobFailed):
@@ -116,7 +123,9 @@ class _Wait:
     def timeouts(self, now: float, deadline: float) -> None:
         if self.outcome is not None:
             return
-        if now - self.heard >= self.quiet or now >= deadline:
+        if not self.beats and now - self.start >= self.alone:
+            self.outcome = f"no other worker heartbeats (within {self.alone:.1f} s)"
+        elif now - self.heard >= self.quiet or now >= deadline:
             self.level = logging.WARNING
             self.outcome = (
                 f"no hand-over checkpoint within {now - self.start:.1f} s (the job rolls back "
