@@ -15,6 +15,7 @@ from kstream.protocol.commands import Send
 from kstream.protocol.failover import JobPhase
 from kstream.protocol.handover import HEARD_WITHIN_S, HOLD_TIMEOUT_S, JOINING, LEAVING
 from kstream.protocol.messages import (
+    REASSIGNED,
     CheckpointAborted,
     CheckpointCompleted,
     CheckpointRequest,
@@ -37,9 +38,11 @@ from kstream.protocol.messages import (
 from kstream.protocol.worker import (
     HOLD_MAX_S,
     REQUEST_EVERY_S,
+    Assigned,
     ReleaseTasks,
     RestoreTasks,
     StopRequested,
+    StopTasks,
     TriggerTasks,
 )
 from kstream.worker.joining import POLL_S, wait_for_handover
@@ -260,6 +263,20 @@ def test_a_hold_is_released_by_its_abort_or_a_later_trigger() -> None:
     assert p.handle(TriggerCheckpoint(6, 0, 0), 3.5) == []  # another attempt's
     assert p.handle(TriggerCheckpoint(6, 1, 0), 4.0) == [ReleaseTasks(5), TriggerTasks(6, 1)]
     assert p.hold is None
+
+
+def test_a_group_change_while_holding_keeps_the_held_tasks_for_the_restore() -> None:
+    """The change a hold prepared reaches the worker as a new assignment before the
+    coordinator's Restore: the tasks that hold are not stopped (the restore carries
+    on those still assigned here); without a hold every task stops, as before."""
+    p = running(protocol())
+    p.handle(TriggerCheckpoint(4, 1, 0, True), 2.0)
+    out = p.handle(Assigned("m1", 4, ("t0",), True), 3.0)
+    assert out[0] == StopTasks(keep_held=True)
+    assert Send(TaskFailed("t0", "m1", 1, REASSIGNED)) in out  # restored at once
+    q = running(protocol())
+    assert p.hold is not None and q.hold is None
+    assert q.handle(Assigned("m1", 4, ("t0",), True), 3.0)[0] == StopTasks(keep_held=False)
 
 
 def test_a_restore_ends_the_hold_without_a_release() -> None:

@@ -155,11 +155,19 @@ class _Held:
     """A running task of the worker (what WorkerTasks asks of a runner)."""
 
     running = True
+    metrics: dict[str, int] = {}
 
     def __init__(self, inputs: set[TP], holding: bool) -> None:
         self.task = self
         self._inputs = inputs
         self.holding = holding
+        self.closed = False
+
+    def close(self) -> None:
+        self.closed = True
+
+    def late_counts(self) -> dict[str, tuple[int, int]]:
+        return {}
 
     def inputs(self) -> set[TP]:
         return self._inputs
@@ -200,3 +208,18 @@ def test_a_task_that_starts_holding_in_a_slice_is_held_by_the_next_recheck() -> 
     r0.holding = True  # its hold checkpoint's snapshot point came up in the slice fed
     assert tasks.held(set(), ("in", 1)) == frozenset()  # another task's slice: not read
     assert tasks.held(set(), ("in", 0)) == {("in", 0)}  # its own: held from now on
+
+
+def test_a_group_change_keeps_only_the_holding_tasks_still_assigned_here() -> None:
+    tasks, source, r0, r1 = _tasks(holding=True)
+    tasks.ctx = SimpleNamespace(metrics=SimpleNamespace(task_closed=lambda *a: None))  # type: ignore[assignment]
+    source.assignment = {("in", 0), ("in", 1)}
+    tasks.stop_all(keep_held=True)
+    assert tasks.runners == {"stage0-0": r0} and not r0.closed and r1.closed
+    source.assignment = {("in", 1)}  # its input went to another worker
+    tasks.stop_all(keep_held=True)
+    assert tasks.runners == {} and r0.closed
+    tasks2, _source2, h0, _h1 = _tasks(holding=True)
+    tasks2.ctx = tasks.ctx
+    tasks2.stop_all()  # no hand-over: every task stops
+    assert tasks2.runners == {} and h0.closed

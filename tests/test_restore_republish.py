@@ -14,7 +14,7 @@ from kstream.kafka.commits import CommitMarker
 from kstream.kafka.exactly_once_sink import ExactlyOnceSink
 from kstream.kafka.sink import AtLeastOnceSink
 from kstream.snapshots.restore import PublishedPastRestore
-from kstream.worker.tasks import refuse_republishing
+from kstream.worker.opening import refuse_republishing
 
 
 def _runner(marker: CommitMarker | None) -> Any:

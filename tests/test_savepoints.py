@@ -126,7 +126,10 @@ def test_a_savepoint_asked_for_while_the_job_restores_is_made_once_it_runs() -> 
     assert triggers(h.tick(1.1)) == []  # nothing is triggered while the job restores
     attempt = h.c.attempt
     out = h.send(TaskReady(attempt, "a", "w1", 1), 1.2)
-    assert messages(out) == [Resume(attempt, {"a": "w1"}), StopJob(attempt, "stop with savepoint sp")]
+    assert messages(out) == [
+        Resume(attempt, {"a": "w1"}),
+        StopJob(attempt, "stop with savepoint sp"),
+    ]
     n = triggers(h.tick(1.3))  # asked for: no waiting for the interval
     assert len(n) == 1
     out = h.ack(n[0], "a", 1.4, attempt=attempt)

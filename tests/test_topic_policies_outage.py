@@ -62,5 +62,7 @@ def test_past_the_deadline_the_outage_is_one_clear_error() -> None:
             self.asks.append(request_timeout)
             return {r: Future() for r in resources}
 
-    with pytest.raises(KafkaUnreachable, match=r"cleanup.policy of topic app.control could not be read within 0.1s"):
+    with pytest.raises(
+        KafkaUnreachable, match=r"cleanup.policy of topic app.control could not be read within 0.1s"
+    ):
         _cleanup_policies(_Never(), ["app.control"], timeout=0.1, request_timeout=0.05)  # type: ignore[arg-type]

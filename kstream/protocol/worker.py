@@ -150,7 +150,11 @@ class RestoreTasks:
 
 @dataclass(frozen=True)
 class StopTasks:
-    """Stop every task."""
+    """Stop every task; ``keep_held``: not those holding after a hand-over checkpoint
+    whose inputs are still assigned here (the restore that follows carries them on,
+    docs/design.md §6.6)."""
+
+    keep_held: bool = False
 
 
 @dataclass(frozen=True)
@@ -406,7 +410,7 @@ class WorkerProtocol:
             commands = self._restore()  # same attempt, new generation: ready again
         else:
             self.tasks, self.running = set(), set()
-            commands = [StopTasks()]
+            commands = [StopTasks(keep_held=self.hold is not None)]
             if self.attempt > 0 and event.any_partitions:
                 # The attempt is resumed, yet this worker now holds partitions of tasks
                 # it does not run (a rebalance, or a restart under static membership

@@ -297,7 +297,7 @@ class Checkpointed(Mode):
                     if not ok:
                         unrestored = a.attempt
                 case StopTasks():
-                    self.tasks.stop_all()
+                    self.tasks.stop_all(keep_held=a.keep_held)
                 case ResumeTasks():
                     self.tasks.resume(self.protocol.attempt, a.owned, draining=self.draining)
                 case TriggerTasks():

@@ -1,24 +1,31 @@
 """Building a task's runner: from a checkpoint's manifest (``open_runner``: download or
 reuse the files, open RocksDB, recover the sinks), or, for a task that held right after
 its snapshot of the checkpoint being restored, from what it has (``carry_on``: a
-hand-over's task that stays, docs/design.md §6.6)."""
+hand-over's task that stays, docs/design.md §6.6); what a restore checks of the built
+runners and publishes for them (``refuse_republishing``, ``publish_restored``)."""
 
 from __future__ import annotations
 
 import logging
 import shutil
 import time
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 
 from kstream.config import Guarantee
 from kstream.elements.records import Position
 from kstream.kafka.commits import CommitMarker
 from kstream.kafka.exactly_once_sink import NOT_READ, ExactlyOnceSink
 from kstream.kafka.sink import AtLeastOnceSink
-from kstream.kafka.worker_transactions import committable_offsets
+from kstream.kafka.worker_transactions import (
+    SinkCommit,
+    WorkerTransactions,
+    committable_offsets,
+    committing,
+)
 from kstream.logs import ctx as ctx_log
 from kstream.plan import OutputKind, TaskSpec
-from kstream.snapshots.restore import read_blob, restore_state
+from kstream.sinkbuffer.epochs import SinkError
+from kstream.snapshots.restore import PublishedPastRestore, read_blob, restore_state
 from kstream.state.rocksdb import RocksDBBackend
 from kstream.worker.routing import TaskRoute
 from kstream.worker.runner import (
@@ -153,3 +160,56 @@ def carry_on(
     return TaskRunner(
         runner.ctx, runner.spec, attempt, runner.backend, route, point.positions, point.watermarks
     )
+
+
+def refuse_republishing(runner: TaskRunner, checkpoint_id: int | None, handle: str | None) -> None:
+    """PublishedPastRestore if an exactly-once sink of ``runner``, restored to
+    ``checkpoint_id``, already published the output of a newer checkpoint (its commit
+    marker, read by the sink's recover, is above ``checkpoint_id``): processing from
+    this checkpoint's positions would produce that output again, in epochs no marker
+    covers — published twice. Happens only when a job falls back past a newer
+    completed checkpoint (one that cannot be restored); a job that starts from a
+    checkpoint or savepoint imports it under a new id, above every marker."""
+    if checkpoint_id is None:
+        return
+    for sink in runner.sinks.values():
+        if not isinstance(sink, ExactlyOnceSink):
+            continue
+        marker = sink.marker
+        if marker is not None and marker.checkpoint > checkpoint_id:
+            raise PublishedPastRestore(
+                f"its exactly-once sink already published the output of checkpoint "
+                f"{marker.checkpoint} (commit marker of attempt {marker.attempt}); "
+                f"restoring checkpoint {checkpoint_id} would publish output twice",
+                manifest_path=handle or "",
+                object=sink.commits_topic,
+                published=marker.checkpoint,
+            )
+
+
+def publish_restored(
+    transactions: WorkerTransactions | None, runners: Iterable[TaskRunner]
+) -> dict[str, SinkError]:
+    """Publish, in one transaction, what the restored exactly-once sinks of ``runners``
+    buffered and their markers say is not out (a crash between a completion and its
+    publication); returns the tasks whose publication failed (fenced or not). Sinks with
+    a producer of their own (``transactions`` None) did it in their recover."""
+    if transactions is None:
+        return {}
+    commits: list[SinkCommit] = []
+    offsets: dict[TP, int] = {}
+    for r in runners:
+        for s in r.sinks.values():
+            if isinstance(s, ExactlyOnceSink) and s.pending is not None:
+                commit = s.due(s.pending)
+                if commit is not None:
+                    commits.append(commit)
+                    offsets.update(s.inputs)
+    if not commits:
+        return {}
+    try:
+        n = transactions.run(commits, offsets, committing(commits))
+    except SinkError as e:
+        return {c.task: e for c in commits}
+    log.info("published %d buffered records of %d restored task(s)", n, len(commits))
+    return {}

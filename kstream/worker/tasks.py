@@ -6,7 +6,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
 from kstream.checkpointstorage.base import StoreError
@@ -16,17 +16,21 @@ from kstream.elements.records import InternalEvent, InternalRecord
 from kstream.kafka.clients import OFFSET_BEGINNING, KafkaException
 from kstream.kafka.commits import CommitMarker, read_latest_markers
 from kstream.kafka.dlq import DeadLetterWriter
-from kstream.kafka.exactly_once_sink import ExactlyOnceSink
 from kstream.kafka.internal_batch import decode_records
 from kstream.kafka.source import RawRecord, SourceConsumer, SourceError
-from kstream.kafka.worker_transactions import SinkCommit, WorkerTransactions, committing
 from kstream.logs import ctx
 from kstream.names import commits_topic
 from kstream.plan import JobPlan, TaskSpec
 from kstream.runtime.watermark_alignment import PartitionTime, WatermarkAligner
 from kstream.sinkbuffer.epochs import SinkError
 from kstream.snapshots.restore import CorruptSnapshotError, PublishedPastRestore
-from kstream.worker.opening import carry_on, open_runner, sink_guarantees
+from kstream.worker.opening import (
+    carry_on,
+    open_runner,
+    publish_restored,
+    refuse_republishing,
+    sink_guarantees,
+)
 from kstream.worker.runner import RunnerContext, TaskRunner
 from kstream.worker.settings import WorkerError
 
@@ -303,12 +307,20 @@ class WorkerTasks:
         """Read ``tp`` again from ``offset`` (records read but never fed were dropped)."""
         self._seek(tp, offset)
 
-    def stop_all(self) -> None:
+    def stop_all(self, *, keep_held: bool = False) -> None:
+        """Stop every task; ``keep_held``: not those holding after a hand-over checkpoint
+        whose inputs are still assigned here (a group change: the restore that follows
+        carries them on, docs/design.md §6.6)."""
         self.seeks += 1  # no task runs what was read for the stopped ones
-        for r in self.runners.values():
-            self.ctx.metrics.task_closed(r.task_id, r.task)
+        mine = self.source.assignment if keep_held else set()
+        kept = {}
+        for task_id, r in self.runners.items():
+            if keep_held and r.holding and r.inputs() <= mine:
+                kept[task_id] = r
+                continue
+            self.ctx.metrics.task_closed(task_id, r.task)
             r.close()
-        self.runners = {}
+        self.runners = kept
 
     # ---- positions ---------------------------------------------------------------------------
 
@@ -443,56 +455,3 @@ class WorkerTasks:
             dlq.handle(tp[0], tp[1], offset, ts, key, value, reason)
             self.ctx.metrics.dead_letter(tp[0], reason)
         return items
-
-
-def refuse_republishing(runner: TaskRunner, checkpoint_id: int | None, handle: str | None) -> None:
-    """PublishedPastRestore if an exactly-once sink of ``runner``, restored to
-    ``checkpoint_id``, already published the output of a newer checkpoint (its commit
-    marker, read by the sink's recover, is above ``checkpoint_id``): processing from
-    this checkpoint's positions would produce that output again, in epochs no marker
-    covers — published twice. Happens only when a job falls back past a newer
-    completed checkpoint (one that cannot be restored); a job that starts from a
-    checkpoint or savepoint imports it under a new id, above every marker."""
-    if checkpoint_id is None:
-        return
-    for sink in runner.sinks.values():
-        if not isinstance(sink, ExactlyOnceSink):
-            continue
-        marker = sink.marker
-        if marker is not None and marker.checkpoint > checkpoint_id:
-            raise PublishedPastRestore(
-                f"its exactly-once sink already published the output of checkpoint "
-                f"{marker.checkpoint} (commit marker of attempt {marker.attempt}); "
-                f"restoring checkpoint {checkpoint_id} would publish output twice",
-                manifest_path=handle or "",
-                object=sink.commits_topic,
-                published=marker.checkpoint,
-            )
-
-
-def publish_restored(
-    transactions: WorkerTransactions | None, runners: Iterable[TaskRunner]
-) -> dict[str, SinkError]:
-    """Publish, in one transaction, what the restored exactly-once sinks of ``runners``
-    buffered and their markers say is not out (a crash between a completion and its
-    publication); returns the tasks whose publication failed (fenced or not). Sinks with
-    a producer of their own (``transactions`` None) did it in their recover."""
-    if transactions is None:
-        return {}
-    commits: list[SinkCommit] = []
-    offsets: dict[TP, int] = {}
-    for r in runners:
-        for s in r.sinks.values():
-            if isinstance(s, ExactlyOnceSink) and s.pending is not None:
-                commit = s.due(s.pending)
-                if commit is not None:
-                    commits.append(commit)
-                    offsets.update(s.inputs)
-    if not commits:
-        return {}
-    try:
-        n = transactions.run(commits, offsets, committing(commits))
-    except SinkError as e:
-        return {c.task: e for c in commits}
-    log.info("published %d buffered records of %d restored task(s)", n, len(commits))
-    return {}

@@ -195,7 +195,8 @@ def _collect(task: Task, internal: dict[str, list[list[InternalRecord | Internal
                     log.append(InternalRecord(task.task_id, task.attempt, len(log), k, v, t))
             else:
                 sinks.setdefault(item.topic, []).extend(
-                    zip(item.keys, item.values, item.timestamps, strict=True))
+                    zip(item.keys, item.values, item.timestamps, strict=True)
+                )
         elif isinstance(item, OutputEvent) and item.internal:
             for log in internal[item.topic]:
                 log.append(InternalEvent(task.task_id, task.attempt, len(log), item.event))

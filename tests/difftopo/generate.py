@@ -93,7 +93,10 @@ def graph(c: Choose, max_ops: int = 8) -> Graph:
             out.timed = False
         elif kind == "join":
             op.inputs.append(c.one(timed))
-            op.arg, out.timed = f"{c.one(['inner', 'left', 'outer'])}:{c.one([0, 300, 1000])}", False
+            op.arg, out.timed = (
+                f"{c.one(['inner', 'left', 'outer'])}:{c.one([0, 300, 1000])}",
+                False,
+            )
         elif kind == "join_table":
             op.inputs.append(c.one(tables))
             op.arg = c.one(["inner", "left"])
