@@ -11,6 +11,7 @@ import pytest
 
 from kstream.config import CheckpointingConfig, RestartStrategy
 from kstream.kafka.control import ControlClient
+from kstream.metrics.labels import restart_cause
 from kstream.protocol.commands import Send
 from kstream.protocol.failover import JobPhase
 from kstream.protocol.handover import HEARD_WITHIN_S, HOLD_TIMEOUT_S, JOINING, LEAVING
@@ -492,3 +493,16 @@ def test_a_joiner_joins_at_once_when_no_other_worker_heartbeats() -> None:
     hb = Heartbeat("w9", ("a",), 4)
     read, control, _backed = wait({5: [hb]}, heartbeat_interval=1.0)
     assert (read, control.polls) == ([hb], 50)  # alive: waits for the coordinator (quiet)
+
+
+def test_a_hand_over_restore_is_counted_as_a_handover_not_a_rebalance() -> None:
+    """``kstream status`` and ``kstream_job_restarts_total`` name the cause."""
+    h = restarted()
+    h.send(CheckpointRequest("w1", 2, LEAVING), 0.5)
+    h.tick(0.5)
+    complete(h, 1, 2, 0.75)
+    h.send(Heartbeat("w2", ("b",), 5), 1.0)
+    reason = h.c.failover.failure_reason
+    assert reason.startswith("hand-over at checkpoint 1: ")
+    assert restart_cause(reason) == "handover"
+    assert restart_cause("consumer group generation changed 4 -> 5") == "rebalance"

@@ -30,6 +30,7 @@ RESTART_CAUSES = (
     "worker_lost",
     "worker_stopped",
     "rebalance",
+    "handover",
     "restore_timeout",
     "coordinator_restarted",
     "other",
@@ -55,6 +56,7 @@ _RESTART_PATTERNS = tuple(
     (re.compile(p), label)
     for p, label in (
         (r"job start", "start"),
+        (r"hand-over at checkpoint \d+: ", "handover"),
         (r"coordinator restarted", "coordinator_restarted"),
         (r"restore of attempt \d+ not finished within ", "restore_timeout"),
         (r"task \S+ failed on \S+: restore failed \(store unreachable\)", "store_unreachable"),
