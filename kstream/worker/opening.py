@@ -15,7 +15,7 @@ from kstream.config import Guarantee
 from kstream.elements.records import Position
 from kstream.kafka.commits import CommitMarker
 from kstream.kafka.exactly_once_sink import NOT_READ, ExactlyOnceSink
-from kstream.kafka.sink import AtLeastOnceSink
+from kstream.kafka.sink import AtLeastOnceSink, Sink
 from kstream.kafka.worker_transactions import (
     SinkCommit,
     WorkerTransactions,
@@ -148,18 +148,32 @@ def carry_on(
     route.sink_topics, route.sinks = runner.route.sink_topics, runner.route.sinks
     for s in route.sinks.values():
         if isinstance(s, ExactlyOnceSink):
-            read = NOT_READ if markers is None else markers.get(runner.task_id, NOT_READ)
             # (as open_runner's: the inputs at the snapshot, the offsets a publication of
             # its restored epochs holds)
             s.inputs = committable_offsets(
                 (tp, point.positions.get(tp)) for tp in sorted(runner.inputs())
             )
-            s.recover(None, attempt, keep=True, marker=read)
-        else:
-            s.recover(None, attempt)
+    recover_in_place(runner.task_id, route.sinks.values(), attempt, markers)
     return TaskRunner(
         runner.ctx, runner.spec, attempt, runner.backend, route, point.positions, point.watermarks
     )
+
+
+def recover_in_place(
+    task_id: str,
+    sinks: Iterable[Sink],
+    attempt: int,
+    markers: Mapping[str, CommitMarker | None] | None,
+) -> None:
+    """Recover sinks whose buffers are the restored snapshot's already (a task carried
+    on, or kept from a restore of the same checkpoint): the markers say what another
+    restore meanwhile may have published (dropped here, as a restore drops it)."""
+    for s in sinks:
+        if isinstance(s, ExactlyOnceSink):
+            read = NOT_READ if markers is None else markers.get(task_id, NOT_READ)
+            s.recover(None, attempt, keep=True, marker=read)
+        else:
+            s.recover(None, attempt)
 
 
 def refuse_republishing(runner: TaskRunner, checkpoint_id: int | None, handle: str | None) -> None:

@@ -190,6 +190,8 @@ class TaskRunner:
         self.hold_at: int | None = None
         self.holding = False
         self.hold_point: SnapshotPoint | None = None  # the snapshot it holds after
+        # The (attempt, checkpoint) a restore built it for (kstream.worker.tasks).
+        self.restored_as: tuple[int, int | None] | None = None
         self.final_id: int | None = None  # bounded run: id of the final snapshot taken
         self.uploads: list[PendingUpload] = []
         self.sink_blob_bytes = 0  # the exactly-once sink buffer in the latest snapshot

@@ -28,6 +28,7 @@ from kstream.worker.opening import (
     carry_on,
     open_runner,
     publish_restored,
+    recover_in_place,
     refuse_republishing,
     sink_guarantees,
 )
@@ -157,6 +158,17 @@ class WorkerTasks:
         for task_id, r in held.items():
             del self.runners[task_id]
             self.ctx.metrics.task_closed(task_id, r.task)  # (its Task is replaced)
+        # Restored here for this same attempt and checkpoint and not run since (the group
+        # changed again during the restore): as the restore would build them again.
+        kept = {
+            s.task_id: r
+            for s in specs
+            if (r := self.runners.get(s.task_id)) is not None
+            and not r.running
+            and r.restored_as == (attempt, checkpoint_id)
+        }
+        for task_id in kept:
+            del self.runners[task_id]
         self.stop_all()
         # Pause before seeking: nothing may be read for a task until it resumes.
         self.source.pause({(i.topic, i.partition) for s in specs for i in s.inputs})
@@ -178,12 +190,17 @@ class WorkerTasks:
                 return manifests[0].get(task_id)
 
         def build(spec: TaskSpec) -> TaskRunner:
-            handle = handle_of(spec.task_id)
-            if spec.task_id in held:
-                try:
-                    runner = carry_on(held[spec.task_id], attempt, markers)
+            handle, task_id = handle_of(spec.task_id), spec.task_id
+            if task_id in kept or task_id in held:
+                kept_or_held = kept.get(task_id) or held[task_id]
+                try:  # (its backend and sinks: nothing else has them, closed if it fails)
+                    if task_id in kept:
+                        runner = kept_or_held
+                        recover_in_place(task_id, runner.sinks.values(), attempt, markers)
+                    else:
+                        runner = carry_on(kept_or_held, attempt, markers)
                 except BaseException:
-                    held[spec.task_id].close()  # (its backend, sinks: nothing else has them)
+                    kept_or_held.close()
                     raise
             else:
                 runner = open_runner(self.ctx, spec, attempt, handle, markers)
@@ -235,14 +252,16 @@ class WorkerTasks:
         for task_id, reason in unreachable.items():
             log.error("task %s: %s", task_id, reason)
         for runner in self.runners.values():
+            runner.restored_as = (attempt, checkpoint_id)
             self.seek_restored(runner)
         log.info(
-            "attempt %d: restored %d task(s) to checkpoint %s (generation %s)%s",
+            "attempt %d: restored %d task(s) to checkpoint %s (generation %s)%s%s",
             attempt,
             len(specs),
             checkpoint_id,
             self.source.generation,
             f", {len(held)} of them carried on where they held" if held else "",
+            f", {len(kept)} kept from the restore before" if kept else "",
             extra=ctx(attempt=attempt),
         )
         return {}, unreachable
