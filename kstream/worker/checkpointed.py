@@ -303,8 +303,13 @@ class Checkpointed(Mode):
                 case TriggerTasks():
                     self._trigger(a.checkpoint_id, a.attempt, now, a.hold)
                 case ReleaseTasks():
+                    assigned = self.source.assignment
                     for r in list(self.tasks.runners.values()):
-                        if r.hold_at == a.checkpoint_id and r.release():
+                        if r.hold_at != a.checkpoint_id:
+                            continue
+                        if not r.inputs() <= assigned:  # kept over a group change: not ours
+                            self.tasks.remove(r.task_id)
+                        elif r.release():
                             self.guarded(r, r.task.snapshot_taken)  # what waited, in order
                 case CommitSinks():
                     self._commit_sinks(a.checkpoint_id, now)

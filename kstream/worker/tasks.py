@@ -328,13 +328,13 @@ class WorkerTasks:
 
     def stop_all(self, *, keep_held: bool = False) -> None:
         """Stop every task; ``keep_held``: not those holding after a hand-over checkpoint
-        whose inputs are still assigned here (a group change: the restore that follows
-        carries them on, docs/design.md §6.6)."""
+        (a group change: the restore that follows carries on those still assigned here
+        and stops the others, docs/design.md §6.6). Whatever the assignment says now:
+        an eager rebalance revokes everything first and assigns in a later poll."""
         self.seeks += 1  # no task runs what was read for the stopped ones
-        mine = self.source.assignment if keep_held else set()
         kept = {}
         for task_id, r in self.runners.items():
-            if keep_held and r.holding and r.inputs() <= mine:
+            if keep_held and r.holding:
                 kept[task_id] = r
                 continue
             self.ctx.metrics.task_closed(task_id, r.task)
