@@ -125,6 +125,7 @@ class ElectedCoordinator:
         finally:
             self._execute(self.election.stop())
             consumer.close()  # leave the group: the next candidate is elected at once
+            log.info("coordinator election: left the candidates")
 
     def _execute(self, commands: list[ElectionCommand]) -> None:
         for command in commands:
