@@ -28,8 +28,10 @@ def test_scaling_out_and_in_re_processes_nothing_and_stays_exact(
     assert o.exact.windows_checked > 1000  # (the check saw the run)
     assert (o.reprocessed_s1, o.reprocessed_s2) == (0, 0), said
     logs = "".join(p.read_text() for p in tmp_path.rglob("w*.err"))
-    joins = logs.count("completed: joining the group")  # both joiners handed over
+    # Both joiners handed over (the second of the first two workers may have too, when
+    # it started after the first had resumed the job).
+    joins = logs.count("completed: joining the group")
     assert logs.count("holds every task: a hand-over") >= 2, said
     assert logs.count("restart (attempt") >= 2 and "hand-over at checkpoint" in logs
-    assert joins == 2, said
+    assert joins >= 2, said
     assert "of them carried on where they held" in logs  # the tasks that stayed
