@@ -40,6 +40,7 @@ from kstream.protocol.worker import (
     HOLD_MAX_S,
     REQUEST_EVERY_S,
     Assigned,
+    Exit,
     ReleaseTasks,
     RestoreTasks,
     StopRequested,
@@ -506,3 +507,19 @@ def test_a_hand_over_restore_is_counted_as_a_handover_not_a_rebalance() -> None:
     assert reason.startswith("hand-over at checkpoint 1: ")
     assert restart_cause(reason) == "handover"
     assert restart_cause("consumer group generation changed 4 -> 5") == "rebalance"
+
+
+def test_a_stop_during_a_restore_of_its_tasks_waits_for_the_resume_and_hands_over() -> None:
+    """Exiting at once, its leave would be a change nothing prepared (a second restore
+    just after the Resume: the tasks would re-process what they did meanwhile)."""
+    p = protocol(heartbeat_interval=100.0)
+    p.handle(Assigned("m1", 3, ("a",), True), 0.0)
+    p.handle(Restore(1, None), 0.0)
+    assert p.handle(StopRequested(), 1.0) == []  # restoring its tasks: not yet
+    assert p.tick(1.5) == []  # (no request while restoring)
+    p.handle(Resume(1, {"a": "m1"}), 2.0)
+    assert p.tick(2.5) == [Send(CheckpointRequest("m1", 1, LEAVING))]
+    p.handle(TriggerCheckpoint(4, 1, 0, True), 3.0)
+    p.handle(CheckpointCompleted(4, 1), 3.5)
+    why = "stopping: the final checkpoint completed"
+    assert p.tick(3.6) == [Send(WorkerStopped("m1", 1, why)), Exit(0, why)]

@@ -228,7 +228,7 @@ def test_a_graceful_stop_gives_up_after_the_drain_timeout() -> None:
 
 def test_a_stop_with_nothing_running_stops_at_once() -> None:
     p = protocol()
-    p.handle(Assigned("m1", 3, TASKS, True), 0.0)
+    p.handle(Assigned("m1", 3, (), False), 0.0)  # no partitions: nothing will run here
     p.handle(Restore(1, None), 0.0)  # restoring: nothing runs
     why = "stopping: nothing runs here, so nothing is left to commit"
     assert p.handle(StopRequested(), 1.0) == [Send(WorkerStopped("m1", 1, why)), Exit(0, why)]

@@ -427,8 +427,10 @@ class WorkerProtocol:
             return []
         self.stopping_since = now
         self.awaiting_first_output = False
-        if self.restoring or not self.running:
+        if not self.running and not (self.restoring and self.any_partitions):
             return self._exit("stopping: nothing runs here, so nothing is left to commit")
+        # (Restoring tasks of its own: it leaves once they resumed and a hand-over
+        # checkpoint completed, or its leave would be a change nothing prepared.)
         # Input is read only after the control messages of a loop iteration, so a
         # trigger handled at this same ``now`` (e.g. right after a StopJob) covers
         # everything read: it counts as the final checkpoint.
