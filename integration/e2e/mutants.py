@@ -30,7 +30,14 @@ def sink_forgets_buffer() -> None:
     """Recovery drops the snapshot's uncommitted epochs: lost output."""
     original = sink.ExactlyOnceSink.recover
 
-    def recover(self: sink.ExactlyOnceSink, _blob: bytes | None, attempt: int) -> Any:
-        return original(self, None, attempt)
+    def recover(
+        self: sink.ExactlyOnceSink,
+        _blob: bytes | None,
+        attempt: int,
+        *,
+        keep: bool = False,
+        marker: Any = sink.NOT_READ,
+    ) -> Any:
+        return original(self, None, attempt, marker=marker)  # (a kept buffer too)
 
     sink.ExactlyOnceSink.recover = recover  # type: ignore[assignment,method-assign]
