@@ -73,7 +73,9 @@ def test_workers_and_a_broker_killed_under_live_input_with_late_events(
         slot = rng.randrange(settings.workers)
         job.kill(f"worker-{slot}", "a random worker while a broker is down")
         job.start_worker(slot)  # at once: it starts while the broker is down
-        control.wait_for_more(2, "two checkpoints complete with the broker down", 120.0, job.assert_alive)
+        control.wait_for_more(
+            2, "two checkpoints complete with the broker down", 120.0, job.assert_alive
+        )
         kafka_cluster.start_node(node)
         kafka_cluster.wait_in_sync(timeout=120.0)
 

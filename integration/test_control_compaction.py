@@ -39,12 +39,12 @@ from kstream.kafka.control import ControlReader
 from kstream.kafka.controltopic import control_topic_spec
 from kstream.names import control_topic
 from kstream.protocol.messages import (
-    COORDINATOR_MESSAGES,
     Heartbeat,
     decode,
     encode,
     record_key,
 )
+from kstream.protocol.signing import COORDINATOR_MESSAGES
 
 pytestmark = pytest.mark.integration
 

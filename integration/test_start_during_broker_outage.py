@@ -48,7 +48,9 @@ def test_a_worker_started_right_after_the_control_leader_is_killed_joins(
         p = job.start_worker(new_slot)  # at once: its metadata still names the dead leader
         # It joins: the group gives it partitions, and it takes part in checkpoints.
         job.wait_for_line(p, "assignment changed: [(", 120.0)
-        control.wait_for_more(2, "two checkpoints complete with the new worker", 120.0, job.assert_alive)
+        control.wait_for_more(
+            2, "two checkpoints complete with the new worker", 120.0, job.assert_alive
+        )
         kafka_cluster.start_node(node)
         kafka_cluster.wait_in_sync(timeout=120.0)
 

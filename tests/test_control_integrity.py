@@ -33,10 +33,9 @@ from kstream.protocol.messages import (
     TriggerCheckpoint,
     decode,
     encode,
-    sign,
-    verify,
 )
 from kstream.protocol.recovery import recover
+from kstream.protocol.signing import sign, verify
 
 KEY = b"k" * 32
 

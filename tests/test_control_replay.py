@@ -28,10 +28,9 @@ from kstream.protocol.messages import (
     Resume,
     TriggerCheckpoint,
     encode,
-    sign,
-    verify,
 )
 from kstream.protocol.replay import ReplayGuard, Stamp
+from kstream.protocol.signing import sign, verify
 
 KEY = b"k" * 32
 

@@ -18,7 +18,6 @@ from kstream.protocol.alignment import GlobalWatermarks
 from kstream.protocol.commands import Send
 from kstream.protocol.coordinator import CheckpointCoordinator
 from kstream.protocol.messages import (
-    COORDINATOR_MESSAGES,
     ProtocolError,
     Resume,
     WatermarkBound,
@@ -28,6 +27,7 @@ from kstream.protocol.messages import (
     record_key,
 )
 from kstream.protocol.recovery import recover
+from kstream.protocol.signing import COORDINATOR_MESSAGES
 from kstream.protocol.worker import WorkerProtocol
 from kstream.runtime.watermark_alignment import PartitionTime, WatermarkAligner
 from kstream.worker import tasks as worker_tasks

@@ -40,15 +40,14 @@ from kstream.kafka.controltopic import NO_AUTO_CREATE
 from kstream.kafka.reachability import Backoff, BrokerOutage, Reachability
 from kstream.names import control_reader_group, control_topic
 from kstream.protocol.messages import (
-    COORDINATOR_MESSAGES,
     Message,
     ProtocolError,
     decode,
     encode,
     record_key,
-    verify,
 )
 from kstream.protocol.replay import ReplayGuard
+from kstream.protocol.signing import COORDINATOR_MESSAGES, verify
 
 log = logging.getLogger(__name__)
 
@@ -113,7 +112,7 @@ class ControlReader:
         key_source: Callable[[], bytes | None] | None = None,
     ) -> None:
         self.topic = control_topic(app_id)
-        # Verification of coordinator messages (kstream.protocol.messages.verify): with
+        # Verification of coordinator messages (kstream.protocol.signing.verify): with
         # a key source, a coordinator message that does not verify is skipped.
         self._key_source = key_source
         self.unverified = 0  # coordinator messages skipped as unverifiable

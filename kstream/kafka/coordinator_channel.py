@@ -29,13 +29,11 @@ from kstream.kafka.controltopic import NO_AUTO_CREATE, ensure_control_topic
 from kstream.kafka.reachability import Backoff, Reachability
 from kstream.names import control_topic, coordinator_transactional_id
 from kstream.protocol.messages import (
-    COORDINATOR_MESSAGES,
     Message,
     encode,
     record_key,
-    sign,
-    verify,
 )
+from kstream.protocol.signing import COORDINATOR_MESSAGES, sign, verify
 
 
 class CoordinatorChannel:

@@ -32,7 +32,7 @@ from kstream.protocol.commands import (
 from kstream.protocol.completionlog import CompletionLog
 from kstream.protocol.failover import FailoverController, JobPhase
 from kstream.protocol.failures import CheckpointFailureManager
-from kstream.protocol.handover import HANDOVER_REASONS, HEARD_WITHIN_S, LEAVING, Handover
+from kstream.protocol.handover import HANDOVER_REASONS, HEARD_WITHIN_S, Handover
 from kstream.protocol.membership import Membership
 from kstream.protocol.messages import (
     REASSIGNED,
@@ -404,22 +404,15 @@ class CheckpointCoordinator(JobStopping):
         return [RefusePlan(plan, member=member)]
 
     def _hand_over(self, member: str, why: str, now: float) -> list[Command]:
-        """``member`` asked for a hand-over: a hold checkpoint now, unless one is in
-        flight or holding already (it serves this request too), or an owner is quiet
-        (its tasks cannot hold: declined). A coordinator that just started has heard
-        nobody yet: it decides at a later request (they repeat every second)."""
+        """``member`` asked for a hand-over (``Handover.request`` decides)."""
         quiet = self.members.quiet(set(self.failover.by_member()), HEARD_WITHIN_S, now)
-        if quiet and now - self._started < HEARD_WITHIN_S:
-            return []
-        if quiet:
-            reason = f"no heartbeat from {', '.join(quiet)}"
-            log.info("hand-over for %s declined: %s", member, reason)
-            if why == LEAVING:
-                self.triggers.request()  # its final checkpoint all the same
-            return [Send(HandoverDeclined(member, reason))]
-        if self.handover.want(member):
+        trigger, declined = self.handover.request(member, why, quiet, now - self._started)
+        if trigger:
             self.triggers.request()
-        return []
+        if declined is None:
+            return []
+        log.info("hand-over for %s declined: %s", member, declined)
+        return [Send(HandoverDeclined(member, declined))]
 
     def _reassigned(self, msg: TaskFailed, now: float) -> str:
         owner = self.failover.owners.get(msg.task_id)

@@ -38,6 +38,22 @@ class Handover:
         self.checkpoint_id: int | None = None  # the hold checkpoint, triggered
         self.completed_at: float | None = None  # when it completed: holding since
 
+    def request(
+        self, member: str, why: str, quiet: list[str], running_for: float
+    ) -> tuple[bool, str | None]:
+        """``member`` asked for a hand-over (``why``: LEAVING or JOINING), owners
+        ``quiet``, the coordinator up for ``running_for`` s: whether to trigger a
+        checkpoint now, and the reason it is declined (None: not declined). A hold
+        checkpoint unless one is in flight or holding already (it serves this request
+        too), or an owner is quiet (its tasks cannot hold: declined, a leaver's final
+        checkpoint all the same). A coordinator up for less than HEARD_WITHIN_S has
+        heard nobody yet: it decides at a later request (they repeat every second)."""
+        if quiet and running_for < HEARD_WITHIN_S:
+            return False, None
+        if quiet:
+            return why == LEAVING, f"no heartbeat from {', '.join(quiet)}"
+        return self.want(member), None
+
     def want(self, member: str) -> bool:
         """``member`` asked for a hand-over; whether a new hold checkpoint is wanted (not
         when one is already in flight or holding)."""

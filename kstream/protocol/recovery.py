@@ -8,7 +8,7 @@ checkpoint was announced.
 
 **Only authority counts.** Ids and attempts come from the store's completed
 checkpoints and from coordinator messages — which the channel passes on only when
-signed by a coordinator of the job (``kstream.protocol.messages.verify``), i.e.
+signed by a coordinator of the job (``kstream.protocol.signing.verify``), i.e.
 from the coordinators' own transactional writes. Workers' messages (acks,
 declines, readies, failures) are reports anyone could forge: they never raise an
 id or an attempt; an ack only adds a handle to a checkpoint a coordinator

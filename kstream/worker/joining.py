@@ -28,7 +28,6 @@ from kstream.config import CheckpointingConfig
 from kstream.kafka.control import ControlClient
 from kstream.protocol.commands import Send
 from kstream.protocol.messages import (
-    COORDINATOR_MESSAGES,
     CheckpointAborted,
     CheckpointCompleted,
     HandoverDeclined,
@@ -38,6 +37,7 @@ from kstream.protocol.messages import (
     Message,
     TriggerCheckpoint,
 )
+from kstream.protocol.signing import COORDINATOR_MESSAGES
 from kstream.protocol.worker import REQUEST_EVERY_S, WorkerProtocol
 
 log = logging.getLogger(__name__)
