@@ -431,6 +431,36 @@ def test_a_joiner_joins_when_no_coordinator_answers(interval: float, polls: int)
     assert [t for t, _ in control.posted] == [float(s) for s in range(polls // 10)]
 
 
+def test_a_joiner_joins_when_the_coordinator_keeps_triggering_without_a_hold() -> None:
+    """An older coordinator knows no hand-overs: it triggers a plain checkpoint for each
+    request. The joiner joins once one is still read HEARD_WITHIN_S and a request period
+    after the first (4 s), not at the deadline (timeout + 2 intervals: 62 s here)."""
+    plain: dict[int, list[Message]] = {
+        n: [TriggerCheckpoint(n, 1, 0), CheckpointCompleted(n, 1)] for n in range(2, 80, 10)
+    }
+    read, control, backed = wait(plain)
+    assert control.polls == 42  # the trigger read at 4.2 s, 4.0 s after the first (0.2 s)
+    assert read == [m for n in sorted(plain) if n <= 42 for m in plain[n]]
+    assert backed == [] and len(control.posted) == 5  # 0.0 to 4.0
+    # A coordinator that holds at last, within that time, is waited for.
+    late_hold: dict[int, list[Message]] = {
+        2: [TriggerCheckpoint(3, 1, 0)], 30: [HOLD], 35: [CheckpointCompleted(7, 1)]
+    }
+    read, control, backed = wait(late_hold)
+    assert (control.polls, backed) == (35, [CheckpointCompleted(7, 1)])
+    # A restore meanwhile starts the count again.
+    restored: dict[int, list[Message]] = {
+        2: [TriggerCheckpoint(3, 1, 0)],
+        10: [Restore(2, 3)],
+        12: [Resume(2, {})],
+        40: [TriggerCheckpoint(4, 2, 0)],
+        60: [TriggerCheckpoint(5, 2, 0)],
+        81: [TriggerCheckpoint(6, 2, 0)],
+    }
+    read, control, _ = wait(restored)
+    assert control.polls == 81  # 4.1 s after the first plain one since the Resume (4.0 s)
+
+
 def test_a_completion_the_store_does_not_back_does_not_end_the_wait() -> None:
     replies: dict[int, list[Message]] = {10: [HOLD], 20: [CheckpointCompleted(7, 1)]}
     read, control, backed = wait(replies, refuse=True)

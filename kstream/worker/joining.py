@@ -14,7 +14,10 @@ the job's workers all died, this one restarts it), when the coordinator declines
 not heartbeat lately — typically this worker's own predecessor, killed) or does not
 answer: no message from a coordinator for ``quiet`` seconds (none runs, or a restore
 does not end), the job stops or fails meanwhile, the hold checkpoint is aborted, or
-nothing completed within the checkpoint timeout and two intervals. Joining is then
+nothing completed within the checkpoint timeout and two intervals, or the coordinator
+keeps triggering without a hold (an older version, which knows no hand-overs: a
+trigger without one still read HEARD_WITHIN_S and a request period after the first
+one since the request — a coordinator elected meanwhile decides within that). Joining is then
 what it was before hand-overs: a rollback to the latest completed checkpoint. A
 restore meanwhile (another worker's change) is waited out and the request made again.
 """
@@ -27,6 +30,7 @@ from collections.abc import Callable
 from kstream.config import CheckpointingConfig
 from kstream.kafka.control import ControlClient
 from kstream.protocol.commands import Send
+from kstream.protocol.handover import HEARD_WITHIN_S
 from kstream.protocol.messages import (
     CheckpointAborted,
     CheckpointCompleted,
@@ -85,6 +89,7 @@ class _Wait:
         self.protocol, self.clock, self.backed, self.quiet = protocol, clock, backed, quiet
         self.start = self.heard = self.next_request = clock()
         self.holds: set[int] = set()  # hold checkpoints triggered since the request
+        self.plain_since: float | None = None  # first trigger without a hold read since
         # Live workers heartbeat every interval: none within two, nobody is left to hand
         # over from (the job's workers were all killed; this one restarts it).
         self.alone = 2 * protocol.heartbeat_interval
@@ -105,11 +110,13 @@ class _Wait:
         elif self.protocol.restoring:
             # Joined during a restore, the change would come just after its Resume:
             # the tasks would have run past the checkpoint. Asked again once resumed.
-            self.holds = set()
+            self.holds, self.plain_since = set(), None
         elif restoring:  # it resumed: ask now
             self.next_request = self.clock()
         elif isinstance(msg, TriggerCheckpoint) and msg.hold:
             self.holds.add(msg.checkpoint_id)
+        elif isinstance(msg, TriggerCheckpoint):
+            self._plain(self.clock())
         elif isinstance(msg, CheckpointCompleted) and msg.checkpoint_id in self.holds:
             if self.backed(msg):
                 self.outcome = f"hand-over checkpoint {msg.checkpoint_id} completed"
@@ -119,6 +126,19 @@ class _Wait:
             # An owner is quiet (e.g. the one this worker restarts after a crash, whose
             # tasks cannot hold): the change is a rollback anyway.
             self.outcome = f"hand-over declined ({msg.reason})"
+
+    def _plain(self, now: float) -> None:
+        """A trigger without a hold, read after this worker asked. A coordinator that
+        knows hand-overs holds once it heard its owners (HEARD_WITHIN_S) and read a
+        request (one a second), or declines: still none after that, it is an older one."""
+        if self.plain_since is None:
+            self.plain_since = now
+        elif now - self.plain_since >= HEARD_WITHIN_S + REQUEST_EVERY_S:
+            self.level = logging.WARNING
+            self.outcome = (
+                "the coordinator triggers without a hold (a version without hand-overs: "
+                "the job rolls back to its latest completed checkpoint)"
+            )
 
     def timeouts(self, now: float, deadline: float) -> None:
         if self.outcome is not None:
