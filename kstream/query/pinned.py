@@ -212,7 +212,7 @@ class PinnedViews:
             return False
         stamp = (st.st_mtime_ns, st.st_ino)
         if stamp == self._seen:
-            self._close_retired()
+            yield from self._retiring()
             return False
         self._seen = stamp
         body = json.loads((self.root / POINTER).read_text())
@@ -248,28 +248,27 @@ class PinnedViews:
             if new is not prev:
                 shared = any(v.shares_base(prev) for v in kept)
                 self._retired.append((now, prev, not shared))
-        self._close_retired()
 
-    def _close_retired(self, everything: bool = False) -> None:
-        now = time.monotonic()
-        keep: list[tuple[float, SnapshotView, bool]] = []
-        for at, view, base in self._retired:
-            if everything or now - at >= RETIRE_S:
-                view.close(base=base)
-            else:
-                keep.append((at, view, base))
-        if len(keep) == len(self._retired) and not everything:
+    def _retiring(self) -> Steps[None]:
+        """Close the views retired ``RETIRE_S`` ago, then delete the directories no view
+        reads (a step each)."""
+        now, closed = time.monotonic(), False
+        while self._retired and now - self._retired[0][0] >= RETIRE_S:  # (oldest first)
+            _, view, base = self._retired.pop(0)
+            view.close(base=base)
+            closed = True
+            yield
+        if not closed:
             return
-        self._retired = keep
-        used = {v.directory for v in self.current.views.values()}
-        used |= {v.base_directory for v in self.current.views.values()}
-        used |= {v.directory for _, v, _ in keep} | {v.base_directory for _, v, _ in keep}
+        views = [*self.current.views.values(), *(v for _, v, _ in self._retired)]
+        used = {v.directory for v in views} | {v.base_directory for v in views}
         newest = self.current.checkpoint
-        for task_dir in (d for d in self.root.iterdir() if d.is_dir()):
-            for d in task_dir.iterdir():
+        for task_dir in [d for d in self.root.iterdir() if d.is_dir()]:
+            for d in list(task_dir.iterdir()):
                 n = _checkpoint_of(d.name)
                 if d not in used and n is not None and newest is not None and n < newest:
                     shutil.rmtree(d, ignore_errors=True)  # (newer ones: not pointed to yet)
+                    yield
 
     def close(self) -> None:
         """Close every view (no ``step`` runs now or later)."""
