@@ -1,11 +1,12 @@
 """The query sidecar follows its snapshots in steps, between its answers: a view opened
 in steps is the view opened at once; while a newer checkpoint is being opened, every
 lookup reads the previous one whole; the server takes the steps on the thread that
-answers, an answer waiting for one step at most, and no thread of the sidecar's own
-takes the GIL from it."""
+answers, an answer waiting for one step at most (and going on when a step fails), and
+no thread of the sidecar's own takes the GIL from it."""
 
 from __future__ import annotations
 
+import itertools
 import threading
 import urllib.request
 from pathlib import Path
@@ -146,10 +147,13 @@ def test_the_server_takes_background_steps_between_its_answers() -> None:
     service = _Echo(info, Directory(coordinated=False), gate, _Running(), None)
     stepped_on: set[str] = set()
     steps = threading.Semaphore(0)
+    calls = itertools.count()
 
     def endless() -> bool:  # work that is never done: answers still go between its steps
         stepped_on.add(threading.current_thread().name)
         steps.release()
+        if next(calls) == 1:
+            raise OSError("a step that fails")  # (logged: the answers and the work go on)
         return True
 
     server = QueryServer(service, 0, "127.0.0.1", gate, listener=bind(0, "127.0.0.1"),

@@ -270,7 +270,11 @@ class QueryServer:
     def _step(self) -> None:
         assert self._background is not None
         self._stepped = time.perf_counter()
-        self._more = self._background()
+        try:
+            self._more = self._background()
+        except Exception:  # the answers go on (this thread is the only one that gives them)
+            log.exception("the query server's background work failed")
+            self._more = False
 
     def _answer_with_gate(self, wait: float) -> bool:
         """Take the gate within ``wait`` s and answer what is ready; False: not free."""
