@@ -6,10 +6,12 @@ of its files in ``<root>/<task>/chk-<n>/`` (the task's own copy may be pruned
 meanwhile; its files are immutable), then says so in the *pointer*, ``<root>/current``,
 a small JSON file replaced atomically: the checkpoint, the worker's member id, and per
 task the directory pinned (what a sidecar started again opens first). The sidecar
-(:class:`PinnedViews`) does this and follows the pointer on a thread of its own: opens
-each new directory (:class:`~kstream.state.snapshotview.SnapshotView`,
-on the previous one's base when it extends it), swaps the views in for the reads, and
-deletes the directories no view reads any more (it alone deletes them while it runs).
+(:class:`PinnedViews`) does this and follows the pointer in steps of a fraction of a
+millisecond (:meth:`PinnedViews.step`), which the thread that answers lookups takes
+between its answers — no second thread takes the GIL from it: opens each new directory
+(:class:`~kstream.state.snapshotview.SnapshotView`, on the previous one's base when it
+extends it), swaps the views in for the reads, and deletes the directories no view
+reads any more (it alone deletes them while it runs).
 """
 
 from __future__ import annotations
@@ -26,12 +28,13 @@ from typing import Any
 
 from kstream.state.localsnapshot import marker
 from kstream.state.snapshotview import SnapshotView
+from kstream.state.steps import Steps, drain
 
 log = logging.getLogger(__name__)
 
 POINTER = "current"
 PENDING = "pending"  # the newest completed checkpoint, written before its pins
-POLL_S = 0.01  # how often the sidecar looks at the pointer
+POLL_S = 0.01  # how often the sidecar looks at the pending file and the pointer (step)
 RETIRE_S = 2.0  # a replaced view is closed this long after (a read in flight ends first)
 
 
@@ -61,14 +64,15 @@ def write_pending(root: Path, checkpoint: int, worker: str, sources: dict[str, P
     _replace(root / PENDING, body)
 
 
-def pin_all(root: Path, checkpoint: int, worker: str, sources: dict[str, Path]) -> None:
-    """Pin the uploaded snapshots of ``sources`` and point to them."""
+def pin_all(root: Path, checkpoint: int, worker: str, sources: dict[str, Path]) -> Steps[None]:
+    """Pin the uploaded snapshots of ``sources`` (a step each) and point to them."""
     pinned: dict[str, Path] = {}
     for task, source in sources.items():
         if marker(source).exists():  # (uploaded: whole, and what the store holds)
             got = pin(source, root, task)
             if got is not None:
                 pinned[task] = got
+            yield
     write_pointer(root, checkpoint, worker, pinned)
 
 
@@ -119,35 +123,46 @@ class PinnedViews:
         self.current = Pinned()
         self._seen: tuple[int, int] | None = None
         self._retired: list[tuple[float, SnapshotView, bool]] = []  # (when, view, its base too)
-        self._closed = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="kstream-query-pins", daemon=True)
         self.pending: tuple[int, frozenset[str]] = (-1, frozenset())
         self._pending_seen: tuple[int, int] | None = None
         self._pending_lock = threading.Lock()
         self._to_pin: dict[str, Any] | None = None
         self._changed = threading.Condition()
+        self._work: Steps[None] | None = None  # what ``step`` goes on with
 
     def start(self) -> PinnedViews:
         """Open what the pointer names now (a sidecar started again after one died:
-        it answers from its first lookup on), then follow it on a thread."""
+        it answers from its first lookup on); then follow it with ``step``."""
         try:
             self.read_pending()
             self.pin_pending()
             self.refresh()
         except Exception:
             log.exception("opening the pinned snapshots for queries failed")
-        self._thread.start()
         return self
 
-    def _run(self) -> None:
-        while not self._closed.wait(POLL_S):
-            try:
+    def step(self) -> bool:
+        """One step of following the pending file and the pointer: pinning a snapshot,
+        a slice of opening one (well under a millisecond; a new base's RocksDB open 1-2
+        ms), the swap. Whether there is more to do at once; else call again within
+        ``POLL_S`` (it then looks for a change: two ``stat`` calls). One thread only."""
+        try:
+            if self._work is None:
                 self.read_pending()
-                self.pin_pending()
-                self.refresh()
-            except Exception:  # a bad pointer: the worker answers until the next one
-                log.exception("following the pinned snapshots for queries failed")
-                self._swap(Pinned())
+                self._work = self._following()
+            next(self._work)
+            return True
+        except StopIteration:
+            self._work = None
+        except Exception:  # a bad pointer: the worker answers until the next one
+            self._work = None
+            log.exception("following the pinned snapshots for queries failed")
+            self._swap(Pinned())
+        return False
+
+    def _following(self) -> Steps[None]:
+        yield from self._pinning()
+        yield from self._refreshing()
 
     def read_pending(self) -> None:
         """Follow the pending file if it changed (any thread)."""
@@ -163,12 +178,15 @@ class PinnedViews:
                 self._pending_seen = (st.st_mtime_ns, st.st_ino)
 
     def pin_pending(self) -> None:
-        """Pin the snapshots the pending file names, once (this object's thread)."""
+        """Pin the snapshots the pending file names, once, now."""
+        drain(self._pinning())
+
+    def _pinning(self) -> Steps[None]:
         with self._pending_lock:  # (read_pending runs on lookups' threads too)
             body, self._to_pin = self._to_pin, None
         if body is not None:
             sources = {t: Path(d) for t, d in body["tasks"].items()}
-            pin_all(self.root, int(body["checkpoint"]), str(body["worker"]), sources)
+            yield from pin_all(self.root, int(body["checkpoint"]), str(body["worker"]), sources)
 
     def expects(self, task: str) -> bool:
         """Whether a newer snapshot of ``task`` than the views' is being pinned."""
@@ -184,30 +202,37 @@ class PinnedViews:
                 self._changed.wait(left)
 
     def refresh(self) -> bool:
-        """Follow the pointer if it changed; whether it did."""
+        """Follow the pointer now if it changed; whether it did."""
+        return drain(self._refreshing())
+
+    def _refreshing(self) -> Steps[bool]:
         try:
             st = os.stat(self.root / POINTER)
         except FileNotFoundError:
             return False
         stamp = (st.st_mtime_ns, st.st_ino)
         if stamp == self._seen:
-            self._close_retired()
+            yield from self._retiring()
             return False
         self._seen = stamp
         body = json.loads((self.root / POINTER).read_text())
         old = self.current
         views: dict[str, SnapshotView] = {}
-        for task, directory in body["tasks"].items():
-            prev = old.views.get(task)
-            try:
-                if prev is not None and prev.directory == Path(directory):
-                    views[task] = prev
-                elif prev is not None:
-                    views[task] = prev.advance(directory)
-                else:
-                    views[task] = SnapshotView(directory)
-            except Exception:  # the worker answers for the task (never an older checkpoint)
-                log.exception("opening %s for queries failed", directory)
+        try:
+            for task, directory in body["tasks"].items():
+                prev = old.views.get(task)
+                try:
+                    if prev is not None and prev.directory == Path(directory):
+                        views[task] = prev
+                    else:
+                        views[task] = yield from SnapshotView.opening(directory, prev)
+                except Exception:  # the worker answers for the task (never an older checkpoint)
+                    log.exception("opening %s for queries failed", directory)
+        except BaseException:  # (closed half way: what was opened for it goes)
+            for task, view in views.items():
+                if view is not old.views.get(task):
+                    view.close(base=not any(view.shares_base(v) for v in old.views.values()))
+            raise
         self._swap(Pinned(int(body["checkpoint"]), str(body.get("worker", "")), views))
         return True
 
@@ -223,33 +248,33 @@ class PinnedViews:
             if new is not prev:
                 shared = any(v.shares_base(prev) for v in kept)
                 self._retired.append((now, prev, not shared))
-        self._close_retired()
 
-    def _close_retired(self, everything: bool = False) -> None:
-        now = time.monotonic()
-        keep: list[tuple[float, SnapshotView, bool]] = []
-        for at, view, base in self._retired:
-            if everything or now - at >= RETIRE_S:
-                view.close(base=base)
-            else:
-                keep.append((at, view, base))
-        if len(keep) == len(self._retired) and not everything:
+    def _retiring(self) -> Steps[None]:
+        """Close the views retired ``RETIRE_S`` ago, then delete the directories no view
+        reads (a step each)."""
+        now, closed = time.monotonic(), False
+        while self._retired and now - self._retired[0][0] >= RETIRE_S:  # (oldest first)
+            _, view, base = self._retired.pop(0)
+            view.close(base=base)
+            closed = True
+            yield
+        if not closed:
             return
-        self._retired = keep
-        used = {v.directory for v in self.current.views.values()}
-        used |= {v.base_directory for v in self.current.views.values()}
-        used |= {v.directory for _, v, _ in keep} | {v.base_directory for _, v, _ in keep}
+        views = [*self.current.views.values(), *(v for _, v, _ in self._retired)]
+        used = {v.directory for v in views} | {v.base_directory for v in views}
         newest = self.current.checkpoint
-        for task_dir in (d for d in self.root.iterdir() if d.is_dir()):
-            for d in task_dir.iterdir():
+        for task_dir in [d for d in self.root.iterdir() if d.is_dir()]:
+            for d in list(task_dir.iterdir()):
                 n = _checkpoint_of(d.name)
                 if d not in used and n is not None and newest is not None and n < newest:
                     shutil.rmtree(d, ignore_errors=True)  # (newer ones: not pointed to yet)
+                    yield
 
     def close(self) -> None:
-        self._closed.set()
-        if self._thread.is_alive():
-            self._thread.join(5)
+        """Close every view (no ``step`` runs now or later)."""
+        if self._work is not None:
+            self._work.close()
+            self._work = None
         old, self.current = self.current, Pinned()
         for view in old.views.values():
             self._retired.append((0.0, view, True))

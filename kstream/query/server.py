@@ -52,6 +52,9 @@ every STALL_S beside a busy loop."""
 STALL_SWITCH_S = 0.0002
 """The interpreter's switch interval while it does (5 ms by default)."""
 PUMP_MAX = 16  # requests answered per pump at most (the loop waits for no more)
+BACKGROUND_S = 0.01
+"""The background work's step (``QueryServer(background=...)``) is taken at least this
+often: when no request is ready, or past this long since the last one."""
 _REASONS = {200: "OK", 400: "Bad Request", 401: "Unauthorized", 404: "Not Found",
             500: "Internal Server Error", 503: "Service Unavailable"}  # fmt: skip
 
@@ -164,8 +167,16 @@ class QueryServer:
         gate: StateGate,
         *,
         listener: socket.socket | None = None,
+        background: Callable[[], bool] | None = None,
     ) -> None:
+        """``background``: a step of other work (the query sidecar following its
+        snapshots) that the server's thread takes between answers — a step at a time, so
+        an answer waits for one step at most — and again at once while it says there is
+        more to do; at least every ``BACKGROUND_S``."""
         self.service = service
+        self._background = background
+        self._stepped = 0.0  # when the background work last took a step (perf_counter)
+        self._more = False  # whether it said it has more to do at once
         self.gate = gate
         sock = listener if listener is not None else bind(port, host)
         sock.setblocking(False)
@@ -227,9 +238,15 @@ class QueryServer:
                         sys.setswitchinterval(STALL_SWITCH_S)
                     continue
                 try:
-                    ready = self._sel.select(STALL_S if stalled else 0.2)
+                    ready = self._sel.select(self._select_timeout(stalled))
                 except (OSError, ValueError):
                     return  # closed
+                if self._background is not None and (
+                    not ready or time.perf_counter() - self._stepped >= BACKGROUND_S
+                ):
+                    self._step()
+                    if not ready:
+                        continue
                 if stalled and time.perf_counter() - self._pumped < STALL_S:
                     stalled, busy = False, True  # the loop answers again
                     sys.setswitchinterval(normal)
@@ -244,6 +261,20 @@ class QueryServer:
                     busy = True
         finally:
             sys.setswitchinterval(normal)
+
+    def _select_timeout(self, stalled: bool) -> float:
+        if self._background is None:
+            return STALL_S if stalled else 0.2
+        return 0.0 if self._more else BACKGROUND_S
+
+    def _step(self) -> None:
+        assert self._background is not None
+        self._stepped = time.perf_counter()
+        try:
+            self._more = self._background()
+        except Exception:  # the answers go on (this thread is the only one that gives them)
+            log.exception("the query server's background work failed")
+            self._more = False
 
     def _answer_with_gate(self, wait: float) -> bool:
         """Take the gate within ``wait`` s and answer what is ready; False: not free."""

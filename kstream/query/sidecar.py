@@ -44,8 +44,8 @@ from kstream.state.base import NotNow
 log = logging.getLogger(__name__)
 
 SWITCH_S = 0.0005
-"""The sidecar's switch interval: opening a newer snapshot on its thread (Python
-work) lets a lookup in within half a millisecond."""
+"""The sidecar's switch interval: a relay on a pool thread lets the serving thread in
+within half a millisecond."""
 RELAY_TIMEOUT_S = 10.0
 PIN_WAIT_S = 2.0  # how long a lookup waits for a snapshot being pinned at most
 _RELAYED = ("authorization", FORWARDED.lower(), SIDECAR.lower())
@@ -196,7 +196,10 @@ def run(
     sys.setswitchinterval(SWITCH_S)
     pinned = PinnedViews(Path(root)).start()
     service = SidecarService(operators, pinned, worker, token=token)
-    server = QueryServer(service, 0, "", service.gate, listener=listener)
+    # The snapshots are followed by the thread that answers, between its answers: a
+    # thread of their own took the GIL from it for a switch interval at each of its
+    # socket calls, and for whole C calls (a RocksDB open: 4-80 ms on a busy machine).
+    server = QueryServer(service, 0, "", service.gate, listener=listener, background=pinned.step)
     # What is loaded now (modules, the first views: tens of thousands of objects) is
     # never garbage: no full collection walks it again (one took 30 ms, every lookup
     # waiting for it).
