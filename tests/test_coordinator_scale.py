@@ -32,7 +32,8 @@ from kstream.protocol.messages import (
     record_key,
 )
 from kstream.protocol.recovery import recover
-from kstream.protocol.worker import Assigned, ResumeTasks, WorkerProtocol
+from kstream.protocol.worker import WorkerProtocol
+from kstream.protocol.workerevents import Assigned, ResumeTasks
 from kstream.query.routing import Directory
 from kstream.worker.checkpointed import Checkpointed
 

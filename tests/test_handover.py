@@ -36,9 +36,8 @@ from kstream.protocol.messages import (
     decode,
     encode,
 )
-from kstream.protocol.worker import (
-    HOLD_MAX_S,
-    REQUEST_EVERY_S,
+from kstream.protocol.worker import HOLD_MAX_S, REQUEST_EVERY_S
+from kstream.protocol.workerevents import (
     Assigned,
     Exit,
     ReleaseTasks,
@@ -444,7 +443,9 @@ def test_a_joiner_joins_when_the_coordinator_keeps_triggering_without_a_hold() -
     assert backed == [] and len(control.posted) == 5  # 0.0 to 4.0
     # A coordinator that holds at last, within that time, is waited for.
     late_hold: dict[int, list[Message]] = {
-        2: [TriggerCheckpoint(3, 1, 0)], 30: [HOLD], 35: [CheckpointCompleted(7, 1)]
+        2: [TriggerCheckpoint(3, 1, 0)],
+        30: [HOLD],
+        35: [CheckpointCompleted(7, 1)],
     }
     read, control, backed = wait(late_hold)
     assert (control.polls, backed) == (35, [CheckpointCompleted(7, 1)])

@@ -78,7 +78,8 @@ def test_the_coordinator_refuses_reports_of_another_plan_and_says_so_once() -> N
 
 
 def test_a_worker_refuses_a_restore_of_another_plan_saying_what_differs(tmp_path: Path) -> None:
-    from kstream.protocol.worker import StopTasks, WorkerProtocol
+    from kstream.protocol.worker import WorkerProtocol
+    from kstream.protocol.workerevents import StopTasks
 
     store = FileStore(tmp_path)
     mine = fingerprint(plan_job(wordcount(), "app", {"lines": 1}))

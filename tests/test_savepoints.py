@@ -53,7 +53,8 @@ from kstream.protocol.messages import (
     decode,
     encode,
 )
-from kstream.protocol.worker import Exit, StopRequested, WorkerProtocol
+from kstream.protocol.worker import WorkerProtocol
+from kstream.protocol.workerevents import Exit, StopRequested
 from kstream.runtime.task import Task
 from kstream.snapshots.retention import apply_retention
 from kstream.snapshots.upload import FileEntry, SnapshotManifest, SnapshotUploader

@@ -18,8 +18,8 @@ from kstream.protocol.messages import (
     TriggerCheckpoint,
     WorkerStopped,
 )
-from kstream.protocol.worker import (
-    REASSIGNED,
+from kstream.protocol.worker import REASSIGNED, WorkerProtocol
+from kstream.protocol.workerevents import (
     Assigned,
     CommitSinks,
     Exit,
@@ -33,7 +33,6 @@ from kstream.protocol.worker import (
     TaskStopped,
     TriggerTasks,
     Unrestorable,
-    WorkerProtocol,
 )
 
 TASKS = ("stage0-0", "stage1-0")

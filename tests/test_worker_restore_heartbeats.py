@@ -17,7 +17,8 @@ from kstream.api import Topology
 from kstream.config import Guarantee
 from kstream.plan import plan_job
 from kstream.protocol.messages import Heartbeat, Message
-from kstream.protocol.worker import TriggerTasks, WorkerProtocol
+from kstream.protocol.worker import WorkerProtocol
+from kstream.protocol.workerevents import TriggerTasks
 from kstream.worker import tasks as tasks_module
 from kstream.worker.checkpointed import Checkpointed
 from kstream.worker.settings import WorkerStats

@@ -33,7 +33,8 @@ from kstream.protocol.messages import (
     TasksReady,
     WatermarkBound,
 )
-from kstream.protocol.worker import (
+from kstream.protocol.worker import WorkerProtocol
+from kstream.protocol.workerevents import (
     Assigned,
     CommitSinks,
     Event,
@@ -50,7 +51,6 @@ from kstream.protocol.worker import (
     TriggerTasks,
     Unrestorable,
     WorkerCommand,
-    WorkerProtocol,
 )
 from kstream.worker.global_alignment import GlobalAlignment
 from kstream.worker.joining import wait_for_handover
