@@ -177,15 +177,20 @@ def test_queries_through_forwarding_failover_and_checkpoints(
         # kill -9 the second worker while queries run: 503 "moving" or the right value.
         seen: list[tuple[int, Any]] = []
         wrong: list[dict[str, Any]] = []
+        failed: list[BaseException] = []  # a lookup with no answer (e.g. none in 10 s)
         stop = threading.Event()
 
         def query_loop() -> None:
-            while not stop.is_set():
-                for u in theirs:
-                    status, body = latest(urls[0], u)
-                    seen.append((status, body.get("value") if status == 200 else body.get("error")))
-                    if status == 200 and body["value"] != expected[u]:
-                        wrong.append(body)  # a stale or partial answer
+            try:
+                while not stop.is_set():
+                    for u in theirs:
+                        status, body = latest(urls[0], u)
+                        value = body.get("value") if status == 200 else body.get("error")
+                        seen.append((status, value))
+                        if status == 200 and body["value"] != expected[u]:
+                            wrong.append(body)  # a stale or partial answer
+            except BaseException as e:  # the thread would die unseen: the test fails on it
+                failed.append(e)
 
         thread = threading.Thread(target=query_loop)
         thread.start()
@@ -195,6 +200,7 @@ def test_queries_through_forwarding_failover_and_checkpoints(
         wait(w1, lambda: all(latest(urls[0], u)[0] == 200 for u in theirs), "the restored answers")
         stop.set()
         thread.join(30)
+        assert not failed, failed
         assert not wrong, wrong[:3]
         assert {s for s, _ in seen} <= {200, 503}, Counter(seen)
         assert all(v == "moving" for s, v in seen if s == 503)
