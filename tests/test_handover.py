@@ -519,9 +519,9 @@ def test_every_message_a_poll_returned_is_read(
 
 def test_a_joiner_joins_at_once_when_no_other_worker_heartbeats() -> None:
     """The job's workers were all killed and this one restarts it: nobody is left to
-    hold, so it joins after two heartbeat intervals without one, not after ``quiet``."""
+    hold, so it joins after three heartbeat intervals (3 s at least) without one, not after ``quiet``."""
     read, control, _backed = wait({}, heartbeat_interval=1.0)
-    assert (read, control.polls) == ([], 20)
+    assert (read, control.polls) == ([], 30)
     hb = Heartbeat("w9", ("a",), 4)
     read, control, _backed = wait({5: [hb]}, heartbeat_interval=1.0)
     assert (read, control.polls) == ([hb], 50)  # alive: waits for the coordinator (quiet)

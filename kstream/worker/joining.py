@@ -9,7 +9,7 @@ reads the control topic until the hold checkpoint it asked for completed. A job 
 middle of a restore is asked once it resumed (joined during the restore, the change
 would come just after the Resume, and the tasks would have run past the checkpoint).
 
-It joins without one when no other worker heartbeats (within two heartbeat intervals:
+It joins without one when no other worker heartbeats (within three heartbeat intervals:
 the job's workers all died, this one restarts it), when the coordinator declines (``HandoverDeclined``: an owner did
 not heartbeat lately — typically this worker's own predecessor, killed) or does not
 answer: no message from a coordinator for ``quiet`` seconds (none runs, or a restore
@@ -90,9 +90,11 @@ class _Wait:
         self.start = self.heard = self.next_request = clock()
         self.holds: set[int] = set()  # hold checkpoints triggered since the request
         self.plain_since: float | None = None  # first trigger without a hold read since
-        # Live workers heartbeat every interval: none within two, nobody is left to hand
-        # over from (the job's workers were all killed; this one restarts it).
-        self.alone = 2 * protocol.heartbeat_interval
+        # Live workers heartbeat every interval, from their loops: none within three (and
+        # 3 s), nobody is left to hand over from (the job's workers were all killed; this
+        # one restarts it). Two were too few: a worker starting its tasks, its loop busy
+        # a second at a time, was once taken for gone (integration/test_global_alignment).
+        self.alone = max(3.0, 3 * protocol.heartbeat_interval)
         self.beats = 0
         self.outcome: str | None = None  # why the wait ended
         self.level = logging.INFO
