@@ -1,7 +1,10 @@
 """Watermark alignment across workers (global alignment through the coordinator).
 
 Two workers (``kstream worker``, coordinator elected among them) catch up on a backlog
-of four partitions written before they start; one worker is slow (its map sleeps per
+of four partitions written before they start (the one started later, a few seconds on a
+busy machine, joins at a hand-over checkpoint: it waited for the whole catch-up, 24 s,
+until internal records were read first, kstream.worker.internalfirst — then there was
+no pair of reports to compare); one worker is slow (its map sleeps per
 record, set by an environment variable only it has), so without alignment across
 workers the other reads its two partitions to the end while the slow one is far
 behind. The workers' watermark reports on the control topic show how far each has
@@ -110,6 +113,9 @@ def test_a_fast_workers_partitions_are_held_within_the_drift_of_a_slow_workers(
             except subprocess.TimeoutExpired:
                 rc = None
             log = (tmp_path / f"{name}.log").read_text(errors="replace")
+            for line in log.splitlines():  # how each joined: shown when the test fails
+                if "joining the group" in line or "WARNING" in line or "ERROR" in line:
+                    print(f"[galign] {name}: {line[:300]}")
             assert rc == 0, f"{name} worker: exit {rc}\n" + "\n".join(log.splitlines()[-40:])
     finally:
         for proc in procs.values():

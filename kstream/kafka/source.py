@@ -406,7 +406,7 @@ class SourceConsumer:
             for x in got
         }
 
-    def lag(self, tps: Iterable[TP] | None = None) -> dict[TP, int]:
+    def lag(self, tps: Iterable[TP] | None = None, unknown: int | None = None) -> dict[TP, int]:
         """Per assigned partition (of ``tps``, if given) whose lag is known: records
         between its read position and the high watermark that the last fetch reported
         (no request: librdkafka's cached values).
@@ -420,7 +420,8 @@ class SourceConsumer:
         unknown counts as one with records left, and under watermark alignment held every
         other partition of its source back for good: the ~380 empty partitions of a
         1024-partition input of 1 000 keys, or a restored partition sought to its end
-        that gets no new record; benchmarks/SCALING.md.)"""
+        that gets no new record; benchmarks/SCALING.md.) ``unknown``, if given, is the
+        lag said of those, when the last fetch reported records in them."""
         out: dict[TP, int] = {}
         wanted = None if tps is None else [tp for tp in tps if tp in self._assignment]
         for tp, pos in self.positions(wanted).items():
@@ -438,6 +439,8 @@ class SourceConsumer:
                 out[tp] = max(0, high - pos)
             elif low is not None and 0 <= high <= low:
                 out[tp] = 0
+            elif unknown is not None:
+                out[tp] = unknown
         return out
 
     def commit(self, offsets: Mapping[TP, int]) -> None:

@@ -5,7 +5,8 @@ of 2000 records through a user function taking 50 ms each would keep it away for
 100 s: ``SIGTERM``, ``JobFailed`` and checkpoint triggers would wait for it. So
 batches are fed in slices of at most about ``budget_s`` of work per loop iteration
 (the slice size adapts to the measured cost per record); what is left waits in the
-backlog for the next iteration, and no new records are read while it is not empty.
+backlog for the next iteration, and no new records are read while it is not empty
+(except internal records starved meanwhile, fed first: ``kstream.worker.internalfirst``).
 
 A record in the backlog has not reached its task: the task's positions (and so a
 checkpoint's offsets) do not include it. So the backlog is dropped on every seek
@@ -57,8 +58,10 @@ class Backlog:
         *,
         budget_s: float = BUDGET_S,
         clock: Callable[[], float] = time.perf_counter,
+        first: Callable[[str], bool] | None = None,
     ) -> None:
         self.max_slice = max_slice
+        self.first = first  # topics whose records are fed before the others
         # Records per slice, adapted to their measured cost; small at first, since a
         # slow function's first slice would otherwise be a whole batch.
         self.slice = min(max_slice, FIRST_SLICE)
@@ -131,6 +134,12 @@ class Backlog:
                 i = next((j for j, (tp, _r) in enumerate(pending) if tp not in held), -1)
                 if i < 0:
                     break
+            if self.first is not None and not self.first(pending[i][0][0]):
+                # ``first`` topics before (kstream.worker.internalfirst)
+                first = self.first
+                i = next(
+                    (j for j, (tp, _r) in enumerate(pending) if first(tp[0]) and tp not in held), i
+                )
             tp, records = pending[i]
             part, rest = records[: self.slice], records[self.slice :]
             if rest:

@@ -44,6 +44,7 @@ from kstream.snapshots.standby import StandbyCopies
 from kstream.worker.backlog import Backlog
 from kstream.worker.bounded import Bounded
 from kstream.worker.checkpointed import Checkpointed
+from kstream.worker.internalfirst import InternalFirst
 from kstream.worker.mode import TP, Mode
 from kstream.worker.queries import WorkerQueries
 from kstream.worker.routing import Router
@@ -328,8 +329,10 @@ class Worker:
         mode, tasks, internal = self.mode, self.tasks, self.tasks.internal_parts
         # Waiting queries are answered between two slices: with an endpoint, slices are
         # short (kstream.query.gate), so a query waits milliseconds, not a batch.
-        backlog = Backlog(self.queries.max_slice(self.batch_size))
+        backlog = Backlog(self.queries.max_slice(self.batch_size), first=internal.__contains__)
         mode.unfed = backlog.partitions  # read is not fed (a bounded run's end: its tasks')
+        # Internal records queued behind prefetched user-topic ones are read first.
+        first = InternalFirst(internal.__contains__, self.clock())
         seeks = tasks.seeks
         while not self.stop_event.is_set():
             now = self.clock()
@@ -349,15 +352,20 @@ class Worker:
                 backlog.clear()  # read again from the new positions
             # Source partitions run ahead (watermark alignment): held in the backlog.
             held = tasks.held(backlog.partitions())
-            if not backlog.feedable(held):
+            busy = backlog.has_topic(lambda t: t not in internal)
+            skip = first.skip(self.source, now, busy)  # resumed by sync_pauses below
+            if skip:
+                self.source.pause(skip)
+            if skip or not backlog.feedable(held):
                 # A firing going on is work to do: take what is queued, wait for nothing.
                 firing = not mode.draining and any(r.task.firing for r in tasks.running())
                 self.queries.gate.leave()  # queries read state while the loop waits
                 try:
-                    wait = 0.0 if firing else IDLE_WAIT_S
+                    wait = 0.0 if firing or backlog.feedable(held) else IDLE_WAIT_S
                     batch = self.source.consume_batch(self.batch_size, wait)
                 finally:
                     self.queries.gate.enter()
+                first.read(batch, now)
                 if self._assignment_changed:
                     self._assignment_changed = False
                     log.info("assignment changed: %s", sorted(self.source.assignment))

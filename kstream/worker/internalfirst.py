@@ -1,0 +1,83 @@
+"""Internal records are not starved by the user-topic records fetched ahead of them.
+
+One consumer reads a worker's user-topic and internal partitions, and librdkafka hands
+out what it fetched in arrival order. Catching up, it fetches each user-topic partition
+up to ``FETCH_BYTES_PER_PARTITION`` ahead at once, and the internal records written
+after that — the input of the stages behind a ``key_by``, and every checkpoint's
+barriers — come only after all of them. The loop reads no more while it has records in
+hand (``kstream.worker.backlog``), so it reaches them only as fast as it works through
+the user-topic records before them. With a slow function that is the whole backlog: a
+checkpoint of one worker catching up on 4 partitions (0.4 ms a record) took 24 s, and
+a worker joining it waited that long for its hand-over (integration/test_global_alignment).
+
+The loop's own backlog does the same on a smaller scale: while it has user-topic
+records in hand, it reads nothing — with a slow function, seconds of work.
+
+So when no internal record was read for ``STARVED_S`` while user-topic records were
+read or in hand, and an internal partition that is read (not paused) has records waiting (its lag, from
+the high watermark of its last fetch; one that delivered none yet: records in it at
+all), the loop pauses its user-topic partitions for
+one read: librdkafka drops what it prefetched for a paused partition, so that read
+returns the internal records, and the backlog feeds them before the user-topic records
+in hand (``Backlog(first=...)``). The user-topic partitions are resumed at the end of the iteration
+(``WorkerTasks.sync_pauses`` pauses exactly what it wants) and fetched again from the
+next record to read, while the records already read are fed. At most one such read
+per ``STARVED_S``; a worker whose internal records keep coming never pauses for them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from typing import Protocol
+
+TP = tuple[str, int]
+
+STARVED_S = 0.5
+"""How long internal partitions with records waiting may get none while user-topic
+records are read, before the loop reads past the user-topic records ahead of them."""
+
+
+class Consumer(Protocol):
+    """What is asked of the source consumer (``kstream.kafka.source.Source``)."""
+
+    @property
+    def assignment(self) -> set[TP]: ...
+
+    @property
+    def paused(self) -> frozenset[TP]: ...
+
+    def lag(self, tps: Iterable[TP] | None = None, unknown: int | None = None) -> dict[TP, int]: ...
+
+
+class InternalFirst:
+    """When the loop's next read should skip the user-topic partitions (see the module)."""
+
+    def __init__(
+        self, internal: Callable[[str], bool], now: float, starved_s: float = STARVED_S
+    ) -> None:
+        self.internal = internal
+        self.starved_s = starved_s
+        self.since = now  # the last internal record read, or the last yield
+        self.user_read = False  # user-topic records were read since
+        self.yields = 0  # how many reads skipped the user-topic partitions
+
+    def read(self, batch: Mapping[TP, object], now: float) -> None:
+        """Records just read (per partition)."""
+        if any(self.internal(tp[0]) for tp in batch):
+            self.since, self.user_read = now, False
+        elif batch:
+            self.user_read = True
+
+    def skip(self, source: Consumer, now: float, busy: bool) -> frozenset[TP]:
+        """The user-topic partitions to pause for the next read: all that are read now,
+        when internal records wait behind them or behind the user-topic records in hand
+        (``busy``: the loop reads nothing before it fed them); else none."""
+        if not (self.user_read or busy) or now - self.since < self.starved_s:
+            return frozenset()
+        self.since, self.user_read = now, False  # looked at: at most once a period
+        paused, assigned = source.paused, source.assignment
+        internal = [tp for tp in assigned if self.internal(tp[0]) and tp not in paused]
+        if not internal or not any(n > 0 for n in source.lag(internal, unknown=1).values()):
+            return frozenset()
+        self.yields += 1
+        return frozenset(tp for tp in assigned if not self.internal(tp[0]) and tp not in paused)
