@@ -30,22 +30,22 @@ def internal(topic: str) -> bool:
     return topic.endswith(".repartition")
 
 
-def test_user_partitions_are_skipped_once_internal_records_waited_a_period() -> None:
+def test_internal_records_are_starved_once_they_waited_a_period_while_user_records_came() -> None:
     source = FakeConsumer()
     first = InternalFirst(internal, now=0.0)
     source.lags = {INTERNAL[0]: 0, INTERNAL[1]: 5}
     first.read({USER[0]: [1, 2]}, 0.1)
-    assert first.skip(source, 0.1 + STARVED_S / 2, busy=True) == frozenset()
+    assert first.starved(source, 0.1 + STARVED_S / 2, busy=True) == frozenset()
     assert source.asked == []  # not looked at within the period
-    assert first.skip(source, STARVED_S, busy=True) == frozenset(USER)
+    assert first.starved(source, STARVED_S, busy=True) == frozenset(USER)
     assert source.asked == [(sorted(INTERNAL), 1)]  # one that delivered none: records at all
-    assert first.yields == 1
+    assert first.looks == 1
     # At most once a period, even if they are still not read.
-    assert first.skip(source, STARVED_S + 0.1, busy=True) == frozenset()
-    assert first.skip(source, 2 * STARVED_S, busy=True) == frozenset(USER)
+    assert first.starved(source, STARVED_S + 0.1, busy=True) == frozenset()
+    assert first.starved(source, 2 * STARVED_S, busy=True) == frozenset(USER)
 
 
-def test_nothing_is_skipped_while_internal_records_keep_coming() -> None:
+def test_no_starvation_while_internal_records_keep_coming() -> None:
     source = FakeConsumer()
     source.lags = {INTERNAL[0]: 100}
     first = InternalFirst(internal, now=0.0)
@@ -53,22 +53,22 @@ def test_nothing_is_skipped_while_internal_records_keep_coming() -> None:
     for _ in range(20):
         t += STARVED_S / 2
         first.read({USER[0]: [1], INTERNAL[0]: [2]}, t)
-        assert first.skip(source, t, busy=True) == frozenset()
-    assert source.asked == [] and first.yields == 0
+        assert first.starved(source, t, busy=True) == frozenset()
+    assert source.asked == [] and first.looks == 0
 
 
-def test_nothing_is_skipped_without_internal_records_waiting_or_user_records_read() -> None:
+def test_no_starvation_without_internal_records_waiting_or_user_records_read() -> None:
     source = FakeConsumer()
     first = InternalFirst(internal, now=0.0)
     # No user-topic record read nor in hand: the next read gets the internal ones anyway.
     source.lags = {INTERNAL[0]: 3}
-    assert first.skip(source, 10.0, busy=False) == frozenset()
+    assert first.starved(source, 10.0, busy=False) == frozenset()
     # Internal partitions caught up (or their lag unknown: no fetch yet).
     source.lags = {INTERNAL[0]: 0}
-    assert first.skip(source, 20.0, busy=True) == frozenset()
+    assert first.starved(source, 20.0, busy=True) == frozenset()
     source.lags = {}
-    assert first.skip(source, 30.0, busy=True) == frozenset()
-    assert first.yields == 0
+    assert first.starved(source, 30.0, busy=True) == frozenset()
+    assert first.looks == 0
 
 
 def test_paused_partitions_are_left_as_they_are() -> None:
@@ -78,18 +78,18 @@ def test_paused_partitions_are_left_as_they_are() -> None:
     # An internal partition paused on purpose (its task aligns or holds) does not count;
     # a user-topic partition paused already is not paused again (nor resumed later).
     source.paused = frozenset({INTERNAL[0], USER[1]})
-    assert first.skip(source, 1.0, busy=True) == frozenset({USER[0]})
+    assert first.starved(source, 1.0, busy=True) == frozenset({USER[0]})
     assert source.asked[-1][0] == [INTERNAL[1]]
     source.paused = frozenset(INTERNAL)
-    assert first.skip(source, 2.0, busy=True) == frozenset()
+    assert first.starved(source, 2.0, busy=True) == frozenset()
 
 
-def test_a_job_without_internal_topics_never_skips() -> None:
+def test_a_job_without_internal_topics_is_never_starved() -> None:
     source = FakeConsumer()
     source.assignment = set(USER)
     first = InternalFirst(internal, now=0.0)
     first.read({USER[0]: [1]}, 0.0)
-    assert first.skip(source, 5.0, busy=True) == frozenset()
+    assert first.starved(source, 5.0, busy=True) == frozenset()
     assert source.asked == []
 
 

@@ -10,19 +10,21 @@ the user-topic records before them. With a slow function that is the whole backl
 checkpoint of one worker catching up on 4 partitions (0.4 ms a record) took 24 s, and
 a worker joining it waited that long for its hand-over (integration/test_global_alignment).
 
-The loop's own backlog does the same on a smaller scale: while it has user-topic
-records in hand, it reads nothing — with a slow function, seconds of work.
-
 So when no internal record was read for ``STARVED_S`` while user-topic records were
-read or in hand, and an internal partition that is read (not paused) has records waiting (its lag, from
-the high watermark of its last fetch; one that delivered none yet: records in it at
-all), the loop pauses its user-topic partitions for
-one read: librdkafka drops what it prefetched for a paused partition, so that read
-returns the internal records, and the backlog feeds them before the user-topic records
-in hand (``Backlog(first=...)``). The user-topic partitions are resumed at the end of the iteration
-(``WorkerTasks.sync_pauses`` pauses exactly what it wants) and fetched again from the
-next record to read, while the records already read are fed. At most one such read
-per ``STARVED_S``; a worker whose internal records keep coming never pauses for them.
+read or in hand, and an internal partition that is read (not paused) has records
+waiting (its lag, from the high watermark of its last fetch; one that delivered none
+yet: records in it at all), the loop reads past the user-topic records queued ahead of
+them: one read of everything queued, into the backlog, up to ``READ_PAST_MAX`` records
+in hand. The backlog feeds internal records before the user-topic ones in hand
+(``Backlog(first=...)``), so they wait for no one. Only with ``READ_PAST_MAX`` records in
+hand already does that read skip the user-topic partitions instead: they are paused,
+so librdkafka drops what it prefetched of them, and resumed at the end of the iteration
+(``WorkerTasks.sync_pauses`` pauses exactly what it wants) to be fetched again from the
+next record to read. Pausing was the first way, always: at 1024 partitions (256 a
+worker, paused and fetched again twice a second) the sources were fed 2 152 records/s
+instead of 39 682, and the catch-up took 146 s instead of 72 (benchmarks/SCALING.md).
+At most one look per ``STARVED_S``; a worker whose internal records keep coming never
+reads past anything.
 """
 
 from __future__ import annotations
@@ -32,13 +34,17 @@ from typing import Protocol
 
 TP = tuple[str, int]
 
-STARVED_S = 0.5
+STARVED_S = 0.25
 """How long internal partitions with records waiting may get none while user-topic
 records are read, before the loop reads past the user-topic records ahead of them."""
 
+READ_PAST_MAX = 50_000
+"""Records in hand up to which the loop reads past the user-topic records queued ahead
+of internal ones (some tens of MB); with more, it skips those partitions for a read."""
+
 
 class Consumer(Protocol):
-    """What is asked of the source consumer (``kstream.kafka.source.Source``)."""
+    """What is asked of the source consumer (``kstream.kafka.source.SourceConsumer``)."""
 
     @property
     def assignment(self) -> set[TP]: ...
@@ -50,16 +56,16 @@ class Consumer(Protocol):
 
 
 class InternalFirst:
-    """When the loop's next read should skip the user-topic partitions (see the module)."""
+    """When internal records are starved by the user-topic records ahead (see the module)."""
 
     def __init__(
         self, internal: Callable[[str], bool], now: float, starved_s: float = STARVED_S
     ) -> None:
         self.internal = internal
         self.starved_s = starved_s
-        self.since = now  # the last internal record read, or the last yield
+        self.since = now  # the last internal record read, or the last look
         self.user_read = False  # user-topic records were read since
-        self.yields = 0  # how many reads skipped the user-topic partitions
+        self.looks = 0  # how many times internal records were found starved
 
     def read(self, batch: Mapping[TP, object], now: float) -> None:
         """Records just read (per partition)."""
@@ -68,10 +74,11 @@ class InternalFirst:
         elif batch:
             self.user_read = True
 
-    def skip(self, source: Consumer, now: float, busy: bool) -> frozenset[TP]:
-        """The user-topic partitions to pause for the next read: all that are read now,
-        when internal records wait behind them or behind the user-topic records in hand
-        (``busy``: the loop reads nothing before it fed them); else none."""
+    def starved(self, source: Consumer, now: float, busy: bool) -> frozenset[TP]:
+        """The user-topic partitions read now, when internal records wait behind what
+        was fetched of them or behind the user-topic records in hand (``busy``: the loop
+        reads nothing before it fed them): the next read reads past them, or skips them
+        (see the module); else none."""
         if not (self.user_read or busy) or now - self.since < self.starved_s:
             return frozenset()
         self.since, self.user_read = now, False  # looked at: at most once a period
@@ -79,5 +86,5 @@ class InternalFirst:
         internal = [tp for tp in assigned if self.internal(tp[0]) and tp not in paused]
         if not internal or not any(n > 0 for n in source.lag(internal, unknown=1).values()):
             return frozenset()
-        self.yields += 1
+        self.looks += 1
         return frozenset(tp for tp in assigned if not self.internal(tp[0]) and tp not in paused)

@@ -44,7 +44,7 @@ from kstream.snapshots.standby import StandbyCopies
 from kstream.worker.backlog import Backlog
 from kstream.worker.bounded import Bounded
 from kstream.worker.checkpointed import Checkpointed
-from kstream.worker.internalfirst import InternalFirst
+from kstream.worker.internalfirst import READ_PAST_MAX, InternalFirst
 from kstream.worker.mode import TP, Mode
 from kstream.worker.queries import WorkerQueries
 from kstream.worker.routing import Router
@@ -352,17 +352,22 @@ class Worker:
                 backlog.clear()  # read again from the new positions
             # Source partitions run ahead (watermark alignment): held in the backlog.
             held = tasks.held(backlog.partitions())
+            # Internal records starved behind user-topic ones: read past those (or, with
+            # much in hand, skip them: resumed by sync_pauses below).
             busy = backlog.has_topic(lambda t: t not in internal)
-            skip = first.skip(self.source, now, busy)  # resumed by sync_pauses below
-            if skip:
-                self.source.pause(skip)
-            if skip or not backlog.feedable(held):
+            starved = first.starved(self.source, now, busy)
+            size = self.batch_size
+            if starved and len(backlog) >= READ_PAST_MAX:
+                self.source.pause(starved)
+            elif starved:
+                size = max(size, READ_PAST_MAX - len(backlog))
+            if starved or not backlog.feedable(held):
                 # A firing going on is work to do: take what is queued, wait for nothing.
                 firing = not mode.draining and any(r.task.firing for r in tasks.running())
                 self.queries.gate.leave()  # queries read state while the loop waits
                 try:
-                    wait = 0.0 if firing or backlog.feedable(held) else IDLE_WAIT_S
-                    batch = self.source.consume_batch(self.batch_size, wait)
+                    wait = 0.0 if firing or starved else IDLE_WAIT_S
+                    batch = self.source.consume_batch(size, wait)
                 finally:
                     self.queries.gate.enter()
                 first.read(batch, now)
