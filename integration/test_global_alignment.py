@@ -67,13 +67,43 @@ topology = Topology("galign")
 """
 
 
-def _rows() -> list[tuple[int, int, bytes]]:
+def _rows(per_partition: int = PER_PARTITION) -> list[tuple[int, int, bytes]]:
     rows = [
         (p, BASE + i * STEP_MS, json.dumps({"k": f"k{(i + p) % 7}"}).encode())
-        for i in range(PER_PARTITION)
+        for i in range(per_partition)
         for p in range(PARTITIONS)
     ]
     return rows + [(p, CLOSE, b'{"k":"close"}') for p in range(PARTITIONS)]
+
+
+def write_backlog(
+    bootstrap: str, src: str, out: str, topology: Path, per_partition: int = PER_PARTITION
+) -> list[tuple[int, int, bytes]]:
+    """The topics, the job (``TOPOLOGY``) at ``topology``, and the backlog written: its rows."""
+    ensure_topics(make_admin(bootstrap), [TopicSpec(src, PARTITIONS), TopicSpec(out, 4)])
+    topology.write_text(TOPOLOGY.format(source=src, sink=out, drift=DRIFT_MS))
+    rows = _rows(per_partition)
+    producer = make_producer(bootstrap, extra={"linger.ms": 5})
+    for part, ts, value in rows:
+        producer.produce(src, value, None, partition=part, timestamp=ts)
+    assert producer.flush(60) == 0
+    return rows
+
+
+def assert_exact_windows(bootstrap: str, out: str, rows: list[tuple[int, int, bytes]]) -> None:
+    """Every record counted in its window, once: the output of a live run."""
+    counts: Counter[tuple[str, int]] = Counter()
+    for _p, ts, v in rows:
+        if ts < CLOSE:
+            counts[(json.loads(v)["k"], ts - ts % 1000)] += 1
+    want = Counter({(k, start, c): 1 for (k, start), c in counts.items()})
+    got: Counter[tuple[str, int, int]] = Counter()
+    for r in read_all(bootstrap, out):
+        assert r.value is not None
+        v = json.loads(r.value)
+        if v["start"] < CLOSE - 1000:
+            got[(v["k"], v["start"], v["count"])] += 1
+    assert got == want
 
 
 def _worker(
@@ -93,14 +123,8 @@ def test_a_fast_workers_partitions_are_held_within_the_drift_of_a_slow_workers(
     kafka_bootstrap: str, unique_name: Callable[[str], str], tmp_path: Path
 ) -> None:
     src, out, app = unique_name("in"), unique_name("out"), unique_name("galign")
-    ensure_topics(make_admin(kafka_bootstrap), [TopicSpec(src, PARTITIONS), TopicSpec(out, 4)])
     topology = tmp_path / "galign.py"
-    topology.write_text(TOPOLOGY.format(source=src, sink=out, drift=DRIFT_MS))
-    rows = _rows()
-    producer = make_producer(kafka_bootstrap, extra={"linger.ms": 5})
-    for part, ts, value in rows:
-        producer.produce(src, value, None, partition=part, timestamp=ts)
-    assert producer.flush(60) == 0
+    rows = write_backlog(kafka_bootstrap, src, out, topology)
 
     procs = {
         name: _worker(topology, kafka_bootstrap, app, tmp_path, name, slow)
@@ -157,15 +181,4 @@ def test_a_fast_workers_partitions_are_held_within_the_drift_of_a_slow_workers(
     assert spreads[-1] <= DRIFT_MS + batch_ms + 5000, spreads
 
     # Every record counted in its window: the output of a live run.
-    counts: Counter[tuple[str, int]] = Counter()
-    for _p, ts, v in rows:
-        if ts < CLOSE:
-            counts[(json.loads(v)["k"], ts - ts % 1000)] += 1
-    want = Counter({(k, start, c): 1 for (k, start), c in counts.items()})
-    got: Counter[tuple[str, int, int]] = Counter()
-    for r in read_all(kafka_bootstrap, out):
-        assert r.value is not None
-        v = json.loads(r.value)
-        if v["start"] < CLOSE - 1000:
-            got[(v["k"], v["start"], v["count"])] += 1
-    assert got == want
+    assert_exact_windows(kafka_bootstrap, out, rows)

@@ -13,7 +13,6 @@ output is exactly the windows of every record.
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 from collections import Counter
@@ -22,39 +21,21 @@ from pathlib import Path
 
 from integration.cli_job import CLI
 from integration.e2e.harness import REPO
-from integration.edge_tools import read_all
-from integration.test_global_alignment import BASE, CLOSE, DRIFT_MS, STEP_MS, TOPOLOGY
-from kstream.kafka.clients import TopicSpec, ensure_topics, make_admin, make_producer
+from integration.test_global_alignment import BASE, STEP_MS, assert_exact_windows, write_backlog
 from kstream.kafka.control import ControlReader
 from kstream.protocol.messages import CheckpointCompleted, WatermarkReport
 
-PARTITIONS = 4
-PER_PARTITION = 6_000
+PER_PARTITION = 9_000
 HALF = BASE + PER_PARTITION * STEP_MS // 2
-SLOW_S = 0.0004  # per record: ~10 s for the backlog, more on a busy machine
-
-
-def _rows() -> list[tuple[int, int, bytes]]:
-    rows = [
-        (p, BASE + i * STEP_MS, json.dumps({"k": f"k{(i + p) % 7}"}).encode())
-        for i in range(PER_PARTITION)
-        for p in range(PARTITIONS)
-    ]
-    return rows + [(p, CLOSE, b'{"k":"close"}') for p in range(PARTITIONS)]
+SLOW_S = 0.0004  # per record: ~15 s for the backlog, more on a busy machine
 
 
 def test_checkpoints_complete_during_a_slow_catch_up(
     kafka_bootstrap: str, unique_name: Callable[[str], str], tmp_path: Path
 ) -> None:
     src, out, app = unique_name("in"), unique_name("out"), unique_name("ifirst")
-    ensure_topics(make_admin(kafka_bootstrap), [TopicSpec(src, PARTITIONS), TopicSpec(out, 4)])
     topology = tmp_path / "ifirst.py"
-    topology.write_text(TOPOLOGY.format(source=src, sink=out, drift=DRIFT_MS))
-    rows = _rows()
-    producer = make_producer(kafka_bootstrap, extra={"linger.ms": 5})
-    for part, ts, value in rows:
-        producer.produce(src, value, None, partition=part, timestamp=ts)
-    assert producer.flush(60) == 0
+    rows = write_backlog(kafka_bootstrap, src, out, topology, PER_PARTITION)
 
     log = tmp_path / "worker.log"
     proc = subprocess.Popen(
@@ -86,15 +67,4 @@ def test_checkpoints_complete_during_a_slow_catch_up(
     print(f"[ifirst] checkpoints completed in the first half of the backlog: {early}")
     assert early >= 2, early
 
-    counts: Counter[tuple[str, int]] = Counter()
-    for _p, ts, v in rows:
-        if ts < CLOSE:
-            counts[(json.loads(v)["k"], ts - ts % 1000)] += 1
-    want = Counter({(k, start, c): 1 for (k, start), c in counts.items()})
-    got: Counter[tuple[str, int, int]] = Counter()
-    for r in read_all(kafka_bootstrap, out):
-        assert r.value is not None
-        v = json.loads(r.value)
-        if v["start"] < CLOSE - 1000:
-            got[(v["k"], v["start"], v["count"])] += 1
-    assert got == want
+    assert_exact_windows(kafka_bootstrap, out, rows)
