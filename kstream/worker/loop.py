@@ -356,11 +356,11 @@ class Worker:
             # much in hand, skip them: resumed by sync_pauses below).
             busy = backlog.has_topic(lambda t: t not in internal)
             starved = first.starved(self.source, now, busy)
-            size = self.batch_size
-            if starved and len(backlog) >= READ_PAST_MAX:
+            size, in_hand = self.batch_size, len(backlog) if starved else 0
+            if starved and in_hand >= READ_PAST_MAX:
                 self.source.pause(starved)
             elif starved:
-                size = max(size, READ_PAST_MAX - len(backlog))
+                size = max(size, READ_PAST_MAX - in_hand)
             if starved or not backlog.feedable(held):
                 # A firing going on is work to do: take what is queued, wait for nothing.
                 firing = not mode.draining and any(r.task.firing for r in tasks.running())
