@@ -9,6 +9,9 @@ its open file descriptors and its RSS (the largest of the samples).
 
     python -m benchmarks.procs_per_task [--bootstrap HOST:PORT] [--tasks 4 --tasks 24 --tasks 64]
 
+``--records 0``: idle tasks (an empty input topic), measured once a first checkpoint
+completed; by default 20 000 records over 1 000 keys give every task a little state.
+
 ``--tracemalloc``: the worker traces its Python allocations from the import of its
 topology module (before any task is built) and, once measured, dumps a snapshot; the
 table of what grew per task between the first and the last task count, by source line,
@@ -35,12 +38,13 @@ import click
 
 from benchmarks import generate
 from benchmarks.broker import bootstrap_option, kafka
-from benchmarks.generate import InputSpec
+from benchmarks.generate import KEEP_FOREVER, InputSpec
 from benchmarks.memory_by_line import growth_table
 from benchmarks.procstats import Child
 from benchmarks.scaling_runs import _covered
 from kstream.checkpointstorage.metadata import latest_completed
 from kstream.checkpointstorage.urls import open_store
+from kstream.kafka.clients import TopicSpec, ensure_topics, make_admin
 
 REPO_DIR = Path(__file__).resolve().parent.parent
 
@@ -167,11 +171,15 @@ def measure(
     bootstrap: str, tasks: int, workdir: Path, records: int = 20_000, trace_frames: int = 0
 ) -> Row:
     partitions = tasks // 2
-    spec = InputSpec(records, 1_000, partitions)
     rid = uuid.uuid4().hex[:8]
-    topic, app, out = spec.topic, f"procs-{rid}", f"procs.out.{rid}"
-    ends = generate.load(bootstrap, spec, log=False)
-    total = sum(ends.ends.values())
+    app, out = f"procs-{rid}", f"procs.out.{rid}"
+    if records:
+        spec = InputSpec(records, 1_000, partitions)
+        topic = spec.topic
+        total = sum(generate.load(bootstrap, spec, log=False).ends.values())
+    else:  # idle tasks: an empty input, measured once a first checkpoint completed
+        topic, total = f"procs.idle.{rid}", 0
+        ensure_topics(make_admin(bootstrap), [TopicSpec(topic, partitions, KEEP_FOREVER)])
     topo = workdir / f"{app}.py"
     names = workdir / f"{app}.threads.json"
     topo.write_text(
@@ -223,6 +231,8 @@ def measure(
     finally:
         child.stop()
         generate.delete_topic(bootstrap, out)
+        if not records:
+            generate.delete_topic(bootstrap, topic)
 
 
 def _by_kind(what: str, counts: list[tuple[int, dict[str, int]]]) -> str:
@@ -237,6 +247,10 @@ def _by_kind(what: str, counts: list[tuple[int, dict[str, int]]]) -> str:
 @click.command()
 @bootstrap_option
 @click.option("--tasks", "task_counts", type=int, multiple=True, default=(4, 24, 64))
+@click.option(
+    "--records", default=20_000, show_default=True,
+    help="Input records over 1 000 keys (0: idle tasks, an empty input topic).",
+)  # fmt: skip
 @click.option("--detail", is_flag=True, help="Also tables of threads and descriptors by kind.")
 @click.option(
     "--tracemalloc",
@@ -254,6 +268,7 @@ def _by_kind(what: str, counts: list[tuple[int, dict[str, int]]]) -> str:
 def main(
     bootstrap: str | None,
     task_counts: tuple[int, ...],
+    records: int,
     detail: bool,
     trace_frames: int,
     snapshots: Path | None,
@@ -266,7 +281,7 @@ def main(
             click.echo("| tasks | threads | open files | RSS MB |\n|---|---|---|---|")
             rows = []
             for n in task_counts:
-                r = measure(servers, n, workdir, trace_frames=trace_frames)
+                r = measure(servers, n, workdir, records, trace_frames=trace_frames)
                 rows.append(r)
                 if snapshots is not None and r.traced is not None:
                     snapshots.mkdir(parents=True, exist_ok=True)

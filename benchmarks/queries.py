@@ -7,7 +7,7 @@
 Loads w2's input once (keyed tumbling-window count, RocksDB, exactly-once), then runs
 its job round by round at each query rate, interleaved (``Harness.run_once``: a fresh
 output topic, group and state per run, output verified). While a job runs, an
-open-loop client in this process asks its query endpoint (``KSTREAM_QUERY_PORT``) for
+open-loop client in a process of its own asks its query endpoint (``KSTREAM_QUERY_PORT``) for
 random keys' window at a random time of the input (``windows?key=u123&at=T``: one
 point lookup) at the given rate, over keep-alive connections, each query's latency
 measured from the moment it was due (a late send counts against the latency; how late
@@ -26,13 +26,16 @@ from __future__ import annotations
 
 import http.client
 import json
+import multiprocessing
 import os
 import random
 import statistics
+import sys
 import tempfile
 import threading
 import time
 from dataclasses import dataclass, field
+from multiprocessing.connection import Connection
 from pathlib import Path
 
 import click
@@ -57,6 +60,7 @@ class Load:
     keys: int
     span_ms: int
     consistency: str = "latest"
+    ports: tuple[int, int] = PORTS  # the range the worker's endpoint takes a port of
     stop: threading.Event = field(default_factory=threading.Event)
     latencies_ms: list[float] = field(default_factory=list)
     statuses: dict[int, int] = field(default_factory=dict)
@@ -67,10 +71,17 @@ class Load:
     late_ms: list[float] = field(default_factory=list)  # of the answered lookups (idle)
     t0: float = field(default_factory=time.perf_counter)
 
+    def __getstate__(self) -> dict[str, object]:  # to the client's process: no lock, no event
+        return {k: v for k, v in self.__dict__.items() if k not in ("stop", "lock")}
+
+    def __setstate__(self, state: dict[str, object]) -> None:
+        self.__dict__.update(state, stop=threading.Event(), lock=threading.Lock())
+
     def run(self, client: int) -> None:
         rng = random.Random(client)
         every = CLIENTS / self.rate
         conn: http.client.HTTPConnection | None = None
+        port = self.ports[0]
         due = time.perf_counter()
         ask = "" if self.consistency == "latest" else f"&consistency={self.consistency}"
         while not self.stop.is_set():
@@ -82,7 +93,7 @@ class Load:
             at = START_TS_MS + rng.randrange(self.span_ms)
             try:
                 if conn is None:
-                    conn = http.client.HTTPConnection("127.0.0.1", PORTS[0], timeout=5)
+                    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
                 sent = time.perf_counter()
                 conn.request("GET", f"/state/stage0.window0/windows?key={key}&at={at}{ask}")
                 resp = conn.getresponse()
@@ -92,6 +103,10 @@ class Load:
                 if conn is not None:
                     conn.close()
                 conn = None
+                # The worker takes the first free port of the range, and the first may
+                # be another connection's (the range is within the ephemeral ports):
+                # asking only it, no lookup of a run would be answered. The next one.
+                port = port + 1 if port < self.ports[1] else self.ports[0]
                 due = time.perf_counter() + 0.05
                 continue
             took = (time.perf_counter() - due) * 1000
@@ -106,6 +121,42 @@ class Load:
             due += every
             if time.perf_counter() - due > 1.0:  # a stall: do not fire a burst after it
                 due = time.perf_counter()
+
+
+def _client_process(load: Load, parent: Connection) -> None:
+    """The query client's own process: ``CLIENTS`` threads asking until ``parent`` says
+    stop, then the lookups sent back. Apart from the harness's process, an answer waits
+    for none of its threads (starting the job, polling, reading the output), and a short
+    switch interval lets the thread it is for run soon."""
+    sys.setswitchinterval(0.0005)
+    threads = [threading.Thread(target=load.run, args=(c,), daemon=True) for c in range(CLIENTS)]
+    for t in threads:
+        t.start()
+    parent.recv()
+    load.stop.set()
+    for t in threads:
+        t.join(10)
+    parent.send((load.trace, load.statuses, load.latencies_ms, load.late_ms))
+
+
+class Client:
+    """A :class:`Load` asked from a process of its own (:func:`_client_process`)."""
+
+    def __init__(self, load: Load) -> None:
+        self.load = load
+        ctx = multiprocessing.get_context("spawn")
+        self._conn, theirs = ctx.Pipe()
+        self._process = ctx.Process(target=_client_process, args=(load, theirs))
+        self._process.start()
+        theirs.close()
+
+    def stop(self) -> Load:
+        """Stop asking; the load with the lookups the process made."""
+        self._conn.send("stop")
+        got = self._conn.recv()
+        self._process.join(10)
+        self.load.trace, self.load.statuses, self.load.latencies_ms, self.load.late_ms = got
+        return self.load
 
 
 def steady(load: Load, after_s: float = 1.0) -> list[float]:
@@ -162,21 +213,12 @@ def measure(
             base = None
             for rate, consistency in runs:
                 load = Load(rate, spec.keys, spec.event_span_ms, consistency) if rate else None
-                threads = []
-                if load is not None:
-                    threads = [
-                        threading.Thread(target=load.run, args=(c,), daemon=True)
-                        for c in range(CLIENTS)
-                    ]
-                for t in threads:
-                    t.start()
+                client = Client(load) if load is not None else None
                 try:
                     x = h.run_once(w2, job, spec, ends, exp)
                 finally:
-                    if load is not None:
-                        load.stop.set()
-                    for t in threads:
-                        t.join(10)
+                    if client is not None:
+                        load = client.stop()
                 if not x.valid:
                     raise click.ClickException(f"rate {rate}: wrong output: {x.note}")
                 row = rows[rate, consistency]
