@@ -114,6 +114,41 @@ def test_copies_follow_completed_checkpoints_incrementally_and_a_restore_downloa
     owner.close()
 
 
+def test_a_copy_takes_no_file_of_the_previous_copy_whose_content_changed_under_its_name(
+    tmp_path: Path,
+) -> None:
+    """``CURRENT`` names the DB's MANIFEST: the same name and size (16 bytes) in every
+    snapshot, other content once the DB was opened again (a restore; a task that moved
+    away and back). The copy after such a snapshot must not take the previous copy's.
+    CI at e2766f1: a hand-over moved a task, the next copy took the old ``CURRENT`` by name
+    and size, and the moved task's restore found it wrong and downloaded it."""
+    store = CountingStore(tmp_path / "store")
+    owner = Owner(store, tmp_path / "owner")
+    copies = StandbyCopies(store, APP, tmp_path / "standby", bandwidth=None)
+    copies.want({TASK})
+    owner.put(range(1_000), 1)
+    m1 = owner.checkpoint(1)
+    copies.completed(1)
+    copies.refresh()
+    owner.backend.close()
+    owner.backend = RocksDBBackend(tmp_path / "owner" / TASK)  # opened again: a new MANIFEST
+    owner.put(range(0, 1_000, 10), 2)
+    m2 = owner.checkpoint(2)
+    current = [next(e for e in m.files if e.name == "CURRENT") for m in (m1, m2)]
+    assert current[0].size == current[1].size and current[0].sha256 != current[1].sha256
+    copies.completed(2)
+    copies.refresh()
+    task_dir = tmp_path / "standby" / TASK
+    assert local_files(task_dir) == {m2.label: files_of(m2)}
+    store.downloaded.clear()
+    copies.claim([TASK])
+    restored, _, stats = restore_state(store, m2_path(m2), task_dir)
+    assert (stats.files_downloaded, stats.bytes_downloaded, store.downloaded) == (0, 0, [])
+    assert restored.table(SPEC).get(("key", 10)) == {"v": 2, "pad": "x" * 40}
+    restored.close()
+    owner.close()
+
+
 def m2_path(m: SnapshotManifest) -> str:
     return manifest_path(m.app_id, m.task_id, m.label)
 

@@ -44,6 +44,16 @@ from kstream.state.localsnapshot import mark_uploaded
 
 log = logging.getLogger(__name__)
 
+
+@dataclass(frozen=True)
+class _Copy:
+    """A task's complete copy: its label and its files' SHA-256 by name, as the
+    manifest it was made from gives them."""
+
+    label: str
+    files: dict[str, str]
+
+
 MARK = ".standby"  # ``<label>.standby`` beside a copy this module made
 DEFAULT_BANDWIDTH = 64 * 1024 * 1024  # bytes/s a worker's standby downloads take at most
 
@@ -95,7 +105,7 @@ class StandbyCopies:
         self._done: int | None = None  # the checkpoint the last refresh went through
         self._want_changed = False
         self._closed = False
-        self._copy: dict[str, str] = {}  # task -> label of its complete copy
+        self._copy: dict[str, _Copy] = {}  # task -> its complete copy
         self._thread: threading.Thread | None = None
         self._stopped = threading.Event()
 
@@ -187,12 +197,13 @@ class StandbyCopies:
 
     def _refresh_task(self, task: str, handle: str) -> None:
         manifest = read_manifest(self.store, handle)
-        if self._copy.get(task) == manifest.label:
+        copy = self._copy.get(task)
+        if copy is not None and copy.label == manifest.label:
             return
         task_dir = self.root / task
         target = task_dir / "snapshots" / manifest.label
         if target.is_dir():  # there already (the task's own, or a copy of an earlier run)
-            self._install(task, manifest.label, None)
+            self._install(task, manifest, None)
             return
         stage = task_dir / f".standby-{uuid.uuid4().hex}"
         (stage / DELTA_DIR).mkdir(parents=True)
@@ -202,7 +213,7 @@ class StandbyCopies:
                     return
                 if not self._link_local(task_dir, task, entry, stage):
                     self._download(manifest, handle, entry, stage)
-            self._install(task, manifest.label, stage)
+            self._install(task, manifest, stage)
         finally:
             if stage.exists():
                 shutil.rmtree(stage, ignore_errors=True)
@@ -213,12 +224,15 @@ class StandbyCopies:
 
     def _link_local(self, task_dir: Path, task: str, entry: FileEntry, stage: Path) -> bool:
         """Put a local copy of ``entry`` into ``stage``: from this task's previous copy
-        (its files were checked when it was made) by name and size, else from any local
-        snapshot of the task whose file's checksum matches."""
+        when that copy's manifest gave the file under this name the same checksum (its
+        files were checked when it was made: no hashing here), else from any other local
+        snapshot of the task whose file's checksum matches. Not by name and size alone:
+        ``CURRENT`` has the same name and size in every snapshot, and other content once
+        the task's DB was opened again (restored, or moved away and back)."""
         root = task_dir / "snapshots"
         previous = self._copy.get(task)
-        if previous is not None:
-            src = root / previous / entry.name
+        if previous is not None and previous.files.get(entry.name) == entry.sha256:
+            src = root / previous.label / entry.name
             if src.is_file() and src.stat().st_size == entry.size:
                 return self._place(src, stage / entry.name, entry)
         if not root.is_dir():
@@ -226,7 +240,7 @@ class StandbyCopies:
         for d in root.iterdir():
             src = d / entry.name
             if (
-                d.name != previous
+                d.name != (previous.label if previous is not None else None)
                 and src.is_file()
                 and src.stat().st_size == entry.size
                 and sha256_file(src) == entry.sha256
@@ -251,10 +265,11 @@ class StandbyCopies:
             if rest > 0:
                 self._stopped.wait(rest)  # (a close ends it)
 
-    def _install(self, task: str, label: str, stage: Path | None) -> None:
-        """Rename ``stage`` to the task's copy ``label`` (None: that directory is there
-        already) and set the previous copy aside for deletion — unless the task was
+    def _install(self, task: str, manifest: SnapshotManifest, stage: Path | None) -> None:
+        """Rename ``stage`` to the task's copy of ``manifest`` (None: that directory is
+        there already) and set the previous copy aside for deletion — unless the task was
         claimed meanwhile."""
+        label = manifest.label
         root = self.root / task / "snapshots"
         trash: list[Path] = []
         with self._lock:
@@ -270,7 +285,7 @@ class StandbyCopies:
             for old in standby_marks(self.root / task):
                 if old.name != label:
                     trash.append(self._set_aside(old))
-            self._copy[task] = label
+            self._copy[task] = _Copy(label, {e.name: e.sha256 for e in manifest.files})
         self._delete(trash)
 
     def _set_aside(self, copy: Path) -> Path:
