@@ -72,17 +72,25 @@ def files_of(m: SnapshotManifest) -> dict[str, str]:
     return {e.name: e.sha256 for e in m.files}
 
 
-def test_copies_follow_completed_checkpoints_incrementally_and_a_restore_downloads_nothing(
-    tmp_path: Path,
-) -> None:
+def copied_once(
+    tmp_path: Path, keys: int
+) -> tuple[CountingStore, Owner, StandbyCopies, SnapshotManifest]:
+    """An owner's checkpoint 1 of ``keys`` keys, and standby copies that copied it."""
     store = CountingStore(tmp_path / "store")
     owner = Owner(store, tmp_path / "owner")
     copies = StandbyCopies(store, APP, tmp_path / "standby", bandwidth=None)
     copies.want({TASK})
-    owner.put(range(20_000), 1)
+    owner.put(range(keys), 1)
     m1 = owner.checkpoint(1)
     copies.completed(1)
     copies.refresh()
+    return store, owner, copies, m1
+
+
+def test_copies_follow_completed_checkpoints_incrementally_and_a_restore_downloads_nothing(
+    tmp_path: Path,
+) -> None:
+    store, owner, copies, m1 = copied_once(tmp_path, 20_000)
     task_dir = tmp_path / "standby" / TASK
     assert local_files(task_dir) == {m1.label: files_of(m1)}
     assert sorted(store.downloaded) == sorted(e.path for e in m1.files)
@@ -122,14 +130,7 @@ def test_a_copy_takes_no_file_of_the_previous_copy_whose_content_changed_under_i
     away and back). The copy after such a snapshot must not take the previous copy's.
     CI at e2766f1: a hand-over moved a task, the next copy took the old ``CURRENT`` by name
     and size, and the moved task's restore found it wrong and downloaded it."""
-    store = CountingStore(tmp_path / "store")
-    owner = Owner(store, tmp_path / "owner")
-    copies = StandbyCopies(store, APP, tmp_path / "standby", bandwidth=None)
-    copies.want({TASK})
-    owner.put(range(1_000), 1)
-    m1 = owner.checkpoint(1)
-    copies.completed(1)
-    copies.refresh()
+    store, owner, copies, m1 = copied_once(tmp_path, 1_000)
     owner.backend.close()
     owner.backend = RocksDBBackend(tmp_path / "owner" / TASK)  # opened again: a new MANIFEST
     owner.put(range(0, 1_000, 10), 2)
