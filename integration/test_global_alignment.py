@@ -24,16 +24,13 @@ from pathlib import Path
 
 from integration.cli_job import CLI
 from integration.e2e.harness import REPO
-from integration.edge_tools import read_all
-from kstream.kafka.clients import TopicSpec, ensure_topics, make_admin, make_producer
+from integration.test_watermark_alignment import BASE, CLOSE, STEP_MS, produce, windows
+from kstream.kafka.clients import TopicSpec, ensure_topics, make_admin
 from kstream.kafka.control import ControlReader
 from kstream.protocol.messages import WatermarkReport
 
 PARTITIONS = 4
 PER_PARTITION = 12_000
-STEP_MS = 10  # event time between a partition's records
-BASE = 1_767_225_600_000
-CLOSE = BASE + 10_000_000
 DATA_END = BASE + PER_PARTITION * STEP_MS  # past it, a watermark is the close record's
 DRIFT_MS = 5000
 SLOW_S = 0.0004  # per record on the slow worker: ~10 s for its two partitions
@@ -83,10 +80,7 @@ def write_backlog(
     ensure_topics(make_admin(bootstrap), [TopicSpec(src, PARTITIONS), TopicSpec(out, 4)])
     topology.write_text(TOPOLOGY.format(source=src, sink=out, drift=DRIFT_MS))
     rows = _rows(per_partition)
-    producer = make_producer(bootstrap, extra={"linger.ms": 5})
-    for part, ts, value in rows:
-        producer.produce(src, value, None, partition=part, timestamp=ts)
-    assert producer.flush(60) == 0
+    produce(bootstrap, src, rows, 0)
     return rows
 
 
@@ -96,14 +90,9 @@ def assert_exact_windows(bootstrap: str, out: str, rows: list[tuple[int, int, by
     for _p, ts, v in rows:
         if ts < CLOSE:
             counts[(json.loads(v)["k"], ts - ts % 1000)] += 1
-    want = Counter({(k, start, c): 1 for (k, start), c in counts.items()})
-    got: Counter[tuple[str, int, int]] = Counter()
-    for r in read_all(bootstrap, out):
-        assert r.value is not None
-        v = json.loads(r.value)
-        if v["start"] < CLOSE - 1000:
-            got[(v["k"], v["start"], v["count"])] += 1
-    assert got == want
+    assert windows(bootstrap, out) == Counter(
+        {(k, start, c): 1 for (k, start), c in counts.items()}
+    )
 
 
 def _worker(

@@ -21,7 +21,8 @@ from pathlib import Path
 
 from integration.cli_job import CLI
 from integration.e2e.harness import REPO
-from integration.test_global_alignment import BASE, STEP_MS, assert_exact_windows, write_backlog
+from integration.test_global_alignment import assert_exact_windows, write_backlog
+from integration.test_watermark_alignment import BASE, STEP_MS
 from kstream.kafka.control import ControlReader
 from kstream.protocol.messages import CheckpointCompleted, WatermarkReport
 
