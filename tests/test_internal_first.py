@@ -6,7 +6,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from kstream.worker.backlog import Backlog
-from kstream.worker.internalfirst import STARVED_S, InternalFirst
+from kstream.worker.internalfirst import READ_PAST_MAX, STARVED_S, InternalFirst, read_past
 
 TP = tuple[str, int]
 USER = [("in", 0), ("in", 1)]
@@ -117,3 +117,14 @@ def test_first_topics_held_wait_like_any_other() -> None:
     backlog.feed(lambda tp, rs: fed.append(tp), held=frozenset({INTERNAL[0]}))
     assert fed == [USER[0]]
     assert backlog.partitions() == {INTERNAL[0]}
+
+
+def test_a_starved_look_reads_past_up_to_a_bound_in_hand_then_skips() -> None:
+    """After a starved look the read takes everything queued up to READ_PAST_MAX records
+    in hand (at least a batch); with that many in hand, none: the loop skips the
+    user-topic partitions for the read instead."""
+    assert read_past(0, 2_000) == READ_PAST_MAX
+    assert read_past(READ_PAST_MAX - 500, 2_000) == 2_000
+    assert read_past(READ_PAST_MAX - 5_000, 2_000) == 5_000
+    assert read_past(READ_PAST_MAX, 2_000) == 0
+    assert read_past(READ_PAST_MAX + 1, 2_000) == 0

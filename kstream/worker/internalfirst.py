@@ -88,3 +88,12 @@ class InternalFirst:
             return frozenset()
         self.looks += 1
         return frozenset(tp for tp in assigned if not self.internal(tp[0]) and tp not in paused)
+
+
+def read_past(in_hand: int, batch_size: int) -> int:
+    """How many records the read after a starved look takes (``in_hand``: records in the
+    backlog): everything queued, up to ``READ_PAST_MAX`` in hand, and at least a batch;
+    0 when that many are in hand already: skip the user-topic partitions instead."""
+    if in_hand >= READ_PAST_MAX:
+        return 0
+    return max(batch_size, READ_PAST_MAX - in_hand)

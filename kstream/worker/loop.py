@@ -44,7 +44,7 @@ from kstream.snapshots.standby import StandbyCopies
 from kstream.worker.backlog import Backlog
 from kstream.worker.bounded import Bounded
 from kstream.worker.checkpointed import Checkpointed
-from kstream.worker.internalfirst import READ_PAST_MAX, InternalFirst
+from kstream.worker.internalfirst import InternalFirst, read_past
 from kstream.worker.mode import TP, Mode
 from kstream.worker.queries import WorkerQueries
 from kstream.worker.routing import Router
@@ -356,11 +356,10 @@ class Worker:
             # much in hand, skip them: resumed by sync_pauses below).
             busy = backlog.has_topic(lambda t: t not in internal)
             starved = first.starved(self.source, now, busy)
-            size, in_hand = self.batch_size, len(backlog) if starved else 0
-            if starved and in_hand >= READ_PAST_MAX:
+            size = read_past(len(backlog), self.batch_size) if starved else self.batch_size
+            if not size:
                 self.source.pause(starved)
-            elif starved:
-                size = max(size, READ_PAST_MAX - in_hand)
+                size = self.batch_size
             if starved or not backlog.feedable(held):
                 # A firing going on is work to do: take what is queued, wait for nothing.
                 firing = not mode.draining and any(r.task.firing for r in tasks.running())
