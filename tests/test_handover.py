@@ -13,7 +13,7 @@ from kstream.config import CheckpointingConfig, RestartStrategy
 from kstream.kafka.control import ControlClient
 from kstream.metrics.labels import restart_cause
 from kstream.protocol.commands import Send
-from kstream.protocol.failover import JobPhase
+from kstream.protocol.failover import JOIN_WAIT_S, JobPhase
 from kstream.protocol.handover import HEARD_WITHIN_S, HOLD_TIMEOUT_S, JOINING, LEAVING
 from kstream.protocol.messages import (
     REASSIGNED,
@@ -39,6 +39,7 @@ from kstream.protocol.messages import (
 from kstream.protocol.worker import HOLD_MAX_S, REQUEST_EVERY_S
 from kstream.protocol.workerevents import (
     Assigned,
+    CommitSinks,
     Exit,
     ReleaseTasks,
     RestoreTasks,
@@ -484,11 +485,20 @@ def test_a_restore_meanwhile_is_waited_out_and_the_joiner_asks_again() -> None:
     }
     read, control, _ = wait(replies)
     assert read == [m for n in sorted(replies) for m in replies[n]]
-    assert (control.polls, control.posted) == (15, [(0.0, request(1)), (0.8, request(2))])
+    # Asked when the restore began (a coordinator from before answers nothing then),
+    # and again once it resumed.
+    posted = [(0.0, request(1)), (0.3, request(2)), (0.8, request(2))]
+    assert (control.polls, control.posted) == (15, posted)
 
 
-def test_a_joiner_asks_only_once_a_restore_in_progress_resumed() -> None:
+def test_a_joiner_asks_during_a_restore_and_joins_once_the_coordinator_answers() -> None:
+    """Nothing runs until the Resume: a coordinator that knows joins during a restore
+    answers at once (and waits with the Resume for this worker); one from before
+    answers nothing, and the joiner asks again once the job resumed, as it did."""
     restoring: tuple[Message, ...] = (*R1, Restore(2, 3))
+    now = HandoverDeclined("w1", "joining during the restore of attempt 2: the Resume waits")
+    read, control, _ = wait({2: [now]}, history=restoring)
+    assert (read, control.polls, control.posted) == ([now], 2, [(0.0, request(2))])
     replies: dict[int, list[Message]] = {
         5: [Resume(2, {})],
         8: [HOLD2],
@@ -496,11 +506,44 @@ def test_a_joiner_asks_only_once_a_restore_in_progress_resumed() -> None:
     }
     read, control, _ = wait(replies, history=restoring)
     assert read == [Resume(2, {}), HOLD2, CheckpointCompleted(7, 2)]
-    assert (control.polls, control.posted) == (9, [(0.5, request(2))])
+    assert (control.polls, control.posted) == (9, [(0.0, request(2)), (0.5, request(2))])
     read, control, _ = wait({5: [JobStopped(2, "stopped")]}, history=restoring)
-    assert (read, control.posted) == ([JobStopped(2, "stopped")], [])
-    read, control, _ = wait({}, history=restoring)
-    assert (read, control.posted, control.polls) == ([], [], 50)  # quiet: 5 s
+    assert (read, control.posted) == ([JobStopped(2, "stopped")], [(0.0, request(2))])
+
+
+def test_the_resume_waits_for_a_worker_that_joins_during_the_restore() -> None:
+    """A worker asks to join while the job restores: the coordinator lets it join now
+    and resumes only once it is in the group's newest generation — its join's change
+    is part of this restore, not a rollback just after the Resume. It asked under its
+    client id (``host:pid``), before the group named it ``host:pid-<uuid>``."""
+    joiner = "vm:9-0b555490-24df-4714-b92a-b564921f7ef4"
+    h = restarted()
+    h.send(TaskFailed("a", "w1", 2, "boom"), 20.0)
+    assert h.tick(40.0) == [Send(Restore(3, None))]
+    out = h.send(CheckpointRequest("vm:9", 3, JOINING), 40.1)
+    why = "joining during the restore of attempt 3: the Resume waits"
+    assert messages(out) == [HandoverDeclined("vm:9", why)]
+    h.send(TaskReady(3, "a", "w1", 4), 40.2)
+    assert h.send(TaskReady(3, "b", "w2", 4), 40.2) == []  # every task, but vm:9 awaited
+    assert h.tick(40.5) == []
+    assert h.send(Heartbeat(joiner, ("b",), 5), 41.0) == []  # in the group; readies of 4 void
+    h.send(TaskReady(3, "a", "w1", 5), 41.1)
+    resumed = h.send(TaskReady(3, "b", joiner, 5), 41.1)
+    assert messages(resumed) == [Resume(3, {"a": "w1", "b": joiner})]
+
+
+def test_a_joiner_that_never_comes_is_awaited_join_wait_s_at_most() -> None:
+    h = restarted()
+    h.send(TaskFailed("a", "w1", 2, "boom"), 20.0)
+    assert h.tick(40.0) == [Send(Restore(3, None))]
+    h.send(CheckpointRequest("w3", 3, JOINING), 40.0)
+    h.send(TaskReady(3, "a", "w1", 4), 40.2)
+    assert h.send(TaskReady(3, "b", "w2", 4), 40.2) == []
+    for w in ("w1", "w2"):
+        h.send(Heartbeat(w, (), 4), 40.0 + JOIN_WAIT_S - 1.0)
+    assert messages(h.tick(40.0 + JOIN_WAIT_S - 0.5)) == []
+    late = messages(h.tick(40.0 + JOIN_WAIT_S))
+    assert late[0] == Resume(3, dict(OWNERS))
 
 
 @pytest.mark.parametrize(
@@ -540,17 +583,81 @@ def test_a_hand_over_restore_is_counted_as_a_handover_not_a_rebalance() -> None:
     assert restart_cause("consumer group generation changed 4 -> 5") == "rebalance"
 
 
-def test_a_stop_during_a_restore_of_its_tasks_waits_for_the_resume_and_hands_over() -> None:
-    """Exiting at once, its leave would be a change nothing prepared (a second restore
-    just after the Resume: the tasks would re-process what they did meanwhile)."""
+def test_a_stop_during_a_restore_of_its_tasks_exits_at_once() -> None:
+    """No task ran since the checkpoint being restored, so there is nothing to hand
+    over: leaving now, its change joins the restore in progress (the coordinator's
+    side is the next test). It used to wait for the Resume and a hold checkpoint of its
+    own: a second change, one more pause of every task."""
     p = protocol(heartbeat_interval=100.0)
     p.handle(Assigned("m1", 3, ("a",), True), 0.0)
-    p.handle(Restore(1, None), 0.0)
-    assert p.handle(StopRequested(), 1.0) == []  # restoring its tasks: not yet
-    assert p.tick(1.5) == []  # (no request while restoring)
-    p.handle(Resume(1, {"a": "m1"}), 2.0)
-    assert p.tick(2.5) == [Send(CheckpointRequest("m1", 1, LEAVING))]
-    p.handle(TriggerCheckpoint(4, 1, 0, True), 3.0)
-    p.handle(CheckpointCompleted(4, 1), 3.5)
-    why = "stopping: the final checkpoint completed"
-    assert p.tick(3.6) == [Send(WorkerStopped("m1", 1, why)), Exit(0, why)]
+    p.handle(Restore(1, 7), 0.0)
+    why = "stopping: during the restore of checkpoint 7, nothing ran since it"
+    assert p.handle(StopRequested(), 1.0) == [Send(WorkerStopped("m1", 1, why)), Exit(0, why)]
+
+
+def test_a_worker_stopped_during_the_restore_is_not_named_in_the_resume() -> None:
+    """w1 reported its task ready, then stopped: its readiness dies with it. The restore
+    resumes once the task's next owner (the group's change) reports it ready."""
+    h = restarted()
+    h.send(TaskFailed("a", "w1", 2, "boom"), 20.0)
+    assert h.tick(40.0) == [Send(Restore(3, None))]
+    assert h.send(TaskReady(3, "a", "w1", 4), 40.25) == []
+    assert h.send(WorkerStopped("w1", 3, "stopping: during the restore"), 40.5) == []
+    assert h.send(TaskReady(3, "b", "w2", 4), 40.75) == []  # a: its owner stopped
+    h.send(TaskReady(3, "a", "w2", 5), 41.0)
+    resumed = h.send(TaskReady(3, "b", "w2", 5), 41.0)
+    assert messages(resumed) == [Resume(3, {"a": "w2", "b": "w2"})]
+
+
+def test_a_stop_while_holding_at_a_completed_hand_over_checkpoint_exits_at_once() -> None:
+    """Two workers stopped together: the second is told to stop after the first one's
+    hold checkpoint completed. Its tasks hold at it, so that checkpoint is its final
+    one: it leaves now, and its change joins the one the hold prepared (one restore,
+    not two with a second hold between them)."""
+    p = running(protocol(heartbeat_interval=100.0), now=0.0)
+    p.handle(TriggerCheckpoint(4, 1, 0, True), 1.0)  # another worker's hand-over
+    assert p.handle(CheckpointCompleted(4, 1), 1.5)[0] == CommitSinks(4)
+    assert p.held_at_completed == 4
+    assert p.handle(StopRequested(), 2.0) == []
+    why = "stopping: the final checkpoint completed (its tasks hold at hand-over checkpoint 4)"
+    assert p.tick(2.0) == [Send(WorkerStopped("m1", 1, why)), Exit(0, why)]
+
+
+@pytest.mark.parametrize("ended_by", ["not completed yet", "released"])
+def test_a_stop_while_a_hold_is_not_completed_or_over_waits_for_a_final_checkpoint(
+    ended_by: str,
+) -> None:
+    """Only a hold that completed, with no release since, is final: a hold in flight
+    may still abort (the tasks go on), and a released task ran on."""
+    p = running(protocol(heartbeat_interval=100.0), now=0.0)
+    p.handle(TriggerCheckpoint(4, 1, 0, True), 1.0)
+    if ended_by != "not completed yet":
+        p.handle(CheckpointCompleted(4, 1), 1.5)
+    if ended_by == "released":
+        assert p.handle(TriggerCheckpoint(5, 1, 0), 1.75)[0] == ReleaseTasks(4)
+    assert p.held_at_completed is None
+    p.handle(StopRequested(), 2.0)
+    assert not any(isinstance(c, Exit) for c in p.tick(2.0))
+
+
+def test_a_second_leaver_at_a_holding_checkpoint_is_part_of_the_same_restore() -> None:
+    """w1 asks, its hold checkpoint completes; w2 stops without a checkpoint of its own
+    (it holds at that one, above). Both leave; the surviving w3 reports the next
+    generation: one restore from the hold checkpoint, at once."""
+    owners = {"a": "w1", "b": "w2", "c": "w3"}
+    h = Harness(("a", "b", "c"), history=[Resume(1, owners)])
+    h.start(0.0)
+    for m, t in owners.items():
+        h.send(Heartbeat(t, (m,), 4), 0.0)
+    h.send(CheckpointRequest("w1", 1, LEAVING), 0.5)
+    assert h.tick(0.5) == [Send(TriggerCheckpoint(1, 1, 500, True))]
+    for task in owners:
+        out = h.ack(1, task, 0.75, attempt=1)
+    assert messages(out)[0] == CheckpointCompleted(1, 1)
+    for w in ("w1", "w2"):
+        assert h.send(WorkerStopped(w, 1, "stopping: the final checkpoint completed"), 1.0) == []
+    assert h.send(Heartbeat("w3", ("a", "b", "c"), 5), 1.25) == []
+    assert h.tick(1.25) == [Send(Restore(2, 1))]  # from the hold checkpoint, at once
+    for task in owners:
+        out = h.send(TaskReady(2, task, "w3", 5), 1.5)
+    assert messages(out) == [Resume(2, {"a": "w3", "b": "w3", "c": "w3"})]

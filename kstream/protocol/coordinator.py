@@ -17,6 +17,7 @@ from kstream.checkpointstorage.history import CheckpointFailure
 from kstream.checkpointstorage.metadata import CheckpointMetadata, TaskSnapshot
 from kstream.config import CheckpointingConfig, RestartStrategy
 from kstream.logs import ctx
+from kstream.names import member_client_id
 from kstream.protocol.alignment import GlobalWatermarks
 from kstream.protocol.batching import each_ready
 from kstream.protocol.commands import (
@@ -32,7 +33,7 @@ from kstream.protocol.commands import (
 from kstream.protocol.completionlog import CompletionLog
 from kstream.protocol.failover import FailoverController, JobPhase
 from kstream.protocol.failures import CheckpointFailureManager
-from kstream.protocol.handover import HANDOVER_REASONS, HEARD_WITHIN_S, Handover
+from kstream.protocol.handover import HANDOVER_REASONS, HEARD_WITHIN_S, JOINING, Handover
 from kstream.protocol.membership import Membership
 from kstream.protocol.messages import (
     REASSIGNED,
@@ -201,19 +202,15 @@ class CheckpointCoordinator(JobStopping):
             case TaskReady() | TasksReady() | Heartbeat() if self.plan and msg.plan != self.plan:
                 return self._refuse_plan(msg.member, msg.plan)
             case TaskReady() | TasksReady():
-                cmds = [cmd for ready in each_ready(msg) for cmd in self.failover.on_ready(ready)]
-                if cmds:
-                    log.info(
-                        "all tasks ready: resuming attempt %d",
-                        self.attempt,
-                        extra=ctx(attempt=self.attempt),
-                    )
-                    self.triggers.interval_from(now)
-                    self.handover.clear()
-                    cmds += self._on_resumed()
-                return cmds
+                ready = [cmd for one in each_ready(msg) for cmd in self.failover.on_ready(one)]
+                return self._resumed(ready, now)
             case Heartbeat():
                 return self._on_heartbeat(msg, now)
+            case CheckpointRequest() if msg.reason == JOINING and self.phase is JobPhase.RESTORING:
+                # Nothing runs until the Resume: it may join now (the Resume waits for it).
+                self.failover.expect_joiner(msg.member, now)
+                why = f"joining during the restore of attempt {self.attempt}: the Resume waits"
+                return [Send(HandoverDeclined(msg.member, why))]
             case CheckpointRequest():
                 if msg.attempt == self.attempt and self.phase is JobPhase.RUNNING:
                     log.info("checkpoint requested by %s: %s", msg.member, msg.reason)
@@ -267,8 +264,10 @@ class CheckpointCoordinator(JobStopping):
                 "the tasks go on from where they held",
                 self.handover.timeout,
             )
-        # 3. A scheduled restore starts, or one that took too long starts over.
+        # 3. A scheduled restore starts, or one that took too long starts over; joiners
+        #    that never came are awaited no more.
         cmds += self.failover.tick(now, self.restore_points.choose())
+        cmds += self._resumed(self.failover.joiners_expired(now), now)
         # 4. Trigger.
         if self._may_trigger(now):
             cmds.append(self._trigger(now))
@@ -403,6 +402,17 @@ class CheckpointCoordinator(JobStopping):
         self._refused.add((member, plan))
         return [RefusePlan(plan, member=member)]
 
+    def _resumed(self, resume: list[Command], now: float) -> list[Command]:
+        """``resume``: the Resume the failover wrote, if any; then the job runs again."""
+        if not resume:
+            return []
+        log.info(
+            "all tasks ready: resuming attempt %d", self.attempt, extra=ctx(attempt=self.attempt)
+        )
+        self.triggers.interval_from(now)
+        self.handover.clear()
+        return resume + self._on_resumed()
+
     def _hand_over(self, member: str, why: str, now: float) -> list[Command]:
         """``member`` asked for a hand-over (``Handover.request`` decides)."""
         quiet = self.members.quiet(set(self.failover.by_member()), HEARD_WITHIN_S, now)
@@ -428,6 +438,9 @@ class CheckpointCoordinator(JobStopping):
             if progress > self._restored.get(hb.member, (-1, 0)):
                 self._restored[hb.member] = progress
                 self.failover.progressed(now)  # the restore moves: its deadline too
+        if self.phase is JobPhase.RESTORING:
+            joiner = member_client_id(hb.member)  # it asked before it had a member id
+            return self._resumed(self.failover.joiner_heard(joiner, hb.generation), now)
         if self.phase is not JobPhase.RUNNING:
             return []
         moved = self.members.moved(hb, previous, self.failover.by_member(), self.attempt, now)

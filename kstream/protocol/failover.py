@@ -9,6 +9,7 @@ a restart).
 
 from __future__ import annotations
 
+import logging
 from collections import deque
 from enum import StrEnum
 
@@ -17,6 +18,12 @@ from kstream.protocol.batching import resume_parts
 from kstream.protocol.commands import Command, Fail, Send
 from kstream.protocol.messages import JobFailed, JobStopped, Restore, TaskReady
 from kstream.protocol.recovery import RecoveredState
+
+log = logging.getLogger(__name__)
+
+JOIN_WAIT_S = 10.0
+"""How long a restore waits for a worker that said it joins during it (JOINING) to be in
+the group: its join is a rebalance, seen by the others at their next heartbeat (1 s)."""
 
 
 class JobPhase(StrEnum):
@@ -57,6 +64,9 @@ class FailoverController:
         self.plan = plan  # the plan fingerprint every Restore carries
         self.restore_point: int | None = None  # the checkpoint of the current restore
         self._ready: dict[str, tuple[str, int]] = {}  # task -> (member, generation)
+        # Members that join during the restore (docs/design.md §6.6) -> until when the
+        # Resume waits for them to be in the group's newest generation.
+        self._joiners: dict[str, float] = {}
         self._restarts: deque[float] = deque()
         self._restore_at = 0.0
         self._backoff = 0.0  # exponential delay: the wait before the latest restart
@@ -197,7 +207,7 @@ class FailoverController:
         """Start a due restore from ``restore_point``, or start over a restore that took too long."""
         if self.phase is JobPhase.SUSPENDED and now >= self._restore_at:
             self.attempt += 1
-            self._ready = {}
+            self._ready, self._joiners = {}, {}
             self.phase = JobPhase.RESTORING
             self.restore_point = restore_point
             self._restore_deadline = now + self.strategy.restore_timeout
@@ -232,11 +242,48 @@ class FailoverController:
         if msg.generation < self.generation:
             return []  # stale: that member's assignment has been superseded
         self._ready[msg.task_id] = (msg.member, msg.generation)
-        if self._ready.keys() != self.expected:
+        return self._resume_if_ready()
+
+    def _resume_if_ready(self) -> list[Command]:
+        """Every task ready in the newest generation and no joiner awaited: resume."""
+        if self._ready.keys() != self.expected or self._joiners:
             return []
         self.owners = {task: member for task, (member, _gen) in sorted(self._ready.items())}
         self.phase = JobPhase.RUNNING
         return [Send(m) for m in resume_parts(self.attempt, dict(self.owners))]
+
+    def expect_joiner(self, member: str, now: float) -> None:
+        """``member`` joins the group during this restore: the Resume waits until it is
+        in the newest generation (its join's change is then part of this restore, not
+        a rollback just after it), for at most JOIN_WAIT_S."""
+        if self.phase is JobPhase.RESTORING:
+            self._joiners.setdefault(member, now + JOIN_WAIT_S)
+
+    def joiner_heard(self, member: str, generation: int) -> list[Command]:
+        """A heartbeat of ``member`` in ``generation`` (already observed): a joiner in
+        the newest generation is awaited no more."""
+        if self.phase is not JobPhase.RESTORING or member not in self._joiners:
+            return []
+        if generation < self.generation:
+            return []
+        del self._joiners[member]
+        return self._resume_if_ready()
+
+    def joiners_expired(self, now: float) -> list[Command]:
+        """Joiners still not in the group JOIN_WAIT_S after they said they join (gone,
+        or never assigned) are awaited no more."""
+        late = [m for m, until in self._joiners.items() if now >= until]
+        if self.phase is not JobPhase.RESTORING or not late:
+            return []
+        for m in late:
+            del self._joiners[m]
+        log.warning("restore: %s did not join within %.0fs; not waited for", late, JOIN_WAIT_S)
+        return self._resume_if_ready()
+
+    def forget_readies(self, member: str) -> None:
+        """``member`` stopped during the restore: the tasks it reported ready wait for
+        their next owner (the group's change its leave brings), not for it."""
+        self._ready = {t: r for t, r in self._ready.items() if r[0] != member}
 
     def held_by(self, member: str) -> list[str]:
         """Tasks ``member`` holds in the current attempt: owned while running, or

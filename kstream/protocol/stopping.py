@@ -77,8 +77,13 @@ class JobStopping:
 
     def _on_worker_stopped(self, msg: WorkerStopped, now: float) -> list[Command]:
         """A worker exited gracefully: it is not lost; once every owner of the running
-        attempt stopped (``--stop-when-idle``, SIGTERM to all), the job is stopped."""
+        attempt stopped (``--stop-when-idle``, SIGTERM to all), the job is stopped. One
+        that stopped during a restore is no longer counted ready for it."""
         self.members.stop(msg.member, msg.reason)
+        if self.phase is JobPhase.RESTORING:
+            # It left during the restore (nothing ran since the restored checkpoint):
+            # its readies die with it, so the Resume names only live owners.
+            self.failover.forget_readies(msg.member)
         owners = set(self.failover.by_member())
         if self.phase is not JobPhase.RUNNING or msg.attempt != self.attempt or not owners:
             return []

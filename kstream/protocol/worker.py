@@ -102,8 +102,12 @@ class WorkerProtocol:
         stop_when_idle: float | None = None,
         drain_timeout_s: float = 30.0,
         plan: str = "",
+        client_id: str = "",
     ) -> None:
         self.member = member
+        # The group consumer's client.id (``host:pid``), which the member id the group
+        # gives it starts with: a joiner asks under it, before it has a member id.
+        self.client_id = client_id or member
         # This worker's plan fingerprint (kstream.plan.fingerprint): in its reports, and
         # compared with the coordinator's on every Restore.
         self.plan = plan
@@ -130,6 +134,7 @@ class WorkerProtocol:
         self.trigger_seen: dict[int, float] = {}
         # The hand-over checkpoint whose trigger said hold, and since when (§6.6).
         self.hold: tuple[int, float] | None = None
+        self._hold_completed: int | None = None  # the last hold checkpoint that completed
         # Resumed from a checkpoint and no output buffered since: the first output
         # asks for a checkpoint at once (OutputBuffered).
         self.awaiting_first_output = False
@@ -199,6 +204,7 @@ class WorkerProtocol:
             case CheckpointCompleted():
                 if self.hold is not None and self.hold[0] == event.checkpoint_id:
                     self.hold = (event.checkpoint_id, now)  # HOLD_MAX_S from here
+                    self._hold_completed = event.checkpoint_id
                 if self.trigger_seen.get(event.checkpoint_id, float("-inf")) > self.last_input:
                     self.drained = True
                 self.trigger_seen = {
@@ -264,6 +270,15 @@ class WorkerProtocol:
             case _:
                 return []
 
+    @property
+    def held_at_completed(self) -> int | None:
+        """The completed hand-over checkpoint this worker's tasks hold at, with no restore
+        since (None otherwise): everything they did is in it and published, and they
+        do nothing more until a restore or a release."""
+        if self.hold is None or self.restoring or self._hold_completed != self.hold[0]:
+            return None
+        return self.hold[0]
+
     def _release(self, which: Callable[[int], bool]) -> list[WorkerCommand]:
         """Release the hold if its checkpoint is ``which``."""
         if self.hold is None or not which(self.hold[0]):
@@ -275,7 +290,7 @@ class WorkerProtocol:
     def join_request(self) -> list[WorkerCommand]:
         """Before this worker joins the group of a running job: ask for a hand-over
         checkpoint, so the change its join brings re-processes nothing (§6.6)."""
-        return [Send(CheckpointRequest(self.member, self.attempt, JOINING))]
+        return [Send(CheckpointRequest(self.client_id, self.attempt, JOINING))]
 
     def _restore(self) -> list[WorkerCommand]:
         self.tasks, self.running = set(self.assigned), set()
@@ -308,10 +323,16 @@ class WorkerProtocol:
             return []
         self.stopping_since = now
         self.awaiting_first_output = False
-        if not self.running and not (self.restoring and self.any_partitions):
+        if self.restoring and self.any_partitions:
+            # No task ran since the checkpoint being restored: leaving now, its change
+            # joins the restore in progress (the coordinator forgets its readies when
+            # it reads WorkerStopped, so the Resume waits for the group's change).
+            return self._exit(
+                f"stopping: during the restore of checkpoint {self.restore_point}, "
+                "nothing ran since it"
+            )
+        if not self.running:
             return self._exit("stopping: nothing runs here, so nothing is left to commit")
-        # (Restoring tasks of its own: it leaves once they resumed and a hand-over
-        # checkpoint completed, or its leave would be a change nothing prepared.)
         # Input is read only after the control messages of a loop iteration, so a
         # trigger handled at this same ``now`` (e.g. right after a StopJob) covers
         # everything read: it counts as the final checkpoint.
@@ -326,6 +347,16 @@ class WorkerProtocol:
         if self.stopping_since is not None:
             if self.drained:
                 return self._exit("stopping: the final checkpoint completed")
+            held = self.held_at_completed
+            if held is not None:
+                # Told to stop while holding at a completed hand-over checkpoint (another
+                # worker's, or its own asked before the stop): that checkpoint is its
+                # final one. Leaving now, its change joins the one the hold prepared —
+                # one restore for both, as when two workers are stopped together.
+                return self._exit(
+                    f"stopping: the final checkpoint completed (its tasks hold at hand-over "
+                    f"checkpoint {held})"
+                )
             if now - self.stopping_since >= self.drain_timeout_s:
                 log.warning(
                     "stopping without a final checkpoint: none completed within %.0fs (a "

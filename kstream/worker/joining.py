@@ -6,8 +6,11 @@ checkpoint. Joining right after a *hold* checkpoint — every task holds after i
 snapshot — makes that restore re-process nothing. So before subscribing, the worker
 asks for one (``CheckpointRequest`` with reason ``JOINING``, repeated every second) and
 reads the control topic until the hold checkpoint it asked for completed. A job in the
-middle of a restore is asked once it resumed (joined during the restore, the change
-would come just after the Resume, and the tasks would have run past the checkpoint).
+middle of a restore is asked too: nothing runs until its Resume, so the coordinator
+answers at once (``HandoverDeclined`` naming the restore) and waits with the Resume
+until this worker is in the group — its change is part of that restore. (A coordinator
+from before that answers nothing during a restore: the worker asks again once the job
+resumed, as it did.)
 
 It joins without one when no other worker heartbeats (within three heartbeat intervals:
 the job's workers all died, this one restarts it), when the coordinator declines (``HandoverDeclined``: an owner did
@@ -64,7 +67,7 @@ def wait_for_handover(
     read: list[Message] = []
     while wait.outcome is None:
         now = clock()
-        if not protocol.restoring and now >= wait.next_request:
+        if now >= wait.next_request:
             control.post_all([c.message for c in protocol.join_request() if isinstance(c, Send)])
             wait.next_request = now + REQUEST_EVERY_S
         batch = control.poll(POLL_S)
@@ -109,10 +112,18 @@ class _Wait:
             return  # (ended by an earlier message of the batch: the rest is only read)
         if isinstance(msg, JobStopped | JobFailed):
             self.outcome = f"the job: {type(msg).__name__}"
+        elif isinstance(msg, HandoverDeclined) and msg.member == self.protocol.client_id:
+            # During a restore: nothing runs until the Resume, which waits for this
+            # worker. Otherwise an owner is quiet (e.g. the one this worker restarts
+            # after a crash, whose tasks cannot hold): the change is a rollback anyway.
+            self.outcome = f"hand-over declined ({msg.reason})"
         elif self.protocol.restoring:
-            # Joined during a restore, the change would come just after its Resume:
-            # the tasks would have run past the checkpoint. Asked again once resumed.
+            # A restore began: asked at once, a coordinator that knows joins during a
+            # restore lets this worker join now (above); one from before answers
+            # nothing, and the request is made again once the job resumed.
             self.holds, self.plain_since = set(), None
+            if not restoring:
+                self.next_request = self.clock()
         elif restoring:  # it resumed: ask now
             self.next_request = self.clock()
         elif isinstance(msg, TriggerCheckpoint) and msg.hold:
@@ -124,10 +135,6 @@ class _Wait:
                 self.outcome = f"hand-over checkpoint {msg.checkpoint_id} completed"
         elif isinstance(msg, CheckpointAborted) and msg.checkpoint_id in self.holds:
             self.outcome = f"hand-over checkpoint {msg.checkpoint_id} aborted"
-        elif isinstance(msg, HandoverDeclined) and msg.member == self.protocol.member:
-            # An owner is quiet (e.g. the one this worker restarts after a crash, whose
-            # tasks cannot hold): the change is a rollback anyway.
-            self.outcome = f"hand-over declined ({msg.reason})"
 
     def _plain(self, now: float) -> None:
         """A trigger without a hold, read after this worker asked. A coordinator that

@@ -33,7 +33,7 @@ from kstream.kafka.sink import SinkError
 from kstream.kafka.source import RawRecord, SourceConsumer, SourceError
 from kstream.kafka.worker_transactions import WorkerTransactions
 from kstream.metrics.worker import WorkerMetrics, sink_buffers
-from kstream.names import commits_topic, worker_sink_transactional_id
+from kstream.names import commits_topic, worker_client_id, worker_sink_transactional_id
 from kstream.plan.fingerprint import fingerprint
 from kstream.protocol.messages import Message
 from kstream.protocol.worker import WorkerProtocol
@@ -236,6 +236,7 @@ class Worker:
                 stop_when_idle=stop_when_idle,
                 drain_timeout_s=self.settings.drain_timeout_s,
                 plan=plan.digest,
+                client_id=worker_client_id(),
             )
             self.mode = Checkpointed(
                 protocol, self.control, self.tasks, self.source, store, self.stats, label,
