@@ -511,38 +511,64 @@ def test_a_joiner_asks_during_a_restore_and_joins_once_the_coordinator_answers()
     assert (read, control.posted) == ([JobStopped(2, "stopped")], [(0.0, request(2))])
 
 
-def test_the_resume_waits_for_a_worker_that_joins_during_the_restore() -> None:
-    """A worker asks to join while the job restores: the coordinator lets it join now
-    and resumes only once it is in the group's newest generation — its join's change
-    is part of this restore, not a rollback just after the Resume. It asked under its
+def restoring_after(reason: str) -> Harness:
+    """``restarted``, then w3 asks for a hand-over with ``reason``; its hold checkpoint 1
+    completes and the group changes (generation 5): restoring attempt 3 from it."""
+    h = restarted()
+    h.send(CheckpointRequest("w3", 2, reason), 0.5)
+    assert h.tick(0.5) == [Send(TriggerCheckpoint(1, 2, 500, True))]
+    complete(h, 1, 2, 0.75)
+    h.send(Heartbeat("w2", ("b",), 5), 1.25)
+    assert h.tick(1.25) == [Send(Restore(3, 1))]
+    return h
+
+
+def test_the_resume_waits_for_a_worker_that_joins_during_a_joiners_restore() -> None:
+    """A scale-out: a second worker asks to join while the first one's change is being
+    restored. Nothing runs until the Resume, so the coordinator lets it join now and
+    resumes only once it is in the group's newest generation — its join's change is
+    part of this restore, not a rollback just after the Resume. It asked under its
     client id (``host:pid``), before the group named it ``host:pid-<uuid>``."""
     joiner = "vm:9-0b555490-24df-4714-b92a-b564921f7ef4"
-    h = restarted()
-    h.send(TaskFailed("a", "w1", 2, "boom"), 20.0)
-    assert h.tick(40.0) == [Send(Restore(3, None))]
-    out = h.send(CheckpointRequest("vm:9", 3, JOINING), 40.1)
+    h = restoring_after(JOINING)
+    out = h.send(CheckpointRequest("vm:9", 3, JOINING), 1.3)
     why = "joining during the restore of attempt 3: the Resume waits"
     assert messages(out) == [HandoverDeclined("vm:9", why)]
-    h.send(TaskReady(3, "a", "w1", 4), 40.2)
-    assert h.send(TaskReady(3, "b", "w2", 4), 40.2) == []  # every task, but vm:9 awaited
-    assert h.tick(40.5) == []
-    assert h.send(Heartbeat(joiner, ("b",), 5), 41.0) == []  # in the group; readies of 4 void
-    h.send(TaskReady(3, "a", "w1", 5), 41.1)
-    resumed = h.send(TaskReady(3, "b", joiner, 5), 41.1)
+    h.send(TaskReady(3, "a", "w1", 5), 1.4)
+    assert h.send(TaskReady(3, "b", "w2", 5), 1.4) == []  # every task, but vm:9 awaited
+    assert h.tick(1.5) == []
+    assert h.send(Heartbeat(joiner, ("b",), 6), 2.0) == []  # in the group; readies of 5 void
+    h.send(TaskReady(3, "a", "w1", 6), 2.1)
+    resumed = h.send(TaskReady(3, "b", joiner, 6), 2.1)
     assert messages(resumed) == [Resume(3, {"a": "w1", "b": joiner})]
+    assert not h.c.handover.joins_welcome
+
+
+@pytest.mark.parametrize("cause", [LEAVING, "a failure"])
+def test_a_joiner_is_not_let_in_during_a_restore_another_change_began(cause: str) -> None:
+    """A rolling restart: the restarted worker starts while its predecessor's leave is
+    restored. Waiting for it would make every task's pause one long one (its start and
+    join) instead of two short ones: no answer, the joiner asks again after the Resume."""
+    if cause == LEAVING:
+        h = restoring_after(LEAVING)
+    else:
+        h = restarted()
+        h.send(TaskFailed("a", "w1", 2, "boom"), 20.0)
+        assert h.tick(40.0) == [Send(Restore(3, None))]
+    assert h.send(CheckpointRequest("vm:9", 3, JOINING), 40.1) == []
+    h.send(TaskReady(3, "a", "w1", 5), 40.2)
+    assert messages(h.send(TaskReady(3, "b", "w2", 5), 40.2)) == [Resume(3, dict(OWNERS))]
 
 
 def test_a_joiner_that_never_comes_is_awaited_join_wait_s_at_most() -> None:
-    h = restarted()
-    h.send(TaskFailed("a", "w1", 2, "boom"), 20.0)
-    assert h.tick(40.0) == [Send(Restore(3, None))]
-    h.send(CheckpointRequest("w3", 3, JOINING), 40.0)
-    h.send(TaskReady(3, "a", "w1", 4), 40.2)
-    assert h.send(TaskReady(3, "b", "w2", 4), 40.2) == []
+    h = restoring_after(JOINING)
+    h.send(CheckpointRequest("vm:9", 3, JOINING), 1.5)
+    h.send(TaskReady(3, "a", "w1", 5), 1.6)
+    assert h.send(TaskReady(3, "b", "w2", 5), 1.6) == []
     for w in ("w1", "w2"):
-        h.send(Heartbeat(w, (), 4), 40.0 + JOIN_WAIT_S - 1.0)
-    assert messages(h.tick(40.0 + JOIN_WAIT_S - 0.5)) == []
-    late = messages(h.tick(40.0 + JOIN_WAIT_S))
+        h.send(Heartbeat(w, (), 5), 1.5 + JOIN_WAIT_S - 1.0)
+    assert messages(h.tick(1.5 + JOIN_WAIT_S - 0.5)) == []
+    late = messages(h.tick(1.5 + JOIN_WAIT_S))
     assert late[0] == Resume(3, dict(OWNERS))
 
 

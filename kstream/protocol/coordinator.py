@@ -206,7 +206,11 @@ class CheckpointCoordinator(JobStopping):
                 return self._resumed(ready, now)
             case Heartbeat():
                 return self._on_heartbeat(msg, now)
-            case CheckpointRequest() if msg.reason == JOINING and self.phase is JobPhase.RESTORING:
+            case CheckpointRequest() if (
+                msg.reason == JOINING
+                and self.phase is JobPhase.RESTORING
+                and self.handover.joins_welcome
+            ):
                 # Nothing runs until the Resume: it may join now (the Resume waits for it).
                 self.failover.expect_joiner(msg.member, now)
                 why = f"joining during the restore of attempt {self.attempt}: the Resume waits"
@@ -480,8 +484,7 @@ class CheckpointCoordinator(JobStopping):
             cmds += self._abort(p, f"job failover: {reason}", now, counts=False)
         # After a hold checkpoint the change is the expected hand-over: restored at
         # once, not counted as a restart (docs/design.md §6.6).
-        at_once = self.handover.holding
-        self.handover.clear()
+        at_once = self.handover.changed()
         return cmds + self.failover.on_failure(reason, now, at_once=at_once)
 
     def _abort(

@@ -37,6 +37,10 @@ class Handover:
         self.wanted_by: str | None = None  # the member that asked, until its trigger
         self.checkpoint_id: int | None = None  # the hold checkpoint, triggered
         self.completed_at: float | None = None  # when it completed: holding since
+        self.reason: str | None = None  # why the hold was asked for (LEAVING, JOINING)
+        # The restore in progress is the change a joiner's hold prepared: another worker
+        # starting now may join during it (a scale-out of several workers at once).
+        self.joins_welcome = False
 
     def request(
         self, member: str, why: str, quiet: list[str], running_for: float
@@ -52,7 +56,10 @@ class Handover:
             return False, None
         if quiet:
             return why == LEAVING, f"no heartbeat from {', '.join(quiet)}"
-        return self.want(member), None
+        wanted = self.want(member)
+        if wanted:
+            self.reason = why
+        return wanted, None
 
     def want(self, member: str) -> bool:
         """``member`` asked for a hand-over; whether a new hold checkpoint is wanted (not
@@ -96,6 +103,18 @@ class Handover:
         self.clear()
         return True
 
+    def changed(self) -> bool:
+        """The group changed: whether a hold prepared it (restored at once, not counted
+        as a restart). No hold any more; joins are welcome during the restore when a
+        joiner asked for that hold. Joining during a restore another change began (a
+        leave, in a rolling restart) would make the Resume wait for the new process:
+        one longer pause of every task instead of two short ones."""
+        holding, joining = self.holding, self.reason == JOINING
+        self.clear()
+        self.joins_welcome = holding and joining
+        return holding
+
     def clear(self) -> None:
-        """The job restores (the change came) or stopped: no hold any more."""
-        self.wanted_by = self.checkpoint_id = self.completed_at = None
+        """The job resumed or stopped: no hold any more."""
+        self.wanted_by = self.checkpoint_id = self.completed_at = self.reason = None
+        self.joins_welcome = False

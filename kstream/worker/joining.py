@@ -6,11 +6,11 @@ checkpoint. Joining right after a *hold* checkpoint — every task holds after i
 snapshot — makes that restore re-process nothing. So before subscribing, the worker
 asks for one (``CheckpointRequest`` with reason ``JOINING``, repeated every second) and
 reads the control topic until the hold checkpoint it asked for completed. A job in the
-middle of a restore is asked too: nothing runs until its Resume, so the coordinator
-answers at once (``HandoverDeclined`` naming the restore) and waits with the Resume
-until this worker is in the group — its change is part of that restore. (A coordinator
-from before that answers nothing during a restore: the worker asks again once the job
-resumed, as it did.)
+middle of a restore is asked too: nothing runs until its Resume, so when that restore
+is another joiner's change (a scale-out), the coordinator answers at once
+(``HandoverDeclined`` naming the restore) and waits with the Resume until this worker
+is in the group — its change is part of that restore. During any other restore it
+answers nothing, and the worker asks again once the job resumed.
 
 It joins without one when no other worker heartbeats (within three heartbeat intervals:
 the job's workers all died, this one restarts it), when the coordinator declines (``HandoverDeclined``: an owner did
@@ -22,7 +22,7 @@ keeps triggering without a hold (an older version, which knows no hand-overs: a
 trigger without one still read HEARD_WITHIN_S and a request period after the first
 one since the request — a coordinator elected meanwhile decides within that). Joining is then
 what it was before hand-overs: a rollback to the latest completed checkpoint. A
-restore meanwhile (another worker's change) is waited out and the request made again.
+restore meanwhile (another worker's change) is asked at once (see above).
 """
 
 from __future__ import annotations
@@ -113,14 +113,14 @@ class _Wait:
         if isinstance(msg, JobStopped | JobFailed):
             self.outcome = f"the job: {type(msg).__name__}"
         elif isinstance(msg, HandoverDeclined) and msg.member == self.protocol.client_id:
-            # During a restore: nothing runs until the Resume, which waits for this
-            # worker. Otherwise an owner is quiet (e.g. the one this worker restarts
+            # During a joiner's restore: nothing runs until the Resume, which waits
+            # for this worker. Otherwise an owner is quiet (e.g. the one this worker restarts
             # after a crash, whose tasks cannot hold): the change is a rollback anyway.
             self.outcome = f"hand-over declined ({msg.reason})"
         elif self.protocol.restoring:
-            # A restore began: asked at once, a coordinator that knows joins during a
-            # restore lets this worker join now (above); one from before answers
-            # nothing, and the request is made again once the job resumed.
+            # A restore began: asked at once; the coordinator lets this worker join
+            # now during a joiner's restore (above), otherwise answers nothing, and
+            # the request is made again once the job resumed.
             self.holds, self.plain_since = set(), None
             if not restoring:
                 self.next_request = self.clock()
