@@ -406,17 +406,6 @@ class CheckpointCoordinator(JobStopping):
         self._refused.add((member, plan))
         return [RefusePlan(plan, member=member)]
 
-    def _resumed(self, resume: list[Command], now: float) -> list[Command]:
-        """``resume``: the Resume the failover wrote, if any; then the job runs again."""
-        if not resume:
-            return []
-        log.info(
-            "all tasks ready: resuming attempt %d", self.attempt, extra=ctx(attempt=self.attempt)
-        )
-        self.triggers.interval_from(now)
-        self.handover.clear()
-        return resume + self._on_resumed()
-
     def _hand_over(self, member: str, why: str, now: float) -> list[Command]:
         """``member`` asked for a hand-over (``Handover.request`` decides)."""
         quiet = self.members.quiet(set(self.failover.by_member()), HEARD_WITHIN_S, now)

@@ -10,7 +10,8 @@
   (``--stop-when-idle``, SIGTERM to all), the job is stopped: ``JobStopped`` says when
   and why, checkpoints in flight are aborted and nothing is triggered any more.
 * **Again**: a worker that did not stop heartbeating to a stopped job starts it again,
-  every task restored from the latest checkpoint, as at a first start.
+  every task restored from the latest checkpoint, as at a first start; and a job that
+  restored resumes (``_resumed``).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING
 
+from kstream.logs import ctx
 from kstream.protocol.causes import stopped_reason
 from kstream.protocol.commands import Command, Send
 from kstream.protocol.failover import FailoverController, JobPhase
@@ -108,11 +110,19 @@ class JobStopping:
             return []  # refused, or made once the restore ended
         return self._savepoint_started(msg)
 
-    def _on_resumed(self) -> list[Command]:
-        """The job runs again: a savepoint asked for during the restore, or started in
-        an earlier attempt, starts now."""
+    def _resumed(self, resume: list[Command], now: float) -> list[Command]:
+        """``resume``: the Resume the failover wrote, if any. The job runs again: the
+        interval counts from now, no hold is left, and a savepoint asked for during the
+        restore, or started in an earlier attempt, starts now."""
+        if not resume:
+            return []
+        log.info(
+            "all tasks ready: resuming attempt %d", self.attempt, extra=ctx(attempt=self.attempt)
+        )
+        self.triggers.interval_from(now)
+        self.handover.clear()
         waited = self.savepoints.resumed(self._next_id - 1, self.attempt)
-        return [] if waited is None else self._savepoint_started(waited)
+        return resume + ([] if waited is None else self._savepoint_started(waited))
 
     def _savepoint_started(self, msg: SavepointRequest) -> list[Command]:
         self.triggers.request()
