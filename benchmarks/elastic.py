@@ -10,7 +10,8 @@ Scenarios: ``rolling`` (SIGTERM each worker in turn, wait until it exited, start
 again: a Kubernetes rolling restart), ``scale`` (2 -> 4 workers, then 4 -> 2 by
 SIGTERM), ``kill`` (kill -9 of one of 4 workers). A read_committed consumer notes when
 each stage-2 task's output advances (the output key gives its task); the pure
-definitions are in ``benchmarks/elastic_measure.py``. The output is checked exact against
+definitions are in ``benchmarks/elastic_measure.py``. Each run's advances and steps are
+kept as ``timeline.json`` beside its workers' logs (``--workdir``). The output is checked exact against
 the windows computed from what was produced (0 lost, 0 duplicated).
 
     python -m benchmarks.elastic [--scenario rolling|scale|kill ...] [--runs N]
@@ -20,6 +21,7 @@ Without ``--bootstrap`` a local broker (``kstream.dev.localbroker``) is started.
 
 from __future__ import annotations
 
+import json
 import shutil
 import signal
 import statistics
@@ -142,6 +144,16 @@ def run_scenario(
         exact = run.finish()
         adv = {p: sorted(run.advances.get(p, [])) for p in range(PARTITIONS)}
         job = sorted(t for a in adv.values() for t in a)
+        # Kept beside the workers' logs, to read a pause against them afterwards.
+        (run.dir / "timeline.json").write_text(
+            json.dumps(
+                {
+                    "advances": {stage2_task(p): a for p, a in adv.items()},
+                    "steps": [{"name": s.name, "start": s.start, "end": s.end} for s in steps],
+                    "quiet": [quiet_from, quiet_to],
+                }
+            )
+        )
 
         def worst(pick: str) -> float:
             return max(
