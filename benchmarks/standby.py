@@ -7,7 +7,8 @@ Each run, on fresh topics, store and state:
    ``benchmarks/recovery.py``: the job's state holds every key), over 8 partitions;
 2. start two ``kstream worker`` processes (they elect the coordinator) running the
    window-count job of the recovery benchmark (keyed source, W0 counts in RocksDB,
-   exactly-once sink), checkpoints every 2 s, a file store; wait until the latest
+   exactly-once sink), checkpoints every 2 s, a file store (or, with ``--store-mbit``,
+   S3Proxy behind a rate limit: ``benchmarks/slowstore.py``); wait until the latest
    completed checkpoint covers the whole input and, with standby copies, until the
    worker that survives holds a copy of each task of the other;
 3. ``SIGKILL`` the worker that does not host the coordinator (t_kill): detection is
@@ -19,11 +20,12 @@ Each run, on fresh topics, store and state:
 The survivor's log gives the restore of each task that moved to it (ms, files and bytes
 downloaded). Runs alternate between the two settings.
 
-    python -m benchmarks.standby [--keys 1000000] [--runs 3] [--bootstrap HOST:PORT]
+    python -m benchmarks.standby [--keys 1000000] [--runs 3] [--store-mbit 40] [--bootstrap HOST:PORT]
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 import shutil
@@ -49,8 +51,11 @@ from benchmarks.recovery import (
     topics_of_group,
     window_bounds,
 )
+from benchmarks.slowstore import SlowStore, slow_s3
 from benchmarks.verify import READ_BACK
+from kstream.checkpointstorage.base import CheckpointStore
 from kstream.checkpointstorage.file import FileStore
+from kstream.checkpointstorage.urls import open_store
 from kstream.kafka.clients import (
     TopicPartition,
     TopicSpec,
@@ -113,7 +118,14 @@ def _wait(cond: Callable[[], bool], what: str, timeout: float, jobs: list[Child]
         time.sleep(0.2)  # polling logs and the store for a condition, with a deadline
 
 
-def run_once(bootstrap: str, keys: int, replicas: int, workdir: Path, timeout: float) -> RunResult:
+def run_once(
+    bootstrap: str,
+    keys: int,
+    replicas: int,
+    workdir: Path,
+    timeout: float,
+    slow: SlowStore | None = None,
+) -> RunResult:
     run_id = uuid.uuid4().hex[:8]
     app = f"bench-standby-{replicas}-{run_id}"
     src, out = f"{app}.in", f"{app}.out"
@@ -127,11 +139,15 @@ def run_once(bootstrap: str, keys: int, replicas: int, workdir: Path, timeout: f
     here.mkdir(parents=True)
     topology = here / "job.py"
     topology.write_text(TOPOLOGY.format(app=app, src=src, out=out))
-    store = here / "store"
+    store: CheckpointStore
+    if slow is None:
+        store, store_argv = FileStore(here / "store"), ["--store", f"file://{here / 'store'}"]
+    else:
+        store, store_argv = open_store(slow.url(app), slow.options), slow.argv(app)
 
     def argv(name: str) -> list[str]:
         return [sys.executable, "-c", "from kstream.cli import main; main()", "-v", "worker",
-                str(topology), "--bootstrap", bootstrap, "--store", f"file://{store}",
+                str(topology), "--bootstrap", bootstrap, *store_argv,
                 "--state-dir", str(here / f"state-{name}"), "--interval", str(INTERVAL_S),
                 "--guarantee", "exactly_once", "--standby-replicas", str(replicas)]  # fmt: skip
 
@@ -154,9 +170,10 @@ def run_once(bootstrap: str, keys: int, replicas: int, workdir: Path, timeout: f
             return bool(ra and rb and not ra & rb and len(ra | rb) == PARTITIONS)
 
         _wait(split, "the tasks split between the workers", timeout, both)
-        fs = FileStore(store)
         _wait(
-            lambda: all(checkpoint_offsets(fs, app, src).get(p, -1) >= o for p, o in ends.items()),
+            lambda: all(
+                checkpoint_offsets(store, app, src).get(p, -1) >= o for p, o in ends.items()
+            ),
             "checkpoint covering the input",
             timeout,
             both,
@@ -259,14 +276,35 @@ def summary(results: list[RunResult]) -> list[str]:
 @click.option("--runs", type=int, default=3, show_default=True)
 @click.option("--timeout", type=float, default=1200.0, show_default=True)
 @click.option("--workdir", type=click.Path(path_type=Path), default=None)
-def main(bootstrap: str | None, keys: int, runs: int, timeout: float, workdir: Path | None) -> None:
+@click.option(
+    "--store-mbit",
+    type=float,
+    default=0.0,
+    show_default=True,
+    help="0: a file store. Else an S3 store (S3Proxy) whose replies are limited to this "
+    "many Mbit/s (benchmarks/slowstore.py; needs root for tc).",
+)
+def main(
+    bootstrap: str | None,
+    keys: int,
+    runs: int,
+    timeout: float,
+    workdir: Path | None,
+    store_mbit: float,
+) -> None:
     wd = workdir or Path(tempfile.mkdtemp(prefix="kstream-standby-"))
     results: list[RunResult] = []
-    with kafka(bootstrap, wd) as (server, what):
-        print(f"broker: {what}; {keys:,} keys, {runs} run(s) each", flush=True)
+    with kafka(bootstrap, wd) as (server, what), contextlib.ExitStack() as stack:
+        slow = stack.enter_context(slow_s3(wd, store_mbit)) if store_mbit > 0 else None
+        where = (
+            f"S3Proxy at {slow.endpoint}, replies at {store_mbit:g} Mbit/s"
+            if slow
+            else "a file store"
+        )
+        print(f"broker: {what}; {where}; {keys:,} keys, {runs} run(s) each", flush=True)
         for i in range(runs):
             for replicas in (0, 1) if i % 2 == 0 else (1, 0):
-                r = run_once(server, keys, replicas, wd, timeout)
+                r = run_once(server, keys, replicas, wd, timeout, slow)
                 print(r, flush=True)
                 results.append(r)
     print("\n".join(summary(results)))
