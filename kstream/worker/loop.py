@@ -67,6 +67,11 @@ TRANSACTION_TIMEOUT_MS = 20_000
 #: leaves the group (-X max.poll.interval.ms=... to change it).
 MAX_POLL_INTERVAL_MS = 30 * 60 * 1000
 
+#: How often a worker heartbeats its group (at most; a quarter of the session when that
+#: is shorter): the others learn of a join or a leave at their next heartbeat, and every
+#: hand-over waits for the last of them (-X heartbeat.interval.ms=... to change it).
+REBALANCE_HEARTBEAT_MS = 300
+
 IDLE_WAIT_S = 0.005
 """How long an iteration waits for input when none is queued. Control messages and
 finished uploads are looked at between waits, so each step of a checkpoint (trigger,
@@ -115,7 +120,9 @@ def open_clients(
             subscribe=not checkpointed,
             extra={
                 "session.timeout.ms": int(settings.session_timeout_s * 1000),
-                "heartbeat.interval.ms": min(1000, int(settings.session_timeout_s * 250)),
+                "heartbeat.interval.ms": min(
+                    REBALANCE_HEARTBEAT_MS, int(settings.session_timeout_s * 250)
+                ),
                 # A restore does not poll the consumer (its partitions are paused, and a
                 # rebalance served in the middle of it would pull the tasks from under
                 # it): restoring 512 tasks took over librdkafka's 5 minutes on this
