@@ -11,8 +11,9 @@ again: a Kubernetes rolling restart), ``scale`` (2 -> 4 workers, then 4 -> 2 by
 SIGTERM), ``kill`` (kill -9 of one of 4 workers). A read_committed consumer notes when
 each stage-2 task's output advances (the output key gives its task); the pure
 definitions are in ``benchmarks/elastic_measure.py``. Each run's advances and steps are
-kept as ``timeline.json`` beside its workers' logs (``--workdir``). The output is checked exact against
-the windows computed from what was produced (0 lost, 0 duplicated).
+kept as ``timeline.json`` beside its workers' logs (``--workdir``). The output is
+checked exact against the windows computed from what was produced (0 lost, 0
+duplicated).
 
     python -m benchmarks.elastic [--scenario rolling|scale|kill ...] [--runs N]
 

@@ -47,19 +47,10 @@ UNSHAPE = ["tc", "qdisc", "del", "dev", DEVICE, "root"]
 
 @dataclass(frozen=True)
 class SlowStore:
-    endpoint: str
     options: dict[str, str]  # --store-option pairs (and open_store's options)
-    mbit: float
 
     def url(self, prefix: str) -> str:
         return f"s3://{DEFAULT_BUCKET}/{prefix}"
-
-    def argv(self, prefix: str) -> list[str]:
-        """A worker's ``--store`` and ``--store-option`` arguments."""
-        out = ["--store", self.url(prefix)]
-        for k, v in self.options.items():
-            out += ["--store-option", f"{k}={v}"]
-        return out
 
 
 @contextlib.contextmanager
@@ -72,19 +63,16 @@ def slow_s3(workdir: Path, mbit: float) -> Iterator[SlowStore]:
     if "noqueue" not in current.split("\n")[0]:
         raise RuntimeError(f"{DEVICE} already has a queueing discipline, not ours: {current}")
     with S3Proxy(workdir / "s3") as s3:
-        port = int(s3.endpoint.rsplit(":", 1)[1])
         try:
-            for cmd in shaping_commands(port, mbit):
+            for cmd in shaping_commands(s3.port, mbit):
                 subprocess.run(cmd, check=True, capture_output=True, text=True)
             yield SlowStore(
-                endpoint=s3.endpoint,
                 options={
                     "endpoint": s3.endpoint,
                     "access_key_id": s3.access_key,
                     "secret_access_key": s3.secret_key,
                     "region": "us-east-1",
-                },
-                mbit=mbit,
+                }
             )
         finally:
             subprocess.run(UNSHAPE, capture_output=True, text=True, check=False)

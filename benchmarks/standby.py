@@ -53,8 +53,6 @@ from benchmarks.recovery import (
 )
 from benchmarks.slowstore import SlowStore, slow_s3
 from benchmarks.verify import READ_BACK
-from kstream.checkpointstorage.base import CheckpointStore
-from kstream.checkpointstorage.file import FileStore
 from kstream.checkpointstorage.urls import open_store
 from kstream.kafka.clients import (
     TopicPartition,
@@ -139,11 +137,13 @@ def run_once(
     here.mkdir(parents=True)
     topology = here / "job.py"
     topology.write_text(TOPOLOGY.format(app=app, src=src, out=out))
-    store: CheckpointStore
-    if slow is None:
-        store, store_argv = FileStore(here / "store"), ["--store", f"file://{here / 'store'}"]
-    else:
-        store, store_argv = open_store(slow.url(app), slow.options), slow.argv(app)
+    url, options = (
+        (f"file://{here / 'store'}", {}) if slow is None else (slow.url(app), slow.options)
+    )
+    store = open_store(url, options)
+    store_argv = ["--store", url]
+    for k, v in options.items():
+        store_argv += ["--store-option", f"{k}={v}"]
 
     def argv(name: str) -> list[str]:
         return [sys.executable, "-c", "from kstream.cli import main; main()", "-v", "worker",
@@ -297,7 +297,7 @@ def main(
     with kafka(bootstrap, wd) as (server, what), contextlib.ExitStack() as stack:
         slow = stack.enter_context(slow_s3(wd, store_mbit)) if store_mbit > 0 else None
         where = (
-            f"S3Proxy at {slow.endpoint}, replies at {store_mbit:g} Mbit/s"
+            f"S3Proxy at {slow.options['endpoint']}, replies at {store_mbit:g} Mbit/s"
             if slow
             else "a file store"
         )

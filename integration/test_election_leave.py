@@ -53,7 +53,12 @@ class Candidate:
         while not self._stop.is_set():
             self.consumer.poll(0.1)
 
-    def leave(self) -> None:
+    @property
+    def stopped(self) -> bool:
+        return self._stop.is_set()
+
+    def stop(self) -> None:
+        """Stop polling and leave the group as a stopping candidate does."""
         self._stop.set()
         self._thread.join()
         leave(self.consumer)
@@ -80,8 +85,8 @@ def candidates(
     members = [Candidate(kafka_bootstrap, group, topic) for _ in range(3)]
     yield group, members
     for m in members:
-        if not m._stop.is_set():
-            m.leave()
+        if not m.stopped:
+            m.stop()
 
 
 def test_a_stopping_candidate_leaves_the_group_at_once_elected_or_not(
@@ -93,9 +98,9 @@ def test_a_stopping_candidate_leaves_the_group_at_once_elected_or_not(
     owner = next(m for m in members if m.owns)
     idle, last = (m for m in members if m is not owner)
 
-    idle.leave()  # holds no partition: close() alone would leave it in the group
+    idle.stop()  # holds no partition: close() alone would leave it in the group
     _wait(lambda: _members(kafka_admin, group) == 2, "the idle candidate gone")
 
-    owner.leave()
+    owner.stop()
     _wait(lambda: last.owns, "the last candidate elected")
     assert _members(kafka_admin, group) == 1
