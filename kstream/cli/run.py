@@ -20,7 +20,7 @@ from kstream.cli.startup import prepare_job, start_worker
 from kstream.dev.localbroker import BrokerRecord, LocalBroker, LocalBrokerError
 from kstream.hosting.embedded import run_embedded
 from kstream.hosting.signals import install_signal_handlers, worker_stop
-from kstream.hosting.tuning import tune_gc
+from kstream.hosting.tuning import raise_open_files_limit, tune_gc
 from kstream.worker.loop import Worker
 
 log = logging.getLogger(__name__)
@@ -47,6 +47,7 @@ def run(
     processes with the same app id: state and progress are in the checkpoint store.
     """
     signals = install_signal_handlers()  # first: a TERM during start-up exits cleanly
+    raise_open_files_limit()  # before any task opens its files
     job = prepare_job(
         topology,
         bootstrap,

@@ -21,7 +21,7 @@ from kstream.hosting.coordinator import EXIT_USAGE
 from kstream.hosting.election import ElectedCoordinator
 from kstream.hosting.signals import install_signal_handlers, worker_stop
 from kstream.hosting.startup import Coordination
-from kstream.hosting.tuning import tune_gc
+from kstream.hosting.tuning import raise_open_files_limit, tune_gc
 from kstream.worker.loop import Worker
 from kstream.worker.settings import PAUSE_RESUMED, PausePoint, WorkerSettings
 
@@ -100,13 +100,15 @@ def worker(
 ) -> None:
     """Run a job's tasks as one consumer-group worker.
 
-    Start any number of workers; partitions are spread over them, and any change
-    rolls the job back to the last completed checkpoint. With checkpointing on, one
+    Start any number of workers; partitions are spread over them. A worker that
+    starts or stops (SIGTERM) hands its tasks over at a checkpoint; a crash rolls the
+    job back to the last completed checkpoint. With checkpointing on, one
     of them hosts the coordinator (elected; another takes over within the session
     timeout when it dies) unless --coordinator external says a `kstream coordinator`
     runs. Exits 1 with the reason when the job fails.
     """
     signals = install_signal_handlers()  # first: a TERM during start-up exits cleanly
+    raise_open_files_limit()  # before any task opens its files
     job = prepare_job(topology, bootstrap, pop_job_options(kwargs), bounded=bounded)
     start_observability(job.config.app_id, "worker", metrics_port, metrics_host)
     pause = PausePoint(debug_pause_at) if debug_pause_at else None

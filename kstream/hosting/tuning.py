@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import gc
+import logging
+import resource
+
+log = logging.getLogger(__name__)
 
 
 def tune_gc() -> None:
@@ -21,3 +25,27 @@ def tune_gc() -> None:
     """
     gc.freeze()
     gc.set_threshold(100_000, 50, 50)
+
+
+def raise_open_files_limit() -> tuple[int, int]:
+    """Process-level: raise the soft limit of open files to the hard limit; returns
+    (soft before, soft now).
+
+    A worker holds a few descriptors per task (its RocksDB's files, its snapshot's),
+    over a thousand at 256 tasks (benchmarks/SCALING.md), past the soft limit of 1 024
+    that a login shell or a systemd service gets by default while the hard limit is far
+    higher; the JVM and Go's runtime raise it the same way. A hard limit below the soft
+    one cannot be, and an unlimited one is capped at 1 048 576 (``ulimit -n``'s usual
+    ceiling).
+    """
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    target = hard if hard != resource.RLIM_INFINITY else 1 << 20
+    if soft != resource.RLIM_INFINITY and soft < target:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+        except (ValueError, OSError) as e:  # e.g. a container's seccomp profile
+            log.warning("could not raise the open-files limit from %d to %d: %s", soft, target, e)
+            return soft, soft
+        log.debug("open-files limit raised from %d to %d", soft, target)
+        return soft, target
+    return soft, soft
