@@ -36,13 +36,14 @@ from kstream.protocol.messages import (
     decode,
     encode,
 )
-from kstream.protocol.worker import HOLD_MAX_S, REQUEST_EVERY_S
+from kstream.protocol.worker import HOLD_MAX_S, LEAVE_ANSWER_S, REQUEST_EVERY_S, WorkerProtocol
 from kstream.protocol.workerevents import (
     Assigned,
     CommitSinks,
     Exit,
     ReleaseTasks,
     RestoreTasks,
+    ResumeTasks,
     StopRequested,
     StopTasks,
     TriggerTasks,
@@ -609,16 +610,82 @@ def test_a_hand_over_restore_is_counted_as_a_handover_not_a_rebalance() -> None:
     assert restart_cause("consumer group generation changed 4 -> 5") == "rebalance"
 
 
-def test_a_stop_during_a_restore_of_its_tasks_exits_at_once() -> None:
-    """No task ran since the checkpoint being restored, so there is nothing to hand
-    over: leaving now, its change joins the restore in progress (the coordinator's
-    side is the next test). It used to wait for the Resume and a hold checkpoint of its
-    own: a second change, one more pause of every task."""
+def _stopped_during_restore() -> WorkerProtocol:
+    """A worker restoring task a (attempt 1, checkpoint 7), then told to stop at 1.0."""
     p = protocol(heartbeat_interval=100.0)
     p.handle(Assigned("m1", 3, ("a",), True), 0.0)
     p.handle(Restore(1, 7), 0.0)
+    assert p.handle(StopRequested(), 1.0) == [Send(CheckpointRequest("m1", 1, LEAVING))]
+    return p
+
+
+def test_a_stop_during_a_restore_leaves_once_the_coordinator_answers() -> None:
+    """No task ran since the checkpoint being restored: its change can join the restore
+    in progress. It asks first, because the coordinator may have resumed already: it
+    leaves when the coordinator answers that it read the request while restoring (the
+    coordinator's side is the next tests), not on another member's answer."""
+    p = _stopped_during_restore()
+    assert p.tick(2.0) == []  # waiting for the answer
+    assert p.handle(HandoverDeclined("m2", "leaving during the restore of attempt 1"), 2.0) == []
     why = "stopping: during the restore of checkpoint 7, nothing ran since it"
-    assert p.handle(StopRequested(), 1.0) == [Send(WorkerStopped("m1", 1, why)), Exit(0, why)]
+    answer = HandoverDeclined("m1", "leaving during the restore of attempt 1: the Resume waits")
+    assert p.handle(answer, 2.5) == [Send(WorkerStopped("m1", 1, why)), Exit(0, why)]
+
+
+def test_a_stop_during_a_restore_whose_resume_was_already_written_hands_over() -> None:
+    """The window this closes: the coordinator wrote the Resume (every task ready) before
+    it read the request. Leaving at once then rolled back every task that ran since the
+    Resume (re-processing, seen in a scale-in: benchmarks/ELASTIC.md). The Resume comes
+    first on the control topic: the worker runs its task and hands it over at a hold
+    checkpoint, as a running worker does."""
+    p = _stopped_during_restore()
+    assert p.handle(Resume(1, {"a": "m1"}), 1.2) == [ResumeTasks(frozenset({"a"}))]
+    assert p.tick(1.5) == [Send(CheckpointRequest("m1", 1, LEAVING))]  # a running leaver's
+    assert p.handle(TriggerCheckpoint(8, 1, 0, True), 2.0) == [TriggerTasks(8, 1, True)]
+    assert p.handle(CheckpointCompleted(8, 1), 2.5) == [CommitSinks(8)]
+    why = "stopping: the final checkpoint completed"
+    assert p.tick(2.6) == [Send(WorkerStopped("m1", 1, why)), Exit(0, why)]
+
+
+def test_a_stop_during_a_restore_asks_again_in_a_new_attempt_or_leaves_unanswered() -> None:
+    """A new restore meanwhile: it asks again for that attempt. A coordinator from before
+    this answer (or none) says nothing: it leaves after LEAVE_ANSWER_S, as it used to at
+    once."""
+    p = _stopped_during_restore()
+    p.handle(Restore(2, 8), 1.5)
+    assert p.tick(2.0) == [Send(CheckpointRequest("m1", 2, LEAVING))]
+    assert p.tick(2.0 + LEAVE_ANSWER_S - 0.1) == []
+    why = (
+        "stopping: during the restore of checkpoint 8, nothing ran since it (no answer from "
+        f"the coordinator within {LEAVE_ANSWER_S:g}s)"
+    )
+    assert p.tick(2.0 + LEAVE_ANSWER_S) == [Send(WorkerStopped("m1", 2, why)), Exit(0, why)]
+
+
+def test_a_leave_read_during_the_restore_is_answered_and_its_readies_never_count() -> None:
+    """The coordinator reads w1's leave while restoring: it tells w1 to leave now,
+    forgets the task w1 reported ready, and ignores w1's later readies (sent after a
+    rebalance, before w1 read the answer): the Resume names the group's next owner."""
+    h = restarted()
+    h.send(TaskFailed("a", "w1", 2, "boom"), 20.0)
+    assert h.tick(40.0) == [Send(Restore(3, None))]
+    assert h.send(TaskReady(3, "a", "w1", 4), 40.25) == []
+    why = "leaving during the restore of attempt 3: the Resume waits"
+    assert h.send(CheckpointRequest("w1", 3, LEAVING), 40.5) == [Send(HandoverDeclined("w1", why))]
+    assert h.send(TaskReady(3, "b", "w2", 4), 40.6) == []  # a: its owner leaves
+    assert h.send(TaskReady(3, "a", "w1", 4), 40.7) == []  # sent before it read the answer
+    h.send(TaskReady(3, "a", "w2", 5), 41.0)
+    resumed = h.send(TaskReady(3, "b", "w2", 5), 41.0)
+    assert messages(resumed) == [Resume(3, {"a": "w2", "b": "w2"})]
+
+
+def test_a_leave_read_after_the_resume_is_a_hand_over() -> None:
+    """The request was written before the Resume was read, but the coordinator resumed
+    first: the leaver runs now, so its request is a running worker's (a hold checkpoint),
+    and nobody is told to leave at once."""
+    h = restarted()
+    assert h.send(CheckpointRequest("w1", 2, LEAVING), 0.5) == []
+    assert h.tick(0.5) == [Send(TriggerCheckpoint(1, 2, 500, True))]
 
 
 def test_a_worker_stopped_during_the_restore_is_not_named_in_the_resume() -> None:

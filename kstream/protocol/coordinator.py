@@ -33,7 +33,7 @@ from kstream.protocol.commands import (
 from kstream.protocol.completionlog import CompletionLog
 from kstream.protocol.failover import FailoverController, JobPhase
 from kstream.protocol.failures import CheckpointFailureManager
-from kstream.protocol.handover import HANDOVER_REASONS, HEARD_WITHIN_S, JOINING, Handover
+from kstream.protocol.handover import HANDOVER_REASONS, HEARD_WITHIN_S, Handover
 from kstream.protocol.membership import Membership
 from kstream.protocol.messages import (
     REASSIGNED,
@@ -206,15 +206,8 @@ class CheckpointCoordinator(JobStopping):
                 return self._resumed(ready, now)
             case Heartbeat():
                 return self._on_heartbeat(msg, now)
-            case CheckpointRequest() if (
-                msg.reason == JOINING
-                and self.phase is JobPhase.RESTORING
-                and self.handover.joins_welcome
-            ):
-                # Nothing runs until the Resume: it may join now (the Resume waits for it).
-                self.failover.expect_joiner(msg.member, now)
-                why = f"joining during the restore of attempt {self.attempt}: the Resume waits"
-                return [Send(HandoverDeclined(msg.member, why))]
+            case CheckpointRequest() if self.phase is JobPhase.RESTORING:
+                return self._request_in_restore(msg, now)
             case CheckpointRequest():
                 if msg.attempt == self.attempt and self.phase is JobPhase.RUNNING:
                     log.info("checkpoint requested by %s: %s", msg.member, msg.reason)

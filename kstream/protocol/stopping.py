@@ -9,6 +9,11 @@
 * **By its workers**: once every owner of the running attempt stopped gracefully
   (``--stop-when-idle``, SIGTERM to all), the job is stopped: ``JobStopped`` says when
   and why, checkpoints in flight are aborted and nothing is triggered any more.
+* **Out of a restore**: a worker told to stop while the job restores asks to leave
+  (``CheckpointRequest(LEAVING)``). Read while still restoring, its readies are
+  forgotten and ignored from then on, and it is told to leave now (``HandoverDeclined``):
+  the Resume waits for the group's change. Read after the Resume (the worker had not
+  read it yet), the request is a running worker's: a hand-over checkpoint.
 * **Again**: a worker that did not stop heartbeating to a stopped job starts it again,
   every task restored from the latest checkpoint, as at a first start; and a job that
   restored resumes (``_resumed``).
@@ -23,9 +28,11 @@ from kstream.logs import ctx
 from kstream.protocol.causes import stopped_reason
 from kstream.protocol.commands import Command, Send
 from kstream.protocol.failover import FailoverController, JobPhase
-from kstream.protocol.handover import Handover
+from kstream.protocol.handover import JOINING, LEAVING, Handover
 from kstream.protocol.membership import Membership
 from kstream.protocol.messages import (
+    CheckpointRequest,
+    HandoverDeclined,
     Heartbeat,
     JobStopped,
     SavepointRequest,
@@ -92,6 +99,21 @@ class JobStopping:
         if not self.members.all_stopped(owners):
             return []  # the group rebalances; the others take its tasks over
         return self._stop(stopped_reason({m: self.members.stopped[m] for m in owners}), now)
+
+    def _request_in_restore(self, msg: CheckpointRequest, now: float) -> list[Command]:
+        """A hand-over asked for while the job restores (nothing runs until the Resume):
+        a joiner may join now when joins are welcome (the Resume waits for it); a
+        leaver of this restore leaves now, its readies forgotten (see the module)."""
+        if msg.reason == JOINING and self.handover.joins_welcome:
+            self.failover.expect_joiner(msg.member, now)
+            why = f"joining during the restore of attempt {self.attempt}: the Resume waits"
+            return [Send(HandoverDeclined(msg.member, why))]
+        if msg.reason == LEAVING and msg.attempt == self.attempt:
+            self.failover.leaving(msg.member)
+            log.info("worker %s leaves during the restore of attempt %d", msg.member, msg.attempt)
+            why = f"leaving during the restore of attempt {self.attempt}: the Resume waits"
+            return [Send(HandoverDeclined(msg.member, why))]
+        return []
 
     def _restart_stopped(self, hb: Heartbeat, now: float) -> list[Command]:
         """A stopped job starts again when a worker that did not stop heartbeats (one

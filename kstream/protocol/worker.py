@@ -51,6 +51,7 @@ from kstream.protocol.messages import (
     CheckpointAborted,
     CheckpointCompleted,
     CheckpointRequest,
+    HandoverDeclined,
     Heartbeat,
     JobFailed,
     JobStopped,
@@ -84,6 +85,10 @@ from kstream.protocol.workerevents import (
 log = logging.getLogger(__name__)
 
 REQUEST_EVERY_S = 1.0  # a checkpoint request is repeated this often until one is triggered
+# A worker told to stop during a restore asks the coordinator whether it may leave at
+# once; a coordinator that does not answer within this (one from before that answer,
+# or none) is not waited for longer: it leaves then, as it did at once before.
+LEAVE_ANSWER_S = 3.0
 # Tasks holding after a hand-over checkpoint that no restore, trigger or abort followed
 # for this long after its trigger or its completion (the coordinator gone with the
 # leaver, say) go on by themselves (the coordinator waits HOLD_TIMEOUT_S after it).
@@ -139,6 +144,7 @@ class WorkerProtocol:
         # asks for a checkpoint at once (OutputBuffered).
         self.awaiting_first_output = False
         self._next_request = 0.0
+        self._leave_asked: tuple[int, float] | None = None  # during a restore: attempt, when
         self._next_heartbeat = 0.0
         self._resumes = ResumeParts()  # a Resume written in parts, put together
 
@@ -237,6 +243,15 @@ class WorkerProtocol:
                 self.tasks = set(self.running)  # another member owns the rest: stay idle
                 self.awaiting_first_output = bool(self.running) and self.restore_point is not None
                 return [ResumeTasks(frozenset(self.running))]
+            case HandoverDeclined() if (
+                event.member == self.member and self.stopping and self.restoring
+            ):
+                # The coordinator read our leave during the restore: the Resume waits
+                # for the group's change and will not name us.
+                return self._exit(
+                    f"stopping: during the restore of checkpoint {self.restore_point}, "
+                    "nothing ran since it"
+                )
             case JobFailed():
                 return [Exit(1, f"job failed: {event.reason}")]
             case Assigned():
@@ -324,13 +339,7 @@ class WorkerProtocol:
         self.stopping_since = now
         self.awaiting_first_output = False
         if self.restoring and self.any_partitions:
-            # No task ran since the checkpoint being restored: leaving now, its change
-            # joins the restore in progress (the coordinator forgets its readies when
-            # it reads WorkerStopped, so the Resume waits for the group's change).
-            return self._exit(
-                f"stopping: during the restore of checkpoint {self.restore_point}, "
-                "nothing ran since it"
-            )
+            return self._leave_during_restore(now)
         if not self.running:
             return self._exit("stopping: nothing runs here, so nothing is left to commit")
         # Input is read only after the control messages of a loop iteration, so a
@@ -364,6 +373,8 @@ class WorkerProtocol:
                     self.drain_timeout_s,
                 )
                 return self._exit("stopping: no final checkpoint in time")
+            if self.restoring and self.any_partitions:
+                return self._leave_during_restore(now) + self._heartbeat(now)
             return self._request(now, LEAVING) + self._heartbeat(now)
         commands = self._heartbeat(now)
         if self.hold is not None and now - self.hold[1] >= HOLD_MAX_S:
@@ -374,6 +385,26 @@ class WorkerProtocol:
                 return commands + self._exit(f"no input for {idle:.1f}s and all output committed")
             commands += self._request(now, "idle")  # rather than wait for the interval
         return commands
+
+    def _leave_during_restore(self, now: float) -> list[WorkerCommand]:
+        """Told to stop during a restore: no task ran since the checkpoint restored, so
+        this worker's change can join the restore in progress. But the coordinator may
+        have written the Resume (every task ready) that this worker has not read yet:
+        leaving then would roll every task that ran since back. So it asks (LEAVING) and
+        leaves when the coordinator answers that it read the request while restoring
+        (``HandoverDeclined``: the Resume waits for the group's change); a Resume read
+        first makes it a running worker, which hands over at a hold checkpoint. Asked
+        again for a new attempt; left at once when no answer came within LEAVE_ANSWER_S."""
+        asked = self._leave_asked
+        if asked is None or asked[0] != self.attempt:
+            self._leave_asked = (self.attempt, now)
+            return [Send(CheckpointRequest(self.member, self.attempt, LEAVING))]
+        if now - asked[1] < LEAVE_ANSWER_S:
+            return []
+        return self._exit(
+            f"stopping: during the restore of checkpoint {self.restore_point}, nothing ran "
+            f"since it (no answer from the coordinator within {LEAVE_ANSWER_S:g}s)"
+        )
 
     def _exit(self, reason: str) -> list[WorkerCommand]:
         """Exit 0, telling the coordinator first: a stopped worker is not a lost one, and
