@@ -632,6 +632,19 @@ def test_a_stop_during_a_restore_leaves_once_the_coordinator_answers() -> None:
     assert p.handle(answer, 2.5) == [Send(WorkerStopped("m1", 1, why)), Exit(0, why)]
 
 
+def test_a_stop_during_a_restore_waits_for_the_answer_after_a_completed_checkpoint_too() -> None:
+    """Its last checkpoint before the restore completed after its last input (drained):
+    still the restore's question first, not "the final checkpoint completed" at once
+    (seen in a scale-in run: the answer was not waited for)."""
+    p = running(protocol(heartbeat_interval=100.0), now=0.0)
+    p.handle(TriggerCheckpoint(4, 1, 0, True), 1.0)
+    p.handle(CheckpointCompleted(4, 1), 1.5)
+    assert p.drained
+    p.handle(Restore(2, 4), 2.0)
+    assert p.handle(StopRequested(), 2.5) == [Send(CheckpointRequest("m1", 2, LEAVING))]
+    assert p.tick(2.6) == []
+
+
 def test_a_stop_during_a_restore_whose_resume_was_already_written_hands_over() -> None:
     """The window this closes: the coordinator wrote the Resume (every task ready) before
     it read the request. Leaving at once then rolled back every task that ran since the

@@ -354,6 +354,8 @@ class WorkerProtocol:
     def tick(self, now: float) -> list[WorkerCommand]:
         """Heartbeats, and the checkpoint requests and stops of draining and idleness."""
         if self.stopping_since is not None:
+            if self.restoring and self.any_partitions:  # (drained or not: nothing ran)
+                return self._leave_during_restore(now) + self._heartbeat(now)
             if self.drained:
                 return self._exit("stopping: the final checkpoint completed")
             held = self.held_at_completed
@@ -373,8 +375,6 @@ class WorkerProtocol:
                     self.drain_timeout_s,
                 )
                 return self._exit("stopping: no final checkpoint in time")
-            if self.restoring and self.any_partitions:
-                return self._leave_during_restore(now) + self._heartbeat(now)
             return self._request(now, LEAVING) + self._heartbeat(now)
         commands = self._heartbeat(now)
         if self.hold is not None and now - self.hold[1] >= HOLD_MAX_S:
