@@ -681,6 +681,7 @@ def test_a_leave_read_during_the_restore_is_answered_and_its_readies_never_count
     rebalance, before w1 read the answer): the Resume names the group's next owner."""
     h = restarted()
     h.send(TaskFailed("a", "w1", 2, "boom"), 20.0)
+    beat(h, 39.9)  # both workers alive
     assert h.tick(40.0) == [Send(Restore(3, None))]
     assert h.send(TaskReady(3, "a", "w1", 4), 40.25) == []
     why = "leaving during the restore of attempt 3: the Resume waits"
@@ -690,6 +691,43 @@ def test_a_leave_read_during_the_restore_is_answered_and_its_readies_never_count
     h.send(TaskReady(3, "a", "w2", 5), 41.0)
     resumed = h.send(TaskReady(3, "b", "w2", 5), 41.0)
     assert messages(resumed) == [Resume(3, {"a": "w2", "b": "w2"})]
+
+
+def test_every_worker_leaving_during_a_restore_stops_the_job() -> None:
+    """SIGTERM to every worker mid-restore (a deployment deleted): once the last worker
+    heard from leaves, the job is stopped (``kstream status`` said "restoring" for
+    good); a leaver's late heartbeat does not start it again, a new worker does."""
+    h = restarted()
+    h.send(TaskFailed("a", "w1", 2, "boom"), 20.0)
+    beat(h, 39.9)  # both workers alive
+    assert h.tick(40.0) == [Send(Restore(3, None))]
+    h.send(TaskReady(3, "a", "w1", 4), 40.25)
+    leaving = "leaving during the restore of attempt 3"
+    first = h.send(CheckpointRequest("w1", 3, LEAVING), 40.5)
+    assert messages(first) == [HandoverDeclined("w1", f"{leaving}: the Resume waits")]
+    beat(h, 40.6)  # both still heartbeat: w1 is not live again
+    last = messages(h.send(CheckpointRequest("w2", 3, LEAVING), 40.7))
+    assert last == [
+        HandoverDeclined("w2", f"{leaving}: the Resume waits"),
+        JobStopped(3, "every worker stopped during the restore of attempt 3"),
+    ]
+    assert h.c.phase is JobPhase.STOPPED
+    assert h.send(Heartbeat("w1", (), 5), 41.0) == []  # sent before it left
+    assert h.send(Heartbeat("w3", (), 6), 60.0) == []
+    assert h.tick(60.0) == [Send(Restore(4, None))]  # a new worker starts it again
+
+
+def test_workers_that_exit_during_a_restore_without_asking_stop_the_job_too() -> None:
+    """A worker that held no partition when told to stop (the group mid-rebalance), or
+    one from before the leave request, exits with WorkerStopped alone: the last such
+    one stops the job as well."""
+    h = restarted()
+    h.send(TaskFailed("a", "w1", 2, "boom"), 20.0)
+    beat(h, 39.9)
+    assert h.tick(40.0) == [Send(Restore(3, None))]
+    assert h.send(WorkerStopped("w1", 3, "stopping: nothing runs here"), 40.5) == []
+    last = h.send(WorkerStopped("w2", 3, "stopping: nothing runs here"), 40.6)
+    assert messages(last) == [JobStopped(3, "every worker stopped during the restore of attempt 3")]
 
 
 def test_a_leave_read_after_the_resume_is_a_hand_over() -> None:
@@ -706,6 +744,7 @@ def test_a_worker_stopped_during_the_restore_is_not_named_in_the_resume() -> Non
     resumes once the task's next owner (the group's change) reports it ready."""
     h = restarted()
     h.send(TaskFailed("a", "w1", 2, "boom"), 20.0)
+    beat(h, 39.9)  # both workers alive
     assert h.tick(40.0) == [Send(Restore(3, None))]
     assert h.send(TaskReady(3, "a", "w1", 4), 40.25) == []
     assert h.send(WorkerStopped("w1", 3, "stopping: during the restore"), 40.5) == []

@@ -54,6 +54,11 @@ class Membership:
         self.seen.pop(member, None)
         self.stopped[member] = reason
 
+    def live(self) -> set[str]:
+        """Members heard from (or expected) that did not stop (a stopped one's late
+        heartbeat makes it heard again, not live)."""
+        return self.seen.keys() - self.stopped.keys()
+
     def all_stopped(self, members: set[str]) -> bool:
         return members <= self.stopped.keys()
 

@@ -93,6 +93,7 @@ class JobStopping:
             # It left during the restore (nothing ran since the restored checkpoint):
             # its readies die with it, so the Resume names only live owners.
             self.failover.forget_readies(msg.member)
+            return self._none_left(f"the restore of attempt {self.attempt}", now)
         owners = set(self.failover.by_member())
         if self.phase is not JobPhase.RUNNING or msg.attempt != self.attempt or not owners:
             return []
@@ -110,10 +111,22 @@ class JobStopping:
             return [Send(HandoverDeclined(msg.member, why))]
         if msg.reason == LEAVING and msg.attempt == self.attempt:
             self.failover.leaving(msg.member)
+            leaving = f"leaving during the restore of attempt {self.attempt}"
+            self.members.stop(msg.member, leaving)  # (its heartbeats start no stopped job)
             log.info("worker %s leaves during the restore of attempt %d", msg.member, msg.attempt)
-            why = f"leaving during the restore of attempt {self.attempt}: the Resume waits"
-            return [Send(HandoverDeclined(msg.member, why))]
+            answer: list[Command] = [
+                Send(HandoverDeclined(msg.member, f"{leaving}: the Resume waits"))
+            ]
+            return answer + self._none_left(f"the restore of attempt {self.attempt}", now)
         return []
+
+    def _none_left(self, during: str, now: float) -> list[Command]:
+        """Every worker heard from stopped or leaves during a restore (SIGTERM to all: a
+        deployment deleted mid-restore): the job is stopped, so `kstream status` says so
+        rather than "restoring" for good (a worker heard from later starts it again)."""
+        if self.members.live():
+            return []
+        return self._stop(f"every worker stopped during {during}", now)
 
     def _restart_stopped(self, hb: Heartbeat, now: float) -> list[Command]:
         """A stopped job starts again when a worker that did not stop heartbeats (one
