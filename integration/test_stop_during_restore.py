@@ -54,12 +54,9 @@ def test_every_worker_stopped_during_a_restore_leaves_at_once_and_the_job_is_sto
     coordinator = CliJob(
         [*CLI, "-v", "coordinator", *job, "--heartbeat-timeout", "3"], tmp_path / "coord.log"
     )
+    worker = [*CLI, "-v", "worker", *job, "--coordinator", "external", "--session-timeout", "60"]
     workers = [
-        CliJob(
-            [*CLI, "-v", "worker", *job, "--state-dir", str(tmp_path / f"state-{i}"),
-             "--coordinator", "external", "--session-timeout", "60"],
-            tmp_path / f"w{i}.log",
-        )  # fmt: skip
+        CliJob([*worker, "--state-dir", str(tmp_path / f"state-{i}")], tmp_path / f"w{i}.log")
         for i in range(WORKERS)
     ]
     try:
