@@ -717,6 +717,22 @@ def test_every_worker_leaving_during_a_restore_stops_the_job() -> None:
     assert h.tick(60.0) == [Send(Restore(4, None))]  # a new worker starts it again
 
 
+def test_a_coordinator_that_just_started_does_not_stop_the_job_for_a_leave() -> None:
+    """Up for less than HEARD_WITHIN_S, it may not have heard the other workers yet: a
+    leave during its first restore stops nothing; later, with no one heard, it does."""
+    h = Harness(history=R1)
+    h.start(0.0)
+    h.send(TaskFailed("a", "w1", 1, "boom"), 0.5)
+    assert h.tick(0.5) == [Send(Restore(2, None))]
+    why = "leaving during the restore of attempt 2: the Resume waits"
+    assert messages(h.send(CheckpointRequest("w1", 2, LEAVING), 1.0)) == [
+        HandoverDeclined("w1", why)
+    ]
+    assert messages(h.send(WorkerStopped("w2", 2, "stopping"), HEARD_WITHIN_S)) == [
+        JobStopped(2, "every worker stopped during the restore of attempt 2")
+    ]
+
+
 def test_workers_that_exit_during_a_restore_without_asking_stop_the_job_too() -> None:
     """A worker that held no partition when told to stop (the group mid-rebalance), or
     one from before the leave request, exits with WorkerStopped alone: the last such

@@ -28,7 +28,7 @@ from kstream.logs import ctx
 from kstream.protocol.causes import stopped_reason
 from kstream.protocol.commands import Command, Send
 from kstream.protocol.failover import FailoverController, JobPhase
-from kstream.protocol.handover import JOINING, LEAVING, Handover
+from kstream.protocol.handover import HEARD_WITHIN_S, JOINING, LEAVING, Handover
 from kstream.protocol.membership import Membership
 from kstream.protocol.messages import (
     CheckpointRequest,
@@ -58,6 +58,7 @@ class JobStopping:
     savepoints: SavepointRequests
     handover: Handover
     _next_id: int
+    _started: float
 
     @property
     def phase(self) -> JobPhase:
@@ -123,8 +124,9 @@ class JobStopping:
     def _none_left(self, during: str, now: float) -> list[Command]:
         """Every worker heard from stopped or leaves during a restore (SIGTERM to all: a
         deployment deleted mid-restore): the job is stopped, so `kstream status` says so
-        rather than "restoring" for good (a worker heard from later starts it again)."""
-        if self.members.live():
+        rather than "restoring" for good (a worker heard from later starts it again). A
+        coordinator up for less than HEARD_WITHIN_S may not have heard the others yet."""
+        if self.members.live() or now - self._started < HEARD_WITHIN_S:
             return []
         return self._stop(f"every worker stopped during {during}", now)
 
