@@ -43,12 +43,12 @@ topology = Topology("keyedcount")
 
 
 def keyed_count_job(
-    bootstrap: str, unique_name: Callable[[str], str], tmp: Path
+    bootstrap: str, unique_name: Callable[[str], str], tmp: Path, partitions: int = 2
 ) -> tuple[str, str, str, Path]:
     """``(source, sink, app id, topology file)`` of a fresh :data:`KEYED_COUNT` job, its
-    topics created with 2 partitions each."""
+    source topic created with ``partitions`` partitions, its sink with 2."""
     src, out, app = unique_name("users"), unique_name("counts"), unique_name("app")
-    ensure_topics(make_admin(bootstrap), [TopicSpec(src, 2), TopicSpec(out, 2)])
+    ensure_topics(make_admin(bootstrap), [TopicSpec(src, partitions), TopicSpec(out, 2)])
     topology = tmp / "keyedcount.py"
     topology.write_text(KEYED_COUNT.format(src=src, out=out))
     return src, out, app, topology

@@ -21,9 +21,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from integration.cli_job import CLI, KEYED_COUNT, CliJob
+from integration.cli_job import CLI, CliJob, keyed_count_job
 from integration.e2e.harness import REPO
-from kstream.kafka.clients import TopicSpec, ensure_topics, make_admin
 
 WORKERS = 3
 
@@ -31,10 +30,7 @@ WORKERS = 3
 def test_every_worker_stopped_during_a_restore_leaves_at_once_and_the_job_is_stopped(
     kafka_bootstrap: str, unique_name: Callable[[str], str], tmp_path: Path
 ) -> None:
-    src, out, app = unique_name("users"), unique_name("counts"), unique_name("app")
-    ensure_topics(make_admin(kafka_bootstrap), [TopicSpec(src, WORKERS), TopicSpec(out, 2)])
-    topology = tmp_path / "keyedcount.py"
-    topology.write_text(KEYED_COUNT.format(src=src, out=out))
+    _src, _out, app, topology = keyed_count_job(kafka_bootstrap, unique_name, tmp_path, WORKERS)
     store = f"file://{tmp_path}/store"
     job = [str(topology), "--bootstrap", kafka_bootstrap, "--app-id", app, "--store", store,
            "--interval", "1"]  # fmt: skip
