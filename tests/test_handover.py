@@ -675,6 +675,24 @@ def test_a_stop_during_a_restore_asks_again_in_a_new_attempt_or_leaves_unanswere
     assert p.tick(2.0 + LEAVE_ANSWER_S) == [Send(WorkerStopped("m1", 2, why)), Exit(0, why)]
 
 
+def test_a_stop_during_restores_that_keep_coming_ends_at_the_drain_timeout() -> None:
+    """Each new attempt asks again (and waits LEAVE_ANSWER_S for its answer), but not
+    past the drain timeout: a restore loop does not keep a stopping worker for good."""
+    p = protocol(heartbeat_interval=100.0, drain_timeout_s=10.0)
+    p.handle(Assigned("m1", 3, ("a",), True), 0.0)
+    p.handle(Restore(1, 7), 0.0)
+    p.handle(StopRequested(), 1.0)
+    for attempt, t in [(2, 3.0), (3, 6.0), (4, 9.0)]:
+        p.handle(Restore(attempt, 7), t)
+        assert p.tick(t) == [Send(CheckpointRequest("m1", attempt, LEAVING))]
+    p.handle(Restore(5, 7), 11.0)  # past the drain timeout: no more asking
+    why = (
+        "stopping: during the restore of checkpoint 7, nothing ran since it (no answer from "
+        f"the coordinator within {LEAVE_ANSWER_S:g}s)"
+    )
+    assert p.tick(11.0) == [Send(WorkerStopped("m1", 5, why)), Exit(0, why)]
+
+
 def test_a_leave_read_during_the_restore_is_answered_and_its_readies_never_count() -> None:
     """The coordinator reads w1's leave while restoring: it tells w1 to leave now,
     forgets the task w1 reported ready, and ignores w1's later readies (sent after a

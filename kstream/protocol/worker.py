@@ -394,12 +394,14 @@ class WorkerProtocol:
         leaves when the coordinator answers that it read the request while restoring
         (``HandoverDeclined``: the Resume waits for the group's change); a Resume read
         first makes it a running worker, which hands over at a hold checkpoint. Asked
-        again for a new attempt; left at once when no answer came within LEAVE_ANSWER_S."""
+        again for a new attempt; left when no answer came within LEAVE_ANSWER_S, or
+        restores kept coming for the whole drain timeout."""
         asked = self._leave_asked
-        if asked is None or asked[0] != self.attempt:
+        waited = now - (self.stopping_since or now)
+        if (asked is None or asked[0] != self.attempt) and waited < self.drain_timeout_s:
             self._leave_asked = (self.attempt, now)
             return [Send(CheckpointRequest(self.member, self.attempt, LEAVING))]
-        if now - asked[1] < LEAVE_ANSWER_S:
+        if asked is not None and asked[0] == self.attempt and now - asked[1] < LEAVE_ANSWER_S:
             return []
         return self._exit(
             f"stopping: during the restore of checkpoint {self.restore_point}, nothing ran "
