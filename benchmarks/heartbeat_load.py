@@ -81,7 +81,8 @@ def measure(
     broker: LocalBroker, members: int, processes: int, heartbeat_ms: int | None, window: float
 ) -> tuple[float, int]:
     """Broker CPU % of one core over ``window`` s with ``members`` heartbeating every
-    ``heartbeat_ms`` (None: no group); how many rebalances were seen in the window."""
+    ``heartbeat_ms`` (None: no group); how many assignments the members reported in the
+    window (a rebalance gives one per member: 0 when the group stayed stable)."""
     procs: list[subprocess.Popen[bytes]] = []
     if heartbeat_ms is not None:
         group, topic = f"hb-{uuid.uuid4().hex[:8]}", "hb.topic"
@@ -105,14 +106,14 @@ def measure(
                 seen, last = seen + got, time.monotonic()
         before = broker_cpu_s(broker.pid or 0)
         t0 = time.monotonic()
-        rebalances = 0
+        assignments = 0
         while time.monotonic() - t0 < window:
             if not outs:
                 time.sleep(0.5)  # (no group: the broker idle)
                 continue
-            rebalances += _assignments(outs)
+            assignments += _assignments(outs)
         cpu = broker_cpu_s(broker.pid or 0) - before
-        return 100 * cpu / (time.monotonic() - t0), rebalances
+        return 100 * cpu / (time.monotonic() - t0), assignments
     finally:
         for p in procs:
             assert p.stdin is not None
@@ -145,12 +146,12 @@ def _rounds(
         cpu: dict[int | None, list[float]] = {None: [], **{ms: [] for ms in INTERVALS_MS}}
         for r in range(-1, rounds):  # round 0: the broker's JIT warms up, not counted
             for ms in (None, *INTERVALS_MS):
-                pct, rebalances = measure(broker, members, processes, ms, window)
+                pct, assignments = measure(broker, members, processes, ms, window)
                 if r >= 0:
                     cpu[ms].append(pct)
                 name = "no group" if ms is None else f"{ms} ms"
                 click.echo(f"round {r + 1}{' (warm-up)' if r < 0 else ''}, {name}: broker {pct:.2f} % of a core"
-                           f"{f', {rebalances} rebalances in the window' if rebalances else ''}")  # fmt: skip
+                           f"{f', {assignments} assignments in the window' if assignments else ''}")  # fmt: skip
     return cpu
 
 

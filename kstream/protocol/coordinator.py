@@ -202,6 +202,8 @@ class CheckpointCoordinator(JobStopping):
             case TaskReady() | TasksReady() | Heartbeat() if self.plan and msg.plan != self.plan:
                 return self._refuse_plan(msg.member, msg.plan)
             case TaskReady() | TasksReady():
+                if msg.member in self.members.stopped:
+                    return []  # it stopped, or leaves during this restore (stopping.py)
                 ready = [cmd for one in each_ready(msg) for cmd in self.failover.on_ready(one)]
                 return self._resumed(ready, now)
             case Heartbeat():

@@ -67,9 +67,6 @@ class FailoverController:
         # Members that join during the restore (docs/design.md §6.6) -> until when the
         # Resume waits for them to be in the group's newest generation.
         self._joiners: dict[str, float] = {}
-        # Members that said they leave during a restore: named owner by no later Resume
-        # (member ids are per process, so this grows by one per such leave).
-        self._leavers: set[str] = set()
         self._restarts: deque[float] = deque()
         self._restore_at = 0.0
         self._backoff = 0.0  # exponential delay: the wait before the latest restart
@@ -242,8 +239,8 @@ class FailoverController:
         ):
             return []
         self.observe_generation(msg.generation)
-        if msg.generation < self.generation or msg.member in self._leavers:
-            return []  # stale: that member's assignment has been superseded, or it leaves
+        if msg.generation < self.generation:
+            return []  # stale: that member's assignment has been superseded
         self._ready[msg.task_id] = (msg.member, msg.generation)
         return self._resume_if_ready()
 
@@ -287,13 +284,6 @@ class FailoverController:
         """``member`` stopped during the restore: the tasks it reported ready wait for
         their next owner (the group's change its leave brings), not for it."""
         self._ready = {t: r for t, r in self._ready.items() if r[0] != member}
-
-    def leaving(self, member: str) -> None:
-        """``member`` said it leaves during the restore: its readies are forgotten, and
-        any it sends later (a rebalance before it read the answer) ignored, so no Resume
-        names it an owner."""
-        self.forget_readies(member)
-        self._leavers.add(member)
 
     def held_by(self, member: str) -> list[str]:
         """Tasks ``member`` holds in the current attempt: owned while running, or

@@ -111,9 +111,12 @@ class JobStopping:
             why = f"joining during the restore of attempt {self.attempt}: the Resume waits"
             return [Send(HandoverDeclined(msg.member, why))]
         if msg.reason == LEAVING and msg.attempt == self.attempt:
-            self.failover.leaving(msg.member)
+            # Its readies are forgotten, and any it sends later (a rebalance before it
+            # read the answer) are ignored as a stopped member's: no Resume names it, and
+            # its last heartbeats start no stopped job.
+            self.failover.forget_readies(msg.member)
             leaving = f"leaving during the restore of attempt {self.attempt}"
-            self.members.stop(msg.member, leaving)  # (its heartbeats start no stopped job)
+            self.members.stop(msg.member, leaving)
             log.info("worker %s leaves during the restore of attempt %d", msg.member, msg.attempt)
             answer: list[Command] = [
                 Send(HandoverDeclined(msg.member, f"{leaving}: the Resume waits"))

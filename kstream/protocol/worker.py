@@ -248,10 +248,7 @@ class WorkerProtocol:
             ):
                 # The coordinator read our leave during the restore: the Resume waits
                 # for the group's change and will not name us.
-                return self._exit(
-                    f"stopping: during the restore of checkpoint {self.restore_point}, "
-                    "nothing ran since it"
-                )
+                return self._exit_from_restore("")
             case JobFailed():
                 return [Exit(1, f"job failed: {event.reason}")]
             case Assigned():
@@ -403,9 +400,14 @@ class WorkerProtocol:
             return [Send(CheckpointRequest(self.member, self.attempt, LEAVING))]
         if asked is not None and asked[0] == self.attempt and now - asked[1] < LEAVE_ANSWER_S:
             return []
+        return self._exit_from_restore(
+            f" (no answer from the coordinator within {LEAVE_ANSWER_S:g}s)"
+        )
+
+    def _exit_from_restore(self, note: str) -> list[WorkerCommand]:
         return self._exit(
             f"stopping: during the restore of checkpoint {self.restore_point}, nothing ran "
-            f"since it (no answer from the coordinator within {LEAVE_ANSWER_S:g}s)"
+            f"since it{note}"
         )
 
     def _exit(self, reason: str) -> list[WorkerCommand]:
