@@ -57,6 +57,7 @@ class Harness:
         fail_metadata: bool = False,
         restart: RestartStrategy | None = None,
         heartbeat_timeout: float = 10.0,
+        description: dict[str, Any] | None = None,
         **checkpointing: Any,
     ) -> None:
         self.store = store
@@ -78,6 +79,7 @@ class Harness:
             or RestartStrategy(max_restarts=3, window=100.0, delay=0.5, restore_timeout=4.0),
             heartbeat_timeout=heartbeat_timeout,
             recovered=rec,
+            description=description,
         )
         self.fail_metadata = fail_metadata
         self.executed: list[Command] = []

@@ -282,6 +282,22 @@ def test_a_group_change_while_holding_keeps_the_held_tasks_for_the_restore() -> 
     assert q.handle(Assigned("m1", 4, ("t0",), True), 3.0)[0] == StopTasks(keep_held=False)
 
 
+def test_a_restore_read_between_revocation_and_assignment_keeps_the_held_tasks() -> None:
+    """An eager rebalance revokes everything, then assigns in a later poll: a Restore
+    read in between (no partitions yet) keeps the tasks that hold for the restore the
+    assignment brings, which carries on those held at its checkpoint. Seen in a kill -9
+    of a job without a shuffle (integration/test_crash_carry.py): they were stopped
+    and restored from the store, the same state, but opened anew."""
+    p = running(protocol())
+    p.handle(TriggerCheckpoint(4, 1, 0, True), 2.0)
+    assert p.handle(Assigned("m1", 4, (), False), 3.0)[0] == StopTasks(keep_held=True)
+    assert p.handle(Restore(2, 4), 3.1) == [StopTasks(keep_held=True)]
+    assert p.handle(Assigned("m1", 5, ("t0",), True), 3.2)[0] == RestoreTasks(2, 4)
+    q = running(protocol())  # (no hold: every task stops, as before)
+    q.handle(Assigned("m1", 4, (), False), 3.0)
+    assert q.handle(Restore(2, 4), 3.1) == [StopTasks(keep_held=False)]
+
+
 def test_a_restore_ends_the_hold_without_a_release() -> None:
     p = running(protocol())
     p.handle(TriggerCheckpoint(4, 1, 0, True), 2.0)

@@ -31,6 +31,7 @@ from kstream.checkpointstorage.layout import (
     index_path,
     metadata_id,
     metadata_path,
+    numbered_manifest,
 )
 
 log = logging.getLogger(__name__)
@@ -259,6 +260,15 @@ def unbacked_completion(
     by a process running ``plan`` (a fingerprint; '': any) — None when it does: the
     checkpoint's metadata is there, of that attempt and plan (docs/design.md §12: the control
     topic carries no authority, the store does)."""
+    backing = completion_backing(store, app_id, checkpoint_id, attempt, plan)
+    return backing if isinstance(backing, str) else None
+
+
+def completion_backing(
+    store: CheckpointStore, app_id: str, checkpoint_id: int, attempt: int, plan: str
+) -> CheckpointMetadata | str:
+    """The metadata backing ``CheckpointCompleted(checkpoint_id, attempt)``, or why there
+    is none (``unbacked_completion``)."""
     try:
         meta = read_metadata(store, app_id, checkpoint_id)
     except MetadataError as e:
@@ -267,7 +277,19 @@ def unbacked_completion(
         return f"its metadata is of attempt {meta.attempt}, the message says {attempt}"
     if meta.plan is not None and plan and meta.plan != plan:
         return f"it was taken with plan {meta.plan}, ours is {plan}"
-    return None
+    return meta
+
+
+def carried_tasks(meta: CheckpointMetadata) -> frozenset[str]:
+    """The tasks of ``meta`` whose snapshot is of another checkpoint: carried at an older
+    snapshot while their worker was silent (kstream.protocol.carrying). Their output is
+    not this checkpoint's to publish."""
+    own = meta.checkpoint_id
+    return frozenset(
+        task
+        for task, snapshot in meta.tasks.items()
+        if (n := numbered_manifest(snapshot.handle)) is not None and n[1] != own
+    )
 
 
 def completed_ids(store: CheckpointStore, app_id: str) -> list[int]:

@@ -20,6 +20,7 @@ from kstream.logs import ctx
 from kstream.names import member_client_id
 from kstream.protocol.alignment import GlobalWatermarks
 from kstream.protocol.batching import each_ready
+from kstream.protocol.carrying import Carried, CrashCarrying, isolated_tasks
 from kstream.protocol.commands import (
     ApplyRetention,
     CleanupCheckpoint,
@@ -65,7 +66,7 @@ from kstream.protocol.triggers import TriggerSchedule
 log = logging.getLogger(__name__)
 
 
-class CheckpointCoordinator(JobStopping):
+class CheckpointCoordinator(JobStopping, CrashCarrying):
     """Triggers checkpoints for ``expected_tasks`` and commits those every task acknowledged.
 
     Guarantees: a checkpoint is announced complete only after its metadata was
@@ -125,6 +126,9 @@ class CheckpointCoordinator(JobStopping):
         self.watermarks = GlobalWatermarks(timeout=heartbeat_timeout)
         # A worker leaving or joining: a hold checkpoint first (kstream.protocol.handover).
         self.handover = Handover()
+        # A silent worker's tasks carried at their last snapshot (kstream.protocol.carrying).
+        self.isolated = isolated_tasks(description)
+        self.carried = Carried()
 
     # -- state ---------------------------------------------------------------------------
 
@@ -246,6 +250,7 @@ class CheckpointCoordinator(JobStopping):
             if now - p.trigger_time >= self.config.timeout and self.phase is not JobPhase.FAILED:
                 reason = p.timeout_reason(self.config.timeout, ran)
                 cmds += self._abort(p, reason, now, counts=True)
+        cmds += self._carry_silent(now)  # (before they are lost: kstream.protocol.carrying)
         # 2. Workers whose heartbeats stopped are lost: the tasks they own must move
         #    (a silent member that owns nothing in this attempt — a predecessor of a
         #    restarted worker — is forgotten without a restore).
@@ -341,6 +346,7 @@ class CheckpointCoordinator(JobStopping):
     def _trigger(self, now: float) -> Send:
         n, self._next_id = self._next_id, self._next_id + 1
         self.pending[n] = PendingCheckpoint(n, self.attempt, now, self.expected)
+        self.carried.fill(self.pending[n])
         self.triggers.triggered(now)
         hold = self.handover.take(n)
         if hold:
@@ -367,8 +373,9 @@ class CheckpointCoordinator(JobStopping):
             self.ignored_messages += 1
             if outcome is AckOutcome.UNEXPECTED_TASK:
                 log.warning("ack from task %r which is not in the plan; ignored", task_id)
-        if not p.is_complete:
-            return []
+        return self._complete(p, now) if p.is_complete else []
+
+    def _complete(self, p: PendingCheckpoint, now: float) -> list[Command]:
         # Every task acknowledged: the metadata is written first; the announcement
         # follows only once the adapter confirms the write (metadata_written).
         del self.pending[p.checkpoint_id]
@@ -431,6 +438,9 @@ class CheckpointCoordinator(JobStopping):
             return self._resumed(self.failover.joiner_heard(joiner, hb.generation), now)
         if self.phase is not JobPhase.RUNNING:
             return []
+        again = self._carried_heard(hb.member, now)
+        if again is not None:
+            return again
         moved = self.members.moved(hb, previous, self.failover.by_member(), self.attempt, now)
         if moved is None:
             return []
@@ -442,6 +452,7 @@ class CheckpointCoordinator(JobStopping):
 
         ``normal``: an expected event (a worker rejoining), logged as such, not as a fault.
         """
+        self.carried.clear()  # (every task restores)
         if self.phase in (JobPhase.SUSPENDED, JobPhase.FAILED):
             return []
         if self.handover.holding:

@@ -25,6 +25,7 @@ import logging
 from typing import TYPE_CHECKING
 
 from kstream.logs import ctx
+from kstream.protocol.carrying import Carried
 from kstream.protocol.causes import stopped_reason
 from kstream.protocol.commands import Command, Send
 from kstream.protocol.failover import FailoverController, JobPhase
@@ -57,6 +58,7 @@ class JobStopping:
     members: Membership
     savepoints: SavepointRequests
     handover: Handover
+    carried: Carried
     _next_id: int
     _started: float
 
@@ -82,6 +84,7 @@ class JobStopping:
         self.failover.stopped()
         self.triggers.drop_request()
         self.handover.clear()  # a start again is not the change a hold prepared
+        self.carried.clear()
         log.info("job stopped in attempt %d: %s", self.attempt, reason)
         return [*cmds, Send(JobStopped(self.attempt, reason))]
 

@@ -225,7 +225,7 @@ class WorkerProtocol:
                     event.checkpoint_id,
                     True,
                 )
-                self.hold = None  # every task is restored
+                held, self.hold = self.hold is not None, None  # every task is restored
                 log.info(
                     "restore: attempt %d from checkpoint %s",
                     event.attempt,
@@ -235,7 +235,9 @@ class WorkerProtocol:
                 if self.any_partitions:
                     return self._restore()
                 self.tasks, self.running = set(), set()
-                return [StopTasks()]
+                # (Read between an eager rebalance's revocation and its assignment: tasks
+                # holding at the restored checkpoint carry on once it comes, §6.6.)
+                return [StopTasks(keep_held=held)]
             case Resume() if event.attempt == self.attempt and self.restoring:
                 self.restoring = False
                 self.last_input, self.drained = now, False  # idle counts from here

@@ -13,7 +13,7 @@ from contextlib import AbstractContextManager
 from dataclasses import replace
 
 from kstream.checkpointstorage.base import CheckpointStore
-from kstream.checkpointstorage.metadata import unbacked_completion
+from kstream.checkpointstorage.metadata import carried_tasks, completion_backing
 from kstream.checkpointstorage.plans import plan_refusal, publish_plan
 from kstream.kafka.control import ControlClient
 from kstream.kafka.delivery import InternalDeliveryError
@@ -91,6 +91,8 @@ class Checkpointed(Mode):
         self.fingerprint = fingerprint
         self._pending: list[WorkerCommand] = []  # decided from the history, carried out first
         self._verified: set[int] = set()  # completed checkpoints the store backs
+        # Of each, the tasks it carried at an older snapshot: not published by it.
+        self._carried: dict[int, frozenset[str]] = {}
         transactions = tasks.ctx.transactions
         if transactions is None:
             raise ValueError("a checkpointed worker publishes through its transactions")
@@ -253,12 +255,16 @@ class Checkpointed(Mode):
         n = msg.checkpoint_id
         if n in self._verified:
             return True
-        why = unbacked_completion(self.store, self.app_id, n, msg.attempt, self.protocol.plan)
-        if why is None:
+        backing = completion_backing(self.store, self.app_id, n, msg.attempt, self.protocol.plan)
+        if not isinstance(backing, str):
             self._verified = {k for k in self._verified if k > n - 100} | {n}
+            carried = carried_tasks(backing)
+            self._carried = {k: v for k, v in self._carried.items() if k > n - 100}
+            if carried:
+                self._carried[n] = carried
             return True
         self.stats.unverified_control += 1
-        log.warning("ignoring CheckpointCompleted(%d, attempt %d): %s", n, msg.attempt, why)
+        log.warning("ignoring CheckpointCompleted(%d, attempt %d): %s", n, msg.attempt, backing)
         return False
 
     def _handle(self, event: Event, now: float) -> int | None:
@@ -385,7 +391,16 @@ class Checkpointed(Mode):
         """Start publishing every task's output up to ``checkpoint_id`` (the previous
         checkpoint's first collected); the processing goes on meanwhile."""
         self._collect_commits(now, wait=True)
-        self._commits_ended(self._committer.start(self.tasks.owned(), checkpoint_id), now)
+        carried = self._carried.get(checkpoint_id, frozenset())
+        if carried & self.tasks.runners.keys():
+            log.warning(
+                "checkpoint %d carried this worker's tasks %s at an older snapshot (it was "
+                "silent): their output is not published",
+                checkpoint_id,
+                ", ".join(sorted(carried & self.tasks.runners.keys())),
+            )
+        owned = [r for r in self.tasks.owned() if r.task_id not in carried]
+        self._commits_ended(self._committer.start(owned, checkpoint_id), now)
 
     def _collect_commits(self, now: float, *, wait: bool, report: bool = True) -> None:
         """The publication in flight, if it finished (``wait``: once it did); its tasks'

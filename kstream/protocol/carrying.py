@@ -1,0 +1,174 @@
+"""A crashed worker's tasks carried at their last completed snapshot, so the others go
+on (docs/design.md §6.7; part of :class:`kstream.protocol.coordinator.CheckpointCoordinator`,
+a base class of it). Pure, fed messages and a clock.
+
+In a job whose tasks exchange no records (no ``key_by``: no internal topic), a task's
+snapshot is consistent with any other task's, whatever checkpoint each was taken at. So
+when a worker owning tasks falls silent (``CARRY_AFTER_S``, killed or frozen), the
+coordinator does not wait for its acknowledgements nor roll every task back:
+
+* **Carried.** Its tasks' snapshots of the latest completed checkpoint stand for them in
+  the checkpoints in flight and in every later one, so checkpoints keep completing and
+  the other workers keep publishing. A carried task's snapshot is the state and input
+  positions it had then: what it read after them is still in Kafka, and what it emitted
+  after them was never published (exactly-once output is published at completions).
+* **Not published twice.** A worker publishes, at a completion, only the tasks whose
+  snapshot in that checkpoint's metadata is one of that checkpoint (the handle names
+  it): a carried worker that was only frozen, and wakes up, publishes nothing of its
+  tasks (``kstream.worker.checkpointed``). Its next heartbeat is a failover as before.
+* **A hand-over at the group's change.** The group gives the silent worker's
+  partitions to the others after its session times out, and the coordinator counts it
+  lost after ``heartbeat_timeout``; whichever comes first is a restore. Shortly before
+  (``hold_lead``), a hold checkpoint is triggered (:mod:`kstream.protocol.handover`): the
+  others' tasks snapshot and hold, so that restore is a hand-over at that checkpoint —
+  they carry on where they held, nothing is processed twice, and only the carried
+  tasks restore, from their carried snapshots. When the change comes before the hold
+  completed, the restore is the ordinary one, to the latest completed checkpoint.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Any
+
+from kstream.checkpointstorage.metadata import CheckpointMetadata, TaskSnapshot
+from kstream.protocol.commands import Command
+from kstream.protocol.failover import FailoverController, JobPhase
+from kstream.protocol.handover import HEARD_WITHIN_S, Handover
+from kstream.protocol.membership import Membership
+from kstream.protocol.triggers import TriggerSchedule
+
+if TYPE_CHECKING:
+    from kstream.protocol.pending import PendingCheckpoint
+
+log = logging.getLogger(__name__)
+
+CARRY_AFTER_S = HEARD_WITHIN_S
+"""An owner silent this long has its tasks carried (a busy worker heartbeats every
+second even while it restores or publishes: kstream.worker.keepalive)."""
+
+MIN_HOLD_LEAD_S = 1.5
+"""The hold checkpoint is triggered at least this long before the expected change."""
+
+
+def isolated_tasks(description: dict[str, Any] | None) -> bool:
+    """Whether the plan's tasks exchange no records (no internal topic): only then is a
+    task's older snapshot consistent with the others' newer ones."""
+    return description is not None and not description.get("internal_topics")
+
+
+class Carried:
+    """Which tasks are carried, at which snapshot, for which silent member."""
+
+    def __init__(self) -> None:
+        self.snapshots: dict[str, TaskSnapshot] = {}
+        self.members: dict[str, tuple[str, ...]] = {}  # member -> its carried tasks
+        self.hold_at: float | None = None  # when to trigger the hold checkpoint
+
+    def clear(self) -> None:
+        self.snapshots, self.members, self.hold_at = {}, {}, None
+
+    def fill(self, p: PendingCheckpoint) -> None:
+        """The carried tasks' snapshots in ``p``, where their own did not come."""
+        for task, snapshot in self.snapshots.items():
+            p.acks.setdefault(task, snapshot)
+
+
+def hold_lead(latest: CheckpointMetadata) -> float:
+    """How long before the expected change to trigger the hold: twice the last
+    checkpoint's duration and half a second, at least ``MIN_HOLD_LEAD_S``."""
+    return max(MIN_HOLD_LEAD_S, 2.0 * (latest.complete_time - latest.trigger_time) + 0.5)
+
+
+class CrashCarrying:
+    """Carrying a silent worker's tasks (see the module)."""
+
+    isolated: bool
+    carried: Carried
+    heartbeat_timeout: float
+    latest_completed: CheckpointMetadata | None
+    pending: dict[int, PendingCheckpoint]
+    failover: FailoverController
+    triggers: TriggerSchedule
+    members: Membership
+    handover: Handover
+
+    @property
+    def phase(self) -> JobPhase:
+        raise NotImplementedError
+
+    def _complete(self, p: PendingCheckpoint, now: float) -> list[Command]:
+        raise NotImplementedError
+
+    def _fail_over(self, reason: str, now: float, *, normal: bool = False) -> list[Command]:
+        raise NotImplementedError
+
+    def _carry_silent(self, now: float) -> list[Command]:
+        """Owners silent for ``CARRY_AFTER_S``: their tasks carried (the checkpoints in
+        flight that only waited for them complete now), the hold scheduled; and the
+        hold triggered when due."""
+        latest = self.latest_completed
+        if not self.isolated or self.phase is not JobPhase.RUNNING or latest is None:
+            return []
+        self._hold_if_due(now)
+        owners = self.failover.by_member()
+        silent = self._silent(set(owners) - set(self.carried.members), now)
+        if not silent or not set(owners) - set(silent) - set(self.carried.members):
+            return []  # nobody newly silent, or nobody left to go on
+        for member, heard in sorted(silent.items()):
+            tasks = tuple(sorted(owners[member]))
+            if any(t not in latest.tasks for t in tasks):
+                continue  # (a task the latest checkpoint lacks: the ordinary failover)
+            self.carried.members[member] = tasks
+            self.carried.snapshots.update({t: latest.tasks[t] for t in tasks})
+            hold_at = heard + self.heartbeat_timeout - hold_lead(latest)
+            self.carried.hold_at = min(self.carried.hold_at or hold_at, hold_at)
+            log.warning(
+                "worker %s silent for %.1fs: its tasks %s are carried at checkpoint %d "
+                "(the others go on; a hand-over in %.1fs, before the group's change)",
+                member,
+                now - heard,
+                ", ".join(tasks),
+                latest.checkpoint_id,
+                max(0.0, self.carried.hold_at - now),
+            )
+        cmds: list[Command] = []
+        for p in sorted(self.pending.values(), key=lambda p: p.checkpoint_id):
+            self.carried.fill(p)
+            if p.is_complete:
+                cmds += self._complete(p, now)
+        return cmds
+
+    def _silent(self, members: set[str], now: float) -> dict[str, float]:
+        """Those of ``members`` this coordinator heard from, silent for over
+        ``CARRY_AFTER_S`` (its own outage counts as heard: ``Membership.cut_off``), with
+        when they were last heard. A member never heard by this coordinator (it started
+        a moment ago) is not judged here."""
+        out = {}
+        for m in members:
+            seen = self.members.seen.get(m)
+            if m in self.members.beat and seen is not None and now - seen[0] > CARRY_AFTER_S:
+                out[m] = seen[0]
+        return out
+
+    def _hold_if_due(self, now: float) -> None:
+        hold_at = self.carried.hold_at
+        if hold_at is None or now < hold_at:
+            return
+        self.carried.hold_at = None
+        member = min(self.carried.members)
+        if self.handover.want(member):
+            log.info("hold checkpoint for the change that moves %s's tasks", member)
+            self.triggers.request()
+
+    def _carried_heard(self, member: str, now: float) -> list[Command] | None:
+        """A carried member heartbeats again (it was frozen, not dead): its tasks went
+        on without being published, and the checkpoints since carried them, so every
+        task restores (None: ``member`` is not carried)."""
+        tasks = self.carried.members.get(member)
+        if tasks is None:
+            return None
+        return self._fail_over(
+            f"worker {member} heard again after its tasks {', '.join(tasks)} were carried",
+            now,
+        )
