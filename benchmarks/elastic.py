@@ -15,7 +15,11 @@ kept as ``timeline.json`` beside its workers' logs (``--workdir``). The output i
 checked exact against the windows computed from what was produced (0 lost, 0
 duplicated).
 
-    python -m benchmarks.elastic [--scenario rolling|scale|kill ...] [--runs N]
+    python -m benchmarks.elastic [--scenario rolling|scale|kill ...] [--runs N] [--job keyed|local]
+
+``--job local`` runs the job without the shuffle: the source is partitioned by the key
+(``keyed=True``), one stage of 8 tasks (peek, then the window) — issue 42's target for a
+kill -9 is stated for such a job.
 
 Without ``--bootstrap`` a local broker (``kstream.dev.localbroker``) is started.
 """
@@ -37,7 +41,7 @@ from pathlib import Path
 import click
 
 from benchmarks.broker import bootstrap_option, kafka
-from benchmarks.elastic_job import INTERVAL_S, PARTITIONS, Run, stage2_task, task_of_record
+from benchmarks.elastic_job import INTERVAL_S, JOBS, PARTITIONS, Run
 from benchmarks.elastic_measure import (
     Exactness,
     longest_pause,
@@ -76,6 +80,7 @@ class Outcome:
     restores: int  # "task X restored checkpoint" log lines during the steps
     rollbacks: int  # the coordinator's "restoring every task to checkpoint" lines in the steps
     exact: Exactness
+    output_stage: str  # the prefix of the tasks whose output is watched ("stage1-")
     produced: int
     seconds: float
     timeline: Timeline
@@ -88,8 +93,9 @@ def run_scenario(
     rate: int,
     timeout: float,
     say: Callable[[str], None] = click.echo,
+    job: str = "keyed",
 ) -> Outcome:
-    run = Run(bootstrap, workdir, rate, timeout)
+    run = Run(bootstrap, workdir, rate, timeout, job)
     t_begin = time.time()
     steps: list[Step] = []
     try:
@@ -124,7 +130,7 @@ def run_scenario(
             raise click.UsageError(f"unknown scenario {scenario!r}")
         t0, t1 = steps[0].start, steps[-1].end
         seen = run.seen()
-        every = {f"stage{i}-{p}" for i in (0, 1) for p in range(PARTITIONS)}
+        every = run.tasks
         events = run.ownership()
         for s in steps:
             before, after = owners_at(events, s.start), owners_at(events, s.end)
@@ -132,24 +138,24 @@ def run_scenario(
                 same = before.get(tid) is not None and before.get(tid) == after.get(tid)
                 (s.unmoved if same else s.moved).add(tid)
         re1, re2 = (
-            reprocessed_by(seen[st], t0, t1, partial(task_of_record, st), every)
+            reprocessed_by(seen.get(st, []), t0, t1, partial(run.task_of_record, st), every)
             for st in ("s1", "s2")
         )
         re_unmoved = sum(
-            reprocessed_by(seen[st], s.start, s.end, partial(task_of_record, st), s.unmoved)
-            for st in ("s1", "s2")
+            reprocessed_by(seen[st], s.start, s.end, partial(run.task_of_record, st), s.unmoved)
+            for st in run.stages
             for s in steps
         )
         restores = run.log_count("restored checkpoint", t0, t1)
         rollbacks = run.log_count("restoring every task to checkpoint", t0, t1)
         exact = run.finish()
         adv = {p: sorted(run.advances.get(p, [])) for p in range(PARTITIONS)}
-        job = sorted(t for a in adv.values() for t in a)
+        all_adv = sorted(t for a in adv.values() for t in a)
         # Kept beside the workers' logs, to read a pause against them afterwards.
         (run.dir / "timeline.json").write_text(
             json.dumps(
                 {
-                    "advances": {stage2_task(p): a for p, a in adv.items()},
+                    "advances": {run.output_task(p): a for p, a in adv.items()},
                     "steps": [{"name": s.name, "start": s.start, "end": s.end} for s in steps],
                     "quiet": [quiet_from, quiet_to],
                 }
@@ -162,7 +168,7 @@ def run_scenario(
                     longest_pause(adv[p], s.start, s.end)
                     for s in steps
                     for p in range(PARTITIONS)
-                    if stage2_task(p) in getattr(s, pick)
+                    if run.output_task(p) in getattr(s, pick)
                 ),
                 default=0.0,
             )
@@ -174,12 +180,13 @@ def run_scenario(
                 for p in adv
             ),
             unmoved_pause_s=worst("unmoved"), moved_pause_s=worst("moved"),
-            stall_s=stall_time(job, [(s.start, s.end) for s in steps], STALL_S),
+            stall_s=stall_time(all_adv, [(s.start, s.end) for s in steps], STALL_S),
             reprocessed_s1=re1, reprocessed_s2=re2, reprocessed_unmoved=re_unmoved, restores=restores, rollbacks=rollbacks, exact=exact,
+            output_stage=run.output_task(0)[:-1],
             produced=len(run.produced), seconds=time.time() - t_begin,
             timeline=Timeline(
-                f"{scenario}: {rate} records/s, 4 workers, checkpoints every {INTERVAL_S:.0f} s",
-                adv, [(s.name, s.start, s.end, frozenset(p for p in range(PARTITIONS) if stage2_task(p) in s.moved)) for s in steps],
+                f"{scenario} ({job} job): {rate} records/s, 4 workers, checkpoints every {INTERVAL_S:.0f} s",
+                adv, [(s.name, s.start, s.end, frozenset(p for p in range(PARTITIONS) if run.output_task(p) in s.moved)) for s in steps],
             ),
         )  # fmt: skip
     finally:
@@ -207,7 +214,7 @@ def table(outcomes: list[Outcome]) -> str:
             continue
         unmoved = [o.unmoved_pause_s for o in os_]
         n_unmoved = [
-            sum(1 for s in o.steps for t in s.unmoved if t.startswith("stage1-")) for o in os_
+            sum(1 for s in o.steps for t in s.unmoved if t.startswith(o.output_stage)) for o in os_
         ]
         exact = all(o.exact.exact for o in os_)
         rows.append(
@@ -242,6 +249,13 @@ def table(outcomes: list[Outcome]) -> str:
     help="Where to draw the first run of each scenario (needs matplotlib).",
 )
 @click.option("--timeout", default=120.0, show_default=True, help="Seconds a step may take.")
+@click.option(
+    "--job",
+    type=click.Choice(JOBS),
+    default="keyed",
+    show_default=True,
+    help="keyed: a key_by between two stages; local: one stage, the source partitioned by key.",
+)
 def main(
     bootstrap: str | None,
     scenarios: tuple[str, ...],
@@ -250,6 +264,7 @@ def main(
     workdir: Path | None,
     plot: Path,
     timeout: float,
+    job: str,
 ) -> None:
     """Measure what membership changes cost a running 4-worker job (see module doc)."""
     outcomes: list[Outcome] = []
@@ -263,7 +278,7 @@ def main(
         for run_no in range(1, runs + 1):
             for sc in scenarios or SCENARIOS:
                 click.echo(f"{sc} run {run_no}:")
-                o = run_scenario(sc, bootstrap, workdir, rate, timeout)
+                o = run_scenario(sc, bootstrap, workdir, rate, timeout, job=job)
                 outcomes.append(o)
                 click.echo(
                     f"  {o.seconds:.0f} s, {o.produced} records; unmoved pause {o.unmoved_pause_s:.1f} s, "

@@ -61,10 +61,9 @@ def _seen(stage):
 
 topology = Topology({app!r})
 (
-    topology.source({topic!r}, key_serde="str", value_serde="json")
+    topology.source({topic!r}, key_serde="str", value_serde="json"{keyed})
     .peek(_seen("s1"))
-    .key_by(lambda v: "k%d" % v["k"], key_serde="str")
-    .peek(_seen("s2"))
+    {shuffle}
     .window(Tumbling({window_ms}))
     .aggregate(
         lambda: {{"c": 0, "s": 0, "m": 0}},
@@ -76,6 +75,16 @@ topology = Topology({app!r})
 """
 
 
+#: The job's two shapes: ``keyed`` repartitions by ``key_by`` (2 stages, 16 tasks);
+#: ``local`` reads a source already partitioned by the key (``keyed=True``: no shuffle,
+#: one stage of 8 tasks), the job of issue 42's kill -9 target.
+_SHAPES = {
+    "keyed": ("", '.key_by(lambda v: "k%d" % v["k"], key_serde="str")\n    .peek(_seen("s2"))'),
+    "local": (", keyed=True", ""),
+}
+JOBS = tuple(_SHAPES)
+
+
 def task_of_key(key: str) -> int:
     """The stage-2 task (repartition partition) of output key ``key``: key_by writes the
     key with its serde (str: UTF-8) to kstream's ``partition_for_key`` of its bytes."""
@@ -85,9 +94,18 @@ def task_of_key(key: str) -> int:
 class Run:
     """One scenario: broker topics, producer, output watcher and worker processes."""
 
-    def __init__(self, bootstrap: str, workdir: Path, rate: int, timeout: float) -> None:
+    def __init__(
+        self, bootstrap: str, workdir: Path, rate: int, timeout: float, job: str = "keyed"
+    ) -> None:
         rid = uuid.uuid4().hex[:8]
         self.bootstrap, self.rate, self.timeout = bootstrap, rate, timeout
+        self.shuffled = job == "keyed"
+        # The stage whose output the watcher follows, and every task of the job.
+        self.last_stage = 1 if self.shuffled else 0
+        self.tasks = {
+            f"stage{i}-{p}" for i in range(self.last_stage + 1) for p in range(PARTITIONS)
+        }
+        self.stages = ("s1", "s2") if self.shuffled else ("s1",)
         self.app = f"elastic-{rid}"
         self.topic, self.output = f"elastic.in.{rid}", f"elastic.out.{rid}"
         self.dir = workdir / self.app
@@ -97,7 +115,7 @@ class Run:
         self.topo.write_text(
             _TOPOLOGY.format(
                 app=self.app, topic=self.topic, output=self.output, window_ms=WINDOW_MS,
-                seen_dir=str(self.seen_dir),
+                seen_dir=str(self.seen_dir), keyed=_SHAPES[job][0], shuffle=_SHAPES[job][1],
             )
         )  # fmt: skip
         from kstream.kafka.clients import make_admin
@@ -134,14 +152,30 @@ class Run:
             now = int(time.time() * 1000)
             k = n % KEYS
             value = json.dumps({"n": n, "k": k, "ts": now}).encode()
-            producer.produce(self.topic, value, str(k).encode(), partition=n % PARTITIONS,
-                             timestamp=now)  # fmt: skip
+            # (keyed: round-robin, the key_by partitions; local: partitioned by the key)
+            key, part = (str(k), n % PARTITIONS) if self.shuffled else self._keyed(k)
+            producer.produce(self.topic, value, key.encode(), partition=part, timestamp=now)
             self.produced.append((n, k, now))
             n += 1
             if n % 50 == 0:
                 producer.poll(0)
         if producer.flush(30.0):
             raise RuntimeError("input not delivered")
+
+    @staticmethod
+    def _keyed(k: int) -> tuple[str, int]:
+        key = f"k{k}"
+        return key, task_of_key(key)
+
+    def output_task(self, partition: int) -> str:
+        """The task whose output is output ``partition`` (the output key's task)."""
+        return f"stage{self.last_stage}-{partition}"
+
+    def task_of_record(self, stage: str, n: int) -> str:
+        """The task that processes record ``n`` in ``stage`` ("s1" or "s2")."""
+        if stage == "s1" and self.shuffled:
+            return f"stage0-{n % PARTITIONS}"  # the producer's partition
+        return self.output_task(task_of_key(f"k{n % KEYS}"))
 
     def _watch(self) -> None:
         consumer = make_consumer(self.bootstrap, f"{self.app}-watch", read_committed=True)
@@ -197,7 +231,7 @@ class Run:
             live = set(self.slots.values())
             last = max((e[0] for e in events), default=0.0)
             owners = owners_at(events, time.time())
-            if last > since and len(owners) == 2 * PARTITIONS and set(owners.values()) == live:
+            if last > since and len(owners) == len(self.tasks) and set(owners.values()) == live:
                 after = [
                     [t for t in self.advances.get(p, []) if t > last] for p in range(PARTITIONS)
                 ]
@@ -222,7 +256,7 @@ class Run:
             now = time.time()
             if events and now - max(e[0] for e in events) > 3 * INTERVAL_S:
                 owners = owners_at(events, now)
-                if len(owners) == 2 * PARTITIONS and set(owners.values()) <= set(
+                if len(owners) == len(self.tasks) and set(owners.values()) <= set(
                     self.slots.values()
                 ):
                     return
@@ -233,7 +267,7 @@ class Run:
     def seen(self) -> dict[str, list[tuple[int, float]]]:
         """Every ``(record id, time)`` each stage's peek logged so far."""
         out: dict[str, list[tuple[int, float]]] = {}
-        for stage in ("s1", "s2"):
+        for stage in self.stages:
             words = [w for f in self.seen_dir.glob(f"{stage}-*.log") for w in f.read_text().split()]
             out[stage] = [(int(n), float(t)) for n, t in zip(words[::2], words[1::2], strict=True)]
         return out
@@ -286,16 +320,3 @@ class Run:
         self.stop_flag.set()
         for w in self.workers.values():
             w.stop(grace=10)
-
-
-def task_of_record(stage: str, n: int) -> str:
-    """The task that processes record ``n`` in ``stage`` ("s1" or "s2")."""
-    if stage == "s1":
-        return f"stage0-{n % PARTITIONS}"  # the producer's partition
-    return stage2_task(task_of_key(f"k{n % KEYS}"))
-
-
-def stage2_task(partition: int) -> str:
-    """The id of the stage-2 task reading repartition ``partition`` (the planner names
-    a stage's tasks ``<stage>-<partition>``, stages from 0)."""
-    return f"stage1-{partition}"

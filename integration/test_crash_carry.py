@@ -1,4 +1,5 @@
-"""kill -9 of a worker in a job without a shuffle, on a real broker (docs/design.md §6.7).
+"""kill -9 or a freeze of a worker in a job without a shuffle, on a real broker
+(docs/design.md §6.7).
 
 Three ``kstream worker`` processes and a ``kstream coordinator`` run a job whose tasks
 exchange no records (source -> peek -> map -> exactly-once sink), fed 150 records a
@@ -9,10 +10,15 @@ hand-over at it: the two survivors carry on where they held and process nothing 
 (each process notes every record its ``peek`` saw), only the dead worker's tasks are
 restored. The output is exact: every record once. Before, the kill rolled every task
 back to the latest completed checkpoint and the survivors processed that interval again.
+
+A worker frozen (SIGSTOP) for 5 s has its tasks carried too; thawed before the hold, it
+is carried no more: nothing is restored, the completions made without it publish
+nothing of its tasks (it logs so), and the output is exact.
 """
 
 from __future__ import annotations
 
+import os
 import signal
 import threading
 import time
@@ -46,56 +52,106 @@ topology.source({src!r}, value_serde="str").peek(seen).map(str.upper).to(
 """
 
 
+class CarryJob:
+    """The job on ``WORKERS`` workers and an external coordinator, fed ``RATE`` records a
+    second from :meth:`feed` until :meth:`stop_feed`."""
+
+    def __init__(self, bootstrap: str, unique_name: Callable[[str], str], tmp: Path) -> None:
+        src, self.dst, app = unique_name("in"), unique_name("out"), unique_name("app")
+        ensure_topics(
+            make_admin(bootstrap), [TopicSpec(src, PARTITIONS), TopicSpec(self.dst, PARTITIONS)]
+        )
+        self.bootstrap, self.src = bootstrap, src
+        self.seen_dir = tmp / "seen"
+        self.seen_dir.mkdir()
+        topology = tmp / "carry.py"
+        topology.write_text(TOPOLOGY.format(seen=str(self.seen_dir), src=src, dst=self.dst))
+        job = [str(topology), "--bootstrap", bootstrap, "--app-id", app,
+               "--store", f"file://{tmp}/store", "--interval", "1"]  # fmt: skip
+        self.checkpoints = tmp / "store" / app / "checkpoints"
+        self.coordinator = CliJob([*CLI, "-v", "coordinator", *job], tmp / "coord.log")
+        worker = [*CLI, "-v", "worker", *job, "--coordinator", "external"]
+        self.workers = [
+            CliJob([*worker, "--state-dir", str(tmp / f"state-{i}")], tmp / f"w{i}.log")
+            for i in range(WORKERS)
+        ]
+        self.produced = 0
+        self._stop = threading.Event()
+        self._feeder = threading.Thread(target=self._feed, daemon=True)
+
+    def _feed(self) -> None:
+        producer = make_producer(self.bootstrap)
+        while not self._stop.is_set():
+            t0 = time.monotonic()
+            for _ in range(RATE // 10):
+                i = self.produced
+                producer.produce(self.src, f"r{i}".encode(), str(i).encode())
+                self.produced = i + 1
+            producer.poll(0)
+            self._stop.wait(max(0.0, 0.1 - (time.monotonic() - t0)))
+        assert producer.flush(30) == 0
+
+    def running_with_input(self) -> None:
+        """Every worker runs its tasks, input flows, and three checkpoints completed since:
+        every task has a snapshot with input."""
+        for w in self.workers:
+            w.wait_for(r"resumed: running \['", 120)
+        self._feeder.start()
+        first = self.latest()
+        self.coordinator.wait_until(
+            lambda: self.latest() >= first + 3, "three more checkpoints", 60
+        )
+
+    def latest(self) -> int:
+        ids = [int(p.stem.split("-")[1]) for p in self.checkpoints.glob("chk-*.json")]
+        return max(ids, default=0)
+
+    def stop_feed(self) -> None:
+        self._stop.set()
+        if self._feeder.is_alive():
+            self._feeder.join(timeout=60)
+
+    def assert_exact(self) -> None:
+        """Every record produced is in the read_committed output exactly once."""
+        expected = Counter(f"R{i}" for i in range(self.produced))
+        out: list[Counter[str]] = []
+
+        def all_out() -> bool:
+            out[:] = [
+                Counter(r.value.decode() for r in read_all(self.bootstrap, self.dst) if r.value)
+            ]
+            return sum(out[0].values()) >= self.produced
+
+        self.coordinator.wait_until(all_out, f"{self.produced} outputs", 120)
+        assert out[0] == expected, (
+            f"{sum(out[0].values())} outputs of {self.produced}: "
+            f"{len(expected - out[0])} missing, {len(out[0] - expected)} extra"
+        )
+
+    def processed_twice(self, w: CliJob) -> int:
+        """Records worker ``w``'s peek saw more than once."""
+        lines = (self.seen_dir / f"seen-{w.proc.pid}").read_text().split()
+        return sum(1 for k in Counter(lines).values() if k > 1)
+
+    def close(self) -> None:
+        self.stop_feed()
+        for w in self.workers:
+            if w.proc.poll() is None:
+                w.proc.send_signal(signal.SIGCONT)
+            w.kill()
+        if self.coordinator.proc.poll() is None:
+            self.coordinator.proc.send_signal(signal.SIGTERM)
+            self.coordinator.wait(timeout=60)
+
+
 def test_a_killed_workers_tasks_are_carried_and_the_others_process_nothing_twice(
     kafka_bootstrap: str, unique_name: Callable[[str], str], tmp_path: Path
 ) -> None:
-    src, dst, app = unique_name("in"), unique_name("out"), unique_name("app")
-    ensure_topics(
-        make_admin(kafka_bootstrap), [TopicSpec(src, PARTITIONS), TopicSpec(dst, PARTITIONS)]
-    )
-    seen_dir = tmp_path / "seen"
-    seen_dir.mkdir()
-    topology = tmp_path / "carry.py"
-    topology.write_text(TOPOLOGY.format(seen=str(seen_dir), src=src, dst=dst))
-    store = f"file://{tmp_path}/store"
-    job = [str(topology), "--bootstrap", kafka_bootstrap, "--app-id", app, "--store", store,
-           "--interval", "1"]  # fmt: skip
-    coordinator = CliJob([*CLI, "-v", "coordinator", *job], tmp_path / "coord.log")
-    worker = [*CLI, "-v", "worker", *job, "--coordinator", "external"]
-    workers = [
-        CliJob([*worker, "--state-dir", str(tmp_path / f"state-{i}")], tmp_path / f"w{i}.log")
-        for i in range(WORKERS)
-    ]
-    produced = [0]
-    stop = threading.Event()
-
-    def feed() -> None:
-        producer = make_producer(kafka_bootstrap)
-        while not stop.is_set():
-            t0 = time.monotonic()
-            for _ in range(RATE // 10):
-                i = produced[0]
-                producer.produce(src, f"r{i}".encode(), str(i).encode())
-                produced[0] = i + 1
-            producer.poll(0)
-            stop.wait(max(0.0, 0.1 - (time.monotonic() - t0)))
-        assert producer.flush(30) == 0
-
-    feeder = threading.Thread(target=feed, daemon=True)
+    job = CarryJob(kafka_bootstrap, unique_name, tmp_path)
+    coordinator = job.coordinator
     try:
-        for w in workers:
-            w.wait_for(r"resumed: running \['", 120)
-        feeder.start()
-        # Three completions after the feed started: every task has a snapshot with input.
-        checkpoints = tmp_path / "store" / app / "checkpoints"
-
-        def latest() -> int:
-            ids = [int(p.stem.split("-")[1]) for p in checkpoints.glob("chk-*.json")]
-            return max(ids, default=0)
-
-        first = latest()
-        coordinator.wait_until(lambda: latest() >= first + 3, "three more checkpoints", 60)
-        victim, survivors = workers[1], [workers[0], workers[2]]
+        job.running_with_input()
+        victim, survivors = job.workers[1], [job.workers[0], job.workers[2]]
         victim.kill()
         carried = coordinator.wait_for(r"its tasks ([^\n]*) are carried at checkpoint (\d+)", 30)
         handover = coordinator.wait_for(
@@ -108,36 +164,40 @@ def test_a_killed_workers_tasks_are_carried_and_the_others_process_nothing_twice
             w.wait_for(held, 60)
             w.wait_for(rf"attempt {attempt} resumed", 60)
         time.sleep(3)  # (more input after the change: what the assertions below cover)
-    finally:
-        stop.set()
-        if feeder.is_alive():
-            feeder.join(timeout=60)
-    try:
-        expected = Counter(f"R{i}" for i in range(produced[0]))
-
-        def outputs() -> Counter[str]:
-            return Counter(r.value.decode() for r in read_all(kafka_bootstrap, dst) if r.value)
-
-        out: list[Counter[str]] = []
-
-        def all_out() -> bool:
-            out[:] = [outputs()]
-            return sum(out[0].values()) >= produced[0]
-
-        coordinator.wait_until(all_out, f"{produced[0]} outputs", 120)
-        assert out[0] == expected, (
-            f"{sum(out[0].values())} outputs of {produced[0]}: "
-            f"{len(expected - out[0])} missing, {len(out[0] - expected)} extra"
-        )
+        job.stop_feed()
+        job.assert_exact()
         assert "failover (attempt" not in coordinator.log(), coordinator.tail()
         # The survivors processed nothing twice: each record at most once per process.
-        for w in survivors:
-            lines = (seen_dir / f"seen-{w.proc.pid}").read_text().split()
-            twice = [r for r, k in Counter(lines).items() if k > 1]
-            assert not twice, f"worker {w.proc.pid} processed {len(twice)} records twice"
+        assert [job.processed_twice(w) for w in survivors] == [0, 0]
     finally:
-        for w in workers:
-            w.kill()
-        if coordinator.proc.poll() is None:
-            coordinator.proc.send_signal(signal.SIGTERM)
-            coordinator.wait(timeout=60)
+        job.close()
+
+
+def test_a_worker_frozen_for_a_while_is_carried_then_goes_on_without_a_restore(
+    kafka_bootstrap: str, unique_name: Callable[[str], str], tmp_path: Path
+) -> None:
+    job = CarryJob(kafka_bootstrap, unique_name, tmp_path)
+    coordinator = job.coordinator
+    try:
+        job.running_with_input()
+        frozen = job.workers[1]
+        restores = coordinator.log().count("restoring every task")
+        os.kill(frozen.proc.pid, signal.SIGSTOP)
+        coordinator.wait_for(r"its tasks [^\n]* are carried at checkpoint", 30)
+        carried_at = job.latest()
+        # Checkpoints complete without it (the others' output goes on).
+        coordinator.wait_until(
+            lambda: job.latest() >= carried_at + 2, "two completions while it is frozen", 30
+        )
+        os.kill(frozen.proc.pid, signal.SIGCONT)
+        coordinator.wait_for(r"heard again: its tasks [^\n]* are carried no more", 30)
+        # The completions made while it was frozen published nothing of its tasks.
+        frozen.wait_for(r"carried this worker's tasks [^\n]* their output is not published", 30)
+        thawed = job.latest()
+        coordinator.wait_until(lambda: job.latest() >= thawed + 3, "three more checkpoints", 30)
+        job.stop_feed()
+        job.assert_exact()
+        assert coordinator.log().count("restoring every task") == restores, coordinator.tail()
+        assert [job.processed_twice(w) for w in job.workers] == [0, 0, 0]
+    finally:
+        job.close()

@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import re
 import uuid
 from collections import Counter
 from collections.abc import Callable
@@ -119,11 +120,24 @@ def test_exactly_once_under_kills(
     # worker-2 killed 2.6 s after the coordinator, one restore for both; the same seed
     # gave 5 and 6 restores in two runs on the dev broker).
     assert result.report.restores >= 4
-    # The kill between barrier and acknowledgement: checkpoint n never completes.
+    # The kill between barrier and acknowledgement: checkpoint n never completes with the
+    # killed task's snapshot of n. In a job without a shuffle it may complete with that
+    # task carried at an older snapshot instead (docs/design.md §6.7), said in the log.
     snap = [t for t in result.targeted if t.point == "after-snapshot"]
     assert len(snap) == 1 and not snap[0].completed_before_kill
     assert result.control is not None
-    assert snap[0].checkpoint_id not in result.control.completed_ids()
+    if snap[0].checkpoint_id in result.control.completed_ids():
+        assert result.job is not None
+        carried = [
+            (int(m.group(2)), m.group(1).split(", "))
+            for p in result.job.procs
+            for line in p.lines_with("are carried at checkpoint")
+            if (m := re.search(r"its tasks (.*) are carried at checkpoint (\d+)", line))
+        ]
+        assert any(snap[0].task in tasks and n < snap[0].checkpoint_id for n, tasks in carried), (
+            snap[0],
+            carried,
+        )
     # The kill between CheckpointCompleted(n) and the sink's transaction: n was complete,
     # the task had no commit marker for n yet, and one exists after the recovery.
     commit = [t for t in result.targeted if t.point == "before-sink-commit"]

@@ -136,20 +136,33 @@ def test_a_hold_checkpoint_comes_before_the_silent_worker_is_lost_so_the_change_
     assert h.c.restore_points.choose() == hold
 
 
-def test_a_carried_worker_heard_again_restores_every_task() -> None:
+def test_a_carried_worker_heard_again_before_the_hold_is_carried_no_more() -> None:
+    """Stalled, not dead (a user function that took 4 s): its tasks went on without
+    being published; from its next heartbeat its acknowledgements count again, and no
+    task rolls back."""
     h = job()
     run_until(h, 2.0, 6.0, "w1", "w3")
-    assert h.c.carried.members == {"w2": ("b",)}
-    latest = h.c.latest_completed
-    assert latest is not None and latest.checkpoint_id >= 2
-    # It was frozen, not dead: its heartbeat is a failover; every task restores.
+    assert h.c.carried.members == {"w2": ("b",)} and h.c.carried.hold_at is not None
     beat(h, 6.2, "w2")
-    assert h.c.phase is JobPhase.SUSPENDED
+    assert h.c.carried.members == {} and h.c.carried.hold_at is None
+    out = run_until(h, 6.5, 14.0, "w1", "w2", "w3")
+    assert h.c.phase is JobPhase.RUNNING and h.c.attempt == 1
+    assert not [m for m in out if isinstance(m, Restore)]
+    assert not [m for m in out if isinstance(m, TriggerCheckpoint) and m.hold]
+    last = max(completed(out))
+    assert metadata(h, last).tasks["b"].handle == handle("b", last)  # its own snapshot again
+    assert carried_tasks(metadata(h, last)) == set()
+
+
+def test_a_carried_worker_heard_again_after_the_hold_restores_every_task() -> None:
+    h = job()
+    out = run_until(h, 2.0, 11.0, "w1", "w3")
+    hold = next(m.checkpoint_id for m in out if isinstance(m, TriggerCheckpoint) and m.hold)
+    assert h.c.handover.holding
+    beat(h, 11.2, "w2")  # heard before it was lost: the change is made now
+    out = run_until(h, 11.5, 12.0, "w1", "w2", "w3")
+    assert [(m.attempt, m.checkpoint_id) for m in out if isinstance(m, Restore)] == [(2, hold)]
     assert h.c.carried.members == {}
-    out = run_until(h, 6.5, 8.0, "w1", "w2", "w3")
-    assert [(m.attempt, m.checkpoint_id) for m in out if isinstance(m, Restore)] == [
-        (2, latest.checkpoint_id)
-    ]
 
 
 def test_nothing_is_carried_in_a_job_with_a_shuffle_or_an_unknown_plan() -> None:
@@ -229,3 +242,10 @@ def test_a_worker_does_not_publish_the_tasks_a_completion_carried(tmp_path: Path
     assert m.backed(CheckpointCompleted(9, 1))
     m._commit_sinks(9, 0.0)
     assert committer.started == [(["0_0"], 9)]
+    # Carried no more (it heartbeat again): the next completion with its own snapshot
+    # publishes the task, every epoch it sealed meanwhile included.
+    own = {t: TaskSnapshot(handle(t, 10)) for t in snaps}
+    write_metadata(store, "app", CheckpointMetadata(10, 1, 0.0, 1.0, own))
+    assert m.backed(CheckpointCompleted(10, 1))
+    m._commit_sinks(10, 0.0)
+    assert committer.started[-1] == (["0_0", "1_0"], 10)

@@ -162,13 +162,31 @@ class CrashCarrying:
             self.triggers.request()
 
     def _carried_heard(self, member: str, now: float) -> list[Command] | None:
-        """A carried member heartbeats again (it was frozen, not dead): its tasks went
-        on without being published, and the checkpoints since carried them, so every
-        task restores (None: ``member`` is not carried)."""
+        """A carried member heartbeats again: it was stalled or frozen, not dead. Before
+        the hold checkpoint its tasks are carried no more — the checkpoints since
+        carried them, and it published nothing of them (the worker's rule), so its next
+        acknowledgements count again and their completions publish what its tasks did
+        meanwhile. Once the hold is triggered the change is made now: every task
+        restores (a hand-over when the hold completed). None: the heartbeat is handled
+        as any other."""
         tasks = self.carried.members.get(member)
         if tasks is None:
             return None
-        return self._fail_over(
-            f"worker {member} heard again after its tasks {', '.join(tasks)} were carried",
-            now,
+        if self.handover.blocks_triggers:
+            return self._fail_over(
+                f"worker {member} heard again after its tasks {', '.join(tasks)} were "
+                "carried, with the hold checkpoint triggered",
+                now,
+            )
+        del self.carried.members[member]
+        for task in tasks:
+            self.carried.snapshots.pop(task, None)
+        if not self.carried.members:
+            self.carried.hold_at = None
+        log.warning(
+            "worker %s heard again: its tasks %s are carried no more (it was silent, not "
+            "dead; what they did meanwhile is published at the next completion)",
+            member,
+            ", ".join(tasks),
         )
+        return None

@@ -34,7 +34,7 @@ from kstream.protocol.commands import (
 from kstream.protocol.completionlog import CompletionLog
 from kstream.protocol.failover import FailoverController, JobPhase
 from kstream.protocol.failures import CheckpointFailureManager
-from kstream.protocol.handover import HANDOVER_REASONS, HEARD_WITHIN_S, Handover
+from kstream.protocol.handover import HANDOVER_REASONS, Handover
 from kstream.protocol.membership import Membership
 from kstream.protocol.messages import (
     REASSIGNED,
@@ -44,7 +44,6 @@ from kstream.protocol.messages import (
     CheckpointCompleted,
     CheckpointRequest,
     DeclineCheckpoint,
-    HandoverDeclined,
     Heartbeat,
     Message,
     RestoreFailed,
@@ -408,17 +407,6 @@ class CheckpointCoordinator(JobStopping, CrashCarrying):
         self._refused.add((member, plan))
         return [RefusePlan(plan, member=member)]
 
-    def _hand_over(self, member: str, why: str, now: float) -> list[Command]:
-        """``member`` asked for a hand-over (``Handover.request`` decides)."""
-        quiet = self.members.quiet(set(self.failover.by_member()), HEARD_WITHIN_S, now)
-        trigger, declined = self.handover.request(member, why, quiet, now - self._started)
-        if trigger:
-            self.triggers.request()
-        if declined is None:
-            return []
-        log.info("hand-over for %s declined: %s", member, declined)
-        return [Send(HandoverDeclined(member, declined))]
-
     def _reassigned(self, msg: TaskFailed, now: float) -> str:
         owner = self.failover.owners.get(msg.task_id)
         owned = self.failover.held_by(owner) if owner else []
@@ -438,7 +426,7 @@ class CheckpointCoordinator(JobStopping, CrashCarrying):
             return self._resumed(self.failover.joiner_heard(joiner, hb.generation), now)
         if self.phase is not JobPhase.RUNNING:
             return []
-        again = self._carried_heard(hb.member, now)
+        again = self._carried_heard(hb.member, now)  # (it was stalled, not dead)
         if again is not None:
             return again
         moved = self.members.moved(hb, previous, self.failover.by_member(), self.attempt, now)

@@ -14,6 +14,8 @@
   forgotten and ignored from then on, and it is told to leave now (``HandoverDeclined``):
   the Resume waits for the group's change. Read after the Resume (the worker had not
   read it yet), the request is a running worker's: a hand-over checkpoint.
+* **Hand-overs asked for** by a worker leaving or joining a running job: a hold
+  checkpoint, unless declined (:mod:`kstream.protocol.handover`).
 * **Again**: a worker that did not stop heartbeating to a stopped job starts it again,
   every task restored from the latest checkpoint, as at a first start; and a job that
   restored resumes (``_resumed``).
@@ -126,6 +128,17 @@ class JobStopping:
             ]
             return answer + self._none_left(f"the restore of attempt {self.attempt}", now)
         return []
+
+    def _hand_over(self, member: str, why: str, now: float) -> list[Command]:
+        """``member`` asked for a hand-over (``Handover.request`` decides)."""
+        quiet = self.members.quiet(set(self.failover.by_member()), HEARD_WITHIN_S, now)
+        trigger, declined = self.handover.request(member, why, quiet, now - self._started)
+        if trigger:
+            self.triggers.request()
+        if declined is None:
+            return []
+        log.info("hand-over for %s declined: %s", member, declined)
+        return [Send(HandoverDeclined(member, declined))]
 
     def _none_left(self, during: str, now: float) -> list[Command]:
         """Every worker heard from stopped or leaves during a restore (SIGTERM to all: a
