@@ -56,7 +56,9 @@ class CarryJob:
     """The job on ``WORKERS`` workers and an external coordinator, fed ``RATE`` records a
     second from :meth:`feed` until :meth:`stop_feed`."""
 
-    def __init__(self, bootstrap: str, unique_name: Callable[[str], str], tmp: Path) -> None:
+    def __init__(
+        self, bootstrap: str, unique_name: Callable[[str], str], tmp: Path, timeout: int = 10
+    ) -> None:
         src, self.dst, app = unique_name("in"), unique_name("out"), unique_name("app")
         ensure_topics(
             make_admin(bootstrap), [TopicSpec(src, PARTITIONS), TopicSpec(self.dst, PARTITIONS)]
@@ -69,8 +71,14 @@ class CarryJob:
         job = [str(topology), "--bootstrap", bootstrap, "--app-id", app,
                "--store", f"file://{tmp}/store", "--interval", "1"]  # fmt: skip
         self.checkpoints = tmp / "store" / app / "checkpoints"
-        self.coordinator = CliJob([*CLI, "-v", "coordinator", *job], tmp / "coord.log")
-        worker = [*CLI, "-v", "worker", *job, "--coordinator", "external"]
+        # ``timeout``: the coordinator's heartbeat timeout and the workers' session, equal
+        # (the hold is timed on the first; the group's change comes after the second).
+        self.coordinator = CliJob(
+            [*CLI, "-v", "coordinator", *job, "--heartbeat-timeout", str(timeout)],
+            tmp / "coord.log",
+        )
+        worker = [*CLI, "-v", "worker", *job, "--coordinator", "external",
+                  "--session-timeout", str(timeout)]  # fmt: skip
         self.workers = [
             CliJob([*worker, "--state-dir", str(tmp / f"state-{i}")], tmp / f"w{i}.log")
             for i in range(WORKERS)
@@ -147,7 +155,7 @@ class CarryJob:
 def test_a_killed_workers_tasks_are_carried_and_the_others_process_nothing_twice(
     kafka_bootstrap: str, unique_name: Callable[[str], str], tmp_path: Path
 ) -> None:
-    job = CarryJob(kafka_bootstrap, unique_name, tmp_path)
+    job = CarryJob(kafka_bootstrap, unique_name, tmp_path, timeout=6)
     coordinator = job.coordinator
     try:
         job.running_with_input()
@@ -176,7 +184,7 @@ def test_a_killed_workers_tasks_are_carried_and_the_others_process_nothing_twice
 def test_a_worker_frozen_for_a_while_is_carried_then_goes_on_without_a_restore(
     kafka_bootstrap: str, unique_name: Callable[[str], str], tmp_path: Path
 ) -> None:
-    job = CarryJob(kafka_bootstrap, unique_name, tmp_path)
+    job = CarryJob(kafka_bootstrap, unique_name, tmp_path)  # (thawed before the hold)
     coordinator = job.coordinator
     try:
         job.running_with_input()
