@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import os
 import signal
-import threading
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -28,7 +27,8 @@ from pathlib import Path
 
 from integration.cli_job import CLI, CliJob
 from integration.edge_tools import read_all
-from kstream.kafka.clients import TopicSpec, ensure_topics, make_admin, make_producer
+from integration.steadyfeed import SteadyFeed
+from kstream.kafka.clients import TopicSpec, ensure_topics, make_admin
 
 WORKERS = 3
 PARTITIONS = 6
@@ -54,7 +54,7 @@ topology.source({src!r}, value_serde="str").peek(seen).map(str.upper).to(
 
 class CarryJob:
     """The job on ``WORKERS`` workers and an external coordinator, fed ``RATE`` records a
-    second from :meth:`feed` until :meth:`stop_feed`."""
+    second from :meth:`running_with_input` until :meth:`stop_feed`."""
 
     def __init__(
         self, bootstrap: str, unique_name: Callable[[str], str], tmp: Path, timeout: int = 10
@@ -63,7 +63,7 @@ class CarryJob:
         ensure_topics(
             make_admin(bootstrap), [TopicSpec(src, PARTITIONS), TopicSpec(self.dst, PARTITIONS)]
         )
-        self.bootstrap, self.src = bootstrap, src
+        self.bootstrap = bootstrap
         self.seen_dir = tmp / "seen"
         self.seen_dir.mkdir()
         topology = tmp / "carry.py"
@@ -83,28 +83,17 @@ class CarryJob:
             CliJob([*worker, "--state-dir", str(tmp / f"state-{i}")], tmp / f"w{i}.log")
             for i in range(WORKERS)
         ]
-        self.produced = 0
-        self._stop = threading.Event()
-        self._feeder = threading.Thread(target=self._feed, daemon=True)
-
-    def _feed(self) -> None:
-        producer = make_producer(self.bootstrap)
-        while not self._stop.is_set():
-            t0 = time.monotonic()
-            for _ in range(RATE // 10):
-                i = self.produced
-                producer.produce(self.src, f"r{i}".encode(), str(i).encode())
-                self.produced = i + 1
-            producer.poll(0)
-            self._stop.wait(max(0.0, 0.1 - (time.monotonic() - t0)))
-        assert producer.flush(30) == 0
+        # (explicit partitions, round-robin: every task gets input)
+        self.feed = SteadyFeed(bootstrap, src, lambda i: (i % PARTITIONS, f"r{i}"), RATE // 10)
+        self._feeding = False
 
     def running_with_input(self) -> None:
         """Every worker runs its tasks, input flows, and three checkpoints completed since:
         every task has a snapshot with input."""
         for w in self.workers:
             w.wait_for(r"resumed: running \['", 120)
-        self._feeder.start()
+        self.feed.__enter__()
+        self._feeding = True
         first = self.latest()
         self.coordinator.wait_until(
             lambda: self.latest() >= first + 3, "three more checkpoints", 60
@@ -114,10 +103,14 @@ class CarryJob:
         ids = [int(p.stem.split("-")[1]) for p in self.checkpoints.glob("chk-*.json")]
         return max(ids, default=0)
 
+    @property
+    def produced(self) -> int:
+        return self.feed.produced
+
     def stop_feed(self) -> None:
-        self._stop.set()
-        if self._feeder.is_alive():
-            self._feeder.join(timeout=60)
+        if self._feeding:
+            self._feeding = False
+            self.feed.__exit__(None, None, None)
 
     def assert_exact(self) -> None:
         """Every record produced is in the read_committed output exactly once."""
