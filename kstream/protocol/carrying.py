@@ -14,8 +14,11 @@ coordinator does not wait for its acknowledgements nor roll every task back:
   after them was never published (exactly-once output is published at completions).
 * **Not published twice.** A worker publishes, at a completion, only the tasks whose
   snapshot in that checkpoint's metadata is one of that checkpoint (the handle names
-  it): a carried worker that was only frozen, and wakes up, publishes nothing of its
-  tasks (``kstream.worker.checkpointed``). Its next heartbeat is a failover as before.
+  it): a carried worker that was only stalled or frozen, and wakes up, publishes nothing
+  of its tasks for those completions (``kstream.worker.checkpointed``). Its next
+  heartbeat ends the carry (``_carried_heard``): the completions after it publish what
+  its tasks did meanwhile — or, once the hold checkpoint is triggered, every task
+  restores.
 * **A hand-over at the group's change.** The group gives the silent worker's
   partitions to the others after its session times out, and the coordinator counts it
   lost after ``heartbeat_timeout``; whichever comes first is a restore. Shortly before
