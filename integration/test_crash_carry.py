@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import os
 import signal
-import time
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
@@ -167,7 +166,8 @@ def test_a_killed_workers_tasks_are_carried_and_the_others_process_nothing_twice
             held = rf"attempt {attempt}: restored \d+ task\(s\)[^\n]*carried on where they held"
             w.wait_for(held, 60)
             w.wait_for(rf"attempt {attempt} resumed", 60)
-        time.sleep(3)  # (more input after the change: what the assertions below cover)
+        resumed = job.latest()  # more input after the change: what the assertions cover
+        coordinator.wait_until(lambda: job.latest() >= resumed + 2, "two more checkpoints", 30)
         job.stop_feed()
         job.assert_exact()
         since_kill = coordinator.log()[carried.start() :]

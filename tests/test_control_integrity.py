@@ -16,7 +16,7 @@ from kstream.checkpointstorage.file import FileStore
 from kstream.checkpointstorage.metadata import (
     CheckpointMetadata,
     TaskSnapshot,
-    unbacked_completion,
+    completion_backing,
     write_metadata,
 )
 from kstream.hosting import embedded
@@ -80,7 +80,8 @@ def test_a_worker_acts_only_on_completions_the_store_holds(tmp_path: Path) -> No
     write_metadata(store, "app", CheckpointMetadata(8, 2, 0.0, 1.0, snap, plan="other-plan"))
 
     def why(checkpoint_id: int, attempt: int) -> str | None:
-        return unbacked_completion(store, "app", checkpoint_id, attempt, plan)
+        backing = completion_backing(store, "app", checkpoint_id, attempt, plan)
+        return backing if isinstance(backing, str) else None
 
     assert (why(10**12, 2) or "").startswith("no valid metadata in the store")  # forged
     assert why(7, 3) == "its metadata is of attempt 2, the message says 3"

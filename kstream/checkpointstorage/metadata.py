@@ -253,22 +253,13 @@ def task_manifests(
     return {task: snap.handle for task, snap in tasks.items() if snap.handle}
 
 
-def unbacked_completion(
-    store: CheckpointStore, app_id: str, checkpoint_id: int, attempt: int, plan: str
-) -> str | None:
-    """Why the store does not back a ``CheckpointCompleted(checkpoint_id, attempt)`` seen
-    by a process running ``plan`` (a fingerprint; '': any) — None when it does: the
-    checkpoint's metadata is there, of that attempt and plan (docs/design.md §12: the control
-    topic carries no authority, the store does)."""
-    backing = completion_backing(store, app_id, checkpoint_id, attempt, plan)
-    return backing if isinstance(backing, str) else None
-
-
 def completion_backing(
     store: CheckpointStore, app_id: str, checkpoint_id: int, attempt: int, plan: str
 ) -> CheckpointMetadata | str:
-    """The metadata backing ``CheckpointCompleted(checkpoint_id, attempt)``, or why there
-    is none (``unbacked_completion``)."""
+    """The metadata backing a ``CheckpointCompleted(checkpoint_id, attempt)`` seen by a
+    process running ``plan`` (a fingerprint; '': any), or why the store does not back it:
+    its metadata must be there, of that attempt and plan (docs/design.md §12: the control
+    topic carries no authority, the store does)."""
     try:
         meta = read_metadata(store, app_id, checkpoint_id)
     except MetadataError as e:

@@ -392,12 +392,12 @@ class Checkpointed(Mode):
         checkpoint's first collected); the processing goes on meanwhile."""
         self._collect_commits(now, wait=True)
         carried = self._carried.get(checkpoint_id, frozenset())
-        if carried & self.tasks.runners.keys():
+        if mine := carried & self.tasks.runners.keys():
             log.warning(
                 "checkpoint %d carried this worker's tasks %s at an older snapshot (it was "
                 "silent): their output is not published",
                 checkpoint_id,
-                ", ".join(sorted(carried & self.tasks.runners.keys())),
+                ", ".join(sorted(mine)),
             )
         owned = [r for r in self.tasks.owned() if r.task_id not in carried]
         self._commits_ended(self._committer.start(owned, checkpoint_id), now)
