@@ -19,6 +19,7 @@ nothing of its tasks (it logs so), and the output is exact.
 from __future__ import annotations
 
 import os
+import re
 import signal
 from collections import Counter
 from collections.abc import Callable
@@ -56,7 +57,13 @@ class CarryJob:
     second from :meth:`running_with_input` until :meth:`stop_feed`."""
 
     def __init__(
-        self, bootstrap: str, unique_name: Callable[[str], str], tmp: Path, timeout: int = 10
+        self,
+        bootstrap: str,
+        unique_name: Callable[[str], str],
+        tmp: Path,
+        timeout: int = 10,
+        *,
+        cooperative: bool = False,
     ) -> None:
         src, self.dst, app = unique_name("in"), unique_name("out"), unique_name("app")
         ensure_topics(
@@ -69,6 +76,8 @@ class CarryJob:
         topology.write_text(TOPOLOGY.format(seen=str(self.seen_dir), src=src, dst=self.dst))
         job = [str(topology), "--bootstrap", bootstrap, "--app-id", app,
                "--store", f"file://{tmp}/store", "--interval", "1"]  # fmt: skip
+        if cooperative:  # (the workers' group and the coordinator: docs/design.md §6.8)
+            job += ["-X", "partition.assignment.strategy=cooperative-sticky"]
         self.checkpoints = tmp / "store" / app / "checkpoints"
         # ``timeout``: the coordinator's heartbeat timeout and the workers' session, equal
         # (the hold is timed on the first; the group's change comes after the second).
@@ -122,7 +131,16 @@ class CarryJob:
             ]
             return sum(out[0].values()) >= self.produced
 
-        self.coordinator.wait_until(all_out, f"{self.produced} outputs", 120)
+        try:
+            self.coordinator.wait_until(all_out, f"{self.produced} outputs", 120)
+        except AssertionError:
+            missing = expected - out[0]
+            parts = Counter(int(r[1:]) % PARTITIONS for r in missing)
+            first = sorted(int(r[1:]) for r in missing)[:5]
+            raise AssertionError(
+                f"{sum(missing.values())} of {self.produced} records missing, by partition "
+                f"{dict(parts)}, the first {first}: {self.coordinator.tail()}"
+            ) from None
         assert out[0] == expected, (
             f"{sum(out[0].values())} outputs of {self.produced}: "
             f"{len(expected - out[0])} missing, {len(out[0] - expected)} extra"
@@ -204,5 +222,45 @@ def test_a_worker_frozen_for_a_while_is_carried_then_goes_on_without_a_restore(
         job.assert_exact()
         assert coordinator.log().count("restoring every task") == restores, coordinator.tail()
         assert [job.processed_twice(w) for w in job.workers] == [0, 0, 0]
+    finally:
+        job.close()
+
+
+def test_with_cooperative_assignment_a_killed_workers_tasks_are_adopted_and_nothing_restores(
+    kafka_bootstrap: str, unique_name: Callable[[str], str], tmp_path: Path
+) -> None:
+    """The group moves only the dead worker's partitions; the worker given them adopts
+    its tasks from their carried snapshots, and no other task stops: no hold, no restore,
+    no Resume (docs/design.md §6.8)."""
+    job = CarryJob(kafka_bootstrap, unique_name, tmp_path, timeout=6, cooperative=True)
+    coordinator = job.coordinator
+    try:
+        job.running_with_input()
+        victim, survivors = job.workers[1], [job.workers[0], job.workers[2]]
+        restores = [w.log().count("restore: attempt") for w in survivors]
+        victim.kill()
+        carried = coordinator.wait_for(r"its tasks ([^\n]*) are carried at checkpoint (\d+)", 30)
+        lost = set(carried.group(1).split(", "))
+        adopted: set[str] = set()
+
+        def all_adopted() -> bool:
+            found = re.finditer(r"worker \S+ adopts ([^\n]*) from checkpoint", coordinator.log())
+            adopted.update(t for m in found for t in m.group(1).split(", "))
+            return adopted >= lost
+
+        coordinator.wait_until(all_adopted, f"{sorted(lost)} adopted", 60)
+        adopted_at = job.latest()
+        coordinator.wait_until(lambda: job.latest() >= adopted_at + 3, "three more checkpoints", 30)
+        job.stop_feed()
+        job.assert_exact()
+        since_kill = coordinator.log()[carried.start() :]
+        assert "failover (attempt" not in since_kill and "restart (attempt" not in since_kill, (
+            coordinator.tail()
+        )
+        assert "hold checkpoint" not in since_kill
+        # The survivors restored nothing: the adopter built only the adopted tasks.
+        assert [w.log().count("restore: attempt") for w in survivors] == restores
+        assert any("adopted" in w.log() for w in survivors)
+        assert [job.processed_twice(w) for w in survivors] == [0, 0]
     finally:
         job.close()

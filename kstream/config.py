@@ -139,12 +139,16 @@ OWNED_SETTINGS: Mapping[str, str] = {
     "acks": "producers that carry a guarantee use acks=all (only 'all' or '-1' is accepted)",
     "request.required.acks": "producers that carry a guarantee use acks=all (only 'all' or '-1' "
     "is accepted)",
+    "partition.assignment.strategy": "a task needs the same partition of each of its inputs: "
+    "'range' (the default), or 'cooperative-sticky' for a job without a key_by that reads one "
+    "topic (docs/operations.md)",
 }
 # Owned settings a user may repeat with exactly kstream's own value.
 _OWNED_ALLOWED: Mapping[str, frozenset[str]] = {
     "enable.idempotence": frozenset({"true"}),
     "acks": frozenset({"all", "-1"}),
     "request.required.acks": frozenset({"all", "-1"}),
+    "partition.assignment.strategy": frozenset({"range", "cooperative-sticky"}),
 }
 _SECRET_MARKS = (
     "password",
@@ -385,3 +389,11 @@ class JobConfig:
     @property
     def group_id(self) -> str:
         return names.group_id(self.app_id)
+
+    @property
+    def cooperative(self) -> bool:
+        """Whether the workers' group assigns cooperatively (``-X
+        partition.assignment.strategy=cooperative-sticky``): a rebalance moves only the
+        partitions that change owner, and a crashed worker's tasks are adopted by their
+        new owners while the others run on (docs/design.md §6.8)."""
+        return self.kafka.get("partition.assignment.strategy") == "cooperative-sticky"

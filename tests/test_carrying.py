@@ -39,11 +39,15 @@ def handle(task: str, n: int) -> str:
     return f"app/tasks/{task}/chk-{n}.json"
 
 
-def job(description: dict[str, Any] | None = ISOLATED) -> Harness:
+def job(description: dict[str, Any] | None = ISOLATED, *, cooperative: bool = False) -> Harness:
     """Tasks a, b, c on w1, w2, w3 running in attempt 1 (generation 4), checkpoint 1
     completed at 1.1 s (triggered at 1.0), every worker heard at 1.5 s."""
     h = Harness(
-        tasks=OWNERS, history=[Resume(1, dict(OWNERS))], description=description, timeout=60.0
+        tasks=OWNERS,
+        history=[Resume(1, dict(OWNERS))],
+        description=description,
+        timeout=60.0,
+        cooperative=cooperative,
     )
     h.start(0.0)
     beat(h, 0.0)

@@ -58,6 +58,7 @@ class Harness:
         restart: RestartStrategy | None = None,
         heartbeat_timeout: float = 10.0,
         description: dict[str, Any] | None = None,
+        cooperative: bool = False,
         **checkpointing: Any,
     ) -> None:
         self.store = store
@@ -80,6 +81,7 @@ class Harness:
             heartbeat_timeout=heartbeat_timeout,
             recovered=rec,
             description=description,
+            cooperative=cooperative,
         )
         self.fail_metadata = fail_metadata
         self.executed: list[Command] = []

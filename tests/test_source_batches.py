@@ -65,6 +65,7 @@ class FakeConsumer:
 
 def _source(msgs: list[Msg]) -> SourceConsumer:
     s = SourceConsumer.__new__(SourceConsumer)  # a fake client instead of a consumer
+    s.cooperative = False
     s.group_id, s.reach, s._reported = "g", None, set()
     s._missing = MissingTopics(60.0)
     s._consumer = FakeConsumer(msgs)  # type: ignore[assignment]

@@ -21,12 +21,19 @@ class FakeConsumer:
         self.watermarks: dict[tuple[str, int], tuple[int, int]] = {}
         self.sought: list[tuple[str, int, int]] = []
         self.asked: list[list[tuple[str, int]]] = []  # the partitions of each position call
+        self.calls: list[tuple[str, list[tuple[str, int]]]] = []  # (incremental_)(un)assign
 
     def consumer_group_metadata(self) -> bytes:
         return b"metadata"
 
     def assign(self, parts: list[Any]) -> None:
-        pass
+        self.calls.append(("assign", [(x.topic, x.partition) for x in parts]))
+
+    def incremental_assign(self, parts: list[Any]) -> None:
+        self.calls.append(("incremental_assign", [(x.topic, x.partition) for x in parts]))
+
+    def incremental_unassign(self, parts: list[Any]) -> None:
+        self.calls.append(("incremental_unassign", [(x.topic, x.partition) for x in parts]))
 
     def seek(self, tp: TopicPartition) -> None:
         self.sought.append((tp.topic, tp.partition, tp.offset))
@@ -45,9 +52,11 @@ class FakeConsumer:
         return self.watermarks.get((tp.topic, tp.partition), (UNKNOWN, UNKNOWN))
 
 
-def _source(start: dict[tuple[str, int], int]) -> tuple[SourceConsumer, FakeConsumer]:
+def _source(
+    start: dict[tuple[str, int], int], cooperative: bool = False
+) -> tuple[SourceConsumer, FakeConsumer]:
     s = SourceConsumer.__new__(SourceConsumer)  # a fake client instead of a consumer
-    s.group_id, s.ignore_committed = "g", True
+    s.group_id, s.ignore_committed, s.cooperative = "g", True, cooperative
     s._assignment, s._on_revoke, s._paused, s._start = set(), None, set(), {}
     s._on_assign = lambda tps: start
     fake = FakeConsumer()
@@ -89,3 +98,25 @@ def test_the_lag_of_some_partitions_only_those_assigned() -> None:
     fake.watermarks = {("a", p): (0, 5) for p in range(5)}
     assert s.lag([("a", 2), ("b", 0), ("a", 1)]) == {("a", 1): 0, ("a", 2): 3}
     assert fake.asked == [[("a", 1), ("a", 2)]]  # positions asked of those only
+
+
+def test_a_cooperative_member_adds_and_removes_only_the_partitions_that_move() -> None:
+    s, fake = _source({}, cooperative=True)
+    assert fake.calls == [("incremental_assign", [("a", p) for p in range(5)])]
+    s._assigned(fake, [TopicPartition("a", 7)])
+    assert s.assignment == {("a", p) for p in (0, 1, 2, 3, 4, 7)}
+    s._revoked(fake, [TopicPartition("a", 1)])
+    assert s.assignment == {("a", p) for p in (0, 2, 3, 4, 7)}
+    assert fake.calls[1:] == [
+        ("incremental_assign", [("a", 7)]),
+        ("incremental_unassign", [("a", 1)]),
+    ]
+    assert s._assigned_metadata is not None  # (still a member with partitions)
+
+
+def test_an_eager_member_takes_each_assignment_whole() -> None:
+    s, fake = _source({})
+    s._revoked(fake, [TopicPartition("a", p) for p in range(5)])
+    s._assigned(fake, [TopicPartition("a", 7)])
+    assert s.assignment == {("a", 7)}
+    assert [c[0] for c in fake.calls] == ["assign", "assign"]

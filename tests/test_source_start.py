@@ -26,6 +26,7 @@ class FakeConsumer:
 
 def _source(*, ignore_committed: bool, start: dict[tuple[str, int], int]) -> SourceConsumer:
     s = SourceConsumer.__new__(SourceConsumer)  # a fake client instead of a consumer
+    s.cooperative = False
     s.group_id, s.ignore_committed = "g", ignore_committed
     s._assignment, s._on_revoke, s._paused, s._start = set(), None, set(), {}
     s._on_assign = lambda tps: start

@@ -364,6 +364,7 @@ def run_coordinator(
             recovered=recovered,
             description=description,
             plan=plan.digest if plan is not None else "",
+            cooperative=job.cooperative,
         )
         log.info(
             "coordinator for %r: %d tasks, next checkpoint %d, attempt %d "

@@ -6,10 +6,9 @@ in the same way: members sorted by member id, partitions split into contiguous
 ranges in that order. With every member subscribed to the same topics and the
 topics having identical partition counts, partition *i* of every topic goes to
 the same member (proved on a real broker by
-``integration/test_source_consumer.py``). ``cooperative-sticky`` gives no
-such guarantee (it balances all partitions together and keeps earlier owners),
-and its benefit — keeping partitions through a rebalance — does not apply here:
-any reassignment rolls the job back to the last checkpoint anyway (docs/design.md §6).
+``integration/test_source_consumer.py``). ``cooperative-sticky`` gives no such
+guarantee (it balances all partitions together): only a job whose tasks read one topic
+and exchange nothing may use it, to keep its partitions through a rebalance (§6.8).
 Mismatched partition counts must be rejected at start-up by the planner
 (:func:`check_copartitioned` helps).
 
@@ -21,7 +20,6 @@ a tuple unpack, not a method call per field.
 from __future__ import annotations
 
 import logging
-import struct
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
@@ -40,6 +38,7 @@ from kstream.kafka.clients import (
     make_consumer,
     watermark_offsets,
 )
+from kstream.kafka.groupgeneration import group_generation
 from kstream.kafka.missingtopics import MISSING_TOPIC_GRACE_S, MissingTopics
 from kstream.kafka.reachability import Reachability
 from kstream.names import worker_client_id
@@ -90,19 +89,6 @@ def check_copartitioned(counts: Mapping[str, int], topics: Sequence[str]) -> int
     return distinct.pop()
 
 
-def _generation_of(group_metadata: bytes) -> int | None:
-    """Generation id from librdkafka's serialized consumer-group metadata, if readable.
-
-    The layout (``CGMDv2:`` then a native int32 generation) is librdkafka's; the
-    Python client exposes no accessor. An unknown layout yields None, never a guess.
-    """
-    prefix = b"CGMDv2:"
-    if not group_metadata.startswith(prefix) or len(group_metadata) < len(prefix) + 4:
-        return None
-    (gen,) = struct.unpack_from("=i", group_metadata, len(prefix))
-    return gen if gen >= 0 else None
-
-
 class SourceConsumer:
     """A worker's membership in consumer group ``group_id`` and its reads of ``topics``.
 
@@ -111,7 +97,8 @@ class SourceConsumer:
     ``on_assign`` may return start offsets for some of them; the others start at the
     group's committed offsets (the earliest where none), or with ``ignore_committed``
     at the earliest.
-    With the eager protocol every rebalance first revokes the whole assignment.
+    With the eager protocol (``range``) every rebalance first revokes the whole
+    assignment; ``cooperative`` (docs/design.md §6.8): only the partitions that move.
 
     ``ignore_committed``: a checkpointed worker positions every partition itself (a
     restore seeks to the checkpoint's offsets), and the group's committed offsets are
@@ -138,8 +125,10 @@ class SourceConsumer:
         missing_topic_grace: float = MISSING_TOPIC_GRACE_S,
         ignore_committed: bool = False,
         subscribe: bool = True,
+        cooperative: bool = False,
     ) -> None:
         self.group_id = group_id
+        self.cooperative = cooperative
         self.subscribed = False
         self.ignore_committed = ignore_committed
         # "No broker answers" is reported there (logged once per outage); other
@@ -162,7 +151,7 @@ class SourceConsumer:
             read_committed=read_committed,
             extra={
                 "client.id": worker_client_id(),  # members are named <host:pid>-<uuid>
-                "partition.assignment.strategy": "range",
+                "partition.assignment.strategy": "cooperative-sticky" if cooperative else "range",
                 # Larger fetches per partition (librdkafka's default is 1 MiB): fewer
                 # round trips, so a batch is rarely waited for (measured: ~1.5x
                 # source throughput with 4 partitions, benchmarks/RESULTS.md).
@@ -194,7 +183,10 @@ class SourceConsumer:
 
     def _assigned(self, consumer: Any, partitions: list[TopicPartition]) -> None:
         tps = [(p.topic, p.partition) for p in partitions]
-        self._assignment = set(tps)
+        if self.cooperative:
+            self._assignment.update(tps)  # (an increment: the others stay)
+        else:
+            self._assignment = set(tps)
         self._assigned_metadata = consumer.consumer_group_metadata()
         log.info(
             "group %s: assigned %s (generation %s)", self.group_id, sorted(tps), self.generation
@@ -209,7 +201,10 @@ class SourceConsumer:
                 self._start[(p.topic, p.partition)] = off
             elif self.ignore_committed:
                 p.offset = OFFSET_BEGINNING
-        consumer.assign(partitions)
+        if self.cooperative:
+            consumer.incremental_assign(partitions)
+        else:
+            consumer.assign(partitions)
 
     def _revoked(self, consumer: Any, partitions: list[TopicPartition]) -> None:
         tps = [(p.topic, p.partition) for p in partitions]
@@ -217,10 +212,13 @@ class SourceConsumer:
         self._assignment.difference_update(tps)
         for tp in tps:
             self._start.pop(tp, None)
-        self._assigned_metadata = None
+        if not self._assignment:
+            self._assigned_metadata = None
         log.info("group %s: revoked %s", self.group_id, sorted(tps))
         if self._on_revoke is not None:
             self._on_revoke(tps)
+        if self.cooperative and tps:
+            consumer.incremental_unassign(partitions)
 
     # ---- membership
 
@@ -244,7 +242,7 @@ class SourceConsumer:
     def generation(self) -> int | None:
         """The group generation of the current assignment (None if not joined)."""
         md = self._consumer.consumer_group_metadata()
-        return _generation_of(md) if isinstance(md, bytes) else None
+        return group_generation(md) if isinstance(md, bytes) else None
 
     def group_metadata(self) -> Any:
         """Opaque group metadata for ``send_offsets_to_transaction``: the one captured
@@ -252,7 +250,13 @@ class SourceConsumer:
         once the group moved on — never the consumer's metadata of the moment, which
         after the group removed this member has no member id and no generation, and
         which the broker does not check (integration/test_eos_fencing_contract.py).
-        None while this worker holds no assignment."""
+        None while this worker holds no assignment. Cooperative: a rebalance may give
+        a new generation and call no callback; the metadata of the moment is taken
+        while it names a generation (still a member), else the captured one stays."""
+        if self.cooperative and self._assigned_metadata is not None:
+            md = self._consumer.consumer_group_metadata()
+            if isinstance(md, bytes) and group_generation(md) is not None:
+                self._assigned_metadata = md
         return self._assigned_metadata
 
     # ---- reading

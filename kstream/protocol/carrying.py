@@ -32,6 +32,7 @@ coordinator does not wait for its acknowledgements nor roll every task back:
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 from kstream.checkpointstorage.metadata import CheckpointMetadata, TaskSnapshot
@@ -67,14 +68,39 @@ class Carried:
         self.snapshots: dict[str, TaskSnapshot] = {}
         self.members: dict[str, tuple[str, ...]] = {}  # member -> its carried tasks
         self.hold_at: float | None = None  # when to trigger the hold checkpoint
+        # Tasks adopted (kstream.protocol.adoption) -> (adopter, the first checkpoint it
+        # acknowledges them in): the checkpoints before that one carry them still.
+        self.adopted: dict[str, tuple[str, int]] = {}
 
     def clear(self) -> None:
-        self.snapshots, self.members, self.hold_at = {}, {}, None
+        self.snapshots, self.members, self.hold_at, self.adopted = {}, {}, None, {}
 
     def fill(self, p: PendingCheckpoint) -> None:
         """The carried tasks' snapshots in ``p``, where their own did not come."""
+        adopted = self.adopted
         for task, snapshot in self.snapshots.items():
-            p.acks.setdefault(task, snapshot)
+            if task not in adopted or p.checkpoint_id < adopted[task][1]:
+                p.acks.setdefault(task, snapshot)
+
+    def refresh(self, meta: CheckpointMetadata, pending: Iterable[PendingCheckpoint]) -> None:
+        """Checkpoint ``meta`` completed. A carried task it has a newer snapshot of (its
+        owner acknowledged it before it fell silent) is carried at that one from now on,
+        in the checkpoints in flight after it too: a later checkpoint never carries a
+        task at an older snapshot than an earlier one. An adopted task it has its
+        adopter's snapshot of is carried no more."""
+        for task, (_member, first) in list(self.adopted.items()):
+            if meta.checkpoint_id >= first:
+                del self.adopted[task]
+                self.snapshots.pop(task, None)
+        later = [p for p in pending if p.checkpoint_id > meta.checkpoint_id]
+        for task, old in list(self.snapshots.items()):
+            new = meta.tasks.get(task)
+            if new is None or new.handle == old.handle or task in self.adopted:
+                continue
+            self.snapshots[task] = new
+            for p in later:
+                if p.acks.get(task) is old:
+                    p.acks[task] = new
 
 
 def hold_lead(latest: CheckpointMetadata) -> float:
@@ -87,6 +113,7 @@ class CrashCarrying:
     """Carrying a silent worker's tasks (see the module)."""
 
     isolated: bool
+    adopting: bool
     carried: Carried
     heartbeat_timeout: float
     latest_completed: CheckpointMetadata | None
@@ -124,16 +151,22 @@ class CrashCarrying:
                 continue  # (a task the latest checkpoint lacks: the ordinary failover)
             self.carried.members[member] = tasks
             self.carried.snapshots.update({t: latest.tasks[t] for t in tasks})
-            hold_at = heard + self.heartbeat_timeout - hold_lead(latest)
-            self.carried.hold_at = min(self.carried.hold_at or hold_at, hold_at)
+            for t in tasks:
+                self.carried.adopted.pop(t, None)  # (an adopter silent in its turn)
+            if self.adopting:  # (their new owners adopt them: kstream.protocol.adoption)
+                then = "their new owners adopt them once the group moves them"
+            else:
+                hold_at = heard + self.heartbeat_timeout - hold_lead(latest)
+                self.carried.hold_at = min(self.carried.hold_at or hold_at, hold_at)
+                then = f"a hand-over in {max(0.0, self.carried.hold_at - now):.1f}s, before the group's change"
             log.warning(
                 "worker %s silent for %.1fs: its tasks %s are carried at checkpoint %d "
-                "(the others go on; a hand-over in %.1fs, before the group's change)",
+                "(the others go on; %s)",
                 member,
                 now - heard,
                 ", ".join(tasks),
                 latest.checkpoint_id,
-                max(0.0, self.carried.hold_at - now),
+                then,
             )
         cmds: list[Command] = []
         for p in sorted(self.pending.values(), key=lambda p: p.checkpoint_id):
@@ -175,10 +208,16 @@ class CrashCarrying:
         tasks = self.carried.members.get(member)
         if tasks is None:
             return None
-        if self.handover.blocks_triggers:
+        adopted = sorted(set(tasks) & self.carried.adopted.keys())
+        if self.handover.blocks_triggers or adopted:
             return self._fail_over(
                 f"worker {member} heard again after its tasks {', '.join(tasks)} were "
-                "carried, with the hold checkpoint triggered",
+                "carried, "
+                + (
+                    f"and {', '.join(adopted)} adopted"
+                    if adopted
+                    else "with the hold checkpoint triggered"
+                ),
                 now,
             )
         del self.carried.members[member]

@@ -18,9 +18,10 @@ from kstream.checkpointstorage.metadata import CheckpointMetadata, TaskSnapshot
 from kstream.config import CheckpointingConfig, RestartStrategy
 from kstream.logs import ctx
 from kstream.names import member_client_id
+from kstream.protocol.adoption import TaskAdoption
 from kstream.protocol.alignment import GlobalWatermarks
 from kstream.protocol.batching import each_ready
-from kstream.protocol.carrying import Carried, CrashCarrying, isolated_tasks
+from kstream.protocol.carrying import Carried, isolated_tasks
 from kstream.protocol.commands import (
     ApplyRetention,
     CleanupCheckpoint,
@@ -40,6 +41,7 @@ from kstream.protocol.messages import (
     REASSIGNED,
     AcknowledgeCheckpoint,
     AcknowledgeCheckpoints,
+    AdoptRequest,
     CheckpointAborted,
     CheckpointCompleted,
     CheckpointRequest,
@@ -65,7 +67,7 @@ from kstream.protocol.triggers import TriggerSchedule
 log = logging.getLogger(__name__)
 
 
-class CheckpointCoordinator(JobStopping, CrashCarrying):
+class CheckpointCoordinator(JobStopping, TaskAdoption):
     """Triggers checkpoints for ``expected_tasks`` and commits those every task acknowledged.
 
     Guarantees: a checkpoint is announced complete only after its metadata was
@@ -84,6 +86,7 @@ class CheckpointCoordinator(JobStopping, CrashCarrying):
         recovered: RecoveredState | None = None,
         description: dict[str, Any] | None = None,
         plan: str = "",
+        cooperative: bool = False,
     ) -> None:
         if not expected_tasks:
             raise ValueError("a coordinator needs at least one task that must acknowledge")
@@ -128,6 +131,7 @@ class CheckpointCoordinator(JobStopping, CrashCarrying):
         # A silent worker's tasks carried at their last snapshot (kstream.protocol.carrying).
         self.isolated = isolated_tasks(description)
         self.carried = Carried()
+        self.adopting = cooperative and self.isolated  # (kstream.protocol.adoption)
 
     # -- state ---------------------------------------------------------------------------
 
@@ -193,7 +197,9 @@ class CheckpointCoordinator(JobStopping, CrashCarrying):
                     msg.checkpoint_id, msg.attempt, {msg.task_id: msg.snapshot}, now
                 )
             case AcknowledgeCheckpoints():
-                return self._on_acks(msg.checkpoint_id, msg.attempt, msg.snapshots, now)
+                return self._on_acks(msg.checkpoint_id, msg.attempt, msg.snapshots, now, msg.member)
+            case AdoptRequest():
+                return self._on_adopt_request(msg, now)
             case DeclineCheckpoint():
                 p = self._pending_for(msg.checkpoint_id, msg.attempt)
                 if p is None:
@@ -253,7 +259,7 @@ class CheckpointCoordinator(JobStopping, CrashCarrying):
         # 2. Workers whose heartbeats stopped are lost: the tasks they own must move
         #    (a silent member that owns nothing in this attempt — a predecessor of a
         #    restarted worker — is forgotten without a restore).
-        for member, silence in self.members.silent(self.heartbeat_timeout, now):
+        for member, silence in self.members.silent(self.heartbeat_timeout, now, self._loss_grace()):
             owned = self.failover.held_by(member)
             if owned:
                 cmds += self._fail_over(
@@ -294,6 +300,7 @@ class CheckpointCoordinator(JobStopping, CrashCarrying):
         """The metadata of ``checkpoint_id`` is in the store: announce it, then apply retention."""
         meta = self._completing.pop(checkpoint_id)
         self.latest_completed = meta
+        self.carried.refresh(meta, self.pending.values())
         self.restore_points.completed(meta, self.config.retained)
         self.triggers.finished(now)
         self.handover.completed(checkpoint_id, now)
@@ -361,13 +368,14 @@ class CheckpointCoordinator(JobStopping, CrashCarrying):
         return p
 
     def _on_acks(
-        self, checkpoint_id: int, attempt: int, snapshots: dict[str, TaskSnapshot], now: float
+        self, n: int, attempt: int, snapshots: dict[str, TaskSnapshot], now: float, member: str = ""
     ) -> list[Command]:
-        """Tasks' acknowledgements of ``checkpoint_id`` (one message: a task's, or a
-        worker's for all its tasks)."""
-        p = self._pending_for(checkpoint_id, attempt)
+        """Tasks' acknowledgements of checkpoint ``n`` (one message: a task's, or a
+        worker's ``member``'s for all its tasks: only those it owns count)."""
+        p = self._pending_for(n, attempt)
         if p is None:
             return []
+        snapshots = self._owned_acks(p, member, snapshots)
         for task_id, outcome in p.acknowledge(snapshots, now):
             self.ignored_messages += 1
             if outcome is AckOutcome.UNEXPECTED_TASK:
@@ -413,7 +421,7 @@ class CheckpointCoordinator(JobStopping, CrashCarrying):
         return self.members.reassigned(msg.task_id, msg.member, owner, owned, now)
 
     def _on_heartbeat(self, hb: Heartbeat, now: float) -> list[Command]:
-        self.members.heard(hb.member, hb.tasks, now)
+        self.members.heard(hb.member, hb.tasks, now, hb.producer)
         previous = self.failover.generation
         self.failover.observe_generation(hb.generation)
         if hb.restored and self.phase is JobPhase.RESTORING:
@@ -429,7 +437,7 @@ class CheckpointCoordinator(JobStopping, CrashCarrying):
         again = self._carried_heard(hb.member, now)  # (it was stalled, not dead)
         if again is not None:
             return again
-        moved = self.members.moved(hb, previous, self.failover.by_member(), self.attempt, now)
+        moved = self._moved(hb, previous, now)
         if moved is None:
             return []
         reason, normal = moved

@@ -17,11 +17,14 @@ class Membership:
         self.seen: dict[str, tuple[float, tuple[str, ...]]] = {}
         self.stopped: dict[str, str] = {}  # members that stopped gracefully -> why
         self.beat: dict[str, float] = {}  # members heard by this coordinator -> when
+        self.producers: dict[str, str] = {}  # member -> its sinks' transactional id
 
-    def heard(self, member: str, tasks: tuple[str, ...], now: float) -> None:
-        """A heartbeat: ``member`` runs ``tasks`` at ``now``."""
+    def heard(self, member: str, tasks: tuple[str, ...], now: float, producer: str = "") -> None:
+        """A heartbeat: ``member`` runs ``tasks`` at ``now`` (its sinks' ``producer``)."""
         self.seen[member] = (now, tasks)
         self.beat[member] = now
+        if producer:
+            self.producers[member] = producer
 
     def quiet(self, members: set[str], within: float, now: float) -> list[str]:
         """Those of ``members`` that did not heartbeat to this coordinator within
@@ -37,9 +40,17 @@ class Membership:
         for member, tasks in by_member.items():
             self.seen.setdefault(member, (now, tuple(sorted(tasks))))
 
-    def silent(self, timeout: float, now: float) -> list[tuple[str, float]]:
-        """Members not heard from for over ``timeout`` s (forgotten here), with their silence."""
-        gone = [(m, now - seen) for m, (seen, _t) in self.seen.items() if now - seen > timeout]
+    def silent(
+        self, timeout: float, now: float, grace: Mapping[str, float] | None = None
+    ) -> list[tuple[str, float]]:
+        """Members not heard from for over ``timeout`` s (and their ``grace``), forgotten
+        here, with their silence."""
+        extra = grace or {}
+        gone = [
+            (m, now - seen)
+            for m, (seen, _t) in self.seen.items()
+            if now - seen > timeout + extra.get(m, 0.0)
+        ]
         for member, _s in gone:
             del self.seen[member]
         return gone

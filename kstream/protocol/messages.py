@@ -9,10 +9,10 @@ frozen dataclasses below from plain JSON values, nothing more.
 Who writes what:
 
 * coordinator: TriggerCheckpoint, CheckpointCompleted, CheckpointAborted,
-  Restore, Resume, JobFailed, StopJob, JobStopped, WatermarkBound, HandoverDeclined;
+  Restore, Resume, JobFailed, StopJob, JobStopped, WatermarkBound, HandoverDeclined, Adopt;
 * workers: AcknowledgeCheckpoints (its snapshots in columns: :mod:`kstream.protocol.snapshotcolumns`;
   an object per snapshot, as before columns, and AcknowledgeCheckpoint, one task's: still read), DeclineCheckpoint, TasksReady (TaskReady: one task's, still read), Heartbeat,
-  TaskFailed, RestoreFailed, CheckpointRequest, WorkerStopped, WatermarkReport;
+  TaskFailed, RestoreFailed, CheckpointRequest, WorkerStopped, WatermarkReport, AdoptRequest;
 * ``kstream savepoint``: SavepointRequest.
 
 **Signed coordinator messages**: :mod:`kstream.protocol.signing`.
@@ -184,6 +184,9 @@ class Heartbeat:
     # heartbeats, kstream.worker.keepalive); the coordinator's restore deadline runs from
     # the last increase (kstream.protocol.failover). 0 otherwise.
     restored: int = 0
+    # With cooperative assignment: the transactional id of its exactly-once sinks, which
+    # the adopter of its tasks fences should it fall silent (kstream.protocol.adoption).
+    producer: str = ""
 
 
 @dataclass(frozen=True)
@@ -270,6 +273,33 @@ class HandoverDeclined:
 
 
 @dataclass(frozen=True)
+class AdoptRequest:
+    """Worker → coordinator, with cooperative assignment (docs/design.md §6.8): the group
+    gave ``member`` the partitions of ``tasks`` in ``generation`` and took none of the
+    tasks it runs in ``attempt``; it asks to adopt them while its own run on."""
+
+    member: str
+    attempt: int
+    generation: int
+    tasks: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Adopt:
+    """Coordinator → ``member``: restore ``tasks`` from completed checkpoint
+    ``checkpoint_id`` and run them in ``attempt`` (their owner fell silent and their
+    snapshots were carried: :mod:`kstream.protocol.adoption`); every other task runs on."""
+
+    attempt: int
+    member: str
+    checkpoint_id: int
+    tasks: tuple[str, ...]
+    # The silent owners' sink transactional ids: fenced first, which aborts a
+    # publication they left open (it would hold the tasks' offsets up to its timeout).
+    fence: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
 class WatermarkReport:
     """Worker → coordinator: in ``attempt``, the watermark of the slowest source partition
     ``member`` reads that still holds others back, per aligned source topic (``slowest``;
@@ -318,6 +348,8 @@ Message = (
     | WatermarkReport
     | WatermarkBound
     | HandoverDeclined
+    | AdoptRequest
+    | Adopt
 )
 
 MESSAGE_TYPES: dict[str, type[Any]] = {
@@ -345,6 +377,8 @@ MESSAGE_TYPES: dict[str, type[Any]] = {
         WatermarkReport,
         WatermarkBound,
         HandoverDeclined,
+        AdoptRequest,
+        Adopt,
     )
 }
 
@@ -389,6 +423,8 @@ def dump(msg: Message) -> bytes:
         del body["query"]  # as before queries: readers of an older version decode it
     if isinstance(msg, Heartbeat) and not msg.restored:
         del body["restored"]  # likewise
+    if isinstance(msg, Heartbeat) and not msg.producer:
+        del body["producer"]  # likewise
     if isinstance(msg, TriggerCheckpoint) and not msg.hold:
         del body["hold"]  # likewise
     if isinstance(msg, Resume) and msg.parts == 1:

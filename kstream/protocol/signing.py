@@ -16,6 +16,7 @@ import hmac
 from typing import Any
 
 from kstream.protocol.messages import (
+    Adopt,
     CheckpointAborted,
     CheckpointCompleted,
     HandoverDeclined,
@@ -38,6 +39,7 @@ COORDINATOR_MESSAGES: tuple[type[Any], ...] = (
     JobStopped,
     WatermarkBound,
     HandoverDeclined,
+    Adopt,
 )
 """The messages only a coordinator writes (signed)."""
 

@@ -48,6 +48,8 @@ from kstream.protocol.commands import RefusePlan, Send
 from kstream.protocol.handover import HOLD_TIMEOUT_S, JOINING, LEAVING
 from kstream.protocol.messages import (
     REASSIGNED,
+    Adopt,
+    AdoptRequest,
     CheckpointAborted,
     CheckpointCompleted,
     CheckpointRequest,
@@ -64,6 +66,7 @@ from kstream.protocol.messages import (
     WorkerStopped,
 )
 from kstream.protocol.workerevents import (
+    AdoptTasks,
     Assigned,
     CommitSinks,
     Event,
@@ -108,8 +111,14 @@ class WorkerProtocol:
         drain_timeout_s: float = 30.0,
         plan: str = "",
         client_id: str = "",
+        cooperative: bool = False,
+        producer: str = "",
     ) -> None:
         self.member = member
+        # The group assigns cooperatively: a rebalance that only gives this worker
+        # partitions leaves its tasks running, and it asks to adopt the new ones (§6.8).
+        self.cooperative = cooperative
+        self.producer = producer if cooperative else ""  # (heartbeats: fenced when adopted)
         # The group consumer's client.id (``host:pid``), which the member id the group
         # gives it starts with: a joiner asks under it, before it has a member id.
         self.client_id = client_id or member
@@ -245,6 +254,13 @@ class WorkerProtocol:
                 self.tasks = set(self.running)  # another member owns the rest: stay idle
                 self.awaiting_first_output = bool(self.running) and self.restore_point is not None
                 return [ResumeTasks(frozenset(self.running))]
+            case Adopt() if (
+                event.attempt == self.attempt
+                and event.member == self.member
+                and not self.restoring
+                and not self.stopping
+            ):
+                return self._adopt(event, now)
             case HandoverDeclined() if (
                 event.member == self.member and self.stopping and self.restoring
             ):
@@ -311,11 +327,45 @@ class WorkerProtocol:
         ready = readies(self.attempt, self.assigned, self.member, self.generation or 0, self.plan)
         return [RestoreTasks(self.attempt, self.restore_point), *map(Send, ready)]
 
+    def _adopts(self, event: Assigned) -> bool:
+        """Whether this assignment only gives partitions to a worker running its tasks,
+        cooperatively: its tasks run on, and it asks to adopt the new ones (§6.8)."""
+        return (
+            self.cooperative
+            and self.attempt > 0
+            and not self.restoring
+            and not self.stopping
+            and self.hold is None
+            and self.tasks == self.running
+            and self.running <= set(event.tasks)
+        )
+
+    def _adopt(self, event: Adopt, now: float) -> list[WorkerCommand]:
+        tasks = frozenset(event.tasks).intersection(self.assigned) - self.tasks
+        if not tasks:
+            return []  # (the group took them again meanwhile: the coordinator restores)
+        log.info(
+            "adopting %s from checkpoint %d (their owner fell silent)",
+            ", ".join(sorted(tasks)),
+            event.checkpoint_id,
+            extra=ctx(attempt=self.attempt),
+        )
+        self.tasks |= tasks
+        self.running |= tasks
+        self._next_heartbeat = 0.0
+        adopt = AdoptTasks(self.attempt, event.checkpoint_id, tasks, event.fence)
+        return [adopt, *self._heartbeat(now)]
+
     def _assigned(self, event: Assigned, now: float) -> list[WorkerCommand]:
+        adopts = self._adopts(event)
         self.member, self.generation = event.member, event.generation
         self.assigned, self.any_partitions = event.tasks, event.any_partitions
         self._next_heartbeat = 0.0  # tell the coordinator at once
         commands: list[WorkerCommand]
+        if adopts:
+            new = tuple(sorted(set(event.tasks) - self.tasks))
+            request = AdoptRequest(self.member, self.attempt, event.generation or 0, new)
+            return ([Send(request)] if new else []) + self._heartbeat(now)
         if self.restoring and event.any_partitions:
             commands = self._restore()  # same attempt, new generation: ready again
         else:
@@ -449,4 +499,6 @@ class WorkerProtocol:
         if self.generation is None:
             return None
         tasks = tuple(sorted(self.tasks))
-        return Heartbeat(self.member, tasks, self.generation, self.plan, self.query)
+        return Heartbeat(
+            self.member, tasks, self.generation, self.plan, self.query, producer=self.producer
+        )

@@ -119,6 +119,18 @@ class ReleaseTasks:
 
 
 @dataclass(frozen=True)
+class AdoptTasks:
+    """Restore ``tasks`` (assigned here, run by no one) from completed checkpoint
+    ``checkpoint_id`` and run them in ``attempt``, the other tasks running on
+    (docs/design.md §6.8)."""
+
+    attempt: int
+    checkpoint_id: int
+    tasks: frozenset[str]
+    fence: tuple[str, ...] = ()  # the silent owners' sink transactional ids
+
+
+@dataclass(frozen=True)
 class CommitSinks:
     """Checkpoint ``checkpoint_id`` completed: every task publishes its sinks' output."""
 
@@ -140,6 +152,7 @@ WorkerCommand = (
     | ResumeTasks
     | TriggerTasks
     | ReleaseTasks
+    | AdoptTasks
     | CommitSinks
     | RefusePlan
     | Exit

@@ -35,6 +35,7 @@ from kstream.protocol.messages import (
 )
 from kstream.protocol.worker import WorkerProtocol
 from kstream.protocol.workerevents import (
+    AdoptTasks,
     Assigned,
     CommitSinks,
     Event,
@@ -52,6 +53,7 @@ from kstream.protocol.workerevents import (
     Unrestorable,
     WorkerCommand,
 )
+from kstream.worker.adopting import adopt
 from kstream.worker.global_alignment import GlobalAlignment
 from kstream.worker.joining import wait_for_handover
 from kstream.worker.keepalive import heartbeating
@@ -304,6 +306,9 @@ class Checkpointed(Mode):
                         unrestored = a.attempt
                 case StopTasks():
                     self.tasks.stop_all(keep_held=a.keep_held)
+                case AdoptTasks():
+                    with self._heartbeating():
+                        failed |= adopt(self.tasks, a.attempt, a.checkpoint_id, a.tasks, a.fence)
                 case ResumeTasks():
                     self.tasks.resume(self.protocol.attempt, a.owned, draining=self.draining)
                 case TriggerTasks():

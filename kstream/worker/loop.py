@@ -22,7 +22,7 @@ from pathlib import Path
 
 from kstream.checkpointstorage.controlkey import ControlKey
 from kstream.checkpointstorage.urls import open_store
-from kstream.config import Guarantee, JobConfig
+from kstream.config import ConfigError, Guarantee, JobConfig
 from kstream.job import Job
 from kstream.kafka.clients import Producer, make_producer
 from kstream.kafka.control import ControlClient, ControlError
@@ -118,6 +118,7 @@ def open_clients(
             ignore_committed=checkpointed,
             # A checkpointed worker joins once its mode started (a hand-over: §6.6).
             subscribe=not checkpointed,
+            cooperative=cfg.cooperative,
             extra={
                 "session.timeout.ms": int(settings.session_timeout_s * 1000),
                 "heartbeat.interval.ms": min(
@@ -184,6 +185,13 @@ class Worker:
         self._next_export = 0.0
         self._assignment_changed = False
         topics = sorted({i.topic for spec in self.plan.tasks for i in spec.inputs})
+        if self.cfg.cooperative and (self.plan.internal_topic_partitions or len(topics) != 1):
+            raise ConfigError(
+                "partition.assignment.strategy=cooperative-sticky needs a job without a "
+                f"key_by that reads one topic (this one reads {', '.join(topics)}"
+                f"{' and repartitions' if self.plan.internal_topic_partitions else ''}): "
+                "only then are its tasks' partitions assigned one at a time"
+            )
         store = open_store(self.cfg.store_url, self.cfg.store_options)
         clients = open_clients(
             self.cfg,
@@ -244,6 +252,8 @@ class Worker:
                 drain_timeout_s=self.settings.drain_timeout_s,
                 plan=plan.digest,
                 client_id=worker_client_id(),
+                cooperative=self.cfg.cooperative,
+                producer=self.transactions.transactional_id,
             )
             self.mode = Checkpointed(
                 protocol, self.control, self.tasks, self.source, store, self.stats, label,

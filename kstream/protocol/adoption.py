@@ -1,0 +1,156 @@
+"""A crashed worker's tasks adopted by their new owners while every other task runs on
+(docs/design.md §6.8; part of :class:`kstream.protocol.coordinator.CheckpointCoordinator`,
+a base class of it). Pure, fed messages and a clock.
+
+With cooperative assignment (``partition.assignment.strategy=cooperative-sticky``, only
+for a job whose tasks exchange no records and read one topic), a rebalance moves only
+the partitions that change owner. When a worker falls silent its tasks are carried
+(:mod:`kstream.protocol.carrying`); once the group gives their partitions to others:
+
+* **An adoption, not a restore.** The worker the group gave them asks (``AdoptRequest``,
+  sent only while it runs its own tasks and lost none); the coordinator answers
+  ``Adopt``: it restores them from the latest completed checkpoint — their carried
+  snapshots — and runs them in the current attempt. No other task stops, and there is
+  no hold checkpoint and no Resume: the others' output keeps its cadence.
+* **One owner per task.** The adopter owns them from the ``Adopt`` on; acknowledgements
+  of a task from any other member are ignored (a silent owner that wakes up is a zombie:
+  the group removed it, so its publications are fenced by the group generation, and its
+  snapshots must not stand for the task either). Every checkpoint in flight carries the
+  adopted tasks at their carried snapshots until the adopter's own acknowledgement.
+* **What is not an adoption** — tasks that were not carried (a live owner lost them:
+  a join), a member that is itself carried, another attempt — is restored as before.
+* **The silent owner is lost** once all its tasks are adopted (forgotten, no restore);
+  if the group does not move them within ``ADOPT_WAIT_S`` after its heartbeat timeout,
+  the ordinary failover restores every task.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from kstream.checkpointstorage.metadata import TaskSnapshot
+from kstream.protocol.carrying import CrashCarrying
+from kstream.protocol.commands import Command, Send
+from kstream.protocol.failover import JobPhase
+from kstream.protocol.messages import Adopt, AdoptRequest, Heartbeat
+from kstream.protocol.pending import PendingCheckpoint
+
+log = logging.getLogger(__name__)
+
+ADOPT_WAIT_S = 5.0
+"""How long past its heartbeat timeout a carried member's tasks wait for the group to
+give them to others (its session timeout should end first) before a failover."""
+
+
+class TaskAdoption(CrashCarrying):
+    """Adopting a silent worker's carried tasks (see the module)."""
+
+    adopting: bool  # cooperative assignment in a job of isolated tasks
+
+    @property
+    def attempt(self) -> int:
+        raise NotImplementedError
+
+    @property
+    def next_checkpoint_id(self) -> int:
+        raise NotImplementedError
+
+    def _on_adopt_request(self, msg: AdoptRequest, now: float) -> list[Command]:
+        if msg.attempt != self.attempt or self.phase is not JobPhase.RUNNING:
+            return []  # (a restore names every owner anyway)
+        tasks = set(msg.tasks)
+        latest = self.latest_completed
+        orphans = self.carried.snapshots.keys() - self.carried.adopted.keys()
+        why = (
+            "the job does not adopt tasks (cooperative assignment of tasks that exchange no "
+            "records)"
+            if not self.adopting
+            else f"tasks {', '.join(sorted(tasks - orphans))} were not carried"
+            if not tasks <= orphans or latest is None
+            else f"worker {msg.member} is carried itself"
+            if msg.member in self.carried.members
+            else ""
+        )
+        if why:
+            return self._fail_over(
+                f"worker {msg.member} was given tasks {', '.join(sorted(tasks))} in generation "
+                f"{msg.generation}; no adoption: {why}",
+                now,
+            )
+        assert latest is not None
+        owners = dict(self.failover.owners)
+        for task in tasks:
+            owners[task] = msg.member
+            # It acknowledges them from the next trigger on (written after the Adopt);
+            # those in flight carry them, not a late snapshot of their silent owner.
+            self.carried.adopted[task] = (msg.member, self.next_checkpoint_id)
+            for p in self.pending.values():
+                p.acks[task] = self.carried.snapshots[task]
+        self.failover.owners = owners
+        fence = tuple(
+            sorted(
+                self.members.producers[m]
+                for m, carried in self.carried.members.items()
+                if tasks & set(carried) and m in self.members.producers
+            )
+        )
+        for member, carried in list(self.carried.members.items()):
+            if set(carried) <= self.carried.adopted.keys():
+                del self.carried.members[member]
+                self.members.seen.pop(member, None)  # lost: no failover for it
+                log.info("worker %s lost: every task it ran is adopted", member)
+        if not self.carried.members:
+            self.carried.hold_at = None
+        log.warning(
+            "worker %s adopts %s from checkpoint %d (their owner fell silent); the other "
+            "tasks run on",
+            msg.member,
+            ", ".join(sorted(tasks)),
+            latest.checkpoint_id,
+        )
+        adopt = Adopt(self.attempt, msg.member, latest.checkpoint_id, tuple(sorted(tasks)), fence)
+        return [Send(adopt)]
+
+    def _owned_acks(
+        self, p: PendingCheckpoint, member: str, snapshots: dict[str, TaskSnapshot]
+    ) -> dict[str, TaskSnapshot]:
+        """``member``'s snapshots of the tasks it owns (a zombie's of the tasks adopted
+        from it are ignored); all of them from a message that names no member."""
+        if not member:
+            return snapshots
+        owners = self.failover.owners
+        mine = {t: s for t, s in snapshots.items() if owners.get(t, member) == member}
+        if len(mine) < len(snapshots):
+            log.warning(
+                "ignoring %d snapshot(s) of checkpoint %d from %s: tasks another worker owns",
+                len(snapshots) - len(mine),
+                p.checkpoint_id,
+                member,
+            )
+        return mine
+
+    def _loss_grace(self) -> dict[str, float]:
+        """Extra silence before a carried member is lost, while its tasks may be adopted."""
+        if not self.adopting:
+            return {}
+        return {member: ADOPT_WAIT_S for member in self.carried.members}
+
+    def _moved(self, hb: Heartbeat, previous: int, now: float) -> tuple[str, bool] | None:
+        """Whether ``hb`` says tasks moved (``Membership.moved``), and why. Under
+        cooperative assignment a new generation alone moved nothing: a worker's tasks
+        moved only when it runs others than it owns (tasks it adopts and has not started
+        yet aside); a heartbeat of an older generation is stale, ignored."""
+        if not self.adopting:
+            owners = self.failover.by_member()
+            return self.members.moved(hb, previous, owners, self.attempt, now)
+        if hb.generation < self.failover.generation:
+            return None
+        owned = self.failover.by_member().get(hb.member, frozenset())
+        starting = {t for t, (m, _first) in self.carried.adopted.items() if m == hb.member}
+        if owned - starting <= set(hb.tasks) <= owned:
+            return None
+        return (
+            f"worker {hb.member} runs tasks {sorted(hb.tasks)} but owns {sorted(owned)} in "
+            f"attempt {self.attempt}",
+            False,
+        )

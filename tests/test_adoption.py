@@ -1,0 +1,229 @@
+"""A silent worker's carried tasks adopted by the worker the group gives them, every other
+task running on (cooperative assignment, docs/design.md §6.8, kstream.protocol.adoption):
+the coordinator's side and the worker protocol's. Pure state machines with a fake clock."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+from kstream.checkpointstorage.metadata import TaskSnapshot, carried_tasks
+from kstream.protocol.adoption import ADOPT_WAIT_S
+from kstream.protocol.commands import Send
+from kstream.protocol.failover import JobPhase
+from kstream.protocol.messages import (
+    REASSIGNED,
+    AcknowledgeCheckpoints,
+    Adopt,
+    AdoptRequest,
+    CheckpointCompleted,
+    Heartbeat,
+    Message,
+    Restore,
+    Resume,
+    TaskFailed,
+    TriggerCheckpoint,
+)
+from kstream.protocol.worker import WorkerProtocol
+from kstream.protocol.workerevents import AdoptTasks, Assigned, StopTasks
+from tests.test_carrying import completed, handle, job, metadata
+from tests.test_coordinator import Harness, messages
+
+
+def cycle(
+    h: Harness,
+    start: float,
+    end: float,
+    runs: Mapping[str, tuple[str, ...]],
+    generation: int = 4,
+) -> list[Message]:
+    """Every 0.5 s from ``start`` to ``end``: each member of ``runs`` heartbeats with its
+    tasks, the coordinator ticks, and each member acknowledges its tasks of every
+    checkpoint triggered (in one message per member, as workers do)."""
+    out: list[Message] = []
+    t = start
+    while t <= end + 1e-9:
+        for member, tasks in runs.items():
+            out += messages(h.send(Heartbeat(member, tasks, generation), t))
+        sent = messages(h.tick(t))
+        out += sent
+        for trig in (m for m in sent if isinstance(m, TriggerCheckpoint)):
+            for member, tasks in runs.items():
+                out += ack(h, trig.checkpoint_id, member, tasks, t)
+        t = round(t + 0.5, 3)
+    return out
+
+
+def ack(h: Harness, n: int, member: str, tasks: tuple[str, ...], now: float) -> list[Message]:
+    snaps = {t: TaskSnapshot(handle(t, n), {f"in:{t}": n * 10}, state_size=100) for t in tasks}
+    return messages(h.send(AcknowledgeCheckpoints(n, 1, member, snaps), now))
+
+
+LIVE: dict[str, tuple[str, ...]] = {"w1": ("a",), "w3": ("c",)}
+
+
+def carried_b() -> Harness:
+    """w2 (task b) silent since 1.5 s: b carried at checkpoint 1 from 4.5 s on."""
+    h = job(cooperative=True)
+    h.send(Heartbeat("w2", ("b",), 4, producer="app.sink.worker.w2"), 1.5)  # (its sinks')
+    out = cycle(h, 2.0, 6.0, LIVE)
+    assert completed(out) and h.c.carried.snapshots.keys() == {"b"}
+    return h
+
+
+def test_carried_tasks_are_adopted_by_the_worker_the_group_gives_them_and_nothing_restores() -> (
+    None
+):
+    h = carried_b()
+    # The group's change (w2's session ended): w1 and w3 see generation 5; w1 got b.
+    out = cycle(h, 6.5, 6.5, LIVE, generation=5)
+    assert not [m for m in out if isinstance(m, Restore)]
+    in_flight = set(h.c.pending)
+    first_own = h.c.next_checkpoint_id
+    latest = h.c.latest_completed
+    assert latest is not None and latest.tasks["b"].handle == handle("b", 1)  # (carried)
+    out = messages(h.send(AdoptRequest("w1", 1, 5, ("b",)), 6.6))
+    # (w2's sinks fenced first: a publication it left open is aborted at once)
+    assert out == [Adopt(1, "w1", latest.checkpoint_id, ("b",), ("app.sink.worker.w2",))]
+    assert h.c.failover.owners["b"] == "w1"
+    # w1 runs a and b from now on; w2 stays silent, and is never lost with a restore.
+    runs = {"w1": ("a", "b"), "w3": ("c",)}
+    out = cycle(h, 7.0, 20.0, runs, generation=5)
+    assert not [m for m in out if isinstance(m, Restore)]
+    assert h.c.phase is JobPhase.RUNNING and h.c.attempt == 1
+    assert not [m for m in out if isinstance(m, TriggerCheckpoint) and m.hold]
+    done = completed(out)
+    for n in in_flight:  # (in flight at the adoption: b carried, not w1's)
+        assert metadata(h, n).tasks["b"].handle == handle("b", 1)
+    later = [n for n in done if n >= first_own]
+    assert len(later) >= 5
+    for n in later:  # the adopter's own snapshots
+        assert metadata(h, n).tasks["b"].handle == handle("b", n)
+        assert carried_tasks(metadata(h, n)) == set()
+    assert h.c.carried.snapshots == {} and h.c.carried.members == {}
+    assert "w2" not in h.c.members.seen
+
+
+def test_a_checkpoint_after_the_adoption_waits_for_the_adopters_own_snapshot() -> None:
+    h = carried_b()
+    messages(h.send(AdoptRequest("w1", 1, 5, ("b",)), 6.6))
+    n = h.c.next_checkpoint_id
+    out = cycle(h, 7.0, 12.0, LIVE, generation=5)  # w1 acknowledges a, but never b
+    assert n in h.c.pending and n not in completed(out)
+    assert ack(h, n, "w1", ("b",), 12.1) == [
+        m for m in messages(h.executed[-3:]) if isinstance(m, CheckpointCompleted)
+    ]
+    assert n not in h.c.pending
+
+
+def test_a_zombies_snapshots_of_a_task_adopted_from_it_are_ignored() -> None:
+    h = carried_b()
+    messages(h.send(AdoptRequest("w1", 1, 5, ("b",)), 6.6))
+    n = h.c.next_checkpoint_id
+    cycle(h, 7.0, 8.0, LIVE, generation=5)  # n triggered; w1 acknowledges a, not yet b
+    assert n in h.c.pending
+    # w2 wakes: its stale heartbeat (generation 4) restores nothing, and its snapshot
+    # of b does not stand for b.
+    out = messages(h.send(Heartbeat("w2", ("b",), 4), 8.2))
+    assert not [m for m in out if isinstance(m, Restore)]
+    zombie = TaskSnapshot("zombie/b", {"in:b": 999}, state_size=1)
+    out = messages(h.send(AcknowledgeCheckpoints(n, 1, "w2", {"b": zombie}), 8.3))
+    assert n in h.c.pending and not completed(out)
+    out = ack(h, n, "w1", ("b",), 8.4)
+    assert completed(out) == [n]
+    assert metadata(h, n).tasks["b"].handle == handle("b", n)
+    assert h.c.phase is JobPhase.RUNNING
+
+
+def test_tasks_that_were_not_carried_are_restored_not_adopted() -> None:
+    h = carried_b()
+    out = messages(h.send(AdoptRequest("w3", 1, 5, ("a",)), 6.6))  # a's owner w1 is alive
+    assert not [m for m in out if isinstance(m, Adopt)]
+    assert h.c.phase is JobPhase.SUSPENDED
+    assert "no adoption: tasks a were not carried" in h.c.failover.failure_reason
+
+
+def test_without_cooperative_assignment_a_request_to_adopt_restores() -> None:
+    h = job()  # (range assignment: every rebalance revokes every task)
+    cycle(h, 2.0, 6.0, LIVE)
+    assert h.c.carried.snapshots.keys() == {"b"}
+    messages(h.send(AdoptRequest("w1", 1, 5, ("b",)), 6.6))
+    assert h.c.phase is JobPhase.SUSPENDED
+    assert "the job does not adopt tasks" in h.c.failover.failure_reason
+
+
+def test_no_hold_checkpoint_with_cooperative_assignment_and_a_failover_if_nobody_adopts() -> None:
+    h = carried_b()
+    # The group never moves b: w2 is lost ADOPT_WAIT_S after its heartbeat timeout.
+    out = cycle(h, 6.5, 1.5 + 10.0 + ADOPT_WAIT_S, LIVE)
+    assert not [m for m in out if isinstance(m, TriggerCheckpoint) and m.hold]
+    assert not [m for m in out if isinstance(m, Restore)]
+    out = cycle(h, 17.5, 18.5, LIVE)
+    assert [r.checkpoint_id for r in out if isinstance(r, Restore)]
+    assert "worker w2 lost" in h.c.failover.failure_reason
+
+
+def test_a_carried_task_is_carried_at_its_owners_own_snapshot_once_one_completes() -> None:
+    """w2 acknowledged checkpoint 2 before it fell silent, and checkpoint 2 completed only
+    after b was carried (at 1): the later checkpoints carry b at 2, never at 1 again."""
+    h = job(cooperative=True)
+    cycle(h, 2.0, 2.0, {"w3": ("c",)})  # checkpoint 2 triggered; c acknowledges it
+    ack(h, 2, "w2", ("b",), 2.1)  # w2's own, then silence
+    t = 2.5
+    while t <= 5.0:  # a's acknowledgement is late: 2 waits past the carry
+        h.send(Heartbeat("w1", ("a",), 4), t)
+        cycle(h, t, t, {"w3": ("c",)})
+        t += 0.5
+    assert h.c.carried.snapshots["b"].handle == handle("b", 1) and 2 in h.c.pending
+    out = ack(h, 2, "w1", ("a",), 5.1)
+    out += cycle(h, 5.5, 9.0, LIVE)
+    done = completed(out)
+    assert 2 in done and metadata(h, 2).tasks["b"].handle == handle("b", 2)
+    assert len([k for k in done if k > 2]) >= 2
+    for n in (k for k in done if k > 2):
+        assert metadata(h, n).tasks["b"].handle == handle("b", 2)
+
+
+# -- the worker protocol -------------------------------------------------------------------
+
+
+def running(cooperative: bool = True) -> WorkerProtocol:
+    """A worker running a in attempt 1 of generation 4."""
+    p = WorkerProtocol("w1", now=0.0, cooperative=cooperative)
+    p.handle(Assigned("w1", 4, ("a",), True), 0.0)
+    p.handle(Restore(1, None), 0.0)
+    p.handle(Resume(1, {"a": "w1"}), 0.1)
+    assert p.running == {"a"} and not p.restoring
+    return p
+
+
+def sent(cmds: Sequence[object]) -> list[Message]:
+    return [c.message for c in cmds if isinstance(c, Send)]
+
+
+def test_a_worker_given_more_partitions_cooperatively_asks_to_adopt_and_runs_on() -> None:
+    p = running()
+    cmds = p.handle(Assigned("w1", 5, ("a", "b"), True), 1.0)
+    assert not [c for c in cmds if isinstance(c, StopTasks)]
+    assert AdoptRequest("w1", 1, 5, ("b",)) in sent(cmds)
+    assert p.running == {"a"}
+    cmds = p.handle(Adopt(1, "w1", 7, ("b",), ("tx",)), 1.2)
+    assert cmds[0] == AdoptTasks(1, 7, frozenset({"b"}), ("tx",))
+    assert p.running == {"a", "b"}
+    hb = p.current_heartbeat()
+    assert hb is not None and hb.tasks == ("a", "b")
+    assert p.handle(Adopt(1, "w9", 7, ("b",)), 1.3) == []  # another member's
+
+
+def test_a_worker_that_lost_a_task_cooperatively_stops_and_reports_as_before() -> None:
+    p = running()
+    cmds = p.handle(Assigned("w1", 5, ("b",), True), 1.0)  # a revoked, b given
+    assert StopTasks() in cmds or StopTasks(keep_held=False) in cmds
+    assert TaskFailed("b", "w1", 1, REASSIGNED) in sent(cmds)
+    assert not [m for m in sent(cmds) if isinstance(m, AdoptRequest)]
+
+
+def test_with_range_assignment_a_worker_never_asks_to_adopt() -> None:
+    p = running(cooperative=False)
+    cmds = p.handle(Assigned("w1", 5, ("a", "b"), True), 1.0)
+    assert StopTasks() in cmds
+    assert not [m for m in sent(cmds) if isinstance(m, AdoptRequest)]
