@@ -64,7 +64,11 @@ def main() -> int:
                             extra += ["--store-option", f"{k}={v}"]
 
                     def argv(
-                        topic_in: str, topic_out: str, group: str, state: Path, member: str,
+                        topic_in: str,
+                        topic_out: str,
+                        group: str,
+                        state: Path,
+                        member: str,
                         extra: list[str] = extra,
                     ) -> list[str]:
                         return contender.argv([

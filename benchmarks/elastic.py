@@ -19,7 +19,8 @@ duplicated).
 
 ``--job local`` runs the job without the shuffle: the source is partitioned by the key
 (``keyed=True``), one stage of 8 tasks (peek, then the window) — issue 42's target for a
-kill -9 is stated for such a job.
+kill -9 is stated for such a job. ``--cooperative`` (with ``--job local``) runs its group
+with ``-X partition.assignment.strategy=cooperative-sticky`` (docs/design.md §6.8).
 
 Without ``--bootstrap`` a local broker (``kstream.dev.localbroker``) is started.
 """
@@ -94,8 +95,10 @@ def run_scenario(
     timeout: float,
     say: Callable[[str], None] = click.echo,
     job: str = "keyed",
+    cooperative: bool = False,
+    kill_coordinator: bool = False,
 ) -> Outcome:
-    run = Run(bootstrap, workdir, rate, timeout, job)
+    run = Run(bootstrap, workdir, rate, timeout, job, cooperative=cooperative)
     t_begin = time.time()
     steps: list[Step] = []
     try:
@@ -125,7 +128,12 @@ def run_scenario(
             step("scale out 2->4", partial(run.start, 2), partial(run.start, 3))
             step("scale in 4->2", partial(run.stop, 3), partial(run.stop, 2))
         elif scenario == "kill":
-            step("kill -9 w3", partial(run.stop, 3, signal.SIGKILL))
+            # A worker that does not host the coordinator (killing that one also stops
+            # every checkpoint until the next election: --kill-coordinator).
+            host = run.coordinator_slot()
+            victim = host if kill_coordinator and host is not None else 3 if host != 3 else 2
+            role = "the coordinator's host" if victim == host else "not the coordinator's host"
+            step(f"kill -9 w{victim} ({role})", partial(run.stop, victim, signal.SIGKILL))
         else:
             raise click.UsageError(f"unknown scenario {scenario!r}")
         t0, t1 = steps[0].start, steps[-1].end
@@ -256,6 +264,16 @@ def table(outcomes: list[Outcome]) -> str:
     show_default=True,
     help="keyed: a key_by between two stages; local: one stage, the source partitioned by key.",
 )
+@click.option(
+    "--kill-coordinator",
+    is_flag=True,
+    help="kill: the worker hosting the coordinator (by default one that does not).",
+)
+@click.option(
+    "--cooperative",
+    is_flag=True,
+    help="The workers' group assigns cooperatively (with --job local: docs/design.md §6.8).",
+)
 def main(
     bootstrap: str | None,
     scenarios: tuple[str, ...],
@@ -265,6 +283,8 @@ def main(
     plot: Path,
     timeout: float,
     job: str,
+    cooperative: bool,
+    kill_coordinator: bool,
 ) -> None:
     """Measure what membership changes cost a running 4-worker job (see module doc)."""
     outcomes: list[Outcome] = []
@@ -278,7 +298,10 @@ def main(
         for run_no in range(1, runs + 1):
             for sc in scenarios or SCENARIOS:
                 click.echo(f"{sc} run {run_no}:")
-                o = run_scenario(sc, bootstrap, workdir, rate, timeout, job=job)
+                o = run_scenario(
+                    sc, bootstrap, workdir, rate, timeout, job=job, cooperative=cooperative,
+                    kill_coordinator=kill_coordinator,
+                )  # fmt: skip
                 outcomes.append(o)
                 click.echo(
                     f"  {o.seconds:.0f} s, {o.produced} records; unmoved pause {o.unmoved_pause_s:.1f} s, "

@@ -95,9 +95,20 @@ class Run:
     """One scenario: broker topics, producer, output watcher and worker processes."""
 
     def __init__(
-        self, bootstrap: str, workdir: Path, rate: int, timeout: float, job: str = "keyed"
+        self,
+        bootstrap: str,
+        workdir: Path,
+        rate: int,
+        timeout: float,
+        job: str = "keyed",
+        *,
+        cooperative: bool = False,
     ) -> None:
         rid = uuid.uuid4().hex[:8]
+        # (given to every worker, and so to the coordinator they elect: §6.8)
+        self.group = (
+            ["-X", "partition.assignment.strategy=cooperative-sticky"] if cooperative else []
+        )
         self.bootstrap, self.rate, self.timeout = bootstrap, rate, timeout
         self.shuffled = job == "keyed"
         # The stage whose output the watcher follows, and every task of the job.
@@ -204,7 +215,8 @@ class Run:
         self.workers[name] = Child(
             [kstream, "worker", str(self.topo), "-b", self.bootstrap,
              "--store", f"file://{self.dir / 'store'}", "--state-dir", str(self.dir / f"state-{slot}"),
-             "--interval", str(INTERVAL_S), "--guarantee", "exactly_once", "--coordinator", "auto"],
+             "--interval", str(INTERVAL_S), "--guarantee", "exactly_once", "--coordinator", "auto",
+             *self.group],
             cwd=REPO_DIR, log_dir=self.dir, name=name,
             env={**os.environ, "KSTREAM_LOG_FORMAT": "json"},
         )  # fmt: skip
@@ -307,6 +319,17 @@ class Run:
         self.stop_flag.set()
         self.threads[1].join(30)
         return check_exact(reference, list(self.windows), cut, WINDOW_MS)
+
+    def coordinator_slot(self) -> int | None:
+        """The slot of the live worker that was last elected to host the coordinator."""
+        last: tuple[float, int] | None = None
+        for slot, name in self.slots.items():
+            for line in (self.dir / f"{name}.err").read_text(errors="replace").splitlines():
+                if "coordinator election: elected" in line:
+                    with contextlib.suppress(ValueError, KeyError):
+                        when = datetime.fromisoformat(json.loads(line)["time"]).timestamp()
+                        last = max(last or (when, slot), (when, slot))
+        return None if last is None else last[1]
 
     def ownership(self) -> list[tuple[float, str, list[str]]]:
         events = []

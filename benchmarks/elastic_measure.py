@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import re
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -144,21 +145,25 @@ def owners_at(events: Sequence[tuple[float, str, Sequence[str]]], t: float) -> d
     return owner
 
 
-_RUNNING = "resumed: running "
+# "attempt N resumed: running [...]", or after an adoption (cooperative assignment)
+# "attempt N adopted ... the other tasks ran on: running [...]": every task it runs.
+_RUNNING = re.compile(r"(?:resumed|ran on): running (\[[^\]]*\])")
 
 
 def running_events(worker: str, log_lines: Iterable[str]) -> list[tuple[float, str, list[str]]]:
-    """``(unix time, worker, tasks)`` of each "resumed: running [...]" line of a worker's
-    JSON log (``KSTREAM_LOG_FORMAT=json``); other lines are skipped."""
+    """``(unix time, worker, tasks)`` of each "resumed: running [...]" (or "ran on:
+    running [...]": an adoption) line of a worker's JSON log (``KSTREAM_LOG_FORMAT=json``); other lines are skipped."""
     out = []
     for line in log_lines:
-        if _RUNNING not in line:
+        if "running [" not in line:
             continue
         try:
             rec = json.loads(line)
         except ValueError:
             continue
-        msg = str(rec.get("message", ""))
-        tasks = json.loads(msg.split(_RUNNING, 1)[1].replace("'", '"'))
+        found = _RUNNING.search(str(rec.get("message", "")))
+        if found is None:
+            continue
+        tasks = json.loads(found.group(1).replace("'", '"'))
         out.append((datetime.fromisoformat(rec["time"]).timestamp(), worker, list(tasks)))
     return out

@@ -105,9 +105,7 @@ def sources_key(sources: Sequence[Path], cp: str) -> str:
     return h.hexdigest()[:16]
 
 
-def compile_classes(
-    sources: Sequence[Path], cp: str, env: Mapping[str, str] | None = None
-) -> Path:
+def compile_classes(sources: Sequence[Path], cp: str, env: Mapping[str, str] | None = None) -> Path:
     """Compile ``sources`` against ``cp`` with ``javac`` once; the cached class directory."""
     env = os.environ if env is None else env
     out = cache_dir(env) / "bench-classes" / sources_key(sources, cp)

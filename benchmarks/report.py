@@ -129,7 +129,9 @@ def verdicts(series: list[Series], rec: RecoveryResults) -> list[Verdict]:
     else:
         overhead = 1 - r
         out.append(
-            Verdict(text, overhead, f"{overhead * 100:.1f} %", overhead <= CHECKPOINT_OVERHEAD_BOUND)
+            Verdict(
+                text, overhead, f"{overhead * 100:.1f} %", overhead <= CHECKPOINT_OVERHEAD_BOUND
+            )
         )
     for rt in RECOVERY_TARGETS:
         v = recovery_verdict(rec, rt)
@@ -147,7 +149,9 @@ def recovery_verdict(rec: RecoveryResults, t: RecoveryTarget) -> Verdict | None:
     if isinstance(k, list) and isinstance(q, list) and k and q:
         rk = statistics.median(x.recovery_s for x in k)
         rq = statistics.median(x.recovery_s for x in q)
-        return Verdict(t.text, rk / rq, f"{rk / rq:.2f}x ({rk:.1f} s vs {rq:.1f} s)", rk / rq <= t.bound)
+        return Verdict(
+            t.text, rk / rq, f"{rk / rq:.2f}x ({rk:.1f} s vs {rq:.1f} s)", rk / rq <= t.bound
+        )
     why = "; ".join(
         f"{n}: {'not run' if v is None else v or 'no valid run'}"
         for n, v in ((t.numerator, k), (t.denominator, q))

@@ -131,7 +131,8 @@ def ensure_java() -> str | None:
 @click.option(
     "--quick",
     is_flag=True,
-    help="development mode: " + ", ".join(f"--{k.replace('_', '-')} {v}" for k, v in QUICK.items())
+    help="development mode: "
+    + ", ".join(f"--{k.replace('_', '-')} {v}" for k, v in QUICK.items())
     + " unless given",
 )
 def main(bootstrap: str | None, **params: Any) -> None:

@@ -147,9 +147,7 @@ KEPT_SECTIONS = (
 )
 
 
-def points(
-    env: Env, sizes: Sizes, res: Results, curves: tuple[str, ...] = CURVES
-) -> list[Point]:
+def points(env: Env, sizes: Sizes, res: Results, curves: tuple[str, ...] = CURVES) -> list[Point]:
     """Every point of ``sizes``, in the order they run: by size, then curve (of the
     points of one size the state curve's with the state wiped first: it measures
     targets of the issue; recovery with the state kept last)."""
@@ -196,6 +194,7 @@ def points(
             f"{sizes.sink_budget // MIB} MiB and unbounded",
             n, lambda n=n: rss_vs_output(env, n, [sizes.sink_budget, UNBOUNDED]),  # type: ignore[misc]
             res.outputs.extend, "rss")  # fmt: skip
+
     def state(k: int, wipe: bool) -> None:
         changes = sizes.changed_intervals if wipe else 0
         add(f"state of {k:,} keys: {changes} intervals with 1 % changed, recovery with "
@@ -214,9 +213,7 @@ def points(
     return sorted(pts, key=lambda p: p.size)  # stable: curve order within a size
 
 
-def measure(
-    env: Env, sizes: Sizes, budget_s: float, curves: tuple[str, ...] = CURVES
-) -> Results:
+def measure(env: Env, sizes: Sizes, budget_s: float, curves: tuple[str, ...] = CURVES) -> Results:
     """Run every point, smallest first, within ``budget_s``. A point gets its own time
     limit, never more than what is left of the budget plus 5 minutes. A point is skipped
     (listed as not measured) once the budget is spent, or when it would not end within
@@ -323,9 +320,7 @@ def report(
     )  # fmt: skip
     if changed:
         lines += ["", "Upload share of each interval, in order:", ""]
-        lines += [
-            f"- {r.keys:,} keys: " + ", ".join(pct(x) for x in r.shares()) for r in changed
-        ]
+        lines += [f"- {r.keys:,} keys: " + ", ".join(pct(x) for x in r.shares()) for r in changed]
         lines += [
             "",
             "Only new files are uploaded (the store is content-addressed: a file it holds "

@@ -264,3 +264,32 @@ def test_with_cooperative_assignment_a_killed_workers_tasks_are_adopted_and_noth
         assert [job.processed_twice(w) for w in survivors] == [0, 0]
     finally:
         job.close()
+
+
+def test_with_cooperative_assignment_a_worker_frozen_past_its_session_is_a_fenced_zombie(
+    kafka_bootstrap: str, unique_name: Callable[[str], str], tmp_path: Path
+) -> None:
+    """Frozen (SIGSTOP) for longer than its session: the group moves its partitions, the
+    others adopt its tasks and fence its sinks' producer. Thawed, it publishes nothing of
+    them (fenced), its acknowledgements do not count, and the output stays exact."""
+    job = CarryJob(kafka_bootstrap, unique_name, tmp_path, timeout=6, cooperative=True)
+    coordinator = job.coordinator
+    try:
+        job.running_with_input()
+        frozen = job.workers[1]
+        os.kill(frozen.proc.pid, signal.SIGSTOP)
+        carried = coordinator.wait_for(r"its tasks ([^\n]*) are carried at checkpoint (\d+)", 30)
+        lost = set(carried.group(1).split(", "))
+        coordinator.wait_for(r"worker \S+ lost: every task it ran is adopted", 60)
+        adopted_at = job.latest()
+        coordinator.wait_until(lambda: job.latest() >= adopted_at + 2, "two more checkpoints", 30)
+        os.kill(frozen.proc.pid, signal.SIGCONT)
+        # It finds itself out of the group; whatever it does next, it publishes nothing
+        # twice: the job goes on (a rejoin may restore), and the output is exact.
+        thawed = job.latest()
+        coordinator.wait_until(lambda: job.latest() >= thawed + 4, "four more checkpoints", 90)
+        job.stop_feed()
+        job.assert_exact()
+        assert lost and all(t in coordinator.log() for t in lost)
+    finally:
+        job.close()

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from kstream.checkpointstorage.metadata import TaskSnapshot, carried_tasks
+from kstream.checkpointstorage.metadata import CheckpointMetadata, TaskSnapshot, carried_tasks
 from kstream.protocol.adoption import ADOPT_WAIT_S
 from kstream.protocol.commands import Send
 from kstream.protocol.failover import JobPhase
@@ -25,7 +25,7 @@ from kstream.protocol.messages import (
 )
 from kstream.protocol.worker import WorkerProtocol
 from kstream.protocol.workerevents import AdoptTasks, Assigned, StopTasks
-from tests.test_carrying import completed, handle, job, metadata
+from tests.test_carrying import ISOLATED, OWNERS, completed, handle, job, metadata
 from tests.test_coordinator import Harness, messages
 
 
@@ -35,10 +35,11 @@ def cycle(
     end: float,
     runs: Mapping[str, tuple[str, ...]],
     generation: int = 4,
+    acked: Mapping[str, tuple[str, ...]] | None = None,
 ) -> list[Message]:
     """Every 0.5 s from ``start`` to ``end``: each member of ``runs`` heartbeats with its
-    tasks, the coordinator ticks, and each member acknowledges its tasks of every
-    checkpoint triggered (in one message per member, as workers do)."""
+    tasks, the coordinator ticks, and each member acknowledges its tasks (or those
+    ``acked`` says) of every checkpoint triggered (one message per member, as workers do)."""
     out: list[Message] = []
     t = start
     while t <= end + 1e-9:
@@ -47,7 +48,7 @@ def cycle(
         sent = messages(h.tick(t))
         out += sent
         for trig in (m for m in sent if isinstance(m, TriggerCheckpoint)):
-            for member, tasks in runs.items():
+            for member, tasks in (runs if acked is None else acked).items():
                 out += ack(h, trig.checkpoint_id, member, tasks, t)
         t = round(t + 0.5, 3)
     return out
@@ -96,39 +97,48 @@ def test_carried_tasks_are_adopted_by_the_worker_the_group_gives_them_and_nothin
         assert metadata(h, n).tasks["b"].handle == handle("b", 1)
     later = [n for n in done if n >= first_own]
     assert len(later) >= 5
-    for n in later:  # the adopter's own snapshots
+    for n in later:  # the adopter's own snapshots (it acknowledges at once here)
         assert metadata(h, n).tasks["b"].handle == handle("b", n)
         assert carried_tasks(metadata(h, n)) == set()
     assert h.c.carried.snapshots == {} and h.c.carried.members == {}
     assert "w2" not in h.c.members.seen
 
 
-def test_a_checkpoint_after_the_adoption_waits_for_the_adopters_own_snapshot() -> None:
+def test_no_checkpoint_waits_for_the_adopter_and_none_goes_back_to_the_carried_snapshot() -> None:
     h = carried_b()
     messages(h.send(AdoptRequest("w1", 1, 5, ("b",)), 6.6))
-    n = h.c.next_checkpoint_id
-    out = cycle(h, 7.0, 12.0, LIVE, generation=5)  # w1 acknowledges a, but never b
-    assert n in h.c.pending and n not in completed(out)
-    assert ack(h, n, "w1", ("b",), 12.1) == [
-        m for m in messages(h.executed[-3:]) if isinstance(m, CheckpointCompleted)
-    ]
-    assert n not in h.c.pending
+    # The adopter's acknowledgements of b are late: the checkpoints complete, b carried.
+    runs = {"w1": ("a", "b"), "w3": ("c",)}
+    out = cycle(h, 7.0, 10.0, runs, generation=5, acked=LIVE)
+    late = completed(out)
+    assert len(late) >= 2
+    assert all(metadata(h, n).tasks["b"].handle == handle("b", 1) for n in late)
+    # One completes with the adopter's own snapshot of b: never carried again after it.
+    out = cycle(h, 10.5, 11.5, runs, generation=5)
+    own = completed(out)
+    assert own and metadata(h, own[0]).tasks["b"].handle == handle("b", own[0])
+    assert h.c.carried.snapshots == {} and h.c.carried.adopted == {}
+    cycle(h, 12.0, 14.0, runs, generation=5, acked=LIVE)  # b's acknowledgement late again
+    assert h.c.pending and all("b" not in p.acks for p in h.c.pending.values())
 
 
 def test_a_zombies_snapshots_of_a_task_adopted_from_it_are_ignored() -> None:
     h = carried_b()
     messages(h.send(AdoptRequest("w1", 1, 5, ("b",)), 6.6))
+    runs = {"w1": ("a", "b"), "w3": ("c",)}
+    cycle(h, 7.0, 8.0, runs, generation=5)
+    assert h.c.carried.snapshots == {}  # (a checkpoint completed with w1's own b)
     n = h.c.next_checkpoint_id
-    cycle(h, 7.0, 8.0, LIVE, generation=5)  # n triggered; w1 acknowledges a, not yet b
+    cycle(h, 8.5, 9.5, runs, generation=5, acked=LIVE)  # n triggered; w1 acks a, not yet b
     assert n in h.c.pending
     # w2 wakes: its stale heartbeat (generation 4) restores nothing, and its snapshot
     # of b does not stand for b.
-    out = messages(h.send(Heartbeat("w2", ("b",), 4), 8.2))
+    out = messages(h.send(Heartbeat("w2", ("b",), 4), 9.6))
     assert not [m for m in out if isinstance(m, Restore)]
     zombie = TaskSnapshot("zombie/b", {"in:b": 999}, state_size=1)
-    out = messages(h.send(AcknowledgeCheckpoints(n, 1, "w2", {"b": zombie}), 8.3))
+    out = messages(h.send(AcknowledgeCheckpoints(n, 1, "w2", {"b": zombie}), 9.7))
     assert n in h.c.pending and not completed(out)
-    out = ack(h, n, "w1", ("b",), 8.4)
+    out = ack(h, n, "w1", ("b",), 9.8)
     assert completed(out) == [n]
     assert metadata(h, n).tasks["b"].handle == handle("b", n)
     assert h.c.phase is JobPhase.RUNNING
@@ -227,3 +237,28 @@ def test_with_range_assignment_a_worker_never_asks_to_adopt() -> None:
     cmds = p.handle(Assigned("w1", 5, ("a", "b"), True), 1.0)
     assert StopTasks() in cmds
     assert not [m for m in sent(cmds) if isinstance(m, AdoptRequest)]
+
+
+def test_a_fresh_coordinator_carries_and_adopts_the_tasks_of_an_owner_it_never_heard() -> None:
+    """The dead worker hosted the coordinator: its successor, elected after it, never heard
+    it; the group gave its partitions to w1, which asks to adopt them."""
+    h = Harness(
+        tasks=OWNERS,
+        history=[Resume(1, dict(OWNERS))],
+        description=ISOLATED,
+        timeout=60.0,
+        cooperative=True,
+    )
+    h.start(0.0)
+    h.c.latest_completed = CheckpointMetadata(
+        1, 1, 0.0, 0.1, {t: TaskSnapshot(handle(t, 1)) for t in OWNERS}
+    )
+    out = cycle(h, 0.5, 1.0, LIVE, generation=5)
+    n = max(h.c.pending)  # waits for b, whose owner is silent
+    out = messages(h.send(AdoptRequest("w1", 1, 5, ("b",)), 1.2))
+    assert out[0] == Adopt(1, "w1", 1, ("b",))
+    assert completed(out) == [n]  # (it waited only for b: carried now)
+    assert metadata(h, n).tasks["b"].handle == handle("b", 1)
+    out = cycle(h, 1.5, 16.0, {"w1": ("a", "b"), "w3": ("c",)}, generation=5)
+    assert not [m for m in out if isinstance(m, Restore)]
+    assert h.c.phase is JobPhase.RUNNING and h.c.attempt == 1

@@ -41,7 +41,9 @@ def producer_rate(stdout: str) -> tuple[int, float]:
     """``(records, records/s)`` from ProducerPerformance's final summary line."""
     found = _SENT.findall(stdout)
     if not found:
-        raise ValueError(f"no 'records sent' summary in ProducerPerformance's output: {stdout[-500:]!r}")
+        raise ValueError(
+            f"no 'records sent' summary in ProducerPerformance's output: {stdout[-500:]!r}"
+        )
     n, rate = found[-1]
     return int(n), float(rate)
 

@@ -92,3 +92,13 @@ def test_ownership_from_worker_json_logs() -> None:
     assert owners_at(events, 1767225602.0) == {"stage0-0": "w0.0", "stage1-0": "w0.0"}
     assert owners_at(events, 1767225606.0) == {"stage0-0": "w0.0", "stage1-0": "w1.0"}
     assert owners_at(events, 1767225600.0) == {}
+    adopted = json.dumps(
+        {
+            "time": "2026-01-01T00:00:07.000+00:00",
+            "message": "attempt 3 adopted stage0-1 from checkpoint 9, the other tasks ran on: "
+            "running ['stage0-0', 'stage0-1']",
+        }
+    )
+    w0 += running_events("w0.0", [adopted])
+    assert w0[-1] == (1767225607.0, "w0.0", ["stage0-0", "stage0-1"])
+    assert owners_at(w0 + w1, 1767225608.0)["stage0-1"] == "w0.0"

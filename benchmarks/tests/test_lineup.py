@@ -46,14 +46,20 @@ def test_expected_windows_are_the_closed_windows_of_each_partition() -> None:
             want[(key, start)] = want.get((key, start), 0) + 1
     got = expected_windows(spec, window)
     assert got.records == len(want) > 0
-    assert got.digest == sum(window_digest(k, s, s + window, n) for (k, s), n in want.items()) % 2**64
+    assert (
+        got.digest == sum(window_digest(k, s, s + window, n) for (k, s), n in want.items()) % 2**64
+    )
     # one count off, or one result missing, changes the digest
     (k, s), n = next(iter(want.items()))
-    assert got.digest != (
-        sum(window_digest(k2, s2, s2 + window, n2) for (k2, s2), n2 in want.items())
-        - window_digest(k, s, s + window, n)
-        + window_digest(k, s, s + window, n + 1)
-    ) % 2**64
+    assert (
+        got.digest
+        != (
+            sum(window_digest(k2, s2, s2 + window, n2) for (k2, s2), n2 in want.items())
+            - window_digest(k, s, s + window, n)
+            + window_digest(k, s, s + window, n + 1)
+        )
+        % 2**64
+    )
 
 
 def test_runs_are_judged_by_their_exact_output() -> None:
@@ -76,7 +82,9 @@ def test_runs_are_judged_by_their_exact_output() -> None:
     assert check(wls["w1"], c[PERF_CONSUMER], spec, rep, OutputStats(0), exp) == ""
     assert check(wls["w1"], c[PERF_CONSUMER], spec, rep, OutputStats(3), exp) != ""
     short = Report("x", 99, -1, 0.0, 1.0)
-    assert "processed 99 of 100" in check(wls["w1"], c[PERF_CONSUMER], spec, short, OutputStats(0), exp)
+    assert "processed 99 of 100" in check(
+        wls["w1"], c[PERF_CONSUMER], spec, short, OutputStats(0), exp
+    )
 
 
 def test_perf_tool_summaries_are_parsed() -> None:

@@ -65,8 +65,14 @@ def test_targets_report_losses_and_wins() -> None:
     assert "| w1: kstream >= 3x Quix Streams | 1.50x | MISSED |" in lines
     assert "| w1: kstream >= 0.8x the callback-free raw pipe | 0.75x | MISSED |" in lines
     assert "| w4: checkpoint overhead at a 1 s interval <= 5 % | 4.0 % | met |" in lines
-    assert "| recovery, local state wiped: kstream <= 0.1x Quix Streams | 0.10x (1.0 s vs 10.0 s) | met |" in lines
-    assert "| recovery, local state wiped: kstream <= 1.0x Kafka Streams | 2.00x (1.0 s vs 0.5 s) | MISSED |" in lines
+    assert (
+        "| recovery, local state wiped: kstream <= 0.1x Quix Streams | 0.10x (1.0 s vs 10.0 s) | met |"
+        in lines
+    )
+    assert (
+        "| recovery, local state wiped: kstream <= 1.0x Kafka Streams | 2.00x (1.0 s vs 0.5 s) | MISSED |"
+        in lines
+    )
     assert not any("local state kept" in line for line in lines)  # the kept mode was not run
     assert "| w2: kstream >= 2x Quix Streams | n/a (quix not run in w2) | not measured |" in lines
     assert "- w1: kstream / raw_pipe" not in lines  # a target, not an informational ratio
@@ -78,9 +84,12 @@ def test_table_lists_unavailable_contenders_with_the_reason() -> None:
     s.unavailable = "not built yet"
     ok = _series("w2", "quix", [1000.0, 3000.0, 2000.0], module="quix_w")
     rows = table([s, ok])
-    assert rows[2] == "| w2 | kstream (`kstream_w`) | - | not available: not built yet | | | | | | |"
     assert (
-        rows[3] == "| w2 | quix (`quix_w`) | 3/3 | 2,000 | 1,000 - 3,000 | 1.00 | 2.00 | - | 100 | 5 |"
+        rows[2] == "| w2 | kstream (`kstream_w`) | - | not available: not built yet | | | | | | |"
+    )
+    assert (
+        rows[3]
+        == "| w2 | quix (`quix_w`) | 3/3 | 2,000 | 1,000 - 3,000 | 1.00 | 2.00 | - | 100 | 5 |"
     )
 
 
@@ -137,14 +146,17 @@ def test_recovery_with_local_state_kept_is_compared_like_with_like() -> None:
         "kafka_streams (local state kept)": [RecoveryResult(1, 8.0, 5, 5, 1, 1)],
     }
     lines = ratio_lines([], rec)
-    assert "| recovery, local state wiped: kstream <= 0.1x Quix Streams | 0.30x (3.0 s vs 10.0 s) | MISSED |" in (
-        lines
+    assert (
+        "| recovery, local state wiped: kstream <= 0.1x Quix Streams | 0.30x (3.0 s vs 10.0 s) | MISSED |"
+        in (lines)
     )
-    assert "| extra: recovery with local state kept: kstream <= 0.2x Quix Streams | 0.50x (2.0 s vs 4.0 s) | MISSED |" in (
-        lines
+    assert (
+        "| extra: recovery with local state kept: kstream <= 0.2x Quix Streams | 0.50x (2.0 s vs 4.0 s) | MISSED |"
+        in (lines)
     )
-    assert "| extra: recovery with local state kept: kstream <= 1.0x Kafka Streams | 0.25x (2.0 s vs 8.0 s) | met |" in (
-        lines
+    assert (
+        "| extra: recovery with local state kept: kstream <= 1.0x Kafka Streams | 0.25x (2.0 s vs 8.0 s) | met |"
+        in (lines)
     )
     table = recovery_lines(rec, 5)
     assert (

@@ -15,8 +15,9 @@ the partitions that change owner. When a worker falls silent its tasks are carri
 * **One owner per task.** The adopter owns them from the ``Adopt`` on; acknowledgements
   of a task from any other member are ignored (a silent owner that wakes up is a zombie:
   the group removed it, so its publications are fenced by the group generation, and its
-  snapshots must not stand for the task either). Every checkpoint in flight carries the
-  adopted tasks at their carried snapshots until the adopter's own acknowledgement.
+  snapshots must not stand for the task either). The checkpoints carry the adopted tasks
+  at their carried snapshots until one completes with the adopter's own (which replaces
+  the carried one in a checkpoint in flight): no checkpoint waits for the adopter.
 * **What is not an adoption** — tasks that were not carried (a live owner lost them:
   a join), a member that is itself carried, another attempt — is restored as before.
 * **The silent owner is lost** once all its tasks are adopted (forgotten, no restore);
@@ -28,7 +29,7 @@ from __future__ import annotations
 
 import logging
 
-from kstream.checkpointstorage.metadata import TaskSnapshot
+from kstream.checkpointstorage.metadata import CheckpointMetadata, TaskSnapshot
 from kstream.protocol.carrying import CrashCarrying
 from kstream.protocol.commands import Command, Send
 from kstream.protocol.failover import JobPhase
@@ -60,6 +61,8 @@ class TaskAdoption(CrashCarrying):
             return []  # (a restore names every owner anyway)
         tasks = set(msg.tasks)
         latest = self.latest_completed
+        if self.adopting and latest is not None:
+            self._carry_unheard(tasks, msg.member, latest)
         orphans = self.carried.snapshots.keys() - self.carried.adopted.keys()
         why = (
             "the job does not adopt tasks (cooperative assignment of tasks that exchange no "
@@ -81,9 +84,10 @@ class TaskAdoption(CrashCarrying):
         owners = dict(self.failover.owners)
         for task in tasks:
             owners[task] = msg.member
-            # It acknowledges them from the next trigger on (written after the Adopt);
-            # those in flight carry them, not a late snapshot of their silent owner.
-            self.carried.adopted[task] = (msg.member, self.next_checkpoint_id)
+            # Carried until a checkpoint completes with the adopter's own snapshot of
+            # them (its acknowledgements replace the carried one): those in flight
+            # carry them, not a late snapshot of their silent owner.
+            self.carried.adopted[task] = msg.member
             for p in self.pending.values():
                 p.acks[task] = self.carried.snapshots[task]
         self.failover.owners = owners
@@ -109,7 +113,40 @@ class TaskAdoption(CrashCarrying):
             latest.checkpoint_id,
         )
         adopt = Adopt(self.attempt, msg.member, latest.checkpoint_id, tuple(sorted(tasks)), fence)
-        return [Send(adopt)]
+        cmds: list[Command] = [Send(adopt)]
+        for p in sorted(self.pending.values(), key=lambda p: p.checkpoint_id):
+            if p.is_complete:  # (it waited only for tasks carried just now)
+                cmds += self._complete(p, now)
+        return cmds
+
+    def _carry_unheard(self, tasks: set[str], requester: str, latest: CheckpointMetadata) -> None:
+        """The owners of ``tasks`` this coordinator never heard from (it started after
+        them: the dead worker hosted its predecessor) are carried now — the group gave
+        their partitions to another member, so they are out of it or gave them up."""
+        owners = self.failover.owners
+        unheard = {
+            o
+            for t in tasks
+            if (o := owners.get(t)) is not None
+            and o != requester
+            and o not in self.members.beat
+            and o not in self.carried.members
+        }
+        for member in sorted(unheard):
+            owned = tuple(sorted(self.failover.by_member().get(member, ())))
+            if any(t not in latest.tasks for t in owned):
+                continue
+            self.carried.members[member] = owned
+            self.carried.snapshots.update({t: latest.tasks[t] for t in owned})
+            log.warning(
+                "worker %s, never heard by this coordinator, lost its partitions: its tasks "
+                "%s are carried at checkpoint %d",
+                member,
+                ", ".join(owned),
+                latest.checkpoint_id,
+            )
+        for p in self.pending.values():
+            self.carried.fill(p)
 
     def _owned_acks(
         self, p: PendingCheckpoint, member: str, snapshots: dict[str, TaskSnapshot]
@@ -127,6 +164,10 @@ class TaskAdoption(CrashCarrying):
                 p.checkpoint_id,
                 member,
             )
+        carried = self.carried
+        for task in mine.keys() & carried.adopted.keys():  # (its own, not the carried one)
+            if p.acks.get(task) is carried.snapshots.get(task):
+                del p.acks[task]
         return mine
 
     def _loss_grace(self) -> dict[str, float]:
@@ -146,7 +187,7 @@ class TaskAdoption(CrashCarrying):
         if hb.generation < self.failover.generation:
             return None
         owned = self.failover.by_member().get(hb.member, frozenset())
-        starting = {t for t, (m, _first) in self.carried.adopted.items() if m == hb.member}
+        starting = {t for t, m in self.carried.adopted.items() if m == hb.member}
         if owned - starting <= set(hb.tasks) <= owned:
             return None
         return (

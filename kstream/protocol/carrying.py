@@ -68,19 +68,17 @@ class Carried:
         self.snapshots: dict[str, TaskSnapshot] = {}
         self.members: dict[str, tuple[str, ...]] = {}  # member -> its carried tasks
         self.hold_at: float | None = None  # when to trigger the hold checkpoint
-        # Tasks adopted (kstream.protocol.adoption) -> (adopter, the first checkpoint it
-        # acknowledges them in): the checkpoints before that one carry them still.
-        self.adopted: dict[str, tuple[str, int]] = {}
+        # Tasks adopted (kstream.protocol.adoption) -> their adopter: carried still until a
+        # checkpoint completes with the adopter's own snapshot of them.
+        self.adopted: dict[str, str] = {}
 
     def clear(self) -> None:
         self.snapshots, self.members, self.hold_at, self.adopted = {}, {}, None, {}
 
     def fill(self, p: PendingCheckpoint) -> None:
         """The carried tasks' snapshots in ``p``, where their own did not come."""
-        adopted = self.adopted
         for task, snapshot in self.snapshots.items():
-            if task not in adopted or p.checkpoint_id < adopted[task][1]:
-                p.acks.setdefault(task, snapshot)
+            p.acks.setdefault(task, snapshot)
 
     def refresh(self, meta: CheckpointMetadata, pending: Iterable[PendingCheckpoint]) -> None:
         """Checkpoint ``meta`` completed. A carried task it has a newer snapshot of (its
@@ -88,14 +86,13 @@ class Carried:
         in the checkpoints in flight after it too: a later checkpoint never carries a
         task at an older snapshot than an earlier one. An adopted task it has its
         adopter's snapshot of is carried no more."""
-        for task, (_member, first) in list(self.adopted.items()):
-            if meta.checkpoint_id >= first:
-                del self.adopted[task]
-                self.snapshots.pop(task, None)
         later = [p for p in pending if p.checkpoint_id > meta.checkpoint_id]
         for task, old in list(self.snapshots.items()):
             new = meta.tasks.get(task)
-            if new is None or new.handle == old.handle or task in self.adopted:
+            if new is None or new.handle == old.handle:
+                continue
+            if task in self.adopted:
+                del self.adopted[task], self.snapshots[task]
                 continue
             self.snapshots[task] = new
             for p in later:

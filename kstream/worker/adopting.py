@@ -94,10 +94,11 @@ def adopt(
     for runner in adopted:
         tasks.seek_restored(runner)
     log.info(
-        "attempt %d: adopted %s from checkpoint %d; the other tasks ran on",
+        "attempt %d adopted %s from checkpoint %d, the other tasks ran on: running %s",
         attempt,
         ", ".join(sorted(r.task_id for r in adopted)) or "nothing",
         checkpoint_id,
+        sorted(t for t, r in tasks.runners.items() if r.running),
         extra=ctx(attempt=attempt),
     )
     return failed
