@@ -15,7 +15,6 @@ from kstream.protocol.messages import (
     AcknowledgeCheckpoints,
     Adopt,
     AdoptRequest,
-    CheckpointCompleted,
     Heartbeat,
     Message,
     Restore,
@@ -23,6 +22,7 @@ from kstream.protocol.messages import (
     TaskFailed,
     TriggerCheckpoint,
 )
+from kstream.protocol.recovery import recover
 from kstream.protocol.worker import WorkerProtocol
 from kstream.protocol.workerevents import AdoptTasks, Assigned, StopTasks
 from tests.test_carrying import ISOLATED, OWNERS, completed, handle, job, metadata
@@ -262,3 +262,17 @@ def test_a_fresh_coordinator_carries_and_adopts_the_tasks_of_an_owner_it_never_h
     out = cycle(h, 1.5, 16.0, {"w1": ("a", "b"), "w3": ("c",)}, generation=5)
     assert not [m for m in out if isinstance(m, Restore)]
     assert h.c.phase is JobPhase.RUNNING and h.c.attempt == 1
+
+
+def test_a_restarted_coordinator_knows_the_owners_adoptions_made() -> None:
+    history: list[Message] = [Resume(1, dict(OWNERS)), Adopt(1, "w1", 3, ("b",))]
+    assert recover(history, [], None).owners == {"a": "w1", "b": "w1", "c": "w3"}
+    assert recover([*history, Restore(2, 3)], [], None).owners == {}
+    assert recover([*history, Restore(2, 3), Resume(2, dict(OWNERS))], [], None).owners == OWNERS
+    assert recover([Resume(2, dict(OWNERS)), Adopt(1, "w1", 3, ("b",))], [], None).owners == (
+        OWNERS  # (an adoption of an earlier attempt)
+    )
+    h = Harness(tasks=OWNERS, history=history, description=ISOLATED, cooperative=True)
+    h.start(0.0)
+    out = cycle(h, 0.5, 8.0, {"w1": ("a", "b"), "w3": ("c",)}, generation=5)
+    assert not [m for m in out if isinstance(m, Restore)] and completed(out)

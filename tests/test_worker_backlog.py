@@ -153,3 +153,18 @@ def test_a_bounded_run_ends_a_partition_only_once_its_read_records_were_fed() ->
     backlog.clear()  # fed
     assert mode.end(0.0) is None and ended == [tp]
     assert mode.ends == {}
+
+
+def test_dropping_some_partitions_keeps_the_others_records_in_order() -> None:
+    """An adoption or a cooperative rebalance re-reads only its partitions: what the tasks
+    that ran on read stays and is fed, in order (dropped, it would never be read again)."""
+    backlog = Backlog(2000)
+    backlog.add({("in", 0): _batch("in", 0, 3), ("in", 1): _batch("in", 1, 3)})
+    backlog.add({("in", 0): _batch("in", 0, 2), ("in", 2): _batch("in", 2, 1)})
+    backlog.drop_partitions({("in", 1)}.__contains__)
+    assert backlog.partitions() == {("in", 0), ("in", 2)}
+    fed: list[tuple[tuple[str, int], int]] = []
+    while backlog:
+        backlog.feed(lambda tp, rs: fed.extend((tp, r[3]) for r in rs))
+    assert [o for tp, o in fed if tp == ("in", 0)] == [0, 1, 2, 0, 1]
+    assert len(fed) == 6

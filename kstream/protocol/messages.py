@@ -393,7 +393,7 @@ def record_key(msg: Message) -> str:
     newest per task (acknowledgement, decline, readiness, failure), and of a worker's
     batched acknowledgements the newest per first task (not per member: a restarted
     worker has a new member id, and its predecessor's record would stay forever; a
-    worker's parts have different first tasks). Heartbeats and checkpoint requests matter only while
+    worker's parts have different first tasks; an adoption's, per first task too). Heartbeats and checkpoint requests matter only while
     fresh: one key each.
     """
     name = type(msg).__name__
@@ -401,7 +401,7 @@ def record_key(msg: Message) -> str:
         return f"{name}:{msg.part}"  # (the first part keeps the key of a whole one)
     if isinstance(msg, AcknowledgeCheckpoints):
         return f"{name}:{min(msg.snapshots, default='')}"
-    if isinstance(msg, TasksReady):
+    if isinstance(msg, TasksReady | Adopt):
         return f"{name}:{min(msg.tasks, default='')}"
     task = getattr(msg, "task_id", None)
     return f"{name}:{task}" if isinstance(task, str) else name

@@ -28,6 +28,7 @@ from kstream.protocol.commands import CleanupCheckpoint, Command, Send
 from kstream.protocol.messages import (
     AcknowledgeCheckpoint,
     AcknowledgeCheckpoints,
+    Adopt,
     CheckpointAborted,
     CheckpointCompleted,
     JobFailed,
@@ -61,11 +62,16 @@ class RecoveredState:
     # Set when the job starts from an imported checkpoint or savepoint: a first start
     # (restored at once, not counted by the restart strategy), whatever ran before.
     starting_from: str = ""
+    # Tasks adopted since the last Resume (kstream.protocol.adoption) -> their adopter.
+    adopted: dict[str, str] = field(default_factory=dict)
 
     @property
     def owners(self) -> dict[str, str]:
-        """Task owners of the current attempt, if the job was resumed."""
-        return dict(self.last_lifecycle.owners) if isinstance(self.last_lifecycle, Resume) else {}
+        """Task owners of the current attempt (its Resume's, then its adoptions), if the
+        job was resumed."""
+        if not isinstance(self.last_lifecycle, Resume):
+            return {}
+        return {**self.last_lifecycle.owners, **self.adopted}
 
 
 def recover(
@@ -103,6 +109,9 @@ def recover(
                 st.attempt = max(st.attempt, a)
                 st.last_lifecycle = msg
                 st.unhandled_failure, st.unhandled_report = "", None
+                st.adopted = {}
+            case Adopt(attempt=a) if a == st.attempt:
+                st.adopted.update({t: msg.member for t in msg.tasks})
             case JobFailed() | JobStopped():
                 st.last_lifecycle = msg
                 st.unhandled_failure, st.unhandled_report = "", None

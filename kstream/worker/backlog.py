@@ -101,6 +101,11 @@ class Backlog:
     def clear(self) -> None:
         self._pending.clear()
 
+    def drop_partitions(self, which: Callable[[TP], bool]) -> None:
+        """Drop the pending records of the partitions ``which`` says (sought again, or
+        of no running task); the others' stay, in order."""
+        self._pending = deque((tp, rs) for tp, rs in self._pending if not which(tp))
+
     def drop(self, topics: Callable[[str], bool]) -> dict[TP, int]:
         """Drop the pending records of the partitions of ``topics``; the first dropped
         offset per partition (``RawRecord`` offset, index 3), where to seek back to."""

@@ -366,8 +366,14 @@ class Worker:
                 for tp, offset in backlog.drop(lambda t: t not in internal).items():
                     tasks.seek_back(tp, offset)
                 seeks = tasks.seeks  # the internal records left are still to be fed
-            if tasks.seeks != seeks:
-                backlog.clear()  # read again from the new positions
+            if tasks.seeks != seeks:  # read again from the new positions
+                sought = tasks.take_sought()
+                if sought is None or not self.cfg.cooperative:
+                    backlog.clear()
+                else:  # (an adoption: the tasks that ran on keep what they read)
+                    gone = {tp for tp in backlog.partitions() if tp in sought}
+                    gone |= {tp for tp in backlog.partitions() if not tasks.running_for(tp)}
+                    backlog.drop_partitions(gone.__contains__)
             # Source partitions run ahead (watermark alignment): held in the backlog.
             held = tasks.held(backlog.partitions())
             # Internal records starved behind user-topic ones: read past those (or, with
@@ -392,8 +398,13 @@ class Worker:
                     self._assignment_changed = False
                     log.info("assignment changed: %s", sorted(self.source.assignment))
                     mode.on_assignment(now)
-                    batch = {}  # fetched around a rebalance: read again after the seeks
-                    backlog.clear()
+                    if self.cfg.cooperative:  # the partitions that stay keep their positions
+                        batch = {tp: rs for tp, rs in batch.items() if tasks.running_for(tp)}
+                        idle = {tp for tp in backlog.partitions() if not tasks.running_for(tp)}
+                        backlog.drop_partitions(idle.__contains__)
+                    else:
+                        batch = {}  # fetched around a rebalance: read again after the seeks
+                        backlog.clear()
                 backlog.add(batch)
             seeks = tasks.seeks
             if backlog.has_topic(lambda t: t not in internal) or (

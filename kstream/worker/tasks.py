@@ -49,6 +49,7 @@ class WorkerTasks:
         self.source = source
         self.ctx = ctx
         self.seeks = 0  # how many seeks so far (see kstream.worker.backlog)
+        self._sought: set[TP] | None = set()  # sought since ``take_sought`` (None: all)
         self.restored = 0  # tasks built so far by the restore in progress (its heartbeats)
         self.runners: dict[str, TaskRunner] = {}
         # Which task reads each partition (a partition belongs to exactly one task).
@@ -322,6 +323,11 @@ class WorkerTasks:
             self.ctx.metrics.task_closed(task_id, runner.task)
             runner.close()
 
+    def take_sought(self) -> set[TP] | None:
+        """The partitions sought since the last call (None: every task was stopped)."""
+        sought, self._sought = self._sought, set()
+        return sought
+
     def seek_back(self, tp: TP, offset: int) -> None:
         """Read ``tp`` again from ``offset`` (records read but never fed were dropped)."""
         self._seek(tp, offset)
@@ -332,6 +338,7 @@ class WorkerTasks:
         and stops the others, docs/design.md §6.6). Whatever the assignment says now:
         an eager rebalance revokes everything first and assigns in a later poll."""
         self.seeks += 1  # no task runs what was read for the stopped ones
+        self._sought = None
         kept = {}
         for task_id, r in self.runners.items():
             if keep_held and r.holding:
@@ -355,6 +362,8 @@ class WorkerTasks:
 
     def _seek(self, tp: TP, offset: int, timeout: float = 10.0) -> None:
         self.seeks += 1  # records read before are read again: the loop drops its backlog
+        if self._sought is not None:
+            self._sought.add(tp)
         deadline = time.monotonic() + timeout
         while True:
             try:
