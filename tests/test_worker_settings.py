@@ -10,7 +10,7 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 import kstream.job as jobmod
-from kstream.config import CheckpointingConfig, ConfigError, Guarantee, JobConfig
+from kstream.config import CheckpointingConfig, ConfigError, Guarantee, JobConfig, KafkaSettings
 from kstream.elements.records import OutputBatch
 from kstream.job import INTERNAL_TOPIC_CONFIG, Job, ensure_job_topics, plan_live
 from kstream.kafka.clients import TopicSpec
@@ -122,3 +122,25 @@ def test_route_hands_sink_batches_over_as_columns() -> None:
     assert chunk.keys is keys
     sink.buffer.seal(1)
     assert has_due_output(sink, 1)
+
+
+def test_cooperative_assignment_is_for_a_job_without_a_shuffle_that_reads_one_topic() -> None:
+    """-X partition.assignment.strategy: range or cooperative-sticky only, and a worker
+    refuses cooperative-sticky before it opens any client when its tasks read partition p
+    of more than one topic (the sticky assignor would split them: docs/design.md §6.8)."""
+    from kstream.api import Topology
+    from kstream.worker.loop import Worker
+
+    coop = KafkaSettings({"partition.assignment.strategy": "cooperative-sticky"})
+    assert JobConfig("j", "unused:9092", kafka=coop).cooperative
+    assert not JobConfig("j", "unused:9092").cooperative
+    with pytest.raises(ConfigError, match=r"partition\.assignment\.strategy"):
+        KafkaSettings({"partition.assignment.strategy": "roundrobin"})
+    cfg = JobConfig(app_id="wc", bootstrap_servers="unused:9092", kafka=coop)
+    with pytest.raises(ConfigError, match="needs a job without a key_by that reads one topic"):
+        Worker(Job(cfg, plan_job(wordcount, "wc", {"lines": 3})))
+    both = Topology("two")
+    both.source("a").to("out")
+    both.source("b").to("out")
+    with pytest.raises(ConfigError, match="reads a, b"):
+        Worker(Job(replace(cfg, app_id="two"), plan_job(both, "two", {"a": 2, "b": 2})))

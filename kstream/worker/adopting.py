@@ -59,6 +59,8 @@ def adopt(
     failed = {
         t: "its partitions are not assigned here" for t in task_ids - {s.task_id for s in specs}
     }
+    for hook in tasks.before_restore:  # (standby copies of them leave their files alone)
+        hook([s.task_id for s in specs])
     for spec in specs:
         tasks.remove(spec.task_id)  # (a stale runner: rebuilt from the checkpoint)
     tasks.source.pause({(i.topic, i.partition) for s in specs for i in s.inputs})
