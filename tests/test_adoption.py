@@ -10,21 +10,24 @@ from kstream.checkpointstorage.metadata import CheckpointMetadata, TaskSnapshot,
 from kstream.protocol.adoption import ADOPT_WAIT_S
 from kstream.protocol.commands import Send
 from kstream.protocol.failover import JobPhase
+from kstream.protocol.handover import LEAVING
 from kstream.protocol.messages import (
     REASSIGNED,
     AcknowledgeCheckpoints,
     Adopt,
     AdoptRequest,
+    CheckpointRequest,
     Heartbeat,
     Message,
     Restore,
     Resume,
     TaskFailed,
     TriggerCheckpoint,
+    WorkerStopped,
 )
 from kstream.protocol.recovery import recover
 from kstream.protocol.worker import WorkerProtocol
-from kstream.protocol.workerevents import AdoptTasks, Assigned, StopTasks
+from kstream.protocol.workerevents import AdoptTasks, Assigned, StopRequested, StopTasks
 from tests.test_carrying import ISOLATED, OWNERS, completed, handle, job, metadata
 from tests.test_coordinator import Harness, messages
 
@@ -276,3 +279,36 @@ def test_a_restarted_coordinator_knows_the_owners_adoptions_made() -> None:
     h.start(0.0)
     out = cycle(h, 0.5, 8.0, {"w1": ("a", "b"), "w3": ("c",)}, generation=5)
     assert not [m for m in out if isinstance(m, Restore)] and completed(out)
+
+
+def test_a_leaver_drains_without_holding_the_others_and_its_tasks_are_adopted() -> None:
+    """Cooperative assignment: a worker stopping gracefully asks for a checkpoint, not a
+    hand-over (nothing else holds); once it stopped, its tasks are carried at its final
+    snapshots, and the worker the group gives them adopts them: no restore."""
+    h = job(cooperative=True)
+    h.send(Heartbeat("w2", ("b",), 4, producer="app.sink.worker.w2"), 1.5)
+    messages(h.send(CheckpointRequest("w2", 1, LEAVING), 1.6))
+    out = cycle(h, 1.7, 1.7, {**LIVE, "w2": ("b",)})
+    final = [m for m in out if isinstance(m, TriggerCheckpoint)]
+    assert [t.hold for t in final] == [False]  # (at once, not at the interval)
+    assert completed(out) == [final[0].checkpoint_id]
+    out = messages(h.send(WorkerStopped("w2", 1, "stopping: the final checkpoint completed"), 1.8))
+    assert h.c.carried.snapshots["b"].handle == handle("b", final[0].checkpoint_id)
+    out = cycle(h, 2.0, 3.0, LIVE)  # checkpoints complete without w2
+    assert completed(out)
+    out = messages(h.send(AdoptRequest("w1", 1, 5, ("b",)), 3.1))
+    latest = h.c.latest_completed
+    assert latest is not None
+    assert out[0] == Adopt(1, "w1", latest.checkpoint_id, ("b",), ("app.sink.worker.w2",))
+    out = cycle(h, 3.5, 12.0, {"w1": ("a", "b"), "w3": ("c",)}, generation=5)
+    assert not [m for m in out if isinstance(m, Restore)]
+    assert h.c.phase is JobPhase.RUNNING and h.c.attempt == 1
+
+
+def test_a_stopping_worker_given_partitions_leaves_them_to_their_next_owner() -> None:
+    p = running()
+    p.handle(StopRequested(), 0.5)
+    cmds = p.handle(Assigned("w1", 5, ("a", "b"), True), 1.0)
+    assert not [c for c in cmds if isinstance(c, StopTasks)]
+    assert not [m for m in sent(cmds) if isinstance(m, AdoptRequest | TaskFailed)]
+    assert p.running == {"a"}  # (it drains on; b adopted by whoever gets it next)

@@ -121,27 +121,44 @@ class TaskAdoption(CrashCarrying):
 
     def _carry_unheard(self, tasks: set[str], requester: str, latest: CheckpointMetadata) -> None:
         """The owners of ``tasks`` this coordinator never heard from (it started after
-        them: the dead worker hosted its predecessor) are carried now — the group gave
-        their partitions to another member, so they are out of it or gave them up."""
+        them: the dead worker hosted its predecessor), or that stopped (a graceful leave:
+        its final checkpoint is the latest), are carried now — the group gave their
+        partitions to another member, so they are out of it."""
         owners = self.failover.owners
         unheard = {
             o
             for t in tasks
             if (o := owners.get(t)) is not None
             and o != requester
-            and o not in self.members.beat
-            and o not in self.carried.members
+            and (o not in self.members.beat or o in self.members.stopped)
         }
-        for member in sorted(unheard):
+        self._carry_now(unheard, latest)
+
+    def _carry_stopped(self, member: str, now: float) -> list[Command]:
+        """``member`` left gracefully (it drained: its final checkpoint is its tasks'
+        latest snapshot): its tasks are carried at once, for their new owners to adopt."""
+        latest = self.latest_completed
+        if not self.adopting or latest is None:
+            return []
+        self._carry_now({member}, latest)
+        cmds: list[Command] = []
+        for p in sorted(self.pending.values(), key=lambda p: p.checkpoint_id):
+            if p.is_complete:  # (it waited only for tasks carried just now)
+                cmds += self._complete(p, now)
+        return cmds
+
+    def _carry_now(self, members: set[str], latest: CheckpointMetadata) -> None:
+        for member in sorted(members - set(self.carried.members)):
             owned = tuple(sorted(self.failover.by_member().get(member, ())))
-            if any(t not in latest.tasks for t in owned):
+            if not owned or any(t not in latest.tasks for t in owned):
                 continue
             self.carried.members[member] = owned
             self.carried.snapshots.update({t: latest.tasks[t] for t in owned})
             log.warning(
-                "worker %s, never heard by this coordinator, lost its partitions: its tasks "
-                "%s are carried at checkpoint %d",
+                "worker %s, %s: its tasks %s are carried at checkpoint %d (their new owners "
+                "adopt them)",
                 member,
+                "stopped" if member in self.members.stopped else "never heard by this coordinator",
                 ", ".join(owned),
                 latest.checkpoint_id,
             )

@@ -61,6 +61,7 @@ class JobStopping:
     savepoints: SavepointRequests
     handover: Handover
     carried: Carried
+    adopting: bool
     _next_id: int
     _started: float
 
@@ -71,6 +72,10 @@ class JobStopping:
     @property
     def attempt(self) -> int:
         raise NotImplementedError
+
+    if TYPE_CHECKING:  # (kstream.protocol.adoption's, after this class in the MRO)
+
+        def _carry_stopped(self, member: str, now: float) -> list[Command]: ...
 
     def _abort(
         self, p: PendingCheckpoint, reason: str, now: float, *, counts: bool
@@ -104,7 +109,9 @@ class JobStopping:
         if self.phase is not JobPhase.RUNNING or msg.attempt != self.attempt or not owners:
             return []
         if not self.members.all_stopped(owners):
-            return []  # the group rebalances; the others take its tasks over
+            # The group rebalances; the others take its tasks over (adopt them, with
+            # cooperative assignment: carried at its final checkpoint until then).
+            return self._carry_stopped(msg.member, now)
         return self._stop(stopped_reason({m: self.members.stopped[m] for m in owners}), now)
 
     def _request_in_restore(self, msg: CheckpointRequest, now: float) -> list[Command]:
@@ -130,7 +137,12 @@ class JobStopping:
         return []
 
     def _hand_over(self, member: str, why: str, now: float) -> list[Command]:
-        """``member`` asked for a hand-over (``Handover.request`` decides)."""
+        """``member`` asked for a hand-over (``Handover.request`` decides). A leaver whose
+        tasks will be adopted (cooperative assignment, kstream.protocol.adoption) needs
+        no hold of the others: a plain checkpoint now, its final one once it drained."""
+        if self.adopting and why == LEAVING:
+            self.triggers.request()
+            return []
         quiet = self.members.quiet(set(self.failover.by_member()), HEARD_WITHIN_S, now)
         trigger, declined = self.handover.request(member, why, quiet, now - self._started)
         if trigger:

@@ -329,12 +329,12 @@ class WorkerProtocol:
 
     def _adopts(self, event: Assigned) -> bool:
         """Whether this assignment only gives partitions to a worker running its tasks,
-        cooperatively: its tasks run on, and it asks to adopt the new ones (§6.8)."""
+        cooperatively: its tasks run on, and it asks to adopt the new ones — unless it is
+        stopping: it leaves them to their next owner (§6.8)."""
         return (
             self.cooperative
             and self.attempt > 0
             and not self.restoring
-            and not self.stopping
             and self.hold is None
             and self.tasks == self.running
             and self.running <= set(event.tasks)
@@ -365,7 +365,7 @@ class WorkerProtocol:
         if adopts:
             new = tuple(sorted(set(event.tasks) - self.tasks))
             request = AdoptRequest(self.member, self.attempt, event.generation or 0, new)
-            return ([Send(request)] if new else []) + self._heartbeat(now)
+            return ([Send(request)] if new and not self.stopping else []) + self._heartbeat(now)
         if self.restoring and event.any_partitions:
             commands = self._restore()  # same attempt, new generation: ready again
         else:
