@@ -293,3 +293,43 @@ def test_with_cooperative_assignment_a_worker_frozen_past_its_session_is_a_fence
         assert lost and all(t in coordinator.log() for t in lost)
     finally:
         job.close()
+
+
+def test_with_cooperative_assignment_a_worker_stopped_gracefully_hands_its_tasks_over_by_adoption(
+    kafka_bootstrap: str, unique_name: Callable[[str], str], tmp_path: Path
+) -> None:
+    """SIGTERM: the leaver drains with a plain checkpoint (no hold of the others), its
+    tasks are carried at its final snapshots, and the workers the group gives them adopt
+    them; nothing else restores, nothing is processed twice (docs/design.md §6.8)."""
+    job = CarryJob(kafka_bootstrap, unique_name, tmp_path, cooperative=True)
+    coordinator = job.coordinator
+    try:
+        job.running_with_input()
+        leaver, survivors = job.workers[1], [job.workers[0], job.workers[2]]
+        restores = [w.log().count("restore: attempt") for w in survivors]
+        mark = len(coordinator.log())
+        leaver.proc.send_signal(signal.SIGTERM)
+        assert leaver.wait(timeout=60) == 0
+        carried = coordinator.wait_for(r"stopped: its tasks ([^\n]*) are carried at checkpoint", 30)
+        lost = set(carried.group(1).split(", "))
+        adopted: set[str] = set()
+
+        def all_adopted() -> bool:
+            found = re.finditer(r"worker \S+ adopts ([^\n]*) from checkpoint", coordinator.log())
+            adopted.update(t for m in found for t in m.group(1).split(", "))
+            return adopted >= lost
+
+        coordinator.wait_until(all_adopted, f"{sorted(lost)} adopted", 60)
+        adopted_at = job.latest()
+        coordinator.wait_until(lambda: job.latest() >= adopted_at + 3, "three more checkpoints", 30)
+        job.stop_feed()
+        job.assert_exact()
+        since = coordinator.log()[mark:]
+        assert "failover (attempt" not in since and "restart (attempt" not in since, (
+            coordinator.tail()
+        )
+        assert "holds every task" not in since
+        assert [w.log().count("restore: attempt") for w in survivors] == restores
+        assert [job.processed_twice(w) for w in job.workers] == [0, 0, 0]
+    finally:
+        job.close()
