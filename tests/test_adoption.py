@@ -294,6 +294,8 @@ def test_a_leaver_drains_without_holding_the_others_and_its_tasks_are_adopted() 
     assert completed(out) == [final[0].checkpoint_id]
     out = messages(h.send(WorkerStopped("w2", 1, "stopping: the final checkpoint completed"), 1.8))
     assert h.c.carried.snapshots["b"].handle == handle("b", final[0].checkpoint_id)
+    h.send(Heartbeat("w2", ("b",), 4), 1.9)  # (its last one, read after it stopped)
+    assert "w2" in h.c.carried.members
     out = cycle(h, 2.0, 3.0, LIVE)  # checkpoints complete without w2
     assert completed(out)
     out = messages(h.send(AdoptRequest("w1", 1, 5, ("b",)), 3.1))

@@ -106,8 +106,8 @@ class TaskAdoption(CrashCarrying):
         if not self.carried.members:
             self.carried.hold_at = None
         log.warning(
-            "worker %s adopts %s from checkpoint %d (their owner fell silent); the other "
-            "tasks run on",
+            "worker %s adopts %s from checkpoint %d (their owner left or fell silent); the "
+            "other tasks run on",
             msg.member,
             ", ".join(sorted(tasks)),
             latest.checkpoint_id,

@@ -203,8 +203,8 @@ class CrashCarrying:
         restores (a hand-over when the hold completed). None: the heartbeat is handled
         as any other."""
         tasks = self.carried.members.get(member)
-        if tasks is None:
-            return None
+        if tasks is None or member in self.members.stopped:
+            return None  # (a stopped one's last heartbeat: it stays carried, §6.8)
         adopted = sorted(set(tasks) & self.carried.adopted.keys())
         if self.handover.blocks_triggers or adopted:
             return self._fail_over(

@@ -287,7 +287,7 @@ class AdoptRequest:
 @dataclass(frozen=True)
 class Adopt:
     """Coordinator → ``member``: restore ``tasks`` from completed checkpoint
-    ``checkpoint_id`` and run them in ``attempt`` (their owner fell silent and their
+    ``checkpoint_id`` and run them in ``attempt`` (their owner left or fell silent and their
     snapshots were carried: :mod:`kstream.protocol.adoption`); every other task runs on."""
 
     attempt: int

@@ -345,7 +345,7 @@ class WorkerProtocol:
         if not tasks:
             return []  # (the group took them again meanwhile: the coordinator restores)
         log.info(
-            "adopting %s from checkpoint %d (their owner fell silent)",
+            "adopting %s from checkpoint %d (their owner left or fell silent)",
             ", ".join(sorted(tasks)),
             event.checkpoint_id,
             extra=ctx(attempt=self.attempt),

@@ -1,5 +1,5 @@
 """Adopting tasks while the others run (cooperative assignment, docs/design.md §6.8):
-the tasks of a worker that fell silent, whose partitions the group gave this one, are
+the tasks of a worker that left or fell silent, whose partitions the group gave this one, are
 restored from their snapshots in a completed checkpoint and run in the current attempt —
 no other task of this worker stops, rolls back or waits."""
 
