@@ -107,6 +107,21 @@ class CarryJob:
             lambda: self.latest() >= first + 3, "three more checkpoints", 60
         )
 
+    def wait_adopted(self, tasks: set[str]) -> None:
+        """Until the coordinator logged every one of ``tasks`` adopted, and three more
+        checkpoints completed since (input after the adoption: what the checks cover)."""
+        adopted: set[str] = set()
+
+        def all_adopted() -> bool:
+            log = self.coordinator.log()
+            found = re.finditer(r"worker \S+ adopts ([^\n]*) from checkpoint", log)
+            adopted.update(t for m in found for t in m.group(1).split(", "))
+            return adopted >= tasks
+
+        self.coordinator.wait_until(all_adopted, f"{sorted(tasks)} adopted", 60)
+        at = self.latest()
+        self.coordinator.wait_until(lambda: self.latest() >= at + 3, "three more checkpoints", 30)
+
     def latest(self) -> int:
         ids = [int(p.stem.split("-")[1]) for p in self.checkpoints.glob("chk-*.json")]
         return max(ids, default=0)
@@ -240,17 +255,7 @@ def test_with_cooperative_assignment_a_killed_workers_tasks_are_adopted_and_noth
         restores = [w.log().count("restore: attempt") for w in survivors]
         victim.kill()
         carried = coordinator.wait_for(r"its tasks ([^\n]*) are carried at checkpoint (\d+)", 30)
-        lost = set(carried.group(1).split(", "))
-        adopted: set[str] = set()
-
-        def all_adopted() -> bool:
-            found = re.finditer(r"worker \S+ adopts ([^\n]*) from checkpoint", coordinator.log())
-            adopted.update(t for m in found for t in m.group(1).split(", "))
-            return adopted >= lost
-
-        coordinator.wait_until(all_adopted, f"{sorted(lost)} adopted", 60)
-        adopted_at = job.latest()
-        coordinator.wait_until(lambda: job.latest() >= adopted_at + 3, "three more checkpoints", 30)
+        job.wait_adopted(set(carried.group(1).split(", ")))
         job.stop_feed()
         job.assert_exact()
         since_kill = coordinator.log()[carried.start() :]
@@ -311,17 +316,7 @@ def test_with_cooperative_assignment_a_worker_stopped_gracefully_hands_its_tasks
         leaver.proc.send_signal(signal.SIGTERM)
         assert leaver.wait(timeout=60) == 0
         carried = coordinator.wait_for(r"stopped: its tasks ([^\n]*) are carried at checkpoint", 30)
-        lost = set(carried.group(1).split(", "))
-        adopted: set[str] = set()
-
-        def all_adopted() -> bool:
-            found = re.finditer(r"worker \S+ adopts ([^\n]*) from checkpoint", coordinator.log())
-            adopted.update(t for m in found for t in m.group(1).split(", "))
-            return adopted >= lost
-
-        coordinator.wait_until(all_adopted, f"{sorted(lost)} adopted", 60)
-        adopted_at = job.latest()
-        coordinator.wait_until(lambda: job.latest() >= adopted_at + 3, "three more checkpoints", 30)
+        job.wait_adopted(set(carried.group(1).split(", ")))
         job.stop_feed()
         job.assert_exact()
         since = coordinator.log()[mark:]

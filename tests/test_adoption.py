@@ -28,7 +28,7 @@ from kstream.protocol.messages import (
 from kstream.protocol.recovery import recover
 from kstream.protocol.worker import WorkerProtocol
 from kstream.protocol.workerevents import AdoptTasks, Assigned, StopRequested, StopTasks
-from tests.test_carrying import ISOLATED, OWNERS, completed, handle, job, metadata
+from tests.test_carrying import ISOLATED, OWNERS, completed, handle, job, metadata, started
 from tests.test_coordinator import Harness, messages
 
 
@@ -245,14 +245,7 @@ def test_with_range_assignment_a_worker_never_asks_to_adopt() -> None:
 def test_a_fresh_coordinator_carries_and_adopts_the_tasks_of_an_owner_it_never_heard() -> None:
     """The dead worker hosted the coordinator: its successor, elected after it, never heard
     it; the group gave its partitions to w1, which asks to adopt them."""
-    h = Harness(
-        tasks=OWNERS,
-        history=[Resume(1, dict(OWNERS))],
-        description=ISOLATED,
-        timeout=60.0,
-        cooperative=True,
-    )
-    h.start(0.0)
+    h = started(cooperative=True)
     h.c.latest_completed = CheckpointMetadata(
         1, 1, 0.0, 0.1, {t: TaskSnapshot(handle(t, 1)) for t in OWNERS}
     )

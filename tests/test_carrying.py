@@ -39,9 +39,9 @@ def handle(task: str, n: int) -> str:
     return f"app/tasks/{task}/chk-{n}.json"
 
 
-def job(description: dict[str, Any] | None = ISOLATED, *, cooperative: bool = False) -> Harness:
-    """Tasks a, b, c on w1, w2, w3 running in attempt 1 (generation 4), checkpoint 1
-    completed at 1.1 s (triggered at 1.0), every worker heard at 1.5 s."""
+def started(description: dict[str, Any] | None = ISOLATED, *, cooperative: bool = False) -> Harness:
+    """A coordinator started at 0.0 on the history of a job that runs tasks a, b, c on
+    w1, w2, w3 in attempt 1."""
     h = Harness(
         tasks=OWNERS,
         history=[Resume(1, dict(OWNERS))],
@@ -50,6 +50,13 @@ def job(description: dict[str, Any] | None = ISOLATED, *, cooperative: bool = Fa
         cooperative=cooperative,
     )
     h.start(0.0)
+    return h
+
+
+def job(description: dict[str, Any] | None = ISOLATED, *, cooperative: bool = False) -> Harness:
+    """Tasks a, b, c on w1, w2, w3 running in attempt 1 (generation 4), checkpoint 1
+    completed at 1.1 s (triggered at 1.0), every worker heard at 1.5 s."""
+    h = started(description, cooperative=cooperative)
     beat(h, 0.0)
     assert trigger_of(h.tick(1.0)) == TriggerCheckpoint(1, 1, 1000)
     for task in OWNERS:
@@ -189,8 +196,7 @@ def test_nothing_is_carried_when_no_other_worker_is_heard() -> None:
 def test_a_member_this_coordinator_never_heard_is_not_carried() -> None:
     """A coordinator that just started (elected after its host died) knows the owners
     from the control topic only: their silence until now says nothing."""
-    h = Harness(tasks=OWNERS, history=[Resume(1, dict(OWNERS))], description=ISOLATED, timeout=60.0)
-    h.start(0.0)
+    h = started()
     h.c.latest_completed = CheckpointMetadata(
         1, 1, 0.0, 0.1, {t: TaskSnapshot(handle(t, 1)) for t in OWNERS}
     )
