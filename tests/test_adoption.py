@@ -307,3 +307,23 @@ def test_a_stopping_worker_given_partitions_leaves_them_to_their_next_owner() ->
     assert not [c for c in cmds if isinstance(c, StopTasks)]
     assert not [m for m in sent(cmds) if isinstance(m, AdoptRequest | TaskFailed)]
     assert p.running == {"a"}  # (it drains on; b adopted by whoever gets it next)
+
+
+def test_a_request_to_adopt_is_asked_again_until_the_coordinator_answers() -> None:
+    """Read by a coordinator that then stopped (hosted by the worker that left), a
+    request is read by no other: the worker asks again every second."""
+    p = running()
+    first = sent(p.handle(Assigned("w1", 5, ("a", "b"), True), 1.0))
+    request = AdoptRequest("w1", 1, 5, ("b",))
+    assert request in first
+    assert request not in sent(p.tick(1.5))
+    assert request in sent(p.tick(2.1))
+    p.handle(Adopt(1, "w1", 7, ("b",)), 2.5)
+    assert request not in sent(p.tick(4.0)) + sent(p.tick(6.0))
+
+
+def test_a_request_asked_again_after_the_adoption_changes_nothing() -> None:
+    h = carried_b()
+    messages(h.send(AdoptRequest("w1", 1, 5, ("b",)), 6.6))
+    assert messages(h.send(AdoptRequest("w1", 1, 5, ("b",)), 7.6)) == []
+    assert h.c.phase is JobPhase.RUNNING and h.c.failover.owners["b"] == "w1"

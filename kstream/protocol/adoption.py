@@ -61,6 +61,9 @@ class TaskAdoption(CrashCarrying):
             return []  # (a restore names every owner anyway)
         tasks = set(msg.tasks)
         latest = self.latest_completed
+        owners = self.failover.owners
+        if all(owners.get(t) == msg.member for t in tasks):
+            return []  # (asked again before the Adopt reached it)
         if self.adopting and latest is not None:
             self._carry_unheard(tasks, msg.member, latest)
         orphans = self.carried.snapshots.keys() - self.carried.adopted.keys()

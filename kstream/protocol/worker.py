@@ -43,6 +43,7 @@ import logging
 from collections.abc import Callable, Iterable
 
 from kstream.logs import ctx
+from kstream.protocol.adoptrequests import AdoptRequests
 from kstream.protocol.batching import ResumeParts, readies
 from kstream.protocol.commands import RefusePlan, Send
 from kstream.protocol.handover import HOLD_TIMEOUT_S, JOINING, LEAVING
@@ -153,6 +154,7 @@ class WorkerProtocol:
         # asks for a checkpoint at once (OutputBuffered).
         self.awaiting_first_output = False
         self._next_request = 0.0
+        self._adoption = AdoptRequests()  # asked, not answered yet (§6.8)
         self._leave_asked: tuple[int, float] | None = None  # during a restore: attempt, when
         self._next_heartbeat = 0.0
         self._resumes = ResumeParts()  # a Resume written in parts, put together
@@ -229,6 +231,7 @@ class WorkerProtocol:
             case Restore() if event.attempt > self.attempt and self._foreign(event):
                 return [RefusePlan(event.plan, attempt=event.attempt)]
             case Restore() if event.attempt > self.attempt:
+                self._adoption.clear()
                 self.attempt, self.restore_point, self.restoring = (
                     event.attempt,
                     event.checkpoint_id,
@@ -254,13 +257,8 @@ class WorkerProtocol:
                 self.tasks = set(self.running)  # another member owns the rest: stay idle
                 self.awaiting_first_output = bool(self.running) and self.restore_point is not None
                 return [ResumeTasks(frozenset(self.running))]
-            case Adopt() if (
-                event.attempt == self.attempt
-                and event.member == self.member
-                and not self.restoring
-                and not self.stopping
-            ):
-                return self._adopt(event, now)
+            case Adopt() if event.attempt == self.attempt and event.member == self.member:
+                return [] if self.restoring or self.stopping else self._adopt(event, now)
             case HandoverDeclined() if (
                 event.member == self.member and self.stopping and self.restoring
             ):
@@ -328,9 +326,8 @@ class WorkerProtocol:
         return [RestoreTasks(self.attempt, self.restore_point), *map(Send, ready)]
 
     def _adopts(self, event: Assigned) -> bool:
-        """Whether this assignment only gives partitions to a worker running its tasks,
-        cooperatively: its tasks run on, and it asks to adopt the new ones — unless it is
-        stopping: it leaves them to their next owner (§6.8)."""
+        """Whether this assignment only gives partitions to a worker running its tasks (they
+        run on; it asks to adopt the new ones, unless it is stopping), cooperatively (§6.8)."""
         return (
             self.cooperative
             and self.attempt > 0
@@ -341,15 +338,11 @@ class WorkerProtocol:
         )
 
     def _adopt(self, event: Adopt, now: float) -> list[WorkerCommand]:
+        self._adoption.answered(frozenset(event.tasks))
         tasks = frozenset(event.tasks).intersection(self.assigned) - self.tasks
         if not tasks:
             return []  # (the group took them again meanwhile: the coordinator restores)
-        log.info(
-            "adopting %s from checkpoint %d (their owner left or fell silent)",
-            ", ".join(sorted(tasks)),
-            event.checkpoint_id,
-            extra=ctx(attempt=self.attempt),
-        )
+        log.info("adopting %s from checkpoint %d", ", ".join(sorted(tasks)), event.checkpoint_id)
         self.tasks |= tasks
         self.running |= tasks
         self._next_heartbeat = 0.0
@@ -358,6 +351,7 @@ class WorkerProtocol:
 
     def _assigned(self, event: Assigned, now: float) -> list[WorkerCommand]:
         adopts = self._adopts(event)
+        self._adoption.clear()
         self.member, self.generation = event.member, event.generation
         self.assigned, self.any_partitions = event.tasks, event.any_partitions
         self._next_heartbeat = 0.0  # tell the coordinator at once
@@ -365,7 +359,8 @@ class WorkerProtocol:
         if adopts:
             new = tuple(sorted(set(event.tasks) - self.tasks))
             request = AdoptRequest(self.member, self.attempt, event.generation or 0, new)
-            return ([Send(request)] if new and not self.stopping else []) + self._heartbeat(now)
+            asked = self._adoption.ask(request, now) if new and not self.stopping else []
+            return [*asked, *self._heartbeat(now)]
         if self.restoring and event.any_partitions:
             commands = self._restore()  # same attempt, new generation: ready again
         else:
@@ -425,7 +420,7 @@ class WorkerProtocol:
                 )
                 return self._exit("stopping: no final checkpoint in time")
             return self._request(now, LEAVING) + self._heartbeat(now)
-        commands = self._heartbeat(now)
+        commands = [*self._heartbeat(now), *self._adoption.due(now)]
         if self.hold is not None and now - self.hold[1] >= HOLD_MAX_S:
             commands += self._release(lambda n: True)
         if self.stop_when_idle is not None and now - self.last_input >= self.stop_when_idle:
