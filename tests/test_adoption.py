@@ -27,7 +27,13 @@ from kstream.protocol.messages import (
 )
 from kstream.protocol.recovery import recover
 from kstream.protocol.worker import WorkerProtocol
-from kstream.protocol.workerevents import AdoptTasks, Assigned, StopRequested, StopTasks
+from kstream.protocol.workerevents import (
+    AdoptTasks,
+    Assigned,
+    DropTasks,
+    StopRequested,
+    StopTasks,
+)
 from tests.test_carrying import ISOLATED, OWNERS, completed, handle, job, metadata, started
 from tests.test_coordinator import Harness, messages
 
@@ -224,7 +230,7 @@ def test_a_worker_given_more_partitions_cooperatively_asks_to_adopt_and_runs_on(
     assert p.running == {"a", "b"}
     hb = p.current_heartbeat()
     assert hb is not None and hb.tasks == ("a", "b")
-    assert p.handle(Adopt(1, "w9", 7, ("b",)), 1.3) == []  # another member's
+    assert p.handle(Adopt(1, "w9", 7, ("b",)), 1.3) == [DropTasks(frozenset({"b"}))]  # lost it
 
 
 def test_a_worker_that_lost_a_task_cooperatively_stops_and_reports_as_before() -> None:
@@ -327,3 +333,13 @@ def test_a_request_asked_again_after_the_adoption_changes_nothing() -> None:
     messages(h.send(AdoptRequest("w1", 1, 5, ("b",)), 6.6))
     assert messages(h.send(AdoptRequest("w1", 1, 5, ("b",)), 7.6)) == []
     assert h.c.phase is JobPhase.RUNNING and h.c.failover.owners["b"] == "w1"
+
+
+def test_a_worker_that_reads_another_adopt_its_tasks_drops_them_at_once() -> None:
+    """A zombie (frozen past its session, thawed) reads the Adopt of its tasks before any
+    trigger written after it: it stops them there, so it never takes a snapshot of them
+    for a checkpoint the adopter's snapshot goes to (the same manifest path)."""
+    p = running()
+    assert p.handle(Adopt(1, "w9", 7, ("a", "z")), 1.0) == [DropTasks(frozenset({"a"}))]
+    assert p.running == set() and p.tasks == set()
+    assert p.handle(Adopt(1, "w9", 7, ("z",)), 1.1) == []  # (none of its tasks)

@@ -70,6 +70,7 @@ from kstream.protocol.workerevents import (
     AdoptTasks,
     Assigned,
     CommitSinks,
+    DropTasks,
     Event,
     Exit,
     InputRead,
@@ -259,6 +260,10 @@ class WorkerProtocol:
                 return [ResumeTasks(frozenset(self.running))]
             case Adopt() if event.attempt == self.attempt and event.member == self.member:
                 return [] if self.restoring or self.stopping else self._adopt(event, now)
+            case Adopt() if event.attempt == self.attempt and set(event.tasks) & self.tasks:
+                lost = frozenset(event.tasks) & self.tasks  # (this worker was silent: §6.8)
+                self.tasks, self.running = self.tasks - lost, self.running - lost
+                return [DropTasks(lost)]
             case HandoverDeclined() if (
                 event.member == self.member and self.stopping and self.restoring
             ):

@@ -131,6 +131,15 @@ class AdoptTasks:
 
 
 @dataclass(frozen=True)
+class DropTasks:
+    """Stop ``tasks`` at once, publishing nothing more of them: another worker adopted
+    them (this one was silent), and a snapshot of theirs taken here now would be
+    uploaded where the adopter's goes (docs/design.md §6.8)."""
+
+    tasks: frozenset[str]
+
+
+@dataclass(frozen=True)
 class CommitSinks:
     """Checkpoint ``checkpoint_id`` completed: every task publishes its sinks' output."""
 
@@ -153,6 +162,7 @@ WorkerCommand = (
     | TriggerTasks
     | ReleaseTasks
     | AdoptTasks
+    | DropTasks
     | CommitSinks
     | RefusePlan
     | Exit

@@ -38,6 +38,7 @@ from kstream.protocol.workerevents import (
     AdoptTasks,
     Assigned,
     CommitSinks,
+    DropTasks,
     Event,
     Exit,
     InputRead,
@@ -306,6 +307,10 @@ class Checkpointed(Mode):
                         unrestored = a.attempt
                 case StopTasks():
                     self.tasks.stop_all(keep_held=a.keep_held)
+                case DropTasks():
+                    log.warning("tasks %s were adopted by another worker: stopped here", a.tasks)
+                    for task in a.tasks:
+                        self.tasks.remove(task)
                 case AdoptTasks():
                     with self._heartbeating():
                         failed |= adopt(self.tasks, a.attempt, a.checkpoint_id, a.tasks, a.fence)
