@@ -1,13 +1,20 @@
-"""A worker's request to adopt the tasks the group gave it (cooperative assignment,
-docs/design.md §6.8), repeated until the coordinator answers: a request read by a
-coordinator that stopped — the one hosted by the worker that left, whose leave gave the
-partitions away — is read by no other (a starting coordinator does not act on the
-requests in the history it reads). Pure."""
+"""The worker's side of adoption (cooperative assignment, docs/design.md §6.8; a base
+class of :class:`kstream.protocol.worker.WorkerProtocol`): when it asks to adopt the
+tasks the group gave it, what it does with an ``Adopt`` of its own or of another worker,
+and its request, repeated until the coordinator answers — a request read by a
+coordinator that stopped (the one hosted by the worker that left, whose leave gave the
+partitions away) is read by no other: a starting coordinator does not act on the
+requests in the history it reads. Pure."""
 
 from __future__ import annotations
 
+import logging
+
 from kstream.protocol.commands import Send
-from kstream.protocol.messages import AdoptRequest
+from kstream.protocol.messages import Adopt, AdoptRequest
+from kstream.protocol.workerevents import AdoptTasks, Assigned, DropTasks, WorkerCommand
+
+log = logging.getLogger(__name__)
 
 ASK_EVERY_S = 1.0
 
@@ -39,3 +46,68 @@ class AdoptRequests:
             return []
         self._next = now + ASK_EVERY_S
         return [Send(self.pending)]
+
+
+class WorkerAdoption:
+    """What a worker does about adoptions (see the module); its protocol's state."""
+
+    cooperative: bool
+    attempt: int
+    restoring: bool
+    hold: tuple[int, float] | None
+    member: str
+    assigned: tuple[str, ...]
+    tasks: set[str]
+    running: set[str]
+    _adoption: AdoptRequests
+    _next_heartbeat: float
+
+    @property
+    def stopping(self) -> bool:
+        raise NotImplementedError
+
+    def _heartbeat(self, now: float) -> list[WorkerCommand]:
+        raise NotImplementedError
+
+    def _adopts(self, event: Assigned) -> bool:
+        """Whether this assignment only gives partitions to a worker running its tasks (they
+        run on; it asks to adopt the new ones, unless it is stopping), cooperatively."""
+        return (
+            self.cooperative
+            and self.attempt > 0
+            and not self.restoring
+            and self.hold is None
+            and self.tasks == self.running
+            and self.running <= set(event.tasks)
+        )
+
+    def _ask_adoption(self, event: Assigned, now: float) -> list[Send]:
+        new = tuple(sorted(set(event.tasks) - self.tasks))
+        if not new or self.stopping:
+            return []
+        request = AdoptRequest(self.member, self.attempt, event.generation or 0, new)
+        return self._adoption.ask(request, now)
+
+    def _on_adopt(self, event: Adopt, now: float) -> list[WorkerCommand]:
+        """An ``Adopt`` of this attempt: ours, the tasks run here from their carried
+        snapshots; another's naming tasks this worker runs, it was silent (a zombie) and
+        stops them before any trigger written after it (their snapshot would go where the
+        adopter's goes)."""
+        if event.member != self.member:
+            lost = frozenset(event.tasks) & self.tasks
+            if not lost:
+                return []
+            self.tasks, self.running = self.tasks - lost, self.running - lost
+            return [DropTasks(lost)]
+        if self.restoring or self.stopping:
+            return []
+        self._adoption.answered(frozenset(event.tasks))
+        tasks = frozenset(event.tasks).intersection(self.assigned) - self.tasks
+        if not tasks:
+            return []  # (the group took them again meanwhile: the coordinator restores)
+        log.info("adopting %s from checkpoint %d", ", ".join(sorted(tasks)), event.checkpoint_id)
+        self.tasks |= tasks
+        self.running |= tasks
+        self._next_heartbeat = 0.0
+        adopt = AdoptTasks(self.attempt, event.checkpoint_id, tasks, event.fence)
+        return [adopt, *self._heartbeat(now)]

@@ -43,14 +43,13 @@ import logging
 from collections.abc import Callable, Iterable
 
 from kstream.logs import ctx
-from kstream.protocol.adoptrequests import AdoptRequests
+from kstream.protocol.adoptrequests import AdoptRequests, WorkerAdoption
 from kstream.protocol.batching import ResumeParts, readies
 from kstream.protocol.commands import RefusePlan, Send
 from kstream.protocol.handover import HOLD_TIMEOUT_S, JOINING, LEAVING
 from kstream.protocol.messages import (
     REASSIGNED,
     Adopt,
-    AdoptRequest,
     CheckpointAborted,
     CheckpointCompleted,
     CheckpointRequest,
@@ -67,10 +66,8 @@ from kstream.protocol.messages import (
     WorkerStopped,
 )
 from kstream.protocol.workerevents import (
-    AdoptTasks,
     Assigned,
     CommitSinks,
-    DropTasks,
     Event,
     Exit,
     InputRead,
@@ -100,7 +97,7 @@ LEAVE_ANSWER_S = 3.0
 HOLD_MAX_S = 2 * HOLD_TIMEOUT_S
 
 
-class WorkerProtocol:
+class WorkerProtocol(WorkerAdoption):
     """The worker's protocol state; see the module docstring."""
 
     def __init__(
@@ -258,12 +255,8 @@ class WorkerProtocol:
                 self.tasks = set(self.running)  # another member owns the rest: stay idle
                 self.awaiting_first_output = bool(self.running) and self.restore_point is not None
                 return [ResumeTasks(frozenset(self.running))]
-            case Adopt() if event.attempt == self.attempt and event.member == self.member:
-                return [] if self.restoring or self.stopping else self._adopt(event, now)
-            case Adopt() if event.attempt == self.attempt and set(event.tasks) & self.tasks:
-                lost = frozenset(event.tasks) & self.tasks  # (this worker was silent: §6.8)
-                self.tasks, self.running = self.tasks - lost, self.running - lost
-                return [DropTasks(lost)]
+            case Adopt() if event.attempt == self.attempt:
+                return self._on_adopt(event, now)
             case HandoverDeclined() if (
                 event.member == self.member and self.stopping and self.restoring
             ):
@@ -330,30 +323,6 @@ class WorkerProtocol:
         ready = readies(self.attempt, self.assigned, self.member, self.generation or 0, self.plan)
         return [RestoreTasks(self.attempt, self.restore_point), *map(Send, ready)]
 
-    def _adopts(self, event: Assigned) -> bool:
-        """Whether this assignment only gives partitions to a worker running its tasks (they
-        run on; it asks to adopt the new ones, unless it is stopping), cooperatively (§6.8)."""
-        return (
-            self.cooperative
-            and self.attempt > 0
-            and not self.restoring
-            and self.hold is None
-            and self.tasks == self.running
-            and self.running <= set(event.tasks)
-        )
-
-    def _adopt(self, event: Adopt, now: float) -> list[WorkerCommand]:
-        self._adoption.answered(frozenset(event.tasks))
-        tasks = frozenset(event.tasks).intersection(self.assigned) - self.tasks
-        if not tasks:
-            return []  # (the group took them again meanwhile: the coordinator restores)
-        log.info("adopting %s from checkpoint %d", ", ".join(sorted(tasks)), event.checkpoint_id)
-        self.tasks |= tasks
-        self.running |= tasks
-        self._next_heartbeat = 0.0
-        adopt = AdoptTasks(self.attempt, event.checkpoint_id, tasks, event.fence)
-        return [adopt, *self._heartbeat(now)]
-
     def _assigned(self, event: Assigned, now: float) -> list[WorkerCommand]:
         adopts = self._adopts(event)
         self._adoption.clear()
@@ -362,10 +331,7 @@ class WorkerProtocol:
         self._next_heartbeat = 0.0  # tell the coordinator at once
         commands: list[WorkerCommand]
         if adopts:
-            new = tuple(sorted(set(event.tasks) - self.tasks))
-            request = AdoptRequest(self.member, self.attempt, event.generation or 0, new)
-            asked = self._adoption.ask(request, now) if new and not self.stopping else []
-            return [*asked, *self._heartbeat(now)]
+            return [*self._ask_adoption(event, now), *self._heartbeat(now)]
         if self.restoring and event.any_partitions:
             commands = self._restore()  # same attempt, new generation: ready again
         else:
