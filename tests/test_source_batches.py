@@ -68,7 +68,7 @@ def _source(msgs: list[Msg]) -> SourceConsumer:
     s.cooperative = False
     s.group_id, s.reach, s._reported = "g", None, set()
     s._missing = MissingTopics(60.0)
-    s._consumer = FakeConsumer(msgs)  # type: ignore[assignment]
+    s._consumer = FakeConsumer(msgs)
     return s
 
 

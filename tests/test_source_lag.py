@@ -60,7 +60,7 @@ def _source(
     s._assignment, s._on_revoke, s._paused, s._start = set(), None, set(), {}
     s._on_assign = lambda tps: start
     fake = FakeConsumer()
-    s._consumer = fake  # type: ignore[assignment]
+    s._consumer = fake
     s._assigned(fake, [TopicPartition("a", p) for p in range(5)])
     return s, fake
 

@@ -30,7 +30,7 @@ def _source(*, ignore_committed: bool, start: dict[tuple[str, int], int]) -> Sou
     s.group_id, s.ignore_committed = "g", ignore_committed
     s._assignment, s._on_revoke, s._paused, s._start = set(), None, set(), {}
     s._on_assign = lambda tps: start
-    s._consumer = FakeConsumer()  # type: ignore[assignment]
+    s._consumer = FakeConsumer()
     return s
 
 

@@ -30,24 +30,20 @@ from kstream.checkpointstorage.metadata import (
     CheckpointMetadata,
     MetadataError,
     add_to_index,
-    known_completed,
-    latest_completed,
     list_checkpoints,
     purgeable_offsets,
-    read_metadata,
     write_metadata,
 )
-from kstream.checkpointstorage.plans import plan_parts, publish_plan
+from kstream.checkpointstorage.plans import plan_parts
 from kstream.checkpointstorage.savepoints import create_savepoint
-from kstream.checkpointstorage.startfrom import check_state, import_start
 from kstream.checkpointstorage.urls import open_store
 from kstream.config import JobConfig
+from kstream.hosting.recovering import recover_start
 from kstream.hosting.retention_thread import RetentionThread
 from kstream.kafka.clients import delete_records_before, make_admin
 from kstream.kafka.control import ControlError, CoordinatorFenced
 from kstream.kafka.coordinator_channel import CoordinatorChannel
 from kstream.kafka.reachability import Reachability
-from kstream.kafka.timeoffsets import starts_at
 from kstream.logs import ctx
 from kstream.metrics import METRICS, Metrics
 from kstream.metrics.labels import checkpoint_reason, restart_cause
@@ -66,8 +62,6 @@ from kstream.protocol.commands import (
 )
 from kstream.protocol.coordinator import CheckpointCoordinator
 from kstream.protocol.messages import Message, Restore
-from kstream.protocol.recovery import RecoveredState, recover
-from kstream.rescale.savepoint import rescaler
 from kstream.snapshots.retention import apply_retention
 from kstream.snapshots.retention_cache import RetentionCache
 
@@ -349,13 +343,7 @@ def run_coordinator(
         # 2. read the store's completed checkpoints — why both: ids continue above
         #    every id either of them has seen, and a lost announcement is repeated.
         history = channel.open()
-        known = known_completed(store, job.app_id, _candidate_ids(history))
-        recovered = recover(history, known, latest_completed(store, job.app_id, known))
-        recovered.retained = _readable(store, job.app_id, known)
-        if plan is not None:
-            publish_plan(store, job.app_id, plan)
-        if description is not None:
-            recovered = _start_state(store, job, history, recovered, description, clock())
+        recovered = recover_start(store, job, history, plan, description, clock())
         coordinator = CheckpointCoordinator(
             expected_tasks,
             job.checkpointing,
@@ -437,62 +425,6 @@ def _is_manifest_of(app_id: str, handle: str, checkpoint_id: int) -> bool:
         and ".." not in folder
         and numbered_manifest(handle) == (CHECKPOINT_LABEL, checkpoint_id)
     )
-
-
-def _candidate_ids(history: Sequence[Message]) -> set[int]:
-    """Checkpoint ids the control topic says may have completed: the newest announced one
-    and those triggered after it (their metadata may exist, the announcement lost)."""
-    st = recover(history, (), None)
-    return {*st.in_flight, *([st.announced_id] if st.announced_id else [])}
-
-
-def _readable(store: CheckpointStore, app_id: str, ids: Sequence[int]) -> list[CheckpointMetadata]:
-    """The metadata of completed checkpoints ``ids`` (found without listing the store),
-    ascending; unreadable ones are logged and skipped."""
-    out = []
-    for n in ids:
-        try:
-            out.append(read_metadata(store, app_id, n))
-        except MetadataError as e:
-            log.warning("skipping checkpoint %d: %s", n, e)
-    return out
-
-
-def _start_state(
-    store: CheckpointStore,
-    job: JobConfig,
-    history: list[Message],
-    recovered: RecoveredState,
-    description: dict[str, Any],
-    now: float,
-) -> RecoveredState:
-    """The recovered state once ``job.start``'s checkpoint or savepoint is imported (if
-    any); IncompatibleStateError if the state the job restores does not fit its plan."""
-    next_id = recovered.max_checkpoint_id + 1
-    imported = import_start(
-        store,
-        job.app_id,
-        job.start,
-        next_id=next_id,
-        attempt=recovered.attempt,
-        description=description,
-        now=now,
-        rescale=rescaler(store, job.app_id, next_id, new_positions=starts_at(job)),
-    )
-    if imported is not None:
-        # Restored like the job's latest checkpoint, by a new attempt at once — also when
-        # the control topic says the job was running (its previous version's attempt).
-        known = known_completed(store, job.app_id, _candidate_ids(history))
-        rec = recover(history, known, imported)
-        rec.starting_from = f"job start from {imported.origin}"
-        # Never announced: no running sink may publish an epoch up to the imported id.
-        rec.announced_id = imported.checkpoint_id
-        return rec
-    latest = recovered.latest_completed
-    if latest is not None:
-        where = f"checkpoint {latest.checkpoint_id}"
-        check_state(latest, where, description, job.start.allow_non_restored_state)
-    return recovered
 
 
 def _internal_purger(job: JobConfig) -> Callable[[dict[tuple[str, int], int]], None]:

@@ -1,4 +1,5 @@
-"""Source consumer of a worker: consumer-group membership and batched reads.
+"""Source consumer of a worker: batched reads, positions, lag and the group's offsets; its
+consumer-group membership is its base class (:mod:`kstream.kafka.groupmember`).
 
 **Assignor: eager ``range``.** Co-partitioned inputs of a join must land on the
 same worker (docs/design.md §2). The range assignor assigns each topic separately but
@@ -25,7 +26,6 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from confluent_kafka import (
-    OFFSET_BEGINNING,
     OFFSET_INVALID,
     TIMESTAMP_NOT_AVAILABLE,
     TopicPartition,
@@ -38,7 +38,13 @@ from kstream.kafka.clients import (
     make_consumer,
     watermark_offsets,
 )
-from kstream.kafka.groupgeneration import group_generation
+from kstream.kafka.groupmember import (
+    TP,
+    AssignCallback,
+    GroupMember,
+    RevokeCallback,
+    SourceError,
+)
 from kstream.kafka.missingtopics import MISSING_TOPIC_GRACE_S, MissingTopics
 from kstream.kafka.reachability import Reachability
 from kstream.names import worker_client_id
@@ -53,7 +59,6 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-TP = tuple[str, int]
 RawRecord = tuple[
     bytes | None, bytes | None, int | None, int, list[tuple[str, bytes | None]] | None
 ]
@@ -65,13 +70,6 @@ FETCH_QUEUE_BACKOFF_MS = 20
 #: aborts it after its transaction.timeout.ms (a worker's: 20 s; librdkafka's default:
 #: 60 s) at its next check for timed-out transactions (every 10 s by default).
 STABLE_WAIT_S = 90.0
-
-AssignCallback = Callable[[list[TP]], Mapping[TP, int] | None]
-RevokeCallback = Callable[[list[TP]], None]
-
-
-class SourceError(RuntimeError):
-    """The source consumer hit an error it cannot continue from."""
 
 
 def check_copartitioned(counts: Mapping[str, int], topics: Sequence[str]) -> int:
@@ -89,7 +87,7 @@ def check_copartitioned(counts: Mapping[str, int], topics: Sequence[str]) -> int
     return distinct.pop()
 
 
-class SourceConsumer:
+class SourceConsumer(GroupMember):
     """A worker's membership in consumer group ``group_id`` and its reads of ``topics``.
 
     ``on_assign``/``on_revoke`` are called from inside ``consume_batch`` (that is
@@ -168,96 +166,6 @@ class SourceConsumer:
         )
         if subscribe:
             self.subscribe()
-
-    def subscribe(self) -> None:
-        """Join the group (once; with ``subscribe=False`` the caller chooses when: a
-        checkpointed worker first asks a running job for a hand-over, docs/design.md §6.6)."""
-        if self.subscribed:
-            return
-        self.subscribed = True
-        self._consumer.subscribe(
-            self.topics, on_assign=self._assigned, on_revoke=self._revoked, on_lost=self._revoked
-        )
-
-    # ---- rebalance callbacks (run inside consume/poll)
-
-    def _assigned(self, consumer: Any, partitions: list[TopicPartition]) -> None:
-        tps = [(p.topic, p.partition) for p in partitions]
-        if self.cooperative:
-            self._assignment.update(tps)  # (an increment: the others stay)
-        else:
-            self._assignment = set(tps)
-        self._assigned_metadata = consumer.consumer_group_metadata()
-        log.info(
-            "group %s: assigned %s (generation %s)", self.group_id, sorted(tps), self.generation
-        )
-        start = self._on_assign(tps) if self._on_assign is not None else None
-        # Start positions chosen by the worker (checkpoint offsets) take effect before
-        # the first fetch: assign with explicit offsets.
-        for p in partitions:
-            off = start.get((p.topic, p.partition)) if start else None
-            if off is not None:
-                p.offset = off
-                self._start[(p.topic, p.partition)] = off
-            elif self.ignore_committed:
-                p.offset = OFFSET_BEGINNING
-        if self.cooperative:
-            consumer.incremental_assign(partitions)
-        else:
-            consumer.assign(partitions)
-
-    def _revoked(self, consumer: Any, partitions: list[TopicPartition]) -> None:
-        tps = [(p.topic, p.partition) for p in partitions]
-        self._resume_revoked(consumer, tps)
-        self._assignment.difference_update(tps)
-        for tp in tps:
-            self._start.pop(tp, None)
-        if not self._assignment:
-            self._assigned_metadata = None
-        log.info("group %s: revoked %s", self.group_id, sorted(tps))
-        if self._on_revoke is not None:
-            self._on_revoke(tps)
-        if self.cooperative and tps:
-            consumer.incremental_unassign(partitions)
-
-    # ---- membership
-
-    @property
-    def assignment(self) -> set[TP]:
-        """The (topic, partition)s currently assigned to this member."""
-        return set(self._assignment)
-
-    @property
-    def waiting_for_topics(self) -> bool:
-        """A subscribed topic was reported missing and has not been seen since."""
-        return self._missing.watching
-
-    @property
-    def member_id(self) -> str | None:
-        """This member's id in the group (None before joining)."""
-        mid = self._consumer.memberid()
-        return mid or None
-
-    @property
-    def generation(self) -> int | None:
-        """The group generation of the current assignment (None if not joined)."""
-        md = self._consumer.consumer_group_metadata()
-        return group_generation(md) if isinstance(md, bytes) else None
-
-    def group_metadata(self) -> Any:
-        """Opaque group metadata for ``send_offsets_to_transaction``: the one captured
-        with the current assignment (member id and generation), so the broker refuses it
-        once the group moved on — never the consumer's metadata of the moment, which
-        after the group removed this member has no member id and no generation, and
-        which the broker does not check (integration/test_eos_fencing_contract.py).
-        None while this worker holds no assignment. Cooperative: a rebalance may give
-        a new generation and call no callback; the metadata of the moment is taken
-        while it names a generation (still a member), else the captured one stays."""
-        if self.cooperative and self._assigned_metadata is not None:
-            md = self._consumer.consumer_group_metadata()
-            if isinstance(md, bytes) and group_generation(md) is not None:
-                self._assigned_metadata = md
-        return self._assigned_metadata
 
     # ---- reading
 
@@ -367,26 +275,6 @@ class SourceConsumer:
         if old:
             self._consumer.resume([TopicPartition(t, p) for t, p in old])
             self._paused.difference_update(old)
-
-    def _resume_revoked(self, consumer: Any, tps: list[TP]) -> None:
-        """Resume the paused partitions of a revocation while they are still assigned.
-
-        librdkafka keeps a partition's pause through a rebalance: revoked and later
-        assigned to this member again, it is still paused, and never fetched unless
-        resumed (confirmed with librdkafka 2.16 on the real broker; confluentinc/
-        librdkafka#1849). A worker that forgot the pause with the revocation never read
-        such a partition again — at 1024 partitions on 4 workers, a quarter of each
-        worker's partitions, and watermark alignment then held back all the others
-        (benchmarks/SCALING.md). So every assignment starts unpaused, as Kafka's own
-        consumer's does."""
-        paused = [tp for tp in tps if tp in self._paused]
-        if not paused:
-            return
-        try:
-            consumer.resume([TopicPartition(t, p) for t, p in paused])
-        except KafkaException as e:  # a local call: only a bug or a closing client
-            raise SourceError(f"group {self.group_id}: resuming revoked {paused}: {e}") from e
-        self._paused.difference_update(paused)
 
     def seek(self, tp: TP, offset: int) -> None:
         """Next record read from ``tp`` is at ``offset`` (restore to checkpoint offsets)."""

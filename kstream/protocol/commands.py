@@ -25,7 +25,7 @@ class Send:
 class WriteMetadata:
     """Create the completed checkpoint's metadata file exclusively.
 
-    The adapter reports the outcome back (``CheckpointCoordinator.metadata_written``
+    The adapter reports the outcome back (``CheckpointCompletion.metadata_written``
     or ``metadata_failed``); only then does the coordinator announce completion.
     """
 
