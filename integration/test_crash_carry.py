@@ -87,19 +87,26 @@ class CarryJob:
         )
         worker = [*CLI, "-v", "worker", *job, "--coordinator", "external",
                   "--session-timeout", str(timeout)]  # fmt: skip
-        self.workers = [
-            CliJob([*worker, "--state-dir", str(tmp / f"state-{i}")], tmp / f"w{i}.log")
-            for i in range(WORKERS)
-        ]
+        self._worker, self._tmp = worker, tmp
+        self.workers = [self._start_worker(i) for i in range(WORKERS)]
         # (explicit partitions, round-robin: every task gets input)
         self.feed = SteadyFeed(bootstrap, src, lambda i: (i % PARTITIONS, f"r{i}"), RATE // 10)
         self._feeding = False
 
+    def _start_worker(self, i: int) -> CliJob:
+        state = ["--state-dir", str(self._tmp / f"state-{i}")]
+        return CliJob([*self._worker, *state], self._tmp / f"w{i}.log")
+
+    def add_worker(self) -> CliJob:
+        """One more worker joins the running job."""
+        self.workers.append(self._start_worker(len(self.workers)))
+        return self.workers[-1]
+
     def running_with_input(self) -> None:
         """Every worker runs its tasks, input flows, and three checkpoints completed since:
         every task has a snapshot with input."""
-        for w in self.workers:
-            w.wait_for(r"resumed: running \['", 120)
+        for w in self.workers:  # (cooperatively, a later starter may adopt its first tasks)
+            w.wait_for(r"(resumed|the other tasks ran on): running \['", 120)
         self.feed.__enter__()
         self._feeding = True
         first = self.latest()
@@ -326,5 +333,45 @@ def test_with_cooperative_assignment_a_worker_stopped_gracefully_hands_its_tasks
         assert "holds every task" not in since
         assert [w.log().count("restore: attempt") for w in survivors] == restores
         assert [job.processed_twice(w) for w in job.workers] == [0, 0, 0]
+    finally:
+        job.close()
+
+
+def test_with_cooperative_assignment_a_joining_worker_adopts_what_the_others_release(
+    kafka_bootstrap: str, unique_name: Callable[[str], str], tmp_path: Path
+) -> None:
+    """A fourth worker joins: the group takes partitions from some of the three and gives
+    them to it; those workers release the tasks (carried at their latest completed
+    snapshots) and run their others on, and the joiner adopts them. No hold, no restore
+    of any other task, nothing processed twice by any process, exact output
+    (docs/design.md §6.8)."""
+    job = CarryJob(kafka_bootstrap, unique_name, tmp_path, cooperative=True)
+    coordinator = job.coordinator
+    try:
+        job.running_with_input()
+        first = list(job.workers)
+        restores = [w.log().count("restore: attempt") for w in first]
+        mark = len(coordinator.log())
+        joiner = job.add_worker()
+        released: set[str] = set()
+
+        def some_released() -> bool:
+            log = coordinator.log()[mark:]
+            found = re.finditer(r"worker \S+ released ([^\n]*) \(the group gave", log)
+            released.update(t for m in found for t in m.group(1).split(", "))
+            return bool(released)
+
+        coordinator.wait_until(some_released, "tasks released", 60)
+        job.wait_adopted(released)
+        assert re.search(r"adopting .* from checkpoint", joiner.log()), joiner.tail()
+        job.stop_feed()
+        job.assert_exact()
+        since = coordinator.log()[mark:]
+        assert "failover (attempt" not in since and "restart (attempt" not in since, (
+            coordinator.tail()
+        )
+        assert "holds every task" not in since
+        assert [w.log().count("restore: attempt") for w in first] == restores
+        assert [job.processed_twice(w) for w in job.workers] == [0, 0, 0, 0]
     finally:
         job.close()

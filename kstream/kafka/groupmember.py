@@ -46,6 +46,7 @@ class GroupMember:
     _paused: set[TP]
     _start: dict[TP, int]
     _missing: MissingTopics
+    revoking_lost = False  # inside the revocation of an assignment the group took away
 
     def subscribe(self) -> None:
         """Join the group (once; with ``subscribe=False`` the caller chooses when: a
@@ -54,7 +55,7 @@ class GroupMember:
             return
         self.subscribed = True
         self._consumer.subscribe(
-            self.topics, on_assign=self._assigned, on_revoke=self._revoked, on_lost=self._revoked
+            self.topics, on_assign=self._assigned, on_revoke=self._revoked, on_lost=self._lost
         )
 
     # ---- rebalance callbacks (run inside consume/poll)
@@ -83,6 +84,15 @@ class GroupMember:
             consumer.incremental_assign(partitions)
         else:
             consumer.assign(partitions)
+
+    def _lost(self, consumer: Any, partitions: list[TopicPartition]) -> None:
+        """The group removed this member (its session ended): a revocation it did not
+        give, ``revoking_lost`` while the revocation callback runs."""
+        self.revoking_lost = True
+        try:
+            self._revoked(consumer, partitions)
+        finally:
+            self.revoking_lost = False
 
     def _revoked(self, consumer: Any, partitions: list[TopicPartition]) -> None:
         tps = [(p.topic, p.partition) for p in partitions]

@@ -28,12 +28,20 @@ the partitions that change owner. When a worker falls silent its tasks are carri
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterable
 
 from kstream.checkpointstorage.metadata import CheckpointMetadata, TaskSnapshot
 from kstream.protocol.carrying import CrashCarrying
 from kstream.protocol.commands import Command, Send
 from kstream.protocol.failover import JobPhase
-from kstream.protocol.messages import Adopt, AdoptRequest, Heartbeat
+from kstream.protocol.messages import (
+    RELEASED_BY,
+    Adopt,
+    AdoptRequest,
+    Heartbeat,
+    TasksReleased,
+    released_by,
+)
 from kstream.protocol.pending import PendingCheckpoint
 
 log = logging.getLogger(__name__)
@@ -91,6 +99,7 @@ class TaskAdoption(CrashCarrying):
             # them (its acknowledgements replace the carried one): those in flight
             # carry them, not a late snapshot of their silent owner.
             self.carried.adopted[task] = msg.member
+            self.carried.acked.discard(task)
             for p in self.pending.values():
                 p.acks[task] = self.carried.snapshots[task]
         self.failover.owners = owners
@@ -105,7 +114,10 @@ class TaskAdoption(CrashCarrying):
             if set(carried) <= self.carried.adopted.keys():
                 del self.carried.members[member]
                 self.members.seen.pop(member, None)  # lost: no failover for it
-                log.info("worker %s lost: every task it ran is adopted", member)
+                if member.startswith(RELEASED_BY):
+                    log.info("the tasks %s are all adopted", member)
+                else:
+                    log.info("worker %s lost: every task it ran is adopted", member)
         if not self.carried.members:
             self.carried.hold_at = None
         log.warning(
@@ -118,6 +130,52 @@ class TaskAdoption(CrashCarrying):
         adopt = Adopt(self.attempt, msg.member, latest.checkpoint_id, tuple(sorted(tasks)), fence)
         cmds: list[Command] = [Send(adopt)]
         for p in sorted(self.pending.values(), key=lambda p: p.checkpoint_id):
+            if p.is_complete:  # (it waited only for tasks carried just now)
+                cmds += self._complete(p, now)
+        return cmds
+
+    def _on_release(self, msg: TasksReleased, now: float) -> list[Command]:
+        """A live worker stopped the tasks whose partitions the group gave another member
+        (a join): they are carried at their latest completed snapshots, owned by no
+        worker (``released_by``), until their new owner asks to adopt them; if none does
+        within the heartbeat timeout and ``ADOPT_WAIT_S``, the ordinary failover. The
+        releaser's other tasks, and every other worker's, run on."""
+        if msg.attempt != self.attempt or self.phase is not JobPhase.RUNNING:
+            return []  # (a restore names every owner anyway)
+        owners = self.failover.owners
+        tasks = tuple(sorted(t for t in msg.tasks if owners.get(t) == msg.member))
+        latest = self.latest_completed
+        if not tasks:
+            return []
+        if not self.adopting or latest is None or any(t not in latest.tasks for t in tasks):
+            why = (
+                "the job does not adopt tasks"
+                if not self.adopting
+                else "no completed checkpoint has them"
+            )
+            return self._fail_over(
+                f"worker {msg.member} released tasks {', '.join(tasks)}; no adoption: {why}", now
+            )
+        holder = released_by(msg.member)
+        self.failover.owners = {**owners, **dict.fromkeys(tasks, holder)}
+        held = tuple(sorted({*self.carried.members.get(holder, ()), *tasks}))
+        self.carried.members[holder] = held
+        self.carried.snapshots.update({t: latest.tasks[t] for t in tasks})
+        for task in tasks:
+            self.carried.adopted.pop(task, None)
+            self.carried.acked.discard(task)
+        self.members.seen[holder] = (now, held)  # (lost if nobody adopts them in time)
+        log.warning(
+            "worker %s released %s (the group gave their partitions to another member): "
+            "carried at checkpoint %d until their new owner adopts them; the other tasks "
+            "run on",
+            msg.member,
+            ", ".join(tasks),
+            latest.checkpoint_id,
+        )
+        cmds: list[Command] = []
+        for p in sorted(self.pending.values(), key=lambda p: p.checkpoint_id):
+            self.carried.fill(p)
             if p.is_complete:  # (it waited only for tasks carried just now)
                 cmds += self._complete(p, now)
         return cmds
@@ -189,6 +247,15 @@ class TaskAdoption(CrashCarrying):
             if p.acks.get(task) is carried.snapshots.get(task):
                 del p.acks[task]
         return mine
+
+    def _adopter_acked(self, attempt: int, member: str, tasks: Iterable[str]) -> None:
+        """``member`` acknowledged ``tasks`` (of any checkpoint, late ones too): those it
+        adopted are running there, and the checkpoints triggered from now on wait for
+        its snapshots of them (``Carried.acked``)."""
+        if attempt != self.attempt or not member or not self.carried.adopted:
+            return
+        adopted = self.carried.adopted
+        self.carried.acked.update(t for t in tasks if adopted.get(t) == member)
 
     def _loss_grace(self) -> dict[str, float]:
         """Extra silence before a carried member is lost, while its tasks may be adopted."""

@@ -9,9 +9,10 @@ requests in the history it reads. Pure."""
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterable
 
 from kstream.protocol.commands import Send
-from kstream.protocol.messages import Adopt, AdoptRequest
+from kstream.protocol.messages import Adopt, AdoptRequest, TasksReleased
 from kstream.protocol.workerevents import AdoptTasks, Assigned, DropTasks, WorkerCommand
 
 log = logging.getLogger(__name__)
@@ -61,6 +62,7 @@ class WorkerAdoption:
     running: set[str]
     _adoption: AdoptRequests
     _next_heartbeat: float
+    _released: set[str]  # released in a revocation, stopped at the next Assigned
 
     @property
     def stopping(self) -> bool:
@@ -87,6 +89,34 @@ class WorkerAdoption:
             return []
         request = AdoptRequest(self.member, self.attempt, event.generation or 0, new)
         return self._adoption.ask(request, now)
+
+    def release(self, remaining: Iterable[str], generation: int | None) -> TasksReleased | None:
+        """Inside the group's revocation, before this member rejoins: the tasks whose
+        partitions the group took (another member joined), if this worker runs on with
+        the others — cooperatively, resumed, no hold, not stopping. They are stopped at
+        the ``Assigned`` that follows (``DropTasks``); the message returned must be
+        written before the callback returns, so that it precedes the new owner's request
+        to adopt them. None: not a release (the ``Assigned`` decides as before)."""
+        lost = self.running - set(remaining)
+        if not (
+            lost
+            and self.cooperative
+            and self.attempt > 0
+            and not self.restoring
+            and self.hold is None
+            and not self.stopping
+            and self.tasks == self.running
+        ):
+            return None
+        self.tasks, self.running = self.tasks - lost, self.running - lost
+        self._released |= lost
+        log.info("releasing %s: the group gave their partitions to another member", sorted(lost))
+        return TasksReleased(self.member, self.attempt, generation or 0, tuple(sorted(lost)))
+
+    def _take_released(self) -> list[WorkerCommand]:
+        """The tasks released since the last assignment, stopped now."""
+        released, self._released = self._released, set()
+        return [DropTasks(frozenset(released), released=True)] if released else []
 
     def _on_adopt(self, event: Adopt, now: float) -> list[WorkerCommand]:
         """An ``Adopt`` of this attempt: ours, the tasks run here from their carried

@@ -40,6 +40,7 @@ from kstream.protocol.commands import Command
 from kstream.protocol.failover import FailoverController, JobPhase
 from kstream.protocol.handover import HEARD_WITHIN_S, Handover
 from kstream.protocol.membership import Membership
+from kstream.protocol.messages import RELEASED_BY
 from kstream.protocol.triggers import TriggerSchedule
 
 if TYPE_CHECKING:
@@ -53,6 +54,15 @@ second even while it restores or publishes: kstream.worker.keepalive)."""
 
 MIN_HOLD_LEAD_S = 1.5
 """The hold checkpoint is triggered at least this long before the expected change."""
+
+
+def lost_reason(member: str, silence: float, owned: Iterable[str]) -> str:
+    """Why ``member``'s tasks ``owned`` are restored: it went silent, or (tasks a worker
+    released) no worker adopted them."""
+    tasks = ", ".join(owned)
+    if member.startswith(RELEASED_BY):
+        return f"tasks {tasks} {member} were not adopted within {silence:.1f}s"
+    return f"worker {member} lost: no heartbeat for {silence:.1f}s (tasks {tasks})"
 
 
 def isolated_tasks(description: dict[str, Any] | None) -> bool:
@@ -71,14 +81,22 @@ class Carried:
         # Tasks adopted (kstream.protocol.adoption) -> their adopter: carried still until a
         # checkpoint completes with the adopter's own snapshot of them.
         self.adopted: dict[str, str] = {}
+        # Adopted tasks whose adopter acknowledged one of them since: it runs them, and
+        # the checkpoints triggered from then on wait for its snapshots — else, with an
+        # adopter whose acknowledgements come after the others', every checkpoint would
+        # complete with the carried one and the task's output would never be published.
+        self.acked: set[str] = set()
 
     def clear(self) -> None:
         self.snapshots, self.members, self.hold_at, self.adopted = {}, {}, None, {}
+        self.acked = set()
 
     def fill(self, p: PendingCheckpoint) -> None:
-        """The carried tasks' snapshots in ``p``, where their own did not come."""
+        """The carried tasks' snapshots in ``p``, where their own did not come (not those
+        of adopted tasks whose adopter acknowledges them)."""
         for task, snapshot in self.snapshots.items():
-            p.acks.setdefault(task, snapshot)
+            if task not in self.acked:
+                p.acks.setdefault(task, snapshot)
 
     def refresh(self, meta: CheckpointMetadata, pending: Iterable[PendingCheckpoint]) -> None:
         """Checkpoint ``meta`` completed. A carried task it has a newer snapshot of (its
@@ -93,6 +111,7 @@ class Carried:
                 continue
             if task in self.adopted:
                 del self.adopted[task], self.snapshots[task]
+                self.acked.discard(task)
                 continue
             self.snapshots[task] = new
             for p in later:
@@ -150,6 +169,7 @@ class CrashCarrying:
             self.carried.snapshots.update({t: latest.tasks[t] for t in tasks})
             for t in tasks:
                 self.carried.adopted.pop(t, None)  # (an adopter silent in its turn)
+                self.carried.acked.discard(t)
             if self.adopting:  # (their new owners adopt them: kstream.protocol.adoption)
                 then = "their new owners adopt them once the group moves them"
             else:

@@ -15,6 +15,7 @@ a base class of it). Pure, fed messages and a clock.
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterable
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
@@ -73,6 +74,8 @@ class CheckpointCompletion:
         def attempt(self) -> int: ...
 
         def _stop(self, reason: str, now: float) -> list[Command]: ...
+
+        def _adopter_acked(self, attempt: int, member: str, tasks: Iterable[str]) -> None: ...
 
         def _owned_acks(
             self, p: PendingCheckpoint, member: str, snapshots: dict[str, TaskSnapshot]
@@ -133,6 +136,7 @@ class CheckpointCompletion:
     ) -> list[Command]:
         """Tasks' acknowledgements of checkpoint ``n`` (one message: a task's, or a
         worker's ``member``'s for all its tasks: only those it owns count)."""
+        self._adopter_acked(attempt, member, snapshots)
         p = self._pending_for(n, attempt)
         if p is None:
             return []

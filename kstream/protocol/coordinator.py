@@ -20,7 +20,7 @@ from kstream.names import member_client_id
 from kstream.protocol.adoption import TaskAdoption
 from kstream.protocol.alignment import GlobalWatermarks
 from kstream.protocol.batching import each_ready
-from kstream.protocol.carrying import Carried, isolated_tasks
+from kstream.protocol.carrying import Carried, isolated_tasks, lost_reason
 from kstream.protocol.commands import (
     Command,
     RefusePlan,
@@ -46,6 +46,7 @@ from kstream.protocol.messages import (
     TaskFailed,
     TaskReady,
     TasksReady,
+    TasksReleased,
     WatermarkReport,
     WorkerStopped,
 )
@@ -192,6 +193,8 @@ class CheckpointCoordinator(CheckpointCompletion, JobStopping, TaskAdoption):
                 return self._on_acks(msg.checkpoint_id, msg.attempt, msg.snapshots, now, msg.member)
             case AdoptRequest():
                 return self._on_adopt_request(msg, now)
+            case TasksReleased():
+                return self._on_release(msg, now)
             case DeclineCheckpoint():
                 p = self._pending_for(msg.checkpoint_id, msg.attempt)
                 if p is None:
@@ -254,11 +257,7 @@ class CheckpointCoordinator(CheckpointCompletion, JobStopping, TaskAdoption):
         for member, silence in self.members.silent(self.heartbeat_timeout, now, self._loss_grace()):
             owned = self.failover.held_by(member)
             if owned:
-                cmds += self._fail_over(
-                    f"worker {member} lost: no heartbeat for {silence:.1f}s "
-                    f"(tasks {', '.join(owned)})",
-                    now,
-                )
+                cmds += self._fail_over(lost_reason(member, silence, owned), now)
         if self.handover.expired(now):
             log.warning(
                 "hand-over: the group did not change within %.0fs of the hold checkpoint: "

@@ -12,7 +12,8 @@ Who writes what:
   Restore, Resume, JobFailed, StopJob, JobStopped, WatermarkBound, HandoverDeclined, Adopt;
 * workers: AcknowledgeCheckpoints (its snapshots in columns: :mod:`kstream.protocol.snapshotcolumns`;
   an object per snapshot, as before columns, and AcknowledgeCheckpoint, one task's: still read), DeclineCheckpoint, TasksReady (TaskReady: one task's, still read), Heartbeat,
-  TaskFailed, RestoreFailed, CheckpointRequest, WorkerStopped, WatermarkReport, AdoptRequest;
+  TaskFailed, RestoreFailed, CheckpointRequest, WorkerStopped, WatermarkReport, AdoptRequest,
+  TasksReleased;
 * ``kstream savepoint``: SavepointRequest.
 
 **Signed coordinator messages**: :mod:`kstream.protocol.signing`.
@@ -285,6 +286,30 @@ class AdoptRequest:
 
 
 @dataclass(frozen=True)
+class TasksReleased:
+    """Worker → coordinator, with cooperative assignment (docs/design.md §6.8): the group
+    took the partitions of ``tasks`` from ``member`` in ``generation`` (another member
+    joined), and it stopped them, keeping its other tasks running in ``attempt``. Written
+    before this member rejoins the group, so before the partitions' new owner can ask to
+    adopt them: the tasks are carried at their latest completed snapshots until it does."""
+
+    member: str
+    attempt: int
+    generation: int
+    tasks: tuple[str, ...]
+
+
+RELEASED_BY = "released by "
+"""How the coordinator names the owner of tasks a live worker released (no worker: they
+are carried until adopted; a failover if nobody adopts them in time)."""
+
+
+def released_by(member: str) -> str:
+    """The owner the coordinator names for the tasks ``member`` released."""
+    return RELEASED_BY + member
+
+
+@dataclass(frozen=True)
 class Adopt:
     """Coordinator → ``member``: restore ``tasks`` from completed checkpoint
     ``checkpoint_id`` and run them in ``attempt`` (their owner left or fell silent and their
@@ -349,6 +374,7 @@ Message = (
     | WatermarkBound
     | HandoverDeclined
     | AdoptRequest
+    | TasksReleased
     | Adopt
 )
 
@@ -378,6 +404,7 @@ MESSAGE_TYPES: dict[str, type[Any]] = {
         WatermarkBound,
         HandoverDeclined,
         AdoptRequest,
+        TasksReleased,
         Adopt,
     )
 }
@@ -393,7 +420,8 @@ def record_key(msg: Message) -> str:
     newest per task (acknowledgement, decline, readiness, failure), and of a worker's
     batched acknowledgements the newest per first task (not per member: a restarted
     worker has a new member id, and its predecessor's record would stay forever; a
-    worker's parts have different first tasks; an adoption's, per first task too). Heartbeats and checkpoint requests matter only while
+    worker's parts have different first tasks; an adoption's and a release's, per first
+    task too). Heartbeats and checkpoint requests matter only while
     fresh: one key each.
     """
     name = type(msg).__name__
@@ -401,7 +429,7 @@ def record_key(msg: Message) -> str:
         return f"{name}:{msg.part}"  # (the first part keeps the key of a whole one)
     if isinstance(msg, AcknowledgeCheckpoints):
         return f"{name}:{min(msg.snapshots, default='')}"
-    if isinstance(msg, TasksReady | Adopt):
+    if isinstance(msg, TasksReady | Adopt | TasksReleased):
         return f"{name}:{min(msg.tasks, default='')}"
     task = getattr(msg, "task_id", None)
     return f"{name}:{task}" if isinstance(task, str) else name

@@ -37,7 +37,9 @@ from kstream.protocol.messages import (
     Restore,
     Resume,
     TaskFailed,
+    TasksReleased,
     TriggerCheckpoint,
+    released_by,
 )
 
 log = logging.getLogger(__name__)
@@ -62,7 +64,8 @@ class RecoveredState:
     # Set when the job starts from an imported checkpoint or savepoint: a first start
     # (restored at once, not counted by the restart strategy), whatever ran before.
     starting_from: str = ""
-    # Tasks adopted since the last Resume (kstream.protocol.adoption) -> their adopter.
+    # Tasks adopted since the last Resume (kstream.protocol.adoption) -> their adopter
+    # (released and not adopted yet: ``released_by`` the worker that released them).
     adopted: dict[str, str] = field(default_factory=dict)
 
     @property
@@ -112,6 +115,8 @@ def recover(
                 st.adopted = {}
             case Adopt(attempt=a) if a == st.attempt:
                 st.adopted.update({t: msg.member for t in msg.tasks})
+            case TasksReleased(attempt=a) if a == st.attempt:
+                st.adopted.update({t: released_by(msg.member) for t in msg.tasks})
             case JobFailed() | JobStopped():
                 st.last_lifecycle = msg
                 st.unhandled_failure, st.unhandled_report = "", None

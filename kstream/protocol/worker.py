@@ -153,6 +153,7 @@ class WorkerProtocol(WorkerAdoption):
         self.awaiting_first_output = False
         self._next_request = 0.0
         self._adoption = AdoptRequests()  # asked, not answered yet (§6.8)
+        self._released: set[str] = set()
         self._leave_asked: tuple[int, float] | None = None  # during a restore: attempt, when
         self._next_heartbeat = 0.0
         self._resumes = ResumeParts()  # a Resume written in parts, put together
@@ -324,6 +325,10 @@ class WorkerProtocol(WorkerAdoption):
         return [RestoreTasks(self.attempt, self.restore_point), *map(Send, ready)]
 
     def _assigned(self, event: Assigned, now: float) -> list[WorkerCommand]:
+        released = self._take_released()  # (in the revocation: kstream.protocol.adoptrequests)
+        return released + self._assignment(event, now)
+
+    def _assignment(self, event: Assigned, now: float) -> list[WorkerCommand]:
         adopts = self._adopts(event)
         self._adoption.clear()
         self.member, self.generation = event.member, event.generation

@@ -132,11 +132,15 @@ class AdoptTasks:
 
 @dataclass(frozen=True)
 class DropTasks:
-    """Stop ``tasks`` at once, publishing nothing more of them: another worker adopted
-    them (this one was silent), and a snapshot of theirs taken here now would be
+    """Stop ``tasks`` at once, publishing nothing more of them: the group took their
+    partitions from this worker (``released``), or another worker adopted them (this one
+    was silent), and a snapshot of theirs taken here now would be
     uploaded where the adopter's goes (docs/design.md §6.8)."""
 
     tasks: frozenset[str]
+    # The group took their partitions from this worker (a join, §6.8): it released them,
+    # once the publication in flight is out (it may hold their offsets).
+    released: bool = False
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,7 @@ from kstream.checkpointstorage.plans import plan_refusal, publish_plan
 from kstream.kafka.control import ControlClient
 from kstream.kafka.delivery import InternalDeliveryError
 from kstream.kafka.sink import SinkError, SinkFencedError
-from kstream.kafka.source import SourceConsumer
+from kstream.kafka.source import TP, SourceConsumer
 from kstream.logs import ctx
 from kstream.plan.fingerprint import PlanFingerprint
 from kstream.protocol.batching import batch
@@ -119,9 +119,11 @@ class Checkpointed(Mode):
             for observe in self.observers:
                 observe(msg)
         self._pending = self.protocol.learn(history)
-        if self.protocol.job_live:
+        if self.protocol.job_live and not self.protocol.cooperative:
             # Joining a running job: a hand-over checkpoint first, so that the group's
-            # change re-processes nothing (docs/design.md §6.6).
+            # change re-processes nothing (docs/design.md §6.6). Cooperatively, the
+            # members that give this one partitions release those tasks, and it adopts
+            # them; nothing else stops (§6.8).
             read = wait_for_handover(
                 self.control,
                 self.protocol,
@@ -163,6 +165,19 @@ class Checkpointed(Mode):
         self._handle(
             Assigned(self.member, self.source.generation, tasks, bool(self.source.assignment)), now
         )
+
+    def on_revoke(self, tps: list[TP]) -> None:
+        """Inside the group's revocation, before this member rejoins: partitions taken from
+        tasks that run on cooperatively are released, and the coordinator told so now —
+        before their new owner, assigned only once this member rejoined, asks to adopt
+        them (docs/design.md §6.8). Not for an assignment the group took away (this
+        member was removed: its tasks are carried and adopted as a silent worker's)."""
+        if self.source.revoking_lost:
+            return
+        remaining = tuple(spec.task_id for spec in self.tasks.assigned())
+        released = self.protocol.release(remaining, self.source.generation)
+        if released is not None:
+            self.control.report(released)
 
     def on_input(self, now: float) -> None:
         self._handle(InputRead(), now)
@@ -307,6 +322,12 @@ class Checkpointed(Mode):
                         unrestored = a.attempt
                 case StopTasks():
                     self.tasks.stop_all(keep_held=a.keep_held)
+                case DropTasks(released=True):
+                    # (its publication in flight may hold their inputs' offsets: out first)
+                    self._collect_commits(now, wait=True)
+                    log.info("tasks %s released: stopped here", sorted(a.tasks))
+                    for task in a.tasks:
+                        self.tasks.remove(task)
                 case DropTasks():
                     log.warning("tasks %s were adopted by another worker: stopped here", a.tasks)
                     for task in a.tasks:
