@@ -469,6 +469,13 @@ class ControlClient:
         if msgs:
             self._producer.poll(0)
 
+    def pulse(self, msg: Message) -> None:
+        """Write ``msg`` from another thread than the loop's, asking for nothing back: no
+        delivery callback and no poll here, so that the loop's own waits for their
+        deliveries are served by the loop alone (``kstream.worker.pulse``). One that is
+        not delivered is simply missing; the next follows a moment later."""
+        self._producer.produce(self.topic, encode(msg), key=record_key(msg))
+
     def close(self) -> None:
         self._reader.close()
         self._producer.flush(5.0)

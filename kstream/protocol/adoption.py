@@ -156,6 +156,13 @@ class TaskAdoption(CrashCarrying):
             return self._fail_over(
                 f"worker {msg.member} released tasks {', '.join(tasks)}; no adoption: {why}", now
             )
+        carried = self.carried.members.get(msg.member)
+        if carried is not None:  # (it was carried, a false alarm: they are released now)
+            rest = tuple(t for t in carried if t not in tasks)
+            if rest:
+                self.carried.members[msg.member] = rest
+            else:
+                del self.carried.members[msg.member]
         holder = released_by(msg.member)
         self.failover.owners = {**owners, **dict.fromkeys(tasks, holder)}
         held = tuple(sorted({*self.carried.members.get(holder, ()), *tasks}))

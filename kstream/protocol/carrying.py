@@ -52,6 +52,10 @@ CARRY_AFTER_S = HEARD_WITHIN_S
 """An owner silent this long has its tasks carried (a busy worker heartbeats every
 second even while it restores or publishes: kstream.worker.keepalive)."""
 
+PULSED_CARRY_S = 1.0
+"""A member that pulses (cooperative assignment: ``Pulse`` from a thread of its own every
+quarter second, whatever its loop does) has its tasks carried after this much silence."""
+
 MIN_HOLD_LEAD_S = 1.5
 """The hold checkpoint is triggered at least this long before the expected change."""
 
@@ -194,14 +198,20 @@ class CrashCarrying:
 
     def _silent(self, members: set[str], now: float) -> dict[str, float]:
         """Those of ``members`` this coordinator heard from, silent for over
-        ``CARRY_AFTER_S`` (its own outage counts as heard: ``Membership.cut_off``), with
+        ``CARRY_AFTER_S`` (``PULSED_CARRY_S`` since its last pulse, for one that pulses;
+        its own outage counts as heard: ``Membership.cut_off``), with
         when they were last heard. A member never heard by this coordinator (it started
         a moment ago) is not judged here."""
         out = {}
+        pulses = self.members.pulses
         for m in members:
             seen = self.members.seen.get(m)
-            if m in self.members.beat and seen is not None and now - seen[0] > CARRY_AFTER_S:
-                out[m] = seen[0]
+            if m not in self.members.beat or seen is None:
+                continue
+            pulsed = pulses.get(m)
+            last = seen[0] if pulsed is None else max(seen[0], pulsed)
+            if now - last > (CARRY_AFTER_S if pulsed is None else PULSED_CARRY_S):
+                out[m] = last
         return out
 
     def _hold_if_due(self, now: float) -> None:
@@ -238,8 +248,10 @@ class CrashCarrying:
                 now,
             )
         del self.carried.members[member]
+        owners = self.failover.owners
         for task in tasks:
-            self.carried.snapshots.pop(task, None)
+            if owners.get(task) == member:  # (not one it released meanwhile: still carried)
+                self.carried.snapshots.pop(task, None)
         if not self.carried.members:
             self.carried.hold_at = None
         log.warning(

@@ -41,6 +41,7 @@ from kstream.protocol.messages import (
     DeclineCheckpoint,
     Heartbeat,
     Message,
+    Pulse,
     RestoreFailed,
     SavepointRequest,
     TaskFailed,
@@ -212,6 +213,11 @@ class CheckpointCoordinator(CheckpointCompletion, JobStopping, TaskAdoption):
                 return self._resumed(ready, now)
             case Heartbeat():
                 return self._on_heartbeat(msg, now)
+            case Pulse():
+                self.members.pulse(msg.member, now)
+                if self.phase is not JobPhase.RUNNING:
+                    return []
+                return self._carried_heard(msg.member, now) or []
             case CheckpointRequest() if self.phase is JobPhase.RESTORING:
                 return self._request_in_restore(msg, now)
             case CheckpointRequest():

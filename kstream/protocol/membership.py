@@ -18,6 +18,7 @@ class Membership:
         self.stopped: dict[str, str] = {}  # members that stopped gracefully -> why
         self.beat: dict[str, float] = {}  # members heard by this coordinator -> when
         self.producers: dict[str, str] = {}  # member -> its sinks' transactional id
+        self.pulses: dict[str, float] = {}  # member -> its last Pulse (cooperative, §6.8)
 
     def heard(self, member: str, tasks: tuple[str, ...], now: float, producer: str = "") -> None:
         """A heartbeat: ``member`` runs ``tasks`` at ``now`` (its sinks' ``producer``)."""
@@ -25,6 +26,10 @@ class Membership:
         self.beat[member] = now
         if producer:
             self.producers[member] = producer
+
+    def pulse(self, member: str, now: float) -> None:
+        """``member``'s process lives at ``now`` (its pulse thread, not its loop)."""
+        self.pulses[member] = now
 
     def quiet(self, members: set[str], within: float, now: float) -> list[str]:
         """Those of ``members`` that did not heartbeat to this coordinator within
@@ -59,6 +64,8 @@ class Membership:
         """The coordinator could not hear anyone until ``now``: silence so far counts for nothing."""
         for member, (seen, tasks) in self.seen.items():
             self.seen[member] = (max(seen, now), tasks)
+        for member, pulsed in self.pulses.items():
+            self.pulses[member] = max(pulsed, now)
 
     def stop(self, member: str, reason: str) -> None:
         """``member`` exited gracefully: not lost, stopped."""

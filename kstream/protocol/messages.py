@@ -13,7 +13,7 @@ Who writes what:
 * workers: AcknowledgeCheckpoints (its snapshots in columns: :mod:`kstream.protocol.snapshotcolumns`;
   an object per snapshot, as before columns, and AcknowledgeCheckpoint, one task's: still read), DeclineCheckpoint, TasksReady (TaskReady: one task's, still read), Heartbeat,
   TaskFailed, RestoreFailed, CheckpointRequest, WorkerStopped, WatermarkReport, AdoptRequest,
-  TasksReleased;
+  TasksReleased, Pulse;
 * ``kstream savepoint``: SavepointRequest.
 
 **Signed coordinator messages**: :mod:`kstream.protocol.signing`.
@@ -191,6 +191,16 @@ class Heartbeat:
 
 
 @dataclass(frozen=True)
+class Pulse:
+    """Worker → coordinator, with cooperative assignment (docs/design.md §6.8): ``member``'s
+    process lives. Written by a thread of its own several times a second, whatever its
+    loop is busy with, so that a killed worker's tasks are carried within a second
+    (:mod:`kstream.protocol.carrying`); its heartbeats still say what it runs."""
+
+    member: str
+
+
+@dataclass(frozen=True)
 class TaskFailed:
     """Worker → coordinator: ``task_id`` failed on ``member`` in ``attempt``."""
 
@@ -363,6 +373,7 @@ Message = (
     | Resume
     | JobFailed
     | Heartbeat
+    | Pulse
     | TaskFailed
     | RestoreFailed
     | CheckpointRequest
@@ -393,6 +404,7 @@ MESSAGE_TYPES: dict[str, type[Any]] = {
         Resume,
         JobFailed,
         Heartbeat,
+        Pulse,
         TaskFailed,
         RestoreFailed,
         CheckpointRequest,
@@ -421,7 +433,7 @@ def record_key(msg: Message) -> str:
     batched acknowledgements the newest per first task (not per member: a restarted
     worker has a new member id, and its predecessor's record would stay forever; a
     worker's parts have different first tasks; an adoption's and a release's, per first
-    task too). Heartbeats and checkpoint requests matter only while
+    task too). Heartbeats, pulses and checkpoint requests matter only while
     fresh: one key each.
     """
     name = type(msg).__name__

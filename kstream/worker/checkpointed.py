@@ -59,6 +59,7 @@ from kstream.worker.global_alignment import GlobalAlignment
 from kstream.worker.joining import wait_for_handover
 from kstream.worker.keepalive import heartbeating
 from kstream.worker.mode import Mode
+from kstream.worker.pulse import PulseThread
 from kstream.worker.runner import TaskRunner
 from kstream.worker.settings import WorkerStats
 from kstream.worker.sinkcommit import SinkCommitter
@@ -104,6 +105,8 @@ class Checkpointed(Mode):
         # flight here: a worker sends one message per checkpoint for all its tasks.
         self._held: list[AcknowledgeCheckpoint] = []
         self.alignment = GlobalAlignment(tasks.aligner.max_drift_ms)
+        # Cooperatively, a thread writes this process's pulse (kstream.worker.pulse).
+        self.pulse = PulseThread(self.control.pulse) if protocol.cooperative else None
         # Who else reads the control topic (the query directory, kstream.query.routing).
         self.observers: list[Callable[[Message], None]] = []
 
@@ -136,9 +139,13 @@ class Checkpointed(Mode):
                     observe(msg)
             self.protocol.catch_up(read)
         self.source.subscribe()
+        if self.pulse is not None:
+            self.pulse.start()
 
     def begin(self, now: float) -> int | None:
         self.control.check_outage()  # OutageExceeded past --max-outage: the job fails
+        if self.pulse is not None:
+            self.pulse.member = self.source.member_id or ""
         pending, self._pending = self._pending, []
         code = self._apply(pending, now)
         if code is not None:
@@ -262,6 +269,8 @@ class Checkpointed(Mode):
                 log.error("kstream: publishing the last completed checkpoint failed: %s", failure)
 
     def close(self) -> None:  # (Worker.close settled the commits before the tasks closed)
+        if self.pulse is not None:
+            self.pulse.close()
         self._committer.close()
         self.control.close()
 

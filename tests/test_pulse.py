@@ -1,0 +1,93 @@
+"""A cooperative worker's pulse (docs/design.md §6.8, kstream.worker.pulse): a thread
+writes ``Pulse(member)`` every quarter second; the coordinator carries the tasks of a
+worker that pulses after ``PULSED_CARRY_S`` of silence instead of ``CARRY_AFTER_S``, and a
+busy loop whose heartbeats lag is not carried while its process pulses. Pure coordinator
+tests with a fake clock, and the thread against a fake writer."""
+
+from __future__ import annotations
+
+import threading
+
+from kstream.protocol.carrying import CARRY_AFTER_S, PULSED_CARRY_S
+from kstream.protocol.failover import JobPhase
+from kstream.protocol.messages import Heartbeat, Message, Pulse, Restore, decode, encode
+from kstream.worker.pulse import PulseThread
+from tests.test_adoption import LIVE, cycle
+from tests.test_carrying import completed, handle, job, metadata
+from tests.test_coordinator import messages
+
+
+def test_a_pulsing_worker_that_falls_silent_is_carried_within_a_second() -> None:
+    h = job(cooperative=True)
+    messages(h.send(Pulse("w2"), 1.6))  # its last sign of life
+    out = cycle(h, 2.0, 1.6 + PULSED_CARRY_S - 0.05, LIVE)
+    assert not h.c.carried.members and not completed(out)  # (waiting for b)
+    out = cycle(h, 2.5, 3.0, LIVE)
+    assert h.c.carried.members == {"w2": ("b",)}
+    assert PULSED_CARRY_S < CARRY_AFTER_S
+    done = completed(out)
+    assert done and all(metadata(h, n).tasks["b"].handle == handle("b", 1) for n in done)
+
+
+def test_a_busy_loop_is_not_carried_while_its_process_pulses() -> None:
+    """w2's loop sends no heartbeat for 6 s (one long batch, say) while its pulse thread
+    writes on: never carried; its acknowledgements complete the checkpoints."""
+    h = job(cooperative=True)
+    t = 2.0
+    while t <= 7.5:
+        messages(h.send(Pulse("w2"), t))
+        t = round(t + 0.25, 3)
+    out = cycle(h, 2.0, 7.5, LIVE, acked={**LIVE, "w2": ("b",)})
+    assert not h.c.carried.members
+    done = completed(out)
+    assert done and all(metadata(h, n).tasks["b"].handle == handle("b", n) for n in done)
+    assert h.c.phase is JobPhase.RUNNING and h.c.attempt == 1
+
+
+def test_a_process_that_pulses_but_whose_loop_hangs_is_lost_at_the_heartbeat_timeout() -> None:
+    h = job(cooperative=True)
+    out: list[Message] = []
+    t = 2.0
+    while t <= 1.5 + h.c.heartbeat_timeout + 1.0:
+        out += messages(h.send(Pulse("w2"), t))
+        out += cycle(h, t, t, LIVE)
+        t = round(t + 0.5, 3)
+    assert [m for m in out if isinstance(m, Restore)] or h.c.attempt == 2
+
+
+def test_a_carried_worker_that_pulses_again_is_carried_no_more() -> None:
+    h = job(cooperative=True)
+    messages(h.send(Pulse("w2"), 1.6))
+    cycle(h, 2.0, 3.0, LIVE)
+    assert "w2" in h.c.carried.members
+    messages(h.send(Pulse("w2"), 3.2))  # (stalled, not dead)
+    assert not h.c.carried.members and not h.c.carried.snapshots
+
+
+def test_a_pulse_is_one_small_message() -> None:
+    assert decode(encode(Pulse("w1"))) == Pulse("w1")
+    assert len(encode(Pulse("w1"))) < 80
+    assert Heartbeat("w1", (), 1) != Pulse("w1")
+
+
+def test_the_pulse_thread_writes_once_it_knows_its_member_and_stops_when_closed() -> None:
+    written: list[Message] = []
+    three = threading.Event()
+
+    def send(msg: Message) -> None:
+        written.append(msg)
+        if len(written) >= 3:
+            three.set()
+
+    pulse = PulseThread(send, every=0.01)
+    pulse.start()
+    try:
+        assert not three.wait(0.05)  # (no member yet: nothing written)
+        assert written == []
+        pulse.member = "w7"
+        assert three.wait(10.0)
+    finally:
+        pulse.close()
+    count = len(written)
+    assert set(written) == {Pulse("w7")}
+    assert not pulse._thread.is_alive() and len(written) == count
