@@ -168,6 +168,20 @@ class CarryJob:
             f"{len(expected - out[0])} missing, {len(out[0] - expected)} extra"
         )
 
+    def assert_only_moved(self, mark: int, stayed: list[CliJob], restores: list[int]) -> None:
+        """With the feed stopped: the output is exact, and since the coordinator's log
+        offset ``mark`` no failover, restart or hold happened, the workers that ``stayed``
+        restored nothing more than ``restores``, and no process saw a record twice."""
+        self.stop_feed()
+        self.assert_exact()
+        since = self.coordinator.log()[mark:]
+        assert "failover (attempt" not in since and "restart (attempt" not in since, (
+            self.coordinator.tail()
+        )
+        assert "holds every task" not in since
+        assert [w.log().count("restore: attempt") for w in stayed] == restores
+        assert [self.processed_twice(w) for w in self.workers] == [0] * len(self.workers)
+
     def processed_twice(self, w: CliJob) -> int:
         """Records worker ``w``'s peek saw more than once."""
         lines = (self.seen_dir / f"seen-{w.proc.pid}").read_text().split()
@@ -324,15 +338,7 @@ def test_with_cooperative_assignment_a_worker_stopped_gracefully_hands_its_tasks
         assert leaver.wait(timeout=60) == 0
         carried = coordinator.wait_for(r"stopped: its tasks ([^\n]*) are carried at checkpoint", 30)
         job.wait_adopted(set(carried.group(1).split(", ")))
-        job.stop_feed()
-        job.assert_exact()
-        since = coordinator.log()[mark:]
-        assert "failover (attempt" not in since and "restart (attempt" not in since, (
-            coordinator.tail()
-        )
-        assert "holds every task" not in since
-        assert [w.log().count("restore: attempt") for w in survivors] == restores
-        assert [job.processed_twice(w) for w in job.workers] == [0, 0, 0]
+        job.assert_only_moved(mark, survivors, restores)
     finally:
         job.close()
 
@@ -364,14 +370,6 @@ def test_with_cooperative_assignment_a_joining_worker_adopts_what_the_others_rel
         coordinator.wait_until(some_released, "tasks released", 60)
         job.wait_adopted(released)
         assert re.search(r"adopting .* from checkpoint", joiner.log()), joiner.tail()
-        job.stop_feed()
-        job.assert_exact()
-        since = coordinator.log()[mark:]
-        assert "failover (attempt" not in since and "restart (attempt" not in since, (
-            coordinator.tail()
-        )
-        assert "holds every task" not in since
-        assert [w.log().count("restore: attempt") for w in first] == restores
-        assert [job.processed_twice(w) for w in job.workers] == [0, 0, 0, 0]
+        job.assert_only_moved(mark, first, restores)
     finally:
         job.close()

@@ -295,8 +295,16 @@ def completed_ids(store: CheckpointStore, app_id: str) -> list[int]:
 
 def list_checkpoints(store: CheckpointStore, app_id: str) -> list[CheckpointMetadata]:
     """Every readable completed checkpoint, ascending; unreadable files are logged and skipped."""
+    return readable_checkpoints(store, app_id, completed_ids(store, app_id))
+
+
+def readable_checkpoints(
+    store: CheckpointStore, app_id: str, ids: Iterable[int]
+) -> list[CheckpointMetadata]:
+    """The metadata of completed checkpoints ``ids``, in their order; unreadable ones are
+    logged and skipped."""
     out = []
-    for n in completed_ids(store, app_id):
+    for n in ids:
         try:
             out.append(read_metadata(store, app_id, n))
         except MetadataError as e:

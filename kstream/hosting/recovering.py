@@ -14,11 +14,9 @@ from typing import Any
 
 from kstream.checkpointstorage.base import CheckpointStore
 from kstream.checkpointstorage.metadata import (
-    CheckpointMetadata,
-    MetadataError,
     known_completed,
     latest_completed,
-    read_metadata,
+    readable_checkpoints,
 )
 from kstream.checkpointstorage.plans import publish_plan
 from kstream.checkpointstorage.startfrom import check_state, import_start
@@ -45,7 +43,7 @@ def recover_start(
     not fit ``description`` (the plan's operators)."""
     known = known_completed(store, job.app_id, _candidate_ids(history))
     recovered = recover(history, known, latest_completed(store, job.app_id, known))
-    recovered.retained = _readable(store, job.app_id, known)
+    recovered.retained = readable_checkpoints(store, job.app_id, known)  # (not listed)
     if plan is not None:
         publish_plan(store, job.app_id, plan)
     if description is not None:
@@ -58,18 +56,6 @@ def _candidate_ids(history: Sequence[Message]) -> set[int]:
     and those triggered after it (their metadata may exist, the announcement lost)."""
     st = recover(history, (), None)
     return {*st.in_flight, *([st.announced_id] if st.announced_id else [])}
-
-
-def _readable(store: CheckpointStore, app_id: str, ids: Sequence[int]) -> list[CheckpointMetadata]:
-    """The metadata of completed checkpoints ``ids`` (found without listing the store),
-    ascending; unreadable ones are logged and skipped."""
-    out = []
-    for n in ids:
-        try:
-            out.append(read_metadata(store, app_id, n))
-        except MetadataError as e:
-            log.warning("skipping checkpoint %d: %s", n, e)
-    return out
 
 
 def _start_state(
