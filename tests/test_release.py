@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from kstream.checkpointstorage.metadata import carried_tasks
 from kstream.protocol.adoption import ADOPT_WAIT_S
+from kstream.protocol.elasticmessages import released_by
 from kstream.protocol.failover import JobPhase
 from kstream.protocol.handover import JOINING
 from kstream.protocol.messages import (
@@ -18,7 +19,6 @@ from kstream.protocol.messages import (
     Resume,
     TasksReleased,
     TriggerCheckpoint,
-    released_by,
 )
 from kstream.protocol.recovery import recover
 from kstream.protocol.workerevents import Assigned, DropTasks, StopRequested, StopTasks

@@ -33,15 +33,9 @@ from collections.abc import Iterable
 from kstream.checkpointstorage.metadata import CheckpointMetadata, TaskSnapshot
 from kstream.protocol.carrying import CrashCarrying
 from kstream.protocol.commands import Command, Send
+from kstream.protocol.elasticmessages import RELEASED_BY, released_by
 from kstream.protocol.failover import JobPhase
-from kstream.protocol.messages import (
-    RELEASED_BY,
-    Adopt,
-    AdoptRequest,
-    Heartbeat,
-    TasksReleased,
-    released_by,
-)
+from kstream.protocol.messages import Adopt, AdoptRequest, Heartbeat, TasksReleased
 from kstream.protocol.pending import PendingCheckpoint
 
 log = logging.getLogger(__name__)

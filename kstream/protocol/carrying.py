@@ -37,10 +37,10 @@ from typing import TYPE_CHECKING, Any
 
 from kstream.checkpointstorage.metadata import CheckpointMetadata, TaskSnapshot
 from kstream.protocol.commands import Command
+from kstream.protocol.elasticmessages import RELEASED_BY
 from kstream.protocol.failover import FailoverController, JobPhase
 from kstream.protocol.handover import HEARD_WITHIN_S, Handover
 from kstream.protocol.membership import Membership
-from kstream.protocol.messages import RELEASED_BY
 from kstream.protocol.triggers import TriggerSchedule
 
 if TYPE_CHECKING:

@@ -25,6 +25,7 @@ from kstream.checkpointstorage.history import CheckpointFailure, CheckpointStatu
 from kstream.checkpointstorage.metadata import CheckpointMetadata
 from kstream.protocol.batching import ResumeParts
 from kstream.protocol.commands import CleanupCheckpoint, Command, Send
+from kstream.protocol.elasticmessages import released_by
 from kstream.protocol.messages import (
     AcknowledgeCheckpoint,
     AcknowledgeCheckpoints,
@@ -39,7 +40,6 @@ from kstream.protocol.messages import (
     TaskFailed,
     TasksReleased,
     TriggerCheckpoint,
-    released_by,
 )
 
 log = logging.getLogger(__name__)
