@@ -181,3 +181,39 @@ def test_a_cooperative_joiner_asks_to_adopt_what_it_is_given_without_a_hand_over
     cmds = p.handle(Assigned("w4", 6, ("b",), True), 1.5)
     assert AdoptRequest("w4", 1, 6, ("b",)) in sent(cmds)
     assert JOINING not in repr(cmds)
+
+
+def test_once_the_adopters_heartbeat_names_an_adopted_task_the_next_checkpoints_wait_for_it() -> (
+    None
+):
+    """Before, a checkpoint completed with the carried snapshot until one happened to get
+    the adopter's own in time; now the adopter's heartbeat (sent once it restored them)
+    makes every checkpoint triggered after it wait for its snapshot."""
+    h = job(cooperative=True)
+    cycle(h, 1.5, 2.5, ALL)
+    released_b(h, 2.6)
+    messages(h.send(AdoptRequest("w4", 1, 6, ("b",)), 2.7))
+    messages(h.send(Heartbeat("w4", (), 6), 2.8))  # (restoring: b not named yet)
+    out = messages(h.tick(3.5))
+    first = [m.checkpoint_id for m in out if isinstance(m, TriggerCheckpoint)]
+    assert first and "b" in h.c.pending[first[0]].acks  # (filled: not waited for)
+    messages(h.send(Heartbeat("w4", ("b",), 6), 3.6))  # b runs there now
+    for member, tasks in AFTER.items():
+        ack(h, first[0], member, tasks, 3.7)
+    out = messages(h.tick(5.6))
+    later = [m.checkpoint_id for m in out if isinstance(m, TriggerCheckpoint)]
+    assert later and "b" not in h.c.pending[later[0]].acks  # waits for w4's own
+    done: list[Message] = []
+    for member, tasks in AFTER.items():
+        done += ack(h, later[0], member, tasks, 5.7)
+    assert completed(done) == []
+    done = ack(h, later[0], "w4", ("b",), 5.8)
+    assert completed(done) == [later[0]]
+    assert metadata(h, later[0]).tasks["b"].handle == handle("b", later[0])
+
+
+def test_an_adopter_asks_for_a_checkpoint_with_its_first_output() -> None:
+    p = running()
+    p.handle(Assigned("w1", 5, ("a", "b"), True), 1.0)
+    p.handle(Adopt(1, "w1", 7, ("b",)), 1.2)
+    assert p.awaiting_first_output

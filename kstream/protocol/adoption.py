@@ -93,7 +93,7 @@ class TaskAdoption(CrashCarrying):
             # them (its acknowledgements replace the carried one): those in flight
             # carry them, not a late snapshot of their silent owner.
             self.carried.adopted[task] = msg.member
-            self.carried.acked.discard(task)
+            self.carried.running.discard(task)
             for p in self.pending.values():
                 p.acks[task] = self.carried.snapshots[task]
         self.failover.owners = owners
@@ -164,7 +164,7 @@ class TaskAdoption(CrashCarrying):
         self.carried.snapshots.update({t: latest.tasks[t] for t in tasks})
         for task in tasks:
             self.carried.adopted.pop(task, None)
-            self.carried.acked.discard(task)
+            self.carried.running.discard(task)
         self.members.seen[holder] = (now, held)  # (lost if nobody adopts them in time)
         log.warning(
             "worker %s released %s (the group gave their partitions to another member): "
@@ -249,14 +249,15 @@ class TaskAdoption(CrashCarrying):
                 del p.acks[task]
         return mine
 
-    def _adopter_acked(self, attempt: int, member: str, tasks: Iterable[str]) -> None:
-        """``member`` acknowledged ``tasks`` (of any checkpoint, late ones too): those it
-        adopted are running there, and the checkpoints triggered from now on wait for
-        its snapshots of them (``Carried.acked``)."""
+    def _adopter_runs(self, attempt: int, member: str, tasks: Iterable[str]) -> None:
+        """``member`` says it runs ``tasks`` (a heartbeat of its, sent once an adoption's
+        restore is done, or an acknowledgement, late ones too): those it adopted are
+        running there, and the checkpoints triggered from now on wait for its snapshots
+        of them (``Carried.running``)."""
         if attempt != self.attempt or not member or not self.carried.adopted:
             return
         adopted = self.carried.adopted
-        self.carried.acked.update(t for t in tasks if adopted.get(t) == member)
+        self.carried.running.update(t for t in tasks if adopted.get(t) == member)
 
     def _loss_grace(self) -> dict[str, float]:
         """Extra silence before a carried member is lost, while its tasks may be adopted."""

@@ -63,6 +63,7 @@ class WorkerAdoption:
     _adoption: AdoptRequests
     _next_heartbeat: float
     _released: set[str]  # released in a revocation, stopped at the next Assigned
+    awaiting_first_output: bool
 
     @property
     def stopping(self) -> bool:
@@ -138,6 +139,7 @@ class WorkerAdoption:
         log.info("adopting %s from checkpoint %d", ", ".join(sorted(tasks)), event.checkpoint_id)
         self.tasks |= tasks
         self.running |= tasks
+        self.awaiting_first_output = True  # (their output published without an interval)
         self._next_heartbeat = 0.0
         adopt = AdoptTasks(self.attempt, event.checkpoint_id, tasks, event.fence)
         return [adopt, *self._heartbeat(now)]

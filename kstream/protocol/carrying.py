@@ -85,21 +85,22 @@ class Carried:
         # Tasks adopted (kstream.protocol.adoption) -> their adopter: carried still until a
         # checkpoint completes with the adopter's own snapshot of them.
         self.adopted: dict[str, str] = {}
-        # Adopted tasks whose adopter acknowledged one of them since: it runs them, and
-        # the checkpoints triggered from then on wait for its snapshots — else, with an
-        # adopter whose acknowledgements come after the others', every checkpoint would
-        # complete with the carried one and the task's output would never be published.
-        self.acked: set[str] = set()
+        # Adopted tasks their adopter runs now (a heartbeat of its naming them, sent once
+        # it restored them, or an acknowledgement of them): the checkpoints triggered
+        # from then on wait for its snapshots — else, with an adopter whose
+        # acknowledgements come after the others', every checkpoint would complete with
+        # the carried one and the task's output would never be published.
+        self.running: set[str] = set()
 
     def clear(self) -> None:
         self.snapshots, self.members, self.hold_at, self.adopted = {}, {}, None, {}
-        self.acked = set()
+        self.running = set()
 
     def fill(self, p: PendingCheckpoint) -> None:
         """The carried tasks' snapshots in ``p``, where their own did not come (not those
-        of adopted tasks whose adopter acknowledges them)."""
+        of adopted tasks their adopter runs now)."""
         for task, snapshot in self.snapshots.items():
-            if task not in self.acked:
+            if task not in self.running:
                 p.acks.setdefault(task, snapshot)
 
     def refresh(self, meta: CheckpointMetadata, pending: Iterable[PendingCheckpoint]) -> None:
@@ -115,7 +116,7 @@ class Carried:
                 continue
             if task in self.adopted:
                 del self.adopted[task], self.snapshots[task]
-                self.acked.discard(task)
+                self.running.discard(task)
                 continue
             self.snapshots[task] = new
             for p in later:
@@ -173,7 +174,7 @@ class CrashCarrying:
             self.carried.snapshots.update({t: latest.tasks[t] for t in tasks})
             for t in tasks:
                 self.carried.adopted.pop(t, None)  # (an adopter silent in its turn)
-                self.carried.acked.discard(t)
+                self.carried.running.discard(t)
             if self.adopting:  # (their new owners adopt them: kstream.protocol.adoption)
                 then = "their new owners adopt them once the group moves them"
             else:

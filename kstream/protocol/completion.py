@@ -75,7 +75,7 @@ class CheckpointCompletion:
 
         def _stop(self, reason: str, now: float) -> list[Command]: ...
 
-        def _adopter_acked(self, attempt: int, member: str, tasks: Iterable[str]) -> None: ...
+        def _adopter_runs(self, attempt: int, member: str, tasks: Iterable[str]) -> None: ...
 
         def _owned_acks(
             self, p: PendingCheckpoint, member: str, snapshots: dict[str, TaskSnapshot]
@@ -136,7 +136,7 @@ class CheckpointCompletion:
     ) -> list[Command]:
         """Tasks' acknowledgements of checkpoint ``n`` (one message: a task's, or a
         worker's ``member``'s for all its tasks: only those it owns count)."""
-        self._adopter_acked(attempt, member, snapshots)
+        self._adopter_runs(attempt, member, snapshots)
         p = self._pending_for(n, attempt)
         if p is None:
             return []

@@ -361,6 +361,7 @@ class CheckpointCoordinator(CheckpointCompletion, JobStopping, TaskAdoption):
         again = self._carried_heard(hb.member, now)  # (it was stalled, not dead)
         if again is not None:
             return again
+        self._adopter_runs(self.attempt, hb.member, hb.tasks)
         moved = self._moved(hb, previous, now)
         if moved is None:
             return []

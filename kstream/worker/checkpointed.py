@@ -342,7 +342,8 @@ class Checkpointed(Mode):
                     for task in a.tasks:
                         self.tasks.remove(task)
                 case AdoptTasks():
-                    with self._heartbeating():
+                    # (its heartbeats name them once they run: the checkpoints after it wait)
+                    with self._heartbeating(without=a.tasks):
                         failed |= adopt(self.tasks, a.attempt, a.checkpoint_id, a.tasks, a.fence)
                 case ResumeTasks():
                     self.tasks.resume(self.protocol.attempt, a.owned, draining=self.draining)
@@ -459,12 +460,15 @@ class Checkpointed(Mode):
             log.warning("task %s: %s; its checkpoint is restored now", task_id, e)
 
     def _heartbeating(
-        self, progress: Callable[[], int] | None = None
+        self, progress: Callable[[], int] | None = None, without: frozenset[str] = frozenset()
     ) -> AbstractContextManager[None]:
         """Heartbeats from another thread while this one waits on the cluster (with the
-        ``progress`` of a restore)."""
+        ``progress`` of a restore; not naming the tasks ``without``, adopted now)."""
+        hb = self.protocol.current_heartbeat()
+        if hb is not None and without:
+            hb = replace(hb, tasks=tuple(t for t in hb.tasks if t not in without))
         return heartbeating(
-            self.protocol.current_heartbeat(),
+            hb,
             lambda hb: self.control.post_all([hb]),
             self.protocol.heartbeat_interval,
             progress,
