@@ -43,6 +43,22 @@ def gaps_overlapping(times: Sequence[float], t0: float, t1: float) -> list[float
     return out
 
 
+def gaps_clear_of(
+    times: Sequence[float], t0: float, t1: float, moves: Iterable[tuple[float, float]]
+) -> list[float]:
+    """``gaps_overlapping`` ``[t0, t1]`` that overlap none of ``moves`` (the windows of
+    the steps in which the task moved): in back-to-back steps, a gap that runs into the
+    next step, where the task moves, is that move's pause, not one of a task that stayed."""
+    spans = list(moves)
+    ends = [*times, t1] if not times or times[-1] < t1 else list(times)
+    starts = [t0] if not times else []
+    out = []
+    for a, b in itertools.pairwise([*starts, *ends]):
+        if b >= t0 and a <= t1 and not any(b >= s and a <= e for s, e in spans):
+            out.append(b - a)
+    return out
+
+
 def longest_pause(times: Sequence[float], t0: float, t1: float) -> float:
     """The longest gap between advances that overlaps ``[t0, t1]``."""
     return max(gaps_overlapping(times, t0, t1), default=0.0)

@@ -8,6 +8,7 @@ import json
 from benchmarks.elastic_measure import (
     Exactness,
     check_exact,
+    gaps_clear_of,
     gaps_overlapping,
     longest_pause,
     owners_at,
@@ -102,3 +103,13 @@ def test_ownership_from_worker_json_logs() -> None:
     w0 += running_events("w0.0", [adopted])
     assert w0[-1] == (1767225607.0, "w0.0", ["stage0-0", "stage0-1"])
     assert owners_at(w0 + w1, 1767225608.0)["stage0-1"] == "w0.0"
+
+
+def test_a_pause_that_runs_into_a_step_where_the_task_moves_is_not_an_unmoved_tasks() -> None:
+    times = [0.0, 2.0, 4.0, 11.0, 13.0]  # the 4 -> 11 gap runs into the next step (10-20)
+    assert gaps_overlapping(times, 0.0, 10.0) == [2.0, 2.0, 7.0]
+    assert gaps_clear_of(times, 0.0, 10.0, [(10.0, 20.0)]) == [2.0, 2.0]
+    assert gaps_clear_of(times, 0.0, 10.0, []) == [2.0, 2.0, 7.0]
+    assert gaps_clear_of([1.0], 0.0, 10.0, []) == [9.0]  # (still paused at the end)
+    assert gaps_clear_of([], 0.0, 10.0, []) == [10.0]
+    assert gaps_clear_of([], 0.0, 10.0, [(5.0, 6.0)]) == []
