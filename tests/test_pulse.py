@@ -91,3 +91,46 @@ def test_the_pulse_thread_writes_once_it_knows_its_member_and_stops_when_closed(
     count = len(written)
     assert set(written) == {Pulse("w7")}
     assert not pulse._thread.is_alive() and len(written) == count
+
+
+def test_no_silence_is_judged_at_a_tick_after_the_coordinators_own_stall() -> None:
+    """The coordinator's loop stalled 1.5 s (a busy machine): the pulses written meanwhile
+    are not read yet, so its next tick carries nobody; the one after the read does not
+    either. Before, every worker was carried and heard again a millisecond later."""
+    h = job(cooperative=True)
+    for t in (1.6, 1.85, 2.1):
+        for m in ("w1", "w2", "w3"):
+            messages(h.send(Pulse(m), t))
+    messages(h.tick(2.2))
+    messages(h.send(Pulse("w1"), 3.65))  # (the first poll after the stall read only w1's)
+    messages(h.tick(3.7))  # (1.5 s after the last tick)
+    assert not h.c.carried.members
+    for m in ("w1", "w2", "w3"):
+        messages(h.send(Pulse(m), 3.75))
+    messages(h.tick(3.8))
+    assert not h.c.carried.members
+
+
+def test_an_adopter_carried_by_a_false_alarm_mid_adoption_goes_on_adopting() -> None:
+    """w4 adopts b and is restoring it (its heartbeats do not name b yet) when it is silent
+    for over a second; heard again, its adoption goes on — no failover over the heartbeat
+    that lacks b — and b stays carried until a checkpoint has w4's own snapshot of it."""
+    from kstream.protocol.messages import AdoptRequest, TasksReleased
+
+    h = job(cooperative=True)
+    cycle(h, 1.5, 2.5, {"w1": ("a",), "w2": ("b",), "w3": ("c",)})
+    messages(h.send(TasksReleased("w2", 1, 4, ("b",)), 2.6))
+    messages(h.send(AdoptRequest("w4", 1, 6, ("b",)), 2.7))
+    messages(h.send(Pulse("w4"), 2.8))
+    messages(h.send(Heartbeat("w4", (), 6), 2.8))
+    runs = {"w1": ("a",), "w2": (), "w3": ("c",)}
+    cycle(h, 3.0, 4.0, runs, generation=6)
+    assert "w4" in h.c.carried.members  # (silent since 2.8: a false alarm)
+    out = messages(h.send(Heartbeat("w4", (), 6), 4.1))  # heard again, b still restoring
+    assert not [m for m in out if isinstance(m, Restore)]
+    assert h.c.carried.adopted == {"b": "w4"} and "b" in h.c.carried.snapshots
+    out = cycle(h, 4.5, 8.0, {**runs, "w4": ("b",)}, generation=6)
+    assert not [m for m in out if isinstance(m, Restore)]
+    assert h.c.phase is JobPhase.RUNNING and h.c.attempt == 1
+    done = completed(out)
+    assert done and metadata(h, done[-1]).tasks["b"].handle == handle("b", done[-1])

@@ -107,6 +107,7 @@ class TaskAdoption(CrashCarrying):
         for member, carried in list(self.carried.members.items()):
             if set(carried) <= self.carried.adopted.keys():
                 del self.carried.members[member]
+                self.carried.adopting.pop(member, None)
                 self.members.seen.pop(member, None)  # lost: no failover for it
                 if member.startswith(RELEASED_BY):
                     log.info("the tasks %s are all adopted", member)

@@ -56,6 +56,11 @@ PULSED_CARRY_S = 1.0
 """A member that pulses (cooperative assignment: ``Pulse`` from a thread of its own every
 quarter second, whatever its loop does) has its tasks carried after this much silence."""
 
+STALL_S = 0.5
+"""Ticks this far apart mean the coordinator itself stalled (its loop ticks every 50 ms):
+what the workers wrote meanwhile is not read yet, so nobody's silence is judged at such
+a tick — the next one comes after that read."""
+
 MIN_HOLD_LEAD_S = 1.5
 """The hold checkpoint is triggered at least this long before the expected change."""
 
@@ -91,10 +96,14 @@ class Carried:
         # acknowledgements come after the others', every checkpoint would complete with
         # the carried one and the task's output would never be published.
         self.running: set[str] = set()
+        # A carried member -> the tasks it was adopting when it fell silent (-> itself):
+        # adopted again should it be heard again (a false alarm mid-adoption).
+        self.adopting: dict[str, dict[str, str]] = {}
+        self.judged_at = float("-inf")  # the last tick that judged silences (STALL_S)
 
     def clear(self) -> None:
         self.snapshots, self.members, self.hold_at, self.adopted = {}, {}, None, {}
-        self.running = set()
+        self.running, self.adopting = set(), {}
 
     def fill(self, p: PendingCheckpoint) -> None:
         """The carried tasks' snapshots in ``p``, where their own did not come (not those
@@ -162,6 +171,9 @@ class CrashCarrying:
         if not self.isolated or self.phase is not JobPhase.RUNNING or latest is None:
             return []
         self._hold_if_due(now)
+        stalled, self.carried.judged_at = now - self.carried.judged_at > STALL_S, now
+        if stalled:
+            return []  # (judged at the next tick, once what came meanwhile is read)
         owners = self.failover.by_member()
         silent = self._silent(set(owners) - set(self.carried.members), now)
         if not silent or not set(owners) - set(silent) - set(self.carried.members):
@@ -172,8 +184,9 @@ class CrashCarrying:
                 continue  # (a task the latest checkpoint lacks: the ordinary failover)
             self.carried.members[member] = tasks
             self.carried.snapshots.update({t: latest.tasks[t] for t in tasks})
-            for t in tasks:
-                self.carried.adopted.pop(t, None)  # (an adopter silent in its turn)
+            for t in tasks:  # (an adopter silent in its turn: kept should it be heard again)
+                if t in self.carried.adopted:
+                    self.carried.adopting.setdefault(member, {})[t] = self.carried.adopted.pop(t)
                 self.carried.running.discard(t)
             if self.adopting:  # (their new owners adopt them: kstream.protocol.adoption)
                 then = "their new owners adopt them once the group moves them"
@@ -250,8 +263,13 @@ class CrashCarrying:
             )
         del self.carried.members[member]
         owners = self.failover.owners
+        adopting = self.carried.adopting.pop(member, {})
         for task in tasks:
-            if owners.get(task) == member:  # (not one it released meanwhile: still carried)
+            if owners.get(task) != member:
+                continue  # (one it released meanwhile: still carried)
+            if task in adopting:  # (its adoption goes on: carried until its own snapshot)
+                self.carried.adopted[task] = adopting[task]
+            else:
                 self.carried.snapshots.pop(task, None)
         if not self.carried.members:
             self.carried.hold_at = None
