@@ -217,3 +217,40 @@ def test_an_adopter_asks_for_a_checkpoint_with_its_first_output() -> None:
     p.handle(Assigned("w1", 5, ("a", "b"), True), 1.0)
     p.handle(Adopt(1, "w1", 7, ("b",)), 1.2)
     assert p.awaiting_first_output
+
+
+def test_a_publication_refused_for_an_older_generation_keeps_the_tasks_still_held_here() -> None:
+    """Cooperatively, a rebalance can move the group's generation while a publication is
+    in flight: the group refuses its offsets. A task whose inputs are still assigned
+    here runs on (its epochs stay buffered for the next completion); one whose inputs
+    left stops, as before. Found under two busy loops: the unmoved task was stopped, and
+    its worker's heartbeat without it rolled every task back."""
+    from types import SimpleNamespace
+    from typing import Any, cast
+
+    from kstream.kafka.sink import SinkGroupFencedError
+    from kstream.protocol.worker import WorkerProtocol
+    from kstream.worker.checkpointed import Checkpointed
+
+    removed: list[str] = []
+    runners = {t: SimpleNamespace(task_id=t, attempt=1) for t in ("a", "b")}
+    tasks = SimpleNamespace(
+        runners=runners,
+        assigned=lambda: [SimpleNamespace(task_id="a")],
+        remove=removed.append,
+        ctx=SimpleNamespace(config=SimpleNamespace(app_id="app"), transactions=object()),
+        aligner=SimpleNamespace(max_drift_ms={}),
+    )
+    protocol = running()  # (cooperative, runs a)
+    control = SimpleNamespace(pulse=lambda msg: None)
+    m = Checkpointed(protocol, cast(Any, control), cast(Any, tasks), cast(Any, None),
+                     cast(Any, None), cast(Any, SimpleNamespace()), "w1")  # fmt: skip
+    refused = SinkGroupFencedError("ILLEGAL_GENERATION")
+    m._commits_ended({"a": refused, "b": refused}, 1.0)
+    assert removed == ["b"]
+    eager = WorkerProtocol("w1", now=0.0)
+    m = Checkpointed(eager, cast(Any, None), cast(Any, tasks), cast(Any, None),
+                     cast(Any, None), cast(Any, SimpleNamespace()), "w1")  # fmt: skip
+    removed.clear()
+    m._commits_ended({"a": refused}, 1.0)
+    assert removed == ["a"]  # (the eager protocol: the inputs left)

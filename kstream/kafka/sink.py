@@ -49,6 +49,14 @@ class SinkFencedError(SinkError):
     """A newer producer with this sink's transactional id exists: this task must stop."""
 
 
+class SinkGroupFencedError(SinkFencedError):
+    """The group refused the worker's offsets (``UNKNOWN_MEMBER_ID``, ``ILLEGAL_GENERATION``):
+    the metadata sent was not of its current generation. Under the eager protocol the
+    worker lost those inputs; under the cooperative one it may still hold them, the
+    publication having raced a rebalance that moved the generation
+    (``kstream.worker.checkpointed``)."""
+
+
 class SinkDeliveryError(SinkError):
     """Records could not be delivered (at-least-once flush or DLQ flush failed)."""
 

@@ -39,7 +39,7 @@ from kstream.kafka.clients import (
     make_producer,
 )
 from kstream.kafka.commits import CommitMarker, marker_partition
-from kstream.kafka.sink import SinkFencedError, produce_chunks
+from kstream.kafka.sink import SinkFencedError, SinkGroupFencedError, produce_chunks
 from kstream.sinkbuffer.epochs import Epoch, SinkError
 
 __all__ = ["Publication", "SinkCommit", "WorkerTransactions", "committing"]
@@ -311,7 +311,7 @@ class WorkerTransactions:
         if err is not None and err.fatal():
             self._producer = None  # unusable: the next use makes a new one
         if group_fenced and err is not None:
-            raise SinkFencedError(
+            raise SinkGroupFencedError(
                 f"{what}: the group no longer counts this worker as the owner of its tasks' "
                 f"inputs ({err.name()}: {err.str()}); their new owner publishes them"
             ) from e

@@ -13,11 +13,10 @@ from contextlib import AbstractContextManager
 from dataclasses import replace
 
 from kstream.checkpointstorage.base import CheckpointStore
-from kstream.checkpointstorage.metadata import carried_tasks, completion_backing
 from kstream.checkpointstorage.plans import plan_refusal, publish_plan
 from kstream.kafka.control import ControlClient
 from kstream.kafka.delivery import InternalDeliveryError
-from kstream.kafka.sink import SinkError, SinkFencedError
+from kstream.kafka.sink import SinkError, SinkFencedError, SinkGroupFencedError
 from kstream.kafka.source import TP, SourceConsumer
 from kstream.logs import ctx
 from kstream.plan.fingerprint import PlanFingerprint
@@ -55,6 +54,7 @@ from kstream.protocol.workerevents import (
     WorkerCommand,
 )
 from kstream.worker.adopting import adopt
+from kstream.worker.completions import Completions
 from kstream.worker.global_alignment import GlobalAlignment
 from kstream.worker.joining import wait_for_handover
 from kstream.worker.keepalive import heartbeating
@@ -94,9 +94,7 @@ class Checkpointed(Mode):
         self.label = label
         self.fingerprint = fingerprint
         self._pending: list[WorkerCommand] = []  # decided from the history, carried out first
-        self._verified: set[int] = set()  # completed checkpoints the store backs
-        # Of each, the tasks it carried at an older snapshot: not published by it.
-        self._carried: dict[int, frozenset[str]] = {}
+        self.completions = Completions(store, self.app_id, protocol.plan, stats)
         transactions = tasks.ctx.transactions
         if transactions is None:
             raise ValueError("a checkpointed worker publishes through its transactions")
@@ -275,24 +273,8 @@ class Checkpointed(Mode):
         self.control.close()
 
     def backed(self, msg: CheckpointCompleted) -> bool:
-        """Whether the store backs completion ``msg`` (its metadata, of its attempt and our
-        plan): anyone may write to the control topic, and acting on a forged completion
-        would publish a sealed epoch early. What the store does not back is logged,
-        counted and skipped."""
-        n = msg.checkpoint_id
-        if n in self._verified:
-            return True
-        backing = completion_backing(self.store, self.app_id, n, msg.attempt, self.protocol.plan)
-        if not isinstance(backing, str):
-            self._verified = {k for k in self._verified if k > n - 100} | {n}
-            carried = carried_tasks(backing)
-            self._carried = {k: v for k, v in self._carried.items() if k > n - 100}
-            if carried:
-                self._carried[n] = carried
-            return True
-        self.stats.unverified_control += 1
-        log.warning("ignoring CheckpointCompleted(%d, attempt %d): %s", n, msg.attempt, backing)
-        return False
+        """Whether the store backs completion ``msg`` (:mod:`kstream.worker.completions`)."""
+        return self.completions.backed(msg)
 
     def _handle(self, event: Event, now: float) -> int | None:
         return self._apply(self.protocol.handle(event, now), now)
@@ -432,7 +414,7 @@ class Checkpointed(Mode):
         """Start publishing every task's output up to ``checkpoint_id`` (the previous
         checkpoint's first collected); the processing goes on meanwhile."""
         self._collect_commits(now, wait=True)
-        carried = self._carried.get(checkpoint_id, frozenset())
+        carried = self.completions.carried(checkpoint_id)
         if mine := carried & self.tasks.runners.keys():
             log.warning(
                 "checkpoint %d carried this worker's tasks %s at an older snapshot (it was "
@@ -476,14 +458,27 @@ class Checkpointed(Mode):
 
     def _commits_ended(self, outcomes: dict[str, SinkError], now: float) -> None:
         """Tasks whose sink commit did not publish: a fenced one (a newer owner took it
-        over) stops here; another fails, and the job restores its last completed
-        checkpoint, whose restored sink publishes the epochs (or fails again, with the
-        restart strategy's backoff) — never a worker crash over one task's output."""
+        over) stops here — unless, cooperatively, the group refused only an older
+        generation and the task's inputs are still assigned here (it runs on); another
+        fails, and the job restores its last completed checkpoint, whose restored sink
+        publishes the epochs (or fails again, with the restart strategy's backoff) —
+        never a worker crash over one task's output."""
+        held = {s.task_id for s in self.tasks.assigned()} if self.protocol.cooperative else ()
         for task_id, e in outcomes.items():
             r = self.tasks.runners.get(task_id)
             if r is None:
                 continue
-            if isinstance(e, SinkFencedError):
+            if isinstance(e, SinkGroupFencedError) and task_id in held:
+                # Cooperatively, a rebalance moved the generation while the publication
+                # was in flight, and this worker still holds the task's inputs: the
+                # epochs stay buffered, published with the next completion's.
+                log.info(
+                    "task %s: %s; it still holds its inputs: published at the next completion",
+                    task_id,
+                    e,
+                    extra=ctx(attempt=r.attempt, task=task_id),
+                )
+            elif isinstance(e, SinkFencedError):
                 log.warning(
                     "task %s: %s; stopping it here",
                     task_id,
