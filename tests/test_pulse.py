@@ -52,7 +52,8 @@ def test_a_process_that_pulses_but_whose_loop_hangs_is_lost_at_the_heartbeat_tim
         out += messages(h.send(Pulse("w2"), t))
         out += cycle(h, t, t, LIVE)
         t = round(t + 0.5, 3)
-    assert [m for m in out if isinstance(m, Restore)] or h.c.attempt == 2
+    assert [m.attempt for m in out if isinstance(m, Restore)] == [2]
+    assert h.c.failover.failure_reason.startswith("worker w2 lost: no heartbeat")
 
 
 def test_a_carried_worker_that_pulses_again_is_carried_no_more() -> None:

@@ -72,17 +72,21 @@ class WorkerAdoption:
     def _heartbeat(self, now: float) -> list[WorkerCommand]:
         raise NotImplementedError
 
-    def _adopts(self, event: Assigned) -> bool:
-        """Whether this assignment only gives partitions to a worker running its tasks (they
-        run on; it asks to adopt the new ones, unless it is stopping), cooperatively."""
+    def _runs_on(self) -> bool:
+        """Whether a cooperative change of this worker's partitions leaves its tasks
+        running: resumed, no hold, every task it holds running."""
         return (
             self.cooperative
             and self.attempt > 0
             and not self.restoring
             and self.hold is None
             and self.tasks == self.running
-            and self.running <= set(event.tasks)
         )
+
+    def _adopts(self, event: Assigned) -> bool:
+        """Whether this assignment only gives partitions to a worker running its tasks (they
+        run on; it asks to adopt the new ones, unless it is stopping), cooperatively."""
+        return self._runs_on() and self.running <= set(event.tasks)
 
     def _ask_adoption(self, event: Assigned, now: float) -> list[Send]:
         new = tuple(sorted(set(event.tasks) - self.tasks))
@@ -99,15 +103,7 @@ class WorkerAdoption:
         written before the callback returns, so that it precedes the new owner's request
         to adopt them. None: not a release (the ``Assigned`` decides as before)."""
         lost = self.running - set(remaining)
-        if not (
-            lost
-            and self.cooperative
-            and self.attempt > 0
-            and not self.restoring
-            and self.hold is None
-            and not self.stopping
-            and self.tasks == self.running
-        ):
+        if not lost or self.stopping or not self._runs_on():
             return None
         self.tasks, self.running = self.tasks - lost, self.running - lost
         self._released |= lost

@@ -313,14 +313,15 @@ class Checkpointed(Mode):
                         unrestored = a.attempt
                 case StopTasks():
                     self.tasks.stop_all(keep_held=a.keep_held)
-                case DropTasks(released=True):
-                    # (its publication in flight may hold their inputs' offsets: out first)
-                    self._collect_commits(now, wait=True)
-                    log.info("tasks %s released: stopped here", sorted(a.tasks))
-                    for task in a.tasks:
-                        self.tasks.remove(task)
                 case DropTasks():
-                    log.warning("tasks %s were adopted by another worker: stopped here", a.tasks)
+                    # (the publication in flight, which may hold their inputs' offsets, was
+                    # collected above, as before any command that stops tasks)
+                    if a.released:
+                        log.info("tasks %s released: stopped here", sorted(a.tasks))
+                    else:
+                        log.warning(
+                            "tasks %s were adopted by another worker: stopped here", a.tasks
+                        )
                     for task in a.tasks:
                         self.tasks.remove(task)
                 case AdoptTasks():
