@@ -21,6 +21,7 @@ from __future__ import annotations
 import os
 import re
 import signal
+import subprocess
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
@@ -64,6 +65,8 @@ class CarryJob:
         timeout: int = 10,
         *,
         cooperative: bool = False,
+        workers: int = WORKERS,
+        interval: int = 1,
     ) -> None:
         src, self.dst, app = unique_name("in"), unique_name("out"), unique_name("app")
         ensure_topics(
@@ -75,7 +78,7 @@ class CarryJob:
         topology = tmp / "carry.py"
         topology.write_text(TOPOLOGY.format(seen=str(self.seen_dir), src=src, dst=self.dst))
         job = [str(topology), "--bootstrap", bootstrap, "--app-id", app,
-               "--store", f"file://{tmp}/store", "--interval", "1"]  # fmt: skip
+               "--store", f"file://{tmp}/store", "--interval", str(interval)]  # fmt: skip
         if cooperative:  # (the workers' group and the coordinator: docs/design.md §6.8)
             job += ["-X", "partition.assignment.strategy=cooperative-sticky"]
         self.checkpoints = tmp / "store" / app / "checkpoints"
@@ -87,8 +90,8 @@ class CarryJob:
         )
         worker = [*CLI, "-v", "worker", *job, "--coordinator", "external",
                   "--session-timeout", str(timeout)]  # fmt: skip
-        self._worker, self._tmp = worker, tmp
-        self.workers = [self._start_worker(i) for i in range(WORKERS)]
+        self._worker, self._tmp, self.app = worker, tmp, app
+        self.workers = [self._start_worker(i) for i in range(workers)]
         # (explicit partitions, round-robin: every task gets input)
         self.feed = SteadyFeed(bootstrap, src, lambda i: (i % PARTITIONS, f"r{i}"), RATE // 10)
         self._feeding = False
@@ -114,18 +117,21 @@ class CarryJob:
             lambda: self.latest() >= first + 3, "three more checkpoints", 60
         )
 
-    def wait_adopted(self, tasks: set[str]) -> None:
-        """Until the coordinator logged every one of ``tasks`` adopted, and three more
-        checkpoints completed since (input after the adoption: what the checks cover)."""
+    def wait_adopted(self, tasks: set[str], start: str = "checkpoint", more: bool = True) -> None:
+        """Until the coordinator logged every one of ``tasks`` adopted (from ``start``: a
+        checkpoint, or the start positions), and (``more``) three more checkpoints
+        completed since (input after the adoption: what the checks cover)."""
         adopted: set[str] = set()
 
         def all_adopted() -> bool:
             log = self.coordinator.log()
-            found = re.finditer(r"worker \S+ adopts ([^\n]*) from checkpoint", log)
+            found = re.finditer(rf"worker \S+ adopts ([^\n]*) from {start}", log)
             adopted.update(t for m in found for t in m.group(1).split(", "))
             return adopted >= tasks
 
         self.coordinator.wait_until(all_adopted, f"{sorted(tasks)} adopted", 60)
+        if not more:
+            return
         at = self.latest()
         self.coordinator.wait_until(lambda: self.latest() >= at + 3, "three more checkpoints", 30)
 
@@ -371,5 +377,51 @@ def test_with_cooperative_assignment_a_joining_worker_adopts_what_the_others_rel
         job.wait_adopted(released)
         assert re.search(r"adopting .* from checkpoint", joiner.log()), joiner.tail()
         job.assert_only_moved(mark, first, restores)
+    finally:
+        job.close()
+
+
+def test_with_cooperative_assignment_a_worker_joining_before_the_first_checkpoint_adopts_afresh(
+    kafka_bootstrap: str, unique_name: Callable[[str], str], tmp_path: Path
+) -> None:
+    """A job's first start, its workers starting one after the other: the first runs
+    every task and reads input, and the group gives half of them to the second before
+    any checkpoint completed (checkpoints every 60 s). The released tasks start afresh
+    at the start positions on the joiner — nothing of them was published, and no task
+    reads another's output — while the first worker's other tasks run on: no restore of
+    the job (before, every task restored from nothing). Savepoints then complete
+    checkpoints until the output is exact (docs/design.md §6.8)."""
+    job = CarryJob(kafka_bootstrap, unique_name, tmp_path, cooperative=True, workers=1,
+                   interval=60)  # fmt: skip
+    coordinator = job.coordinator
+    try:
+        first = job.workers[0]
+        first.wait_for(r"resumed: running \['", 120)
+        job.feed.__enter__()  # (the released tasks' first records: read again by the joiner)
+        job._feeding = True
+        coordinator.wait_until(lambda: job.produced >= RATE, "a second of input", 30)
+        mark = len(coordinator.log())
+        joiner = job.add_worker()
+        joiner.wait_for(r"adopted .* from the start positions, the other tasks ran on", 120)
+        released: set[str] = set()
+        for m in re.finditer(r"worker \S+ released ([^\n]*) \(the group gave", coordinator.log()):
+            released.update(m.group(1).split(", "))
+        assert len(released) == PARTITIONS // 2, coordinator.tail()
+        job.wait_adopted(released, "the start positions", more=False)
+        at = job.produced
+        coordinator.wait_until(lambda: job.produced >= at + RATE, "a second more of input", 30)
+        job.stop_feed()
+
+        def published() -> int:
+            return sum(1 for r in read_all(kafka_bootstrap, job.dst) if r.value)
+
+        savepoint = [*CLI, "savepoint", "--app-id", job.app, "--bootstrap", kafka_bootstrap,
+                     "--store", f"file://{tmp_path}/store", "--timeout", "60"]  # fmt: skip
+        for _ in range(10):  # (a record read after a savepoint's barrier goes out with the next)
+            subprocess.run(savepoint, check=True, capture_output=True, timeout=90)
+            if published() >= job.produced:
+                break
+        job.assert_only_moved(mark, [first], [1])
+        assert joiner.log().count("restore: attempt") == 0, joiner.tail()
     finally:
         job.close()

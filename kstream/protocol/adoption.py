@@ -58,6 +58,11 @@ class TaskAdoption(CrashCarrying):
     def next_checkpoint_id(self) -> int:
         raise NotImplementedError
 
+    def _abort(
+        self, p: PendingCheckpoint, reason: str, now: float, *, counts: bool
+    ) -> list[Command]:
+        raise NotImplementedError
+
     def _on_adopt_request(self, msg: AdoptRequest, now: float) -> list[Command]:
         if msg.attempt != self.attempt or self.phase is not JobPhase.RUNNING:
             return []  # (a restore names every owner anyway)
@@ -66,17 +71,22 @@ class TaskAdoption(CrashCarrying):
         owners = self.failover.owners
         if all(owners.get(t) == msg.member for t in tasks):
             return []  # (asked again before the Adopt reached it)
-        if self.adopting and latest is not None:
-            self._carry_unheard(tasks, msg.member, latest)
-        orphans = self.carried.snapshots.keys() - self.carried.adopted.keys()
+        cmds: list[Command] = []
+        if self.adopting:
+            cmds += self._carry_unheard(tasks, msg.member, latest, now)
+        carry = self.carried
+        orphans = (carry.snapshots.keys() | carry.fresh) - carry.adopted.keys()
+        fresh = tasks <= carry.fresh  # (carried before any checkpoint completed)
         why = (
             "the job does not adopt tasks (cooperative assignment of tasks that exchange no "
             "records)"
             if not self.adopting
             else f"tasks {', '.join(sorted(tasks - orphans))} were not carried"
-            if not tasks <= orphans or latest is None
+            if not tasks <= orphans
+            else "some of them were carried at the start positions, some at a checkpoint"
+            if not fresh and (tasks & carry.fresh or latest is None)
             else f"worker {msg.member} is carried itself"
-            if msg.member in self.carried.members
+            if msg.member in carry.members
             else ""
         )
         if why:
@@ -85,18 +95,21 @@ class TaskAdoption(CrashCarrying):
                 f"{msg.generation}; no adoption: {why}",
                 now,
             )
-        assert latest is not None
         owners = dict(self.failover.owners)
         for task in tasks:
             owners[task] = msg.member
             # Carried until a checkpoint completes with the adopter's own snapshot of
             # them (its acknowledgements replace the carried one): those in flight
             # carry them, not a late snapshot of their silent owner.
-            self.carried.adopted[task] = msg.member
-            self.carried.running.discard(task)
-            for p in self.pending.values():
-                p.acks[task] = self.carried.snapshots[task]
+            carry.adopted[task] = msg.member
+            carry.running.discard(task)
+            if not fresh:
+                for p in self.pending.values():
+                    p.acks[task] = carry.snapshots[task]
         self.failover.owners = owners
+        if fresh:  # (no snapshot of them comes for a checkpoint triggered before the Adopt)
+            carry.fresh -= tasks
+            cmds += self._abort_all(f"tasks {', '.join(sorted(tasks))} start afresh", now)
         fence = tuple(
             sorted(
                 self.members.producers[m]
@@ -115,15 +128,15 @@ class TaskAdoption(CrashCarrying):
                     log.info("worker %s lost: every task it ran is adopted", member)
         if not self.carried.members:
             self.carried.hold_at = None
+        start = None if fresh or latest is None else latest.checkpoint_id
         log.warning(
-            "worker %s adopts %s from checkpoint %d (their owner left or fell silent); the "
-            "other tasks run on",
+            "worker %s adopts %s from %s (their owner left or fell silent); the other tasks run on",
             msg.member,
             ", ".join(sorted(tasks)),
-            latest.checkpoint_id,
+            "the start positions" if start is None else f"checkpoint {start}",
         )
-        adopt = Adopt(self.attempt, msg.member, latest.checkpoint_id, tuple(sorted(tasks)), fence)
-        cmds: list[Command] = [Send(adopt)]
+        adopt = Adopt(self.attempt, msg.member, start, tuple(sorted(tasks)), fence)
+        cmds.append(Send(adopt))
         for p in sorted(self.pending.values(), key=lambda p: p.checkpoint_id):
             if p.is_complete:  # (it waited only for tasks carried just now)
                 cmds += self._complete(p, now)
@@ -142,11 +155,11 @@ class TaskAdoption(CrashCarrying):
         latest = self.latest_completed
         if not tasks:
             return []
-        if not self.adopting or latest is None or any(t not in latest.tasks for t in tasks):
+        if not self.adopting or (latest is not None and any(t not in latest.tasks for t in tasks)):
             why = (
                 "the job does not adopt tasks"
                 if not self.adopting
-                else "no completed checkpoint has them"
+                else "the latest completed checkpoint lacks them"
             )
             return self._fail_over(
                 f"worker {msg.member} released tasks {', '.join(tasks)}; no adoption: {why}", now
@@ -162,19 +175,20 @@ class TaskAdoption(CrashCarrying):
         self.failover.owners = {**owners, **dict.fromkeys(tasks, holder)}
         held = tuple(sorted({*self.carried.members.get(holder, ()), *tasks}))
         self.carried.members[holder] = held
-        self.carried.snapshots.update({t: latest.tasks[t] for t in tasks})
         for task in tasks:
             self.carried.adopted.pop(task, None)
             self.carried.running.discard(task)
         self.members.seen[holder] = (now, held)  # (lost if nobody adopts them in time)
         log.warning(
             "worker %s released %s (the group gave their partitions to another member): "
-            "carried at checkpoint %d until their new owner adopts them; the other tasks "
-            "run on",
+            "carried at %s until their new owner adopts them; the other tasks run on",
             msg.member,
             ", ".join(tasks),
-            latest.checkpoint_id,
+            "the start positions" if latest is None else f"checkpoint {latest.checkpoint_id}",
         )
+        if latest is None:
+            return self._carry_fresh(tasks, now)
+        self.carried.snapshots.update({t: latest.tasks[t] for t in tasks})
         cmds: list[Command] = []
         for p in sorted(self.pending.values(), key=lambda p: p.checkpoint_id):
             self.carried.fill(p)
@@ -182,7 +196,9 @@ class TaskAdoption(CrashCarrying):
                 cmds += self._complete(p, now)
         return cmds
 
-    def _carry_unheard(self, tasks: set[str], requester: str, latest: CheckpointMetadata) -> None:
+    def _carry_unheard(
+        self, tasks: set[str], requester: str, latest: CheckpointMetadata | None, now: float
+    ) -> list[Command]:
         """The owners of ``tasks`` this coordinator never heard from (it started after
         them: the dead worker hosted its predecessor), or that stopped (a graceful leave:
         its final checkpoint is the latest), are carried now — the group gave their
@@ -195,38 +211,58 @@ class TaskAdoption(CrashCarrying):
             and o != requester
             and (o not in self.members.beat or o in self.members.stopped)
         }
-        self._carry_now(unheard, latest)
+        return self._carry_now(unheard, latest, now)
 
     def _carry_stopped(self, member: str, now: float) -> list[Command]:
         """``member`` left gracefully (it drained: its final checkpoint is its tasks'
         latest snapshot): its tasks are carried at once, for their new owners to adopt."""
-        latest = self.latest_completed
-        if not self.adopting or latest is None:
+        if not self.adopting:
             return []
-        self._carry_now({member}, latest)
-        cmds: list[Command] = []
+        cmds = self._carry_now({member}, self.latest_completed, now)
         for p in sorted(self.pending.values(), key=lambda p: p.checkpoint_id):
             if p.is_complete:  # (it waited only for tasks carried just now)
                 cmds += self._complete(p, now)
         return cmds
 
-    def _carry_now(self, members: set[str], latest: CheckpointMetadata) -> None:
+    def _carry_now(
+        self, members: set[str], latest: CheckpointMetadata | None, now: float
+    ) -> list[Command]:
+        cmds: list[Command] = []
         for member in sorted(members - set(self.carried.members)):
             owned = tuple(sorted(self.failover.by_member().get(member, ())))
-            if not owned or any(t not in latest.tasks for t in owned):
+            if not owned or (latest is not None and any(t not in latest.tasks for t in owned)):
                 continue
             self.carried.members[member] = owned
-            self.carried.snapshots.update({t: latest.tasks[t] for t in owned})
             log.warning(
-                "worker %s, %s: its tasks %s are carried at checkpoint %d (their new owners "
-                "adopt them)",
+                "worker %s, %s: its tasks %s are carried at %s (their new owners adopt them)",
                 member,
                 "stopped" if member in self.members.stopped else "never heard by this coordinator",
                 ", ".join(owned),
-                latest.checkpoint_id,
+                "the start positions" if latest is None else f"checkpoint {latest.checkpoint_id}",
             )
+            if latest is None:
+                cmds += self._carry_fresh(owned, now)
+            else:
+                self.carried.snapshots.update({t: latest.tasks[t] for t in owned})
         for p in self.pending.values():
             self.carried.fill(p)
+        return cmds
+
+    def _carry_fresh(self, tasks: Iterable[str], now: float) -> list[Command]:
+        """``tasks`` carried before any checkpoint completed: their new owner starts them
+        afresh, at the start positions — nothing of them was published (output goes out
+        at completions), and no other task read what they emitted (the job's tasks exchange
+        no records). No checkpoint in flight can complete without their snapshots, which
+        nobody takes any more: aborted (nothing of the job completed yet, so nothing is
+        lost but the wait)."""
+        self.carried.fresh.update(tasks)
+        return self._abort_all(f"tasks {', '.join(sorted(tasks))} start afresh elsewhere", now)
+
+    def _abort_all(self, reason: str, now: float) -> list[Command]:
+        cmds: list[Command] = []
+        for p in sorted(self.pending.values(), key=lambda p: p.checkpoint_id):
+            cmds += self._abort(p, reason, now, counts=False)
+        return cmds
 
     def _owned_acks(
         self, p: PendingCheckpoint, member: str, snapshots: dict[str, TaskSnapshot]
@@ -246,7 +282,8 @@ class TaskAdoption(CrashCarrying):
             )
         carried = self.carried
         for task in mine.keys() & carried.adopted.keys():  # (its own, not the carried one)
-            if p.acks.get(task) is carried.snapshots.get(task):
+            old = carried.snapshots.get(task)  # (None: adopted afresh, nothing carried)
+            if old is not None and p.acks.get(task) is old:
                 del p.acks[task]
         return mine
 

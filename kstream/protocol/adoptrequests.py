@@ -132,7 +132,12 @@ class WorkerAdoption:
         tasks = frozenset(event.tasks).intersection(self.assigned) - self.tasks
         if not tasks:
             return []  # (the group took them again meanwhile: the coordinator restores)
-        log.info("adopting %s from checkpoint %d", ", ".join(sorted(tasks)), event.checkpoint_id)
+        start = event.checkpoint_id
+        log.info(
+            "adopting %s from %s",
+            ", ".join(sorted(tasks)),
+            "the start positions" if start is None else f"checkpoint {start}",
+        )
         self.tasks |= tasks
         self.running |= tasks
         self.awaiting_first_output = True  # (their output published without an interval)

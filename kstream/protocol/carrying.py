@@ -100,10 +100,13 @@ class Carried:
         # adopted again should it be heard again (a false alarm mid-adoption).
         self.adopting: dict[str, dict[str, str]] = {}
         self.judged_at = float("-inf")  # the last tick that judged silences (STALL_S)
+        # Carried before any checkpoint completed (no snapshot: at the start positions),
+        # not adopted yet: their new owner starts them afresh (kstream.protocol.adoption).
+        self.fresh: set[str] = set()
 
     def clear(self) -> None:
         self.snapshots, self.members, self.hold_at, self.adopted = {}, {}, None, {}
-        self.running, self.adopting = set(), {}
+        self.running, self.adopting, self.fresh = set(), {}, set()
 
     def fill(self, p: PendingCheckpoint) -> None:
         """The carried tasks' snapshots in ``p``, where their own did not come (not those
@@ -119,6 +122,9 @@ class Carried:
         task at an older snapshot than an earlier one. An adopted task it has its
         adopter's snapshot of is carried no more."""
         later = [p for p in pending if p.checkpoint_id > meta.checkpoint_id]
+        for task in [t for t in self.adopted if t not in self.snapshots and t in meta.tasks]:
+            del self.adopted[task]  # (adopted afresh: this is its adopter's first snapshot)
+            self.running.discard(task)
         for task, old in list(self.snapshots.items()):
             new = meta.tasks.get(task)
             if new is None or new.handle == old.handle:
@@ -271,6 +277,7 @@ class CrashCarrying:
                 self.carried.adopted[task] = adopting[task]
             else:
                 self.carried.snapshots.pop(task, None)
+                self.carried.fresh.discard(task)
         if not self.carried.members:
             self.carried.hold_at = None
         log.warning(

@@ -58,11 +58,13 @@ def released_by(member: str) -> str:
 class Adopt:
     """Coordinator → ``member``: restore ``tasks`` from completed checkpoint
     ``checkpoint_id`` and run them in ``attempt`` (their owner left or fell silent and their
-    snapshots were carried: :mod:`kstream.protocol.adoption`); every other task runs on."""
+    snapshots were carried: :mod:`kstream.protocol.adoption`); every other task runs on.
+    ``checkpoint_id`` None: no checkpoint had completed, they start afresh (empty state,
+    the start positions)."""
 
     attempt: int
     member: str
-    checkpoint_id: int
+    checkpoint_id: int | None
     tasks: tuple[str, ...]
     # The silent owners' sink transactional ids: fenced first, which aborts a
     # publication they left open (it would hold the tasks' offsets up to its timeout).

@@ -121,11 +121,11 @@ class ReleaseTasks:
 @dataclass(frozen=True)
 class AdoptTasks:
     """Restore ``tasks`` (assigned here, run by no one) from completed checkpoint
-    ``checkpoint_id`` and run them in ``attempt``, the other tasks running on
-    (docs/design.md §6.8)."""
+    ``checkpoint_id`` (None: afresh, at the start positions) and run them in ``attempt``,
+    the other tasks running on (docs/design.md §6.8)."""
 
     attempt: int
-    checkpoint_id: int
+    checkpoint_id: int | None
     tasks: frozenset[str]
     fence: tuple[str, ...] = ()  # the silent owners' sink transactional ids
 

@@ -11,10 +11,12 @@ from kstream.checkpointstorage.base import StoreError
 from kstream.checkpointstorage.metadata import task_manifests
 from kstream.config import JobConfig
 from kstream.kafka.clients import KafkaException, init_transactions, make_producer
+from kstream.kafka.exactly_once_sink import ExactlyOnceSink
 from kstream.logs import ctx
 from kstream.sinkbuffer.epochs import SinkError
 from kstream.snapshots.restore import CorruptSnapshotError, PublishedPastRestore
 from kstream.worker.opening import open_runner, publish_restored, refuse_republishing
+from kstream.worker.runner import TaskRunner
 from kstream.worker.tasks import WorkerTasks
 
 log = logging.getLogger(__name__)
@@ -39,10 +41,26 @@ def fence_producer(cfg: JobConfig, transactional_id: str) -> None:
         producer.flush(0)
 
 
+def refuse_fresh(runner: TaskRunner) -> None:
+    """PublishedPastRestore if an exactly-once sink of ``runner`` already published output
+    (its commit marker): a task adopted afresh would process that output's input again."""
+    for sink in runner.sinks.values():
+        marker = sink.marker if isinstance(sink, ExactlyOnceSink) else None
+        if marker is not None and isinstance(sink, ExactlyOnceSink):
+            raise PublishedPastRestore(
+                f"its exactly-once sink already published the output of checkpoint "
+                f"{marker.checkpoint} (commit marker of attempt {marker.attempt}); starting "
+                "it afresh would publish output twice",
+                manifest_path="",
+                object=sink.commits_topic,
+                published=marker.checkpoint,
+            )
+
+
 def adopt(
     tasks: WorkerTasks,
     attempt: int,
-    checkpoint_id: int,
+    checkpoint_id: int | None,
     task_ids: frozenset[str],
     fence: tuple[str, ...] = (),
 ) -> dict[str, str]:
@@ -51,6 +69,8 @@ def adopt(
     out first (the commit markers say what did, once the silent owner's publication in
     flight is settled: ``fence`` names its sinks' transactional ids, whose open
     transaction a fence aborts at once, where the broker would wait out its timeout).
+    ``checkpoint_id`` None: no checkpoint completed, they start afresh — refused for a
+    task whose sink published anything (its commit marker: output of a checkpoint).
     Returns the tasks that could not be adopted, with the reason (reported failed: the
     coordinator restores the job)."""
     specs = [s for s in tasks.assigned() if s.task_id in task_ids]
@@ -66,7 +86,11 @@ def adopt(
     tasks.source.pause({(i.topic, i.partition) for s in specs for i in s.inputs})
     try:
         markers = tasks.read_markers(specs)
-        handles = task_manifests(tasks.ctx.store, tasks.ctx.config.app_id, checkpoint_id)
+        handles = (
+            {}
+            if checkpoint_id is None
+            else task_manifests(tasks.ctx.store, tasks.ctx.config.app_id, checkpoint_id)
+        )
     except (SinkError, StoreError) as e:
         return {**failed, **{s.task_id: f"adoption failed: {e}" for s in specs}}
     built = []
@@ -79,6 +103,8 @@ def adopt(
             continue
         try:
             refuse_republishing(runner, checkpoint_id, handle)
+            if checkpoint_id is None:
+                refuse_fresh(runner)
         except PublishedPastRestore as e:
             runner.close()
             failed[spec.task_id] = f"adoption failed: {e}"
@@ -96,10 +122,10 @@ def adopt(
     for runner in adopted:
         tasks.seek_restored(runner)
     log.info(
-        "attempt %d adopted %s from checkpoint %d, the other tasks ran on: running %s",
+        "attempt %d adopted %s from %s, the other tasks ran on: running %s",
         attempt,
         ", ".join(sorted(r.task_id for r in adopted)) or "nothing",
-        checkpoint_id,
+        "the start positions" if checkpoint_id is None else f"checkpoint {checkpoint_id}",
         sorted(t for t, r in tasks.runners.items() if r.running),
         extra=ctx(attempt=attempt),
     )
