@@ -76,9 +76,7 @@ def test_a_release_before_the_first_completion_is_adopted_afresh_and_nothing_els
     assert not h.c.carried.adopted and h.c.phase is JobPhase.RUNNING and h.c.attempt == 1
 
 
-def test_a_fresh_release_nobody_adopts_restores_every_task_after_the_timeout_and_the_wait() -> (
-    None
-):
+def test_a_fresh_release_nobody_adopts_restores_every_task_after_the_timeout_and_the_wait() -> None:
     h = first_checkpoint_in_flight()
     messages(h.send(TasksReleased("w2", 1, 4, ("b",)), 1.2))
     end = 1.2 + h.c.heartbeat_timeout + ADOPT_WAIT_S
