@@ -10,11 +10,11 @@ import threading
 
 from kstream.protocol.carrying import CARRY_AFTER_S, PULSED_CARRY_S
 from kstream.protocol.failover import JobPhase
-from kstream.protocol.messages import Heartbeat, Message, Pulse, Restore, decode, encode
+from kstream.protocol.messages import Heartbeat, Message, Pulse, Restore, Resume, decode, encode
 from kstream.worker.pulse import PulseThread
 from tests.test_adoption import LIVE, cycle
-from tests.test_carrying import completed, handle, job, metadata
-from tests.test_coordinator import messages
+from tests.test_carrying import ISOLATED, OWNERS, completed, handle, job, metadata
+from tests.test_coordinator import Harness, messages
 
 
 def test_a_pulsing_worker_that_falls_silent_is_carried_within_a_second() -> None:
@@ -135,3 +135,34 @@ def test_an_adopter_carried_by_a_false_alarm_mid_adoption_goes_on_adopting() -> 
     assert h.c.phase is JobPhase.RUNNING and h.c.attempt == 1
     done = completed(out)
     assert done and metadata(h, done[-1]).tasks["b"].handle == handle("b", done[-1])
+
+
+def test_a_coordinator_elected_after_its_hosts_kill_carries_the_owner_that_never_pulses() -> None:
+    """The elected coordinator's host was killed with its worker (w2): the next
+    coordinator never hears w2. Every owner of a cooperative job pulses, so from its
+    start each counts as having pulsed then, and w2 is carried after ``PULSED_CARRY_S``:
+    the checkpoints complete without it while the group has yet to give its partitions
+    away (before, they waited for that: the worker group's session, 10 s)."""
+    from tests.test_release import completed_at_1
+
+    for cooperative in (True, False):
+        history: list[Message] = [Resume(1, dict(OWNERS))]
+        h = Harness(tasks=OWNERS, history=history, description=ISOLATED, cooperative=cooperative)
+        h.start(0.0)
+        h.c.latest_completed = completed_at_1()
+        out: list[Message] = []
+        t = 0.0
+        while t <= 5.0:
+            for member in LIVE:
+                out += messages(h.send(Pulse(member), t))
+            out += cycle(h, t, t, LIVE)
+            if t == PULSED_CARRY_S - 0.25:
+                assert not h.c.carried.members
+            t = round(t + 0.25, 3)
+        if not cooperative:  # (no pulses: a member never heard is not judged)
+            assert not h.c.carried.members and not completed(out)
+            continue
+        assert h.c.carried.members == {"w2": ("b",)}
+        done = completed(out)
+        assert done and all(metadata(h, n).tasks["b"].handle == handle("b", 1) for n in done)
+        assert h.c.phase is JobPhase.RUNNING and h.c.attempt == 1

@@ -221,12 +221,13 @@ class CrashCarrying:
         ``CARRY_AFTER_S`` (``PULSED_CARRY_S`` since its last pulse, for one that pulses;
         its own outage counts as heard: ``Membership.cut_off``), with
         when they were last heard. A member never heard by this coordinator (it started
-        a moment ago) is not judged here."""
+        a moment ago) is not judged here — unless it is expected to pulse (an owner of a
+        cooperative job, from this coordinator's start on: ``Membership.expect``)."""
         out = {}
         pulses = self.members.pulses
         for m in members:
             seen = self.members.seen.get(m)
-            if m not in self.members.beat or seen is None:
+            if seen is None or (m not in self.members.beat and m not in pulses):
                 continue
             pulsed = pulses.get(m)
             last = seen[0] if pulsed is None else max(seen[0], pulsed)

@@ -28,6 +28,7 @@ from kstream.protocol.commands import (
 )
 from kstream.protocol.completion import CheckpointCompletion
 from kstream.protocol.completionlog import CompletionLog
+from kstream.protocol.elasticmessages import RELEASED_BY
 from kstream.protocol.failover import FailoverController, JobPhase
 from kstream.protocol.failures import CheckpointFailureManager
 from kstream.protocol.handover import HANDOVER_REASONS, Handover
@@ -172,6 +173,10 @@ class CheckpointCoordinator(CheckpointCompletion, JobStopping, TaskAdoption):
             )
         # Owners that never heartbeat to this coordinator are lost after the timeout.
         self.members.expect(rec.owners, now)
+        if self.adopting:  # (every worker pulses: one that never does here is silent)
+            self.members.expect_pulses(
+                {m for m in rec.owners.values() if not m.startswith(RELEASED_BY)}, now
+            )
         # 3. A job that was running keeps running in its attempt; one that was
         #    restoring, failed, stopped, or had an unhandled task failure is restored anew.
         cmds += self.failover.continue_from(rec, now)

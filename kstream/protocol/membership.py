@@ -45,6 +45,13 @@ class Membership:
         for member, tasks in by_member.items():
             self.seen.setdefault(member, (now, tuple(sorted(tasks))))
 
+    def expect_pulses(self, members: set[str], now: float) -> None:
+        """``members`` pulse (cooperative assignment: every worker does): each counts as
+        having pulsed at ``now``, so one that never pulses to this coordinator is judged
+        silent like any other — the worker that hosted its predecessor, killed with it."""
+        for member in members:
+            self.pulses.setdefault(member, now)
+
     def silent(
         self, timeout: float, now: float, grace: Mapping[str, float] | None = None
     ) -> list[tuple[str, float]]:
