@@ -103,9 +103,9 @@ def worker(
     Start any number of workers; partitions are spread over them. A worker that
     starts or stops (SIGTERM) hands its tasks over at a checkpoint; a crash rolls the
     job back to the last completed checkpoint. With checkpointing on, one
-    of them hosts the coordinator (elected; another takes over within the session
-    timeout when it dies) unless --coordinator external says a `kstream coordinator`
-    runs. Exits 1 with the reason when the job fails.
+    of them hosts the coordinator (elected; another takes over within 6 s, the
+    election group's session, when it dies) unless --coordinator external says a
+    `kstream coordinator` runs. Exits 1 with the reason when the job fails.
     """
     signals = install_signal_handlers()  # first: a TERM during start-up exits cleanly
     raise_open_files_limit()  # before any task opens its files
@@ -128,7 +128,6 @@ def worker(
         election = ElectedCoordinator(
             w.cfg,
             Coordination.of(w.plan),
-            session_timeout=session_timeout,
             heartbeat_timeout=heartbeat_timeout,
             restart_delay=w.cfg.restart.delay,
             on_refused=w.stop_event.set,

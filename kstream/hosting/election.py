@@ -37,6 +37,13 @@ log = logging.getLogger(__name__)
 #: coordinator waits after the elected one left (a heartbeat is a few bytes a member).
 ELECTION_HEARTBEAT_MS = 500
 
+#: The election group's session: how long after its host's death (kill -9, a lost
+#: machine) the next coordinator is elected — the shortest a broker accepts by default
+#: (``group.min.session.timeout.ms``). The workers' own group keeps ``--session-timeout``:
+#: a candidate's heartbeats come from librdkafka's thread, which a busy Python loop does
+#: not hold up, and a false alarm only moves the coordinator (the next one fences it).
+ELECTION_SESSION_MS = 6000
+
 
 def leave(consumer: Any) -> None:
     """Close a candidate's consumer so that the group forgets it at once.
@@ -62,7 +69,6 @@ class ElectedCoordinator:
         job: JobConfig,
         coordination: Coordination,
         *,
-        session_timeout: float = 10.0,
         heartbeat_timeout: float = 10.0,
         restart_delay: float = 1.0,
         clock: Callable[[], float] = time.monotonic,
@@ -71,7 +77,6 @@ class ElectedCoordinator:
         self.job = job
         self.coordination = coordination
         self.on_refused = on_refused
-        self.session_timeout = session_timeout
         self.heartbeat_timeout = heartbeat_timeout
         self.clock = clock
         self.election = Election(restart_delay=restart_delay)
@@ -108,13 +113,12 @@ class ElectedCoordinator:
             ensure_topics(make_admin(job.bootstrap_servers, job.kafka), [TopicSpec(topic, 1)])
         except Exception as e:  # Kafka unreachable now: the consumer below keeps trying
             log.warning("creating the election topic %s failed: %s", topic, e)
-        session_ms = max(6000, int(self.session_timeout * 1000))
         consumer = make_consumer(
             job.bootstrap_servers,
             election_group(job.app_id),
             extra={
                 **job.kafka,
-                "session.timeout.ms": session_ms,
+                "session.timeout.ms": ELECTION_SESSION_MS,
                 # When the elected member leaves, the next one is elected once every
                 # member has rejoined, and each learns of the leave at its next
                 # heartbeat: the interval bounds the election (benchmarks/ELASTIC.md).
