@@ -53,6 +53,32 @@ topology.source({src!r}, value_serde="str").peek(seen).map(str.upper).to(
 """
 
 
+def assert_exact(bootstrap: str, dst: str, produced: int, waiter: CliJob) -> None:
+    """Every record of the ``produced`` (``r<i>``) is in ``dst``'s read_committed output
+    exactly once (upper-cased), waited for up to 120 s (``waiter``'s tail on a failure)."""
+    expected = Counter(f"R{i}" for i in range(produced))
+    out: list[Counter[str]] = []
+
+    def all_out() -> bool:
+        out[:] = [Counter(r.value.decode() for r in read_all(bootstrap, dst) if r.value)]
+        return sum(out[0].values()) >= produced
+
+    try:
+        waiter.wait_until(all_out, f"{produced} outputs", 120)
+    except AssertionError:
+        missing = expected - out[0]
+        parts = Counter(int(r[1:]) % PARTITIONS for r in missing)
+        first = sorted(int(r[1:]) for r in missing)[:5]
+        raise AssertionError(
+            f"{sum(missing.values())} of {produced} records missing, by partition "
+            f"{dict(parts)}, the first {first}: {waiter.tail()}"
+        ) from None
+    assert out[0] == expected, (
+        f"{sum(out[0].values())} outputs of {produced}: "
+        f"{len(expected - out[0])} missing, {len(out[0] - expected)} extra"
+    )
+
+
 class CarryJob:
     """The job on ``WORKERS`` workers and an external coordinator, fed ``RATE`` records a
     second from :meth:`running_with_input` until :meth:`stop_feed`."""
@@ -150,29 +176,7 @@ class CarryJob:
 
     def assert_exact(self) -> None:
         """Every record produced is in the read_committed output exactly once."""
-        expected = Counter(f"R{i}" for i in range(self.produced))
-        out: list[Counter[str]] = []
-
-        def all_out() -> bool:
-            out[:] = [
-                Counter(r.value.decode() for r in read_all(self.bootstrap, self.dst) if r.value)
-            ]
-            return sum(out[0].values()) >= self.produced
-
-        try:
-            self.coordinator.wait_until(all_out, f"{self.produced} outputs", 120)
-        except AssertionError:
-            missing = expected - out[0]
-            parts = Counter(int(r[1:]) % PARTITIONS for r in missing)
-            first = sorted(int(r[1:]) for r in missing)[:5]
-            raise AssertionError(
-                f"{sum(missing.values())} of {self.produced} records missing, by partition "
-                f"{dict(parts)}, the first {first}: {self.coordinator.tail()}"
-            ) from None
-        assert out[0] == expected, (
-            f"{sum(out[0].values())} outputs of {self.produced}: "
-            f"{len(expected - out[0])} missing, {len(out[0] - expected)} extra"
-        )
+        assert_exact(self.bootstrap, self.dst, self.produced, self.coordinator)
 
     def assert_only_moved(self, mark: int, stayed: list[CliJob], restores: list[int]) -> None:
         """With the feed stopped: the output is exact, and since the coordinator's log

@@ -1,0 +1,108 @@
+"""kill -9 of the worker that hosts the elected coordinator, in a cooperative job without a
+shuffle, on a real broker (docs/design.md §6.8).
+
+Three ``kstream worker`` processes elect their coordinator among themselves and run a job
+whose tasks exchange no records, with ``partition.assignment.strategy=cooperative-sticky``,
+fed 150 records a second. The host is killed: its coordinator dies with its worker. The
+next coordinator never hears that worker; it counts every owner as having pulsed at its
+start, so the dead one is carried a second later (``silent for``) and checkpoints complete
+without it — before, they waited until the workers' group gave its partitions away
+(``never heard by this coordinator``). The survivors adopt its tasks once the group
+does; no task restores, and the output is exact.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from pathlib import Path
+
+from integration.cli_job import CLI, CliJob
+from integration.steadyfeed import SteadyFeed
+from integration.test_crash_carry import PARTITIONS, RATE, TOPOLOGY, assert_exact
+from kstream.kafka.clients import TopicSpec, ensure_topics, make_admin
+
+SESSION = 20  # the workers' group: the dead worker's partitions move only after it
+
+
+def test_a_killed_coordinator_hosts_tasks_are_carried_by_the_next_coordinator_at_once(
+    kafka_bootstrap: str, unique_name: Callable[[str], str], tmp_path: Path
+) -> None:
+    src, dst, app = unique_name("in"), unique_name("out"), unique_name("app")
+    ensure_topics(
+        make_admin(kafka_bootstrap), [TopicSpec(src, PARTITIONS), TopicSpec(dst, PARTITIONS)]
+    )
+    seen = tmp_path / "seen"
+    seen.mkdir()
+    topology = tmp_path / "carry.py"
+    topology.write_text(TOPOLOGY.format(seen=str(seen), src=src, dst=dst))
+    args = [*CLI, "-v", "worker", str(topology), "--bootstrap", kafka_bootstrap,
+            "--app-id", app, "--store", f"file://{tmp_path}/store", "--interval", "1",
+            "-X", "partition.assignment.strategy=cooperative-sticky",
+            "--coordinator", "auto", "--session-timeout", str(SESSION),
+            "--heartbeat-timeout", str(SESSION)]  # fmt: skip
+    workers = [
+        CliJob([*args, "--state-dir", str(tmp_path / f"state-{i}")], tmp_path / f"w{i}.log")
+        for i in range(3)
+    ]
+    checkpoints = tmp_path / "store" / app / "checkpoints"
+
+    def latest() -> int:
+        return max((int(p.stem.split("-")[1]) for p in checkpoints.glob("chk-*.json")), default=0)
+
+    feed = SteadyFeed(kafka_bootstrap, src, lambda i: (i % PARTITIONS, f"r{i}"), RATE // 10)
+    feeding = False
+    try:
+        for w in workers:
+            w.wait_for(r"(resumed|the other tasks ran on): running \['", 120)
+        feed.__enter__()
+        feeding = True
+        first = latest()
+        workers[0].wait_until(lambda: latest() >= first + 3, "three more checkpoints", 60)
+        hosts = [w for w in workers if "coordinator election: elected" in w.log()]
+        assert len(hosts) == 1, [w.tail() for w in workers]
+        host = hosts[0]
+        survivors = [w for w in workers if w is not host]
+        restores = [w.log().count("restore: attempt") for w in survivors]
+        marks = [len(w.log()) for w in survivors]
+        host.kill()
+
+        def elected() -> CliJob | None:
+            found = [w for w, m in zip(survivors, marks, strict=True)
+                     if "coordinator election: elected" in w.log()[m:]]  # fmt: skip
+            return found[0] if found else None
+
+        survivors[0].wait_until(lambda: elected() is not None, "the next coordinator", 60)
+        new = elected()
+        assert new is not None
+        at = marks[survivors.index(new)]
+        carried = new.wait_for(
+            r"worker \S+ silent for [\d.]+s: its tasks ([^\n]*) are carried at checkpoint", 60
+        )
+        tasks = set(carried.group(1).split(", "))
+        assert carried.start() > at and tasks, new.tail()
+        assert "never heard by this coordinator" not in new.log()[at:], new.tail()
+        # Checkpoints complete without the dead worker, long before its group session
+        # ends (SESSION): then its tasks are adopted.
+        done = latest()
+        new.wait_until(lambda: latest() >= done + 2, "two checkpoints with it carried", 30)
+        adopted: set[str] = set()
+
+        def all_adopted() -> bool:
+            log = new.log()[at:]
+            for m in re.finditer(r"worker \S+ adopts ([^\n]*) from checkpoint", log):
+                adopted.update(m.group(1).split(", "))
+            return adopted >= tasks
+
+        new.wait_until(all_adopted, f"{sorted(tasks)} adopted", 60)
+        feed.__exit__(None, None, None)
+        feeding = False
+        assert_exact(kafka_bootstrap, dst, feed.produced, new)
+        since = new.log()[at:]
+        assert "failover (attempt" not in since and "restart (attempt" not in since, new.tail()
+        assert [w.log().count("restore: attempt") for w in survivors] == restores
+    finally:
+        if feeding:
+            feed.__exit__(None, None, None)
+        for w in workers:
+            w.kill()
