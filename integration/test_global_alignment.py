@@ -27,7 +27,7 @@ from integration.e2e.harness import REPO
 from integration.test_watermark_alignment import BASE, CLOSE, STEP_MS, produce, windows
 from kstream.kafka.clients import TopicSpec, ensure_topics, make_admin
 from kstream.kafka.control import ControlReader
-from kstream.protocol.messages import WatermarkReport
+from kstream.protocol.messages import Restore, TaskFailed, WatermarkReport
 
 PARTITIONS = 4
 PER_PARTITION = 12_000
@@ -144,6 +144,9 @@ def test_a_fast_workers_partitions_are_held_within_the_drift_of_a_slow_workers(
     spreads = []
     history = reader.read_to_end()
     print("[galign] control:", Counter(type(m).__name__ for m in history))
+    for msg in history:  # (what went wrong when the reports never pair up)
+        if isinstance(msg, TaskFailed | Restore):
+            print(f"[galign] {msg}"[:400])
     for msg in history:
         if isinstance(msg, WatermarkReport):
             mine = latest.setdefault(msg.attempt, {})
