@@ -1,9 +1,11 @@
-"""The checkpoint coordinator state machine, driven by messages and a fake clock (no broker)."""
+"""The checkpoint coordinator state machine, driven by messages and a fake clock (no broker):
+the ``Harness`` other tests drive it with, triggering, completion, aborts and failures.
+Failover is in ``tests/test_coordinator_failover.py``, the coordinator's start and
+restart in ``tests/test_coordinator_restart.py``."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -36,10 +38,8 @@ from kstream.protocol.messages import (
     Heartbeat,
     JobFailed,
     Message,
-    Restore,
     Resume,
     TaskFailed,
-    TaskReady,
     TriggerCheckpoint,
 )
 from kstream.protocol.recovery import recover
@@ -190,6 +190,24 @@ def test_next_trigger_in_counts_the_min_pause() -> None:
     h.ack(1, "a", 1.5)
     assert h.c.next_trigger_in(2.0) == pytest.approx(1.5)  # 2 s after the end at 1.5
     assert h.tick(3.4) == [] and triggers(h.tick(3.5)) == [2]
+
+
+def test_a_requested_checkpoint_is_triggered_before_the_interval() -> None:
+    h = Harness(tasks=["a"], interval=10.0)
+    h.start(0.0)
+    assert h.tick(1.0) == []
+    assert h.send(CheckpointRequest("w1", 7, "stale attempt"), 1.1) == []
+    assert h.tick(1.2) == []  # a request of another attempt is ignored
+    assert h.send(CheckpointRequest("w1", 0, "graceful stop"), 1.3) == []
+    assert h.tick(1.4) == [Send(TriggerCheckpoint(1, 0, 1400))]
+    assert h.tick(1.5) == []  # one request, one checkpoint; then the interval again
+    h.ack(1, "a", 1.6)
+    assert h.send(CheckpointRequest("w1", 0, "graceful stop"), 1.7) == []
+    assert h.tick(1.8) == [Send(TriggerCheckpoint(2, 0, 1800))]
+    assert h.send(CheckpointRequest("w1", 0, "again"), 1.9) == []
+    assert h.tick(2.0) == []  # checkpoint 2 in flight (max_concurrent 1): wait for it
+    h.ack(2, "a", 2.1)
+    assert h.tick(2.2) == [Send(TriggerCheckpoint(3, 0, 2200))]
 
 
 # -- completion --------------------------------------------------------------------------
@@ -372,222 +390,3 @@ def test_a_completion_subsumes_older_checkpoints_without_counting_them() -> None
         CheckpointAborted(1, "subsumed by checkpoint 2"),
     ]
     assert h.c.failures.successive_failures == 0
-
-
-# -- failover ----------------------------------------------------------------------------
-
-
-def test_failure_suspends_and_nothing_is_triggered_until_every_task_is_ready() -> None:
-    h = Harness()
-    h.start(0.0)
-    h.tick(1.0)
-    h.ack(1, "a", 1.1)
-    h.ack(1, "b", 1.2)  # checkpoint 1 completes
-    assert triggers(h.tick(2.0)) == [2]
-    out = h.send(TaskFailed("b", "w2", 0, "ValueError in map"), 2.1)
-    assert out == [
-        Send(CheckpointAborted(2, "job failover: task b failed on w2: ValueError in map")),
-        CleanupCheckpoint(2, ()),
-    ]
-    assert h.c.phase is JobPhase.SUSPENDED
-    assert h.c.failures.successive_failures == 0  # a failover abort is not a checkpoint failure
-    # The first restart after a quiet spell starts at once (the delay spaces restarts).
-    assert h.tick(2.15) == [Send(Restore(1, 1))]
-    assert h.c.phase is JobPhase.RESTORING
-    for t in (3.0, 4.0, 5.0, 6.0):
-        assert h.tick(t) == []  # no triggers and no timeouts while restoring
-    assert h.send(TaskReady(0, "a", "w1", 3), 6.1) == []  # older attempt: ignored
-    assert h.send(TaskReady(1, "a", "w1", 3), 6.2) == []
-    assert h.send(TaskFailed("a", "w1", 0, "old"), 6.2) == []  # failure of a superseded attempt
-    assert h.send(TaskReady(1, "b", "w2", 3), 6.3) == [Send(Resume(1, {"a": "w1", "b": "w2"}))]
-    assert h.c.phase is JobPhase.RUNNING
-    assert h.tick(7.2) == []
-    assert h.tick(7.3) == [Send(TriggerCheckpoint(3, 1, 7300))]
-    assert h.ack(3, "a", 7.4, attempt=0) == []  # an ack from the old attempt is ignored
-
-
-def test_newest_generation_wins_the_ownership() -> None:
-    h = Harness()
-    h.start(0.0)
-    h.send(TaskFailed("a", "w1", 0, "x"), 1.0)
-    h.tick(1.5)
-    assert h.send(TaskReady(1, "a", "w1", 3), 1.6) == []
-    assert h.send(TaskReady(1, "b", "w2", 4), 1.7) == []  # gen 4 voids a's gen-3 ready
-    assert h.send(TaskReady(1, "a", "w1", 3), 1.8) == []  # stale generation
-    assert h.send(TaskReady(1, "a", "w3", 4), 1.9) == [Send(Resume(1, {"a": "w3", "b": "w2"}))]
-
-
-def test_a_restore_not_finished_in_time_starts_over_until_the_strategy_gives_up() -> None:
-    h = Harness(
-        restart=RestartStrategy(max_restarts=2, window=100.0, delay=0.5, restore_timeout=4.0)
-    )
-    h.start(0.0)
-    h.send(TaskFailed("a", "w1", 0, "x"), 1.0)  # restart 1
-    assert h.tick(1.5) == [Send(Restore(1, None))]  # no completed checkpoint: start positions
-    h.send(TaskReady(1, "a", "w1", 1), 2.0)
-    assert h.tick(5.5) == []  # restart 2 scheduled
-    assert h.c.phase is JobPhase.SUSPENDED
-    assert h.tick(6.0) == [Send(Restore(2, None))]
-    out = h.tick(10.0)
-    reason = (
-        "restore of attempt 2 not finished within 4s of its last progress: no TaskReady from a, "
-        "b; restart strategy "
-        "exhausted: 2 restarts within 100s (max_restarts=2) -> job failed"
-    )
-    assert out == [Send(JobFailed(reason)), Fail(reason)]
-
-
-def test_a_restore_that_moves_outlives_the_restore_timeout_one_that_stops_does_not() -> None:
-    """A worker restoring hundreds of tasks says in its heartbeats how many it restored
-    so far: the restore's deadline runs from the last increase (a fixed deadline started
-    a 512-task restore over and over at 1024 partitions, benchmarks/SCALING.md)."""
-    h = Harness(restart=RestartStrategy(max_restarts=3, window=100.0, restore_timeout=4.0))
-    h.start(0.0)
-    h.send(TaskFailed("a", "w1", 0, "x"), 1.0)
-    assert h.tick(1.0) == [Send(Restore(1, None))]  # deadline 5.0
-    h.send(Heartbeat("w1", (), 1, restored=3), 4.0)  # deadline 8.0
-    h.send(Heartbeat("w1", (), 1, restored=3), 7.0)  # no progress: still 8.0
-    h.send(Heartbeat("w2", (), 1, restored=1), 7.5)  # another worker's: 11.5
-    assert h.tick(11.0) == []
-    assert h.c.phase is JobPhase.RESTORING
-    h.send(TaskReady(1, "a", "w1", 1), 11.2)  # a ready is not a heartbeat's progress
-    assert h.tick(11.4) == [] and h.c.phase is JobPhase.RESTORING
-    h.tick(11.5)
-    assert h.c.phase is JobPhase.SUSPENDED  # 4 s without progress: it starts over
-    assert h.tick(13.0) == [Send(Restore(2, None))]
-
-
-def test_restarts_in_a_failure_loop_are_at_least_the_delay_apart() -> None:
-    h = Harness(tasks=["a"], restart=RestartStrategy(max_restarts=5, window=100.0, delay=2.0))
-    h.start(0.0)
-    h.send(TaskFailed("a", "w1", 0, "boom"), 1.0)
-    assert h.tick(1.0) == [Send(Restore(1, None))]  # first restart: at once
-    h.send(TaskReady(1, "a", "w1", 1), 1.2)
-    h.send(TaskFailed("a", "w1", 1, "boom again"), 1.5)
-    assert h.tick(2.9) == []  # 2 s after the previous restart, not before
-    assert h.tick(3.0) == [Send(Restore(2, None))]
-    h.send(TaskReady(2, "a", "w1", 1), 3.1)
-    h.send(TaskFailed("a", "w1", 2, "later"), 10.0)
-    assert h.tick(10.0) == [Send(Restore(3, None))]  # long after the previous one: at once
-
-
-def test_a_requested_checkpoint_is_triggered_before_the_interval() -> None:
-    h = Harness(tasks=["a"], interval=10.0)
-    h.start(0.0)
-    assert h.tick(1.0) == []
-    assert h.send(CheckpointRequest("w1", 7, "stale attempt"), 1.1) == []
-    assert h.tick(1.2) == []  # a request of another attempt is ignored
-    assert h.send(CheckpointRequest("w1", 0, "graceful stop"), 1.3) == []
-    assert h.tick(1.4) == [Send(TriggerCheckpoint(1, 0, 1400))]
-    assert h.tick(1.5) == []  # one request, one checkpoint; then the interval again
-    h.ack(1, "a", 1.6)
-    assert h.send(CheckpointRequest("w1", 0, "graceful stop"), 1.7) == []
-    assert h.tick(1.8) == [Send(TriggerCheckpoint(2, 0, 1800))]
-    assert h.send(CheckpointRequest("w1", 0, "again"), 1.9) == []
-    assert h.tick(2.0) == []  # checkpoint 2 in flight (max_concurrent 1): wait for it
-    h.ack(2, "a", 2.1)
-    assert h.tick(2.2) == [Send(TriggerCheckpoint(3, 0, 2200))]
-
-
-# -- restart of the coordinator ----------------------------------------------------------
-
-
-def test_ids_and_attempts_continue_after_a_restart_from_persisted_state(tmp_path: Path) -> None:
-    store = FileStore(tmp_path)
-    first = Harness(tasks=["a"], store=store)
-    first.start(0.0)
-    first.tick(1.0)
-    first.ack(1, "a", 1.1)
-    first.send(TaskFailed("a", "w1", 0, "x"), 1.2)
-    first.tick(1.75)
-    first.send(TaskReady(1, "a", "w1", 2), 2.0)
-    first.tick(3.0)
-    first.ack(2, "a", 3.25, attempt=1)
-    first.tick(4.0)  # checkpoint 3 triggered, never acknowledged: the coordinator "dies"
-    assert triggers(first.executed) == [1, 2, 3]
-    history = [*first.sent(), AcknowledgeCheckpoint(3, "a", 1, TaskSnapshot("h/a/3"))]
-
-    second = Harness(tasks=["a"], store=store, history=history)
-    assert second.start(10.0) == [
-        Send(CheckpointAborted(3, "coordinator restarted")),
-        CleanupCheckpoint(3, ("h/a/3",)),
-    ]
-    assert second.c.phase is JobPhase.RUNNING
-    assert second.tick(11.0) == [Send(TriggerCheckpoint(4, 1, 11000))]
-
-
-def test_a_lost_announcement_is_repeated_and_the_store_raises_the_next_id(tmp_path: Path) -> None:
-    store = FileStore(tmp_path)
-    h = Harness(tasks=["a"], store=store)
-    h.start(0.0)
-    h.tick(1.0)
-    h.ack(1, "a", 1.1)
-    # Crash between metadata and message: checkpoint 2's metadata exists, its
-    # announcement (and even its trigger) never reached the topic.
-    meta = h.c.latest_completed
-    assert meta is not None
-    write_metadata(store, "app", replace(meta, checkpoint_id=2))
-    second = Harness(tasks=["a"], store=store, history=[Resume(0, {}), *h.sent()])
-    assert second.start(5.0) == [Send(CheckpointCompleted(2, 0))]
-    assert triggers(second.tick(6.0)) == [3]
-    third = Harness(tasks=["a"], store=store, history=[*h.sent(), CheckpointCompleted(2, 0)])
-    assert third.start(5.0) == []  # already announced: nothing repeated
-
-
-def test_a_coordinator_restarted_during_a_restore_restores_again() -> None:
-    history: list[Message] = [
-        TriggerCheckpoint(4, 2, 0),
-        CheckpointAborted(4, "x"),
-        Restore(3, None),
-    ]
-    h = Harness(history=history)
-    assert h.start(0.0) == []
-    assert h.c.phase is JobPhase.SUSPENDED
-    assert h.tick(0.5) == [Send(Restore(4, None))]
-    h.send(TaskReady(4, "a", "w", 1), 0.6)
-    h.send(TaskReady(4, "b", "w", 1), 0.7)
-    assert triggers(h.tick(1.7)) == [5]
-
-
-def test_an_unhandled_task_failure_in_the_history_causes_a_restore() -> None:
-    history: list[Message] = [Resume(2, {"a": "w", "b": "w"}), TaskFailed("a", "w", 2, "boom")]
-    h = Harness(history=history)
-    h.start(0.0)
-    assert h.c.failover.failure_reason == "task a failed on w: boom"
-    assert h.tick(0.5) == [Send(Restore(3, None))]
-
-
-# -- first start and ownership ------------------------------------------------------------
-
-
-def test_a_job_that_never_ran_restores_and_resumes_every_task_before_any_trigger() -> None:
-    h = Harness(tasks=["a", "b"], history=[])
-    assert h.start(0.0) == []
-    assert messages(h.tick(0.0)) == [Restore(1, None)]
-    assert triggers(h.tick(2.0)) == []  # no trigger before every task is ready
-    h.send(TaskReady(1, "a", "w1", 3), 2.1)
-    assert messages(h.send(TaskReady(1, "b", "w2", 3), 2.2)) == [Resume(1, {"a": "w1", "b": "w2"})]
-    assert triggers(h.tick(3.3)) == [1]
-    assert h.c.failover.failure_reason == "job start"
-
-
-def test_a_worker_that_does_not_run_exactly_its_owned_tasks_causes_a_failover() -> None:
-    h2 = Harness(tasks=["a", "b"], history=[Resume(1, {"a": "w1", "b": "w2"})])
-    h2.start(0.0)
-    assert h2.send(Heartbeat("w2", ("b",), 4), 0.1) == []
-    # A coordinator restarted after a rebalance sees no generation change, but w1
-    # stopped its tasks: it must not go unnoticed.
-    h2.send(Heartbeat("w1", (), 4), 0.1)
-    assert h2.c.phase is JobPhase.SUSPENDED
-    # Described as the normal rejoin it is, not as a mismatch.
-    assert h2.c.failover.failure_reason == (
-        "worker w1 no longer runs its tasks a of attempt 1 (the group rebalanced or the "
-        "worker restarted): restoring them"
-    )
-    # A worker running tasks it does not own is a real mismatch.
-    h3 = Harness(tasks=["a", "b"], history=[Resume(1, {"a": "w1", "b": "w2"})])
-    h3.start(0.0)
-    h3.send(Heartbeat("w1", ("a", "b"), 4), 0.1)
-    assert h3.c.failover.failure_reason == (
-        "worker w1 runs tasks ['a', 'b'] but owns ['a'] in attempt 1"
-    )

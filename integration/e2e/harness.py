@@ -5,29 +5,34 @@ starts ``kstream coordinator`` and ``kstream worker`` processes (logs in files),
 SIGKILLs processes (also at the workers' debug pause points), observes the control
 topic, waits for the job to drain and reads the sink with ``read_committed``. The
 input comes from :mod:`integration.e2e.generator`.
+What a run observed (its statistics, the sink compared with the expected output) is
+in :mod:`integration.e2e.observation`.
 
 Every wait is a condition with a deadline that fails with what was observed.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import signal
-import statistics
 import subprocess
 import sys
 import threading
 import time
-from collections import Counter
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from integration.edge_tools import Read, read_all
-from kstream.checkpointstorage.base import CheckpointStore, StoreError
-from kstream.checkpointstorage.metadata import CheckpointMetadata, read_metadata
+from integration.e2e.observation import Comparison as Comparison
+from integration.e2e.observation import RunReport as RunReport
+from integration.e2e.observation import canonical as canonical
+from integration.e2e.observation import covers as covers
+from integration.e2e.observation import read_sink as read_sink
+from integration.e2e.observation import report as report
+from integration.e2e.observation import source_ends as source_ends
+from integration.edge_tools import Read as Read
+from kstream.checkpointstorage.base import CheckpointStore
 from kstream.checkpointstorage.urls import open_store
 from kstream.kafka.clients import (
     TopicPartition,
@@ -35,20 +40,9 @@ from kstream.kafka.clients import (
     ensure_topics,
     make_admin,
     make_consumer,
-    watermark_offsets,
 )
 from kstream.names import control_topic
-from kstream.protocol.messages import (
-    AcknowledgeCheckpoint,
-    AcknowledgeCheckpoints,
-    CheckpointCompleted,
-    Message,
-    ProtocolError,
-    Restore,
-    Resume,
-    TriggerCheckpoint,
-    decode,
-)
+from kstream.protocol.messages import CheckpointCompleted, Message, ProtocolError, decode
 
 REPO = Path(__file__).resolve().parents[2]
 PAUSE_MARKER = "KSTREAM-DEBUG-PAUSE"
@@ -79,6 +73,15 @@ def write_renamed_topology(src: Path, renames: Mapping[str, str], dest: Path) ->
         f"topology = renamed({str(src)!r}, {dict(renames)!r})\n"
     )
     return dest
+
+
+def create_topics(bootstrap: str, topics: Mapping[str, int]) -> None:
+    """Create ``topics`` without time-based retention: the input's event times lie in
+    the past, and the broker would expire such records before the job reads them."""
+    ensure_topics(
+        make_admin(bootstrap),
+        [TopicSpec(t, n, config={"retention.ms": "-1"}) for t, n in topics.items()],
+    )
 
 
 # ---- processes ---------------------------------------------------------------------------
@@ -375,156 +378,3 @@ class JobUnderTest:
             if p.alive():
                 p.popen.kill()
                 p.popen.wait(timeout=10)
-
-
-# ---- observation and statistics --------------------------------------------------------------
-
-
-def source_ends(bootstrap: str, topics: Mapping[str, int]) -> dict[tuple[str, int], int]:
-    """High watermark of every partition of ``topics`` ({topic: partitions})."""
-    c = make_consumer(bootstrap, "e2e-ends", read_committed=False)
-    try:
-        return {
-            (t, p): watermark_offsets(c, t, p, 10.0)[1]  # retried while a leader moves
-            for t, n in topics.items()
-            for p in range(n)
-        }
-    finally:
-        c.close()
-
-
-def covers(meta: CheckpointMetadata, ends: Mapping[tuple[str, int], int]) -> bool:
-    """Whether checkpoint ``meta``'s source positions are at the end of every source partition."""
-    pos: dict[tuple[str, int], int] = {}
-    for t in meta.tasks.values():
-        for k, v in t.offsets.items():
-            topic, _, part = k.rpartition(":")
-            if isinstance(v, int):
-                pos[(topic, int(part))] = v
-    return all(pos.get(tp, -1) >= end for tp, end in ends.items())
-
-
-def summary(values: Sequence[float]) -> str:
-    if not values:
-        return "n/a"
-    return f"median {statistics.median(values):.1f} ms, max {max(values):.1f} ms (n={len(values)})"
-
-
-@dataclass
-class RunReport:
-    """What a crash-test run observed; printed at the end of each test."""
-
-    kills: int
-    restores: int
-    resumes: int
-    checkpoints_completed: int
-    durations_ms: list[float]
-    alignment_ms: list[float]
-    restore_ms: list[float]
-    kill_to_resume_s: list[float]
-
-    def lines(self) -> Iterator[str]:
-        yield (
-            f"kills={self.kills} restores={self.restores} resumes={self.resumes} "
-            f"checkpoints_completed={self.checkpoints_completed}"
-        )
-        yield f"checkpoint duration (trigger -> all acks): {summary(self.durations_ms)}"
-        yield f"alignment time per task ack: {summary(self.alignment_ms)}"
-        yield f"task restore time (worker logs 'restored checkpoint N in X ms'): {summary(self.restore_ms)}"
-        kr = [x * 1000 for x in self.kill_to_resume_s]
-        yield f"kill -> next Resume: {summary(kr)}"
-
-
-def report(job: JobUnderTest, control: ControlLog) -> RunReport:
-    """Statistics from the control topic, the store's metadata and the worker logs."""
-    store = job.store()
-    completed = control.completed_ids()
-    durations = []
-    for n in completed:
-        try:
-            durations.append(read_metadata(store, job.app, n).duration_ms)
-        except StoreError as e:  # reported, not fatal: the statistics are best effort
-            print(f"[e2e] metadata of checkpoint {n} unreadable: {e}")
-    alignment = [m.snapshot.alignment_ms for _t, m in control.of(AcknowledgeCheckpoint)] + [
-        s.alignment_ms for _t, m in control.of(AcknowledgeCheckpoints) for s in m.snapshots.values()
-    ]
-    restore_ms = []
-    for p in job.procs:
-        for ln in p.lines_with("restored checkpoint"):
-            try:
-                restore_ms.append(float(ln.split(" in ", 1)[1].split(" ms", 1)[0]))
-            except (IndexError, ValueError):
-                continue
-    resumes = [t for t, _m in control.of(Resume)]
-    k2r = []
-    for t, _role, _why in job.kills:
-        after = [r for r in resumes if r > t]
-        if after:
-            k2r.append(min(after) - t)
-    return RunReport(
-        kills=len(job.kills),
-        restores=len(control.of(Restore)),
-        resumes=len(resumes),
-        checkpoints_completed=len(completed),
-        durations_ms=durations,
-        alignment_ms=alignment,
-        restore_ms=restore_ms,
-        kill_to_resume_s=k2r,
-    )
-
-
-def latest_trigger_time(control: ControlLog) -> float:
-    ts = [t for t, _m in control.of(TriggerCheckpoint)]
-    return max(ts, default=0.0)
-
-
-def read_sink(bootstrap: str, topic: str) -> list[Read]:
-    """Every committed record of ``topic`` (read_committed, to the high watermark)."""
-    return read_all(bootstrap, topic, read_committed=True, timeout=60.0)
-
-
-def decode_json_values(records: Sequence[Read]) -> list[str]:
-    """Canonical JSON strings of the values (multiset-comparable)."""
-    return [json.dumps(json.loads(r.value), sort_keys=True) for r in records if r.value is not None]
-
-
-def canonical(rows: Sequence[Mapping[str, Any]]) -> list[str]:
-    return [json.dumps(r, sort_keys=True) for r in rows]
-
-
-@dataclass(frozen=True)
-class Comparison:
-    """Multiset comparison of actual output with the expected output."""
-
-    expected: int
-    actual: int
-    lost: Counter[str]
-    duplicated: Counter[str]  # extra copies of expected records
-    unexpected: Counter[str]  # records not expected at all
-
-    @classmethod
-    def of(cls, expected: Sequence[str], actual: Sequence[str]) -> Comparison:
-        e, a = Counter(expected), Counter(actual)
-        lost = e - a
-        extra = a - e
-        dup = Counter({k: n for k, n in extra.items() if k in e})
-        unexpected = Counter({k: n for k, n in extra.items() if k not in e})
-        return cls(len(expected), len(actual), lost, dup, unexpected)
-
-    def describe(self) -> str:
-        return (
-            f"expected {self.expected} records, got {self.actual}: "
-            f"lost {sum(self.lost.values())}, duplicated {sum(self.duplicated.values())}, "
-            f"unexpected {sum(self.unexpected.values())}; "
-            f"first lost {list(self.lost)[:3]}, first duplicated {list(self.duplicated)[:3]}, "
-            f"first unexpected {list(self.unexpected)[:3]}"
-        )
-
-
-def create_topics(bootstrap: str, topics: Mapping[str, int]) -> None:
-    """Create ``topics`` without time-based retention: the input's event times lie in
-    the past, and the broker would expire such records before the job reads them."""
-    ensure_topics(
-        make_admin(bootstrap),
-        [TopicSpec(t, n, config={"retention.ms": "-1"}) for t, n in topics.items()],
-    )
