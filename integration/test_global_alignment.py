@@ -1,10 +1,10 @@
 """Watermark alignment across workers (global alignment through the coordinator).
 
 Two workers (``kstream worker``, coordinator elected among them) catch up on a backlog
-of four partitions written before they start (the one started later, a few seconds on a
-busy machine, joins at a hand-over checkpoint: it waited for the whole catch-up, 24 s,
-until internal records were read first, kstream.worker.internalfirst — then there was
-no pair of reports to compare); one worker is slow (its map sleeps per
+of four partitions written before they start (the fast one starts once the slow one
+runs its tasks, and joins at a hand-over checkpoint: it waited for the whole catch-up,
+24 s, until internal records were read first, kstream.worker.internalfirst — then there
+was no pair of reports to compare); one worker is slow (its map sleeps per
 record, set by an environment variable only it has), so without alignment across
 workers the other reads its two partitions to the end while the slow one is far
 behind. The workers' watermark reports on the control topic show how far each has
@@ -24,6 +24,7 @@ from pathlib import Path
 
 from integration.cli_job import CLI
 from integration.e2e.harness import REPO
+from integration.steadyfeed import wait_for_line
 from integration.test_watermark_alignment import BASE, CLOSE, STEP_MS, produce, windows
 from kstream.kafka.clients import TopicSpec, ensure_topics, make_admin
 from kstream.kafka.control import ControlReader
@@ -115,11 +116,14 @@ def test_a_fast_workers_partitions_are_held_within_the_drift_of_a_slow_workers(
     topology = tmp_path / "galign.py"
     rows = write_backlog(kafka_bootstrap, src, out, topology)
 
-    procs = {
-        name: _worker(topology, kafka_bootstrap, app, tmp_path, name, slow)
-        for name, slow in (("slow", SLOW_S), ("fast", 0.0))
-    }
+    # The slow worker first, the fast one once the slow one runs its tasks: started
+    # together, the fast one was sometimes up first and read most of the backlog alone
+    # (no other worker's report to hold it back) before the slow one's hand-over — then
+    # no pair of reports to compare (CI, twice).
+    procs = {"slow": _worker(topology, kafka_bootstrap, app, tmp_path, "slow", SLOW_S)}
     try:
+        wait_for_line(procs["slow"], tmp_path / "slow.log", "resumed: running ['", 120)
+        procs["fast"] = _worker(topology, kafka_bootstrap, app, tmp_path, "fast", 0.0)
         for name, proc in procs.items():
             try:
                 rc = proc.wait(timeout=180)
