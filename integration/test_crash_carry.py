@@ -136,8 +136,7 @@ class CarryJob:
         every task has a snapshot with input."""
         for w in self.workers:  # (cooperatively, a later starter may adopt its first tasks)
             w.wait_for(r"(resumed|the other tasks ran on): running \['", 120)
-        self.feed.__enter__()
-        self._feeding = True
+        self.start_feed()
         first = self.latest()
         self.coordinator.wait_until(
             lambda: self.latest() >= first + 3, "three more checkpoints", 60
@@ -168,6 +167,11 @@ class CarryJob:
     @property
     def produced(self) -> int:
         return self.feed.produced
+
+    def start_feed(self) -> None:
+        if not self._feeding:
+            self._feeding = True
+            self.feed.__enter__()
 
     def stop_feed(self) -> None:
         if self._feeding:
@@ -401,8 +405,7 @@ def test_with_cooperative_assignment_a_worker_joining_before_the_first_checkpoin
     try:
         first = job.workers[0]
         first.wait_for(r"resumed: running \['", 120)
-        job.feed.__enter__()  # (the released tasks' first records: read again by the joiner)
-        job._feeding = True
+        job.start_feed()  # (the released tasks' first records: read again by the joiner)
         coordinator.wait_until(lambda: job.produced >= RATE, "a second of input", 30)
         mark = len(coordinator.log())
         restores = [first.log().count("restore: attempt")]  # (the start's, or none read)
