@@ -5,9 +5,11 @@
 #      and stopped again at the end);
 #   2. the images (scripts/docker/build-images.sh; the base image offline when no
 #      registry answers, scripts/docker/base-image.sh);
-#   3. the tests: integration/docker/ (the images themselves, compose) and a subset of
-#      integration/ against Kafka started by testcontainers from the built image: the
-#      exactly-once crash test on one broker container, and the production-Kafka tests
+#   3. the tests, in two pytest processes (a file's tests stay in one): integration/docker/
+#      (the images themselves, compose) and a subset of integration/ against Kafka started
+#      by testcontainers from the built image: the exactly-once crash test of two jobs
+#      (wordcount and the orders/payments join; `make test` runs all four on the
+#      Maven-launched broker) on one broker container, and the production-Kafka tests
 #      of a job over SASL and of kill -9 (docker kill) of a leader on a three-node cluster
 #      of three containers (integration/docker/kafka_cluster.py).
 # A missing engine fails the run (never a skip). PYTHON: kstream's interpreter.
@@ -24,9 +26,10 @@ echo "docker-test: images ready in $((SECONDS - start)) s" >&2
 . docker/images.env
 export TESTCONTAINERS_RYUK_DISABLED=true KSTREAM_TEST_KAFKA=testcontainers \
     KSTREAM_TEST_KAFKA_IMAGE=$IMAGE_KAFKA
-"$PYTHON" -m pytest -p no:cacheprovider --durations=5 \
+"$PYTHON" -m pytest -p no:cacheprovider --durations=5 -n 2 --dist loadfile \
     integration/docker \
-    "integration/test_e2e_crash.py::test_exactly_once_under_kills" \
+    "integration/test_e2e_crash.py::test_exactly_once_under_kills[wordcount]" \
+    "integration/test_e2e_crash.py::test_exactly_once_under_kills[orders_payments]" \
     "integration/test_production_kafka.py::test_exactly_once_job_over_sasl" \
     "integration/test_production_kafka.py::test_kill_9_of_the_leader_of_control_commits_and_a_sink_partition" \
     "$@"
