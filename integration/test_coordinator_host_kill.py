@@ -3,12 +3,18 @@ shuffle, on a real broker (docs/design.md §6.8).
 
 Three ``kstream worker`` processes elect their coordinator among themselves and run a job
 whose tasks exchange no records, with ``partition.assignment.strategy=cooperative-sticky``,
-fed 150 records a second. The host is killed: its coordinator dies with its worker. The
-next coordinator never hears that worker; it counts every owner as having pulsed at its
-start, so the dead one is carried a second later (``silent for``) and checkpoints complete
-without it — before, they waited until the workers' group gave its partitions away
-(``never heard by this coordinator``). The survivors adopt its tasks once the group
-does; no task restores, and the output is exact.
+fed 150 records a second. The host is killed: its coordinator dies with its worker.
+
+- A survivor finds the host's ``CoordinatorPulse`` silent and takes the coordinator over
+  ("taking over", then "acting"), before the election group's session (6 s) would elect
+  the next one; exactly one coordinator starts after the kill (the one the group elects
+  later, if another, defers to it).
+- That coordinator never heard the dead worker; it counts every owner as having pulsed at
+  its start, so the dead one is carried a second later (``silent for``) and checkpoints
+  complete without it — before, they waited until the workers' group gave its partitions
+  away (``never heard by this coordinator``).
+- The survivors adopt its tasks once the group does; no task restores, and the output is
+  exact.
 """
 
 from __future__ import annotations
@@ -59,10 +65,10 @@ def test_a_killed_coordinator_hosts_tasks_are_carried_by_the_next_coordinator_at
         feeding = True
         first = latest()
         workers[0].wait_until(lambda: latest() >= first + 3, "three more checkpoints", 60)
-        hosts = [  # (elected last, not stepped down since: the one hosting it now)
+        hosts = [  # (started it last, not stepped down since: the one hosting it now)
             w
             for w in workers
-            if w.log().rfind("coordinator election: elected (") > w.log().rfind("no longer elected")
+            if w.log().rfind("; starting the coordinator") > w.log().rfind("no longer elected")
         ]
         assert len(hosts) == 1, [w.tail() for w in workers]
         host = hosts[0]
@@ -71,15 +77,16 @@ def test_a_killed_coordinator_hosts_tasks_are_carried_by_the_next_coordinator_at
         marks = [len(w.log()) for w in survivors]
         host.kill()
 
-        def elected() -> CliJob | None:
-            found = [w for w, m in zip(survivors, marks, strict=True)
-                     if "coordinator election: elected" in w.log()[m:]]  # fmt: skip
-            return found[0] if found else None
+        def started() -> list[CliJob]:
+            return [w for w, m in zip(survivors, marks, strict=True)
+                    if "; starting the coordinator" in w.log()[m:]]  # fmt: skip
 
-        survivors[0].wait_until(lambda: elected() is not None, "the next coordinator", 60)
-        new = elected()
-        assert new is not None
+        survivors[0].wait_until(lambda: bool(started()), "the next coordinator", 60)
+        new = started()[0]
         at = marks[survivors.index(new)]
+        since_kill = new.log()[at:]
+        silent = since_kill.find("is silent; taking over")
+        assert 0 <= silent < since_kill.find("coordinator election: acting ("), new.tail()
         carried = new.wait_for(
             r"worker \S+ silent for [\d.]+s: its tasks ([^\n]*) are carried at checkpoint", 60
         )
@@ -104,6 +111,7 @@ def test_a_killed_coordinator_hosts_tasks_are_carried_by_the_next_coordinator_at
         assert_exact(kafka_bootstrap, dst, feed.produced, new)
         since = new.log()[at:]
         assert "failover (attempt" not in since and "restart (attempt" not in since, new.tail()
+        assert started() == [new], [w.tail() for w in survivors]  # one move, not two
         assert [w.log().count("restore: attempt") for w in survivors] == restores
     finally:
         if feeding:

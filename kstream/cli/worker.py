@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import signal
 import sys
+from collections.abc import Callable
 from typing import Any
 
 import click
@@ -22,6 +23,7 @@ from kstream.hosting.election import ElectedCoordinator
 from kstream.hosting.signals import install_signal_handlers, worker_stop
 from kstream.hosting.startup import Coordination
 from kstream.hosting.tuning import raise_open_files_limit, tune_gc
+from kstream.worker.checkpointed import Checkpointed
 from kstream.worker.loop import Worker
 from kstream.worker.settings import PAUSE_RESUMED, PausePoint, WorkerSettings
 
@@ -104,7 +106,8 @@ def worker(
     starts or stops (SIGTERM) hands its tasks over at a checkpoint; a crash rolls the
     job back to the last completed checkpoint. With checkpointing on, one
     of them hosts the coordinator (elected; another takes over within 6 s, the
-    election group's session, when it dies) unless --coordinator external says a
+    election group's session, when it dies; cooperatively within about 1.5 s of its
+    silence) unless --coordinator external says a
     `kstream coordinator` runs. Exits 1 with the reason when the job fails.
     """
     signals = install_signal_handlers()  # first: a TERM during start-up exits cleanly
@@ -131,7 +134,10 @@ def worker(
             heartbeat_timeout=heartbeat_timeout,
             restart_delay=w.cfg.restart.delay,
             on_refused=w.stop_event.set,
+            member=cooperative_member(w),
         )
+        if isinstance(w.mode, Checkpointed) and election.member is not None:
+            w.mode.observers.append(election.observe)  # the control topic, as the loop reads it
         election.start()
     code = w.run()
     if election is not None:
@@ -141,3 +147,13 @@ def worker(
         elif code == 0 and election.job_failed.is_set():
             code = 1
     sys.exit(code)
+
+
+def cooperative_member(w: Worker) -> Callable[[], str] | None:
+    """The member id this worker pulses with, when it pulses (cooperative assignment): the
+    election then watches the coordinator's host (``kstream.protocol.takeover``)."""
+    mode = w.mode
+    if not isinstance(mode, Checkpointed) or mode.pulse is None:
+        return None
+    pulse = mode.pulse
+    return lambda: pulse.member

@@ -12,6 +12,13 @@ A hand-over on revocation is clean: the partition is only given to the next memb
 after ``on_revoke`` returned, and it returns once our coordinator stopped. A member
 that loses its session without being able to say so (a cut link) is fenced by the
 next coordinator's ``init_transactions`` on the fixed transactional id.
+
+With cooperative assignment (``member`` given: the worker's member id), the host also
+writes ``CoordinatorPulse`` every ``PULSE_S`` from a thread of its own, and every
+candidate's worker loop feeds the control topic to :meth:`ElectedCoordinator.observe`
+(:class:`kstream.protocol.takeover.HostWatch`): a candidate that finds the host silent
+takes the coordinator over at once, before the group's session expires (rule 4 of
+:mod:`kstream.protocol.election`).
 """
 
 from __future__ import annotations
@@ -27,9 +34,19 @@ from confluent_kafka import KafkaException
 from kstream.config import JobConfig
 from kstream.hosting.coordinator import EXIT_USAGE
 from kstream.hosting.startup import Coordination, coordinate
-from kstream.kafka.clients import TopicSpec, ensure_topics, make_admin, make_consumer
-from kstream.names import election_group, election_topic
+from kstream.kafka.clients import (
+    TopicSpec,
+    ensure_topics,
+    make_admin,
+    make_consumer,
+    make_producer,
+)
+from kstream.names import control_topic, election_group, election_topic
+from kstream.protocol.elasticmessages import CoordinatorPulse
 from kstream.protocol.election import Election, ElectionCommand, ElectionPhase, Outcome
+from kstream.protocol.messages import Message, encode, record_key
+from kstream.protocol.takeover import HostWatch
+from kstream.worker.pulse import PULSE_S
 
 log = logging.getLogger(__name__)
 
@@ -73,8 +90,18 @@ class ElectedCoordinator:
         restart_delay: float = 1.0,
         clock: Callable[[], float] = time.monotonic,
         on_refused: Callable[[], None] = lambda: None,
+        member: Callable[[], str] | None = None,
     ) -> None:
         self.job = job
+        # Cooperative assignment: this worker's member id; pulses and take-overs (rule 4).
+        self.member = member
+        self.watch = HostWatch()
+        self._take_over = threading.Event()  # set by the worker loop's observe()
+        self._pulse_thread: threading.Thread | None = None
+        if member is not None:
+            self._pulse_thread = threading.Thread(
+                target=self._pulse, name="coordinator-pulse", daemon=True
+            )
         self.coordination = coordination
         self.on_refused = on_refused
         self.heartbeat_timeout = heartbeat_timeout
@@ -98,11 +125,53 @@ class ElectedCoordinator:
     def start(self) -> None:
         """Join the candidates (in a background thread)."""
         self._thread.start()
+        if self._pulse_thread is not None:
+            self._pulse_thread.start()
 
     def stop(self, timeout: float = 30.0) -> None:
         """Leave the candidates; stops our coordinator first if it runs."""
         self._stop.set()
         self._thread.join(timeout)
+        if self._pulse_thread is not None:
+            self._pulse_thread.join(timeout)  # its last pulse says we stepped down
+
+    def observe(self, msg: Message) -> None:
+        """A control message read by this process's worker loop (cooperative only)."""
+        if self.member is None:
+            return
+        self.watch.me = self.member()
+        if self.watch.observe(msg):
+            log.warning(
+                "coordinator election: the coordinator's host %s is silent; taking over",
+                self.watch.host,
+            )
+            self._take_over.set()
+
+    def _pulse(self) -> None:
+        """While we host the coordinator, say so every PULSE_S; once more when we stop."""
+        assert self.member is not None
+        producer: Any = None
+        said = False
+        while True:
+            done = self._stop.is_set() and not self._thread.is_alive()
+            hosting = self.election.hosting and not done
+            member = self.member()
+            if member and (hosting or said):
+                try:
+                    if producer is None:
+                        producer = make_producer(self.job.bootstrap_servers, extra=self.job.kafka)
+                    msg = CoordinatorPulse(member, hosting)
+                    topic = control_topic(self.job.app_id)
+                    producer.produce(topic, encode(msg), key=record_key(msg))
+                    producer.poll(0)
+                    said = hosting
+                except Exception as e:  # (the coordinator's own writes report an outage)
+                    log.debug("coordinator pulse not written: %s", e)
+            if done:
+                break
+            self._stop.wait(PULSE_S)
+        if producer is not None:
+            producer.flush(5.0)
 
     # ---------------------------------------------------------------- the loop
 
@@ -134,7 +203,10 @@ class ElectedCoordinator:
 
         def on_assign(_c: Any, parts: list[Any]) -> None:
             if ours(parts):
-                self._execute(self.election.assigned(True, self.clock()))
+                other = self.watch.other_host()
+                if other:
+                    log.info("coordinator election: elected; %s hosts it still", self.watch.host)
+                self._execute(self.election.assigned(True, self.clock(), other))
 
         def on_revoke(_c: Any, parts: list[Any]) -> None:
             if ours(parts):
@@ -150,7 +222,10 @@ class ElectedCoordinator:
             while not self._stop.is_set() and self.election.phase is not ElectionPhase.DONE:
                 consumer.poll(0.2)  # no records are ever written: membership only
                 self._reap()
-                self._execute(self.election.tick(self.clock()))
+                if self._take_over.is_set():
+                    self._take_over.clear()
+                    self._execute(self.election.take_over(self.clock()))
+                self._execute(self.election.tick(self.clock(), self.watch.other_host()))
         finally:
             self._execute(self.election.stop())
             leave(consumer)  # the next candidate is elected once the others rejoined
@@ -165,7 +240,8 @@ class ElectedCoordinator:
 
     def _start_coordinator(self) -> None:
         log.info(
-            "coordinator election: elected (%d time(s)); starting the coordinator of %r",
+            "coordinator election: %s (%d time(s)); starting the coordinator of %r",
+            "acting" if self.election.phase is ElectionPhase.ACTING else "elected",
             self.election.elections,
             self.job.app_id,
         )

@@ -1,6 +1,7 @@
 """The control messages of cooperative assignment (docs/design.md §6.8): a worker's request
 to adopt tasks and the coordinator's answer, a worker's release of tasks the group took
-from it, and a worker's pulse. Part of the control protocol's messages
+from it, a worker's pulse and
+the coordinator host's. Part of the control protocol's messages
 (:mod:`kstream.protocol.messages`, which encodes and decodes them with the others)."""
 
 from __future__ import annotations
@@ -16,6 +17,19 @@ class Pulse:
     (:mod:`kstream.protocol.carrying`); its heartbeats still say what it runs."""
 
     member: str
+
+
+@dataclass(frozen=True)
+class CoordinatorPulse:
+    """The elected coordinator's host → the other candidates, with cooperative assignment
+    (docs/design.md §6.8, "the coordinator's host killed"): the process of worker
+    ``member`` hosts the job's coordinator (``running``), or no longer does (its last one).
+    Written several times a second by a thread of the election, so that the others see
+    within seconds that the host died, and one of them takes the coordinator over
+    (:mod:`kstream.protocol.takeover`) before the election group's session expires."""
+
+    member: str
+    running: bool
 
 
 @dataclass(frozen=True)

@@ -19,7 +19,13 @@ coordinator's ``init_transactions`` fences it, so exactly one writes at a time.
    another coordinator took over (stand by: a rebalance follows); a job failure
    (the coordinator wrote ``JobFailed``) ends the election — the workers stop too;
    Kafka or the store being unavailable restarts it after ``restart_delay``, doubled
-   after each further such exit (at most ``max_restart_delay``).
+   after each further such exit (at most ``max_restart_delay``);
+4. with cooperative assignment, a candidate whose :class:`kstream.protocol.takeover.HostWatch`
+   finds the host silent takes the coordinator over (``take_over``) without waiting for
+   the election group: ACTING until the group elects it, or until another coordinator
+   fences it (then it stands by); an elected candidate that hears another live host
+   (``other_host``) waits instead of fencing it, and starts once that host stepped down or
+   went silent (or takes over when its watch says so).
 """
 
 from __future__ import annotations
@@ -33,6 +39,7 @@ class ElectionPhase(enum.Enum):
 
     STANDBY = "standby"  # not elected
     ELECTED = "elected"  # elected, coordinator running (or about to start)
+    ACTING = "acting"  # not elected, but took over from a silent host (rule 4)
     FENCED = "fenced"  # elected, but another coordinator fenced ours: waits for a rebalance
     DONE = "done"  # the job failed hard or we stop: no more coordinating
 
@@ -64,18 +71,45 @@ class Election:
     _restart_at: float | None = None
     _stopping: bool = False  # we asked our coordinator to stop: its exit says nothing
     _unavailable: int = 0  # successive UNAVAILABLE exits: the restart delay doubles
+    _deferred: bool = False  # elected while another live host coordinates (rule 4)
     max_restart_delay: float = 10.0
 
-    def assigned(self, elected: bool, now: float) -> list[ElectionCommand]:
-        """A rebalance gave us the partition (``elected``) or not."""
+    @property
+    def hosting(self) -> bool:
+        """Whether this candidate runs the coordinator (or restarts it): what its
+        ``CoordinatorPulse`` says."""
+        acting = self.phase in (ElectionPhase.ELECTED, ElectionPhase.ACTING)
+        return acting and not self._deferred
+
+    def assigned(
+        self, elected: bool, now: float, other_host: bool = False
+    ) -> list[ElectionCommand]:
+        """A rebalance gave us the partition (``elected``) or not; ``other_host``: another
+        live process hosts a coordinator (rule 4)."""
         if not elected:
             return self.revoked(now)
         if self.phase in (ElectionPhase.ELECTED, ElectionPhase.DONE):
             return []
-        self.phase = ElectionPhase.ELECTED
         self.elections += 1
+        if self.phase is ElectionPhase.ACTING:  # the group now says what we did already
+            self.phase = ElectionPhase.ELECTED
+            return []
+        self.phase = ElectionPhase.ELECTED
         self._restart_at = None
         self._unavailable = 0
+        self._deferred = other_host
+        return self.tick(now, other_host)
+
+    def take_over(self, now: float) -> list[ElectionCommand]:
+        """The host went silent (rule 4): start a coordinator now, elected or not."""
+        if self.phase is ElectionPhase.DONE or self.running:
+            return []
+        if self.phase in (ElectionPhase.STANDBY, ElectionPhase.ACTING):
+            self.phase = ElectionPhase.ACTING
+        else:  # elected: deferred, fenced, or waiting to restart
+            self.phase = ElectionPhase.ELECTED
+        self._deferred = False
+        self._restart_at = None
         return self.tick(now)
 
     def revoked(self, now: float) -> list[ElectionCommand]:
@@ -83,16 +117,19 @@ class Election:
         if self.phase is not ElectionPhase.DONE:
             self.phase = ElectionPhase.STANDBY
         self._restart_at = None
+        self._deferred = False
         return self._stop_running()
 
     def exited(self, outcome: Outcome, now: float) -> list[ElectionCommand]:
         """Our coordinator ended with ``outcome`` (rule 3)."""
         self.running = False
-        if self._stopping or self.phase is not ElectionPhase.ELECTED:
+        if self._stopping or self.phase not in (ElectionPhase.ELECTED, ElectionPhase.ACTING):
             self._stopping = False
             return []
         if outcome in (Outcome.STOPPED, Outcome.JOB_FAILED):
             self.phase = ElectionPhase.DONE
+        elif outcome is Outcome.FENCED and self.phase is ElectionPhase.ACTING:
+            self.phase = ElectionPhase.STANDBY  # another took over: not ours to restart
         elif outcome is Outcome.FENCED:
             self.phase = ElectionPhase.FENCED
         else:
@@ -101,10 +138,14 @@ class Election:
             self._restart_at = now + delay
         return []
 
-    def tick(self, now: float) -> list[ElectionCommand]:
-        """Start the coordinator when elected and none of ours runs (a restart once due)."""
-        if self.phase is not ElectionPhase.ELECTED or self.running:
+    def tick(self, now: float, other_host: bool = False) -> list[ElectionCommand]:
+        """Start the coordinator when elected (or acting) and none of ours runs (a restart
+        once due); an elected candidate that deferred to ``other_host`` waits while it lives."""
+        if self.phase not in (ElectionPhase.ELECTED, ElectionPhase.ACTING) or self.running:
             return []
+        if self._deferred and other_host:
+            return []
+        self._deferred = False
         if self._restart_at is not None and now < self._restart_at:
             return []
         self._restart_at = None

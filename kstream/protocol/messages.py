@@ -13,7 +13,7 @@ Who writes what:
 * workers: AcknowledgeCheckpoints (its snapshots in columns: :mod:`kstream.protocol.snapshotcolumns`;
   an object per snapshot, as before columns, and AcknowledgeCheckpoint, one task's: still read), DeclineCheckpoint, TasksReady (TaskReady: one task's, still read), Heartbeat,
   TaskFailed, RestoreFailed, CheckpointRequest, WorkerStopped, WatermarkReport, AdoptRequest,
-  TasksReleased, Pulse;
+  TasksReleased, Pulse, CoordinatorPulse;
 * ``kstream savepoint``: SavepointRequest.
 
 **Signed coordinator messages**: :mod:`kstream.protocol.signing`.
@@ -31,7 +31,13 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from kstream.checkpointstorage.metadata import TaskSnapshot
-from kstream.protocol.elasticmessages import Adopt, AdoptRequest, Pulse, TasksReleased
+from kstream.protocol.elasticmessages import (
+    Adopt,
+    AdoptRequest,
+    CoordinatorPulse,
+    Pulse,
+    TasksReleased,
+)
 from kstream.protocol.fields import FieldError, build
 from kstream.protocol.snapshotcolumns import from_columns, to_columns
 
@@ -314,6 +320,7 @@ Message = (
     | JobFailed
     | Heartbeat
     | Pulse
+    | CoordinatorPulse
     | TaskFailed
     | RestoreFailed
     | CheckpointRequest
@@ -345,6 +352,7 @@ MESSAGE_TYPES: dict[str, type[Any]] = {
         JobFailed,
         Heartbeat,
         Pulse,
+        CoordinatorPulse,
         TaskFailed,
         RestoreFailed,
         CheckpointRequest,
