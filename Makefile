@@ -1,6 +1,7 @@
 # kstream developer entry points.
 #   make test   venv + ruff + mypy + pytest tests integration in 2 processes (each starts its own broker);
-#               under CI=true (.ci/run) then make docker-test
+#               under CI=true (.ci/run) inside scripts/docker/test.sh --alongside: the Docker
+#               images build meanwhile, and the Docker tests follow
 #   make docker-test  Docker Engine (installed/started if needed) + images + integration/docker
 #               + a testcontainers subset of integration/ (docs/deploy.md); part of
 #               `make test` under CI=true
@@ -38,9 +39,11 @@ lint: $(STAMP)
 test: export AWS_METADATA_ENDPOINT = http://127.0.0.1:9
 # Two pytest processes (pytest-xdist; a file's tests stay in one; each its own broker):
 # the integration tests mostly wait, so two take ~14 min instead of ~23 on 2 cores.
+# Under CI=true the Docker tests follow (docker-test below), and their images build while
+# these tests run (scripts/docker/test.sh --alongside: CI's wall time).
+PYTEST_ALL := $(BIN)/python -m pytest -n 2 --dist loadfile tests integration benchmarks/tests --ignore=benchmarks/tests/test_smoke_broker.py --ignore=integration/docker --durations=10
 test: lint
-	$(BIN)/python -m pytest -n 2 --dist loadfile tests integration benchmarks/tests --ignore=benchmarks/tests/test_smoke_broker.py --ignore=integration/docker --durations=10
-	$(if $(filter true 1 yes on,$(CI)),$(MAKE) docker-test)
+	$(if $(filter true 1 yes on,$(CI)),PYTHON=$(BIN)/python scripts/docker/test.sh --alongside '$(PYTEST_ALL)',$(PYTEST_ALL))
 
 # The Docker tests (scripts/docker/test.sh, docs/deploy.md): as root on a Debian-like host,
 # installs Docker Engine if missing, starts dockerd on kstream's own socket if none answers

@@ -98,6 +98,10 @@ class ElectedCoordinator:
         self.watch = HostWatch()
         self._take_over = threading.Event()  # set by the worker loop's observe()
         self._pulse_thread: threading.Thread | None = None
+        self._producer: Any = None  # CoordinatorPulse's, made on first use
+        self._pulse_lock = threading.Lock()
+        self._said = False  # our last CoordinatorPulse said we host
+        self._pulse_done = threading.Event()
         if member is not None:
             self._pulse_thread = threading.Thread(
                 target=self._pulse, name="coordinator-pulse", daemon=True
@@ -132,8 +136,9 @@ class ElectedCoordinator:
         """Leave the candidates; stops our coordinator first if it runs."""
         self._stop.set()
         self._thread.join(timeout)
+        self._pulse_done.set()
         if self._pulse_thread is not None:
-            self._pulse_thread.join(timeout)  # its last pulse says we stepped down
+            self._pulse_thread.join(timeout)
 
     def observe(self, msg: Message) -> None:
         """A control message read by this process's worker loop (cooperative only)."""
@@ -149,29 +154,39 @@ class ElectedCoordinator:
 
     def _pulse(self) -> None:
         """While we host the coordinator, say so every PULSE_S; once more when we stop."""
-        assert self.member is not None
-        producer: Any = None
-        said = False
-        while True:
-            done = self._stop.is_set() and not self._thread.is_alive()
-            hosting = self.election.hosting and not done
-            member = self.member()
-            if member and (hosting or said):
-                try:
-                    if producer is None:
-                        producer = make_producer(self.job.bootstrap_servers, extra=self.job.kafka)
-                    msg = CoordinatorPulse(member, hosting)
-                    topic = control_topic(self.job.app_id)
-                    producer.produce(topic, encode(msg), key=record_key(msg))
-                    producer.poll(0)
-                    said = hosting
-                except Exception as e:  # (the coordinator's own writes report an outage)
-                    log.debug("coordinator pulse not written: %s", e)
-            if done:
-                break
-            self._stop.wait(PULSE_S)
-        if producer is not None:
-            producer.flush(5.0)
+        while not self._pulse_done.is_set():
+            self._say(self.election.hosting and not self._stop.is_set())
+            self._pulse_done.wait(PULSE_S)
+        self._say(False)
+        if self._producer is not None:
+            self._producer.flush(5.0)
+
+    def _say(self, hosting: bool, flush: bool = False) -> None:
+        """Write ``CoordinatorPulse`` (any thread): while hosting, and the first time after."""
+        if self.member is None:
+            return
+        member = self.member()
+        with self._pulse_lock:
+            if not member or not (hosting or self._said):
+                return
+            try:
+                if self._producer is None:
+                    self._producer = make_producer(self.job.bootstrap_servers, extra=self.job.kafka)
+                msg = CoordinatorPulse(member, hosting)
+                topic = control_topic(self.job.app_id)
+                self._producer.produce(topic, encode(msg), key=record_key(msg))
+                self._producer.poll(0)
+                if flush:
+                    self._producer.flush(2.0)
+                self._said = hosting
+            except Exception as e:  # (the coordinator's own writes report an outage)
+                log.debug("coordinator pulse not written: %s", e)
+
+    def _stepped_down(self) -> None:
+        """Our coordinator stopped: say so before the group elects the next candidate,
+        which would otherwise defer to our pulses for a moment (rule 4)."""
+        if not self.election.hosting:
+            self._say(False, flush=True)
 
     # ---------------------------------------------------------------- the loop
 
@@ -211,6 +226,7 @@ class ElectedCoordinator:
         def on_revoke(_c: Any, parts: list[Any]) -> None:
             if ours(parts):
                 self._execute(self.election.revoked(self.clock()))
+                self._stepped_down()  # before the partition goes to the next candidate
 
         def on_lost(_c: Any, parts: list[Any]) -> None:
             if ours(parts):
@@ -228,6 +244,7 @@ class ElectedCoordinator:
                 self._execute(self.election.tick(self.clock(), self.watch.other_host()))
         finally:
             self._execute(self.election.stop())
+            self._stepped_down()
             leave(consumer)  # the next candidate is elected once the others rejoined
             log.info("coordinator election: left the candidates")
 

@@ -13,14 +13,36 @@
 #      of a job over SASL and of kill -9 (docker kill) of a leader on a three-node cluster
 #      of three containers (integration/docker/kafka_cluster.py).
 # A missing engine fails the run (never a skip). PYTHON: kstream's interpreter.
+# `--alongside CMD` (what `make test` does under CI=true): runs CMD, the rest of the tests,
+# while the images build (the base image's debootstrap is minutes of downloads), then the
+# Docker tests if CMD passed; the exit code is CMD's, else the Docker tests'.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 export PYTHON=${PYTHON:-.venv/bin/python}
+alongside=""
+if [ "${1:-}" = --alongside ]; then
+    alongside=$2
+    shift 2
+fi
 . scripts/docker/engine.sh
 trap kstream_docker_engine_stop EXIT
 kstream_docker_engine
 start=$SECONDS
-scripts/docker/build-images.sh
+if [ -z "$alongside" ]; then
+    scripts/docker/build-images.sh
+else
+    images_log=$(mktemp)
+    scripts/docker/build-images.sh >"$images_log" 2>&1 &
+    images=$!
+    rc=0
+    env -u DOCKER_HOST bash -c "$alongside" || rc=$?  # (as without CI: no engine named)
+    images_rc=0
+    wait "$images" || images_rc=$?
+    cat "$images_log" >&2
+    rm -f "$images_log"
+    [ "$rc" = 0 ] || exit "$rc"
+    [ "$images_rc" = 0 ] || { echo "docker-test: building the images failed" >&2; exit "$images_rc"; }
+fi
 echo "docker-test: images ready in $((SECONDS - start)) s" >&2
 # (not exported: the tests read docker/images.env themselves)
 . docker/images.env
