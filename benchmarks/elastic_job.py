@@ -321,11 +321,12 @@ class Run:
         return check_exact(reference, list(self.windows), cut, WINDOW_MS)
 
     def coordinator_slot(self) -> int | None:
-        """The slot of the live worker that was last elected to host the coordinator."""
+        """The slot of the live worker that last started the coordinator (elected, or
+        acting: taken over from a silent host; an elected one that defers starts none)."""
         last: tuple[float, int] | None = None
         for slot, name in self.slots.items():
             for line in (self.dir / f"{name}.err").read_text(errors="replace").splitlines():
-                if "coordinator election: elected" in line:
+                if "; starting the coordinator" in line:
                     with contextlib.suppress(ValueError, KeyError):
                         when = datetime.fromisoformat(json.loads(line)["time"]).timestamp()
                         last = max(last or (when, slot), (when, slot))

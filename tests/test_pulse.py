@@ -166,3 +166,28 @@ def test_a_coordinator_elected_after_its_hosts_kill_carries_the_owner_that_never
         done = completed(out)
         assert done and all(metadata(h, n).tasks["b"].handle == handle("b", 1) for n in done)
         assert h.c.phase is JobPhase.RUNNING and h.c.attempt == 1
+
+
+def test_a_coordinator_that_took_over_carries_the_worker_its_candidate_saw_silent_at_once() -> None:
+    """A candidate took the coordinator over after the host (w2) was silent 1.5 s
+    (``HostWatch.silent``): its coordinator counts w2 as having pulsed that long before
+    its start, so w2 is carried at its first tick that judges silences (the second:
+    ``STALL_S``) instead of ``PULSED_CARRY_S`` after its start; the live workers, which it
+    does not name, are not."""
+    from tests.test_release import completed_at_1
+
+    history: list[Message] = [Resume(1, dict(OWNERS))]
+    h = Harness(tasks=OWNERS, history=history, description=ISOLATED, cooperative=True)
+    h.run(h.c.start(0.0, {"w2": 1.5}), 0.0)
+    h.c.latest_completed = completed_at_1()
+    out: list[Message] = []
+    t = 0.0
+    while t <= 2.0:
+        if t == 0.5:
+            assert h.c.carried.members == {"w2": ("b",)} and 0.5 < PULSED_CARRY_S
+        for member in LIVE:
+            out += messages(h.send(Pulse(member), t))
+        out += cycle(h, t, t, LIVE)
+        t = round(t + 0.25, 3)
+    assert h.c.carried.members == {"w2": ("b",)}  # and no one else
+    assert completed(out) and h.c.phase is JobPhase.RUNNING and h.c.attempt == 1

@@ -142,3 +142,13 @@ def test_no_take_over_once_the_election_is_done() -> None:
     e = Election()
     e.stop()
     assert e.take_over(1.0) == [] and not e.hosting
+
+
+def test_the_workers_seen_silent_at_a_take_over_are_named_with_their_silence() -> None:
+    w = watch_of("b")
+    rounds(w, 3, CoordinatorPulse("a", True), Pulse("a"), Pulse("c"))
+    assert w.silent() == {}
+    fired = rounds(w, SILENCE_PULSES, Pulse("c"))
+    assert fired == [SILENCE_PULSES - 2]
+    # a's worker pulse was read before b's last pulse of the rounds with a: 7 of b's since
+    assert w.silent() == {"a": (SILENCE_PULSES + 1) * w.every}

@@ -12,7 +12,7 @@ import logging
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from contextlib import ExitStack
 from typing import Any, Protocol
 
@@ -304,6 +304,7 @@ def run_coordinator(
     metrics: Metrics | None = None,
     description: dict[str, Any] | None = None,
     detailed: bool = False,
+    silent: Mapping[str, float] | None = None,
 ) -> int:
     """Coordinate ``job``'s checkpoints until a hard failure or ``should_stop``; the exit code.
 
@@ -315,7 +316,8 @@ def run_coordinator(
     carry it, and the checkpoint restored at start — the job's latest, or the one
     ``job.start`` names — must be restorable under it (:mod:`kstream.plan.compat`).
     With ``detailed``: 3 (another coordinator took over) and 4 (Kafka or the store
-    failed it) instead of 1 for those.
+    failed it) instead of 1 for those. ``silent``: the workers a candidate taking the
+    coordinator over saw silent, with their silence in seconds (docs/design.md §6.8).
     """
     if not job.checkpointing.enabled:
         log.warning(
@@ -375,7 +377,7 @@ def run_coordinator(
         skipped = channel.skipped
         executor.recovered()
         hosting.enter_context(executor.metrics.coordinating())
-        failure = executor.execute(coordinator.start(clock()))
+        failure = executor.execute(coordinator.start(clock(), silent))
         # An outage of our own (seen while reading, or inside a send that waited it
         # out) silenced every worker's heartbeats too: they do not count against them.
         reach = channel.reach

@@ -95,7 +95,8 @@ class ElectedCoordinator:
         self.job = job
         # Cooperative assignment: this worker's member id; pulses and take-overs (rule 4).
         self.member = member
-        self.watch = HostWatch()
+        self.watch = HostWatch(every=PULSE_S)
+        self._silent: dict[str, float] = {}  # seen at a take-over, for that coordinator
         self._take_over = threading.Event()  # set by the worker loop's observe()
         self._pulse_thread: threading.Thread | None = None
         self._producer: Any = None  # CoordinatorPulse's, made on first use
@@ -150,6 +151,7 @@ class ElectedCoordinator:
                 "coordinator election: the coordinator's host %s is silent; taking over",
                 self.watch.host,
             )
+            self._silent = self.watch.silent()
             self._take_over.set()
 
     def _pulse(self) -> None:
@@ -240,7 +242,8 @@ class ElectedCoordinator:
                 self._reap()
                 if self._take_over.is_set():
                     self._take_over.clear()
-                    self._execute(self.election.take_over(self.clock()))
+                    silent, self._silent = self._silent, {}
+                    self._execute(self.election.take_over(self.clock()), silent)
                 self._execute(self.election.tick(self.clock(), self.watch.other_host()))
         finally:
             self._execute(self.election.stop())
@@ -248,14 +251,17 @@ class ElectedCoordinator:
             leave(consumer)  # the next candidate is elected once the others rejoined
             log.info("coordinator election: left the candidates")
 
-    def _execute(self, commands: list[ElectionCommand]) -> None:
+    def _execute(
+        self, commands: list[ElectionCommand], silent: dict[str, float] | None = None
+    ) -> None:
+        """Carry ``commands`` out; ``silent``: the workers a take-over saw silent."""
         for command in commands:
             if command is ElectionCommand.START:
-                self._start_coordinator()
+                self._start_coordinator(silent or {})
             else:
                 self._stop_coordinator()
 
-    def _start_coordinator(self) -> None:
+    def _start_coordinator(self, silent: dict[str, float]) -> None:
         log.info(
             "coordinator election: %s (%d time(s)); starting the coordinator of %r",
             "acting" if self.election.phase is ElectionPhase.ACTING else "elected",
@@ -264,10 +270,12 @@ class ElectedCoordinator:
         )
         self._coord_stop.clear()
         self._outcome = None
-        self._coord = threading.Thread(target=self._coordinate, name="coordinator", daemon=True)
+        self._coord = threading.Thread(
+            target=self._coordinate, args=(silent,), name="coordinator", daemon=True
+        )
         self._coord.start()
 
-    def _coordinate(self) -> None:
+    def _coordinate(self, silent: dict[str, float]) -> None:
         try:
             code = coordinate(
                 self.job,
@@ -275,6 +283,7 @@ class ElectedCoordinator:
                 heartbeat_timeout=self.heartbeat_timeout,
                 should_stop=lambda: self._coord_stop.is_set() or self._stop.is_set(),
                 detailed=True,
+                silent=silent,
             )
             known = {o.value for o in Outcome}
             if code == EXIT_USAGE:  # as final as a failed job; the reason is logged

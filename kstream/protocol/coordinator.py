@@ -9,6 +9,7 @@ milliseconds with a fake clock.
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from functools import partial
 from typing import Any
 
@@ -154,8 +155,10 @@ class CheckpointCoordinator(CheckpointCompletion, JobStopping, TaskAdoption):
 
     # -- inputs --------------------------------------------------------------------------
 
-    def start(self, now: float) -> list[Command]:
-        """Continue from the recovered history; call once before ``handle``/``tick``."""
+    def start(self, now: float, silent: Mapping[str, float] | None = None) -> list[Command]:
+        """Continue from the recovered history; call once before ``handle``/``tick``.
+        ``silent``: workers a candidate taking the coordinator over saw silent, with their
+        silence in seconds (docs/design.md §6.8)."""
         rec = self._recovered
         self._started = now
         self.triggers.interval_from(now)
@@ -175,7 +178,7 @@ class CheckpointCoordinator(CheckpointCompletion, JobStopping, TaskAdoption):
         self.members.expect(rec.owners, now)
         if self.adopting:  # (every worker pulses: one that never does here is silent)
             self.members.expect_pulses(
-                {m for m in rec.owners.values() if not m.startswith(RELEASED_BY)}, now
+                {m for m in rec.owners.values() if not m.startswith(RELEASED_BY)}, now, silent
             )
         # 3. A job that was running keeps running in its attempt; one that was
         #    restoring, failed, stopped, or had an unhandled task failure is restored anew.

@@ -45,12 +45,20 @@ class Membership:
         for member, tasks in by_member.items():
             self.seen.setdefault(member, (now, tuple(sorted(tasks))))
 
-    def expect_pulses(self, members: set[str], now: float) -> None:
+    def expect_pulses(
+        self, members: set[str], now: float, silent: Mapping[str, float] | None = None
+    ) -> None:
         """``members`` pulse (cooperative assignment: every worker does): each counts as
         having pulsed at ``now``, so one that never pulses to this coordinator is judged
-        silent like any other — the worker that hosted its predecessor, killed with it."""
+        silent like any other — the worker that hosted its predecessor, killed with it;
+        one ``silent`` names (seconds: what a candidate taking over saw) as last heard —
+        pulse and heartbeat — at ``now`` less that."""
+        silent = silent or {}
         for member in members:
-            self.pulses.setdefault(member, now)
+            self.pulses.setdefault(member, now - silent.get(member, 0.0))
+            seen = self.seen.get(member)
+            if member in silent and seen is not None:
+                self.seen[member] = (min(seen[0], now - silent[member]), seen[1])
 
     def silent(
         self, timeout: float, now: float, grace: Mapping[str, float] | None = None

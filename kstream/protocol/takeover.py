@@ -38,6 +38,7 @@ class HostWatch:
 
     me: str = ""
     silence: int = SILENCE_PULSES
+    every: float = 0.25  # s between two pulses of a worker (kstream.worker.pulse.PULSE_S)
     host: str | None = None  # the member whose process hosts the coordinator, by its pulses
     _count: int = 0  # this worker's pulses read so far
     _host_at: int = 0  # ... when the host's last CoordinatorPulse was read
@@ -68,6 +69,16 @@ class HostWatch:
             and self.host != self.me
             and self._count - self._host_at < self.silence
         )
+
+    def silent(self) -> dict[str, float]:
+        """The workers silent for ``silence`` or longer, with their silence in seconds (by
+        this worker's pulses): a coordinator taking over judges them silent from its start,
+        instead of counting them as having pulsed then (``Membership.expect_pulses``)."""
+        return {
+            member: (self._count - at) * self.every
+            for member, at in self._seen.items()
+            if self._count - at >= self.silence
+        }
 
     def _due(self) -> bool:
         if self.host is None or self.host == self.me or self._fired:
