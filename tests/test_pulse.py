@@ -191,3 +191,19 @@ def test_a_coordinator_that_took_over_carries_the_worker_its_candidate_saw_silen
         t = round(t + 0.25, 3)
     assert h.c.carried.members == {"w2": ("b",)}  # and no one else
     assert completed(out) and h.c.phase is JobPhase.RUNNING and h.c.attempt == 1
+
+
+def test_a_coordinator_that_took_over_checkpoints_at_once_an_elected_one_after_its_interval() -> None:
+    """Every task's output has waited since the dead host's last completion: a coordinator
+    that took over triggers at its first tick; one started by its election (a job's
+    start, a graceful move) an interval after its start, as before."""
+    from tests.test_carrying import trigger_of
+    from tests.test_release import completed_at_1
+
+    for took_over in (True, False):
+        history: list[Message] = [Resume(1, dict(OWNERS))]
+        h = Harness(tasks=OWNERS, history=history, description=ISOLATED, cooperative=True)
+        h.run(h.c.start(0.0, {"w2": 1.5} if took_over else None), 0.0)
+        h.c.latest_completed = completed_at_1()
+        first = trigger_of(h.tick(0.05))
+        assert (first is not None) is took_over, (took_over, first)

@@ -183,7 +183,7 @@ def test_the_elected_coordinator_runs_with_the_plan_and_a_refusal_stops_the_work
         JobConfig("wc", "k:9092"), coordination, on_refused=lambda: stopped.append(True)
     )
     elected.election.assigned(True, 0.0)
-    elected._start_coordinator({})
+    elected._start_coordinator(None)
     assert elected._coord is not None
     elected._coord.join(10.0)
     elected._reap()

@@ -316,8 +316,9 @@ def run_coordinator(
     carry it, and the checkpoint restored at start — the job's latest, or the one
     ``job.start`` names — must be restorable under it (:mod:`kstream.plan.compat`).
     With ``detailed``: 3 (another coordinator took over) and 4 (Kafka or the store
-    failed it) instead of 1 for those. ``silent``: the workers a candidate taking the
-    coordinator over saw silent, with their silence in seconds (docs/design.md §6.8).
+    failed it) instead of 1 for those. ``silent``: it takes over from a silent host, and
+    these workers its candidate saw silent, with their silence in seconds
+    (docs/design.md §6.8).
     """
     if not job.checkpointing.enabled:
         log.warning(

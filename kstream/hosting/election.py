@@ -254,14 +254,15 @@ class ElectedCoordinator:
     def _execute(
         self, commands: list[ElectionCommand], silent: dict[str, float] | None = None
     ) -> None:
-        """Carry ``commands`` out; ``silent``: the workers a take-over saw silent."""
+        """Carry ``commands`` out; ``silent``: the workers a take-over saw silent (None: no
+        take-over)."""
         for command in commands:
             if command is ElectionCommand.START:
-                self._start_coordinator(silent or {})
+                self._start_coordinator(silent)
             else:
                 self._stop_coordinator()
 
-    def _start_coordinator(self, silent: dict[str, float]) -> None:
+    def _start_coordinator(self, silent: dict[str, float] | None) -> None:
         log.info(
             "coordinator election: %s (%d time(s)); starting the coordinator of %r",
             "acting" if self.election.phase is ElectionPhase.ACTING else "elected",
@@ -275,7 +276,7 @@ class ElectedCoordinator:
         )
         self._coord.start()
 
-    def _coordinate(self, silent: dict[str, float]) -> None:
+    def _coordinate(self, silent: dict[str, float] | None) -> None:
         try:
             code = coordinate(
                 self.job,

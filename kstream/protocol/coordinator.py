@@ -157,8 +157,8 @@ class CheckpointCoordinator(CheckpointCompletion, JobStopping, TaskAdoption):
 
     def start(self, now: float, silent: Mapping[str, float] | None = None) -> list[Command]:
         """Continue from the recovered history; call once before ``handle``/``tick``.
-        ``silent``: workers a candidate taking the coordinator over saw silent, with their
-        silence in seconds (docs/design.md §6.8)."""
+        ``silent``: this coordinator took over from a silent host (docs/design.md §6.8):
+        the workers its candidate saw silent, with their silence in seconds."""
         rec = self._recovered
         self._started = now
         self.triggers.interval_from(now)
@@ -183,6 +183,10 @@ class CheckpointCoordinator(CheckpointCompletion, JobStopping, TaskAdoption):
         # 3. A job that was running keeps running in its attempt; one that was
         #    restoring, failed, stopped, or had an unhandled task failure is restored anew.
         cmds += self.failover.continue_from(rec, now)
+        if silent is not None and self.phase is JobPhase.RUNNING:
+            # Every task's output has waited since the dead host's last completion: the
+            # first checkpoint now, not an interval after this start.
+            self.triggers.request()
         return cmds
 
     def handle(self, msg: Message, now: float) -> list[Command]:
