@@ -7,8 +7,10 @@ fed 150 records a second. The host is killed: its coordinator dies with its work
 
 - A survivor finds the host's ``CoordinatorPulse`` silent and takes the coordinator over
   ("taking over", then "acting"), before the election group's session (6 s) would elect
-  the next one; exactly one coordinator starts after the kill (the one the group elects
-  later, if another, defers to it).
+  the next one. Every coordinator that starts after the kill is such a take-over: the
+  one the group elects later, if another, defers to it ("hosts it still"), and a fenced
+  one stands by instead of restarting. (That is one start; on a machine busy enough to
+  starve a live host's pulses for 1.5 s, a false alarm adds a take-over.)
 - That coordinator never heard the dead worker; it counts every owner as having pulsed at
   its start, so the dead one is carried a second later (``silent for``) and checkpoints
   complete without it — before, they waited until the workers' group gave its partitions
@@ -111,7 +113,10 @@ def test_a_killed_coordinator_hosts_tasks_are_carried_by_the_next_coordinator_at
         assert_exact(kafka_bootstrap, dst, feed.produced, new)
         since = new.log()[at:]
         assert "failover (attempt" not in since and "restart (attempt" not in since, new.tail()
-        assert started() == [new], [w.tail() for w in survivors]  # one move, not two
+        logs = [w.log()[m:] for w, m in zip(survivors, marks, strict=True)]
+        starts = sum(log.count("; starting the coordinator") for log in logs)
+        take_overs = sum(log.count("is silent; taking over") for log in logs)
+        assert starts == take_overs, [w.tail() for w in survivors]
         assert [w.log().count("restore: attempt") for w in survivors] == restores
     finally:
         if feeding:

@@ -67,3 +67,23 @@ def test_a_refusal_fails_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
     with pytest.raises(ControlError, match="fencing the previous coordinator of 'app'"):
         ch.open(timeout=5.0)
     assert len(asked) == 1
+
+
+def test_a_fenced_coordinators_channel_closes_without_raising(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A coordinator fenced mid-run (another took over) closes its channel: librdkafka's
+    flush then raises the producer's fatal error. Raised out of the close, it made the
+    fenced coordinator look crashed (unavailable), so it restarted and fenced the one
+    that had taken over (seen under load, integration/test_coordinator_host_kill.py)."""
+    ch, _asked = _channel(monkeypatch, [None], 60)
+    ch.open(timeout=5.0)
+
+    class Fenced:
+        def flush(self, _timeout: float) -> int:
+            raise KafkaException(
+                KafkaError(KafkaError._FENCED, "Failed to end transaction: fenced", fatal=True)
+            )
+
+    ch._producer = Fenced()
+    ch.close()  # no exception

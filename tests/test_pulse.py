@@ -184,7 +184,7 @@ def test_a_coordinator_that_took_over_carries_the_worker_its_candidate_saw_silen
     t = 0.0
     while t <= 2.0:
         if t == 0.5:
-            assert h.c.carried.members == {"w2": ("b",)} and 0.5 < PULSED_CARRY_S
+            assert h.c.carried.members == {"w2": ("b",)} and PULSED_CARRY_S > 0.5
         for member in LIVE:
             out += messages(h.send(Pulse(member), t))
         out += cycle(h, t, t, LIVE)
@@ -193,7 +193,9 @@ def test_a_coordinator_that_took_over_carries_the_worker_its_candidate_saw_silen
     assert completed(out) and h.c.phase is JobPhase.RUNNING and h.c.attempt == 1
 
 
-def test_a_coordinator_that_took_over_checkpoints_at_once_an_elected_one_after_its_interval() -> None:
+def test_a_coordinator_that_took_over_checkpoints_at_once_an_elected_one_after_its_interval() -> (
+    None
+):
     """Every task's output has waited since the dead host's last completion: a coordinator
     that took over triggers at its first tick; one started by its election (a job's
     start, a graceful move) an interval after its start, as before."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from kstream.protocol.elasticmessages import CoordinatorPulse, Pulse
 from kstream.protocol.election import Election, ElectionCommand, ElectionPhase, Outcome
+from kstream.protocol.messages import TriggerCheckpoint
 from kstream.protocol.takeover import SILENCE_PULSES, HostWatch
 
 
@@ -152,3 +153,29 @@ def test_the_workers_seen_silent_at_a_take_over_are_named_with_their_silence() -
     assert fired == [SILENCE_PULSES - 2]
     # a's worker pulse was read before b's last pulse of the rounds with a: 7 of b's since
     assert w.silent() == {"a": (SILENCE_PULSES + 1) * w.every}
+
+
+def test_a_host_is_alive_while_its_worker_pulses_or_a_coordinator_writes() -> None:
+    """The election's pulse thread of a live host can be starved on a busy machine: its
+    worker's own pulses, and any message only a live coordinator commits, count too
+    (a false alarm seen under two busy loops: a coordinator moved twice)."""
+    w = watch_of("b")
+    rounds(w, 2, CoordinatorPulse("a", True))
+    assert rounds(w, 30, Pulse("a")) == [] and w.other_host()
+    assert rounds(w, 30, TriggerCheckpoint(7, 1, 0)) == [] and w.other_host()
+    assert rounds(w, 30) == [SILENCE_PULSES - 2]  # everything of a's silent: taken over
+
+
+def test_a_deferring_elected_candidate_follows_the_line_when_the_host_falls_silent() -> None:
+    """Elected while b acts, c defers. When b falls silent, c does not start on its own
+    (the first in line, a, takes over at the same moment: two starts); the host is still
+    named, not stepped down, until the line's take-over pulses."""
+    c = watch_of("c")
+    rounds(c, 3, CoordinatorPulse("b", True), Pulse("a"), Pulse("b"))
+    e = Election()
+    assert e.assigned(True, 0.0, other_host=c.other_host()) == []
+    assert rounds(c, SILENCE_PULSES, Pulse("a")) == []  # a is first in line
+    assert not c.other_host() and c.other_host(live=False)
+    assert e.tick(5.0, other_host=c.other_host(live=False)) == []
+    rounds(c, 2, CoordinatorPulse("a", True), Pulse("a"))  # a took over
+    assert c.other_host() and e.tick(6.0, other_host=c.other_host(live=False)) == []

@@ -244,7 +244,8 @@ class ElectedCoordinator:
                     self._take_over.clear()
                     silent, self._silent = self._silent, {}
                     self._execute(self.election.take_over(self.clock()), silent)
-                self._execute(self.election.tick(self.clock(), self.watch.other_host()))
+                # (a deferring one starts when the host stepped down, or takes over)
+                self._execute(self.election.tick(self.clock(), self.watch.other_host(False)))
         finally:
             self._execute(self.election.stop())
             self._stepped_down()

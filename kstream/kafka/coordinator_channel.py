@@ -4,6 +4,7 @@ the coordinator's epoch, and read_committed reads that notice a successor
 
 from __future__ import annotations
 
+import logging
 import time
 from collections import Counter
 from collections.abc import Mapping, Sequence
@@ -34,6 +35,8 @@ from kstream.protocol.messages import (
     record_key,
 )
 from kstream.protocol.signing import COORDINATOR_MESSAGES, sign, verify
+
+log = logging.getLogger(__name__)
 
 
 class CoordinatorChannel:
@@ -239,4 +242,7 @@ class CoordinatorChannel:
     def close(self) -> None:
         if self._reader is not None:
             self._reader.close()
-        self._producer.flush(5.0)
+        try:
+            self._producer.flush(5.0)
+        except KafkaException as e:  # fenced (or fatal): nothing of ours goes out any more
+            log.info("coordinator's producer closed without flushing: %s", e.args[0].str())

@@ -24,8 +24,9 @@ coordinator's ``init_transactions`` fences it, so exactly one writes at a time.
    finds the host silent takes the coordinator over (``take_over``) without waiting for
    the election group: ACTING until the group elects it, or until another coordinator
    fences it (then it stands by); an elected candidate that hears another live host
-   (``other_host``) waits instead of fencing it, and starts once that host stepped down or
-   went silent (or takes over when its watch says so).
+   (``other_host``) waits instead of fencing it, and starts once that host stepped down,
+   or takes over when its watch says so (in line with the others, when the host falls
+   silent).
 """
 
 from __future__ import annotations

@@ -6,7 +6,9 @@ election group gives its partition to another member — after its host's sessio
 (6 s) when the host was killed. Every task of the job waits meanwhile: nobody triggers
 checkpoints, so nothing is published. With cooperative assignment every worker pulses
 (``Pulse``, every 0.25 s) and the host's election writes ``CoordinatorPulse`` as often, so
-a candidate can see sooner that the host died, and start a coordinator itself: the fixed
+a candidate can see sooner that the host died — neither pulse, nor a coordinator's
+message (only a live, unfenced coordinator commits one), for a while — and start a
+coordinator itself: the fixed
 transactional id it starts with fences the old one, whatever it was doing, so two never
 write at once (a false alarm costs a move of the coordinator, never a double write).
 
@@ -25,6 +27,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from kstream.protocol.elasticmessages import CoordinatorPulse, Pulse
+from kstream.protocol.signing import COORDINATOR_MESSAGES
 
 #: How many of this worker's own pulses (0.25 s apart) read since the host's last one make
 #: the host silent: 1.5 s — longer than a pulse thread's usual stall on a busy machine, and
@@ -56,19 +59,23 @@ class HostWatch:
                 self.host = None  # it stepped down: the election group elects the next
             case Pulse(member=member) if member != self.me or not self.me:
                 self._seen[member] = self._count
+                if member == self.host:  # its process lives (its worker's own thread)
+                    self._host_at = self._count
+            case _ if isinstance(msg, COORDINATOR_MESSAGES) and self.host != self.me:
+                self._host_at = self._count  # a coordinator writes (fenced ones cannot)
             case Pulse():
                 self._count += 1
                 return self._due()
         return False
 
-    def other_host(self) -> bool:
-        """Whether a live process other than this one hosts the coordinator (an elected
-        candidate then waits instead of fencing it: :class:`Election`)."""
-        return (
-            self.host is not None
-            and self.host != self.me
-            and self._count - self._host_at < self.silence
-        )
+    def other_host(self, live: bool = True) -> bool:
+        """Whether another process hosts the coordinator and has not stepped down — and,
+        with ``live``, has not been silent (an elected candidate defers to a live one
+        instead of fencing it, and then goes on deferring until it steps down or this
+        watch says to take over, in line with the other candidates: :class:`Election`)."""
+        if self.host is None or self.host == self.me:
+            return False
+        return not live or self._count - self._host_at < self.silence
 
     def silent(self) -> dict[str, float]:
         """The workers silent for ``silence`` or longer, with their silence in seconds (by
