@@ -136,8 +136,6 @@ def worker(
             on_refused=w.stop_event.set,
             member=cooperative_member(w),
         )
-        if isinstance(w.mode, Checkpointed) and election.member is not None:
-            w.mode.observers.append(election.observe)  # the control topic, as the loop reads it
         election.start()
     code = w.run()
     if election is not None:

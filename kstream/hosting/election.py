@@ -15,10 +15,12 @@ next coordinator's ``init_transactions`` on the fixed transactional id.
 
 With cooperative assignment (``member`` given: the worker's member id), the host also
 writes ``CoordinatorPulse`` every ``PULSE_S`` from a thread of its own, and every
-candidate's worker loop feeds the control topic to :meth:`ElectedCoordinator.observe`
-(:class:`kstream.protocol.takeover.HostWatch`): a candidate that finds the host silent
-takes the coordinator over at once, before the group's session expires (rule 4 of
-:mod:`kstream.protocol.election`).
+candidate reads the control topic's pulses and coordinator messages into a
+:class:`kstream.protocol.takeover.HostWatch` — with a reader of its own that also reads
+open transactions: a killed coordinator's open transaction holds every read_committed
+reader (the worker loops') until the next coordinator fences it, so a committed reader
+would see no silence. A candidate that finds the host silent takes the coordinator over
+at once, before the group's session expires (rule 4 of :mod:`kstream.protocol.election`).
 """
 
 from __future__ import annotations
@@ -41,14 +43,21 @@ from kstream.kafka.clients import (
     make_consumer,
     make_producer,
 )
+from kstream.kafka.control import ControlReader
 from kstream.names import control_topic, election_group, election_topic
-from kstream.protocol.elasticmessages import CoordinatorPulse
+from kstream.protocol.elasticmessages import CoordinatorPulse, Pulse
 from kstream.protocol.election import Election, ElectionCommand, ElectionPhase, Outcome
 from kstream.protocol.messages import Message, encode, record_key
+from kstream.protocol.signing import COORDINATOR_MESSAGES
 from kstream.protocol.takeover import HostWatch
 from kstream.worker.pulse import PULSE_S
 
 log = logging.getLogger(__name__)
+
+#: The record keys' types a candidate's watch reads (``record_key``: the type first).
+WATCHED_KEYS = frozenset(
+    t.__name__.encode() for t in (Pulse, CoordinatorPulse, *COORDINATOR_MESSAGES)
+)
 
 #: How often a candidate heartbeats the election group: how long, at most, the next
 #: coordinator waits after the elected one left (a heartbeat is a few bytes a member).
@@ -142,7 +151,7 @@ class ElectedCoordinator:
             self._pulse_thread.join(timeout)
 
     def observe(self, msg: Message) -> None:
-        """A control message read by this process's worker loop (cooperative only)."""
+        """A control message read by our watch's reader (cooperative only)."""
         if self.member is None:
             return
         self.watch.me = self.member()
@@ -236,9 +245,11 @@ class ElectedCoordinator:
                 self._execute(self.election.revoked(self.clock()))
 
         consumer.subscribe([topic], on_assign=on_assign, on_revoke=on_revoke, on_lost=on_lost)
+        watching = self._watch_reader()
         try:
             while not self._stop.is_set() and self.election.phase is not ElectionPhase.DONE:
                 consumer.poll(0.2)  # no records are ever written: membership only
+                self._watch(watching)
                 self._reap()
                 if self._take_over.is_set():
                     self._take_over.clear()
@@ -250,7 +261,32 @@ class ElectedCoordinator:
             self._execute(self.election.stop())
             self._stepped_down()
             leave(consumer)  # the next candidate is elected once the others rejoined
+            if watching is not None:
+                watching.close()
             log.info("coordinator election: left the candidates")
+
+    def _watch_reader(self) -> ControlReader | None:
+        """The control topic from its end, open transactions too, only the records the
+        watch reads (by their keys: no acknowledgement is decoded here)."""
+        if self.member is None:
+            return None
+        return ControlReader(
+            self.job.bootstrap_servers,
+            self.job.app_id,
+            from_beginning=False,
+            extra=self.job.kafka,
+            read_committed=False,
+            keys=lambda key: key is not None and key.split(b":", 1)[0] in WATCHED_KEYS,
+        )
+
+    def _watch(self, reader: ControlReader | None) -> None:
+        if reader is None:
+            return
+        try:
+            for msg in reader.poll(0.0, 1000):
+                self.observe(msg)
+        except Exception as e:  # an outage: the coordinator's own reads report it
+            log.debug("coordinator election: reading the control topic failed: %s", e)
 
     def _execute(
         self, commands: list[ElectionCommand], silent: dict[str, float] | None = None

@@ -110,8 +110,14 @@ class ControlReader:
         extra: Mapping[str, Any] | None = None,
         reachability: Reachability | None = None,
         key_source: Callable[[], bytes | None] | None = None,
+        read_committed: bool = True,
+        keys: Callable[[bytes | None], bool] | None = None,
     ) -> None:
+        """``read_committed=False``: also records of transactions still open (a killed
+        coordinator's blocks committed readers until it is fenced); ``keys``: decode only
+        records whose key it accepts (the others are passed over unread)."""
         self.topic = control_topic(app_id)
+        self._keys = keys
         # Verification of coordinator messages (kstream.protocol.signing.verify): with
         # a key source, a coordinator message that does not verify is skipped.
         self._key_source = key_source
@@ -127,7 +133,7 @@ class ControlReader:
             return make_consumer(
                 bootstrap,
                 control_reader_group(app_id),
-                read_committed=True,
+                read_committed=read_committed,
                 # A short fetch wait: an empty fetch (the end of the topic) is answered
                 # in 50 ms, so reading the history to its end does not wait 500 ms per fetch.
                 extra={
@@ -190,6 +196,8 @@ class ControlReader:
             self.reach.ok()
             self._progress_at = time.monotonic()
             self.last_offset = rec.offset() or 0
+            if self._keys is not None and not self._keys(rec.key()):
+                continue
             value = rec.value()
             try:
                 msg = decode(value)
@@ -346,8 +354,14 @@ class ControlClient:
         extra: Mapping[str, Any] | None = None,
         reachability: Reachability | None = None,
         key_source: Callable[[], bytes | None] | None = None,
+        read_committed: bool = True,
+        keys: Callable[[bytes | None], bool] | None = None,
     ) -> None:
+        """``read_committed=False``: also records of transactions still open (a killed
+        coordinator's blocks committed readers until it is fenced); ``keys``: decode only
+        records whose key it accepts (the others are passed over unread)."""
         self.topic = control_topic(app_id)
+        self._keys = keys
         self.reach = reachability or Reachability(DEFAULT_MAX_OUTAGE)
         self._reader = ControlReader(
             bootstrap,

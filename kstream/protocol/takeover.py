@@ -12,8 +12,10 @@ coordinator itself: the fixed
 transactional id it starts with fences the old one, whatever it was doing, so two never
 write at once (a false alarm costs a move of the coordinator, never a double write).
 
-:class:`HostWatch` is fed the control topic's pulses in their order, on the worker loop
-that reads them. Its clock is this worker's *own* pulses read since the host's last one:
+:class:`HostWatch` is fed the control topic's pulses and coordinator messages in their
+order, by a reader of the candidate's own that also reads open transactions (a killed
+coordinator's open transaction holds every read_committed reader until it is fenced, so
+such a reader would see no silence at all). Its clock is this worker's *own* pulses read since the host's last one:
 the topic's order is the writers' order, so a reader that was busy for a second (and then
 reads a burst) does not see a silence that was not there, and a candidate whose own
 process stalled counts nothing. The candidates take over in a line, to spare the job
