@@ -84,16 +84,28 @@ def test_a_killed_coordinator_hosts_tasks_are_carried_by_the_next_coordinator_at
                     if "; starting the coordinator" in w.log()[m:]]  # fmt: skip
 
         survivors[0].wait_until(lambda: bool(started()), "the next coordinator", 60)
-        new = started()[0]
-        at = marks[survivors.index(new)]
-        since_kill = new.log()[at:]
+        opener = started()[0]
+        since_kill = opener.log()[marks[survivors.index(opener)] :]
         silent = since_kill.find("is silent; taking over")
-        assert 0 <= silent < since_kill.find("coordinator election: acting ("), new.tail()
-        carried = new.wait_for(
-            r"worker \S+ silent for [\d.]+s: its tasks ([^\n]*) are carried at checkpoint", 60
-        )
+        assert 0 <= silent < since_kill.find("coordinator election: acting ("), opener.tail()
+        carry = r"worker \S+ silent for [\d.]+s: its tasks ([^\n]*) are carried at checkpoint"
+
+        def carrier() -> tuple[CliJob, re.Match[str]] | None:
+            for w, m in zip(survivors, marks, strict=True):
+                found = re.search(carry, w.log()[m:])
+                if found is not None:
+                    return w, found
+            return None
+
+        # (the coordinator that carries it: the first take-over's, or on a machine busy
+        # enough for two candidates to take over at once, the one that fenced it)
+        survivors[0].wait_until(lambda: carrier() is not None, "the dead worker carried", 60)
+        found = carrier()
+        assert found is not None
+        new, carried = found
+        at = marks[survivors.index(new)]
         tasks = set(carried.group(1).split(", "))
-        assert carried.start() > at and tasks, new.tail()
+        assert tasks, new.tail()
         assert "never heard by this coordinator" not in new.log()[at:], new.tail()
         # Checkpoints complete without the dead worker, long before its group session
         # ends (SESSION): then its tasks are adopted.
@@ -101,19 +113,20 @@ def test_a_killed_coordinator_hosts_tasks_are_carried_by_the_next_coordinator_at
         new.wait_until(lambda: latest() >= done + 2, "two checkpoints with it carried", 30)
         adopted: set[str] = set()
 
-        def all_adopted() -> bool:
-            log = new.log()[at:]
-            for m in re.finditer(r"worker \S+ adopts ([^\n]*) from checkpoint", log):
-                adopted.update(m.group(1).split(", "))
+        def all_adopted() -> bool:  # (by whichever coordinator runs by then)
+            for w, m in zip(survivors, marks, strict=True):
+                log = w.log()[m:]
+                for a in re.finditer(r"worker \S+ adopts ([^\n]*) from checkpoint", log):
+                    adopted.update(a.group(1).split(", "))
             return adopted >= tasks
 
         new.wait_until(all_adopted, f"{sorted(tasks)} adopted", 60)
         feed.__exit__(None, None, None)
         feeding = False
         assert_exact(kafka_bootstrap, dst, feed.produced, new)
-        since = new.log()[at:]
-        assert "failover (attempt" not in since and "restart (attempt" not in since, new.tail()
         logs = [w.log()[m:] for w, m in zip(survivors, marks, strict=True)]
+        for log in logs:
+            assert "failover (attempt" not in log and "restart (attempt" not in log, log[-3000:]
         starts = sum(log.count("; starting the coordinator") for log in logs)
         take_overs = sum(log.count("is silent; taking over") for log in logs)
         assert starts == take_overs, [w.tail() for w in survivors]

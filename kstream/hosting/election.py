@@ -108,7 +108,7 @@ class ElectedCoordinator:
         self._silent: dict[str, float] = {}  # seen at a take-over, for that coordinator
         self._take_over = threading.Event()  # set by the worker loop's observe()
         self._pulse_thread: threading.Thread | None = None
-        self._producer: Any = None  # CoordinatorPulse's, made on first use
+        self._producer: Any = None  # CoordinatorPulse's, made when the pulse thread starts
         self._pulse_lock = threading.Lock()
         self._said = False  # our last CoordinatorPulse said we host
         self._pulse_done = threading.Event()
@@ -165,6 +165,13 @@ class ElectedCoordinator:
 
     def _pulse(self) -> None:
         """While we host the coordinator, say so every PULSE_S; once more when we stop."""
+        try:  # connected before a take-over needs it: the others wait for our first pulse
+            producer = make_producer(self.job.bootstrap_servers, extra=self.job.kafka)
+            producer.list_topics(control_topic(self.job.app_id), timeout=10.0)
+            with self._pulse_lock:
+                self._producer = self._producer or producer
+        except Exception as e:  # made on first use instead
+            log.debug("coordinator pulse producer not ready: %s", e)
         while not self._pulse_done.is_set():
             self._say(self.election.hosting and not self._stop.is_set())
             self._pulse_done.wait(PULSE_S)
@@ -255,6 +262,7 @@ class ElectedCoordinator:
                     self._take_over.clear()
                     silent, self._silent = self._silent, {}
                     self._execute(self.election.take_over(self.clock()), silent)
+                    self._say(self.election.hosting)  # at once: the next in line waits on it
                 # (a deferring one starts when the host stepped down, or takes over)
                 self._execute(self.election.tick(self.clock(), self.watch.other_host(False)))
         finally:
