@@ -66,8 +66,11 @@ def _check(cluster: KafkaCluster, result: RunResult, scenario: Scenario) -> None
     The generator's idempotent producer can write a record twice when a broker leaves
     while its batch is in flight (seen: one duplicated input line in about one run in
     three of the outage, once in a rolling restart); the job must then count it twice.
-    So the expected output is computed from the input topic as it is. Only extra copies
-    of produced records are accepted there: a missing or foreign input record fails.
+    So the expected output is computed from the input topic as it is. Only copies of
+    produced records are accepted there: a foreign input record fails. A produced record
+    can also be missing from it after every broker was killed (seen once in CI at
+    1a15643: one record of 453, written by the generator's producer during the outage);
+    nothing of kstream writes the input topics, and the job must count what they hold.
     """
     written, held = _input(cluster, result, scenario)
     expected = scenario.expected
@@ -75,10 +78,11 @@ def _check(cluster: KafkaCluster, result: RunResult, scenario: Scenario) -> None
         extra, missing = held - written, written - held
         print(
             f"[prod] the input topic differs from what was produced: "
-            f"{sum(extra.values())} extra copies {list(extra)[:3]}",
+            f"{sum(extra.values())} extra copies {list(extra)[:3]}, "
+            f"{sum(missing.values())} missing {list(missing)[:3]}",
             flush=True,
         )
-        assert not missing and set(extra) <= set(written), (list(missing)[:3], list(extra)[:3])
+        assert set(extra) <= set(written), list(extra)[:3]
         lines = [(None, v.decode(), ts) for (_t, _p, v, ts), n in held.items() for _ in range(n)]
         rows = _expected(scenario.topology_file, {"lines": lines})
         expected = canonical([row for row in rows if scenario.keep(row)])
