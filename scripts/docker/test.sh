@@ -5,7 +5,8 @@
 #      and stopped again at the end);
 #   2. the images (scripts/docker/build-images.sh; the base image offline when no
 #      registry answers, scripts/docker/base-image.sh);
-#   3. the tests, in two pytest processes (a file's tests stay in one): integration/docker/
+#   3. the tests, in one pytest process (the compose test missed its phase deadline once
+#      beside the others in two): integration/docker/
 #      (the images themselves, compose) and a subset of integration/ against Kafka started
 #      by testcontainers from the built image: the exactly-once crash test of two jobs
 #      (wordcount and the orders/payments join; `make test` runs all four on the
@@ -48,7 +49,7 @@ echo "docker-test: images ready in $((SECONDS - start)) s" >&2
 . docker/images.env
 export TESTCONTAINERS_RYUK_DISABLED=true KSTREAM_TEST_KAFKA=testcontainers \
     KSTREAM_TEST_KAFKA_IMAGE=$IMAGE_KAFKA
-"$PYTHON" -m pytest -p no:cacheprovider --durations=5 -n 2 --dist loadfile \
+"$PYTHON" -m pytest -p no:cacheprovider --durations=5 \
     integration/docker \
     "integration/test_e2e_crash.py::test_exactly_once_under_kills[wordcount]" \
     "integration/test_e2e_crash.py::test_exactly_once_under_kills[orders_payments]" \
