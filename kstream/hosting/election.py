@@ -106,7 +106,7 @@ class ElectedCoordinator:
         self.member = member
         self.watch = HostWatch(every=PULSE_S)
         self._silent: dict[str, float] = {}  # seen at a take-over, for that coordinator
-        self._take_over = threading.Event()  # set by the worker loop's observe()
+        self._take_over = threading.Event()  # set by observe(), from our watch's reader
         self._pulse_thread: threading.Thread | None = None
         self._producer: Any = None  # CoordinatorPulse's, made when the pulse thread starts
         self._pulse_lock = threading.Lock()
@@ -166,11 +166,10 @@ class ElectedCoordinator:
     def _pulse(self) -> None:
         """While we host the coordinator, say so every PULSE_S; once more when we stop."""
         try:  # connected before a take-over needs it: the others wait for our first pulse
-            producer = make_producer(self.job.bootstrap_servers, extra=self.job.kafka)
-            producer.list_topics(control_topic(self.job.app_id), timeout=10.0)
             with self._pulse_lock:
-                self._producer = self._producer or producer
-        except Exception as e:  # made on first use instead
+                producer = self._pulse_producer()
+            producer.list_topics(control_topic(self.job.app_id), timeout=10.0)
+        except Exception as e:  # (connected at the first pulse instead)
             log.debug("coordinator pulse producer not ready: %s", e)
         while not self._pulse_done.is_set():
             self._say(self.election.hosting and not self._stop.is_set())
@@ -188,17 +187,21 @@ class ElectedCoordinator:
             if not member or not (hosting or self._said):
                 return
             try:
-                if self._producer is None:
-                    self._producer = make_producer(self.job.bootstrap_servers, extra=self.job.kafka)
+                producer = self._pulse_producer()
                 msg = CoordinatorPulse(member, hosting)
-                topic = control_topic(self.job.app_id)
-                self._producer.produce(topic, encode(msg), key=record_key(msg))
-                self._producer.poll(0)
+                producer.produce(control_topic(self.job.app_id), encode(msg), key=record_key(msg))
+                producer.poll(0)
                 if flush:
-                    self._producer.flush(2.0)
+                    producer.flush(2.0)
                 self._said = hosting
             except Exception as e:  # (the coordinator's own writes report an outage)
                 log.debug("coordinator pulse not written: %s", e)
+
+    def _pulse_producer(self) -> Any:
+        """The producer of our ``CoordinatorPulse`` (made once; call under the lock)."""
+        if self._producer is None:
+            self._producer = make_producer(self.job.bootstrap_servers, extra=self.job.kafka)
+        return self._producer
 
     def _stepped_down(self) -> None:
         """Our coordinator stopped: say so before the group elects the next candidate,

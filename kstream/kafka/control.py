@@ -354,14 +354,8 @@ class ControlClient:
         extra: Mapping[str, Any] | None = None,
         reachability: Reachability | None = None,
         key_source: Callable[[], bytes | None] | None = None,
-        read_committed: bool = True,
-        keys: Callable[[bytes | None], bool] | None = None,
     ) -> None:
-        """``read_committed=False``: also records of transactions still open (a killed
-        coordinator's blocks committed readers until it is fenced); ``keys``: decode only
-        records whose key it accepts (the others are passed over unread)."""
         self.topic = control_topic(app_id)
-        self._keys = keys
         self.reach = reachability or Reachability(DEFAULT_MAX_OUTAGE)
         self._reader = ControlReader(
             bootstrap,

@@ -44,7 +44,7 @@ else
     [ "$rc" = 0 ] || exit "$rc"
     [ "$images_rc" = 0 ] || { echo "docker-test: building the images failed" >&2; exit "$images_rc"; }
 fi
-echo "docker-test: images ready in $((SECONDS - start)) s" >&2
+echo "docker-test: images ready $((SECONDS - start)) s after the engine${alongside:+ (built alongside the other tests)}" >&2
 # (not exported: the tests read docker/images.env themselves)
 . docker/images.env
 export TESTCONTAINERS_RYUK_DISABLED=true KSTREAM_TEST_KAFKA=testcontainers \
