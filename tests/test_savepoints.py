@@ -91,7 +91,7 @@ def test_stop_with_savepoint_stops_workers_before_the_trigger_then_finishes() ->
     h.start(0.0)
     assert triggers(h.tick(1.0)) == [1]  # in flight before the request: not the savepoint
     assert messages(h.send(SavepointRequest("last", True, "cli"), 1.1)) == [
-        StopJob(0, "stop with savepoint last")
+        StopJob(0, "stop with savepoint last", after=1)
     ]
     out = h.ack(1, "a", 1.2)
     assert not any(isinstance(c, CreateSavepoint | Finish) for c in out)
@@ -129,7 +129,7 @@ def test_a_savepoint_asked_for_while_the_job_restores_is_made_once_it_runs() -> 
     out = h.send(TaskReady(attempt, "a", "w1", 1), 1.2)
     assert messages(out) == [
         Resume(attempt, {"a": "w1"}),
-        StopJob(attempt, "stop with savepoint sp"),
+        StopJob(attempt, "stop with savepoint sp", after=0),
     ]
     n = triggers(h.tick(1.3))  # asked for: no waiting for the interval
     assert len(n) == 1
@@ -147,7 +147,7 @@ def test_a_stop_with_savepoint_crossed_by_a_failover_stops_the_new_attempt() -> 
     h = Harness(tasks=["a"], interval=100.0)
     h.start(0.0)
     assert messages(h.send(SavepointRequest("sp", True, "cli"), 0.1)) == [
-        StopJob(0, "stop with savepoint sp")
+        StopJob(0, "stop with savepoint sp", after=0)
     ]
     assert triggers(h.tick(0.2)) == [1]
     h.send(TaskFailed("a", "w1", 0, "boom"), 0.3)  # before checkpoint 1 completed
@@ -155,7 +155,7 @@ def test_a_stop_with_savepoint_crossed_by_a_failover_stops_the_new_attempt() -> 
     attempt = h.c.attempt
     assert attempt == 1
     out = h.send(TaskReady(attempt, "a", "w1", 1), 1.1)
-    assert messages(out) == [Resume(1, {"a": "w1"}), StopJob(1, "stop with savepoint sp")]
+    assert messages(out) == [Resume(1, {"a": "w1"}), StopJob(1, "stop with savepoint sp", after=1)]
     n = triggers(h.tick(1.2))
     assert len(n) == 1 and n[0] > 1
     out = h.ack(n[0], "a", 1.3, attempt=1)

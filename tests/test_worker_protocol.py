@@ -284,3 +284,32 @@ def test_stop_job_then_a_trigger_in_the_same_poll_is_the_final_checkpoint() -> N
     assert p.handle(CheckpointCompleted(7, 1), 6.0) == [CommitSinks(7)]
     why = "stopping: the final checkpoint completed"
     assert p.tick(6.1) == [Send(WorkerStopped("m1", 1, why)), Exit(0, why)]
+
+
+def test_a_trigger_in_flight_before_a_stop_with_savepoint_is_not_the_final_checkpoint() -> None:
+    """The race CI met: the worker reads checkpoint 5's trigger and the StopJob of a
+    savepoint (to be checkpoint 6) in one poll. Checkpoint 5 covers everything read, but
+    it is not the savepoint: the worker waits for 6, or the coordinator aborts it."""
+    p = running(protocol(), now=0.0)
+    assert p.handle(TriggerCheckpoint(5, 1, 0), 5.0) == [TriggerTasks(5, 1)]
+    assert p.handle(StopJob(1, "stop with savepoint x", after=5), 5.0) == []
+    assert p.handle(CheckpointCompleted(5, 1), 6.0) == [CommitSinks(5)]
+    assert Exit not in map(type, p.tick(6.1))  # (it asks for a checkpoint instead)
+    assert p.handle(TriggerCheckpoint(6, 1, 0), 6.2) == [TriggerTasks(6, 1)]
+    assert p.handle(CheckpointCompleted(6, 1), 6.5) == [CommitSinks(6)]
+    why = "stopping: the final checkpoint completed"
+    assert p.tick(6.6)[-2:] == [Send(WorkerStopped("m1", 1, why)), Exit(0, why)]
+
+
+def test_a_hold_completed_before_a_stop_with_savepoint_does_not_end_the_worker() -> None:
+    """Holding at a completed hand-over checkpoint ends a plain stop at once; a stop with
+    a savepoint still waits for the savepoint's checkpoint."""
+    p = running(protocol(), now=0.0)
+    p.handle(TriggerCheckpoint(5, 1, 0, hold=True), 5.0)
+    p.handle(CheckpointCompleted(5, 1), 5.5)
+    assert p.held_at_completed == 5
+    p.handle(StopJob(1, "stop with savepoint x", after=5), 5.6)
+    assert Exit not in map(type, p.tick(5.7))
+    p.handle(TriggerCheckpoint(6, 1, 0), 5.8)
+    p.handle(CheckpointCompleted(6, 1), 6.0)
+    assert p.tick(6.1)[-1] == Exit(0, "stopping: the final checkpoint completed")

@@ -246,10 +246,14 @@ class SavepointRequest:
 @dataclass(frozen=True)
 class StopJob:
     """Coordinator → workers: stop gracefully (read no more input; exit once a checkpoint
-    triggered after this message completed and its output is published)."""
+    triggered after this message, with an id above ``after``, completed and its output is
+    published). A stop with a savepoint names the last id triggered before the request:
+    a trigger already in flight, read in the same loop as this message, covers what the
+    worker read but is not the savepoint, so it does not end the worker."""
 
     attempt: int
     reason: str
+    after: int = -1
 
 
 @dataclass(frozen=True)

@@ -195,5 +195,6 @@ class JobStopping:
     def _savepoint_started(self, msg: SavepointRequest) -> list[Command]:
         self.triggers.request()
         if msg.stop:
-            return [Send(StopJob(self.attempt, f"stop with savepoint {msg.name}"))]
+            reason = f"stop with savepoint {msg.name}"
+            return [Send(StopJob(self.attempt, reason, after=self._next_id - 1))]
         return []

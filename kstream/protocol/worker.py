@@ -144,6 +144,7 @@ class WorkerProtocol(WorkerAdoption):
         self.last_input = now
         self.drained = False  # a checkpoint triggered after the last input completed
         self.stopping_since: float | None = None
+        self.final_after = -1  # the final checkpoint's id is above this (a savepoint's)
         self.trigger_seen: dict[int, float] = {}
         # The hand-over checkpoint whose trigger said hold, and since when (§6.6).
         self.hold: tuple[int, float] | None = None
@@ -221,7 +222,8 @@ class WorkerProtocol(WorkerAdoption):
                 if self.hold is not None and self.hold[0] == event.checkpoint_id:
                     self.hold = (event.checkpoint_id, now)  # HOLD_MAX_S from here
                     self._hold_completed = event.checkpoint_id
-                if self.trigger_seen.get(event.checkpoint_id, float("-inf")) > self.last_input:
+                after_input = self.trigger_seen.get(event.checkpoint_id, float("-inf"))
+                if after_input > self.last_input and event.checkpoint_id > self.final_after:
                     self.drained = True
                 self.trigger_seen = {
                     k: v for k, v in self.trigger_seen.items() if k > event.checkpoint_id
@@ -281,6 +283,7 @@ class WorkerProtocol(WorkerAdoption):
                 return self._stop_requested(now)
             case StopJob() if event.attempt == self.attempt:
                 log.info("the coordinator stops the job: %s", event.reason)
+                self.final_after = max(self.final_after, event.after)
                 return self._stop_requested(now)
             case Unrestorable():
                 self.tasks, self.running = set(), set()
@@ -379,7 +382,7 @@ class WorkerProtocol(WorkerAdoption):
             if self.drained:
                 return self._exit("stopping: the final checkpoint completed")
             held = self.held_at_completed
-            if held is not None:
+            if held is not None and held > self.final_after:
                 # Told to stop while holding at a completed hand-over checkpoint (another
                 # worker's, or its own asked before the stop): that checkpoint is its
                 # final one. Leaving now, its change joins the one the hold prepared —
