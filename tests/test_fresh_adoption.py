@@ -14,6 +14,7 @@ from kstream.protocol.messages import (
     Adopt,
     AdoptRequest,
     CheckpointAborted,
+    Heartbeat,
     Message,
     Restore,
     Resume,
@@ -23,7 +24,15 @@ from kstream.protocol.messages import (
 )
 from kstream.protocol.workerevents import AdoptTasks, Assigned
 from tests.test_adoption import ack, cycle, running
-from tests.test_carrying import ISOLATED, OWNERS, beat, completed, handle, metadata, started
+from tests.test_carrying import (
+    ISOLATED,
+    OWNERS,
+    beat,
+    completed,
+    handle,
+    metadata,
+    started,
+)
 from tests.test_coordinator import Harness, messages
 
 AFTER: dict[str, tuple[str, ...]] = {"w1": ("a",), "w2": (), "w3": ("c",)}  # w2 released b
@@ -125,3 +134,65 @@ def test_the_worker_adopts_afresh_what_it_is_told_to() -> None:
     cmds = p.handle(Adopt(1, "w1", None, ("b",)), 1.2)
     assert AdoptTasks(1, None, frozenset({"b"})) in cmds
     assert p.running == {"a", "b"} and p.awaiting_first_output
+
+
+LIVE: dict[str, tuple[str, ...]] = {"w1": ("a",), "w3": ("c",)}
+
+
+def carried_afresh() -> tuple[Harness, list[Message]]:
+    """w2 (task b) silent from 0.0 s, killed before any checkpoint completed: by 4.0 s
+    its task is carried at the start positions, and nothing restores."""
+    h = first_checkpoint_in_flight()
+    out = cycle(h, 1.5, 4.0, LIVE)
+    assert h.c.carried.members == {"w2": ("b",)} and h.c.carried.fresh == {"b"}
+    assert 1 in aborted(out)  # (nobody snapshots b for it any more)
+    assert not [m for m in out if isinstance(m, Restore)] and completed(out) == []
+    assert h.c.phase is JobPhase.RUNNING and h.c.attempt == 1
+    return h, out
+
+
+def test_a_worker_killed_before_the_first_completion_has_its_tasks_adopted_afresh() -> None:
+    h, out = carried_afresh()
+    # A checkpoint triggered since waits for b: a late acknowledgement of its silent
+    # owner does not count (completed, it would publish b's output, which the adopter
+    # then produces again from the start positions).
+    waiting = [m.checkpoint_id for m in out if isinstance(m, TriggerCheckpoint)][-1]
+    assert waiting in h.c.pending
+    assert completed(ack(h, waiting, "w2", ("b",), 4.1)) == []
+    # The group gives b to w1 (w2's session ended): adopted afresh, the waiting one aborted.
+    out = messages(h.send(AdoptRequest("w1", 1, 5, ("b",)), 4.2))
+    assert [m for m in out if isinstance(m, Adopt)] == [Adopt(1, "w1", None, ("b",), ())]
+    assert waiting in aborted(out) and not h.c.carried.fresh
+    runs = {"w1": ("a", "b"), "w3": ("c",)}
+    out = cycle(h, 4.5, 20.0, runs, generation=5)
+    done = completed(out)
+    assert len(done) >= 3 and not [m for m in out if isinstance(m, Restore)]
+    for n in done:  # the adopter's own snapshots of b
+        assert metadata(h, n).tasks["b"].handle == handle("b", n)
+    assert h.c.phase is JobPhase.RUNNING and h.c.attempt == 1 and not h.c.carried.members
+
+
+def test_a_worker_carried_afresh_and_heard_again_runs_on_and_nothing_restores() -> None:
+    """Frozen, not dead: its pulse or heartbeat ends the carry; the checkpoints that
+    ignored its snapshots meanwhile are aborted, and the next ones complete with them."""
+    h, out = carried_afresh()
+    waiting = [m.checkpoint_id for m in out if isinstance(m, TriggerCheckpoint)][-1]
+    out = messages(h.send(Heartbeat("w2", ("b",), 4), 4.2))
+    assert waiting in aborted(out)
+    assert not h.c.carried.members and not h.c.carried.fresh
+    out = cycle(h, 4.5, 12.0, {**LIVE, "w2": ("b",)})
+    done = completed(out)
+    assert done and not [m for m in out if isinstance(m, Restore)]
+    assert metadata(h, done[-1]).tasks["b"].handle == handle("b", done[-1])
+    assert h.c.phase is JobPhase.RUNNING and h.c.attempt == 1
+
+
+def test_with_range_assignment_a_worker_killed_before_the_first_completion_restores_all() -> None:
+    """No adopter would start its tasks afresh: the ordinary failover, as before."""
+    h = started(ISOLATED)
+    beat(h, 0.0)
+    h.tick(1.0)
+    out = cycle(h, 1.5, 4.0, LIVE)
+    assert not h.c.carried.members and not aborted(out)
+    out = cycle(h, 4.5, 12.0, LIVE)
+    assert [(m.attempt, m.checkpoint_id) for m in out if isinstance(m, Restore)] == [(2, None)]

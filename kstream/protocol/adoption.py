@@ -58,11 +58,6 @@ class TaskAdoption(CrashCarrying):
     def next_checkpoint_id(self) -> int:
         raise NotImplementedError
 
-    def _abort(
-        self, p: PendingCheckpoint, reason: str, now: float, *, counts: bool
-    ) -> list[Command]:
-        raise NotImplementedError
-
     def _on_adopt_request(self, msg: AdoptRequest, now: float) -> list[Command]:
         if msg.attempt != self.attempt or self.phase is not JobPhase.RUNNING:
             return []  # (a restore names every owner anyway)
@@ -248,22 +243,6 @@ class TaskAdoption(CrashCarrying):
             self.carried.fill(p)
         return cmds
 
-    def _carry_fresh(self, tasks: Iterable[str], now: float) -> list[Command]:
-        """``tasks`` carried before any checkpoint completed: their new owner starts them
-        afresh, at the start positions — nothing of them was published (output goes out
-        at completions), and no other task read what they emitted (the job's tasks exchange
-        no records). No checkpoint in flight can complete without their snapshots, which
-        nobody takes any more: aborted (nothing of the job completed yet, so nothing is
-        lost but the wait)."""
-        self.carried.fresh.update(tasks)
-        return self._abort_all(f"tasks {', '.join(sorted(tasks))} start afresh elsewhere", now)
-
-    def _abort_all(self, reason: str, now: float) -> list[Command]:
-        cmds: list[Command] = []
-        for p in sorted(self.pending.values(), key=lambda p: p.checkpoint_id):
-            cmds += self._abort(p, reason, now, counts=False)
-        return cmds
-
     def _owned_acks(
         self, p: PendingCheckpoint, member: str, snapshots: dict[str, TaskSnapshot]
     ) -> dict[str, TaskSnapshot]:
@@ -272,7 +251,10 @@ class TaskAdoption(CrashCarrying):
         if not member:
             return snapshots
         owners = self.failover.owners
-        mine = {t: s for t, s in snapshots.items() if owners.get(t, member) == member}
+        fresh = self.carried.fresh  # (carried afresh, not adopted yet: no snapshot counts)
+        mine = {
+            t: s for t, s in snapshots.items() if owners.get(t, member) == member and t not in fresh
+        }
         if len(mine) < len(snapshots):
             log.warning(
                 "ignoring %d snapshot(s) of checkpoint %d from %s: tasks another worker owns",

@@ -169,13 +169,38 @@ class CrashCarrying:
     def _fail_over(self, reason: str, now: float, *, normal: bool = False) -> list[Command]:
         raise NotImplementedError
 
+    def _abort(
+        self, p: PendingCheckpoint, reason: str, now: float, *, counts: bool
+    ) -> list[Command]:
+        raise NotImplementedError
+
+    def _carry_fresh(self, tasks: Iterable[str], now: float) -> list[Command]:
+        """``tasks`` carried before any checkpoint completed: their new owner starts them
+        afresh, at the start positions — nothing of them was published (output goes out
+        at completions), and no other task read what they emitted (the job's tasks exchange
+        no records). No checkpoint in flight can complete without their snapshots, which
+        nobody takes any more: aborted (nothing of the job completed yet, so nothing is
+        lost but the wait), and until they are adopted no snapshot of them counts
+        (``Carried.fresh``: a checkpoint completed with their silent owner's would be
+        published, and then processed again by their adopter)."""
+        self.carried.fresh.update(tasks)
+        return self._abort_all(f"tasks {', '.join(sorted(tasks))} start afresh elsewhere", now)
+
+    def _abort_all(self, reason: str, now: float) -> list[Command]:
+        cmds: list[Command] = []
+        for p in sorted(self.pending.values(), key=lambda p: p.checkpoint_id):
+            cmds += self._abort(p, reason, now, counts=False)
+        return cmds
+
     def _carry_silent(self, now: float) -> list[Command]:
         """Owners silent for ``CARRY_AFTER_S``: their tasks carried (the checkpoints in
         flight that only waited for them complete now), the hold scheduled; and the
         hold triggered when due."""
         latest = self.latest_completed
-        if not self.isolated or self.phase is not JobPhase.RUNNING or latest is None:
+        if not self.isolated or self.phase is not JobPhase.RUNNING:
             return []
+        if latest is None and not self.adopting:
+            return []  # (no snapshot to carry, and no adopter to start them afresh)
         self._hold_if_due(now)
         stalled, self.carried.judged_at = now - self.carried.judged_at > STALL_S, now
         if stalled:
@@ -184,12 +209,16 @@ class CrashCarrying:
         silent = self._silent(set(owners) - set(self.carried.members), now)
         if not silent or not set(owners) - set(silent) - set(self.carried.members):
             return []  # nobody newly silent, or nobody left to go on
+        cmds: list[Command] = []
         for member, heard in sorted(silent.items()):
             tasks = tuple(sorted(owners[member]))
-            if any(t not in latest.tasks for t in tasks):
+            if latest is not None and any(t not in latest.tasks for t in tasks):
                 continue  # (a task the latest checkpoint lacks: the ordinary failover)
             self.carried.members[member] = tasks
-            self.carried.snapshots.update({t: latest.tasks[t] for t in tasks})
+            if latest is None:  # (adopting: started afresh by their new owners)
+                cmds += self._carry_fresh(tasks, now)
+            else:
+                self.carried.snapshots.update({t: latest.tasks[t] for t in tasks})
             for t in tasks:  # (an adopter silent in its turn: kept should it be heard again)
                 if t in self.carried.adopted:
                     self.carried.adopting.setdefault(member, {})[t] = self.carried.adopted.pop(t)
@@ -197,19 +226,18 @@ class CrashCarrying:
             if self.adopting:  # (their new owners adopt them: kstream.protocol.adoption)
                 then = "their new owners adopt them once the group moves them"
             else:
+                assert latest is not None
                 hold_at = heard + self.heartbeat_timeout - hold_lead(latest)
                 self.carried.hold_at = min(self.carried.hold_at or hold_at, hold_at)
                 then = f"a hand-over in {max(0.0, self.carried.hold_at - now):.1f}s, before the group's change"
             log.warning(
-                "worker %s silent for %.1fs: its tasks %s are carried at checkpoint %d "
-                "(the others go on; %s)",
+                "worker %s silent for %.1fs: its tasks %s are carried at %s (the others go on; %s)",
                 member,
                 now - heard,
                 ", ".join(tasks),
-                latest.checkpoint_id,
+                "the start positions" if latest is None else f"checkpoint {latest.checkpoint_id}",
                 then,
             )
-        cmds: list[Command] = []
         for p in sorted(self.pending.values(), key=lambda p: p.checkpoint_id):
             self.carried.fill(p)
             if p.is_complete:
@@ -245,17 +273,17 @@ class CrashCarrying:
             log.info("hold checkpoint for the change that moves %s's tasks", member)
             self.triggers.request()
 
-    def _carried_heard(self, member: str, now: float) -> list[Command] | None:
+    def _carried_heard(self, member: str, now: float) -> list[Command]:
         """A carried member heartbeats again: it was stalled or frozen, not dead. Before
         the hold checkpoint its tasks are carried no more — the checkpoints since
         carried them, and it published nothing of them (the worker's rule), so its next
         acknowledgements count again and their completions publish what its tasks did
-        meanwhile. Once the hold is triggered the change is made now: every task
-        restores (a hand-over when the hold completed). None: the heartbeat is handled
-        as any other."""
+        meanwhile (those carried afresh: the checkpoints in flight, which ignored its
+        snapshots of them, are aborted). Once the hold is triggered the change is made
+        now: every task restores (a hand-over when the hold completed)."""
         tasks = self.carried.members.get(member)
         if tasks is None or member in self.members.stopped:
-            return None  # (a stopped one's last heartbeat: it stays carried, §6.8)
+            return []  # (a stopped one's last heartbeat: it stays carried, §6.8)
         adopted = sorted(set(tasks) & self.carried.adopted.keys())
         if self.handover.blocks_triggers or adopted:
             return self._fail_over(
@@ -271,6 +299,7 @@ class CrashCarrying:
         del self.carried.members[member]
         owners = self.failover.owners
         adopting = self.carried.adopting.pop(member, {})
+        fresh = self.carried.fresh & set(tasks)
         for task in tasks:
             if owners.get(task) != member:
                 continue  # (one it released meanwhile: still carried)
@@ -287,4 +316,4 @@ class CrashCarrying:
             member,
             ", ".join(tasks),
         )
-        return None
+        return self._abort_all(f"worker {member} heard again", now) if fresh else []

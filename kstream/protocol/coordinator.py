@@ -229,7 +229,7 @@ class CheckpointCoordinator(CheckpointCompletion, JobStopping, TaskAdoption):
                 self.members.pulse(msg.member, now)
                 if self.phase is not JobPhase.RUNNING:
                     return []
-                return self._carried_heard(msg.member, now) or []
+                return self._carried_heard(msg.member, now)
             case CheckpointRequest() if self.phase is JobPhase.RESTORING:
                 return self._request_in_restore(msg, now)
             case CheckpointRequest():
@@ -370,15 +370,15 @@ class CheckpointCoordinator(CheckpointCompletion, JobStopping, TaskAdoption):
             return self._resumed(self.failover.joiner_heard(joiner, hb.generation), now)
         if self.phase is not JobPhase.RUNNING:
             return []
-        again = self._carried_heard(hb.member, now)  # (it was stalled, not dead)
-        if again is not None:
-            return again
+        heard = self._carried_heard(hb.member, now)  # (it was stalled, not dead)
+        if self.phase is not JobPhase.RUNNING:
+            return heard  # (it failed over)
         self._adopter_runs(self.attempt, hb.member, hb.tasks)
         moved = self._moved(hb, previous, now)
         if moved is None:
-            return []
+            return heard
         reason, normal = moved
-        return self._fail_over(reason, now, normal=normal)
+        return heard + self._fail_over(reason, now, normal=normal)
 
     def _fail_over(self, reason: str, now: float, *, normal: bool = False) -> list[Command]:
         """Suspend: abort every checkpoint in flight (not counted), then schedule a restore.
