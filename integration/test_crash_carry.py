@@ -198,7 +198,8 @@ class CarryJob:
 
     def processed_twice(self, w: CliJob) -> int:
         """Records worker ``w``'s peek saw more than once."""
-        lines = (self.seen_dir / f"seen-{w.proc.pid}").read_text().split()
+        seen = self.seen_dir / f"seen-{w.proc.pid}"
+        lines = seen.read_text().split() if seen.exists() else []  # (none: it saw nothing)
         return sum(1 for k in Counter(lines).values() if k > 1)
 
     def close(self) -> None:
@@ -438,9 +439,10 @@ def test_with_cooperative_assignment_a_worker_joining_before_the_first_checkpoin
 def test_with_cooperative_assignment_a_worker_killed_before_the_first_checkpoint_is_adopted_afresh(
     kafka_bootstrap: str, unique_name: Callable[[str], str], tmp_path: Path
 ) -> None:
-    """kill -9 of a worker before any checkpoint completed (checkpoints every 60 s): its
-    tasks are carried at the start positions and the worker the group gives them starts
-    them afresh — nothing of them was published — while the others run on: no restore
+    """A worker frozen before any checkpoint completed (checkpoints every 60 s; the
+    others' first output asks for checkpoint 1, which then waits for it), then killed:
+    its tasks are carried at the start positions, that checkpoint is aborted, and the
+    worker the group gives them starts them afresh while the others run on — no restore
     of the job (before, it was lost and every task restored from nothing). Savepoints
     then complete checkpoints until the output is exact (docs/design.md §6.8)."""
     job = CarryJob(kafka_bootstrap, unique_name, tmp_path, timeout=6, cooperative=True,
@@ -449,14 +451,14 @@ def test_with_cooperative_assignment_a_worker_killed_before_the_first_checkpoint
     try:
         for w in job.workers:
             w.wait_for(r"(resumed|the other tasks ran on): running \['", 120)
-        job.start_feed()
-        coordinator.wait_until(lambda: job.produced >= RATE, "a second of input", 30)
-        assert job.latest() == 0
         victim, survivors = job.workers[1], [job.workers[0], job.workers[2]]
         restores = [w.log().count("restore: attempt") for w in survivors]
         mark = len(coordinator.log())
-        victim.kill()
+        os.kill(victim.proc.pid, signal.SIGSTOP)
+        job.start_feed()
         carried = coordinator.wait_for(r"its tasks ([^\n]*) are carried at the start positions", 30)
+        assert job.latest() == 0, coordinator.tail()
+        victim.kill()
         job.wait_adopted(set(carried.group(1).split(", ")), "the start positions", more=False)
         at = job.produced
         coordinator.wait_until(lambda: job.produced >= at + RATE, "a second more of input", 30)
