@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from integration.s3server import S3Server
-from kstream.checkpointstorage.base import ObjectExists, StoreError
+from kstream.checkpointstorage.base import ObjectExists, ObjectNotFound, StoreError
 from kstream.checkpointstorage.metadata import (
     CheckpointMetadata,
     TaskSnapshot,
@@ -55,6 +55,7 @@ def test_the_store_contract_on_s3(s3_server: S3Server, tmp_path: Path) -> None:
     # Missing objects: StoreError caused by FileNotFoundError (what a restore tells apart).
     with pytest.raises(StoreError) as err:
         store.get_bytes("app/missing")
+    assert isinstance(err.value, ObjectNotFound)  # (as the file store's: GC tells it apart)
     assert isinstance(err.value.__cause__, FileNotFoundError)
     with pytest.raises(StoreError) as err:
         store.get_file("app/missing", tmp_path / "x")

@@ -9,7 +9,12 @@ from pathlib import Path
 
 from kstream.checkpointstorage.base import CheckpointStore
 from kstream.checkpointstorage.file import FileStore
-from kstream.checkpointstorage.metadata import CheckpointMetadata, TaskSnapshot, write_metadata
+from kstream.checkpointstorage.metadata import (
+    CheckpointMetadata,
+    TaskSnapshot,
+    read_metadata,
+    write_metadata,
+)
 from kstream.snapshots.restore import restore_backend
 from kstream.snapshots.retention import apply_retention
 from kstream.snapshots.upload import SnapshotUploader, StateHandle, read_manifest
@@ -295,5 +300,47 @@ def test_concurrent_gc_never_deletes_a_file_a_retained_checkpoint_references(
         assert manifest.checkpoint_id == m
         assert restored.table(SPEC).get((m % 3,)) == {"n": m}
         restored.close()
+    backend.close()
+    uploader.close()
+
+
+class VanishingStore(FileStore):
+    """Deletes ``vanish`` just before it is read: another GC run (a coordinator that
+    took over) deleted it between this run's listing and its read."""
+
+    def __init__(self, root: Path, vanish: str) -> None:
+        super().__init__(root)
+        self.vanish = vanish
+
+    def get_bytes(self, path: str) -> bytes:
+        if path == self.vanish:
+            self.delete(path)
+        return super().get_bytes(path)
+
+
+def test_a_manifest_another_run_deleted_meanwhile_is_no_error(tmp_path: Path) -> None:
+    """An in-flight checkpoint's manifest (3), listed, then deleted as garbage by a
+    concurrent run: it references nothing any more, so this run collects the rest."""
+    backend, uploader, garbage = two_checkpoints(FileStore(tmp_path / "store"), tmp_path)
+    h3 = snapshot(backend, uploader, 3, rows=300)  # (in flight: no metadata)
+    store = VanishingStore(tmp_path / "store", h3.manifest_path)
+    report = apply_retention(
+        store, APP, retained=1, grace_seconds=60, clock=lambda: time.time() + 120
+    )
+    assert report.errors == []
+    assert set(garbage) <= set(report.deleted_files)
+    backend.close()
+    uploader.close()
+
+
+def test_a_missing_manifest_of_a_retained_checkpoint_deletes_no_shared_file(tmp_path: Path) -> None:
+    backend, uploader, garbage = two_checkpoints(FileStore(tmp_path / "store"), tmp_path)
+    retained = read_metadata(FileStore(tmp_path / "store"), APP, 2).tasks[TASK].handle
+    store = VanishingStore(tmp_path / "store", retained)
+    report = apply_retention(
+        store, APP, retained=1, grace_seconds=60, clock=lambda: time.time() + 120
+    )
+    assert report.errors == [f"manifest {retained} of a retained checkpoint is missing"]
+    assert report.deleted_files == [] and set(garbage) <= set(store.list(f"{APP}/shared"))
     backend.close()
     uploader.close()

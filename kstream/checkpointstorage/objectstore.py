@@ -44,7 +44,7 @@ import obstore
 from obstore.exceptions import AlreadyExistsError, PreconditionError
 from obstore.store import from_url
 
-from kstream.checkpointstorage.base import CheckpointStore, ObjectExists, StoreError
+from kstream.checkpointstorage.base import CheckpointStore, ObjectExists, ObjectNotFound, StoreError
 
 _open: Any = from_url
 SCHEMES = ("s3", "s3a", "gs", "az", "azure", "abfs", "abfss")
@@ -184,7 +184,7 @@ class ObjectStore(CheckpointStore):
 
     def _fail(self, op: str, path: str, e: Exception) -> StoreError:
         if isinstance(e, FileNotFoundError):
-            err = StoreError(f"{self.url}/{path} does not exist")
+            err = ObjectNotFound(f"{self.url}/{path} does not exist", object=f"{self.url}/{path}")
             err.__cause__ = e
             return err
         return StoreError(f"{op} {self.url}/{path} failed: {failure_reason(e)}")

@@ -22,7 +22,10 @@ it just after — is healed by the uploader, which checks after writing its
 manifest that every file it references exists and uploads any that vanished.
 
 If any metadata or manifest cannot be read, GC deletes no manifest or shared
-file in that run (it cannot know what they reference) and reports why.
+file in that run (it cannot know what they reference) and reports why — except a
+manifest of no retained checkpoint that vanished between the listing and its read: a
+concurrent run (the coordinator that took over from this one) deleted it as garbage,
+so it references nothing any more.
 
 Cost: a pass lists the app's checkpoints, task manifests, savepoints and shared files,
 deletes what it deletes, and reads the metadata of the retained checkpoints and every
@@ -40,7 +43,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from kstream.checkpointstorage.base import CheckpointStore, StoreError
+from kstream.checkpointstorage.base import CheckpointStore, ObjectNotFound, StoreError
 from kstream.checkpointstorage.layout import (
     CHECKPOINT_LABEL,
     metadata_path,
@@ -162,6 +165,14 @@ def apply_retention(
         if refs is None:
             try:
                 refs = frozenset(read_manifest(store, path).shared_paths())
+            except ObjectNotFound:
+                if path not in referenced_manifests:
+                    # Deleted since the listing, as garbage, by another run (the
+                    # coordinator that took over): it references nothing any more.
+                    log.debug("manifest %s deleted during this run", path)
+                    continue
+                report.errors.append(f"manifest {path} of a retained checkpoint is missing")
+                continue
             except (StoreError, ValueError) as e:
                 report.errors.append(f"manifest {path} unreadable: {e}")
                 continue
