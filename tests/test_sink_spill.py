@@ -197,7 +197,7 @@ def test_the_uploader_writes_a_spilled_blob_into_the_snapshot(tmp_path: Path) ->
     uploader = SnapshotUploader(store, "shop", "sink-0")
     handle = uploader.upload(backend.snapshot_sync(1), blobs={"sink": blob}).result(timeout=60)
     manifest = read_manifest(store, handle.manifest_path)
-    data = read_blob(store, manifest, "sink")
+    data = read_blob(store, manifest, "sink", handle.manifest_path)
     assert manifest.blobs["sink"].size == len(data) == blob.size
     (epoch,) = EpochBuffer.from_blob(data).sealed
     assert list(epoch.records) == [rec(i) for i in range(5_000)]

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from kstream.checkpointstorage.base import CheckpointStore
 from kstream.checkpointstorage.file import FileStore
-from kstream.checkpointstorage.layout import manifest_path
+from kstream.checkpointstorage.layout import numbered_manifest, task_prefix
 from kstream.checkpointstorage.metadata import CheckpointMetadata, TaskSnapshot, write_metadata
 from kstream.protocol.messages import CheckpointCompleted, Resume
 from kstream.snapshots.restore import restore_state
@@ -111,7 +111,7 @@ def test_copies_follow_completed_checkpoints_incrementally_and_a_restore_downloa
     # The task moves here: its restore reuses every file and downloads 0 bytes.
     store.downloaded.clear()
     copies.claim([TASK])
-    restored, manifest, stats = restore_state(store, m2_path(m2), task_dir)
+    restored, manifest, stats = restore_state(store, m2_path(store, m2), task_dir)
     assert (stats.files_downloaded, stats.bytes_downloaded) == (0, 0)
     assert stats.files_reused == len(manifest.files) and store.downloaded == []
     t = restored.table(SPEC)
@@ -143,15 +143,21 @@ def test_a_copy_takes_no_file_of_the_previous_copy_whose_content_changed_under_i
     assert local_files(task_dir) == {m2.label: files_of(m2)}
     store.downloaded.clear()
     copies.claim([TASK])
-    restored, _, stats = restore_state(store, m2_path(m2), task_dir)
+    restored, _, stats = restore_state(store, m2_path(store, m2), task_dir)
     assert (stats.files_downloaded, stats.bytes_downloaded, store.downloaded) == (0, 0, [])
     assert restored.table(SPEC).get(("key", 10)) == {"v": 2, "pad": "x" * 40}
     restored.close()
     owner.close()
 
 
-def m2_path(m: SnapshotManifest) -> str:
-    return manifest_path(m.app_id, m.task_id, m.label)
+def m2_path(store: CheckpointStore, m: SnapshotManifest) -> str:
+    """The stored path of manifest ``m`` (it names its writer: layout.manifest_path)."""
+    (path,) = [
+        p
+        for p in store.list(task_prefix(m.app_id, m.task_id))
+        if numbered_manifest(p) == ("chk", m.checkpoint_id)
+    ]
+    return path
 
 
 def test_copies_of_tasks_no_longer_wanted_are_deleted_and_claimed_tasks_left_alone(

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from kstream.checkpointstorage.base import CheckpointStore
 from kstream.checkpointstorage.file import FileStore
+from kstream.checkpointstorage.layout import manifest_path, numbered_manifest
 from kstream.checkpointstorage.metadata import (
     CheckpointMetadata,
     TaskSnapshot,
@@ -205,10 +206,11 @@ def test_gc_racing_an_upload_keeps_the_files_it_reuses_because_they_were_touched
     store, backend, reused = _race_setup(tmp_path, grace=60)
     uploader = SnapshotUploader(store, APP, TASK)
     snap = backend.snapshot_sync(3)
-    store.armed_for = f"{APP}/tasks/{TASK}/chk-3.json"
+    store.armed_for = manifest_path(APP, TASK, "chk-3", uploader.writer)
     handle = uploader.upload_now(snap)
     (report,) = store.reports
-    assert report.deleted_manifests == [f"{APP}/tasks/stage1-1/chk-1.json"]
+    (deleted,) = report.deleted_manifests
+    assert deleted.startswith(f"{APP}/tasks/stage1-1/") and numbered_manifest(deleted) == ("chk", 1)
     mine = read_manifest(store, handle.manifest_path).shared_paths()
     shared_with_old = reused & mine
     assert shared_with_old and set(report.kept_young_files) == shared_with_old
@@ -225,7 +227,7 @@ def test_a_reused_file_deleted_by_a_racing_gc_is_uploaded_again(tmp_path: Path) 
     # grace 0: the touch does not protect, GC deletes the files the upload reuses.
     store, backend, reused = _race_setup(tmp_path, grace=0)
     uploader = SnapshotUploader(store, APP, TASK)
-    store.armed_for = f"{APP}/tasks/{TASK}/chk-3.json"
+    store.armed_for = manifest_path(APP, TASK, "chk-3", uploader.writer)
     handle = uploader.upload_now(backend.snapshot_sync(3))
     (report,) = store.reports
     mine = read_manifest(store, handle.manifest_path).shared_paths()
@@ -295,7 +297,7 @@ def test_concurrent_gc_never_deletes_a_file_a_retained_checkpoint_references(
     assert final.retained == [n - 1, n]
     for m in (n - 1, n):
         restored, manifest = restore_backend(
-            store, f"{APP}/tasks/{TASK}/chk-{m}.json", tmp_path / f"r{m}"
+            store, manifest_path(APP, TASK, f"chk-{m}", uploader.writer), tmp_path / f"r{m}"
         )
         assert manifest.checkpoint_id == m
         assert restored.table(SPEC).get((m % 3,)) == {"n": m}
@@ -344,3 +346,30 @@ def test_a_missing_manifest_of_a_retained_checkpoint_deletes_no_shared_file(tmp_
     assert report.deleted_files == [] and set(garbage) <= set(store.list(f"{APP}/shared"))
     backend.close()
     uploader.close()
+
+
+def test_two_incarnations_of_a_task_never_write_the_same_manifest(tmp_path: Path) -> None:
+    """A zombie and the worker that adopted its task both snapshot checkpoint 1: each
+    manifest names its writer, so neither replaces the other, and GC (which reads both
+    forms, with and without the writer's id) collects the one no checkpoint names."""
+    store = FileStore(tmp_path / "store")
+    zombie, adopter = SnapshotUploader(store, APP, TASK), SnapshotUploader(store, APP, TASK)
+    backend = RocksDBBackend(tmp_path / "task")
+    mine = snapshot(backend, adopter, 1, rows=100)
+    theirs = snapshot(backend, zombie, 1, rows=200)  # after: it would have replaced mine
+    assert mine.manifest_path != theirs.manifest_path
+    restored, _ = restore_backend(store, mine.manifest_path, tmp_path / "r")
+    assert restored.table(SPEC).get((99,)) == {"n": 1, "i": 99}
+    assert restored.table(SPEC).get((150,)) is None  # (the zombie's rows are not in it)
+    restored.close()
+    assert mine.manifest_path == manifest_path(APP, TASK, "chk-1", adopter.writer)
+    assert numbered_manifest(mine.manifest_path) == numbered_manifest(
+        f"{APP}/tasks/{TASK}/chk-1.json"  # (as older versions named it)
+    ) == ("chk", 1)
+    complete(store, 1, {TASK: mine.manifest_path})
+    complete(store, 2, {TASK: snapshot(backend, adopter, 2, rows=300).manifest_path})
+    report = apply_retention(store, APP, retained=1, grace_seconds=60)
+    assert sorted(report.deleted_manifests) == sorted([mine.manifest_path, theirs.manifest_path])
+    backend.close()
+    zombie.close()
+    adopter.close()

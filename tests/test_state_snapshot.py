@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 
 from kstream.checkpointstorage.base import CheckpointStore, StoreError
 from kstream.checkpointstorage.file import FileStore
+from kstream.checkpointstorage.layout import manifest_path
 from kstream.checkpointstorage.metadata import CheckpointMetadata, TaskSnapshot, write_metadata
 from kstream.snapshots import upload as snapshot_module
 from kstream.snapshots.restore import (
@@ -376,7 +377,7 @@ def test_half_written_checkpoint_is_never_taken_as_complete(tmp_path: Path) -> N
     # There is no manifest, so checkpoint 3 cannot be restored, and the coordinator never
     # completed it: the latest completed checkpoint is still 2.
     with pytest.raises(CorruptSnapshotError, match="is missing"):
-        restore_backend(store, f"{APP}/tasks/{TASK}/chk-3.json", tmp_path / "x")
+        restore_backend(store, manifest_path(APP, TASK, "chk-3", uploader.writer), tmp_path / "x")
     restored, manifest = restore_backend(store, handles[1].manifest_path, tmp_path / "y")
     assert manifest.checkpoint_id == 2
     assert contents(restored) == states[1]
@@ -397,10 +398,10 @@ def test_blobs_and_savepoint_labels(tmp_path: Path) -> None:
     assert handle.manifest_path == f"{APP}/tasks/{TASK}/final.json"
     manifest = read_manifest(store, handle.manifest_path)
     assert (manifest.label, manifest.attempt) == ("final", 3)
-    assert read_blob(store, manifest, "sink-buffer") == buffer
+    assert read_blob(store, manifest, "sink-buffer", handle.manifest_path) == buffer
     Path(store.root, manifest.blobs["sink-buffer"].path).write_bytes(b"tampered")
     with pytest.raises(CorruptSnapshotError, match="sink-buffer"):
-        read_blob(store, manifest, "sink-buffer")
+        read_blob(store, manifest, "sink-buffer", handle.manifest_path)
     backend.close()
     uploader.close()
 

@@ -51,7 +51,7 @@ import re
 CHECKPOINT_LABEL = "chk"
 FINAL_LABEL = "final"
 
-_NUMBERED = re.compile(r"^(chk|final)-(\d+)\.json$")
+_NUMBERED = re.compile(r"^(chk|final)-(\d+)(?:\.[0-9a-f]+)?\.json$")
 
 
 def shared_prefix(app_id: str) -> str:
@@ -79,13 +79,19 @@ def snapshot_label(kind: str, n: int) -> str:
     return f"{kind}-{n}"
 
 
-def manifest_path(app_id: str, task_id: str, label: str) -> str:
-    """Store path of task ``task_id``'s manifest for snapshot ``label``."""
-    return f"{task_prefix(app_id, task_id)}/{label}.json"
+def manifest_path(app_id: str, task_id: str, label: str, writer: str = "") -> str:
+    """Store path of task ``task_id``'s manifest for snapshot ``label``, written by
+    ``writer`` (an uploader's own id, hex: ``chk-<n>.<writer>.json``). Two incarnations
+    of a task that snapshot the same checkpoint — a zombie and the worker that adopted
+    the task from it — write two manifests, and a checkpoint's metadata names the one
+    the coordinator counted: one can never replace the other (docs/design.md §6.8)."""
+    name = f"{label}.{writer}" if writer else label
+    return f"{task_prefix(app_id, task_id)}/{name}.json"
 
 
 def numbered_manifest(path: str) -> tuple[str, int] | None:
-    """``(kind, n)`` of a ``chk-<n>``/``final-<n>`` manifest path; None for other labels."""
+    """``(kind, n)`` of a ``chk-<n>``/``final-<n>`` manifest path (with its writer's id or,
+    as older versions wrote them, without); None for other labels."""
     m = _NUMBERED.match(path.rsplit("/", 1)[-1])
     return (m.group(1), int(m.group(2))) if m else None
 

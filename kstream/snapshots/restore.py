@@ -27,7 +27,6 @@ from pathlib import Path
 from typing import Any
 
 from kstream.checkpointstorage.base import CheckpointStore, StoreError
-from kstream.checkpointstorage.layout import manifest_path
 from kstream.progress import Progress
 from kstream.snapshots.upload import (
     FileEntry,
@@ -293,10 +292,10 @@ def restore_backend(
     return backend, manifest
 
 
-def read_blob(store: CheckpointStore, manifest: SnapshotManifest, name: str) -> bytes:
-    """Extra blob ``name`` of a snapshot, checksum-verified (CorruptSnapshotError otherwise)."""
+def read_blob(store: CheckpointStore, manifest: SnapshotManifest, name: str, mpath: str) -> bytes:
+    """Extra blob ``name`` of the snapshot whose manifest ``manifest`` is at ``mpath``,
+    checksum-verified (CorruptSnapshotError otherwise)."""
     entry = manifest.blobs[name]
-    mpath = manifest_path(manifest.app_id, manifest.task_id, manifest.label)
     where = f"blob {name} ({store.url}/{entry.path}) of snapshot {manifest.label} of task {manifest.task_id}"
     try:
         data = store.get_bytes(entry.path)

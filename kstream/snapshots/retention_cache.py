@@ -9,8 +9,9 @@ more work than the checkpoint itself. What it reads does not change once written
   (:func:`kstream.checkpointstorage.metadata.write_metadata`), and checkpoint ids are
   never reused (a coordinator continues above every id the control topic and the store
   know), so the manifests checkpoint ``n`` names are cached by ``n``;
-* a task manifest ``<app>/tasks/<task>/chk-<n>.json`` (or ``final-<n>``) is written once,
-  by that task at checkpoint ``n``, after every file it names is in the store
+* a task manifest ``<app>/tasks/<task>/chk-<n>.<writer>.json`` (or ``final-<n>``; older
+  versions wrote no ``<writer>``) is written once, by that incarnation of the task at
+  checkpoint ``n``, after every file it names is in the store
   (:mod:`kstream.snapshots.upload`), so what it names is cached by its path;
 * a savepoint's manifests are copies written before its metadata, and a savepoint name
   can be deleted and made again from another checkpoint: their cache entries hold only

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import secrets
 import time
 from collections.abc import Callable, Mapping
 from concurrent.futures import Future
@@ -18,7 +19,7 @@ from pathlib import Path
 from typing import Any, BinaryIO, Protocol
 
 from kstream.checkpointstorage.base import CheckpointStore
-from kstream.checkpointstorage.layout import manifest_path, shared_path
+from kstream.checkpointstorage.layout import manifest_path, numbered_manifest, shared_path
 from kstream.snapshots.transfers import SerialExecutor, TransferPools
 from kstream.state.delta import DIR as DELTA_DIR
 from kstream.state.localsnapshot import LocalSnapshot, mark_uploaded
@@ -178,6 +179,7 @@ class SnapshotUploader:
         self.app_id = app_id
         self.task_id = task_id
         self.clock = clock
+        self.writer = secrets.token_hex(6)  # names its checkpoints' manifests (layout)
         self._own = pools is None  # closed with this uploader
         self._pools = pools or TransferPools(max(1, store.concurrency), upload_threads=1)
         self._executor = SerialExecutor(self._pools.uploads())
@@ -318,7 +320,10 @@ class SnapshotUploader:
             watermarks=watermarks,
         )
         # 4. The manifest last, atomically: once it exists the snapshot is whole.
-        path = manifest_path(self.app_id, self.task_id, snapshot.label)
+        numbered = numbered_manifest(f"{snapshot.label}.json") is not None
+        path = manifest_path(
+            self.app_id, self.task_id, snapshot.label, self.writer if numbered else ""
+        )
         store.put_bytes(path, manifest.to_json())
         # 5. Heal a race with a GC that listed manifests before step 4 and deleted a
         #    file we reused: now that the manifest references it, put it back. Asked

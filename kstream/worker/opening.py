@@ -90,7 +90,7 @@ def open_runner(
             # to publish (`kstream savepoint --stop` waits for it), never this one's.
             log.info("task %s starts from app %s's state", spec.task_id, manifest.app_id)
         elif SINK_BLOB in manifest.blobs:
-            blob = read_blob(ctx.store, manifest, SINK_BLOB)
+            blob = read_blob(ctx.store, manifest, SINK_BLOB, handle)
         downloaded = rstats.bytes_downloaded
         log.info(
             "task %s restored %s %d in %.0f ms (%s)",
