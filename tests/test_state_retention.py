@@ -363,9 +363,13 @@ def test_two_incarnations_of_a_task_never_write_the_same_manifest(tmp_path: Path
     assert restored.table(SPEC).get((150,)) is None  # (the zombie's rows are not in it)
     restored.close()
     assert mine.manifest_path == manifest_path(APP, TASK, "chk-1", adopter.writer)
-    assert numbered_manifest(mine.manifest_path) == numbered_manifest(
-        f"{APP}/tasks/{TASK}/chk-1.json"  # (as older versions named it)
-    ) == ("chk", 1)
+    assert (
+        numbered_manifest(mine.manifest_path)
+        == numbered_manifest(
+            f"{APP}/tasks/{TASK}/chk-1.json"  # (as older versions named it)
+        )
+        == ("chk", 1)
+    )
     complete(store, 1, {TASK: mine.manifest_path})
     complete(store, 2, {TASK: snapshot(backend, adopter, 2, rows=300).manifest_path})
     report = apply_retention(store, APP, retained=1, grace_seconds=60)
