@@ -131,6 +131,25 @@ class CarryJob:
         self.workers.append(self._start_worker(len(self.workers)))
         return self.workers[-1]
 
+    def settled(self) -> None:
+        """Until the job runs: the coordinator's last restore resumed, every worker runs
+        in that attempt (its Resume, or an adoption in it), and three workers starting
+        together made no restore the coordinator has not resumed yet."""
+
+        def attempt_runs() -> bool:
+            log = self.coordinator.log()
+            resumed = re.findall(r"all tasks ready: resuming attempt (\d+)", log)
+            if not resumed or log.count("restoring every task") > len(resumed):
+                return False
+            n = resumed[-1]
+            return all(
+                re.search(rf"attempt {n} (resumed|adopted [^\n]*the other tasks ran on): running",
+                          w.log()) is not None
+                for w in self.workers
+            )  # fmt: skip
+
+        self.coordinator.wait_until(attempt_runs, "every worker running", 120)
+
     def running_with_input(self) -> None:
         """Every worker runs its tasks, input flows, and three checkpoints completed since:
         every task has a snapshot with input."""
@@ -142,14 +161,17 @@ class CarryJob:
             lambda: self.latest() >= first + 3, "three more checkpoints", 60
         )
 
-    def wait_adopted(self, tasks: set[str], start: str = "checkpoint", more: bool = True) -> None:
+    def wait_adopted(
+        self, tasks: set[str], start: str = "checkpoint", more: bool = True, since: int = 0
+    ) -> None:
         """Until the coordinator logged every one of ``tasks`` adopted (from ``start``: a
-        checkpoint, or the start positions), and (``more``) three more checkpoints
-        completed since (input after the adoption: what the checks cover)."""
+        checkpoint, or the start positions) after its log offset ``since``, and
+        (``more``) three more checkpoints completed since (input after the adoption: what
+        the checks cover)."""
         adopted: set[str] = set()
 
         def all_adopted() -> bool:
-            log = self.coordinator.log()
+            log = self.coordinator.log()[since:]
             found = re.finditer(rf"worker \S+ adopts ([^\n]*) from {start}", log)
             adopted.update(t for m in found for t in m.group(1).split(", "))
             return adopted >= tasks
@@ -449,17 +471,19 @@ def test_with_cooperative_assignment_a_worker_killed_before_the_first_checkpoint
                    interval=60)  # fmt: skip
     coordinator = job.coordinator
     try:
-        for w in job.workers:
-            w.wait_for(r"(resumed|the other tasks ran on): running \['", 120)
+        job.settled()
         victim, survivors = job.workers[1], [job.workers[0], job.workers[2]]
         restores = [w.log().count("restore: attempt") for w in survivors]
         mark = len(coordinator.log())
         os.kill(victim.proc.pid, signal.SIGSTOP)
         job.start_feed()
-        carried = coordinator.wait_for(r"its tasks ([^\n]*) are carried at the start positions", 30)
-        assert job.latest() == 0, coordinator.tail()
+        carried = r"silent for [^\n]*: its tasks ([^\n]*) are carried at the start positions"
+        coordinator.wait_until(lambda: re.search(carried, coordinator.log()[mark:]) is not None,
+                               "the frozen worker's tasks carried", 30)  # fmt: skip
+        found = re.search(carried, coordinator.log()[mark:])
+        assert found is not None and job.latest() == 0, coordinator.tail()
         victim.kill()
-        job.wait_adopted(set(carried.group(1).split(", ")), "the start positions", more=False)
+        job.wait_adopted(set(found.group(1).split(", ")), "the start positions", False, mark)
         at = job.produced
         coordinator.wait_until(lambda: job.produced >= at + RATE, "a second more of input", 30)
         job.stop_feed()
