@@ -132,23 +132,23 @@ class CarryJob:
         return self.workers[-1]
 
     def settled(self) -> None:
-        """Until the job runs: the coordinator's last restore resumed, every worker runs
-        in that attempt (its Resume, or an adoption in it), and three workers starting
-        together made no restore the coordinator has not resumed yet."""
+        """Until the job runs on every worker: the coordinator's last restore resumed,
+        and each worker's latest word is that it runs tasks in that attempt (its Resume,
+        or an adoption in it) — workers starting together rebalance the group several
+        times, and a worker with no task yet is still being given some."""
+        running = re.compile(
+            r"attempt (\d+) (?:resumed|adopted [^\n]*the other tasks ran on): running \[([^\]]*)\]"
+        )
 
-        def attempt_runs() -> bool:
+        def every_worker_runs() -> bool:
             log = self.coordinator.log()
             resumed = re.findall(r"all tasks ready: resuming attempt (\d+)", log)
             if not resumed or log.count("restoring every task") > len(resumed):
                 return False
-            n = resumed[-1]
-            return all(
-                re.search(rf"attempt {n} (resumed|adopted [^\n]*the other tasks ran on): running",
-                          w.log()) is not None
-                for w in self.workers
-            )  # fmt: skip
+            latest = [running.findall(w.log())[-1:] for w in self.workers]
+            return all(m and m[0][0] == resumed[-1] and m[0][1] for m in latest)
 
-        self.coordinator.wait_until(attempt_runs, "every worker running", 120)
+        self.coordinator.wait_until(every_worker_runs, "every worker running tasks", 120)
 
     def running_with_input(self) -> None:
         """Every worker runs its tasks, input flows, and three checkpoints completed since:
