@@ -150,6 +150,20 @@ class CarryJob:
 
         self.coordinator.wait_until(every_worker_runs, "every worker running tasks", 120)
 
+    def publish_all(self, store: Path) -> None:
+        """Savepoints (each completes a checkpoint) until every record produced is
+        published: with checkpoints every minute, the job's own would come too late."""
+
+        def published() -> int:
+            return sum(1 for r in read_all(self.bootstrap, self.dst) if r.value)
+
+        savepoint = [*CLI, "savepoint", "--app-id", self.app, "--bootstrap", self.bootstrap,
+                     "--store", f"file://{store}", "--timeout", "60"]  # fmt: skip
+        for _ in range(10):  # (a record read after a savepoint's barrier goes out with the next)
+            subprocess.run(savepoint, check=True, capture_output=True, timeout=90)
+            if published() >= self.produced:
+                break
+
     def running_with_input(self) -> None:
         """Every worker runs its tasks, input flows, and three checkpoints completed since:
         every task has a snapshot with input."""
@@ -442,16 +456,7 @@ def test_with_cooperative_assignment_a_worker_joining_before_the_first_checkpoin
         at = job.produced
         coordinator.wait_until(lambda: job.produced >= at + RATE, "a second more of input", 30)
         job.stop_feed()
-
-        def published() -> int:
-            return sum(1 for r in read_all(kafka_bootstrap, job.dst) if r.value)
-
-        savepoint = [*CLI, "savepoint", "--app-id", job.app, "--bootstrap", kafka_bootstrap,
-                     "--store", f"file://{tmp_path}/store", "--timeout", "60"]  # fmt: skip
-        for _ in range(10):  # (a record read after a savepoint's barrier goes out with the next)
-            subprocess.run(savepoint, check=True, capture_output=True, timeout=90)
-            if published() >= job.produced:
-                break
+        job.publish_all(tmp_path / "store")
         job.assert_only_moved(mark, [first], restores)
         assert joiner.log().count("restore: attempt") == 0, joiner.tail()
     finally:
@@ -487,16 +492,7 @@ def test_with_cooperative_assignment_a_worker_killed_before_the_first_checkpoint
         at = job.produced
         coordinator.wait_until(lambda: job.produced >= at + RATE, "a second more of input", 30)
         job.stop_feed()
-
-        def published() -> int:
-            return sum(1 for r in read_all(kafka_bootstrap, job.dst) if r.value)
-
-        savepoint = [*CLI, "savepoint", "--app-id", job.app, "--bootstrap", kafka_bootstrap,
-                     "--store", f"file://{tmp_path}/store", "--timeout", "60"]  # fmt: skip
-        for _ in range(10):  # (a record read after a savepoint's barrier goes out with the next)
-            subprocess.run(savepoint, check=True, capture_output=True, timeout=90)
-            if published() >= job.produced:
-                break
+        job.publish_all(tmp_path / "store")
         job.assert_only_moved(mark, survivors, restores)
     finally:
         job.close()
