@@ -94,12 +94,13 @@ class CliJob:
             assert time.monotonic() < deadline, f"no {what} within {within} s: {self.tail()}"
             time.sleep(0.1)
 
-    def wait_for(self, pattern: str, within: float) -> re.Match[str]:
-        """The first match of ``pattern`` in the log, waited for as :meth:`wait_until`."""
+    def wait_for(self, pattern: str, within: float, since: int = 0) -> re.Match[str]:
+        """The first match of ``pattern`` in the log after its offset ``since``, waited for
+        as :meth:`wait_until`."""
         found: list[re.Match[str]] = []
 
         def seen() -> bool:
-            m = re.search(pattern, self.log())
+            m = re.search(pattern, self.log()[since:])
             if m:
                 found.append(m)
             return m is not None

@@ -482,13 +482,12 @@ def test_with_cooperative_assignment_a_worker_killed_before_the_first_checkpoint
         mark = len(coordinator.log())
         os.kill(victim.proc.pid, signal.SIGSTOP)
         job.start_feed()
-        carried = r"silent for [^\n]*: its tasks ([^\n]*) are carried at the start positions"
-        coordinator.wait_until(lambda: re.search(carried, coordinator.log()[mark:]) is not None,
-                               "the frozen worker's tasks carried", 30)  # fmt: skip
-        found = re.search(carried, coordinator.log()[mark:])
-        assert found is not None and job.latest() == 0, coordinator.tail()
+        carried = coordinator.wait_for(
+            r"silent for [^\n]*: its tasks ([^\n]*) are carried at the start positions", 30, mark
+        )
+        assert job.latest() == 0, coordinator.tail()
         victim.kill()
-        job.wait_adopted(set(found.group(1).split(", ")), "the start positions", False, mark)
+        job.wait_adopted(set(carried.group(1).split(", ")), "the start positions", False, mark)
         at = job.produced
         coordinator.wait_until(lambda: job.produced >= at + RATE, "a second more of input", 30)
         job.stop_feed()

@@ -52,6 +52,7 @@ CHECKPOINT_LABEL = "chk"
 FINAL_LABEL = "final"
 
 _NUMBERED = re.compile(r"^(chk|final)-(\d+)(?:\.[0-9a-f]+)?\.json$")
+_NUMBERED_LABEL = re.compile(r"^(chk|final)-\d+$")
 
 
 def shared_prefix(app_id: str) -> str:
@@ -80,12 +81,13 @@ def snapshot_label(kind: str, n: int) -> str:
 
 
 def manifest_path(app_id: str, task_id: str, label: str, writer: str = "") -> str:
-    """Store path of task ``task_id``'s manifest for snapshot ``label``, written by
-    ``writer`` (an uploader's own id, hex: ``chk-<n>.<writer>.json``). Two incarnations
-    of a task that snapshot the same checkpoint — a zombie and the worker that adopted
-    the task from it — write two manifests, and a checkpoint's metadata names the one
-    the coordinator counted: one can never replace the other (docs/design.md §6.8)."""
-    name = f"{label}.{writer}" if writer else label
+    """Store path of task ``task_id``'s manifest for snapshot ``label``; a numbered one
+    (``chk-<n>``, ``final-<n>``) also names its ``writer`` (an uploader's own id, hex:
+    ``chk-<n>.<writer>.json``). Two incarnations of a task that snapshot the same
+    checkpoint — a zombie and the worker that adopted the task from it — write two
+    manifests, and a checkpoint's metadata names the one the coordinator counted: one
+    can never replace the other (docs/design.md §6.8)."""
+    name = f"{label}.{writer}" if writer and _NUMBERED_LABEL.match(label) else label
     return f"{task_prefix(app_id, task_id)}/{name}.json"
 
 

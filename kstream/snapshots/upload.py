@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any, BinaryIO, Protocol
 
 from kstream.checkpointstorage.base import CheckpointStore
-from kstream.checkpointstorage.layout import manifest_path, numbered_manifest, shared_path
+from kstream.checkpointstorage.layout import manifest_path, shared_path
 from kstream.snapshots.transfers import SerialExecutor, TransferPools
 from kstream.state.delta import DIR as DELTA_DIR
 from kstream.state.localsnapshot import LocalSnapshot, mark_uploaded
@@ -320,10 +320,7 @@ class SnapshotUploader:
             watermarks=watermarks,
         )
         # 4. The manifest last, atomically: once it exists the snapshot is whole.
-        numbered = numbered_manifest(f"{snapshot.label}.json") is not None
-        path = manifest_path(
-            self.app_id, self.task_id, snapshot.label, self.writer if numbered else ""
-        )
+        path = manifest_path(self.app_id, self.task_id, snapshot.label, self.writer)
         store.put_bytes(path, manifest.to_json())
         # 5. Heal a race with a GC that listed manifests before step 4 and deleted a
         #    file we reused: now that the manifest references it, put it back. Asked
