@@ -25,9 +25,9 @@ import re
 from collections.abc import Callable
 from pathlib import Path
 
+from integration.carryjob import PARTITIONS, RATE, TOPOLOGY, assert_exact
 from integration.cli_job import CLI, CliJob
 from integration.steadyfeed import SteadyFeed
-from integration.test_crash_carry import PARTITIONS, RATE, TOPOLOGY, assert_exact
 from kstream.kafka.clients import TopicSpec, ensure_topics, make_admin
 
 SESSION = 20  # the workers' group: the dead worker's partitions move only after it

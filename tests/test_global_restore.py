@@ -114,3 +114,59 @@ def test_the_job_stops_rather_than_fall_back_past_output_a_sink_published(
     )
     assert cmds == [Send(JobFailed(reason)), Fail(reason)]
     assert c.tick(5.0) == []  # no older restore: the job failed
+
+
+def _resumed_after_falling_back(*, cooperative: bool) -> CheckpointCoordinator:
+    """A job of isolated tasks a (w1) and b (w2) that could not restore checkpoint 7,
+    resumed from 6 in attempt 3 — nothing completed since: 7 is still the latest."""
+    from tests.test_carrying import ISOLATED
+
+    retained = [_meta(5), _meta(6), _meta(7)]
+    rec = RecoveredState(
+        max_checkpoint_id=7, attempt=1, latest_completed=retained[-1], retained=retained
+    )
+    c = CheckpointCoordinator(
+        frozenset("ab"),
+        CheckpointingConfig(interval=100.0),
+        RestartStrategy(),
+        recovered=rec,
+        description=ISOLATED,
+        cooperative=cooperative,
+        heartbeat_timeout=60.0,
+    )
+    c.start(0.0)
+    assert c.tick(0.0) == [Send(Restore(2, 7))]
+    c.handle(RestoreFailed(2, "a", "w1", 7, "sha256 mismatch", OBJ), 0.1)
+    assert _restore_at(c, 0.3) == [Send(Restore(3, 6))]
+    c.handle(TaskReady(3, "a", "w1", 1), 1.0)
+    assert c.handle(TaskReady(3, "b", "w2", 1), 1.0) == [Send(Resume(3, {"a": "w1", "b": "w2"}))]
+    assert c.latest_completed is not None and c.latest_completed.checkpoint_id == 7
+    return c
+
+
+def test_after_a_fall_back_a_released_task_is_not_carried_at_the_unrestorable_checkpoint() -> None:
+    """Before, the release carried b at checkpoint 7, the one a task could not restore,
+    and its adopter restored b from it while a ran from 6. Now every task restores 6."""
+    from kstream.protocol.messages import AdoptRequest, TasksReleased
+
+    c = _resumed_after_falling_back(cooperative=True)
+    c.handle(TasksReleased("w2", 3, 1, ("b",)), 1.5)
+    assert c.attempt == 3 and c.carried.snapshots == {}
+    assert c.handle(AdoptRequest("w3", 3, 2, ("b",)), 1.6) == []  # (not an Adopt)
+    assert _restore_at(c, 1.7) == [Send(Restore(4, 6))]
+
+
+def test_after_a_fall_back_a_silent_worker_is_not_carried_at_the_unrestorable_checkpoint() -> None:
+    from kstream.protocol.messages import Heartbeat
+
+    c = _resumed_after_falling_back(cooperative=False)
+    c.handle(Heartbeat("w2", ("b",), 1), 1.0)
+    t, out = 1.0, []
+    while t < 70.0:  # w2 is silent from 1.0 on
+        c.handle(Heartbeat("w1", ("a",), 1), t)
+        out += c.tick(t)
+        if t < 10.0:
+            assert c.carried.members == {} and c.carried.snapshots == {}
+        t += 0.5
+    # Lost at its heartbeat timeout: every task restores checkpoint 6 again.
+    assert Send(Restore(4, 6)) in out

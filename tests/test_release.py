@@ -160,7 +160,8 @@ def test_a_worker_whose_partition_is_taken_cooperatively_releases_the_task_and_r
     assert p.handle(Assigned("w1", 5, ("a",), True), 1.1)[:1] != [DropTasks(frozenset({"b"}))]
 
 
-def test_no_release_under_range_while_stopping_restoring_or_holding() -> None:
+def test_no_release_under_range_while_stopping_or_holding() -> None:
+    """(A restoring worker releases too: tests/test_start_release.py.)"""
     assert running(cooperative=False).release((), 4) is None
     stopping = running()
     stopping.handle(StopRequested(), 0.5)
@@ -168,7 +169,7 @@ def test_no_release_under_range_while_stopping_restoring_or_holding() -> None:
     holding = running()
     holding.handle(TriggerCheckpoint(2, 1, 500, hold=True), 0.5)
     assert holding.release((), 4) is None
-    restoring = running()
+    restoring = running(cooperative=False)
     restoring.handle(Restore(2, 1), 0.5)
     assert restoring.release((), 4) is None
     nothing_lost = running()

@@ -143,6 +143,10 @@ class TaskAdoption(CrashCarrying):
         worker (``released_by``), until their new owner asks to adopt them; if none does
         within the heartbeat timeout and ``ADOPT_WAIT_S``, the ordinary failover. The
         releaser's other tasks, and every other worker's, run on."""
+        if msg.attempt == self.attempt and self.phase is JobPhase.RESTORING:
+            # (released during the restore: the Resume waits for their new owner's ready)
+            self.failover.unready(msg.member, msg.tasks, msg.generation)
+            return []
         if msg.attempt != self.attempt or self.phase is not JobPhase.RUNNING:
             return []  # (a restore names every owner anyway)
         owners = self.failover.owners
@@ -150,11 +154,16 @@ class TaskAdoption(CrashCarrying):
         latest = self.latest_completed
         if not tasks:
             return []
-        if not self.adopting or (latest is not None and any(t not in latest.tasks for t in tasks)):
+        unrestorable = self._unrestorable_latest()
+        if (
+            not self.adopting
+            or unrestorable
+            or (latest is not None and any(t not in latest.tasks for t in tasks))
+        ):
             why = (
                 "the job does not adopt tasks"
                 if not self.adopting
-                else "the latest completed checkpoint lacks them"
+                else unrestorable or "the latest completed checkpoint lacks them"
             )
             return self._fail_over(
                 f"worker {msg.member} released tasks {', '.join(tasks)}; no adoption: {why}", now
@@ -223,6 +232,8 @@ class TaskAdoption(CrashCarrying):
         self, members: set[str], latest: CheckpointMetadata | None, now: float
     ) -> list[Command]:
         cmds: list[Command] = []
+        if self._unrestorable_latest():
+            return cmds  # (not carried: a request to adopt their tasks restores them all)
         for member in sorted(members - set(self.carried.members)):
             owned = tuple(sorted(self.failover.by_member().get(member, ())))
             if not owned or (latest is not None and any(t not in latest.tasks for t in owned)):
@@ -289,15 +300,19 @@ class TaskAdoption(CrashCarrying):
         """Whether ``hb`` says tasks moved (``Membership.moved``), and why. Under
         cooperative assignment a new generation alone moved nothing: a worker's tasks
         moved only when it runs others than it owns (tasks it adopts and has not started
-        yet aside); a heartbeat of an older generation is stale, ignored."""
+        yet aside; and carried tasks nobody adopted yet, which a worker that had not read
+        the ``Resume`` restored: it asks to adopt them once it reads it); a heartbeat of
+        an older generation is stale, ignored."""
         if not self.adopting:
             owners = self.failover.by_member()
             return self.members.moved(hb, previous, owners, self.attempt, now)
         if hb.generation < self.failover.generation:
             return None
         owned = self.failover.by_member().get(hb.member, frozenset())
-        starting = {t for t, m in self.carried.adopted.items() if m == hb.member}
-        if owned - starting <= set(hb.tasks) <= owned:
+        carry = self.carried
+        starting = {t for t, m in carry.adopted.items() if m == hb.member}
+        orphans = (carry.snapshots.keys() | carry.fresh) - carry.adopted.keys()
+        if owned - starting <= set(hb.tasks) <= owned | orphans:
             return None
         return (
             f"worker {hb.member} runs tasks {sorted(hb.tasks)} but owns {sorted(owned)} in "

@@ -57,6 +57,7 @@ class WorkerAdoption:
     restoring: bool
     hold: tuple[int, float] | None
     member: str
+    generation: int | None
     assigned: tuple[str, ...]
     tasks: set[str]
     running: set[str]
@@ -95,13 +96,47 @@ class WorkerAdoption:
         request = AdoptRequest(self.member, self.attempt, event.generation or 0, new)
         return self._adoption.ask(request, now)
 
+    def _releases_restored(self) -> bool:
+        """Whether a cooperative change of this worker's partitions during its restore
+        releases the tasks it loses: their readiness may already have made the
+        coordinator name it their owner in a ``Resume`` it has not read yet (workers
+        that start together join one after the other), and their new owner then asks to
+        adopt them."""
+        return self.cooperative and self.attempt > 0 and self.restoring and self.hold is None
+
+    def _ask_unowned(self, tasks: set[str], now: float) -> list[Send]:
+        """At the ``Resume``: ``tasks`` this worker holds the partitions of were readied by
+        the member the group took them from, before this worker was given them (workers
+        that start together join one after the other); cooperatively, it asks to adopt
+        them — that member released them (the coordinator answers ``Adopt``) or the
+        coordinator restores."""
+        if not tasks or not self.cooperative or self.stopping:
+            return []
+        request = AdoptRequest(
+            self.member, self.attempt, self.generation or 0, tuple(sorted(tasks))
+        )
+        return self._adoption.ask(request, now)
+
     def release(self, remaining: Iterable[str], generation: int | None) -> TasksReleased | None:
         """Inside the group's revocation, before this member rejoins: the tasks whose
         partitions the group took (another member joined), if this worker runs on with
-        the others — cooperatively, resumed, no hold, not stopping. They are stopped at
-        the ``Assigned`` that follows (``DropTasks``); the message returned must be
-        written before the callback returns, so that it precedes the new owner's request
-        to adopt them. None: not a release (the ``Assigned`` decides as before)."""
+        the others — cooperatively, resumed, no hold, not stopping — or restores them
+        (cooperatively, no hold, not stopping: :meth:`_releases_restored`). They are
+        stopped at the ``Assigned`` that follows (``DropTasks``); the message returned
+        must be written before the callback returns, so that it precedes the new owner's
+        request to adopt them. None: not a release (the ``Assigned`` decides as before)."""
+        if self._releases_restored() and not self.stopping:
+            lost = self.tasks - set(remaining)
+            if not lost:
+                return None
+            self.tasks -= lost
+            self._released |= lost
+            log.info(
+                "releasing %s during the restore: the group gave their partitions to another "
+                "member",
+                sorted(lost),
+            )
+            return TasksReleased(self.member, self.attempt, generation or 0, tuple(sorted(lost)))
         lost = self.running - set(remaining)
         if not lost or self.stopping or not self._runs_on():
             return None

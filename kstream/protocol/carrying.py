@@ -41,6 +41,7 @@ from kstream.protocol.elasticmessages import RELEASED_BY
 from kstream.protocol.failover import FailoverController, JobPhase
 from kstream.protocol.handover import HEARD_WITHIN_S, Handover
 from kstream.protocol.membership import Membership
+from kstream.protocol.restorepoints import RestorePoints
 from kstream.protocol.triggers import TriggerSchedule
 
 if TYPE_CHECKING:
@@ -153,6 +154,7 @@ class CrashCarrying:
     carried: Carried
     heartbeat_timeout: float
     latest_completed: CheckpointMetadata | None
+    restore_points: RestorePoints
     pending: dict[int, PendingCheckpoint]
     failover: FailoverController
     triggers: TriggerSchedule
@@ -173,6 +175,15 @@ class CrashCarrying:
         self, p: PendingCheckpoint, reason: str, now: float, *, counts: bool
     ) -> list[Command]:
         raise NotImplementedError
+
+    def _unrestorable_latest(self) -> str:
+        """Why no task can be carried now ("" if they can): the latest completed
+        checkpoint is one a task could not restore — the job fell back past it and none
+        completed since — so its snapshots are not where the tasks' state is."""
+        latest = self.latest_completed
+        if latest is None or latest.checkpoint_id not in self.restore_points.unrestorable:
+            return ""
+        return f"the latest completed checkpoint {latest.checkpoint_id} cannot be restored"
 
     def _carry_fresh(self, tasks: Iterable[str], now: float) -> list[Command]:
         """``tasks`` carried before any checkpoint completed: their new owner starts them
@@ -201,6 +212,8 @@ class CrashCarrying:
             return []
         if latest is None and not self.adopting:
             return []  # (no snapshot to carry, and no adopter to start them afresh)
+        if self._unrestorable_latest():
+            return []  # (their state is not at its snapshots: the ordinary failover)
         self._hold_if_due(now)
         stalled, self.carried.judged_at = now - self.carried.judged_at > STALL_S, now
         if stalled:

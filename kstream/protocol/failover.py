@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 from collections import deque
+from collections.abc import Iterable
 from enum import StrEnum
 
 from kstream.config import RestartStrategy
@@ -243,6 +244,15 @@ class FailoverController:
             return []  # stale: that member's assignment has been superseded
         self._ready[msg.task_id] = (msg.member, msg.generation)
         return self._resume_if_ready()
+
+    def unready(self, member: str, tasks: Iterable[str], generation: int) -> None:
+        """``member`` released ``tasks`` during this restore (cooperatively, the group gave
+        their partitions to another member in a generation after ``generation``): what it
+        said of them is void; the ``Resume`` waits for their new owner's ready."""
+        for task in tasks:
+            ready = self._ready.get(task)
+            if ready is not None and ready[0] == member and ready[1] <= generation:
+                del self._ready[task]
 
     def _resume_if_ready(self) -> list[Command]:
         """Every task ready in the newest generation and no joiner awaited: resume."""

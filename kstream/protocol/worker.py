@@ -255,9 +255,10 @@ class WorkerProtocol(WorkerAdoption):
                 self.restoring = False
                 self.last_input, self.drained = now, False  # idle counts from here
                 self.running = {t for t in self.tasks if event.owners.get(t) == self.member}
+                others = self.tasks - self.running
                 self.tasks = set(self.running)  # another member owns the rest: stay idle
                 self.awaiting_first_output = bool(self.running) and self.restore_point is not None
-                return [ResumeTasks(frozenset(self.running))]
+                return [ResumeTasks(frozenset(self.running)), *self._ask_unowned(others, now)]
             case Adopt() if event.attempt == self.attempt:
                 return self._on_adopt(event, now)
             case HandoverDeclined() if (
