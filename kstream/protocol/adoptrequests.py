@@ -90,10 +90,13 @@ class WorkerAdoption:
         return self._runs_on() and self.running <= set(event.tasks)
 
     def _ask_adoption(self, event: Assigned, now: float) -> list[Send]:
-        new = tuple(sorted(set(event.tasks) - self.tasks))
-        if not new or self.stopping:
+        return self._ask(set(event.tasks) - self.tasks, event.generation, now)
+
+    def _ask(self, tasks: set[str], generation: int | None, now: float) -> list[Send]:
+        """Ask to adopt ``tasks`` (none, or stopping: nothing to ask)."""
+        if not tasks or self.stopping:
             return []
-        request = AdoptRequest(self.member, self.attempt, event.generation or 0, new)
+        request = AdoptRequest(self.member, self.attempt, generation or 0, tuple(sorted(tasks)))
         return self._adoption.ask(request, now)
 
     def _releases_restored(self) -> bool:
@@ -110,12 +113,7 @@ class WorkerAdoption:
         that start together join one after the other); cooperatively, it asks to adopt
         them — that member released them (the coordinator answers ``Adopt``) or the
         coordinator restores."""
-        if not tasks or not self.cooperative or self.stopping:
-            return []
-        request = AdoptRequest(
-            self.member, self.attempt, self.generation or 0, tuple(sorted(tasks))
-        )
-        return self._adoption.ask(request, now)
+        return self._ask(tasks, self.generation, now) if self.cooperative else []
 
     def release(self, remaining: Iterable[str], generation: int | None) -> TasksReleased | None:
         """Inside the group's revocation, before this member rejoins: the tasks whose
